@@ -1,0 +1,57 @@
+"""Pure functions, no state: relevance rules, ranking, tie rules and measures."""
+
+from retrieval_metrics.functional.measures import (
+    aggregate,
+    average_precision_per_query,
+    chance_table,
+    cmc_per_query,
+    depth_for,
+    first_rank_per_query,
+    hit_rate_per_query,
+    map_at_r_per_query,
+    median_rank,
+    minp_per_query,
+    ndcg_per_query,
+    parse_metric,
+    precision_per_query,
+    r_precision_per_query,
+    recall_per_query,
+    reciprocal_rank_per_query,
+    retrieval_measures,
+)
+from retrieval_metrics.functional.ranking import (
+    RankTable,
+    rank_embeddings,
+    rank_lists,
+    rank_relevance,
+    rank_scores,
+)
+from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+
+__all__ = [
+    "RankTable",
+    "Relevance",
+    "aggregate",
+    "average_precision_per_query",
+    "build_relevance",
+    "chance_table",
+    "cmc_per_query",
+    "depth_for",
+    "encode_labels",
+    "first_rank_per_query",
+    "hit_rate_per_query",
+    "map_at_r_per_query",
+    "median_rank",
+    "minp_per_query",
+    "ndcg_per_query",
+    "parse_metric",
+    "precision_per_query",
+    "r_precision_per_query",
+    "rank_embeddings",
+    "rank_lists",
+    "rank_relevance",
+    "rank_scores",
+    "recall_per_query",
+    "reciprocal_rank_per_query",
+    "retrieval_measures",
+]

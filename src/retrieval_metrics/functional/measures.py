@@ -1,0 +1,619 @@
+"""Measures: every metric of SPEC.md section 2, from a :class:`RankTable`. No embeddings here.
+
+Each ``*_per_query`` function returns a ``(Q,)`` float64 tensor with NaN for unanswerable queries
+(m_q = 0); :func:`aggregate` applies ``empty_queries``, ``average`` and ``percent``.
+:func:`retrieval_measures` computes several named metrics at once, the way
+``RetrievalMetrics`` names them ("hit_rate@1", "map@r", "cmc@50", ...).
+
+All three tie rules are exact (``ties``; see :mod:`retrieval_metrics.functional.ties`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional import ties as T
+from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
+
+__all__ = [
+    "AVERAGES",
+    "EMPTY_QUERIES",
+    "MetricSpec",
+    "aggregate",
+    "average_precision_per_query",
+    "chance_table",
+    "cmc_per_query",
+    "first_rank_per_query",
+    "hit_rate_per_query",
+    "map_at_r_per_query",
+    "median_rank",
+    "minp_per_query",
+    "ndcg_per_query",
+    "parse_metric",
+    "precision_per_query",
+    "r_precision_per_query",
+    "recall_per_query",
+    "reciprocal_rank_per_query",
+    "retrieval_measures",
+]
+
+EMPTY_QUERIES = ("skip", "zero", "error")
+AVERAGES = ("macro", "micro", "class")
+MEDIAN_CONVENTIONS = ("vsepp", "plain")
+AP_KINDS = ("step", "trapezoid")
+AP_DIVISORS = ("relevant", "min", "retrieved")
+
+
+def _cutoff(k: int, name: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"`{name}` must be a positive int, got {k!r}")
+    return k
+
+
+def _per_group(table: RankTable, groups: T.TieGroups, per_query: Tensor) -> Tensor:
+    return per_query[groups.query]
+
+
+def _query_sum(table: RankTable, groups: T.TieGroups, values: Tensor) -> Tensor:
+    out = torch.zeros(table.num_queries, dtype=torch.float64)
+    return out.index_add_(0, groups.query, values.to(torch.float64))
+
+
+def _require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
+    """Refuse a measure whose cut-off reaches below the depth the table was ranked to."""
+    unlisted = table.num_listed < table.num_relevant
+    bad = unlisted & (table.depth != UNBOUNDED) & (cutoff > table.depth)
+    if bool(bad.any()):
+        q = int(torch.nonzero(bad).flatten()[0])
+        raise ValueError(
+            f"{what} needs positions down to {int(cutoff[q])} but the ranking was truncated at "
+            f"depth {int(table.depth[q])} (query {q}); rank with a larger `depth` or depth=None"
+        )
+
+
+def _unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
+    return torch.where(table.num_relevant > 0, values, torch.full_like(values, math.nan))
+
+
+def _as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
+    if k is None:
+        return torch.full((table.num_queries,), UNBOUNDED, dtype=torch.int64)
+    if isinstance(k, Tensor):
+        return k.to(torch.int64)
+    return torch.full((table.num_queries,), _cutoff(k), dtype=torch.int64)
+
+
+def expected_hits_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
+    """E[h_q(K)]: relevant items in the top K (NaN-free; 0 for unanswerable queries)."""
+    cutoff = _as_cutoff(table, k)
+    _require_depth(table, cutoff, "a cut-off measure")
+    groups = T.tie_groups(table, ties)
+    return _query_sum(table, groups, T.expected_hits(groups, cutoff[groups.query]))
+
+
+def hit_rate_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
+    """1[r_q <= K]; under "expected" ties, the probability of a hit in the top K."""
+    cutoff = _as_cutoff(table, k)
+    groups = T.tie_groups(table, ties)
+    first = groups.first
+    u = T.positions_in_cutoff(groups.above[first], groups.size[first], cutoff[groups.query[first]])
+    p = 1.0 - T.miss_probability(groups.size[first], groups.relevant[first], u)
+    out = torch.zeros(table.num_queries, dtype=torch.float64)
+    out[groups.query[first]] = p
+    return _unanswerable_nan(table, out)
+
+
+def recall_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
+    """h_q(K) / m_q."""
+    hits = expected_hits_per_query(table, k, ties)
+    return _unanswerable_nan(table, hits / table.num_relevant.clamp_min(1))
+
+
+def precision_per_query(table: RankTable, k: int, ties: str = "expected") -> Tensor:
+    """h_q(K) / K (the divisor stays K when the gallery is smaller)."""
+    k = _cutoff(k)
+    return _unanswerable_nan(table, expected_hits_per_query(table, k, ties) / k)
+
+
+def r_precision_per_query(table: RankTable, ties: str = "expected") -> Tensor:
+    """h_q(m_q) / m_q."""
+    m = table.num_relevant.clamp_min(1)
+    return _unanswerable_nan(table, expected_hits_per_query(table, m, ties) / m)
+
+
+def _precision_sum(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
+    _require_depth(table, cutoff, "average precision")
+    groups = T.tie_groups(table, ties)
+    return _query_sum(table, groups, T.expected_precision_sum(groups, cutoff[groups.query]))
+
+
+def map_at_r_per_query(table: RankTable, ties: str = "expected") -> Tensor:
+    """MAP@R (Musgrave et al. 2020): (1/m) sum_{i <= m} P(i) rel(i)."""
+    m = table.num_relevant.clamp_min(1)
+    return _unanswerable_nan(table, _precision_sum(table, m, ties) / m)
+
+
+def average_precision_per_query(
+    table: RankTable,
+    k: int | None = None,
+    ties: str = "expected",
+    ap: str = "step",
+    divisor: str = "relevant",
+) -> Tensor:
+    """Average precision over the whole ranking, or AP@K with a cut-off.
+
+    Args:
+        k: cut-off; ``None`` is the whole ranking.
+        ap: ``"step"`` (torchreid, trec_eval) or ``"trapezoid"`` (official Market-1501 code; only
+            without a cut-off).
+        divisor: for AP@K, ``"relevant"`` m_q (Manning et al., trec_eval map_cut), ``"min"``
+            min(m_q, K) (MSLS), ``"retrieved"`` h_q(K) (torchmetrics; 0/0 = 0).
+    """
+    if ap not in AP_KINDS:
+        raise ValueError(f"`ap` must be one of {AP_KINDS}, got {ap!r}")
+    if divisor not in AP_DIVISORS:
+        raise ValueError(f"`divisor` must be one of {AP_DIVISORS}, got {divisor!r}")
+    m = table.num_relevant.clamp_min(1).to(torch.float64)
+    cutoff = _as_cutoff(table, k)
+    if ap == "trapezoid":
+        if k is not None:
+            raise ValueError('`ap="trapezoid"` is defined over the whole ranking; use k=None')
+        _require_depth(table, cutoff, "average precision")
+        groups = T.tie_groups(table, ties)
+        step = T.expected_precision_sum(groups, cutoff[groups.query])
+        extra = T.expected_trapezoid_extra(groups)
+        total = _query_sum(table, groups, 0.5 * (step + extra))
+        return _unanswerable_nan(table, total / m)
+    if divisor == "retrieved" and k is not None:
+        return _unanswerable_nan(table, _ap_over_retrieved(table, cutoff, ties))
+    total = _precision_sum(table, cutoff, ties)
+    if k is not None and divisor == "min":
+        m = torch.minimum(m, torch.tensor(float(k), dtype=torch.float64))
+    return _unanswerable_nan(table, total / m)
+
+
+def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
+    """E[(sum_{p<=K} rel(p) P(p)) / h(K)], 0 when h(K) = 0, exact under expected ties.
+
+    Only the group straddling K makes h(K) random. Conditioning on the number j of its relevant
+    items that land in the top part (hypergeometric), that part is a uniformly random arrangement
+    of j relevant items in u positions, and the rest of the numerator is unchanged.
+    """
+    _require_depth(table, cutoff, "average precision")
+    groups = T.tie_groups(table, ties)
+    k = cutoff[groups.query]
+    end = groups.above + groups.size
+    inside = end <= k
+    straddle = (groups.above < k) & ~inside
+    fixed_num = _query_sum(
+        table, groups, torch.where(inside, T.expected_precision_sum(groups, k), 0.0)
+    )
+    fixed_hits = _query_sum(
+        table, groups, torch.where(inside, groups.relevant, 0).to(torch.float64)
+    )
+    result = torch.where(fixed_hits > 0, fixed_num / fixed_hits.clamp_min(1), 0.0)
+    idx = torch.nonzero(straddle).flatten()
+    if idx.numel() == 0:
+        return result
+    q = groups.query[idx]
+    t, r, a = groups.size[idx], groups.relevant[idx], groups.above[idx]
+    u = (k[idx] - a).clamp_min(0)
+    before = groups.relevant_before[idx].to(torch.float64)
+    n0 = fixed_num[q]
+    h0 = fixed_hits[q]
+    expectation = torch.zeros(idx.numel(), dtype=torch.float64)
+    for j in range(0, int(torch.minimum(r, u).max()) + 1):
+        valid = (j <= r) & (j <= u) & (r - j <= t - u)
+        jj = torch.full_like(t, j)
+        log_p = T.log_binomial(r, jj) + T.log_binomial(t - r, u - jj) - T.log_binomial(t, u)
+        p = torch.where(valid, torch.exp(log_p), 0.0)
+        beta = torch.where(
+            u > 1, (jj - 1).clamp_min(0).to(torch.float64) / (u - 1).clamp_min(1), 0.0
+        )
+        part = (jj.to(torch.float64) / u.clamp_min(1)) * T.position_sum(before + 1, beta, a, u)
+        hits = h0 + j
+        value = torch.where(hits > 0, (n0 + part) / hits.clamp_min(1), 0.0)
+        expectation += p * value
+    result[q] = expectation
+    return result
+
+
+def reciprocal_rank_per_query(
+    table: RankTable, k: int | None = None, ties: str = "expected"
+) -> Tensor:
+    """1 / r_q; with a cut-off K, 0 when r_q > K. Expected under random order inside ties."""
+    limit = _as_cutoff(table, k)
+    groups = T.tie_groups(table, ties)
+    per_group = T.expected_reciprocal_first(groups, limit[groups.query])
+    return _unanswerable_nan(table, _query_sum(table, groups, per_group))
+
+
+def first_rank_per_query(table: RankTable, ties: str = "expected") -> Tensor:
+    """r_q, the rank of the best-ranked relevant item (its expectation under "expected" ties).
+
+    Infinite when no relevant item was retrieved (ranked lists).
+    """
+    groups = T.tie_groups(table, ties)
+    out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
+    first = groups.first
+    out[groups.query[first]] = T.expected_first_position(groups)[first]
+    return _unanswerable_nan(table, out)
+
+
+def ndcg_per_query(
+    table: RankTable, k: int | None = None, ties: str = "expected", gain: str = "exponential"
+) -> Tensor:
+    """DCG@K / IDCG@K with gain 2^g - 1 ("exponential") or g ("linear"); binary grade is 1."""
+    cutoff = _as_cutoff(table, k)
+    _require_depth(table, cutoff, "NDCG")
+    groups = T.tie_groups(table, ties, gain=gain)
+    end = groups.above + groups.size
+    limit = cutoff[groups.query]
+    top = int(torch.minimum(end, limit).max()) if end.numel() else 0
+    if table.ideal_grade is not None:
+        top = max(top, int(table.ideal_ptr.diff().max()) if table.num_queries else 0)
+    else:
+        top = max(top, int(table.num_relevant.max()) if table.num_queries else 0)
+    if k is not None:
+        top = min(top, k) if top else 0
+    positions = torch.arange(1, top + 1, dtype=torch.float64)
+    discount = torch.zeros(top + 1, dtype=torch.float64)
+    discount[1:] = torch.cumsum(1.0 / torch.log2(1.0 + positions), 0)
+    lo = torch.minimum(groups.above, limit).clamp_max(top)
+    hi = torch.minimum(end, limit).clamp_max(top)
+    dcg_part = groups.gain / groups.size.to(torch.float64) * (discount[hi] - discount[lo])
+    dcg = _query_sum(table, groups, dcg_part)
+    if table.ideal_grade is not None and table.ideal_ptr is not None:
+        grades = table.ideal_grade
+        ideal_gain = torch.pow(2.0, grades) - 1.0 if gain == "exponential" else grades.clone()
+        owner = torch.repeat_interleave(torch.arange(table.num_queries), table.ideal_ptr.diff())
+        pos = torch.arange(grades.numel()) - table.ideal_ptr[:-1][owner] + 1
+        keep = pos <= cutoff[owner]
+        weight = torch.where(keep, ideal_gain / torch.log2(1.0 + pos.to(torch.float64)), 0.0)
+        idcg = torch.zeros(table.num_queries, dtype=torch.float64).index_add_(0, owner, weight)
+    else:
+        idcg = discount[torch.minimum(table.num_relevant, cutoff).clamp_max(top)]
+    value = torch.where(idcg > 0, dcg / idcg.clamp_min(1e-300), 0.0)
+    return _unanswerable_nan(table, value)
+
+
+def cmc_per_query(table: RankTable, max_rank: int, ties: str = "expected") -> Tensor:
+    """``(Q, max_rank)``: P(r_q <= k) for k = 1..max_rank (rows of NaN for unanswerable)."""
+    max_rank = _cutoff(max_rank, "max_rank")
+    groups = T.tie_groups(table, ties)
+    first = groups.first
+    q = groups.query[first]
+    ks = torch.arange(1, max_rank + 1)
+    a, t, r = groups.above[first], groups.size[first], groups.relevant[first]
+    u = torch.minimum((ks[None, :] - a[:, None]).clamp_min(0), t[:, None])
+    p = 1.0 - T.miss_probability(t[:, None].expand_as(u), r[:, None].expand_as(u), u)
+    out = torch.zeros(table.num_queries, max_rank, dtype=torch.float64)
+    out[q] = p
+    out[table.num_relevant == 0] = math.nan
+    return out
+
+
+def minp_per_query(table: RankTable, ties: str = "expected") -> Tensor:
+    """mINP (Ye et al.): m_q / rank of the last relevant item; 0 if one was never retrieved."""
+    complete = table.num_listed == table.num_relevant
+    unbounded = table.depth == UNBOUNDED
+    bad = ~complete & ~unbounded & (table.num_relevant > 0)
+    if bool(bad.any()):
+        raise ValueError(
+            "mINP needs every relevant item's position, but the ranking was truncated by `depth`"
+        )
+    groups = T.tie_groups(table, ties)
+    limit = torch.full((groups.query.numel(),), UNBOUNDED, dtype=torch.int64)
+    inv_last = _query_sum(table, groups, T.expected_reciprocal_last(groups, limit))
+    value = torch.where(complete, table.num_relevant.to(torch.float64) * inv_last, 0.0)
+    return _unanswerable_nan(table, value)
+
+
+# ------------------------------------------------------------------------------------------
+# Aggregation
+# ------------------------------------------------------------------------------------------
+
+
+def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: float) -> Tensor:
+    if empty_queries not in EMPTY_QUERIES:
+        raise ValueError(f"`empty_queries` must be one of {EMPTY_QUERIES}, got {empty_queries!r}")
+    empty = table.num_relevant == 0
+    if empty_queries == "error" and bool(empty.any()):
+        which = torch.nonzero(empty).flatten()
+        shown = which[:10].tolist()
+        raise ValueError(
+            f"{int(empty.sum())} queries have no relevant gallery item (queries {shown}"
+            f"{' ...' if which.numel() > 10 else ''}); pass empty_queries='skip' or 'zero'"
+        )
+    if empty_queries == "zero":
+        fill_value = torch.full_like(values, fill)
+        return torch.where(empty.view(-1, *([1] * (values.dim() - 1))), fill_value, values)
+    return values
+
+
+def aggregate(
+    values: Tensor,
+    table: RankTable,
+    *,
+    empty_queries: str = "skip",
+    average: str = "macro",
+    percent: bool = False,
+    numerator: Tensor | None = None,
+    denominator: Tensor | None = None,
+    fill: float = 0.0,
+) -> Tensor:
+    """Mean over counted queries, as a 0-d float64 tensor (a vector for CMC rows).
+
+    ``empty_queries``: "skip" leaves unanswerable queries out, "zero" scores them ``fill``,
+    "error" raises. ``average``: "macro" (mean over queries), "class" (mean over classes of each
+    class's mean; the table needs ``query_class``), "micro" (sum of ``numerator`` over sum of
+    ``denominator``, for recall-like metrics). NaN when no query counts.
+    """
+    if average not in AVERAGES:
+        raise ValueError(f"`average` must be one of {AVERAGES}, got {average!r}")
+    values = _empty_fill(values, table, empty_queries, fill)
+    counted = ~torch.isnan(values) if values.dim() == 1 else ~torch.isnan(values[:, 0])
+    scale = 100.0 if percent else 1.0
+    if average == "micro":
+        if numerator is None or denominator is None:
+            raise ValueError('`average="micro"` applies to recall, precision and R-precision only')
+        num = numerator[counted].sum()
+        den = denominator[counted].sum()
+        return (num / den if den > 0 else torch.tensor(math.nan, dtype=torch.float64)) * scale
+    if average == "class":
+        if table.query_class is None:
+            raise ValueError('`average="class"` needs query labels')
+        classes, cls_of = torch.unique(table.query_class[counted], return_inverse=True)
+        if classes.numel() == 0:
+            return _nan_like(values) * scale
+        v = values[counted]
+        sums = torch.zeros((classes.numel(), *v.shape[1:]), dtype=torch.float64).index_add_(
+            0, cls_of, v
+        )
+        counts = torch.bincount(cls_of, minlength=classes.numel()).to(torch.float64)
+        return (sums / counts.view(-1, *([1] * (v.dim() - 1)))).mean(0) * scale
+    if not bool(counted.any()):
+        return _nan_like(values) * scale
+    return values[counted].mean(0) * scale
+
+
+def _nan_like(values: Tensor) -> Tensor:
+    if values.dim() == 1:
+        return torch.tensor(math.nan, dtype=torch.float64)
+    return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+
+
+def median_rank(ranks: Tensor, convention: str = "vsepp") -> Tensor:
+    """Median of per-query ranks, NaN entries dropped.
+
+    ``"vsepp"``: floor(median(r - 1)) + 1, as the VSE++ evaluation code computes it; ``"plain"``:
+    the ordinary median (mean of the two middle values for an even count).
+    """
+    if convention not in MEDIAN_CONVENTIONS:
+        raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
+    r = ranks[~torch.isnan(ranks)].sort().values
+    n = r.numel()
+    if n == 0:
+        return torch.tensor(math.nan, dtype=torch.float64)
+    mid = (r[(n - 1) // 2] + r[n // 2]) / 2
+    if convention == "vsepp":
+        return torch.floor(mid - 1) + 1
+    return mid
+
+
+def chance_table(table: RankTable) -> RankTable:
+    """The table a uniformly random ranking gives in expectation: one tie group of the whole
+    gallery per query. Any measure of it under ``ties="expected"`` is that measure's chance level
+    (SPEC.md section 5); for a single relevant item, hit rate @K is K/N.
+    """
+    q = table.num_queries
+    m = table.num_relevant
+    counts = (m > 0).to(torch.int64) * m
+    ptr = torch.zeros(q + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    n = int(ptr[-1])
+    owner = torch.repeat_interleave(torch.arange(q), counts)
+    grade = None
+    if table.ideal_grade is not None and table.ideal_ptr is not None:
+        grade = table.ideal_grade.clone()
+    return RankTable(
+        ptr=ptr,
+        above=torch.zeros(n, dtype=torch.int64),
+        tied=table.gallery_size[owner].clone(),
+        num_relevant=m.clone(),
+        gallery_size=table.gallery_size.clone(),
+        depth=table.gallery_size.clone(),
+        grade=grade,
+        ideal_ptr=table.ideal_ptr,
+        ideal_grade=table.ideal_grade,
+        query_class=table.query_class,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Named metrics
+# ------------------------------------------------------------------------------------------
+
+_NAME = re.compile(
+    r"^(?P<base>hit_rate|recall|precision|map|mrr|ndcg|cmc|r_precision|median_rank|mean_rank|minp"
+    r"|map_trapezoid)(@(?P<k>r|\d+))?$"
+)
+_NEEDS_K = {"hit_rate", "recall", "precision", "cmc"}
+_NO_K = {"r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid"}
+RANK_METRICS = {"median_rank", "mean_rank"}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A parsed metric name: ``base`` and cut-off ``k`` (None, an int, or "r" for map@r)."""
+
+    name: str
+    base: str
+    k: int | str | None
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.base not in RANK_METRICS
+
+    def depth_needed(self) -> int | None:
+        """Positions that must be known exactly (None: the whole ranking)."""
+        if self.base in ("hit_rate", "cmc", "median_rank", "mean_rank", "mrr"):
+            return 1  # only each query's best relevant item, which is always located exactly
+        if self.base in ("recall", "precision", "ndcg", "map") and isinstance(self.k, int):
+            return self.k
+        return None
+
+
+def parse_metric(name: str) -> MetricSpec:
+    """Parse "hit_rate@1", "recall@10", "map@r", "map", "map@100", "mrr", "mrr@10", "ndcg@10",
+    "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid"."""
+    if not isinstance(name, str):
+        raise ValueError(f"metric names must be strings, got {name!r}")
+    match = _NAME.match(name.strip().lower())
+    if match is None:
+        raise ValueError(
+            f"unknown metric {name!r}; expected one of hit_rate@K, recall@K, precision@K, "
+            "r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, ndcg, ndcg@K, cmc@K, "
+            "median_rank, mean_rank, minp"
+        )
+    base, k = match.group("base"), match.group("k")
+    if k == "r" and base != "map":
+        raise ValueError(f"unknown metric {name!r}: only map@r takes @r")
+    if base in _NEEDS_K and k is None:
+        raise ValueError(f"metric {name!r} needs a cut-off, e.g. {base}@10")
+    if base in _NO_K and k is not None:
+        raise ValueError(f"metric {name!r} takes no cut-off; use {base!r}")
+    k_value: int | str | None = k if k in (None, "r") else int(k)
+    if isinstance(k_value, int) and k_value < 1:
+        raise ValueError(f"metric {name!r}: the cut-off must be >= 1")
+    return MetricSpec(name=name.strip().lower(), base=base, k=k_value)
+
+
+def depth_for(names: Iterable[str]) -> tuple[int | None, bool]:
+    """The ranking depth that serves all ``names``: ``(depth, cover_relevant)``.
+
+    ``depth=None`` means the whole ranking; ``cover_relevant`` asks for at least m_q positions
+    per query (R-precision, MAP@R).
+    """
+    depth, cover_relevant = 1, False
+    for name in names:
+        spec = parse_metric(name)
+        if spec.base == "r_precision" or (spec.base == "map" and spec.k == "r"):
+            cover_relevant = True
+            continue
+        need = spec.depth_needed()
+        if need is None:
+            return None, False
+        depth = max(depth, need)
+    return depth, cover_relevant
+
+
+def per_query_values(
+    table: RankTable,
+    spec: MetricSpec,
+    *,
+    ties: str = "expected",
+    ap: str = "step",
+    divisor: str = "relevant",
+    gain: str = "exponential",
+) -> Tensor:
+    """Per-query values of one named metric (CMC: a ``(Q, K)`` matrix)."""
+    base, k = spec.base, spec.k
+    if base == "hit_rate":
+        return hit_rate_per_query(table, k, ties)
+    if base == "recall":
+        return recall_per_query(table, k, ties)
+    if base == "precision":
+        return precision_per_query(table, k, ties)
+    if base == "r_precision":
+        return r_precision_per_query(table, ties)
+    if base == "map" and k == "r":
+        return map_at_r_per_query(table, ties)
+    if base == "map":
+        return average_precision_per_query(table, k, ties, ap=ap, divisor=divisor)
+    if base == "map_trapezoid":
+        return average_precision_per_query(table, None, ties, ap="trapezoid")
+    if base == "mrr":
+        return reciprocal_rank_per_query(table, k, ties)
+    if base == "ndcg":
+        return ndcg_per_query(table, k, ties, gain)
+    if base == "cmc":
+        return cmc_per_query(table, k, ties)
+    if base in ("median_rank", "mean_rank"):
+        return first_rank_per_query(table, ties)
+    if base == "minp":
+        return minp_per_query(table, ties)
+    raise AssertionError(base)  # parse_metric admits nothing else
+
+
+def retrieval_measures(
+    table: RankTable,
+    names: Sequence[str],
+    *,
+    ties: str = "expected",
+    empty_queries: str = "skip",
+    average: str = "macro",
+    percent: bool = False,
+    ap: str = "step",
+    divisor: str = "relevant",
+    gain: str = "exponential",
+    median: str = "vsepp",
+) -> dict[str, Tensor]:
+    """Several named metrics from one rank table, as 0-d float64 tensors (CMC: a vector).
+
+    >>> from retrieval_metrics.functional.ranking import rank_lists
+    >>> table = rank_lists([["d3", "d7", "d1"], ["d4", "d5"]], [{"d1"}, {"d4", "d6"}])
+    >>> {k: round(float(v), 4) for k, v in retrieval_measures(table, ["recall@3", "mrr"]).items()}
+    {'recall@3': 0.75, 'mrr': 0.6667}
+    """
+    if ties not in T.TIES:
+        raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
+    out: dict[str, Tensor] = {}
+    for name in names:
+        spec = parse_metric(name)
+        values = per_query_values(table, spec, ties=ties, ap=ap, divisor=divisor, gain=gain)
+        if spec.base in RANK_METRICS:
+            if empty_queries == "zero":
+                # An unanswerable query ranks after the whole gallery: the worst possible rank.
+                worst = table.gallery_size.to(torch.float64) + 1
+                values = torch.where(table.num_relevant == 0, worst, values)
+            else:
+                values = _empty_fill(values, table, empty_queries, 0.0)
+            if spec.base == "median_rank":
+                out[spec.name] = median_rank(values, median)
+            else:
+                counted = values[~torch.isnan(values)]
+                out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
+            continue
+        numerator = denominator = None
+        if average == "micro":
+            if spec.base not in ("recall", "precision", "r_precision"):
+                raise ValueError(
+                    f'`average="micro"` applies to recall, precision and r_precision, not {name!r}'
+                )
+            if spec.base == "recall":
+                numerator = expected_hits_per_query(table, spec.k, ties)
+                denominator = table.num_relevant.to(torch.float64)
+            elif spec.base == "precision":
+                numerator = expected_hits_per_query(table, spec.k, ties)
+                denominator = torch.full_like(numerator, float(spec.k))
+            else:
+                m = table.num_relevant.clamp_min(1)
+                numerator = expected_hits_per_query(table, m, ties)
+                denominator = table.num_relevant.to(torch.float64)
+        out[spec.name] = aggregate(
+            values,
+            table,
+            empty_queries=empty_queries,
+            average=average,
+            percent=percent,
+            numerator=numerator,
+            denominator=denominator,
+        )
+    return out

@@ -1,0 +1,773 @@
+"""Ranking: from embeddings (or scores, or ranked lists) to a compact per-query rank table.
+
+The :class:`RankTable` records, for every query, where its relevant items landed: for each
+relevant item, how many gallery items score strictly higher (``above``) and how many score exactly
+the same (``tied``, the item itself included). That is all any measure of SPEC.md needs; the
+queries x gallery score matrix never exists in full.
+
+How :func:`rank_embeddings` stays close to the cost of the similarity product:
+
+* The gallery is cut into blocks of the same width and every block's scores come from one matrix
+  product of the same shape, so a pair's score does not depend on which block it fell in.
+* Each query's relevant scores are read from the blocks that hold its relevant items first.
+  Items scoring below the query's lowest relevant score cannot move any relevant item, so each
+  block is reduced to the maxima of its 64-wide segments (a fast vectorised pass) and only the
+  segments whose maximum reaches the threshold are looked at item by item.
+* Counting "how many items beat each relevant score" on those few segments is a batched binary
+  search against the query's sorted relevant scores, accumulated into two small histograms.
+* With ``depth=d`` only relevant items in the top ``d`` positions (and always the best one) need
+  exact positions; the threshold then rises to the ``d``-th largest segment maximum seen so far,
+  which prunes almost everything for a good model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+
+__all__ = [
+    "SIMILARITIES",
+    "RankTable",
+    "rank_embeddings",
+    "rank_lists",
+    "rank_relevance",
+    "rank_scores",
+]
+
+SIMILARITIES = ("cosine", "dot", "euclidean")
+SEGMENT = 64
+UNBOUNDED = torch.iinfo(torch.int64).max
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class RankTable:
+    """Where each query's relevant items landed.
+
+    Relevant items are stored in CSR form, queries in input order, items of a query by decreasing
+    score (increasing ``above``); among tied relevant items, by decreasing grade.
+
+    Attributes:
+        ptr: ``(Q + 1,)`` int64 CSR pointers into the item arrays.
+        above: int64, per listed relevant item, the number of ranked (non-excluded) items with a
+            strictly higher score.
+        tied: int64, per listed relevant item, the number of ranked items with exactly its score,
+            itself included.
+        grade: float64 grade per listed relevant item, or ``None`` for binary relevance.
+        num_relevant: ``(Q,)`` int64 m_q, relevant items of the query, listed or not.
+        gallery_size: ``(Q,)`` int64 number of items ranked for the query (exclusions removed).
+        depth: ``(Q,)`` int64. Relevant items that are not listed lie below position ``depth``;
+            ``UNBOUNDED`` means they were never retrieved at all (ranked lists).
+        ideal_ptr, ideal_grade: for graded relevance, every relevant grade of the query (listed or
+            not), sorted decreasing, for the ideal DCG.
+        query_class: optional ``(Q,)`` int64 class of each query, for ``average="class"``.
+    """
+
+    ptr: Tensor
+    above: Tensor
+    tied: Tensor
+    num_relevant: Tensor
+    gallery_size: Tensor
+    depth: Tensor
+    grade: Tensor | None = None
+    ideal_ptr: Tensor | None = None
+    ideal_grade: Tensor | None = None
+    query_class: Tensor | None = None
+
+    @property
+    def num_queries(self) -> int:
+        return self.ptr.numel() - 1
+
+    @property
+    def item_query(self) -> Tensor:
+        """Query index of every listed item."""
+        return torch.repeat_interleave(
+            torch.arange(self.num_queries, device=self.ptr.device), self.ptr.diff()
+        )
+
+    @property
+    def num_listed(self) -> Tensor:
+        return self.ptr.diff()
+
+    def select(self, queries: Tensor) -> RankTable:
+        """The table restricted to ``queries`` (int64 indices or a boolean mask), in that order."""
+        if queries.dtype == torch.bool:
+            queries = torch.nonzero(queries).flatten()
+        queries = queries.to(self.ptr.device)
+        start, stop = self.ptr[queries], self.ptr[queries + 1]
+        counts = stop - start
+        ptr = torch.zeros(queries.numel() + 1, dtype=torch.int64, device=self.ptr.device)
+        torch.cumsum(counts, 0, out=ptr[1:])
+        row = torch.repeat_interleave(torch.arange(queries.numel(), device=ptr.device), counts)
+        items = torch.arange(int(ptr[-1]), device=ptr.device) - ptr[:-1][row] + start[row]
+        ideal_ptr = ideal_grade = None
+        if self.ideal_ptr is not None and self.ideal_grade is not None:
+            i_start, i_stop = self.ideal_ptr[queries], self.ideal_ptr[queries + 1]
+            i_counts = i_stop - i_start
+            ideal_ptr = torch.zeros_like(ptr)
+            torch.cumsum(i_counts, 0, out=ideal_ptr[1:])
+            i_row = torch.repeat_interleave(torch.arange(queries.numel()), i_counts)
+            i_items = torch.arange(int(ideal_ptr[-1])) - ideal_ptr[:-1][i_row] + i_start[i_row]
+            ideal_grade = self.ideal_grade[i_items]
+        return RankTable(
+            ptr=ptr,
+            above=self.above[items],
+            tied=self.tied[items],
+            num_relevant=self.num_relevant[queries],
+            gallery_size=self.gallery_size[queries],
+            depth=self.depth[queries],
+            grade=None if self.grade is None else self.grade[items],
+            ideal_ptr=ideal_ptr,
+            ideal_grade=ideal_grade,
+            query_class=None if self.query_class is None else self.query_class[queries],
+        )
+
+    def to(self, device: torch.device | str) -> RankTable:
+        moved = {
+            name: (value.to(device) if isinstance(value, Tensor) else value)
+            for name, value in self.__dict__.items()
+        }
+        return RankTable(**moved)
+
+
+def concat_tables(tables: Sequence[RankTable]) -> RankTable:
+    """Stack the queries of several tables (same kind of relevance) into one table."""
+    if len(tables) == 1:
+        return tables[0]
+    ptrs, offset = [torch.zeros(1, dtype=torch.int64)], 0
+    ideal_ptrs, ideal_offset = [torch.zeros(1, dtype=torch.int64)], 0
+    for t in tables:
+        ptrs.append(t.ptr[1:].cpu() + offset)
+        offset += int(t.ptr[-1])
+        if t.ideal_ptr is not None:
+            ideal_ptrs.append(t.ideal_ptr[1:].cpu() + ideal_offset)
+            ideal_offset += int(t.ideal_ptr[-1])
+
+    def cat(name: str) -> Tensor | None:
+        values = [getattr(t, name) for t in tables]
+        if any(v is None for v in values):
+            if not all(v is None for v in values):
+                raise ValueError(f"cannot combine rank tables with and without `{name}`")
+            return None
+        return torch.cat([v.cpu() for v in values])
+
+    graded = tables[0].ideal_ptr is not None
+    return RankTable(
+        ptr=torch.cat(ptrs),
+        above=cat("above"),
+        tied=cat("tied"),
+        num_relevant=cat("num_relevant"),
+        gallery_size=cat("gallery_size"),
+        depth=cat("depth"),
+        grade=cat("grade"),
+        ideal_ptr=torch.cat(ideal_ptrs) if graded else None,
+        ideal_grade=cat("ideal_grade"),
+        query_class=cat("query_class"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings
+# --------------------------------------------------------------------------------------------
+
+
+def _check_embeddings(name: str, x: Tensor) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
+    if x.is_complex():
+        raise ValueError(f"`{name}` must be real, got {x.dtype}")
+    if x.is_floating_point() and x.numel() and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"`{name}` contains NaN or infinite values")
+    return x
+
+
+def _score_dtype(*xs: Tensor) -> torch.dtype:
+    # Half precision is scored in float32 (accumulating in half loses ranks); float64 stays.
+    return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
+
+
+def _prepare(
+    query: Tensor, gallery: Tensor, similarity: str, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """Turn embeddings into matrices whose product is the score (larger is better)."""
+    q = query.to(dtype)
+    g = gallery.to(dtype)
+    if similarity == "cosine":
+        q = torch.nn.functional.normalize(q, dim=1)
+        g = torch.nn.functional.normalize(g, dim=1)
+    elif similarity == "euclidean":
+        # -|q - g|^2 + |q|^2 = 2 q.g - |g|^2 orders the gallery exactly as -|q - g| does, and is
+        # one matrix product with one extra column.
+        q = torch.cat([2 * q, -torch.ones_like(q[:, :1])], dim=1)
+        g = torch.cat([g, (g * g).sum(1, keepdim=True)], dim=1)
+    elif similarity != "dot":
+        raise ValueError(f"`similarity` must be one of {SIMILARITIES}, got {similarity!r}")
+    return q.contiguous(), g.contiguous()
+
+
+def _as_device_tensor(x: Any, device: torch.device) -> Tensor | None:
+    if x is None:
+        return None
+    if not isinstance(x, Tensor):
+        x = torch.as_tensor(x)
+    return x.to(device)
+
+
+def rank_embeddings(
+    query: Tensor,
+    gallery: Tensor | None = None,
+    *,
+    query_labels: Any = None,
+    gallery_labels: Any = None,
+    query_ids: Any = None,
+    gallery_ids: Any = None,
+    query_cameras: Any = None,
+    gallery_cameras: Any = None,
+    query_positions: Any = None,
+    gallery_positions: Any = None,
+    relevant_ids: Sequence[Any] | None = None,
+    relevance: str = "label",
+    radius: float | None = 25.0,
+    ignore_label: int | None = None,
+    similarity: str = "cosine",
+    depth: int | None = None,
+    cover_relevant: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> RankTable:
+    """Rank the gallery for every query and record where the relevant items landed.
+
+    With ``gallery=None`` every item is a query against all the others ("same source") and never
+    retrieves itself (matched by ``query_ids`` when given, else by position).
+
+    Args:
+        query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings on any device; half precision is
+            scored in float32, float64 in float64.
+        relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with ``relevant_ids``).
+        similarity: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"``.
+        depth: if given, only relevant items within the top ``depth`` positions (and each query's
+            best relevant item) are located exactly; the others are recorded as lying deeper. Enough
+            for hit rate, precision, recall and NDCG with ``depth`` >= their cut-off.
+        cover_relevant: with ``depth``, locate exactly every relevant item within the top
+            max(depth, m_q) positions (R-precision, MAP@R).
+        memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings.
+
+    Returns:
+        A :class:`RankTable`, queries in input order.
+
+    Example:
+        >>> import torch
+        >>> emb = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+        >>> table = rank_embeddings(emb, query_labels=torch.tensor([0, 0, 1, 1]))
+        >>> table.above.tolist(), table.num_relevant.tolist()
+        ([0, 0, 0, 0], [1, 1, 1, 1])
+    """
+    query = _check_embeddings("query", query)
+    same_source = gallery is None
+    if same_source:
+        gallery = query
+        gallery_labels = query_labels if gallery_labels is None else gallery_labels
+        gallery_ids = query_ids if gallery_ids is None else gallery_ids
+        gallery_cameras = query_cameras if gallery_cameras is None else gallery_cameras
+        gallery_positions = query_positions if gallery_positions is None else gallery_positions
+    else:
+        gallery = _check_embeddings("gallery", gallery)
+        if gallery.shape[1] != query.shape[1]:
+            raise ValueError(
+                f"`query` and `gallery` must have the same dimension, got {query.shape[1]} and "
+                f"{gallery.shape[1]}"
+            )
+    num_q, num_g = query.shape[0], gallery.shape[0]
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"`similarity` must be one of {SIMILARITIES}, got {similarity!r}")
+    if depth is not None and (not isinstance(depth, int) or depth < 1):
+        raise ValueError(f"`depth` must be a positive int or None, got {depth!r}")
+    if not isinstance(memory_budget, int) or memory_budget < 2**16:
+        raise ValueError(
+            f"`memory_budget` must be an int of at least 65536 bytes, got {memory_budget!r}"
+        )
+
+    def per_item(name: str, value: Any, n: int) -> Tensor | None:
+        if value is None:
+            return None
+        t = value if isinstance(value, Tensor) else torch.as_tensor(value)
+        if t.shape[0] != n:
+            raise ValueError(f"`{name}` must have {n} entries (one per item), got {t.shape[0]}")
+        return t.cpu()
+
+    q_labels = g_labels = None
+    if query_labels is not None or gallery_labels is not None:
+        if query_labels is None or gallery_labels is None:
+            raise ValueError("labels must be given for both queries and gallery items")
+        q_labels, g_labels = encode_labels(
+            query_labels, gallery_labels, names=("query_labels", "gallery_labels")
+        )
+        per_item("query_labels", q_labels, num_q)
+        per_item("gallery_labels", g_labels, num_g)
+    q_ids = per_item("query_ids", query_ids, num_q)
+    g_ids = per_item("gallery_ids", gallery_ids, num_g)
+    if q_ids is not None:
+        q_ids = encode_labels(q_ids, names=("query_ids",))[0]
+    if g_ids is not None:
+        g_ids = encode_labels(g_ids, names=("gallery_ids",))[0]
+    relevance_sets = build_relevance(
+        num_q,
+        num_g,
+        relevance=relevance,
+        query_labels=q_labels,
+        gallery_labels=g_labels,
+        query_positions=per_item("query_positions", query_positions, num_q),
+        gallery_positions=per_item("gallery_positions", gallery_positions, num_g),
+        radius=radius,
+        relevant_ids=relevant_ids,
+        query_ids=q_ids,
+        gallery_ids=g_ids,
+        same_source=same_source,
+        query_cameras=per_item("query_cameras", query_cameras, num_q),
+        gallery_cameras=per_item("gallery_cameras", gallery_cameras, num_g),
+        ignore_label=ignore_label,
+    )
+    table = rank_relevance(
+        query,
+        gallery,
+        relevance_sets,
+        similarity=similarity,
+        depth=depth,
+        cover_relevant=cover_relevant,
+        memory_budget=memory_budget,
+        query_order_key=q_labels,
+    )
+    if q_labels is not None:
+        table = replace(table, query_class=q_labels)
+    return table
+
+
+def _block_sizes(
+    num_q: int, num_g: int, dim: int, max_relevant: int, elem: int, memory_budget: int
+) -> tuple[int, int]:
+    """Query and gallery block sizes whose scratch fits in ``memory_budget``."""
+    # A gallery block of 2048 keeps the score block in cache for typical query blocks; the query
+    # block is the largest power of two (up to 1024) whose scratch fits.
+    block_g = max(SEGMENT, min(2048, -(-num_g // SEGMENT) * SEGMENT))
+    block_q = 1024
+    while block_q > 8:
+        # Score block (x2 for a cached relevant block and candidate copies), relevant scores,
+        # two int64 histograms and the padded gallery block.
+        scratch = (
+            3 * block_q * block_g * elem
+            + block_q * (max_relevant + 1) * (elem + 16 + 8)
+            + block_g * (dim + 1) * elem
+        )
+        if scratch <= memory_budget // 2:
+            break
+        block_q //= 2
+    while block_g > SEGMENT and 3 * block_q * block_g * elem > memory_budget // 2:
+        block_g //= 2
+    return max(1, min(block_q, num_q)), block_g
+
+
+def rank_relevance(
+    query: Tensor,
+    gallery: Tensor,
+    relevance_sets: Relevance,
+    *,
+    similarity: str = "cosine",
+    depth: int | None = None,
+    cover_relevant: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    query_order_key: Tensor | None = None,
+) -> RankTable:
+    """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``.
+
+    ``query_order_key`` (e.g. labels) only changes the order in which queries are processed, so
+    that each query block's relevant items sit in few gallery blocks; results come back in input
+    order.
+    """
+    device = query.device
+    dtype = _score_dtype(query, gallery)
+    elem = torch.finfo(dtype).bits // 8
+    kept = relevance_sets.gallery_index
+    if kept.numel() != gallery.shape[0]:
+        gallery = gallery[kept.to(device)]
+    q_mat, g_mat = _prepare(query, gallery, similarity, dtype)
+    num_q, num_g = q_mat.shape[0], g_mat.shape[0]
+    rel_ptr = relevance_sets.relevant_ptr
+    rel_index = relevance_sets.relevant_index
+    ex_ptr = relevance_sets.excluded_ptr
+    ex_index = relevance_sets.excluded_index
+    num_relevant = rel_ptr.diff()
+    gallery_size = num_g - ex_ptr.diff()
+
+    max_relevant = int(num_relevant.max()) if num_q else 0
+    block_q, block_g = _block_sizes(num_q, num_g, q_mat.shape[1], max_relevant, elem, memory_budget)
+    num_blocks_g = -(-num_g // block_g) if num_g else 0
+
+    if query_order_key is not None and num_q:
+        order = torch.sort(query_order_key.cpu(), stable=True).indices
+    else:
+        order = torch.arange(num_q)
+
+    out_above = torch.zeros(int(rel_ptr[-1]) if num_q else 0, dtype=torch.int64)
+    out_tied = torch.zeros_like(out_above)
+    out_listed = torch.ones_like(out_above, dtype=torch.bool)
+
+    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
+    scores = torch.empty(block_q, block_g, dtype=dtype, device=device)
+    neg_inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
+
+    def gallery_block(b: int) -> Tensor:
+        start, stop = b * block_g, min((b + 1) * block_g, num_g)
+        if stop - start == block_g:
+            return g_mat[start:stop]
+        # The last block is padded to full width so that every block is one product of the same
+        # shape: a pair's score then cannot depend on the block it fell in.
+        g_buffer.zero_()
+        g_buffer[: stop - start] = g_mat[start:stop]
+        return g_buffer
+
+    for q_start in range(0, num_q, block_q):
+        q_rows = order[q_start : q_start + block_q]
+        nb = q_rows.numel()
+        q_blk = q_mat[q_rows.to(device)]
+        # Relevant items of this query block, as (row, gallery index) pairs in CSR order.
+        r_start, r_stop = rel_ptr[q_rows], rel_ptr[q_rows + 1]
+        r_counts = r_stop - r_start
+        r_row = torch.repeat_interleave(torch.arange(nb), r_counts)
+        r_ptr = torch.zeros(nb + 1, dtype=torch.int64)
+        torch.cumsum(r_counts, 0, out=r_ptr[1:])
+        r_pos = torch.arange(int(r_ptr[-1])) - r_ptr[:-1][r_row] + r_start[r_row]
+        r_gal = rel_index[r_pos]
+        # Excluded pairs of this block.
+        e_start, e_stop = ex_ptr[q_rows], ex_ptr[q_rows + 1]
+        e_counts = e_stop - e_start
+        e_row = torch.repeat_interleave(torch.arange(nb), e_counts)
+        e_ptr = torch.zeros(nb + 1, dtype=torch.int64)
+        torch.cumsum(e_counts, 0, out=e_ptr[1:])
+        e_gal = ex_index[torch.arange(int(e_ptr[-1])) - e_ptr[:-1][e_row] + e_start[e_row]]
+        e_block = e_gal // block_g
+        e_order = torch.argsort(e_block, stable=True)
+        e_row, e_gal, e_block = e_row[e_order], e_gal[e_order], e_block[e_order]
+        e_bounds = torch.searchsorted(e_block, torch.arange(num_blocks_g + 1))
+
+        m_blk = int(r_counts.max()) if nb else 0
+        rel_scores = torch.full((nb, max(m_blk, 1)), float("inf"), dtype=dtype, device=device)
+        r_col = torch.arange(r_row.numel()) - r_ptr[:-1][r_row]
+
+        def block_scores(
+            b: int,
+            out: Tensor,
+            q_blk: Tensor = q_blk,
+            nb: int = nb,
+            e_bounds: Tensor = e_bounds,
+            e_row: Tensor = e_row,
+            e_gal: Tensor = e_gal,
+        ) -> Tensor:
+            s = torch.mm(q_blk, gallery_block(b).T, out=out[:nb])
+            lo, hi = int(e_bounds[b]), int(e_bounds[b + 1])
+            if hi > lo:
+                s[e_row[lo:hi].to(device), (e_gal[lo:hi] - b * block_g).to(device)] = neg_inf
+            width = min(block_g, num_g - b * block_g)
+            if width < block_g:
+                s[:, width:] = neg_inf
+            return s
+
+        # Pass 1: read relevant scores from the blocks that hold them (same products as pass 2).
+        r_block = r_gal // block_g
+        blocks_with_relevant = torch.unique(r_block).tolist()
+        cache: dict[int, Tensor] = {}
+        cache_room = max(0, (memory_budget // 2) // max(1, nb * block_g * elem) - 1)
+        for b in blocks_with_relevant:
+            s = block_scores(b, scores)
+            sel = r_block == b
+            rel_scores[r_row[sel].to(device), r_col[sel].to(device)] = s[
+                r_row[sel].to(device), (r_gal[sel] - b * block_g).to(device)
+            ]
+            if len(cache) < cache_room:
+                cache[b] = s.clone()
+
+        # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
+        rel_scores.add_(0.0)
+        rel_sorted, rel_perm = torch.sort(rel_scores, dim=1)  # ascending, +inf padding last
+        has_rel = r_counts.to(device) > 0
+        finite = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
+        best = finite.max(1).values
+        lowest = rel_sorted[:, 0]
+        threshold = torch.where(has_rel, lowest, torch.full_like(lowest, float("inf")))
+        if depth is not None:
+            block_depth = (
+                r_counts.clamp_min(depth) if cover_relevant else torch.full_like(r_counts, depth)
+            )
+            top_width = int(block_depth.max()) if nb else depth
+            depth_col = (block_depth - 1).to(device)[:, None]
+            top_seg = torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device)
+
+        width = rel_sorted.shape[1] + 1
+        hist_lt = torch.zeros(nb * width, dtype=torch.int64, device=device)
+        hist_le = torch.zeros(nb * width, dtype=torch.int64, device=device)
+        for b in range(num_blocks_g):
+            s = cache[b] if b in cache else block_scores(b, scores)
+            seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
+            if depth is not None:
+                top_seg = torch.cat([top_seg, seg_max], 1).topk(top_width, dim=1).values
+                theta = top_seg.gather(1, depth_col).squeeze(1)
+                threshold = torch.where(
+                    has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
+                )
+            rows, segs = torch.nonzero(seg_max >= threshold[:, None], as_tuple=True)
+            if rows.numel() == 0:
+                continue
+            # Chunks bound the candidate scratch.
+            chunk = max(1, (memory_budget // 4) // (SEGMENT * (2 * 8 + elem) + width * elem))
+            for c0 in range(0, rows.numel(), chunk):
+                cr, cs = rows[c0 : c0 + chunk], segs[c0 : c0 + chunk]
+                values = s.view(nb, -1, SEGMENT)[cr, cs] + 0.0
+                seq = rel_sorted[cr]
+                lt = torch.searchsorted(seq, values, right=False)
+                le = torch.searchsorted(seq, values, right=True)
+                base = (cr * width)[:, None]
+                hist_lt += torch.bincount((base + lt).flatten(), minlength=nb * width)
+                hist_le += torch.bincount((base + le).flatten(), minlength=nb * width)
+
+        # above of the j-th smallest relevant score = items with "count below" > j.
+        hist_lt = hist_lt.view(nb, width)
+        hist_le = hist_le.view(nb, width)
+        suffix_lt = hist_lt.flip(1).cumsum(1).flip(1)[:, 1:]
+        suffix_le = hist_le.flip(1).cumsum(1).flip(1)[:, 1:]
+        above_sorted = suffix_lt
+        tied_sorted = suffix_le - suffix_lt
+        listed_sorted = rel_sorted >= threshold[:, None]
+        # Back from sorted order to the CSR order of the relevant items.
+        above = torch.empty_like(above_sorted)
+        tied = torch.empty_like(tied_sorted)
+        listed = torch.empty_like(listed_sorted)
+        above.scatter_(1, rel_perm, above_sorted)
+        tied.scatter_(1, rel_perm, tied_sorted)
+        listed.scatter_(1, rel_perm, listed_sorted)
+        out_above[r_pos] = above[r_row.to(device), r_col.to(device)].cpu()
+        out_tied[r_pos] = tied[r_row.to(device), r_col.to(device)].cpu()
+        out_listed[r_pos] = listed[r_row.to(device), r_col.to(device)].cpu()
+
+    if depth is None:
+        depth_out = gallery_size.clone()
+    elif cover_relevant:
+        depth_out = num_relevant.clamp_min(depth)
+    else:
+        depth_out = torch.full((num_q,), depth, dtype=torch.int64)
+    return _table_from_items(
+        rel_ptr,
+        out_above,
+        out_tied,
+        out_listed,
+        relevance_sets.query_grades,
+        num_relevant,
+        gallery_size,
+        depth_out,
+    )
+
+
+def _table_from_items(
+    ptr: Tensor,
+    above: Tensor,
+    tied: Tensor,
+    listed: Tensor,
+    grades: Tensor | None,
+    num_relevant: Tensor,
+    gallery_size: Tensor,
+    depth: Tensor,
+    ideal: tuple[Tensor, Tensor] | None = None,
+) -> RankTable:
+    """Sort each query's listed items by (above, -grade) and build the table."""
+    num_q = ptr.numel() - 1
+    row = torch.repeat_interleave(torch.arange(num_q), ptr.diff())
+    if grades is not None and ideal is None:
+        ideal = _ideal_from(ptr, grades)
+    row, above, tied = row[listed], above[listed], tied[listed]
+    g = grades[listed] if grades is not None else None
+    # Lexicographic sort by (row, above, -grade) with stable sorts, last key first.
+    perm = torch.arange(row.numel())
+    if g is not None:
+        perm = torch.argsort(-g, stable=True)
+    perm = perm[torch.argsort(above[perm], stable=True)]
+    perm = perm[torch.argsort(row[perm], stable=True)]
+    counts = torch.bincount(row, minlength=num_q)
+    new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=new_ptr[1:])
+    return RankTable(
+        ptr=new_ptr,
+        above=above[perm],
+        tied=tied[perm],
+        num_relevant=num_relevant.to(torch.int64),
+        gallery_size=gallery_size.to(torch.int64),
+        depth=depth,
+        grade=None if g is None else g[perm].to(torch.float64),
+        ideal_ptr=None if ideal is None else ideal[0],
+        ideal_grade=None if ideal is None else ideal[1],
+    )
+
+
+def _ideal_from(ptr: Tensor, grades: Tensor) -> tuple[Tensor, Tensor]:
+    """Each query's grades sorted decreasing (rows stay in place)."""
+    row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    perm = torch.argsort(-grades.to(torch.float64), stable=True)
+    perm = perm[torch.argsort(row[perm], stable=True)]
+    return ptr.clone(), grades.to(torch.float64)[perm]
+
+
+# --------------------------------------------------------------------------------------------
+# Scores per query (torchmetrics' preds / target / indexes form)
+# --------------------------------------------------------------------------------------------
+
+
+def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
+    """Rank table from flat ``preds`` (scores), ``target`` (relevance grade, 0 = not relevant) and
+    ``indexes`` (query of each entry), torchmetrics' retrieval input form.
+
+    Every entry of a query is a ranked candidate; ties are kept as ties. Queries appear in
+    ascending ``indexes`` order. Boolean or integer ``target`` gives binary relevance when its
+    values are 0/1, graded relevance otherwise; float targets are grades.
+
+    >>> preds, target = torch.tensor([0.9, 0.5, 0.5]), torch.tensor([0, 1, 0])
+    >>> t = rank_scores(preds, target, torch.tensor([0, 0, 0]))
+    >>> t.above.tolist(), t.tied.tolist()
+    ([1], [2])
+    """
+    if not (preds.shape == target.shape == indexes.shape) or preds.dim() != 1:
+        raise ValueError(
+            "`preds`, `target` and `indexes` must be 1-D and of the same length, got shapes "
+            f"{tuple(preds.shape)}, {tuple(target.shape)} and {tuple(indexes.shape)}"
+        )
+    if not preds.is_floating_point():
+        preds = preds.to(torch.float64)
+    if preds.numel() and not bool(torch.isfinite(preds).all()):
+        raise ValueError("`preds` contains NaN or infinite values")
+    if indexes.is_floating_point():
+        raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
+    if target.numel() and bool((target < 0).any()):
+        raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
+    target_f = target.to(torch.float64).cpu()
+    preds = (preds.to(torch.float64) + 0.0).cpu()
+    queries, query_of = torch.unique(indexes.cpu(), return_inverse=True)
+    num_q = queries.numel()
+    # Sort by (query, score descending): group starts give "above", group sizes give "tied".
+    perm = torch.argsort(-preds, stable=True)
+    perm = perm[torch.argsort(query_of[perm], stable=True)]
+    q_sorted, s_sorted = query_of[perm], preds[perm]
+    n = perm.numel()
+    new_group = torch.ones(n, dtype=torch.bool)
+    if n > 1:
+        new_group[1:] = (q_sorted[1:] != q_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])
+    group_id = torch.cumsum(new_group.to(torch.int64), 0) - 1
+    group_start = torch.nonzero(new_group).flatten()
+    group_len = torch.bincount(group_id, minlength=group_start.numel())
+    counts = torch.bincount(query_of, minlength=num_q)
+    q_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=q_ptr[1:])
+    above_all = group_start[group_id] - q_ptr[:-1][q_sorted]
+    tied_all = group_len[group_id]
+    rel = target_f[perm] > 0
+    binary = bool(((target_f == 0) | (target_f == 1)).all()) and not target.is_floating_point()
+    item_q = q_sorted[rel]
+    rel_counts = torch.bincount(item_q, minlength=num_q)
+    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(rel_counts, 0, out=ptr[1:])
+    grades = None if binary else target_f[perm][rel]
+    return _table_from_items(
+        ptr,
+        above_all[rel],
+        tied_all[rel],
+        torch.ones(int(ptr[-1]), dtype=torch.bool),
+        grades,
+        rel_counts,
+        counts,
+        counts.clone(),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Ranked lists (RAG, search engines)
+# --------------------------------------------------------------------------------------------
+
+
+def rank_lists(
+    ranked_ids: Sequence[Sequence[Any]],
+    relevant_ids: Sequence[Any],
+    *,
+    duplicates: str = "first",
+) -> RankTable:
+    """Rank table from each query's ranked list of ids and its relevant ids.
+
+    ``relevant_ids[q]`` is a collection of ids, or a dict id -> grade (grade <= 0 is not
+    relevant). An id repeated in one list counts once, at its first position; the repeats keep
+    their places as non-relevant slots (``duplicates="error"`` raises instead). Relevant ids the
+    list never returned count in m_q and are never retrieved.
+
+    >>> t = rank_lists([["d3", "d7", "d1"]], [{"d1", "d9"}])
+    >>> t.above.tolist(), t.num_relevant.tolist()
+    ([2], [2])
+    """
+    if duplicates not in ("first", "error"):
+        raise ValueError(f'`duplicates` must be "first" or "error", got {duplicates!r}')
+    if isinstance(ranked_ids, (str, bytes)) or isinstance(relevant_ids, (str, bytes)):
+        raise ValueError(
+            "`ranked_ids` and `relevant_ids` must be sequences with one entry per query"
+        )
+    if len(ranked_ids) != len(relevant_ids):
+        raise ValueError(
+            f"`ranked_ids` and `relevant_ids` must have one entry per query, got {len(ranked_ids)} "
+            f"and {len(relevant_ids)}"
+        )
+    ptr, above, grades, num_rel, sizes, ideal_ptr, ideal = [0], [], [], [], [], [0], []
+    graded = any(isinstance(r, dict) for r in relevant_ids)
+    for q, (ranked, relevant) in enumerate(zip(ranked_ids, relevant_ids, strict=True)):
+        if isinstance(ranked, Tensor):
+            ranked = ranked.tolist()
+        if isinstance(ranked, (str, bytes)):
+            raise ValueError(f"`ranked_ids[{q}]` must be a list of ids, got a string")
+        if isinstance(relevant, Tensor):
+            relevant = relevant.tolist()
+        if isinstance(relevant, (str, bytes)):
+            raise ValueError(f"`relevant_ids[{q}]` must be a collection of ids, got a string")
+        if isinstance(relevant, dict):
+            gains = {k: float(v) for k, v in relevant.items() if float(v) > 0}
+        else:
+            gains = dict.fromkeys(relevant, 1.0)
+        seen: set[Any] = set()
+        for position, item in enumerate(ranked):
+            if item in seen:
+                if duplicates == "error":
+                    raise ValueError(f"`ranked_ids[{q}]` returns id {item!r} more than once")
+                continue
+            seen.add(item)
+            if item in gains:
+                above.append(position)
+                grades.append(gains[item])
+        ptr.append(len(above))
+        num_rel.append(len(gains))
+        sizes.append(len(ranked))
+        ideal.extend(sorted(gains.values(), reverse=True))
+        ideal_ptr.append(len(ideal))
+    n_items = len(above)
+    ptr_t = torch.tensor(ptr, dtype=torch.int64)
+    grade_t = torch.tensor(grades, dtype=torch.float64) if graded else None
+    num_q = len(ranked_ids)
+    table = _table_from_items(
+        ptr_t,
+        torch.tensor(above, dtype=torch.int64),
+        torch.ones(n_items, dtype=torch.int64),
+        torch.ones(n_items, dtype=torch.bool),
+        grade_t,
+        torch.tensor(num_rel, dtype=torch.int64),
+        torch.tensor(sizes, dtype=torch.int64),
+        torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
+        ideal=(torch.tensor(ideal_ptr, dtype=torch.int64), torch.tensor(ideal, dtype=torch.float64))
+        if graded
+        else None,
+    )
+    return table

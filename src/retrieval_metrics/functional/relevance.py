@@ -1,0 +1,392 @@
+"""Relevance rules and exclusions: who is correct for a query, and who is left out of its ranking.
+
+Everything the ranking needs to know about relevance is decided here and nowhere else. The result
+is a :class:`Relevance`: for every query, the gallery items that are relevant to it and the gallery
+items that are excluded from its ranking (they neither help nor compete), both as compressed
+sparse rows (CSR) over gallery indices, plus the gallery items that are removed for every query
+(the ignore label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "Relevance",
+    "build_relevance",
+    "csr_from_ranges",
+    "encode_labels",
+]
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """Relevant and excluded gallery items of every query.
+
+    Attributes:
+        relevant_ptr: ``(Q + 1,)`` int64 CSR pointers into ``relevant_index``.
+        relevant_index: gallery indices (into the kept gallery) of each query's relevant items,
+            sorted ascending within a query. Excluded items are never relevant.
+        excluded_ptr: ``(Q + 1,)`` int64 CSR pointers into ``excluded_index``.
+        excluded_index: kept-gallery indices excluded from each query's ranking.
+        gallery_index: ``(N',)`` int64 indices of the kept gallery items in the input gallery (all
+            of them unless an ignore label removed some).
+        query_grades: optional float64 grades aligned with ``relevant_index`` (graded relevance).
+    """
+
+    relevant_ptr: Tensor
+    relevant_index: Tensor
+    excluded_ptr: Tensor
+    excluded_index: Tensor
+    gallery_index: Tensor
+    query_grades: Tensor | None = None
+
+    @property
+    def num_queries(self) -> int:
+        return self.relevant_ptr.numel() - 1
+
+    @property
+    def num_relevant(self) -> Tensor:
+        return self.relevant_ptr.diff()
+
+    @property
+    def num_excluded(self) -> Tensor:
+        return self.excluded_ptr.diff()
+
+
+def encode_labels(*label_sets: Any, names: Sequence[str] | None = None) -> list[Tensor]:
+    """Turn one or several label collections into int64 tensors that compare like the originals.
+
+    Integer tensors and arrays are kept as int64. Strings (or other hashable Python objects) are
+    mapped to integers through one vocabulary shared by all the sets, so equal labels in different
+    sets get equal codes. Floating point labels are refused: casting labels to float silently merges
+    distinct large integers.
+
+    >>> q, g = encode_labels(["cat", "dog"], ["dog", "dog", "cat"])
+    >>> (q[:, None] == g[None, :]).tolist()
+    [[False, False, True], [True, True, False]]
+    """
+    names = list(names) if names is not None else [f"labels[{i}]" for i in range(len(label_sets))]
+    as_tensors: list[Tensor | None] = []
+    objects: list[list[Any] | None] = []
+    for labels, name in zip(label_sets, names, strict=True):
+        if isinstance(labels, np.ndarray) and labels.dtype.kind in "iub":
+            labels = torch.from_numpy(np.ascontiguousarray(labels))
+        if isinstance(labels, Tensor):
+            if labels.is_floating_point() or labels.is_complex():
+                raise ValueError(
+                    f"`{name}` must hold integers or strings, got a {labels.dtype} tensor; labels "
+                    "are compared exactly and are never cast to float"
+                )
+            if labels.dim() != 1:
+                raise ValueError(f"`{name}` must be 1-D, got shape {tuple(labels.shape)}")
+            as_tensors.append(labels.to(torch.int64))
+            objects.append(None)
+            continue
+        if isinstance(labels, np.ndarray):
+            if labels.dtype.kind == "f":
+                raise ValueError(
+                    f"`{name}` must hold integers or strings, got a float array; labels are "
+                    "compared exactly and are never cast to float"
+                )
+            labels = labels.tolist()
+        values = list(labels)
+        if values and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
+        ):
+            as_tensors.append(torch.tensor([int(v) for v in values], dtype=torch.int64))
+            objects.append(None)
+            continue
+        for v in values:
+            if isinstance(v, float):
+                raise ValueError(
+                    f"`{name}` must hold integers or strings, got the float {v!r}; labels are "
+                    "compared exactly and are never cast to float"
+                )
+        as_tensors.append(None)
+        objects.append(values)
+    if all(o is None for o in objects):
+        return [t for t in as_tensors if t is not None]
+    if any(t is not None and t.numel() > 0 for t in as_tensors):
+        raise ValueError(
+            f"labels {names} mix integer tensors with string labels; give all sets in one form"
+        )
+    vocabulary: dict[Any, int] = {}
+    encoded = []
+    for values in objects:
+        values = values or []
+        codes = [vocabulary.setdefault(v, len(vocabulary)) for v in values]
+        encoded.append(torch.tensor(codes, dtype=torch.int64))
+    return encoded
+
+
+def csr_from_ranges(
+    start: Tensor, stop: Tensor, order: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """CSR whose row ``i`` lists ``order[start[i]:stop[i]]`` (the plain range without ``order``)."""
+    counts = (stop - start).clamp_min(0)
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=start.device)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    total = int(ptr[-1])
+    row = torch.repeat_interleave(torch.arange(counts.numel(), device=start.device), counts)
+    position = torch.arange(total, device=start.device) - ptr[:-1][row] + start[row]
+    index = order[position] if order is not None else position
+    return ptr, index
+
+
+def _sort_rows(ptr: Tensor, index: Tensor, num_columns: int) -> Tensor:
+    """Sort the column indices of every CSR row ascending (rows stay in place)."""
+    if index.numel() == 0:
+        return index
+    row = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device), ptr.diff())
+    key = row * max(num_columns, 1) + index
+    return key.sort().values - row * max(num_columns, 1)
+
+
+def _csr_difference(
+    a_ptr: Tensor, a_index: Tensor, b_ptr: Tensor, b_index: Tensor, num_columns: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Row-wise set difference A \\ B of two CSR matrices; also returns the mask over A kept."""
+    width = max(num_columns, 1)
+    a_row = torch.repeat_interleave(
+        torch.arange(a_ptr.numel() - 1, device=a_ptr.device), a_ptr.diff()
+    )
+    b_row = torch.repeat_interleave(
+        torch.arange(b_ptr.numel() - 1, device=b_ptr.device), b_ptr.diff()
+    )
+    a_key = a_row * width + a_index
+    b_key = (b_row * width + b_index).sort().values
+    if b_key.numel():
+        pos = torch.searchsorted(b_key, a_key).clamp_max(b_key.numel() - 1)
+        keep = b_key[pos] != a_key
+    else:
+        keep = torch.ones_like(a_key, dtype=torch.bool)
+    counts = torch.zeros(a_ptr.numel() - 1, dtype=torch.int64, device=a_ptr.device)
+    counts.index_add_(0, a_row[keep], torch.ones_like(a_row[keep]))
+    ptr = torch.zeros_like(a_ptr)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return ptr, a_index[keep], keep
+
+
+def _label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Tensor]:
+    order = torch.sort(gallery_labels, stable=True).indices
+    sorted_labels = gallery_labels[order]
+    start = torch.searchsorted(sorted_labels, query_labels, right=False)
+    stop = torch.searchsorted(sorted_labels, query_labels, right=True)
+    ptr, index = csr_from_ranges(start, stop, order)
+    return ptr, _sort_rows(ptr, index, gallery_labels.numel())
+
+
+def _radius_csr(
+    query_positions: Tensor, gallery_positions: Tensor, radius: float, block: int = 4096
+) -> tuple[Tensor, Tensor]:
+    rows, cols = [], []
+    qp = query_positions.to(torch.float64)
+    gp = gallery_positions.to(torch.float64)
+    for start in range(0, qp.shape[0], block):
+        # Distances in float64 so that "<= radius" is decided the same way whatever the block.
+        dist = torch.cdist(
+            qp[start : start + block], gp, compute_mode="donot_use_mm_for_euclid_dist"
+        )
+        r, c = torch.nonzero(dist <= radius, as_tuple=True)
+        rows.append(r + start)
+        cols.append(c)
+    row = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+    col = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.int64)
+    counts = torch.bincount(row, minlength=qp.shape[0])
+    ptr = torch.zeros(qp.shape[0] + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return ptr, col
+
+
+def _ids_csr(
+    relevant_ids: Sequence[Any], gallery_ids: Tensor | None, num_gallery: int
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """CSR of explicit relevant ids; a dict gives graded relevance (grade <= 0: not relevant)."""
+    if gallery_ids is None:
+        lookup = None
+    else:
+        lookup = {int(v): i for i, v in enumerate(gallery_ids.tolist())}
+    ptr = [0]
+    index: list[int] = []
+    grades: list[float] = []
+    graded = False
+    for q, ids in enumerate(relevant_ids):
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        if isinstance(ids, dict):
+            graded = True
+            items = [(k, float(v)) for k, v in ids.items() if float(v) > 0]
+        else:
+            items = [(k, 1.0) for k in dict.fromkeys(ids)]
+        row = []
+        for item_id, grade in items:
+            if lookup is None:
+                position = int(item_id)
+                if not 0 <= position < num_gallery:
+                    raise ValueError(
+                        f"`relevant_ids[{q}]` names gallery item {item_id!r}, but the gallery has "
+                        f"{num_gallery} items (indices 0..{num_gallery - 1}); pass `gallery_ids` "
+                        "to name items by id"
+                    )
+            else:
+                if int(item_id) not in lookup:
+                    raise ValueError(
+                        f"`relevant_ids[{q}]` names id {item_id!r}, which is not in `gallery_ids`"
+                    )
+                position = lookup[int(item_id)]
+            row.append((position, grade))
+        row.sort()
+        index.extend(p for p, _ in row)
+        grades.extend(g for _, g in row)
+        ptr.append(len(index))
+    return (
+        torch.tensor(ptr, dtype=torch.int64),
+        torch.tensor(index, dtype=torch.int64),
+        torch.tensor(grades, dtype=torch.float64) if graded else None,
+    )
+
+
+def build_relevance(
+    num_queries: int,
+    num_gallery: int,
+    *,
+    relevance: str = "label",
+    query_labels: Tensor | None = None,
+    gallery_labels: Tensor | None = None,
+    query_positions: Tensor | None = None,
+    gallery_positions: Tensor | None = None,
+    radius: float | None = None,
+    relevant_ids: Sequence[Any] | None = None,
+    query_ids: Tensor | None = None,
+    gallery_ids: Tensor | None = None,
+    same_source: bool = False,
+    query_cameras: Tensor | None = None,
+    gallery_cameras: Tensor | None = None,
+    ignore_label: int | None = None,
+) -> Relevance:
+    """Decide every query's relevant and excluded gallery items (SPEC.md section 1).
+
+    Args:
+        relevance: ``"label"`` (equal labels), ``"radius"`` (position within ``radius``, inclusive)
+            or ``"ids"`` (``relevant_ids[q]``: gallery ids, or a dict id -> grade).
+        query_ids, gallery_ids: sample ids; a gallery item whose id equals the query's id is the
+            query itself and is excluded. With ``same_source`` and no ids, the item at the query's
+            own position is excluded.
+        query_cameras, gallery_cameras: re-identification: items with the query's label *and*
+            camera are excluded.
+        ignore_label: gallery items with this label are removed for every query; a query with this
+            label has no relevant item.
+
+    Labels must already be int64 tensors (see :func:`encode_labels`).
+    """
+    device = torch.device("cpu")
+    gallery_keep = None
+    if ignore_label is not None:
+        if gallery_labels is None:
+            raise ValueError("`ignore_label` needs gallery labels")
+        gallery_keep = gallery_labels != ignore_label
+    if same_source and (query_ids is None) != (gallery_ids is None):
+        raise ValueError("same-source ids must be given for both queries and gallery, or neither")
+
+    if relevance == "label":
+        if query_labels is None or gallery_labels is None:
+            raise ValueError('relevance="label" needs `labels` for queries and gallery items')
+        rel_ptr, rel_index = _label_csr(query_labels, gallery_labels)
+        grades = None
+    elif relevance == "radius":
+        if query_positions is None or gallery_positions is None:
+            raise ValueError('relevance="radius" needs `positions` for queries and gallery items')
+        if radius is None or not radius >= 0:
+            raise ValueError(f"`radius` must be a non-negative number of metres, got {radius!r}")
+        rel_ptr, rel_index = _radius_csr(query_positions, gallery_positions, float(radius))
+        grades = None
+    elif relevance == "ids":
+        if relevant_ids is None:
+            raise ValueError(
+                'relevance="ids" needs `relevant_ids`, one collection of ids per query'
+            )
+        if len(relevant_ids) != num_queries:
+            raise ValueError(
+                f"`relevant_ids` must have one entry per query ({num_queries}), "
+                f"got {len(relevant_ids)}"
+            )
+        rel_ptr, rel_index, grades = _ids_csr(relevant_ids, gallery_ids, num_gallery)
+    else:
+        raise ValueError(f'`relevance` must be "label", "radius" or "ids", got {relevance!r}')
+
+    # Exclusions, as (query, gallery) pairs.
+    ex_rows: list[Tensor] = []
+    ex_cols: list[Tensor] = []
+    if query_ids is not None and gallery_ids is not None:
+        order = torch.sort(gallery_ids).indices
+        sorted_ids = gallery_ids[order]
+        start = torch.searchsorted(sorted_ids, query_ids, right=False)
+        stop = torch.searchsorted(sorted_ids, query_ids, right=True)
+        ptr, index = csr_from_ranges(start, stop, order)
+        ex_rows.append(torch.repeat_interleave(torch.arange(num_queries), ptr.diff()))
+        ex_cols.append(index)
+    elif same_source:
+        ex_rows.append(torch.arange(num_queries))
+        ex_cols.append(torch.arange(num_queries))
+    if query_cameras is not None or gallery_cameras is not None:
+        if query_cameras is None or gallery_cameras is None:
+            raise ValueError("`cameras` must be given for both queries and gallery items")
+        if query_labels is None or gallery_labels is None:
+            raise ValueError("camera exclusion needs identity labels for queries and gallery items")
+        same_ptr, same_index = _label_csr(query_labels, gallery_labels)
+        same_row = torch.repeat_interleave(torch.arange(num_queries), same_ptr.diff())
+        same_cam = query_cameras[same_row] == gallery_cameras[same_index]
+        ex_rows.append(same_row[same_cam])
+        ex_cols.append(same_index[same_cam])
+    if ex_rows:
+        rows, cols = torch.cat(ex_rows), torch.cat(ex_cols)
+        key = torch.unique(rows * max(num_gallery, 1) + cols)
+        rows, cols = key // max(num_gallery, 1), key % max(num_gallery, 1)
+    else:
+        rows = cols = torch.zeros(0, dtype=torch.int64)
+
+    if gallery_keep is not None:
+        keep_pairs = gallery_keep[cols]
+        rows, cols = rows[keep_pairs], cols[keep_pairs]
+    counts = torch.bincount(rows, minlength=num_queries)
+    ex_ptr = torch.zeros(num_queries + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ex_ptr[1:])
+    ex_index = cols
+
+    rel_ptr, rel_index, kept = _csr_difference(rel_ptr, rel_index, ex_ptr, ex_index, num_gallery)
+    if grades is not None:
+        grades = grades[kept]
+    if gallery_keep is not None:
+        rel_ptr, rel_index, kept = _csr_keep_columns(rel_ptr, rel_index, gallery_keep)
+        if grades is not None:
+            grades = grades[kept]
+        new_position = torch.cumsum(gallery_keep.to(torch.int64), 0) - 1
+        rel_index = new_position[rel_index]
+        ex_index = new_position[ex_index]
+        gallery_index = torch.nonzero(gallery_keep).flatten()
+    else:
+        gallery_index = torch.arange(num_gallery)
+    return Relevance(
+        relevant_ptr=rel_ptr.to(device),
+        relevant_index=rel_index.to(device),
+        excluded_ptr=ex_ptr.to(device),
+        excluded_index=ex_index.to(device),
+        gallery_index=gallery_index.to(device),
+        query_grades=grades,
+    )
+
+
+def _csr_keep_columns(ptr: Tensor, index: Tensor, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    mask = keep[index]
+    counts = torch.bincount(row[mask], minlength=ptr.numel() - 1)
+    new_ptr = torch.zeros_like(ptr)
+    torch.cumsum(counts, 0, out=new_ptr[1:])
+    return new_ptr, index[mask], mask

@@ -1,0 +1,280 @@
+"""The three tie rules of SPEC.md section 3, in closed form.
+
+A rank table lists each relevant item with ``above`` (items scoring strictly higher) and ``tied``
+(items with its exact score). :func:`tie_groups` turns it into *groups*: runs of positions
+``above + 1 .. above + size`` holding ``relevant`` relevant items in a uniformly random order.
+
+* ``"expected"``: one group per distinct score that holds relevant items.
+* ``"optimistic"`` / ``"pessimistic"``: every relevant item becomes a group of size 1 at the first
+  (last) free position of its tie group, so the same formulas give the deterministic values.
+
+The functions below are the exact expectations over the random order inside groups (McSherry and
+Najork, ECIR 2008), derived by linearity of expectation; with groups of size 1 they reduce to the
+ordinary definitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking import RankTable
+
+__all__ = ["TIES", "TieGroups", "tie_groups"]
+
+TIES = ("expected", "optimistic", "pessimistic")
+_DIRECT_TERMS = 16
+
+
+@dataclass(frozen=True)
+class TieGroups:
+    """Groups of positions holding relevant items, sorted by query then position.
+
+    Attributes:
+        query: query index of each group.
+        above: items ranked before the group (its positions are ``above + 1 .. above + size``).
+        size: items in the group.
+        relevant: relevant items in the group.
+        relevant_before: relevant items of the same query in earlier groups.
+        gain: sum of the relevant items' grades in the group (``relevant`` when binary), float64.
+        first: True for each query's first group, last: True for its last.
+    """
+
+    query: Tensor
+    above: Tensor
+    size: Tensor
+    relevant: Tensor
+    relevant_before: Tensor
+    gain: Tensor
+    first: Tensor
+    last: Tensor
+
+
+def _run_index(keys_equal_prev: Tensor) -> tuple[Tensor, Tensor]:
+    """Run ids and position inside the run, for a sequence flagged 'same run as previous'."""
+    n = keys_equal_prev.numel()
+    new_run = ~keys_equal_prev
+    run_id = torch.cumsum(new_run.to(torch.int64), 0) - 1
+    run_start = torch.nonzero(new_run).flatten()
+    within = torch.arange(n) - run_start[run_id] if n else torch.zeros(0, dtype=torch.int64)
+    return run_id, within
+
+
+def tie_groups(table: RankTable, ties: str = "expected", gain: str | None = None) -> TieGroups:
+    """Groups of the table under a tie rule. ``gain`` ("exponential", "linear") maps grades."""
+    if ties not in TIES:
+        raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
+    item_query = table.item_query
+    n = item_query.numel()
+    grade = table.grade if table.grade is not None else torch.ones(n, dtype=torch.float64)
+    if gain == "exponential":
+        item_gain = torch.pow(2.0, grade) - 1.0
+    elif gain in ("linear", None):
+        item_gain = grade.clone()
+    else:
+        raise ValueError(f'`gain` must be "exponential" or "linear", got {gain!r}')
+    same_prev = torch.zeros(n, dtype=torch.bool)
+    if n > 1:
+        same_prev[1:] = (item_query[1:] == item_query[:-1]) & (table.above[1:] == table.above[:-1])
+    run_id, within = _run_index(same_prev)
+    if ties == "expected":
+        starts = ~same_prev
+        num_runs = int(starts.sum())
+        query = item_query[starts]
+        above = table.above[starts]
+        size = table.tied[starts]
+        relevant = torch.bincount(run_id, minlength=num_runs)
+        gain_sum = torch.zeros(num_runs, dtype=torch.float64).index_add_(0, run_id, item_gain)
+    else:
+        query = item_query
+        if ties == "optimistic":
+            above = table.above + within
+        else:
+            # Items of a run are stored by decreasing grade; the worst order puts the best last.
+            above = table.above + table.tied - 1 - within
+        size = torch.ones(n, dtype=torch.int64)
+        relevant = torch.ones(n, dtype=torch.int64)
+        gain_sum = item_gain
+        order = torch.argsort(above, stable=True)
+        order = order[torch.argsort(query[order], stable=True)]
+        query, above, gain_sum = query[order], above[order], gain_sum[order]
+    g = query.numel()
+    first = torch.ones(g, dtype=torch.bool)
+    last = torch.ones(g, dtype=torch.bool)
+    if g > 1:
+        first[1:] = query[1:] != query[:-1]
+        last[:-1] = query[1:] != query[:-1]
+    cum = torch.cumsum(relevant, 0)
+    group_start = torch.nonzero(first).flatten()
+    query_group_id = torch.cumsum(first.to(torch.int64), 0) - 1
+    before_query = (cum - relevant)[group_start][query_group_id] if g else cum
+    relevant_before = cum - relevant - before_query
+    return TieGroups(
+        query=query,
+        above=above,
+        size=size,
+        relevant=relevant,
+        relevant_before=relevant_before,
+        gain=gain_sum,
+        first=first,
+        last=last,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Closed forms. Every argument is a float64 or int64 tensor over groups.
+# ------------------------------------------------------------------------------------------
+
+
+def log_binomial(n: Tensor, k: Tensor) -> Tensor:
+    n = n.to(torch.float64)
+    k = k.to(torch.float64)
+    return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
+
+
+def positions_in_cutoff(above: Tensor, size: Tensor, cutoff: Tensor) -> Tensor:
+    """How many of the group's positions lie within the top ``cutoff``: clip(K - a, 0, t)."""
+    return torch.minimum((cutoff - above).clamp_min(0), size)
+
+
+def expected_hits(groups: TieGroups, cutoff: Tensor) -> Tensor:
+    """Per group, expected relevant items within the top ``cutoff``: r * clip(K - a, 0, t) / t."""
+    u = positions_in_cutoff(groups.above, groups.size, cutoff).to(torch.float64)
+    return groups.relevant.to(torch.float64) * u / groups.size.to(torch.float64)
+
+
+def miss_probability(size: Tensor, relevant: Tensor, drawn: Tensor) -> Tensor:
+    """C(t - r, u) / C(t, u): no relevant item among ``drawn`` random positions of the group."""
+    t, r, u = size.to(torch.float64), relevant.to(torch.float64), drawn.to(torch.float64)
+    possible = u <= t - r
+    log_ratio = (
+        torch.lgamma(t - r + 1)
+        + torch.lgamma(t - u + 1)
+        - torch.lgamma((t - r - u).clamp_min(0) + 1)
+        - torch.lgamma(t + 1)
+    )
+    ratio = torch.where(possible, torch.exp(log_ratio), torch.zeros_like(t))
+    # Exact for the common small cases (no group drawn, or drawn whole).
+    ratio = torch.where(u == 0, torch.ones_like(t), ratio)
+    return ratio
+
+
+def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> Tensor:
+    """sum_{i=1..count} (alpha + beta (i - 1)) / (above + i), exactly.
+
+    Short sums are added term by term; long ones use
+    ``count * beta + (alpha - beta (above + 1)) (psi(above + count + 1) - psi(above + 1))``.
+    """
+    alpha = alpha.to(torch.float64)
+    beta = beta.to(torch.float64)
+    a = above.to(torch.float64)
+    u = count.to(torch.float64)
+    direct = torch.zeros_like(a)
+    for i in range(1, _DIRECT_TERMS + 1):
+        direct = direct + torch.where(u >= i, (alpha + beta * (i - 1)) / (a + i), 0.0)
+    long = u > _DIRECT_TERMS
+    if bool(long.any()):
+        closed = u * beta + (alpha - beta * (a + 1)) * (
+            torch.digamma(a + u + 1) - torch.digamma(a + 1)
+        )
+        direct = torch.where(long, closed, direct)
+    return direct
+
+
+def pair_rate(size: Tensor, relevant: Tensor) -> Tensor:
+    """(r - 1) / (t - 1): chance that another position of the group is relevant, given one is."""
+    t = size.to(torch.float64)
+    r = relevant.to(torch.float64)
+    return torch.where(t > 1, (r - 1) / (t - 1).clamp_min(1), torch.zeros_like(t))
+
+
+def expected_precision_sum(groups: TieGroups, cutoff: Tensor) -> Tensor:
+    """Per group, E[sum over its positions p <= K of rel(p) * P(p)] (step AP numerator)."""
+    u = positions_in_cutoff(groups.above, groups.size, cutoff)
+    beta = pair_rate(groups.size, groups.relevant)
+    alpha = groups.relevant_before.to(torch.float64) + 1
+    rate = groups.relevant.to(torch.float64) / groups.size.to(torch.float64)
+    return rate * position_sum(alpha, beta, groups.above, u)
+
+
+def expected_trapezoid_extra(groups: TieGroups) -> Tensor:
+    """Per group, E[sum of rel(p) * (h(p) - 1) / (p - 1)] over its positions, with 1 at p = 1.
+
+    The official Market-1501 AP is half this plus half the step numerator (SPEC.md, AP row).
+    """
+    t = groups.size
+    beta = pair_rate(t, groups.relevant)
+    alpha = groups.relevant_before.to(torch.float64)  # (h(p) - 1) counts the others only
+    rate = groups.relevant.to(torch.float64) / t.to(torch.float64)
+    at_top = groups.above == 0
+    shifted = position_sum(alpha, beta, (groups.above - 1).clamp_min(0), t)
+    # A group at the top: position 1 counts 1, the others (i = 2..t) give beta each.
+    top = 1.0 + beta * (t.to(torch.float64) - 1)
+    return rate * torch.where(at_top, top, shifted)
+
+
+def _ragged_expectation(
+    groups_mask: Tensor,
+    size: Tensor,
+    relevant: Tensor,
+    above: Tensor,
+    limit: Tensor,
+    from_end: bool,
+) -> Tensor:
+    """E[1 / (a + X)] where X is the first (or, from_end, last) relevant position of the group.
+
+    First: P(X = x) = C(t - x, r - 1) / C(t, r), x = 1..t - r + 1. Last: P(Y = y) =
+    C(y - 1, r - 1) / C(t, r), y = r..t. Positions with a + x > ``limit`` count 0 (cut-off).
+    Computed term by term; the total number of terms is the sum of the group sizes.
+    """
+    out = torch.zeros(size.numel(), dtype=torch.float64)
+    idx = torch.nonzero(groups_mask).flatten()
+    if idx.numel() == 0:
+        return out
+    t, r, a = size[idx], relevant[idx], above[idx]
+    unit = t == 1
+    out[idx[unit]] = torch.where(
+        a[unit] + 1 <= limit[idx[unit]], 1.0 / (a[unit] + 1).to(torch.float64), 0.0
+    )
+    idx, t, r, a = idx[~unit], t[~unit], r[~unit], a[~unit]
+    if idx.numel() == 0:
+        return out
+    lim = limit[idx]
+    n_terms = t - r + 1
+    chunk_groups = max(1, 2**22 // max(1, int(n_terms.max())))
+    for c0 in range(0, idx.numel(), chunk_groups):
+        sl = slice(c0, c0 + chunk_groups)
+        tt, rr, aa, nn, ll = t[sl], r[sl], a[sl], n_terms[sl], lim[sl]
+        owner = torch.repeat_interleave(torch.arange(tt.numel()), nn)
+        start = torch.cumsum(nn, 0) - nn
+        x = torch.arange(int(nn.sum())) - start[owner] + 1  # 1..t-r+1
+        tq, rq, aq = tt[owner], rr[owner], aa[owner]
+        log_p = log_binomial(tq - x, rq - 1) - log_binomial(tq, rq)
+        p = torch.exp(log_p)
+        pos = (tq - x + 1) if from_end else x
+        value = torch.where(aq + pos <= ll[owner], p / (aq + pos).to(torch.float64), 0.0)
+        out[idx[sl]] = torch.zeros(tt.numel(), dtype=torch.float64).index_add_(0, owner, value)
+    return out
+
+
+def expected_reciprocal_first(groups: TieGroups, limit: Tensor) -> Tensor:
+    """Per query's first group, E[1 / rank of the first relevant item] (0 beyond ``limit``)."""
+    return _ragged_expectation(
+        groups.first, groups.size, groups.relevant, groups.above, limit, from_end=False
+    )
+
+
+def expected_reciprocal_last(groups: TieGroups, limit: Tensor) -> Tensor:
+    """Per query's last group, E[1 / rank of the last relevant item]."""
+    return _ragged_expectation(
+        groups.last, groups.size, groups.relevant, groups.above, limit, from_end=True
+    )
+
+
+def expected_first_position(groups: TieGroups) -> Tensor:
+    """Per group: a + (t + 1) / (r + 1), the expected position of its first relevant item."""
+    return groups.above.to(torch.float64) + (groups.size.to(torch.float64) + 1) / (
+        groups.relevant.to(torch.float64) + 1
+    )
