@@ -241,6 +241,7 @@ def rank_embeddings(
     depth: int | None = None,
     cover_relevant: bool = False,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int] | None = None,
 ) -> RankTable:
     """Rank the gallery for every query and record where the relevant items landed.
 
@@ -258,6 +259,9 @@ def rank_embeddings(
         cover_relevant: with ``depth``, locate exactly every relevant item within the top
             max(depth, m_q) positions (R-precision, MAP@R).
         memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings.
+        block_size: ``(queries, gallery items)`` per block, overriding the choice made from
+            ``memory_budget`` (the gallery block must be a multiple of 64). Results do not depend
+            on it.
 
     Returns:
         A :class:`RankTable`, queries in input order.
@@ -342,6 +346,7 @@ def rank_embeddings(
         depth=depth,
         cover_relevant=cover_relevant,
         memory_budget=memory_budget,
+        block_size=block_size,
         query_order_key=q_labels,
     )
     if q_labels is not None:
@@ -382,6 +387,7 @@ def rank_relevance(
     depth: int | None = None,
     cover_relevant: bool = False,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int] | None = None,
     query_order_key: Tensor | None = None,
 ) -> RankTable:
     """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``.
@@ -406,7 +412,17 @@ def rank_relevance(
     gallery_size = num_g - ex_ptr.diff()
 
     max_relevant = int(num_relevant.max()) if num_q else 0
-    block_q, block_g = _block_sizes(num_q, num_g, q_mat.shape[1], max_relevant, elem, memory_budget)
+    if block_size is None:
+        block_q, block_g = _block_sizes(
+            num_q, num_g, q_mat.shape[1], max_relevant, elem, memory_budget
+        )
+    else:
+        block_q, block_g = block_size
+        if block_q < 1 or block_g < SEGMENT or block_g % SEGMENT:
+            raise ValueError(
+                f"`block_size` must be (queries >= 1, gallery items a multiple of {SEGMENT}), "
+                f"got {block_size!r}"
+            )
     num_blocks_g = -(-num_g // block_g) if num_g else 0
 
     if query_order_key is not None and num_q:
