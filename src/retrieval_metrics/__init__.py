@@ -1,18 +1,43 @@
 """retrieval-metrics: exact, fast retrieval metrics for PyTorch."""
 
 from retrieval_metrics import functional
-from retrieval_metrics.functional import (
-    RankTable,
-    rank_embeddings,
-    rank_lists,
-    rank_scores,
-    retrieval_measures,
+from retrieval_metrics.functional import RankTable, rank_embeddings, rank_lists, rank_scores
+from retrieval_metrics.functional.measures import retrieval_measures
+from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.metrics import (
+    CMC,
+    MINP,
+    MRR,
+    HitRateAtK,
+    MAPAtR,
+    MeanAveragePrecision,
+    MeanRank,
+    MedianRank,
+    NDCGAtK,
+    PrecisionAtK,
+    RecallAtK,
+    RetrievalMetrics,
+    RPrecision,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CMC",
+    "MINP",
+    "MRR",
+    "HitRateAtK",
+    "MAPAtR",
+    "MeanAveragePrecision",
+    "MeanRank",
+    "MedianRank",
+    "NDCGAtK",
+    "PrecisionAtK",
+    "RPrecision",
     "RankTable",
+    "RecallAtK",
+    "RetrievalMetric",
+    "RetrievalMetrics",
     "__version__",
     "functional",
     "rank_embeddings",

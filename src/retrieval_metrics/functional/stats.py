@@ -1,0 +1,210 @@
+"""Chance level, confidence intervals and the summary table (SPEC.md sections 5 and 6)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
+
+__all__ = ["Summary", "bootstrap_interval", "summarize", "wilson_interval"]
+
+
+def wilson_interval(successes: float, total: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval for a proportion."""
+    if total <= 0:
+        return (math.nan, math.nan)
+    z = _normal_quantile(0.5 + level / 2)
+    p = successes / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _normal_quantile(p: float) -> float:
+    return math.sqrt(2) * torch.special.erfinv(torch.tensor(2 * p - 1, dtype=torch.float64)).item()
+
+
+def bootstrap_interval(
+    values: Tensor,
+    level: float = 0.95,
+    num_bootstrap: int = 1000,
+    seed: int = 0,
+    statistic: str = "mean",
+) -> tuple[float, float]:
+    """Seeded percentile bootstrap over queries of the mean (or median) of ``values``."""
+    v = values[~torch.isnan(values)].to(torch.float64)
+    n = v.numel()
+    if n == 0:
+        return (math.nan, math.nan)
+    gen = torch.Generator().manual_seed(seed)
+    stats = []
+    chunk = max(1, 2**22 // n)
+    for start in range(0, num_bootstrap, chunk):
+        b = min(chunk, num_bootstrap - start)
+        idx = torch.randint(0, n, (b, n), generator=gen)
+        sample = v[idx]
+        stats.append(sample.mean(1) if statistic == "mean" else sample.median(1).values)
+    dist = torch.cat(stats)
+    alpha = (1 - level) / 2
+    lo = torch.quantile(dist, alpha).item()
+    hi = torch.quantile(dist, 1 - alpha).item()
+    return (lo, hi)
+
+
+@dataclass
+class Summary:
+    """What a metric reports beyond its value: one row per measure."""
+
+    rows: list[dict] = field(default_factory=list)
+    level: float = 0.95
+
+    def __getitem__(self, name: str) -> dict:
+        for row in self.rows:
+            if row["name"] == name:
+                return row
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, dict]:
+        return {row["name"]: dict(row) for row in self.rows}
+
+    def __str__(self) -> str:
+        head = [
+            "metric",
+            "value",
+            f"{int(self.level * 100)}% interval",
+            "chance",
+            "queries",
+            "skipped",
+            "gallery",
+        ]
+        lines = []
+        for r in self.rows:
+            lo, hi = r["interval"]
+            chance = r["chance"]
+            lines.append(
+                [
+                    r["name"],
+                    _fmt(r["value"]),
+                    f"[{_fmt(lo)}, {_fmt(hi)}]",
+                    "-" if chance is None else _fmt(chance),
+                    str(r["queries"]),
+                    str(r["skipped"]),
+                    r["gallery"],
+                ]
+            )
+        widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(head)]
+        out = [
+            "  ".join(
+                h.ljust(w) if i == 0 else h.rjust(w)
+                for i, (h, w) in enumerate(zip(head, widths, strict=True))
+            )
+        ]
+        for line in lines:
+            out.append(
+                "  ".join(
+                    c.ljust(w) if i == 0 else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(line, widths, strict=True))
+                )
+            )
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+
+def _fmt(x: float | Tensor) -> str:
+    if isinstance(x, Tensor):
+        if x.dim() > 0:
+            return (
+                "["
+                + ", ".join(f"{float(v):.4f}" for v in x[:3])
+                + (", ...]" if x.numel() > 3 else "]")
+            )
+        x = float(x)
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "nan"
+    return f"{x:.4f}"
+
+
+def _gallery_text(table: RankTable) -> str:
+    sizes = table.gallery_size[table.gallery_size != UNBOUNDED]
+    if sizes.numel() == 0:
+        return "-"
+    lo, hi = int(sizes.min()), int(sizes.max())
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def summarize(
+    table: RankTable,
+    names: Sequence[str],
+    *,
+    level: float = 0.95,
+    num_bootstrap: int = 1000,
+    seed: int = 0,
+    **options,
+) -> Summary:
+    """Value, queries counted and skipped, gallery size, chance level and an interval per name.
+
+    Intervals: Wilson's for hit rates without ties to average (every per-query value 0 or 1),
+    otherwise a seeded percentile bootstrap over queries. The chance level is each measure under a
+    uniformly random ranking of the same gallery (``None`` for ranked lists, whose gallery is
+    unknown).
+    """
+    values = M.retrieval_measures(table, names, **options)
+    has_gallery = bool((table.gallery_size != UNBOUNDED).all()) and table.num_queries > 0
+    chance = (
+        M.retrieval_measures(M.chance_table(table), names, **{**options, "ties": "expected"})
+        if has_gallery
+        else None
+    )
+    skipped = int((table.num_relevant == 0).sum())
+    empty_policy = options.get("empty_queries", "skip")
+    summary = Summary(level=level)
+    for name in names:
+        spec = M.parse_metric(name)
+        per_query = M.per_query_values(
+            table,
+            spec,
+            ties=options.get("ties", "expected"),
+            ap=options.get("ap", "step"),
+            divisor=options.get("divisor", "relevant"),
+            gain=options.get("gain", "exponential"),
+        )
+        if per_query.dim() == 1 and empty_policy == "zero":
+            fill = 0.0
+            if spec.base in M.RANK_METRICS:
+                fill_values = table.gallery_size.to(torch.float64) + 1
+                per_query = torch.where(table.num_relevant == 0, fill_values, per_query)
+            else:
+                per_query = torch.where(table.num_relevant == 0, fill, per_query)
+        counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
+        scale = 100.0 if options.get("percent") and spec.higher_is_better else 1.0
+        if per_query.dim() > 1:
+            interval = (math.nan, math.nan)
+        elif spec.base == "hit_rate" and bool(
+            ((per_query == 0) | (per_query == 1) | per_query.isnan()).all()
+        ):
+            lo, hi = wilson_interval(float(per_query.nansum()), counted, level)
+            interval = (lo * scale, hi * scale)
+        else:
+            stat = "median" if spec.base == "median_rank" else "mean"
+            lo, hi = bootstrap_interval(per_query, level, num_bootstrap, seed, stat)
+            interval = (lo * scale, hi * scale)
+        summary.rows.append(
+            {
+                "name": spec.name,
+                "value": values[spec.name],
+                "interval": interval,
+                "chance": None if chance is None else chance[spec.name],
+                "queries": counted,
+                "skipped": 0 if empty_policy == "zero" else skipped,
+                "gallery": _gallery_text(table),
+            }
+        )
+    return summary
