@@ -311,7 +311,7 @@ class RetrievalMetric(Metric):
         if self._gallery is not None:
             if role == "gallery":
                 raise ValueError("a fixed gallery was set with `set_gallery`; update queries only")
-            self._append_table(self._rank_against_gallery(emb, items), None)
+            self._append_table(self._rank_against_gallery(emb, items), items["ids"])
             return
         form = _SAME_SOURCE if role is None else (_QUERY if role == "query" else _GALLERY)
         self._mark(form)
@@ -582,6 +582,12 @@ class RetrievalMetric(Metric):
     def reset(self) -> None:
         super().reset()
         self._table = None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        # forward() computes on the batch alone; its table must not stand for the accumulation.
+        out = super().forward(*args, **kwargs)
+        self._table = None
+        return out
 
     # ------------------------------------------------------------------ beyond compute()
 

@@ -1,0 +1,49 @@
+"""One process of a multi-process test: ``python worker.py RANK WORLD INIT_FILE SCENARIO OUT``.
+
+Each scenario feeds this rank's share of a dataset to a metric the way a data-parallel
+validation loop would (uneven batches, a different number of updates, an empty rank, samples
+repeated by DistributedSampler), calls ``compute()`` and writes the result as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scenarios import SCENARIOS, split_for_rank
+
+
+def main() -> None:
+    rank, world, init_file, scenario, out = sys.argv[1:6]
+    rank, world = int(rank), int(world)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        build, feed = SCENARIOS[scenario]
+        metric = build()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for batch in split_for_rank(scenario, rank, world):
+                feed(metric, batch)
+            result = metric.compute()
+            per_query = metric.per_query()
+        values = result if isinstance(result, dict) else {"value": result}
+        payload = {
+            "values": {k: v.tolist() for k, v in values.items()},
+            "per_query": {k: v.tolist() for k, v in per_query.items()},
+            "warnings": [str(w.message) for w in caught],
+        }
+        Path(out).write_text(json.dumps(payload))
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

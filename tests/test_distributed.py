@@ -1,0 +1,104 @@
+"""Multi-process tests: real processes, torch.distributed with gloo on CPU.
+
+Each test starts WORLD worker processes (tests/distributed/worker.py) that feed their share of a
+dataset, compute, and write JSON; every rank's result must equal the single-process result on the
+same data (each sample once). Every run has a timeout and kills its processes on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent / "distributed"
+sys.path.insert(0, str(HERE))
+
+from scenarios import single_process  # noqa: E402
+
+TIMEOUT = 120
+
+
+def run_workers(scenario: str, world: int, tmp_path: Path) -> list[dict]:
+    init_file = tmp_path / "init"
+    outs = [tmp_path / f"out{r}.json" for r in range(world)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "worker.py"),
+                str(r),
+                str(world),
+                str(init_file),
+                scenario,
+                str(outs[r]),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    logs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=TIMEOUT)
+            logs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for r, p in enumerate(procs):
+        assert p.returncode == 0, f"rank {r} failed:\n{logs[r] if r < len(logs) else ''}"
+    return [json.loads(o.read_text()) for o in outs]
+
+
+def assert_same(a, b, context):
+    assert a.keys() == b.keys(), context
+    for k in a:
+        np.testing.assert_allclose(
+            np.asarray(a[k], dtype=float),
+            np.asarray(b[k], dtype=float),
+            atol=1e-6,
+            rtol=0,
+            err_msg=f"{context}: {k}",
+        )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "same_source",
+        "same_source_empty_rank",
+        "query_gallery",
+        "ranked_lists",
+        "scores",
+        "fixed_gallery",
+    ],
+)
+def test_every_rank_equals_single_process(scenario, world, tmp_path):
+    expected_values, expected_per_query = single_process(scenario)
+    results = run_workers(scenario, world, tmp_path)
+    for rank, result in enumerate(results):
+        assert_same(result["values"], expected_values, f"{scenario} rank {rank}/{world}")
+        assert_same(result["per_query"], expected_per_query, f"{scenario} per_query rank {rank}")
+        assert not any("cannot be detected" in w for w in result["warnings"])
+
+
+@pytest.mark.timeout(300)
+def test_without_ids_warns_once(tmp_path):
+    expected_values, _ = single_process("no_ids")
+    results = run_workers("no_ids", 2, tmp_path)
+    for result in results:
+        assert_same(result["values"], expected_values, "no_ids")
+        assert sum("cannot be detected" in w for w in result["warnings"]) == 1
