@@ -84,6 +84,7 @@ def assert_same(a, b, context):
         "ranked_lists",
         "scores",
         "fixed_gallery",
+        "sharded_gallery",
     ],
 )
 def test_every_rank_equals_single_process(scenario, world, tmp_path):

@@ -100,3 +100,27 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
             torch.cat([g[:r] for g, r in zip(gathered, rows, strict=True)]).to(tensors[i].device)
         )
     return out
+
+
+class DistributedExchange:
+    """:class:`retrieval_metrics.functional.ranking.Exchange` over torch.distributed."""
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
+        self.sent = 0
+
+    def gather(self, tensors: list[Tensor]) -> list[Tensor]:
+        self.sent += sum(t.numel() * t.element_size() for t in tensors)
+        return gather_rows(tensors, self.group)
+
+    def _reduce(self, tensor: Tensor, op: Any) -> Tensor:
+        out = tensor.clone()
+        self.sent += out.numel() * out.element_size()
+        dist.all_reduce(out, op=op, group=self.group)
+        return out
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        return self._reduce(tensor, dist.ReduceOp.SUM)
+
+    def max(self, tensor: Tensor) -> Tensor:
+        return self._reduce(tensor, dist.ReduceOp.MAX)

@@ -35,15 +35,17 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from retrieval_metrics.distributed import gather_rows, rank_and_world
+from retrieval_metrics.distributed import DistributedExchange, gather_rows, rank_and_world
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import stats
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     SIMILARITIES,
     UNBOUNDED,
+    Exchange,
     RankTable,
     rank_embeddings,
+    rank_embeddings_sharded,
     rank_lists,
     rank_scores,
 )
@@ -116,6 +118,11 @@ class RetrievalMetric(Metric):
         ignore_label: gallery items with this label are removed from every ranking.
         average: "macro" (default), "micro" (recall-like metrics) or "class".
         memory_budget: bytes of scratch memory the ranking may use.
+        gallery_sharded: for galleries too large for one device: gallery items given with
+            ``role="gallery"`` stay on the process that received them, the queries are gathered,
+            each process ranks every query against its shard, and only relevant scores and counts
+            cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
+            not repeat items across processes.
         ap, divisor, gain, median: measure options (see
             :func:`retrieval_metrics.functional.retrieval_measures`).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
@@ -143,6 +150,7 @@ class RetrievalMetric(Metric):
         divisor: str = "relevant",
         gain: str = "exponential",
         median: str = "vsepp",
+        gallery_sharded: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -178,6 +186,10 @@ class RetrievalMetric(Metric):
         self.divisor = divisor
         self.gain = gain
         self.median = median
+        if not isinstance(gallery_sharded, bool):
+            raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
+        self.gallery_sharded = gallery_sharded
+        self.bytes_exchanged = 0
 
         self.add_state("form", torch.zeros(5, dtype=torch.int64), dist_reduce_fx="max")
         for side in ("q", "g"):
@@ -480,6 +492,8 @@ class RetrievalMetric(Metric):
 
     def _dedupe(self, items: dict[str, Tensor | None], side: str) -> dict[str, Tensor | None]:
         ids = items["ids"]
+        if items["emb"] is None or items["emb"].shape[0] == 0:
+            return items
         if ids is None:
             _, world = rank_and_world(self.process_group)
             if world > 1 and not self._warned_no_ids:
@@ -504,6 +518,8 @@ class RetrievalMetric(Metric):
     def _rank_embedding_states(self, same_source: bool) -> RankTable:
         queries = self._dedupe(self._items("q"), "query")
         gallery = queries if same_source else self._dedupe(self._items("g"), "gallery")
+        if self.gallery_sharded and not same_source:
+            return self._rank_sharded(queries, gallery)
         if not same_source and gallery["emb"] is None:
             raise ValueError("queries were given but no gallery (update with role='gallery')")
         if queries["emb"] is None:
@@ -541,6 +557,40 @@ class RetrievalMetric(Metric):
         )
         if world > 1:
             table = _gather_table(table, self.process_group)
+        return table
+
+    def _rank_sharded(self, queries: dict, gallery: dict) -> RankTable:
+        if queries["emb"] is None:
+            raise ValueError("no data: call `update` before `compute`")
+        exchange = DistributedExchange(self.process_group) if self._distributed() else Exchange()
+        emb = gallery["emb"]
+        if emb is None:  # this process holds no gallery items
+            emb = torch.zeros(0, queries["emb"].shape[1], dtype=queries["emb"].dtype)
+        table = rank_embeddings_sharded(
+            queries["emb"],
+            emb,
+            exchange,
+            query_labels=queries["labels"],
+            gallery_labels=_or_empty(gallery["labels"]),
+            query_ids=queries["ids"],
+            gallery_ids=_or_empty(gallery["ids"], queries["ids"]),
+            query_cameras=queries["cameras"],
+            gallery_cameras=_or_empty(gallery["cameras"], queries["cameras"]),
+            query_positions=queries["positions"],
+            gallery_positions=gallery["positions"]
+            if gallery["positions"] is not None
+            else (
+                None
+                if queries["positions"] is None
+                else torch.zeros(0, queries["positions"].shape[1], dtype=torch.float64)
+            ),
+            relevance=self.relevance,
+            radius=self.radius,
+            ignore_label=self.ignore_label,
+            similarity=self.similarity,
+            memory_budget=self.memory_budget,
+        )
+        self.bytes_exchanged = exchange.sent
         return table
 
     def _table_from_states(self) -> RankTable:
@@ -638,7 +688,11 @@ class RetrievalMetric(Metric):
     def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
         """Gather every "cat" state with :func:`gather_rows` (uneven sizes, empty processes)."""
         group = process_group or self.process_group
-        names = [n for n, fx in self._reductions.items() if fx is dim_zero_cat]
+        names = [
+            n
+            for n, fx in self._reductions.items()
+            if fx is dim_zero_cat and not (self.gallery_sharded and n.startswith("g_"))
+        ]
         local = []
         for name in names:
             value = getattr(self, name)
@@ -677,6 +731,13 @@ def _score_copy(emb: Tensor) -> Tensor:
     """Detached copy in the dtype the ranking scores in (half precision -> float32)."""
     dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
     return emb.detach().to(dtype)
+
+
+def _or_empty(value: Tensor | None, like: Tensor | None = True) -> Tensor | None:
+    """A gallery shard with no items still needs empty per-item tensors where queries have them."""
+    if value is not None or like is None:
+        return value
+    return torch.zeros(0, dtype=torch.int64)
 
 
 def _num_batches(state: Any) -> int:

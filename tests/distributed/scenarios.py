@@ -132,6 +132,8 @@ SCENARIOS = {
     ),
     "scores": (lambda: rm.RetrievalMetrics(["hit_rate@2", "map", "ndcg@3", "mrr"]), _feed_scores),
     "fixed_gallery": (_build_fixed_gallery, _feed_fixed),
+    "sharded_gallery": (lambda: rm.RetrievalMetrics(NAMES, gallery_sharded=True),
+                        _feed_query_gallery),
 }
 
 
@@ -144,10 +146,11 @@ def split_for_rank(scenario: str, rank: int, world: int) -> list:
         return batches(sampler_indices(53, rank, world, empty_ranks=(world - 1,)), size)
     if scenario == "no_ids":
         return batches(list(range(53))[rank::world], size)  # an exact split, no padding
-    if scenario == "query_gallery":
+    if scenario in ("query_gallery", "sharded_gallery"):
         q = [("query", b) for b in batches(sampler_indices(23, rank, world), size)]
-        # the gallery is split unevenly: rank 0 takes most of it
-        cut = [*[0, 45, 55, 61][:world], 61]
+        # the gallery is split unevenly (rank 0 takes most of it; with 3 ranks the last gets
+        # none), without repeats
+        cut = [*[0, 45, 61, 61][:world], 61]
         g = [("gallery", b) for b in batches(list(range(cut[rank], cut[rank + 1])), 7)]
         return q + g
     if scenario == "ranked_lists":
@@ -167,7 +170,7 @@ def single_process(scenario: str):
     metric = build()
     if scenario.startswith("same_source") or scenario == "no_ids":
         feed(metric, list(range(53)))
-    elif scenario == "query_gallery":
+    elif scenario in ("query_gallery", "sharded_gallery"):
         feed(metric, ("query", list(range(23))))
         feed(metric, ("gallery", list(range(61))))
     elif scenario in ("ranked_lists", "scores"):

@@ -273,6 +273,62 @@ def rank_embeddings(
         >>> table.above.tolist(), table.num_relevant.tolist()
         ([0, 0, 0, 0], [1, 1, 1, 1])
     """
+    query, gallery, relevance_sets, q_labels = _embedding_relevance(
+        query,
+        gallery,
+        query_labels=query_labels,
+        gallery_labels=gallery_labels,
+        query_ids=query_ids,
+        gallery_ids=gallery_ids,
+        query_cameras=query_cameras,
+        gallery_cameras=gallery_cameras,
+        query_positions=query_positions,
+        gallery_positions=gallery_positions,
+        relevant_ids=relevant_ids,
+        relevance=relevance,
+        radius=radius,
+        ignore_label=ignore_label,
+        similarity=similarity,
+        depth=depth,
+        memory_budget=memory_budget,
+    )
+    table = rank_relevance(
+        query,
+        gallery,
+        relevance_sets,
+        similarity=similarity,
+        depth=depth,
+        cover_relevant=cover_relevant,
+        memory_budget=memory_budget,
+        block_size=block_size,
+        query_order_key=q_labels,
+    )
+    if q_labels is not None:
+        table = replace(table, query_class=q_labels)
+    return table
+
+
+def _embedding_relevance(
+    query: Tensor,
+    gallery: Tensor | None,
+    *,
+    query_labels: Any,
+    gallery_labels: Any,
+    query_ids: Any,
+    gallery_ids: Any,
+    query_cameras: Any,
+    gallery_cameras: Any,
+    query_positions: Any,
+    gallery_positions: Any,
+    relevant_ids: Sequence[Any] | None,
+    relevance: str,
+    radius: float | None,
+    ignore_label: int | None,
+    similarity: str,
+    depth: int | None,
+    memory_budget: int,
+) -> tuple[Tensor, Tensor, Relevance, Tensor | None]:
+    """Validate the inputs of :func:`rank_embeddings` and decide relevance and exclusions."""
     query = _check_embeddings("query", query)
     same_source = gallery is None
     if same_source:
@@ -338,20 +394,7 @@ def rank_embeddings(
         gallery_cameras=per_item("gallery_cameras", gallery_cameras, num_g),
         ignore_label=ignore_label,
     )
-    table = rank_relevance(
-        query,
-        gallery,
-        relevance_sets,
-        similarity=similarity,
-        depth=depth,
-        cover_relevant=cover_relevant,
-        memory_budget=memory_budget,
-        block_size=block_size,
-        query_order_key=q_labels,
-    )
-    if q_labels is not None:
-        table = replace(table, query_class=q_labels)
-    return table
+    return query, gallery, relevance_sets, q_labels
 
 
 def _block_sizes(
@@ -396,6 +439,87 @@ def rank_relevance(
     that each query block's relevant items sit in few gallery blocks; results come back in input
     order.
     """
+    return _blocked_ranking(
+        query,
+        gallery,
+        relevance_sets,
+        similarity=similarity,
+        depth=depth,
+        cover_relevant=cover_relevant,
+        memory_budget=memory_budget,
+        block_size=block_size,
+        query_order_key=query_order_key,
+    )
+
+
+def relevant_scores(
+    query: Tensor,
+    gallery: Tensor,
+    relevance_sets: Relevance,
+    *,
+    similarity: str = "cosine",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int],
+) -> Tensor:
+    """Scores of every relevant pair, aligned with ``relevance_sets.relevant_index``.
+
+    Computed with the same blocked products as :func:`count_above`, so that the two agree on
+    ties when given the same ``block_size`` (the sharded-gallery mode relies on it).
+    """
+    return _blocked_ranking(
+        query,
+        gallery,
+        relevance_sets,
+        similarity=similarity,
+        memory_budget=memory_budget,
+        block_size=block_size,
+        mode="scores",
+    )
+
+
+def count_above(
+    query: Tensor,
+    gallery: Tensor,
+    relevance_sets: Relevance,
+    thresholds_ptr: Tensor,
+    thresholds: Tensor,
+    *,
+    similarity: str = "cosine",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int],
+) -> tuple[Tensor, Tensor]:
+    """For each score ``thresholds[i]`` of query q (CSR ``thresholds_ptr``), count the kept,
+    non-excluded gallery items scoring strictly above it and exactly equal to it.
+
+    This is the counting half of the ranking, for scores that come from elsewhere (another
+    process's gallery shard). Returns ``(above, tied)`` aligned with ``thresholds``.
+    """
+    return _blocked_ranking(
+        query,
+        gallery,
+        relevance_sets,
+        similarity=similarity,
+        memory_budget=memory_budget,
+        block_size=block_size,
+        mode="count",
+        external=(thresholds_ptr, thresholds),
+    )
+
+
+def _blocked_ranking(
+    query: Tensor,
+    gallery: Tensor,
+    relevance_sets: Relevance,
+    *,
+    similarity: str = "cosine",
+    depth: int | None = None,
+    cover_relevant: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int] | None = None,
+    query_order_key: Tensor | None = None,
+    mode: str = "table",
+    external: tuple[Tensor, Tensor] | None = None,
+) -> Any:
     device = query.device
     dtype = _score_dtype(query, gallery)
     elem = torch.finfo(dtype).bits // 8
@@ -406,6 +530,11 @@ def rank_relevance(
     num_q, num_g = q_mat.shape[0], g_mat.shape[0]
     rel_ptr = relevance_sets.relevant_ptr
     rel_index = relevance_sets.relevant_index
+    if external is not None:
+        # counting against given scores: they play the part of the relevant items
+        rel_ptr = external[0].cpu()
+        rel_index = torch.zeros(int(rel_ptr[-1]), dtype=torch.int64)
+        ext_scores = external[1].to(device=device, dtype=dtype)
     ex_ptr = relevance_sets.excluded_ptr
     ex_index = relevance_sets.excluded_index
     num_relevant = rel_ptr.diff()
@@ -430,6 +559,7 @@ def rank_relevance(
     else:
         order = torch.arange(num_q)
 
+    out_scores = torch.zeros(int(rel_ptr[-1]) if num_q else 0, dtype=dtype)
     out_above = torch.zeros(int(rel_ptr[-1]) if num_q else 0, dtype=torch.int64)
     out_tied = torch.zeros_like(out_above)
     out_listed = torch.ones_like(out_above, dtype=torch.bool)
@@ -496,7 +626,9 @@ def rank_relevance(
 
         # Pass 1: read relevant scores from the blocks that hold them (same products as pass 2).
         r_block = r_gal // block_g
-        blocks_with_relevant = torch.unique(r_block).tolist()
+        blocks_with_relevant = torch.unique(r_block).tolist() if external is None else []
+        if external is not None:
+            rel_scores[r_row.to(device), r_col.to(device)] = ext_scores[r_pos.to(device)]
         cache: dict[int, Tensor] = {}
         cache_room = max(0, (memory_budget // 2) // max(1, nb * block_g * elem) - 1)
         for b in blocks_with_relevant:
@@ -505,8 +637,11 @@ def rank_relevance(
             rel_scores[r_row[sel].to(device), r_col[sel].to(device)] = s[
                 r_row[sel].to(device), (r_gal[sel] - b * block_g).to(device)
             ]
-            if len(cache) < cache_room:
+            if len(cache) < cache_room and mode != "scores":
                 cache[b] = s.clone()
+        if mode == "scores":
+            out_scores[r_pos] = rel_scores[r_row.to(device), r_col.to(device)].cpu()
+            continue
 
         # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
         rel_scores.add_(0.0)
@@ -570,6 +705,10 @@ def rank_relevance(
         out_tied[r_pos] = tied[r_row.to(device), r_col.to(device)].cpu()
         out_listed[r_pos] = listed[r_row.to(device), r_col.to(device)].cpu()
 
+    if mode == "scores":
+        return out_scores
+    if mode == "count":
+        return out_above, out_tied
     if depth is None:
         depth_out = gallery_size.clone()
     elif cover_relevant:
@@ -787,3 +926,130 @@ def rank_lists(
         else None,
     )
     return table
+
+
+# --------------------------------------------------------------------------------------------
+# A gallery sharded over processes
+# --------------------------------------------------------------------------------------------
+
+
+class Exchange:
+    """How the sharded ranking talks to the other shards (no-ops for a single shard).
+
+    ``gather(tensors)`` concatenates each tensor over shards along dimension 0 (shard order);
+    ``sum(tensor)`` and ``max(tensor)`` reduce elementwise over shards. ``sent`` counts the bytes
+    this shard contributed, for the benchmark.
+    """
+
+    sent = 0
+
+    def gather(self, tensors: list[Tensor]) -> list[Tensor]:
+        return tensors
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def max(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+
+def rank_embeddings_sharded(
+    query: Tensor,
+    gallery_shard: Tensor,
+    exchange: Exchange,
+    *,
+    query_labels: Any = None,
+    gallery_labels: Any = None,
+    query_ids: Any = None,
+    gallery_ids: Any = None,
+    query_cameras: Any = None,
+    gallery_cameras: Any = None,
+    query_positions: Any = None,
+    gallery_positions: Any = None,
+    relevance: str = "label",
+    radius: float | None = 25.0,
+    ignore_label: int | None = None,
+    similarity: str = "cosine",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> RankTable:
+    """Rank every query against a gallery split over shards; every shard gets the whole table.
+
+    Every shard holds all the queries and its own part of the gallery. Each shard scores its own
+    relevant items, the relevant scores of every query are exchanged, each shard counts its items
+    above and tied with each of them, and the counts are summed. What crosses between shards is
+    O(queries x (D + relevant per query)), whatever the gallery size; the result equals ranking
+    against the whole gallery at once. Self-exclusion works by ids only (positions are local).
+    """
+    if relevance not in ("label", "radius"):
+        raise ValueError('the sharded gallery supports relevance="label" or "radius"')
+    query, gallery_shard, rel, q_labels = _embedding_relevance(
+        query,
+        gallery_shard,
+        query_labels=query_labels,
+        gallery_labels=gallery_labels,
+        query_ids=query_ids,
+        gallery_ids=gallery_ids,
+        query_cameras=query_cameras,
+        gallery_cameras=gallery_cameras,
+        query_positions=query_positions,
+        gallery_positions=gallery_positions,
+        relevant_ids=None,
+        relevance=relevance,
+        radius=radius,
+        ignore_label=ignore_label,
+        similarity=similarity,
+        depth=None,
+        memory_budget=memory_budget,
+    )
+    num_q = query.shape[0]
+    dtype = _score_dtype(query, gallery_shard)
+    elem = torch.finfo(dtype).bits // 8
+    # Every shard must use the same block shapes, so that equal scores stay equal across shards.
+    sizes = exchange.max(
+        torch.tensor(
+            [rel.gallery_index.numel(), int(rel.num_relevant.max()) if num_q else 0],
+            dtype=torch.int64,
+        )
+    )
+    dim = query.shape[1] + (1 if similarity == "euclidean" else 0)
+    block = _block_sizes(num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, memory_budget)
+    block = (max(1, min(block[0], 1024)), block[1])
+    local_scores = relevant_scores(
+        query,
+        gallery_shard,
+        rel,
+        similarity=similarity,
+        memory_budget=memory_budget,
+        block_size=block,
+    )
+    local_query = torch.repeat_interleave(torch.arange(num_q), rel.num_relevant)
+    all_query, all_scores = exchange.gather([local_query, local_scores.to(torch.float64)])
+    order = torch.argsort(all_query, stable=True)
+    all_query, all_scores = all_query[order], all_scores[order].to(dtype)
+    num_relevant = torch.bincount(all_query, minlength=num_q)
+    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(num_relevant, 0, out=ptr[1:])
+    above, tied = count_above(
+        query,
+        gallery_shard,
+        rel,
+        ptr,
+        all_scores,
+        similarity=similarity,
+        memory_budget=memory_budget,
+        block_size=block,
+    )
+    above, tied = exchange.sum(above), exchange.sum(tied)
+    local_size = rel.gallery_index.numel() - rel.num_excluded
+    gallery_size = exchange.sum(local_size)
+    table = _table_from_items(
+        ptr,
+        above,
+        tied,
+        torch.ones(above.numel(), dtype=torch.bool),
+        None,
+        num_relevant,
+        gallery_size,
+        gallery_size.clone(),
+    )
+    return replace(table, query_class=q_labels) if q_labels is not None else table
