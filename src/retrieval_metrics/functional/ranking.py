@@ -273,7 +273,7 @@ def rank_embeddings(
         >>> table.above.tolist(), table.num_relevant.tolist()
         ([0, 0, 0, 0], [1, 1, 1, 1])
     """
-    query, gallery, relevance_sets, q_labels = _embedding_relevance(
+    query, gallery, relevance_sets, q_labels, g_labels = _embedding_relevance(
         query,
         gallery,
         query_labels=query_labels,
@@ -302,6 +302,7 @@ def rank_embeddings(
         memory_budget=memory_budget,
         block_size=block_size,
         query_order_key=q_labels,
+        gallery_order_key=None if g_labels is None else g_labels[relevance_sets.gallery_index],
     )
     if q_labels is not None:
         table = replace(table, query_class=q_labels)
@@ -327,8 +328,11 @@ def _embedding_relevance(
     similarity: str,
     depth: int | None,
     memory_budget: int,
-) -> tuple[Tensor, Tensor, Relevance, Tensor | None]:
-    """Validate the inputs of :func:`rank_embeddings` and decide relevance and exclusions."""
+) -> tuple[Tensor, Tensor, Relevance, Tensor | None, Tensor | None]:
+    """Validate the inputs of :func:`rank_embeddings` and decide relevance and exclusions.
+
+    Returns the embeddings, the relevance sets and the int64 query and gallery labels (or None).
+    """
     query = _check_embeddings("query", query)
     same_source = gallery is None
     if same_source:
@@ -394,7 +398,7 @@ def _embedding_relevance(
         gallery_cameras=per_item("gallery_cameras", gallery_cameras, num_g),
         ignore_label=ignore_label,
     )
-    return query, gallery, relevance_sets, q_labels
+    return query, gallery, relevance_sets, q_labels, g_labels
 
 
 def _block_sizes(
@@ -432,12 +436,13 @@ def rank_relevance(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int] | None = None,
     query_order_key: Tensor | None = None,
+    gallery_order_key: Tensor | None = None,
 ) -> RankTable:
     """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``.
 
-    ``query_order_key`` (e.g. labels) only changes the order in which queries are processed, so
-    that each query block's relevant items sit in few gallery blocks; results come back in input
-    order.
+    ``query_order_key`` and ``gallery_order_key`` (e.g. labels; the latter aligned with the kept
+    gallery) only change the order in which items are processed, so that each query block's
+    relevant items sit in one or two gallery blocks; results come back in input order.
     """
     return _blocked_ranking(
         query,
@@ -449,6 +454,7 @@ def rank_relevance(
         memory_budget=memory_budget,
         block_size=block_size,
         query_order_key=query_order_key,
+        gallery_order_key=gallery_order_key,
     )
 
 
@@ -460,6 +466,7 @@ def relevant_scores(
     similarity: str = "cosine",
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int],
+    order_keys: tuple[Tensor | None, Tensor | None] = (None, None),
 ) -> Tensor:
     """Scores of every relevant pair, aligned with ``relevance_sets.relevant_index``.
 
@@ -474,6 +481,8 @@ def relevant_scores(
         memory_budget=memory_budget,
         block_size=block_size,
         mode="scores",
+        query_order_key=order_keys[0],
+        gallery_order_key=order_keys[1],
     )
 
 
@@ -487,6 +496,7 @@ def count_above(
     similarity: str = "cosine",
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int],
+    order_keys: tuple[Tensor | None, Tensor | None] = (None, None),
 ) -> tuple[Tensor, Tensor]:
     """For each score ``thresholds[i]`` of query q (CSR ``thresholds_ptr``), count the kept,
     non-excluded gallery items scoring strictly above it and exactly equal to it.
@@ -503,6 +513,8 @@ def count_above(
         block_size=block_size,
         mode="count",
         external=(thresholds_ptr, thresholds),
+        query_order_key=order_keys[0],
+        gallery_order_key=order_keys[1],
     )
 
 
@@ -517,6 +529,7 @@ def _blocked_ranking(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int] | None = None,
     query_order_key: Tensor | None = None,
+    gallery_order_key: Tensor | None = None,
     mode: str = "table",
     external: tuple[Tensor, Tensor] | None = None,
 ) -> Any:
@@ -537,6 +550,16 @@ def _blocked_ranking(
         ext_scores = external[1].to(device=device, dtype=dtype)
     ex_ptr = relevance_sets.excluded_ptr
     ex_index = relevance_sets.excluded_index
+    if gallery_order_key is not None and num_g:
+        # Counts do not depend on gallery order; grouping by label puts each query block's
+        # relevant items in one or two gallery blocks.
+        g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
+        g_mat = g_mat[g_perm.to(device)]
+        new_position = torch.empty_like(g_perm)
+        new_position[g_perm] = torch.arange(num_g)
+        if external is None:
+            rel_index = new_position[rel_index]
+        ex_index = new_position[ex_index]
     num_relevant = rel_ptr.diff()
     gallery_size = num_g - ex_ptr.diff()
 
@@ -982,7 +1005,7 @@ def rank_embeddings_sharded(
     """
     if relevance not in ("label", "radius"):
         raise ValueError('the sharded gallery supports relevance="label" or "radius"')
-    query, gallery_shard, rel, q_labels = _embedding_relevance(
+    query, gallery_shard, rel, q_labels, g_labels = _embedding_relevance(
         query,
         gallery_shard,
         query_labels=query_labels,
@@ -1014,6 +1037,7 @@ def rank_embeddings_sharded(
     dim = query.shape[1] + (1 if similarity == "euclidean" else 0)
     block = _block_sizes(num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, memory_budget)
     block = (max(1, min(block[0], 1024)), block[1])
+    g_key = None if g_labels is None else g_labels[rel.gallery_index]
     local_scores = relevant_scores(
         query,
         gallery_shard,
@@ -1021,6 +1045,7 @@ def rank_embeddings_sharded(
         similarity=similarity,
         memory_budget=memory_budget,
         block_size=block,
+        order_keys=(q_labels, g_key),
     )
     local_query = torch.repeat_interleave(torch.arange(num_q), rel.num_relevant)
     all_query, all_scores = exchange.gather([local_query, local_scores.to(torch.float64)])
@@ -1038,6 +1063,7 @@ def rank_embeddings_sharded(
         similarity=similarity,
         memory_budget=memory_budget,
         block_size=block,
+        order_keys=(q_labels, g_key),
     )
     above, tied = exchange.sum(above), exchange.sum(tied)
     local_size = rel.gallery_index.numel() - rel.num_excluded
