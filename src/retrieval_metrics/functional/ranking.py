@@ -42,6 +42,7 @@ __all__ = [
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
+THETA_EVERY = 4
 UNBOUNDED = torch.iinfo(torch.int64).max
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
@@ -685,15 +686,21 @@ def _blocked_ranking(
         width = rel_sorted.shape[1] + 1
         hist_lt = torch.zeros(nb * width, dtype=torch.int64, device=device)
         hist_le = torch.zeros(nb * width, dtype=torch.int64, device=device)
+        pending: list[Tensor] = []
         for b in range(num_blocks_g):
             s = cache[b] if b in cache else block_scores(b, scores)
             seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
             if depth is not None:
-                top_seg = torch.cat([top_seg, seg_max], 1).topk(top_width, dim=1).values
-                theta = top_seg.gather(1, depth_col).squeeze(1)
-                threshold = torch.where(
-                    has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
-                )
+                # The threshold may lag behind (any lower bound of the depth-th best score is
+                # correct), so the top segment maxima are merged every few blocks only.
+                pending.append(seg_max)
+                if len(pending) == THETA_EVERY or b == 0:
+                    top_seg = torch.cat([top_seg, *pending], 1).topk(top_width, dim=1).values
+                    pending = []
+                    theta = top_seg.gather(1, depth_col).squeeze(1)
+                    threshold = torch.where(
+                        has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
+                    )
             rows, segs = torch.nonzero(seg_max >= threshold[:, None], as_tuple=True)
             if rows.numel() == 0:
                 continue
@@ -704,10 +711,17 @@ def _blocked_ranking(
                 values = s.view(nb, -1, SEGMENT)[cr, cs] + 0.0
                 seq = rel_sorted[cr]
                 lt = torch.searchsorted(seq, values, right=False)
-                le = torch.searchsorted(seq, values, right=True)
                 base = (cr * width)[:, None]
-                hist_lt += torch.bincount((base + lt).flatten(), minlength=nb * width)
-                hist_le += torch.bincount((base + le).flatten(), minlength=nb * width)
+                flat = (base + lt).flatten()
+                hist_lt += torch.bincount(flat, minlength=nb * width)
+                # Exact ties with a relevant score are rare: only those need "<=" counted apart.
+                equal = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)) == values
+                if bool(equal.any()):
+                    eq_rows = equal.nonzero(as_tuple=True)[0]
+                    le = torch.searchsorted(seq[eq_rows], values[equal][:, None], right=True)
+                    hist_le += torch.bincount(base[eq_rows, 0] + le[:, 0], minlength=nb * width)
+                    hist_le -= torch.bincount(flat[equal.flatten()], minlength=nb * width)
+        hist_le += hist_lt
 
         # above of the j-th smallest relevant score = items with "count below" > j.
         hist_lt = hist_lt.view(nb, width)
