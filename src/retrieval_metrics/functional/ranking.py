@@ -42,7 +42,7 @@ __all__ = [
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
-THETA_EVERY = 4
+THETA_EVERY = 8
 UNBOUNDED = torch.iinfo(torch.int64).max
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
@@ -708,19 +708,24 @@ def _blocked_ranking(
             chunk = max(1, (memory_budget // 4) // (SEGMENT * (2 * 8 + elem) + width * elem))
             for c0 in range(0, rows.numel(), chunk):
                 cr, cs = rows[c0 : c0 + chunk], segs[c0 : c0 + chunk]
-                values = s.view(nb, -1, SEGMENT)[cr, cs] + 0.0
-                seq = rel_sorted[cr]
-                lt = torch.searchsorted(seq, values, right=False)
-                base = (cr * width)[:, None]
-                flat = (base + lt).flatten()
+                values = s.view(nb, -1, SEGMENT)[cr, cs]
+                # Only items at or above the threshold can move a located relevant item.
+                keep = values >= threshold[cr][:, None]
+                hit_row, hit_col = keep.nonzero(as_tuple=True)
+                if hit_row.numel() == 0:
+                    continue
+                row = cr[hit_row]
+                value = (values[hit_row, hit_col] + 0.0)[:, None]
+                seq = rel_sorted[row]
+                lt = torch.searchsorted(seq, value, right=False)[:, 0]
+                flat = row * width + lt
                 hist_lt += torch.bincount(flat, minlength=nb * width)
                 # Exact ties with a relevant score are rare: only those need "<=" counted apart.
-                equal = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)) == values
+                equal = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0] == value[:, 0]
                 if bool(equal.any()):
-                    eq_rows = equal.nonzero(as_tuple=True)[0]
-                    le = torch.searchsorted(seq[eq_rows], values[equal][:, None], right=True)
-                    hist_le += torch.bincount(base[eq_rows, 0] + le[:, 0], minlength=nb * width)
-                    hist_le -= torch.bincount(flat[equal.flatten()], minlength=nb * width)
+                    le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
+                    hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
+                    hist_le -= torch.bincount(flat[equal], minlength=nb * width)
         hist_le += hist_lt
 
         # above of the j-th smallest relevant score = items with "count below" > j.
