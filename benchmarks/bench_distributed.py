@@ -1,0 +1,182 @@
+"""Multi-process figures for the metric classes (a script, not a test).
+
+Measures, on this machine, with torch.distributed/gloo on CPU and every process limited to one
+thread (``torch.set_num_threads(1)``), so that on a 2-core machine the figures show how the work
+is split, not how many threads run:
+
+1. Speed-up: a 50,000-item same-source evaluation (D = 128, about 5 items per class), ``compute()``
+   of ``RetrievalMetrics`` in 1 process vs 2 processes (each fed half the data through a
+   DistributedSampler-like split with ids). Target: at least 1.7x.
+2. Communication in the sharded-gallery mode: bytes each process sends for a fixed query set
+   against galleries of different sizes. Target: independent of the gallery size,
+   O(queries x (D + relevant per query)).
+3. One ranking pass: ``RetrievalMetrics`` with 10 metrics vs one ``HitRateAtK`` on the same data,
+   in one process. Target: at most 1.1x.
+
+Run:  python benchmarks/bench_distributed.py [--n 50000] [--small]
+Writes benchmarks/results/bench_distributed.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import retrieval_metrics as rm
+
+DIM = 128
+NAMES_10 = ["hit_rate@1", "hit_rate@5", "hit_rate@10", "recall@10", "precision@10", "map@r",
+            "r_precision", "mrr", "ndcg@10", "median_rank"]
+NAMES_DDP = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
+
+
+def make_data(n: int, seed: int = 0, dim: int = DIM) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised class-centre + noise embeddings, class sizes 2..12 (about 5), shuffled."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(2, 9, (n,), generator=gen)
+    labels = torch.repeat_interleave(torch.arange(n), sizes)[:n]
+    labels = labels[torch.randperm(n, generator=gen)]
+    centres = torch.randn(int(labels.max()) + 1, dim, generator=gen)
+    emb = centres[labels] + 1.4 * torch.randn(n, dim, generator=gen)
+    return torch.nn.functional.normalize(emb, dim=1), labels
+
+
+def shard(n: int, rank: int, world: int) -> torch.Tensor:
+    total = math.ceil(n / world) * world
+    idx = torch.cat([torch.arange(n), torch.arange(total - n)])
+    return idx[rank::world]
+
+
+def _worker(rank: int, world: int, init: str, task: dict, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        result = {}
+        if task["kind"] == "speedup":
+            emb, labels = make_data(task["n"])
+            metric = rm.RetrievalMetrics(NAMES_DDP)
+            idx = shard(task["n"], rank, world)
+            for chunk in idx.split(512):
+                metric.update(emb[chunk], labels[chunk], ids=chunk)
+            dist.barrier()
+            start = time.perf_counter()
+            values = metric.compute()
+            result["seconds"] = time.perf_counter() - start
+            result["values"] = {k: float(v) for k, v in values.items()}
+        else:
+            q_emb, q_labels = make_data(task["queries"], seed=1)
+            g_emb, g_labels = make_data(task["gallery"], seed=2)
+            q_labels, g_labels = q_labels % 500, g_labels % 500
+            metric = rm.RetrievalMetrics(["hit_rate@1", "map"], gallery_sharded=True)
+            q_idx = shard(task["queries"], rank, world)
+            metric.update(q_emb[q_idx], q_labels[q_idx], role="query", ids=q_idx)
+            g_idx = torch.arange(task["gallery"])[rank::world]  # shards without repeats
+            metric.update(g_emb[g_idx], g_labels[g_idx], role="gallery", ids=10**9 + g_idx)
+            start = time.perf_counter()
+            values = metric.compute()
+            result["seconds"] = time.perf_counter() - start
+            result["bytes"] = metric.bytes_exchanged
+            result["values"] = {k: float(v) for k, v in values.items()}
+        Path(out).write_text(json.dumps(result))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_world(world: int, task: dict, timeout: float = 3600) -> list[dict]:
+    """Start ``world`` processes on ``task``; return each rank's result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init = os.path.join(tmp, "init")
+        procs = []
+        ctx = mp.get_context("spawn")
+        for r in range(world):
+            p = ctx.Process(target=_worker,
+                            args=(r, world, init, task, os.path.join(tmp, f"out{r}.json")))
+            p.start()
+            procs.append(p)
+        deadline = time.time() + timeout
+        for p in procs:
+            p.join(max(1.0, deadline - time.time()))
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        if any(p.exitcode != 0 for p in procs):
+            raise RuntimeError(f"a worker failed: exit codes {[p.exitcode for p in procs]}")
+        return [json.loads(Path(tmp, f"out{r}.json").read_text()) for r in range(world)]
+
+
+def one_pass(n: int) -> dict:
+    torch.set_num_threads(1)
+    emb, labels = make_data(n)
+    timings = {}
+    for name, factory in [("hit_rate@1", lambda: rm.HitRateAtK(k=1)),
+                          ("10 metrics", lambda: rm.RetrievalMetrics(NAMES_10))]:
+        best = math.inf
+        for _ in range(2):
+            metric = factory()
+            metric.update(emb, labels)
+            start = time.perf_counter()
+            metric.compute()
+            best = min(best, time.perf_counter() - start)
+        timings[name] = best
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=50_000)
+    parser.add_argument("--small", action="store_true", help="quick smoke run (n = 6,000)")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" /
+                                              "bench_distributed.json"))
+    args = parser.parse_args()
+    n = 6_000 if args.small else args.n
+    report: dict = {"torch": torch.__version__, "n": n, "dim": DIM, "threads_per_process": 1}
+
+    single = run_world(1, {"kind": "speedup", "n": n})[0]
+    double = run_world(2, {"kind": "speedup", "n": n})
+    same = all(d["values"] == single["values"] for d in double)
+    slowest = max(d["seconds"] for d in double)
+    report["speedup"] = {"one_process_s": single["seconds"], "two_processes_s": slowest,
+                         "speedup": single["seconds"] / slowest, "same_values": same,
+                         "values": single["values"]}
+
+    queries = 2_000 if args.small else 5_000
+    report["sharded"] = []
+    for gallery in ([5_000, 20_000] if args.small else [20_000, 80_000]):
+        res = run_world(2, {"kind": "sharded", "queries": queries, "gallery": gallery})
+        report["sharded"].append({"queries": queries, "gallery": gallery,
+                                  "bytes_per_process": [r["bytes"] for r in res],
+                                  "seconds": max(r["seconds"] for r in res)})
+
+    report["one_pass"] = one_pass(n)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+
+    s = report["speedup"]
+    print(f"retrieval-metrics, torch {torch.__version__}, 1 thread per process, n = {n}, D = {DIM}")
+    print(f"1 process  compute(): {s['one_process_s']:8.2f} s")
+    print(f"2 processes compute(): {s['two_processes_s']:8.2f} s   speed-up {s['speedup']:.2f}x "
+          f"(target >= 1.7x), same values on every rank: {s['same_values']}")
+    print("sharded gallery, bytes sent per process (queries fixed):")
+    for row in report["sharded"]:
+        print(f"  {row['queries']} queries x gallery {row['gallery']:>6}: "
+              f"{[f'{b / 2**20:.2f} MiB' for b in row['bytes_per_process']]}, "
+              f"{row['seconds']:.2f} s")
+    op = report["one_pass"]
+    print(f"one pass: RetrievalMetrics(10 metrics) {op['10 metrics']:.2f} s vs HitRateAtK "
+          f"{op['hit_rate@1']:.2f} s: {op['10 metrics'] / op['hit_rate@1']:.2f}x (target <= 1.1x)")
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
