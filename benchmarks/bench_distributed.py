@@ -7,9 +7,9 @@ is split, not how many threads run:
 1. Speed-up: a 50,000-item same-source evaluation (D = 128, about 5 items per class), ``compute()``
    of ``RetrievalMetrics`` in 1 process vs 2 processes (each fed half the data through a
    DistributedSampler-like split with ids). Target: at least 1.7x.
-2. Communication in the sharded-gallery mode: bytes each process sends for a fixed query set
-   against galleries of different sizes. Target: independent of the gallery size,
-   O(queries x (D + relevant per query)).
+2. Communication in the sharded-gallery mode: bytes each process sends for a fixed query set and
+   a fixed set of relevant items, against galleries grown with distractors. Target: independent
+   of the gallery size, O(queries x (D + relevant per query)).
 3. One ranking pass: ``RetrievalMetrics`` with 10 metrics vs one ``HitRateAtK`` on the same data,
    in one process. Target: at most 1.1x.
 
@@ -74,9 +74,13 @@ def _worker(rank: int, world: int, init: str, task: dict, out: str) -> None:
             result["seconds"] = time.perf_counter() - start
             result["values"] = {k: float(v) for k, v in values.items()}
         else:
+            # A fixed set of queries and of their relevant items (5 per query class), plus
+            # distractors that no query shares a label with: only the gallery size changes.
             q_emb, q_labels = make_data(task["queries"], seed=1)
+            q_labels = q_labels % 500
             g_emb, g_labels = make_data(task["gallery"], seed=2)
-            q_labels, g_labels = q_labels % 500, g_labels % 500
+            g_labels = torch.arange(task["gallery"]) + 10**6
+            g_labels[:2500] = torch.arange(2500) % 500
             metric = rm.RetrievalMetrics(["hit_rate@1", "map"], gallery_sharded=True)
             q_idx = shard(task["queries"], rank, world)
             metric.update(q_emb[q_idx], q_labels[q_idx], role="query", ids=q_idx)

@@ -681,7 +681,21 @@ def _blocked_ranking(
             )
             top_width = int(block_depth.max()) if nb else depth
             depth_col = (block_depth - 1).to(device)[:, None]
-            top_seg = torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device)
+            # A lower bound of each row's depth-th best score, from distinct items: the relevant
+            # scores themselves, and the maxima of the segments that hold no relevant item.
+            known = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
+            top_seg = (
+                torch.cat(
+                    [torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device), known],
+                    1,
+                )
+                .topk(top_width, dim=1)
+                .values
+            )
+            r_local = r_gal - r_block * block_g
+            seg_order = torch.argsort(r_block, stable=True)
+            seg_rows, seg_cols = r_row[seg_order], (r_local // SEGMENT)[seg_order]
+            seg_bounds = torch.searchsorted(r_block[seg_order], torch.arange(num_blocks_g + 1))
 
         width = rel_sorted.shape[1] + 1
         hist_lt = torch.zeros(nb * width, dtype=torch.int64, device=device)
@@ -693,7 +707,13 @@ def _blocked_ranking(
             if depth is not None:
                 # The threshold may lag behind (any lower bound of the depth-th best score is
                 # correct), so the top segment maxima are merged every few blocks only.
-                pending.append(seg_max)
+                lo, hi = int(seg_bounds[b]), int(seg_bounds[b + 1])
+                if hi > lo:
+                    masked = seg_max.clone()
+                    masked[seg_rows[lo:hi].to(device), seg_cols[lo:hi].to(device)] = neg_inf
+                    pending.append(masked)
+                else:
+                    pending.append(seg_max)
                 if len(pending) == THETA_EVERY or b == 0:
                     top_seg = torch.cat([top_seg, *pending], 1).topk(top_width, dim=1).values
                     pending = []
