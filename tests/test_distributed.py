@@ -85,6 +85,7 @@ def assert_same(a, b, context):
         "scores",
         "fixed_gallery",
         "sharded_gallery",
+        "crossmodal",
     ],
 )
 def test_every_rank_equals_single_process(scenario, world, tmp_path):

@@ -1,6 +1,7 @@
 """retrieval-metrics: exact, fast retrieval metrics for PyTorch."""
 
 from retrieval_metrics import functional
+from retrieval_metrics.crossmodal import CrossModalRetrieval, RSum
 from retrieval_metrics.functional import RankTable, rank_embeddings, rank_lists, rank_scores
 from retrieval_metrics.functional.measures import retrieval_measures
 from retrieval_metrics.metric import RetrievalMetric
@@ -26,6 +27,7 @@ __all__ = [
     "CMC",
     "MINP",
     "MRR",
+    "CrossModalRetrieval",
     "HitRateAtK",
     "MAPAtR",
     "MeanAveragePrecision",
@@ -34,6 +36,7 @@ __all__ = [
     "NDCGAtK",
     "PrecisionAtK",
     "RPrecision",
+    "RSum",
     "RankTable",
     "RecallAtK",
     "RetrievalMetric",

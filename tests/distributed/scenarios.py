@@ -121,6 +121,19 @@ def _feed_fixed(metric, idx):
     metric.update(QUERY[0][t], QUERY[1][t], role="query", ids=t)
 
 
+PAIR_IMAGES = _embeddings(20, 3)[0]
+PAIR_CAPTION_IMAGE = torch.arange(20).repeat_interleave(3)  # 3 captions per image
+PAIR_CAPTIONS = PAIR_IMAGES[PAIR_CAPTION_IMAGE] + 0.9 * torch.randn(
+    60, 8, generator=torch.Generator().manual_seed(4)
+)
+
+
+def _feed_pairs(metric, idx):
+    t = torch.tensor(idx, dtype=torch.int64)
+    img = PAIR_CAPTION_IMAGE[t]
+    metric.update(PAIR_IMAGES[img], PAIR_CAPTIONS[t], 100 + img, text_ids=t)
+
+
 SCENARIOS = {
     "same_source": (_build, _feed_same),
     "same_source_empty_rank": (_build, _feed_same),
@@ -132,6 +145,8 @@ SCENARIOS = {
     ),
     "scores": (lambda: rm.RetrievalMetrics(["hit_rate@2", "map", "ndcg@3", "mrr"]), _feed_scores),
     "fixed_gallery": (_build_fixed_gallery, _feed_fixed),
+    "crossmodal": (lambda: rm.CrossModalRetrieval(k=(1, 5), folds=2, prefix="val/"),
+                   _feed_pairs),
     "sharded_gallery": (lambda: rm.RetrievalMetrics(NAMES, gallery_sharded=True),
                         _feed_query_gallery),
 }
@@ -161,6 +176,8 @@ def split_for_rank(scenario: str, rank: int, world: int) -> list:
         return batches(list(range(19))[rank::world], size)
     if scenario == "fixed_gallery":
         return batches(sampler_indices(23, rank, world), size)
+    if scenario == "crossmodal":
+        return batches(sampler_indices(60, rank, world), size)
     raise KeyError(scenario)
 
 
@@ -175,11 +192,17 @@ def single_process(scenario: str):
         feed(metric, ("gallery", list(range(61))))
     elif scenario in ("ranked_lists", "scores"):
         feed(metric, list(range(19)))
+    elif scenario == "crossmodal":
+        feed(metric, list(range(60)))
     else:
         feed(metric, list(range(23)))
     result = metric.compute()
     values = result if isinstance(result, dict) else {"value": result}
-    return (
-        {k: v.tolist() for k, v in values.items()},
-        {k: v.tolist() for k, v in metric.per_query().items()},
-    )
+    return {k: v.tolist() for k, v in values.items()}, per_query_lists(metric)
+
+
+def per_query_lists(metric) -> dict:
+    try:
+        return {k: v.tolist() for k, v in metric.per_query().items()}
+    except NotImplementedError:
+        return {}

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scenarios import SCENARIOS, split_for_rank
+from scenarios import SCENARIOS, per_query_lists, split_for_rank
 
 
 def main() -> None:
@@ -33,11 +33,11 @@ def main() -> None:
             for batch in split_for_rank(scenario, rank, world):
                 feed(metric, batch)
             result = metric.compute()
-            per_query = metric.per_query()
+            per_query = per_query_lists(metric)
         values = result if isinstance(result, dict) else {"value": result}
         payload = {
             "values": {k: v.tolist() for k, v in values.items()},
-            "per_query": {k: v.tolist() for k, v in per_query.items()},
+            "per_query": per_query,
             "warnings": [str(w.message) for w in caught],
         }
         Path(out).write_text(json.dumps(payload))
