@@ -1,6 +1,7 @@
 """retrieval-metrics: exact, fast retrieval metrics for PyTorch."""
 
 from retrieval_metrics import functional
+from retrieval_metrics.compare import compare
 from retrieval_metrics.crossmodal import CrossModalRetrieval, RSum
 from retrieval_metrics.functional import RankTable, rank_embeddings, rank_lists, rank_scores
 from retrieval_metrics.functional.measures import retrieval_measures
@@ -42,6 +43,7 @@ __all__ = [
     "RetrievalMetric",
     "RetrievalMetrics",
     "__version__",
+    "compare",
     "functional",
     "rank_embeddings",
     "rank_lists",

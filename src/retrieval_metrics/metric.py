@@ -50,6 +50,7 @@ from retrieval_metrics.functional.ranking import (
     rank_scores,
 )
 from retrieval_metrics.functional.ties import TIES
+from retrieval_metrics.protocols import apply_protocol
 
 __all__ = ["RetrievalMetric", "label_codes"]
 
@@ -123,6 +124,9 @@ class RetrievalMetric(Metric):
             each process ranks every query against its shard, and only relevant scores and counts
             cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
             not repeat items across processes.
+        protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
+            "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see
+            :mod:`retrieval_metrics.protocols`); it sets the options it fixes.
         ap, divisor, gain, median: measure options (see
             :func:`retrieval_metrics.functional.retrieval_measures`).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
@@ -151,9 +155,21 @@ class RetrievalMetric(Metric):
         gain: str = "exponential",
         median: str = "vsepp",
         gallery_sharded: bool = False,
+        protocol: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        opts = apply_protocol(protocol, {
+            "similarity": similarity, "ties": ties, "empty_queries": empty_queries,
+            "percent": percent, "relevance": relevance, "radius": radius,
+            "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
+            "gain": gain, "median": median,
+        })
+        similarity, ties, empty_queries = opts["similarity"], opts["ties"], opts["empty_queries"]
+        percent, relevance, radius = opts["percent"], opts["relevance"], opts["radius"]
+        ignore_label, average, ap = opts["ignore_label"], opts["average"], opts["ap"]
+        divisor, gain, median = opts["divisor"], opts["gain"], opts["median"]
+        self.protocol = protocol
         _choice("similarity", similarity, SIMILARITIES)
         _choice("ties", ties, TIES)
         _choice("empty_queries", empty_queries, M.EMPTY_QUERIES)
@@ -684,6 +700,14 @@ class RetrievalMetric(Metric):
             num_bootstrap=num_bootstrap,
             seed=seed,
         )
+
+    def confidence_interval(
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+    ) -> dict[str, tuple[float, float]]:
+        """An interval per reported value: Wilson's for hit rates without ties to average, else
+        a seeded percentile bootstrap over queries (SPEC.md section 6)."""
+        summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
+        return {row["name"]: row["interval"] for row in summary.rows}
 
     def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
         """Gather every "cat" state with :func:`gather_rows` (uneven sizes, empty processes)."""

@@ -12,7 +12,15 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
 
-__all__ = ["Summary", "bootstrap_interval", "summarize", "wilson_interval"]
+__all__ = [
+    "Comparison",
+    "Summary",
+    "bootstrap_interval",
+    "mcnemar_exact",
+    "paired_comparison",
+    "summarize",
+    "wilson_interval",
+]
 
 
 def wilson_interval(successes: float, total: int, level: float = 0.95) -> tuple[float, float]:
@@ -208,3 +216,81 @@ def summarize(
             }
         )
     return summary
+
+
+def mcnemar_exact(first: Tensor, second: Tensor) -> float:
+    """Two-sided exact McNemar p-value for paired 0/1 outcomes (discordant pairs ~ Bin(n, 1/2))."""
+    a = first.to(torch.bool)
+    b = second.to(torch.bool)
+    only_first = int((a & ~b).sum())
+    only_second = int((~a & b).sum())
+    n = only_first + only_second
+    if n == 0:
+        return 1.0
+    k = min(only_first, only_second)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+@dataclass
+class Comparison:
+    """Paired comparison of one metric between two models on the same queries."""
+
+    name: str
+    first: float
+    second: float
+    difference: float
+    interval: tuple[float, float]
+    p_value: float
+    test: str
+    queries: int
+
+    def __str__(self) -> str:
+        lo, hi = self.interval
+        return (f"{self.name}: {self.first:.4f} vs {self.second:.4f}, difference "
+                f"{self.difference:+.4f} [{lo:+.4f}, {hi:+.4f}], p = {self.p_value:.4g} "
+                f"({self.test}, {self.queries} queries)")
+
+
+def paired_comparison(
+    name: str,
+    first: Tensor,
+    second: Tensor,
+    level: float = 0.95,
+    num_bootstrap: int = 10_000,
+    seed: int = 0,
+) -> Comparison:
+    """Difference of means (first - second) over queries counted by both, with a seeded paired
+    bootstrap interval; p-value from the exact McNemar test for 0/1 values (hit rates), else from
+    the paired bootstrap (twice the share of resampled differences on the far side of 0)."""
+    if first.shape != second.shape:
+        raise ValueError(
+            f"the two metrics were computed on different queries ({first.shape[0]} and "
+            f"{second.shape[0]}); compare models on the same queries"
+        )
+    both = ~(torch.isnan(first) | torch.isnan(second))
+    a, b = first[both].to(torch.float64), second[both].to(torch.float64)
+    n = a.numel()
+    if n == 0:
+        nan = math.nan
+        return Comparison(name, nan, nan, nan, (nan, nan), nan, "none", 0)
+    diff = a - b
+    gen = torch.Generator().manual_seed(seed)
+    means = []
+    chunk = max(1, 2**22 // n)
+    for start in range(0, num_bootstrap, chunk):
+        size = min(chunk, num_bootstrap - start)
+        idx = torch.randint(0, n, (size, n), generator=gen)
+        means.append(diff[idx].mean(1))
+    dist = torch.cat(means)
+    alpha = (1 - level) / 2
+    interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
+    binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())
+    if binary:
+        p_value, test = mcnemar_exact(a > 0.5, b > 0.5), "exact McNemar"
+    else:
+        centred = dist - diff.mean()
+        p_value = float((centred.abs() >= abs(float(diff.mean()))).to(torch.float64).mean())
+        test = "paired bootstrap"
+    return Comparison(name, float(a.mean()), float(b.mean()), float(diff.mean()), interval,
+                      p_value, test, n)

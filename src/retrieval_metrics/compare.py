@@ -1,0 +1,60 @@
+"""``compare(a, b)``: is model A better than model B on the same queries?"""
+
+from __future__ import annotations
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.stats import Comparison, paired_comparison
+from retrieval_metrics.metric import RetrievalMetric
+
+__all__ = ["compare"]
+
+
+def compare(
+    first: RetrievalMetric,
+    second: RetrievalMetric,
+    level: float = 0.95,
+    num_bootstrap: int = 10_000,
+    seed: int = 0,
+) -> dict[str, Comparison]:
+    """Paired comparison, metric by metric, of two metric objects scored on the same queries.
+
+    Hit rates use the exact McNemar test; every other metric a seeded paired bootstrap of the
+    per-query difference. Each result has the difference (first - second), its interval at
+    ``level`` and a p-value. Give both metrics ``ids=`` (or the same update order) so that query i
+    is the same query in both.
+
+    Example:
+        >>> import torch, retrieval_metrics as rm
+        >>> labels = torch.arange(40) % 8
+        >>> good, bad = rm.HitRateAtK(k=1), rm.HitRateAtK(k=1)
+        >>> good.update(torch.eye(8)[labels] + 0.01 * torch.randn(40, 8), labels)
+        >>> bad.update(torch.randn(40, 8), labels)
+        >>> rm.compare(good, bad)["hit_rate@1"].difference > 0
+        True
+    """
+    if not isinstance(first, RetrievalMetric) or not isinstance(second, RetrievalMetric):
+        raise ValueError("`compare` takes two retrieval_metrics metric objects")
+    names_a, names_b = first.metric_names(), second.metric_names()
+    if names_a != names_b:
+        raise ValueError(f"the two metrics report different values: {names_a} and {names_b}")
+    table_a, table_b = first._synced_table(), second._synced_table()
+    if table_a.num_queries != table_b.num_queries or not bool(
+        (table_a.num_relevant == table_b.num_relevant).all()
+    ):
+        raise ValueError(
+            "the two metrics were not scored on the same queries (different numbers of queries "
+            "or of relevant items per query)"
+        )
+    out = {}
+    for name in names_a:
+        spec = M.parse_metric(name)
+        values = []
+        for metric, table in ((first, table_a), (second, table_b)):
+            v = M.per_query_values(table, spec, ties=metric.ties, ap=metric.ap,
+                                   divisor=metric.divisor, gain=metric.gain)
+            if v.dim() > 1:
+                v = v.mean(1)  # a CMC curve: compare the area under it
+            values.append(v)
+        out[spec.name] = paired_comparison(spec.name, values[0], values[1], level,
+                                           num_bootstrap, seed)
+    return out

@@ -1,0 +1,143 @@
+"""Named protocols: a field's official evaluation is one argument away (SPEC.md section 4).
+
+``protocol="NAME"`` on any metric sets the options below. An option you pass yourself must agree
+with the protocol (otherwise the metric raises), so a protocol never silently changes what you
+asked for. Helpers here turn the inputs of two protocols into the library's input forms:
+:func:`trec_run_to_lists` (trec_eval's tie order) and :func:`ann_benchmarks_ranks`
+(ann-benchmarks' distance-threshold recall).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["PROTOCOLS", "ann_benchmarks_ranks", "apply_protocol", "trec_run_to_lists"]
+
+#: name -> (options it fixes, what the field's code does that these options reproduce)
+PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
+    "vsepp": (
+        {"median": "vsepp", "percent": True, "similarity": "cosine"},
+        "VSE++ evaluation.py: R@K in percent, medr = floor(median(r - 1)) + 1; COCO 1K is "
+        "CrossModalRetrieval(folds=5), 5K folds=None",
+    ),
+    "pml": (
+        {"similarity": "euclidean", "empty_queries": "skip", "average": "macro"},
+        "pytorch-metric-learning AccuracyCalculator: L2 kNN (IndexFlatL2), self removed, queries "
+        "whose label has no other item skipped, MAP@R and R-precision over R = m_q",
+    ),
+    "torchreid": (
+        {"ap": "step", "empty_queries": "skip", "ignore_label": None},
+        "torchreid eval_market1501: same identity and camera removed (pass cameras=), step AP, "
+        "queries without a valid match skipped, CMC to max_rank",
+    ),
+    "market1501_official": (
+        {"ap": "trapezoid", "empty_queries": "zero", "ignore_label": -1},
+        "official Market-1501 code: also drops the junk label -1, trapezoid AP, queries without "
+        "a valid match count as 0",
+    ),
+    "netvlad": (
+        {"relevance": "radius", "radius": 25.0, "empty_queries": "zero", "percent": True},
+        "NetVLAD / VPR: positives within 25 m (inclusive), queries with no positive count as "
+        "misses, recall@N = hit rate @N for N = 1, 5, 10, 20",
+    ),
+    "msls": (
+        {"relevance": "radius", "radius": 25.0, "empty_queries": "skip", "divisor": "min"},
+        "MSLS: queries with no positive skipped, mAP@K divided by min(m_q, K)",
+    ),
+    "ann_benchmarks": (
+        {"empty_queries": "zero", "ties": "optimistic"},
+        "ann-benchmarks k-recall@k: a returned item counts if its true distance is <= the k-th "
+        "true distance + 1e-3; feed ann_benchmarks_ranks(...) to update(relevant_ranks=...)",
+    ),
+    "trec_eval": (
+        {"gain": "linear", "empty_queries": "zero", "ties": "optimistic"},
+        "trec_eval: ties broken by document id in descending byte order (trec_run_to_lists), "
+        "NDCG with linear gain, P@K divides by K, a query with no relevant document scores 0",
+    ),
+}
+
+#: The constructor defaults a protocol may replace.
+DEFAULTS: dict[str, Any] = {
+    "similarity": "cosine", "ties": "expected", "empty_queries": "skip", "percent": False,
+    "relevance": "label", "radius": 25.0, "ignore_label": None, "average": "macro",
+    "ap": "step", "divisor": "relevant", "gain": "exponential", "median": "vsepp",
+}
+
+
+def apply_protocol(protocol: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Options with the protocol's settings in place of defaults; a conflicting choice raises."""
+    if protocol is None:
+        return options
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"`protocol` must be one of {tuple(PROTOCOLS)} or None, got {protocol!r}")
+    fixed, _ = PROTOCOLS[protocol]
+    out = dict(options)
+    for name, value in fixed.items():
+        given = options.get(name, DEFAULTS[name])
+        if given != DEFAULTS[name] and given != value:
+            raise ValueError(
+                f"protocol={protocol!r} sets {name}={value!r}, but {name}={given!r} was passed; "
+                "drop one of them"
+            )
+        out[name] = value
+    return out
+
+
+def trec_run_to_lists(
+    run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]]
+) -> tuple[list[list[str]], list[dict[str, int]], list[str]]:
+    """A TREC run (qid -> docid -> score) and qrels (qid -> docid -> grade) as ranked lists.
+
+    Documents are ordered by decreasing score, ties by document id in descending byte order
+    (trec_eval's rule). Queries are those of the qrels, sorted; a query missing from the run gets
+    an empty list (it scores 0, as ``trec_eval -c``). Returns (ranked ids, relevance dicts, qids).
+    """
+    qids = sorted(qrels)
+    ranked, relevant = [], []
+    for qid in qids:
+        docs = run.get(qid, {})
+        order = sorted(docs.items(), key=lambda d: (-float(d[1]), _neg_bytes(d[0])))
+        ranked.append([doc for doc, _ in order])
+        relevant.append({doc: int(g) for doc, g in qrels[qid].items()})
+    return ranked, relevant, qids
+
+
+def _neg_bytes(doc: str) -> tuple[int, ...]:
+    # descending byte order = ascending order of the negated bytes, longer strings first on ties
+    raw = doc.encode()
+    return (*(-b for b in raw), 1)
+
+
+def ann_benchmarks_ranks(
+    run_distances: Tensor | Sequence[Sequence[float]],
+    true_distances: Tensor | Sequence[Sequence[float]],
+    k: int,
+    epsilon: float = 1e-3,
+) -> tuple[list[list[int]], list[int]]:
+    """ann-benchmarks' k-recall@k as ranks for ``update(relevant_ranks=..., num_relevant=...)``.
+
+    A returned item (in the first k of the run) counts when its distance is <= the k-th true
+    distance + ``epsilon``; each query has k "relevant" slots, so recall@k of the result equals
+    ann-benchmarks' recall.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"`k` must be a positive int, got {k!r}")
+    run = torch.as_tensor(run_distances, dtype=torch.float64)
+    true = torch.as_tensor(true_distances, dtype=torch.float64)
+    if run.dim() != 2 or true.dim() != 2 or run.shape[0] != true.shape[0]:
+        raise ValueError(
+            "`run_distances` and `true_distances` must be (queries, items) with the same number "
+            f"of queries, got {tuple(run.shape)} and {tuple(true.shape)}"
+        )
+    if true.shape[1] < k:
+        raise ValueError(f"`true_distances` needs at least k={k} columns, got {true.shape[1]}")
+    threshold = true[:, k - 1] + epsilon
+    ranks = [
+        [i + 1 for i in range(min(k, run.shape[1])) if float(run[q, i]) <= float(threshold[q])]
+        for q in range(run.shape[0])
+    ]
+    return ranks, [k] * run.shape[0]
