@@ -50,7 +50,7 @@ from retrieval_metrics.functional.ranking import (
     rank_scores,
 )
 from retrieval_metrics.functional.ties import TIES
-from retrieval_metrics.protocols import apply_protocol
+from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 
 __all__ = ["RetrievalMetric", "label_codes"]
 
@@ -109,6 +109,9 @@ def label_codes(labels: Any, name: str) -> Tensor:
 class RetrievalMetric(Metric):
     """Base of every retrieval metric: accumulates inputs, ranks once, reports named measures.
 
+    Options left out take the library default shown here, or the value that ``protocol`` fixes;
+    an option you pass must agree with the protocol.
+
     Args:
         similarity: "cosine" (default), "dot" or "euclidean".
         ties: "expected" (default), "optimistic" or "pessimistic" (SPEC.md section 3).
@@ -141,19 +144,19 @@ class RetrievalMetric(Metric):
     def __init__(
         self,
         *,
-        similarity: str = "cosine",
-        ties: str = "expected",
-        empty_queries: str = "skip",
-        percent: bool = False,
-        relevance: str = "label",
-        radius: float = 25.0,
-        ignore_label: int | None = None,
-        average: str = "macro",
+        similarity: str | None = None,
+        ties: str | None = None,
+        empty_queries: str | None = None,
+        percent: bool | None = None,
+        relevance: str | None = None,
+        radius: float | None = None,
+        ignore_label: int | NotGiven | None = NOT_GIVEN,
+        average: str | None = None,
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
-        ap: str = "step",
-        divisor: str = "relevant",
-        gain: str = "exponential",
-        median: str = "vsepp",
+        ap: str | None = None,
+        divisor: str | None = None,
+        gain: str | None = None,
+        median: str | None = None,
         gallery_sharded: bool = False,
         protocol: str | None = None,
         **kwargs: Any,

@@ -15,7 +15,24 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["PROTOCOLS", "ann_benchmarks_ranks", "apply_protocol", "trec_run_to_lists"]
+__all__ = [
+    "NOT_GIVEN",
+    "PROTOCOLS",
+    "NotGiven",
+    "ann_benchmarks_ranks",
+    "apply_protocol",
+    "trec_run_to_lists",
+]
+
+
+class NotGiven:
+    """Marks an option the caller left out (where ``None`` is itself a valid choice)."""
+
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+NOT_GIVEN = NotGiven()
 
 #: name -> (options it fixes, what the field's code does that these options reproduce)
 PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
@@ -27,7 +44,10 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
     "pml": (
         {"similarity": "euclidean", "empty_queries": "skip", "average": "macro"},
         "pytorch-metric-learning AccuracyCalculator: L2 kNN (IndexFlatL2), self removed, queries "
-        "whose label has no other item skipped, MAP@R and R-precision over R = m_q",
+        "whose label has no other item skipped, MAP@R and R-precision over R = m_q. Exact ties: "
+        "PML keeps faiss' order (lower gallery index first), which no order-free rule "
+        "reproduces; ties stay 'expected' here, equal to PML whenever no tie touches a "
+        "relevant item",
     ),
     "torchreid": (
         {"ap": "step", "empty_queries": "skip", "ignore_label": None},
@@ -68,23 +88,31 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def _left_out(name: str, value: Any) -> bool:
+    # None means "left out" except for ignore_label, where None is a choice (no ignore label).
+    return value is NOT_GIVEN or (value is None and name != "ignore_label")
+
+
 def apply_protocol(protocol: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """Options with the protocol's settings in place of defaults; a conflicting choice raises."""
-    if protocol is None:
-        return options
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"`protocol` must be one of {tuple(PROTOCOLS)} or None, got {protocol!r}")
-    fixed, _ = PROTOCOLS[protocol]
-    out = dict(options)
-    for name, value in fixed.items():
-        given = options.get(name, DEFAULTS[name])
-        if given != DEFAULTS[name] and given != value:
+    """Every option resolved: what was passed, else the protocol's value, else the default.
+
+    An option passed explicitly that disagrees with the protocol raises.
+    """
+    given = {name: value for name, value in options.items() if not _left_out(name, value)}
+    fixed: dict[str, Any] = {}
+    if protocol is not None:
+        if protocol not in PROTOCOLS:
             raise ValueError(
-                f"protocol={protocol!r} sets {name}={value!r}, but {name}={given!r} was passed; "
-                "drop one of them"
+                f"`protocol` must be one of {tuple(PROTOCOLS)} or None, got {protocol!r}"
             )
-        out[name] = value
-    return out
+        fixed = PROTOCOLS[protocol][0]
+    for name, value in fixed.items():
+        if name in given and given[name] != value:
+            raise ValueError(
+                f"protocol={protocol!r} sets {name}={value!r}, but {name}={given[name]!r} was "
+                "passed; drop one of them"
+            )
+    return {**DEFAULTS, **fixed, **given}
 
 
 def trec_run_to_lists(
