@@ -283,8 +283,8 @@ MSLS_DB_POS = [[0.0, 10.0], [20.0, 0.0]] + [[1000.0, 5.0 * j] for j in range(6)]
 
 def msls_update(m) -> None:
     q, g = scored(MSLS_SCORES)
-    m.update(q, role="query", positions=torch.tensor(MSLS_Q_POS))
-    m.update(g, role="gallery", positions=torch.tensor(MSLS_DB_POS))
+    m.update(q, role="query", positions=torch.tensor(MSLS_Q_POS, dtype=torch.float64))
+    m.update(g, role="gallery", positions=torch.tensor(MSLS_DB_POS, dtype=torch.float64))
 
 
 def test_msls_hand_case():

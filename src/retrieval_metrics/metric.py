@@ -324,6 +324,16 @@ class RetrievalMetric(Metric):
         if cameras is not None:
             out["cameras"] = _per_item("cameras", label_codes(cameras, "cameras"), n)
         if positions is not None:
+            if isinstance(positions, Tensor) and positions.dtype in (
+                torch.float32, torch.float16, torch.bfloat16
+            ):
+                warnings.warn(
+                    f"`positions` arrived as {positions.dtype}, which keeps about 7 significant "
+                    "digits (UTM eastings to a few centimetres, enough to move an item across "
+                    "the radius); pass float64 positions",
+                    UserWarning,
+                    stacklevel=4,
+                )
             pos = torch.as_tensor(positions, dtype=torch.float64)
             if pos.dim() != 2 or pos.shape[0] != n:
                 raise ValueError(f"`positions` must have shape ({n}, P), got {tuple(pos.shape)}")
