@@ -94,3 +94,21 @@ def test_chance_level_single_relevant_is_k_over_n():
     assert float(m.summary()["mrr"]["chance"]) == pytest.approx(
         sum(1 / i for i in range(1, 10)) / 9
     )
+
+
+def test_ranked_lists_have_no_chance_level_and_chance_is_shared_per_gallery():
+    m = rm.RecallAtK(k=2)
+    m.update(ranked_ids=[["a", "b", "c"]], relevant_ids=[{"b", "z"}])
+    assert m.summary()["recall@2"]["chance"] is None
+    # queries with the same gallery size and relevant count share one chance computation;
+    # the result equals the chance table's own measures
+    from retrieval_metrics.functional import measures as M
+
+    labels = torch.arange(30) % 7  # classes of 5 and 4 items: two distinct galleries
+    metric = rm.RetrievalMetrics(["mrr", "hit_rate@3", "map@r", "median_rank"])
+    metric.update(torch.randn(30, 5), labels)
+    table = metric.rank_table()
+    direct = M.retrieval_measures(M.chance_table(table), metric.metric_names())
+    shared = M.chance_measures(table, metric.metric_names())
+    for name in direct:
+        torch.testing.assert_close(direct[name], shared[name])

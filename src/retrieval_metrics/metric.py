@@ -743,6 +743,13 @@ class RetrievalMetric(Metric):
         form_all = gather_rows([form[None, :]], group)[0]
         self.form = form_all.max(0).values
 
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """torchmetrics' ``plot``: ``(fig, ax)``; hit rate vs K with its chance curve for metrics
+        that report a curve (CMC, several hit rates). See :mod:`retrieval_metrics.plot`."""
+        from retrieval_metrics.plot import plot_metric
+
+        return plot_metric(self, val, ax)
+
 
 # ---------------------------------------------------------------------- helpers
 

@@ -572,12 +572,58 @@ def retrieval_measures(
     >>> {k: round(float(v), 4) for k, v in retrieval_measures(table, ["recall@3", "mrr"]).items()}
     {'recall@3': 0.75, 'mrr': 0.6667}
     """
+    return _measures(table, names, ties=ties, empty_queries=empty_queries, average=average,
+                     percent=percent, ap=ap, divisor=divisor, gain=gain, median=median)
+
+
+def chance_measures(table: RankTable, names: Sequence[str], **options) -> dict[str, Tensor]:
+    """The chance level of each named metric on ``table``'s galleries (SPEC.md section 5): its
+    value under a uniformly random ranking, aggregated like :func:`retrieval_measures`.
+
+    A query's chance value depends only on its gallery size and number of relevant items (and
+    grades), so each distinct pair is computed once.
+    """
+    chance = chance_table(table)
+    options = {**options, "ties": "expected"}
+    if chance.ideal_grade is not None or table.num_queries == 0:
+        return _measures(chance, names, **options)
+    key = torch.stack([table.gallery_size, table.num_relevant], 1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    representative = torch.zeros(unique.shape[0], dtype=torch.int64).scatter_(
+        0, inverse, torch.arange(table.num_queries)
+    )
+    return _measures(chance, names, rows=(chance.select(representative), inverse), **options)
+
+
+def _measures(
+    table: RankTable,
+    names: Sequence[str],
+    *,
+    ties: str = "expected",
+    empty_queries: str = "skip",
+    average: str = "macro",
+    percent: bool = False,
+    ap: str = "step",
+    divisor: str = "relevant",
+    gain: str = "exponential",
+    median: str = "vsepp",
+    rows: tuple[RankTable, Tensor] | None = None,
+) -> dict[str, Tensor]:
+    """retrieval_measures; with ``rows=(small, index)``, per-query values are computed on
+    ``small`` and expanded to ``table``'s queries by ``index`` (queries known to be equal)."""
     if ties not in T.TIES:
         raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
+
+    def each_query(fn):
+        return fn(table) if rows is None else fn(rows[0])[rows[1]]
+
     out: dict[str, Tensor] = {}
     for name in names:
         spec = parse_metric(name)
-        values = per_query_values(table, spec, ties=ties, ap=ap, divisor=divisor, gain=gain)
+        values = each_query(
+            lambda t, spec=spec: per_query_values(t, spec, ties=ties, ap=ap, divisor=divisor,
+                                                  gain=gain)
+        )
         if spec.base in RANK_METRICS:
             if empty_queries == "zero":
                 # An unanswerable query ranks after the whole gallery: the worst possible rank.
@@ -597,15 +643,16 @@ def retrieval_measures(
                 raise ValueError(
                     f'`average="micro"` applies to recall, precision and r_precision, not {name!r}'
                 )
-            if spec.base == "recall":
-                numerator = expected_hits_per_query(table, spec.k, ties)
-                denominator = table.num_relevant.to(torch.float64)
-            elif spec.base == "precision":
-                numerator = expected_hits_per_query(table, spec.k, ties)
-                denominator = torch.full_like(numerator, float(spec.k))
+            if spec.base in ("recall", "precision"):
+                numerator = each_query(
+                    lambda t, spec=spec: expected_hits_per_query(t, spec.k, ties)
+                )
+                denominator = (table.num_relevant.to(torch.float64) if spec.base == "recall"
+                               else torch.full_like(numerator, float(spec.k)))
             else:
-                m = table.num_relevant.clamp_min(1)
-                numerator = expected_hits_per_query(table, m, ties)
+                numerator = each_query(
+                    lambda t: expected_hits_per_query(t, t.num_relevant.clamp_min(1), ties)
+                )
                 denominator = table.num_relevant.to(torch.float64)
         out[spec.name] = aggregate(
             values,

@@ -165,12 +165,9 @@ def summarize(
     unknown).
     """
     values = M.retrieval_measures(table, names, **options)
-    has_gallery = bool((table.gallery_size != UNBOUNDED).all()) and table.num_queries > 0
-    chance = (
-        M.retrieval_measures(M.chance_table(table), names, **{**options, "ties": "expected"})
-        if has_gallery
-        else None
-    )
+    # Ranked lists (depth unbounded) come from an unknown collection: no chance level.
+    has_gallery = table.num_queries > 0 and not bool((table.depth == UNBOUNDED).any())
+    chance = M.chance_measures(table, names, **options) if has_gallery else None
     skipped = int((table.num_relevant == 0).sum())
     empty_policy = options.get("empty_queries", "skip")
     summary = Summary(level=level)

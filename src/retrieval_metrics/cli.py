@@ -1,0 +1,1051 @@
+"""The ``retrieval-metrics`` command: ``demo`` and ``evaluate``.
+
+``retrieval-metrics demo`` runs the protocols on data the package generates or scikit-learn ships
+(no download; see :mod:`retrieval_metrics.demo`).
+
+``retrieval-metrics evaluate`` scores saved embeddings or a TREC run:
+
+* ``evaluate FILE``: same source (every item queries all the others, never itself);
+* ``evaluate --query Q --gallery G``: separate query and gallery sets (re-id, place recognition,
+  a fixed index); repeat the pair to compare runs;
+* ``evaluate --run RUN --qrels QRELS``: TREC files (``qid Q0 docid rank score tag`` and
+  ``qid 0 docid rel``), ranked as trec_eval ranks them (by score, ties by document id in
+  descending byte order); ``--protocol trec_eval`` unless ``--protocol`` says otherwise.
+
+Embedding files: ``.npz`` or ``.pt`` (a dict of arrays / tensors) with named arrays ``embeddings``
+(required), ``labels``, ``ids``, ``cameras``, ``positions`` (rename with ``--keys``); a ``.npy``
+(or a ``.pt`` holding one tensor) is the embeddings alone, its other arrays in files beside it
+named ``STEM.labels.npy``, ``STEM.ids.npy``, ...
+
+It prints one aligned table per run (value, 95% interval, chance level, queries counted and
+skipped, gallery size), writes them with ``--json`` and draws hit rate vs K with the chance curve
+(all runs on one axis) with ``--plot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+
+__all__ = ["CLIError", "Progress", "load_items", "main", "read_qrels", "read_trec_run"]
+
+ARRAYS = ("embeddings", "labels", "ids", "cameras", "positions")
+EMBEDDING_METRICS = "hit_rate@1,hit_rate@5,hit_rate@10,map@r,r_precision"
+TREC_METRICS = "map,r_precision,mrr,precision@10,recall@100,ndcg@10"
+PROTOCOL_NAMES = (
+    "vsepp",
+    "pml",
+    "torchreid",
+    "market1501_official",
+    "netvlad",
+    "msls",
+    "ann_benchmarks",
+    "trec_eval",
+)
+
+
+EVALUATE_HELP = """\
+Score saved embeddings or a TREC run; print one table per run (value, 95% interval, chance
+level, queries counted and skipped, gallery size).
+
+  retrieval-metrics evaluate emb.npz                      same source: every item queries
+                                                          all the others, never itself
+  retrieval-metrics evaluate --query q.npz --gallery g.npz  separate sets (re-id, places)
+  retrieval-metrics evaluate --run run.txt --qrels qrels.txt  TREC (protocol trec_eval)
+  retrieval-metrics evaluate a.npz b.npz --plot cmc.png   two runs: both curves on one axis
+
+Embedding files: .npz or .pt (a dict of arrays / tensors) with arrays named embeddings
+(required), labels, ids, cameras, positions (rename with --keys). A .npy (or a .pt holding one
+tensor) is the embeddings alone; its other arrays are files beside it: STEM.labels.npy,
+STEM.ids.npy, STEM.cameras.npy, STEM.positions.npy (STEM.labels.pt, ... beside a .pt).
+
+TREC files: run lines 'qid Q0 docid rank score tag', qrels lines 'qid iter docid rel'. Documents
+are ranked by score, ties by docid in descending byte order (trec_eval's rule); grade >= 1 is
+relevant. Queries: those of the run with judgments (trec_eval's default; -c adds the others).
+"""
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+# ---------------------------------------------------------------------------- progress bar
+
+
+class Progress:
+    """A progress bar on stderr that appears only once the work has run for ``delay`` seconds.
+
+    A background thread redraws it (so it also moves during one long step); nothing is written
+    for work that finishes sooner. ``delay < 0`` turns it off.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        delay: float = 2.0,
+        stream: TextIO | None = None,
+        width: int = 28,
+    ) -> None:
+        self.total = max(1, int(total))
+        self.label = label
+        self.delay = delay
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.done = 0
+        self.drawn = False
+        self._start = 0.0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Progress:
+        self._start = time.monotonic()
+        if self.delay >= 0:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def advance(self, n: int = 1) -> None:
+        with self._lock:
+            self.done = min(self.total, self.done + n)
+
+    def phase(self, label: str, total: int = 1) -> None:
+        """Go on with the next step of the same work under a new label (a bar already shown
+        gets its final state and its own line)."""
+        with self._lock:
+            if self.drawn:
+                self._write(final=True)
+                self.drawn = False
+            self.label, self.total, self.done = label, max(1, int(total)), 0
+
+    def _run(self) -> None:
+        if self._stop.wait(self.delay):
+            return
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        while True:
+            with self._lock:
+                self._write(final=False)
+            if self._stop.wait(0.25 if tty else 5.0):
+                return
+
+    def _write(self, final: bool) -> None:
+        elapsed = time.monotonic() - self._start
+        filled = round(self.width * self.done / self.total)
+        bar = "#" * filled + "." * (self.width - filled)
+        line = f"\r{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s"
+        self.stream.write(line + ("\n" if final else ""))
+        self.stream.flush()
+        self.drawn = True
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.drawn:
+            with self._lock:
+                self._write(final=True)
+
+
+# ---------------------------------------------------------------------------- embedding files
+
+
+def _as_numpy(value: Any, path: Path, name: str) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype in (torch.bfloat16, torch.float16):
+            value = value.float()
+        return value.numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)):
+        try:
+            return np.asarray(value)
+        except ValueError as err:
+            raise CLIError(f"{path}: array {name!r} is not rectangular: {err}") from None
+    raise CLIError(f"{path}: {name!r} is a {type(value).__name__}, not an array, tensor or list")
+
+
+def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
+    """The arrays of one file: a dict of named arrays, or one array."""
+    if not path.exists():
+        raise CLIError(f"{path}: no such file")
+    if path.is_dir():
+        raise CLIError(f"{path}: is a directory, not a .npz, .npy or .pt file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                return {name: data[name] for name in data.files}
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if suffix in (".pt", ".pth"):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+            if isinstance(obj, dict):
+                return {str(k): _as_numpy(v, path, str(k)) for k, v in obj.items()}
+            return _as_numpy(obj, path, "embeddings")
+    except CLIError:
+        raise
+    except Exception as err:
+        raise CLIError(f"{path}: cannot be read as a {suffix} file: {err}") from None
+    raise CLIError(f"{path}: unknown file type {suffix!r}; use .npz, .npy or .pt")
+
+
+def _sibling(path: Path, name: str) -> Path:
+    return path.with_name(f"{path.stem}.{name}{path.suffix}")
+
+
+def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
+    """Labels, ids and cameras: integers or strings; whole-number floats become int64."""
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise CLIError(
+                f"{path}: array {name!r} holds non-integer floats ({arr.dtype}); {name} must be "
+                "integers or strings (they are compared exactly)"
+            )
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "b":
+        return arr.astype(np.int64)
+    if arr.dtype.kind not in "iuUS":
+        raise CLIError(
+            f"{path}: array {name!r} has dtype {arr.dtype}; {name} must be integers or strings"
+        )
+    return arr
+
+
+@dataclass
+class Items:
+    """One side of an evaluation, read from a file."""
+
+    path: Path
+    embeddings: np.ndarray
+    labels: np.ndarray | None = None
+    ids: np.ndarray | None = None
+    cameras: np.ndarray | None = None
+    positions: np.ndarray | None = None
+    found: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.embeddings.shape[0])
+
+
+def load_items(
+    path: str | Path,
+    keys: dict[str, str] | None = None,
+    *,
+    need_labels: bool = True,
+    need_positions: bool = False,
+) -> Items:
+    """Read embeddings and their per-item arrays from a .npz, .npy or .pt file.
+
+    Raises :class:`CLIError` naming the file and the array for a missing file, a missing array,
+    or arrays whose shapes do not match.
+    """
+    path = Path(path)
+    keys = {name: name for name in ARRAYS} | dict(keys or {})
+    content = _read_file(path)
+    if isinstance(content, dict):
+        data = content
+        where = f"{path}"
+    else:
+        data = {keys["embeddings"]: content}
+        for name in ARRAYS[1:]:
+            sibling = _sibling(path, keys[name])
+            if sibling.exists():
+                value = _read_file(sibling)
+                if isinstance(value, dict):
+                    raise CLIError(f"{sibling}: expected one array ({name}), found named arrays")
+                data[keys[name]] = value
+        where = f"{path} (and {_sibling(path, 'NAME')} files beside it)"
+    found = ", ".join(sorted(data)) or "nothing"
+
+    def missing(name: str, why: str) -> CLIError:
+        return CLIError(
+            f"{where}: no array named {keys[name]!r} ({why}); it holds: {found}. "
+            f"Name the array with --keys {name}=NAME"
+        )
+
+    if keys["embeddings"] not in data:
+        raise missing("embeddings", "the embeddings")
+    emb = data[keys["embeddings"]]
+    if emb.dtype.kind not in "fiub":
+        raise CLIError(f"{path}: array {keys['embeddings']!r} has dtype {emb.dtype}, not numbers")
+    if emb.ndim != 2:
+        raise CLIError(
+            f"{path}: array {keys['embeddings']!r} must be 2-D (items x dimensions), got shape "
+            f"{emb.shape}"
+        )
+    if emb.shape[0] == 0:
+        raise CLIError(f"{path}: array {keys['embeddings']!r} has no rows")
+    if emb.dtype.kind != "f":
+        emb = emb.astype(np.float32)
+    if not np.all(np.isfinite(emb)):
+        bad = int((~np.isfinite(emb)).any(axis=1).sum())
+        raise CLIError(
+            f"{path}: array {keys['embeddings']!r} has NaN or infinite values in {bad} rows"
+        )
+    n = emb.shape[0]
+    items = Items(path=path, embeddings=emb, found=sorted(data))
+    for name in ARRAYS[1:]:
+        value = data.get(keys[name])
+        if value is None:
+            continue
+        if name == "positions":
+            if value.ndim != 2 or value.dtype.kind not in "fiu":
+                raise CLIError(
+                    f"{path}: array {keys[name]!r} must be 2-D numbers (items x coordinates), "
+                    f"got shape {value.shape} and dtype {value.dtype}"
+                )
+        else:
+            if value.ndim != 1:
+                raise CLIError(
+                    f"{path}: array {keys[name]!r} must be 1-D (one entry per item), got shape "
+                    f"{value.shape}"
+                )
+            value = _integer_like(value, path, keys[name])
+        if value.shape[0] != n:
+            raise CLIError(
+                f"{path}: array {keys[name]!r} has {value.shape[0]} entries but "
+                f"{keys['embeddings']!r} has {n} rows; they must match (one entry per item)"
+            )
+        setattr(items, name, value)
+    if need_labels and items.labels is None:
+        raise missing("labels", "relevance is by equal labels")
+    if need_positions and items.positions is None:
+        raise missing("positions", 'relevance="radius" needs positions')
+    return items
+
+
+def _check_pair(query: Items, gallery: Items) -> None:
+    dq, dg = query.embeddings.shape[1], gallery.embeddings.shape[1]
+    if dq != dg:
+        raise CLIError(
+            f"{query.path}: embeddings have {dq} dimensions but {gallery.path}'s have {dg}; "
+            "query and gallery must come from the same model"
+        )
+    for name in ("labels", "cameras", "positions", "ids"):
+        q, g = getattr(query, name), getattr(gallery, name)
+        if (q is None) != (g is None) and name in ("labels", "cameras", "positions"):
+            has, lacks = (query, gallery) if q is not None else (gallery, query)
+            raise CLIError(
+                f"{lacks.path}: no array {name!r}, but {has.path} has one; give it in both files "
+                "or in neither"
+            )
+        if name == "positions" and q is not None and g is not None and q.shape[1] != g.shape[1]:
+            raise CLIError(
+                f"{query.path}: positions have {q.shape[1]} coordinates but {gallery.path}'s "
+                f"have {g.shape[1]}"
+            )
+        if (
+            name == "labels"
+            and q is not None
+            and g is not None
+            and (q.dtype.kind in "US") != (g.dtype.kind in "US")
+        ):
+            raise CLIError(
+                f"{query.path} and {gallery.path}: array 'labels' is text in one file and "
+                "numbers in the other, so no label could ever match"
+            )
+
+
+# ---------------------------------------------------------------------------- TREC files
+
+
+def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
+    """A TREC run file (``qid Q0 docid rank score tag`` per line) as qid -> docid -> score.
+
+    The rank column is ignored (trec_eval ranks by score). A document listed twice for one query
+    is an error, as in trec_eval.
+    """
+    path = Path(path)
+    run: dict[str, dict[str, float]] = {}
+    for lineno, fields in _lines(path):
+        if len(fields) != 6:
+            raise CLIError(
+                f"{path}, line {lineno}: a run line has 6 fields 'qid Q0 docid rank score tag', "
+                f"got {len(fields)}"
+            )
+        qid, _, doc, _, score, _ = fields
+        try:
+            value = float(score)
+        except ValueError:
+            raise CLIError(f"{path}, line {lineno}: score {score!r} is not a number") from None
+        if not math.isfinite(value):
+            raise CLIError(f"{path}, line {lineno}: score {score!r} is not finite")
+        docs = run.setdefault(qid, {})
+        if doc in docs:
+            raise CLIError(
+                f"{path}, line {lineno}: document {doc!r} listed twice for query {qid!r}"
+            )
+        docs[doc] = value
+    if not run:
+        raise CLIError(f"{path}: the run is empty")
+    return run
+
+
+def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """A TREC qrels file (``qid iter docid rel`` per line) as qid -> docid -> grade."""
+    path = Path(path)
+    qrels: dict[str, dict[str, int]] = {}
+    for lineno, fields in _lines(path):
+        if len(fields) != 4:
+            raise CLIError(
+                f"{path}, line {lineno}: a qrels line has 4 fields 'qid iter docid rel', got "
+                f"{len(fields)}"
+            )
+        qid, _, doc, rel = fields
+        try:
+            grade = int(rel)
+        except ValueError:
+            raise CLIError(f"{path}, line {lineno}: relevance {rel!r} is not an integer") from None
+        qrels.setdefault(qid, {})[doc] = grade
+    if not qrels:
+        raise CLIError(f"{path}: the qrels are empty")
+    return qrels
+
+
+def _lines(path: Path):
+    if not path.exists():
+        raise CLIError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise CLIError(f"{path}: cannot be read as text: {err}") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if fields:
+            yield lineno, fields
+
+
+def trec_lists(
+    run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], complete: bool = False
+) -> tuple[list[str], list[list[str]], list[Any], dict[str, int]]:
+    """Per-query ranked lists (trec_eval's order) and relevance, for ``update(ranked_ids=...)``.
+
+    Queries: those of the run that have qrels (trec_eval's default), or with ``complete`` every
+    query of the qrels, one missing from the run scoring as an empty list (``trec_eval -c``).
+    Relevance: grade >= 1 is relevant; grades go along as a dict when any is above 1.
+    """
+    qids = sorted(qrels) if complete else sorted(q for q in run if q in qrels)
+    graded = any(g > 1 for docs in qrels.values() for g in docs.values())
+    ranked, relevant = [], []
+    for qid in qids:
+        docs = run.get(qid, {})
+        # trec_eval: decreasing score, ties by document id in descending byte order
+        by_doc = sorted(docs, key=lambda d: d.encode(), reverse=True)
+        ranked.append(sorted(by_doc, key=lambda d: -docs[d]))
+        judged = qrels[qid]
+        if graded:
+            relevant.append({d: g for d, g in judged.items() if g >= 1})
+        else:
+            relevant.append({d for d, g in judged.items() if g >= 1})
+    notes = {
+        "run_queries_without_qrels": sum(1 for q in run if q not in qrels),
+        "qrels_queries_without_run": sum(1 for q in qrels if q not in run),
+    }
+    return qids, ranked, relevant, notes
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+@dataclass
+class Run:
+    """One evaluated run: its metric object (state filled) and how it was read."""
+
+    name: str
+    kind: str
+    files: list[str]
+    metric: Any
+    num_queries: int
+    notes: dict[str, Any] = field(default_factory=dict)
+    summary: Any = None
+    queries_key: str = ""  # equal for two runs that score the same queries in the same order
+
+
+def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
+    """Intervals and chance levels (the bootstrap can take a while: the bar stays up)."""
+    bar.phase(f"{run.name}: intervals and chance")
+    run.summary = run.metric.summary(level=args.level, num_bootstrap=args.bootstrap, seed=args.seed)
+    if run.kind == "trec":
+        for row in run.summary.rows:  # the collection a run was drawn from is unknown
+            row["chance"] = None
+    bar.advance()
+    return run
+
+
+def _tensor(arr: np.ndarray | None) -> torch.Tensor | None:
+    if arr is None:
+        return None
+    if arr.dtype.kind in "US":
+        return arr  # type: ignore[return-value]  # strings: the metric hashes them
+    t = torch.from_numpy(np.ascontiguousarray(arr))
+    if t.is_floating_point() and t.dtype != torch.float64:
+        t = t.to(torch.float32)
+    return t
+
+
+def _first_occurrences(ids: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each id, in input order (the metric's dedupe rule)."""
+    _, first = np.unique(ids, return_index=True)
+    return np.sort(first)
+
+
+def _select(items: Items, index: np.ndarray | slice) -> dict[str, Any]:
+    return {
+        name: _tensor(None if getattr(items, name) is None else getattr(items, name)[index])
+        for name in ARRAYS
+    }
+
+
+def _chunks(n: int, parts: int = 20, minimum: int = 2048) -> list[slice]:
+    size = max(minimum, math.ceil(n / parts))
+    return [slice(lo, min(n, lo + size)) for lo in range(0, n, size)]
+
+
+def evaluate_embeddings(
+    metric: Any, query: Items, gallery: Items | None, progress: Progress | None = None
+) -> int:
+    """Fill ``metric`` from the arrays: the gallery fixed once, queries ranked in chunks.
+
+    Same values as ``update(embeddings, labels)`` (same source, ``gallery=None``) or
+    ``update(..., role="query")`` / ``update(..., role="gallery")``: self-exclusion by sample id
+    (by position when the file has no ids), duplicate ids kept once.
+    """
+    same_source = gallery is None
+    if same_source:
+        if query.ids is None:
+            query.ids = np.arange(len(query), dtype=np.int64)
+        gallery = query
+    keep = _first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
+    g = _select(gallery, keep)
+    metric.set_gallery(
+        g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
+    )
+    for part in _chunks(len(query)):
+        q = _select(query, part)
+        metric.update(
+            q["embeddings"],
+            q["labels"],
+            role="query",
+            ids=q["ids"],
+            cameras=q["cameras"],
+            positions=q["positions"],
+        )
+        if progress is not None:
+            progress.advance(part.stop - part.start)
+    return len(query)
+
+
+def evaluate_trec(
+    metric: Any,
+    qids: list[str],
+    ranked: list[list[str]],
+    relevant: list[Any],
+    progress: Progress | None = None,
+) -> int:
+    for part in _chunks(len(qids), minimum=500):
+        metric.update(ranked_ids=ranked[part], relevant_ids=relevant[part])
+        if progress is not None:
+            progress.advance(part.stop - part.start)
+    return len(qids)
+
+
+def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> Callable[[], Any]:
+    import retrieval_metrics as rm
+    from retrieval_metrics.functional import measures as M
+
+    for name in names:
+        try:
+            M.parse_metric(name)
+        except ValueError as err:
+            raise CLIError(f"--metrics: {err}") from None
+    options: dict[str, Any] = {}
+    for option in ("similarity", "ties", "empty_queries", "relevance", "radius", "ignore_label"):
+        value = getattr(args, option)
+        if value is not None:
+            options[option] = value
+    if args.percent:
+        options["percent"] = True
+    protocol = args.protocol
+    if protocol is None and trec:
+        protocol = "trec_eval"
+    if protocol not in (None, "none"):
+        options["protocol"] = protocol
+
+    def factory() -> Any:
+        try:
+            return rm.RetrievalMetrics(names, **options)
+        except (TypeError, ValueError) as err:
+            raise CLIError(str(err)) from None
+
+    factory()  # options are checked before any file is read
+    return factory
+
+
+def _parse_keys(text: str | None) -> dict[str, str]:
+    keys: dict[str, str] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or name not in ARRAYS or not value:
+            raise CLIError(
+                f"--keys: expected NAME=ARRAY with NAME one of {', '.join(ARRAYS)}, got {part!r}"
+            )
+        keys[name] = value
+    return keys
+
+
+def _gallery_value(text: str) -> int | list[int] | None:
+    if text == "-":
+        return None
+    if "-" in text:
+        lo, hi = text.split("-", 1)
+        return [int(lo), int(hi)]
+    return int(text)
+
+
+def _number(x: Any) -> Any:
+    if x is None:
+        return None
+    if isinstance(x, torch.Tensor):
+        if x.dim() > 0:
+            return [_number(v) for v in x.tolist()]
+        x = x.item()
+    x = float(x)
+    return None if math.isnan(x) else x
+
+
+def _summary_json(summary: Any) -> dict[str, Any]:
+    out = {}
+    for row in summary.rows:
+        out[row["name"]] = {
+            "value": _number(row["value"]),
+            "interval": [_number(v) for v in row["interval"]],
+            "chance": _number(row["chance"]),
+            "queries": int(row["queries"]),
+            "skipped": int(row["skipped"]),
+            "gallery_size": _gallery_value(str(row["gallery"])),
+        }
+    return out
+
+
+def _effective_options(metric: Any) -> dict[str, Any]:
+    names = (
+        "protocol",
+        "similarity",
+        "ties",
+        "empty_queries",
+        "percent",
+        "relevance",
+        "radius",
+        "ignore_label",
+        "average",
+        "ap",
+        "divisor",
+        "gain",
+        "median",
+    )
+    return {name: getattr(metric, name) for name in names if hasattr(metric, name)}
+
+
+def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
+    files, queries, galleries = args.files or [], args.query or [], args.gallery or []
+    runs_trec = args.run or []
+    sources = sum(bool(x) for x in (files, queries or galleries, runs_trec or args.qrels))
+    if sources == 0:
+        raise CLIError(
+            "nothing to evaluate: give embedding FILEs, --query and --gallery, or --run and "
+            "--qrels (see retrieval-metrics evaluate --help)"
+        )
+    if sources > 1:
+        raise CLIError(
+            "give one kind of input: embedding FILEs, --query/--gallery pairs, or --run/--qrels"
+        )
+    trec = bool(runs_trec or args.qrels)
+    names = [n.strip() for n in (args.metrics or "").split(",") if n.strip()]
+    if not names:
+        names = (TREC_METRICS if trec else EMBEDDING_METRICS).split(",")
+    factory = _metric_factory(args, names, trec)
+    probe = factory()
+    keys = _parse_keys(args.keys)
+    need_labels = probe.relevance == "label"
+    need_positions = probe.relevance == "radius"
+    run_names = list(args.name or [])
+
+    def name_of(i: int, default: str) -> str:
+        return run_names[i] if i < len(run_names) else default
+
+    runs: list[Run] = []
+    if trec:
+        if not runs_trec or not args.qrels:
+            raise CLIError("TREC evaluation needs both --run RUN and --qrels QRELS")
+        qrels = read_qrels(args.qrels)
+        for i, path in enumerate(runs_trec):
+            run = read_trec_run(path)
+            qids, ranked, relevant, notes = trec_lists(run, qrels, complete=args.complete)
+            notes["complete"] = bool(args.complete)
+            if not qids:
+                raise CLIError(f"{path}: no query of the run has judgments in {args.qrels}")
+            metric = factory()
+            label = name_of(i, Path(path).stem)
+            run_ = Run(label, "trec", [str(path), str(args.qrels)], metric, len(qids), notes)
+            run_.queries_key = _digest(*(q.encode() for q in qids))
+            with Progress(len(qids), f"{label}: scoring", delay=args.progress_delay) as bar:
+                evaluate_trec(metric, qids, ranked, relevant, bar)
+                runs.append(_summarize(run_, args, bar))
+        return runs, trec
+    if files:
+        pairs = [(path, None) for path in files]
+    else:
+        if not queries or not galleries:
+            raise CLIError("separate sets need both --query FILE and --gallery FILE")
+        if len(galleries) == 1:
+            galleries = galleries * len(queries)
+        if len(galleries) != len(queries):
+            raise CLIError(
+                f"got {len(queries)} --query and {len(galleries)} --gallery files; give one "
+                "gallery for all, or one per query file"
+            )
+        pairs = list(zip(queries, galleries, strict=True))
+    for i, (qpath, gpath) in enumerate(pairs):
+        query = load_items(qpath, keys, need_labels=need_labels, need_positions=need_positions)
+        gallery = None
+        if gpath is not None:
+            gallery = load_items(
+                gpath, keys, need_labels=need_labels, need_positions=need_positions
+            )
+            _check_pair(query, gallery)
+        metric = factory()
+        label = name_of(i, Path(qpath).stem)
+        kind = "same_source" if gallery is None else "query_gallery"
+        files_used = [str(qpath)] + ([] if gpath is None else [str(gpath)])
+        run_ = Run(label, kind, files_used, metric, len(query))
+        run_.queries_key = _digest(
+            *(a.tobytes() for a in (query.labels, query.ids, query.positions) if a is not None)
+        )
+        with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
+            try:
+                evaluate_embeddings(metric, query, gallery, bar)
+                runs.append(_summarize(run_, args, bar))
+            except ValueError as err:
+                where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
+                raise CLIError(f"{where}: {err}") from None
+    return runs, trec
+
+
+def _describe(run: Run) -> str:
+    if run.kind == "same_source":
+        return f"{run.files[0]}: {run.num_queries} items, each queries all the others"
+    if run.kind == "query_gallery":
+        return f"{run.files[0]} against {run.files[1]}: {run.num_queries} queries"
+    notes = run.notes
+    extra = []
+    if notes.get("run_queries_without_qrels"):
+        extra.append(f"{notes['run_queries_without_qrels']} run queries without judgments ignored")
+    if notes.get("qrels_queries_without_run"):
+        verb = "scored as empty lists" if notes.get("complete") else "ignored"
+        extra.append(f"{notes['qrels_queries_without_run']} judged queries not in the run {verb}")
+    tail = f" ({'; '.join(extra)})" if extra else ""
+    return f"{run.files[0]} judged by {run.files[1]}: {run.num_queries} queries{tail}"
+
+
+def _options_line(metric: Any, trec: bool = False) -> str:
+    opts = _effective_options(metric)
+    shown = (
+        ["protocol", "empty_queries", "gain"]
+        if trec
+        else ["protocol", "similarity", "ties", "empty_queries"]
+    )
+    line = ", ".join(f"{k}={opts[k]}" for k in shown if k in opts and opts[k] is not None)
+    return line + ("; ranked by score, ties by docid descending" if trec else "")
+
+
+def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out if out is not None else sys.stdout
+    if args.plot_k is not None and args.plot_k < 1:
+        raise CLIError("--plot-k must be a positive integer")
+    if not 0 < args.level < 1:
+        raise CLIError(f"--level must be between 0 and 1, got {args.level}")
+    if args.bootstrap < 1:
+        raise CLIError(f"--bootstrap must be a positive integer, got {args.bootstrap}")
+    runs, trec = _runs_from_args(args)
+    report: dict[str, Any] = {
+        "retrieval_metrics": _version(),
+        "options": _effective_options(runs[0].metric)
+        | {"metrics": runs[0].metric.metric_names(), "level": args.level},
+        "runs": [],
+    }
+    curves = []
+    for i, run in enumerate(runs):
+        metric = run.metric
+        summary = run.summary
+        if i:
+            print(file=out)
+        print(f"== {run.name}: {_describe(run)}", file=out)
+        print(f"   {_options_line(metric, trec)}", file=out)
+        _print_summary(summary, out)
+        entry: dict[str, Any] = {
+            "name": run.name,
+            "kind": run.kind,
+            "files": run.files,
+            "queries": run.num_queries,
+            "metrics": _summary_json(summary),
+        }
+        if run.notes:
+            entry["notes"] = run.notes
+        if args.plot:
+            from retrieval_metrics.plot import hit_rate_curve
+
+            curve = hit_rate_curve(
+                metric._synced_table(),
+                args.plot_k,
+                ties=metric.ties,
+                empty_queries=metric.empty_queries,
+                percent=metric.percent,
+                label=run.name,
+            )
+            if run.kind == "trec":
+                curve.chance = None  # the collection a run was drawn from is unknown
+            curves.append(curve)
+            entry["curve"] = curve.as_dict()
+        report["runs"].append(entry)
+    if len(runs) == 2:
+        report["comparison"] = _compare(runs, args, out)
+    if args.plot:
+        from retrieval_metrics.plot import save_curves
+
+        try:
+            save_curves(curves, args.plot, title="hit rate vs K (dashed: chance)")
+        except ModuleNotFoundError as err:
+            raise CLIError(f"--plot: {err}") from None
+        except (OSError, ValueError) as err:
+            raise CLIError(f"--plot {args.plot}: {err}") from None
+        print(f"\nplot written to {args.plot}", file=out)
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        except OSError as err:
+            raise CLIError(f"--json {args.json}: {err}") from None
+        print(f"{'' if args.plot else chr(10)}json written to {args.json}", file=out)
+    return 0
+
+
+def _print_summary(summary: Any, out: TextIO) -> None:
+    """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell."""
+    from retrieval_metrics.functional.stats import Summary
+
+    curves = [r for r in summary.rows if isinstance(r["value"], torch.Tensor) and r["value"].dim()]
+    table = Summary(rows=[r for r in summary.rows if r not in curves], level=summary.level)
+    if table.rows:
+        print(table, file=out)
+    for row in curves:
+        values, chance = row["value"], row["chance"]
+        ks = [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if k <= values.numel()]
+        cells = "  ".join(f"@{k} {float(values[k - 1]):.4f}" for k in ks)
+        print(f"{row['name']}:  {cells}", file=out)
+        if chance is not None:
+            cells = "  ".join(f"@{k} {float(chance[k - 1]):.4f}" for k in ks)
+            print(f"{'chance':<{len(row['name'])}}:  {cells}", file=out)
+
+
+def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str, Any] | None:
+    """Paired comparison of two runs scored on the same queries (rm.compare), when it applies."""
+    try:
+        from retrieval_metrics import compare
+    except ImportError:  # pragma: no cover - older library
+        return None
+    a, b = runs
+    if a.queries_key != b.queries_key:
+        print(f"\n(no paired comparison: {a.name} and {b.name} score different queries)", file=out)
+        return None
+    try:
+        result = compare(
+            a.metric, b.metric, level=args.level, num_bootstrap=args.bootstrap, seed=args.seed
+        )
+    except ValueError as err:
+        print(f"\n(no paired comparison: {err})", file=out)
+        return None
+    print(f"\n== {a.name} vs {b.name}, paired on the same queries", file=out)
+    for row in result.values():
+        print(f"   {row}", file=out)
+    return {
+        name: {
+            "difference": _number(r.difference),
+            "interval": [_number(v) for v in r.interval],
+            "p_value": _number(r.p_value),
+            "test": r.test,
+            "queries": r.queries,
+        }
+        for name, r in result.items()
+    }
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _version() -> str:
+    from retrieval_metrics import __version__
+
+    return __version__
+
+
+def cmd_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from retrieval_metrics.demo import run_demo
+
+    run_demo(out=out, seed=args.seed)
+    return 0
+
+
+# ---------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retrieval-metrics",
+        description="Exact retrieval metrics: a demo of the protocols, and evaluation of saved "
+        "embeddings or TREC runs.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,evaluate}")
+    sub.required = True
+
+    demo = sub.add_parser(
+        "demo",
+        help="run every protocol on generated data and scikit-learn's digits (no download)",
+        description="Image-text 1K vs 5K, the four 'recalls', ties under the three rules, and "
+        "class retrieval where R@1 and MAP@R disagree (generated data and scikit-learn's bundled "
+        "handwritten digits). No arguments, no download, under a minute on 2 CPU cores.",
+    )
+    demo.add_argument("--seed", type=int, default=0, help="seed of the generated data (0)")
+    demo.set_defaults(func=cmd_demo)
+
+    ev = sub.add_parser(
+        "evaluate",
+        help="score saved embeddings (.npz/.npy/.pt) or a TREC run against qrels",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=EVALUATE_HELP,
+    )
+    ev.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="same-source embedding files (every item queries all the others); several FILEs "
+        "are several runs",
+    )
+    ev.add_argument("--query", action="append", metavar="FILE", help="query embeddings")
+    ev.add_argument(
+        "--gallery",
+        action="append",
+        metavar="FILE",
+        help="gallery embeddings (one, or one per --query)",
+    )
+    ev.add_argument("--run", action="append", metavar="RUN", help="TREC run file (repeatable)")
+    ev.add_argument("--qrels", metavar="QRELS", help="TREC qrels file")
+    ev.add_argument(
+        "--complete",
+        "-c",
+        action="store_true",
+        help="TREC: also score judged queries missing from the run, as empty lists (trec_eval -c)",
+    )
+    ev.add_argument(
+        "--metrics",
+        metavar="LIST",
+        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for TREC {TREC_METRICS})",
+    )
+    ev.add_argument(
+        "--protocol",
+        choices=(*PROTOCOL_NAMES, "none"),
+        metavar="NAME",
+        help=f"a field's official evaluation, one of {', '.join(PROTOCOL_NAMES)} (sets the "
+        "options it fixes); TREC input defaults to trec_eval, 'none' turns that off",
+    )
+    ev.add_argument(
+        "--ties",
+        choices=("expected", "optimistic", "pessimistic"),
+        help="tied scores: the exact expectation over their orders (default), or relevant "
+        "items first / last",
+    )
+    ev.add_argument(
+        "--similarity", choices=("cosine", "dot", "euclidean"), help="score (default cosine)"
+    )
+    ev.add_argument(
+        "--empty-queries",
+        dest="empty_queries",
+        choices=("skip", "zero", "error"),
+        help="queries with no relevant item: left out (default), scored 0, or an error",
+    )
+    ev.add_argument(
+        "--relevance",
+        choices=("label", "radius"),
+        help="equal labels (default), or positions within --radius metres",
+    )
+    ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
+    ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
+    ev.add_argument("--percent", action="store_true", help="report fractions in percent")
+    ev.add_argument(
+        "--keys",
+        metavar="NAME=ARRAY,...",
+        help="array names in the files, e.g. embeddings=feats,labels=pids,cameras=camids",
+    )
+    ev.add_argument("--name", action="append", metavar="NAME", help="run names, in order")
+    ev.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
+    ev.add_argument("--plot", metavar="OUT.png", help="draw hit rate vs K with the chance curve")
+    ev.add_argument(
+        "--plot-k",
+        dest="plot_k",
+        type=int,
+        metavar="K",
+        help="largest K on the plot (default: the gallery size, at most 100)",
+    )
+    ev.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
+    ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (1000)")
+    ev.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
+    ev.add_argument(
+        "--progress-delay",
+        dest="progress_delay",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="show a progress bar on stderr after this long (2; negative: never)",
+    )
+    ev.set_defaults(func=cmd_evaluate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``retrieval-metrics`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (CLIError, ValueError) as err:  # ValueError: the library refusing an input
+        print(f"retrieval-metrics: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("retrieval-metrics: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

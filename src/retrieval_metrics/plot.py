@@ -1,0 +1,243 @@
+"""Plots: the hit rate vs K (CMC) curve beside its chance curve, and ``metric.plot()``.
+
+``metric.plot(val=None, ax=None)`` follows torchmetrics' convention (returns ``(fig, ax)``, draws
+into ``ax`` when one is given, plots ``compute()`` when no value is given, a list of values as a
+series over steps). A metric that reports a curve (``CMC``, ``HitRateAtK`` with several ``k``, a
+``RetrievalMetrics`` with ``cmc@K`` or several ``hit_rate@K``) is drawn as hit rate against K,
+with the curve a uniformly random ranking of the same gallery would give (SPEC.md section 5)
+beside it. Everything else is drawn by torchmetrics' own plot.
+
+The command line's ``--plot`` draws one curve per run on one axis (:func:`plot_curves`).
+matplotlib is an extra: ``pip install "retrieval-metrics[plot]"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
+
+__all__ = ["Curve", "hit_rate_curve", "plot_curves", "plot_metric", "save_curves"]
+
+_MISSING = "plots need matplotlib: pip install matplotlib (or retrieval-metrics[plot])"
+
+
+@dataclass
+class Curve:
+    """Hit rate at each cut-off K, with the chance level at the same K (``None`` if unknown)."""
+
+    k: list[int]
+    values: list[float]
+    chance: list[float] | None = None
+    label: str = ""
+    percent: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"k": self.k, "hit_rate": self.values, "chance": self.chance}
+
+
+def _known_gallery(table: RankTable) -> bool:
+    return table.num_queries > 0 and bool((table.gallery_size != UNBOUNDED).all())
+
+
+def hit_rate_curve(
+    table: RankTable,
+    max_k: int | None = None,
+    *,
+    ks: Sequence[int] | None = None,
+    ties: str = "expected",
+    empty_queries: str = "skip",
+    percent: bool = False,
+    label: str = "",
+) -> Curve:
+    """Hit rate @K (the CMC curve) of a rank table for K = 1..``max_k``, or at the cut-offs ``ks``.
+
+    ``max_k`` defaults to the largest gallery, capped at 100. The chance curve is the same measure
+    on :func:`~retrieval_metrics.functional.chance_table` (a uniformly random ranking).
+    """
+    if ks is None:
+        if max_k is None:
+            sizes = table.gallery_size[table.gallery_size != UNBOUNDED]
+            max_k = min(100, int(sizes.max())) if sizes.numel() else 100
+        ks = list(range(1, max(1, int(max_k)) + 1))
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"cut-offs must be positive ints, got {ks}")
+    name = f"cmc@{ks[-1]}"
+    options = {"empty_queries": empty_queries, "percent": percent}
+    index = torch.tensor([k - 1 for k in ks])
+    curve = M.retrieval_measures(table, [name], ties=ties, **options)[name]
+    chance = None
+    if _known_gallery(table):
+        chance_curve = M.retrieval_measures(
+            M.chance_table(table), [name], ties="expected", **options
+        )[name]
+        chance = [float(v) for v in chance_curve[index]]
+    return Curve(
+        k=ks,
+        values=[float(v) for v in curve[index]],
+        chance=chance,
+        label=label,
+        percent=percent,
+    )
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ModuleNotFoundError(_MISSING) from err
+    return plt
+
+
+def plot_curves(
+    curves: Sequence[Curve], ax: Any = None, title: str | None = None
+) -> tuple[Any, Any]:
+    """Draw hit rate vs K for each curve, its chance curve dashed in the same colour, on one axis.
+
+    Returns ``(fig, ax)`` (``fig`` is ``None`` when ``ax`` was given, as in torchmetrics).
+    """
+    if not curves:
+        raise ValueError("`curves` is empty: nothing to plot")
+    if ax is None:
+        fig, ax = _pyplot().subplots(figsize=(6.4, 4.4))
+    else:
+        fig = None
+    percent = any(c.percent for c in curves)
+    largest = max(c.k[-1] for c in curves)
+    chances = {(tuple(c.k), tuple(c.chance)) for c in curves if c.chance is not None}
+    shared = len(curves) > 1 and len(chances) == 1 and all(c.chance is not None for c in curves)
+    for i, c in enumerate(curves):
+        label = c.label or "hit rate @K"
+        marker = "o" if len(c.k) <= 12 else None
+        (line,) = ax.plot(c.k, c.values, marker=marker, label=label, color=f"C{i}")
+        if shared and c.chance is not None:
+            if i == 0:  # one gallery for every run: one chance curve
+                ax.plot(c.k, c.chance, linestyle="--", color="0.4", label="chance")
+        elif c.chance is not None:
+            ax.plot(
+                c.k,
+                c.chance,
+                linestyle="--",
+                color=line.get_color(),
+                alpha=0.8,
+                label=f"{label}: chance",
+            )
+    if largest > 20:
+        ax.set_xscale("log")
+        ticks = [t for t in _log_ticks(largest) if t <= largest]
+        ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+        ax.minorticks_off()
+    ax.set_xlabel("K")
+    ax.set_ylabel("hit rate @K (CMC)" + (" %" if percent else ""))
+    top = 100.0 if percent else 1.0
+    ax.set_ylim(-0.02 * top, 1.02 * top)
+    ax.grid(True, alpha=0.4)
+    ax.legend(loc="lower right", fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig, ax
+
+
+def _log_ticks(largest: int) -> list[int]:
+    ticks, base = [], 1
+    while base <= largest:
+        ticks += [base, 2 * base, 5 * base]
+        base *= 10
+    return ticks
+
+
+def save_curves(curves: Sequence[Curve], path: Any, title: str | None = None) -> None:
+    """Write :func:`plot_curves` to an image file (PNG, SVG, PDF: by the file's extension)."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ModuleNotFoundError(_MISSING) from err
+    fig = Figure(figsize=(6.4, 4.4))  # no pyplot: works without a display, leaves no figure open
+    ax = fig.add_subplot()
+    plot_curves(curves, ax=ax, title=title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _strip(key: str, prefix: str) -> str:
+    return key[len(prefix) :] if prefix and key.startswith(prefix) else key
+
+
+def _curve_of_value(value: Any, prefix: str) -> tuple[list[int], list[float]] | None:
+    """(ks, hit rates) when ``value`` is a CMC vector or a dict of hit_rate@K values, else None."""
+    if isinstance(value, Tensor) and value.dim() == 1 and value.numel() > 1:
+        return list(range(1, value.numel() + 1)), [float(v) for v in value]
+    if isinstance(value, Mapping) and value:
+        points = []
+        for key, v in value.items():
+            try:
+                spec = M.parse_metric(_strip(str(key), prefix))
+            except ValueError:
+                return None
+            if spec.base == "cmc" and isinstance(v, Tensor) and len(value) == 1:
+                return _curve_of_value(v, prefix)
+            if spec.base != "hit_rate" or not isinstance(v, Tensor) or v.numel() != 1:
+                return None
+            points.append((int(spec.k), float(v)))
+        if len(points) < 2:
+            return None
+        points.sort()
+        return [k for k, _ in points], [v for _, v in points]
+    return None
+
+
+def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+    """``metric.plot(val, ax)``: the curve (with chance) for curve metrics, else torchmetrics'."""
+    prefix = getattr(metric, "prefix", "")
+    percent = bool(getattr(metric, "percent", False))
+    name = type(metric).__name__
+    if val is None and _reports_curve(metric):
+        specs = [M.parse_metric(n) for n in metric.metric_names()]
+        cmc = [int(s.k) for s in specs if s.base == "cmc"]
+        if cmc:
+            ks = list(range(1, max(cmc) + 1))
+        else:
+            ks = [int(s.k) for s in specs if s.base == "hit_rate"]
+        curve = hit_rate_curve(
+            metric._synced_table(),
+            ks=ks,
+            ties=metric.ties,
+            empty_queries=metric.empty_queries,
+            percent=percent,
+            label=name,
+        )
+        return plot_curves([curve], ax=ax)
+    if val is not None:
+        single = _curve_of_value(val, prefix)
+        if single is not None:
+            ks, values = single
+            return plot_curves([Curve(ks, values, None, name, percent)], ax=ax)
+        if isinstance(val, Sequence) and not isinstance(val, (str, Tensor)) and val:
+            series = [_curve_of_value(v, prefix) for v in val]
+            if all(s is not None for s in series):
+                return plot_curves(
+                    [
+                        Curve(ks, values, None, f"{name} step {i}", percent)
+                        for i, (ks, values) in enumerate(series)  # type: ignore[misc]
+                    ],
+                    ax=ax,
+                )
+    _pyplot()  # a clear message when matplotlib is missing
+    return metric._plot(val, ax)
+
+
+def _reports_curve(metric: Any) -> bool:
+    """True for metrics whose own state gives a hit-rate curve (not CrossModalRetrieval)."""
+    from retrieval_metrics.crossmodal import CrossModalRetrieval
+
+    if isinstance(metric, CrossModalRetrieval) or not hasattr(metric, "metric_names"):
+        return False
+    specs = [M.parse_metric(n) for n in metric.metric_names()]
+    return any(s.base == "cmc" for s in specs) or sum(s.base == "hit_rate" for s in specs) >= 2
