@@ -209,6 +209,7 @@ class RetrievalMetric(Metric):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
         self.bytes_exchanged = 0
+        self._sync_bytes = 0
 
         self.add_state("form", torch.zeros(5, dtype=torch.int64), dist_reduce_fx="max")
         for side in ("q", "g"):
@@ -619,7 +620,9 @@ class RetrievalMetric(Metric):
             similarity=self.similarity,
             memory_budget=self.memory_budget,
         )
-        self.bytes_exchanged = exchange.sent
+        # what this process sent: its states (queries, its share of nothing else) and the
+        # ranking's relevant scores and counts
+        self.bytes_exchanged = exchange.sent + getattr(self, "_sync_bytes", 0)
         return table
 
     def _table_from_states(self) -> RankTable:
@@ -736,6 +739,7 @@ class RetrievalMetric(Metric):
             if isinstance(value, list):
                 value = dim_zero_cat(value) if value else torch.zeros(0, dtype=torch.int64)
             local.append(value)
+        self._sync_bytes = sum(t.numel() * t.element_size() for t in local)
         gathered = gather_rows(local, group)
         for name, value in zip(names, gathered, strict=True):
             setattr(self, name, value)
