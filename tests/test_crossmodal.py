@@ -106,3 +106,19 @@ def test_errors():
     m.update(torch.randn(2, 3), torch.randn(2, 3), torch.arange(2), text_image_ids=[0, 5])
     with pytest.raises(ValueError, match="no update gave an embedding"):
         m.compute()
+
+
+def test_per_query_and_summary_per_direction():
+    images, captions, cap_img = data(40, seed=6)
+    m = rm.CrossModalRetrieval(k=(1, 5), similarity="dot")
+    m.update(torch.tensor(images[cap_img]), torch.tensor(captions), torch.tensor(cap_img))
+    per = m.per_query()
+    assert per["i2t/hit_rate@1"].shape == (40,) and per["t2i/hit_rate@1"].shape == (200,)
+    ref = vsepp(images, captions, cap_img, ks=(1, 5))
+    assert float(per["t2i/hit_rate@5"].mean()) == pytest.approx(ref["t2i/hit_rate@5"], abs=1e-6)
+    summary = m.summary()
+    row = summary["i2t/hit_rate@1"]
+    assert row["queries"] == 40 and row["gallery"] == "200"
+    # one image among 200 captions of which 5 are relevant: 1 - C(195, 1) / C(200, 1) = 5 / 200
+    assert float(row["chance"]) == pytest.approx(5 / 200)
+    assert summary["t2i/hit_rate@1"]["gallery"] == "40"

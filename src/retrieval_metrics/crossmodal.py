@@ -27,7 +27,8 @@ from torch import Tensor
 from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional import stats
+from retrieval_metrics.functional.ranking import RankTable, concat_tables, rank_embeddings
 from retrieval_metrics.metric import RetrievalMetric, _check_embeddings, _score_copy, label_codes
 from retrieval_metrics.metrics import _ks
 
@@ -165,8 +166,8 @@ class CrossModalRetrieval(RetrievalMetric):
         c_order = torch.argsort(txt_img.cpu(), stable=True)
         return img, img_ids.cpu(), txt[c_order.to(txt.device)], txt_img.cpu()[c_order]
 
-    def _direction(self, query, q_labels, gallery, g_labels) -> dict[str, Tensor]:
-        table = rank_embeddings(
+    def _direction_table(self, query, q_labels, gallery, g_labels) -> RankTable:
+        return rank_embeddings(
             query,
             gallery,
             query_labels=q_labels,
@@ -176,21 +177,33 @@ class CrossModalRetrieval(RetrievalMetric):
             depth=max(self.k),
             cover_relevant=False,
         )
-        return M.retrieval_measures(
-            table,
-            self.metric_names(),
-            ties=self.ties,
-            empty_queries=self.empty_queries,
-            percent=self.percent,
-            median=self.median,
-        )
 
-    def _fold_values(self, img, img_ids, txt, txt_img) -> dict[str, Tensor]:
+    def _fold_tables(self) -> list[dict[str, RankTable]]:
+        """Per fold, the image-to-text and text-to-image rank tables."""
+        img, img_ids, txt, txt_img = self._gathered()
+        n = img.shape[0]
+        folds = self.folds or 1
+        if n < folds:
+            raise ValueError(f"`folds={folds}` needs at least {folds} images, got {n}")
+        tables = []
+        for f in range(folds):
+            lo, hi = f * n // folds, (f + 1) * n // folds
+            ids = img_ids[lo:hi]
+            sel = torch.isin(txt_img, ids)
+            fold_txt, fold_txt_img = txt[sel.to(txt.device)], txt_img[sel]
+            tables.append({
+                "i2t": self._direction_table(img[lo:hi], ids, fold_txt, fold_txt_img),
+                "t2i": self._direction_table(fold_txt, fold_txt_img, img[lo:hi], ids),
+            })
+        return tables
+
+    def _fold_values(self, tables: dict[str, RankTable]) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}
-        for direction, values in (
-            ("i2t", self._direction(img, img_ids, txt, txt_img)),
-            ("t2i", self._direction(txt, txt_img, img, img_ids)),
-        ):
+        for direction, table in tables.items():
+            values = M.retrieval_measures(
+                table, self.metric_names(), ties=self.ties, empty_queries=self.empty_queries,
+                percent=self.percent, median=self.median,
+            )
             for name, value in values.items():
                 out[f"{direction}/{name}"] = value
         scale = 1.0 if self.percent else 100.0
@@ -202,30 +215,45 @@ class CrossModalRetrieval(RetrievalMetric):
 
     def compute_values(self) -> dict[str, Tensor]:
         """The unprefixed values, averaged over folds (float64)."""
-        img, img_ids, txt, txt_img = self._gathered()
-        n = img.shape[0]
-        folds = self.folds or 1
-        if n < folds:
-            raise ValueError(f"`folds={folds}` needs at least {folds} images, got {n}")
-        rows = []
-        for f in range(folds):
-            lo, hi = f * n // folds, (f + 1) * n // folds
-            ids = img_ids[lo:hi]
-            sel = torch.isin(txt_img, ids)
-            rows.append(self._fold_values(img[lo:hi], ids, txt[sel.to(txt.device)], txt_img[sel]))
+        rows = [self._fold_values(tables) for tables in self._fold_tables()]
         return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
         return {f"{self.prefix}{k}": v.to(torch.float32) for k, v in self.compute_values().items()}
 
-    def per_query(self) -> dict[str, Tensor]:
-        raise NotImplementedError(
-            "per-query values of CrossModalRetrieval: use HitRateAtK with role='query' / "
-            "'gallery' per direction"
-        )
+    def _direction_tables(self) -> dict[str, RankTable]:
+        """Each direction's queries of every fold, in one table (folds in order)."""
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync,
+            should_unsync=self._should_unsync,
+        ):
+            folds = self._fold_tables()
+        return {d: concat_tables([f[d] for f in folds]) for d in ("i2t", "t2i")}
 
-    def summary(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("summary() of CrossModalRetrieval: use one metric per direction")
+    def per_query(self) -> dict[str, Tensor]:
+        """Per direction, each query's values ("i2t/...": one per image in ascending id order,
+        "t2i/...": one per caption, grouped by image), folds concatenated."""
+        out = {}
+        for direction, table in self._direction_tables().items():
+            for name in self.metric_names():
+                spec = M.parse_metric(name)
+                out[f"{direction}/{spec.name}"] = M.per_query_values(table, spec, ties=self.ties)
+        return out
+
+    def summary(self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> Any:
+        """Per direction: value, interval, chance level, queries and gallery size per metric
+        (each query ranked against its own fold's gallery; with equal folds the means equal the
+        fold averages of compute())."""
+        rows = []
+        for direction, table in self._direction_tables().items():
+            part = stats.summarize(
+                table, self.metric_names(), ties=self.ties, empty_queries=self.empty_queries,
+                percent=self.percent, median=self.median, level=level,
+                num_bootstrap=num_bootstrap, seed=seed,
+            )
+            for row in part.rows:
+                rows.append({**row, "name": f"{self.prefix}{direction}/{row['name']}"})
+        return stats.Summary(rows=rows, level=level)
 
 
 class RSum(CrossModalRetrieval):
