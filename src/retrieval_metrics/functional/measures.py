@@ -50,6 +50,19 @@ AP_KINDS = ("step", "trapezoid")
 AP_DIVISORS = ("relevant", "min", "retrieved")
 
 
+# Tie groups of one table under one rule, shared by every metric of one retrieval_measures call.
+_GROUP_CACHE: dict[tuple[int, str, str | None], T.TieGroups] | None = None
+
+
+def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups:
+    if _GROUP_CACHE is None:
+        return T.tie_groups(table, ties, gain=gain)
+    key = (id(table), ties, gain)
+    if key not in _GROUP_CACHE:
+        _GROUP_CACHE[key] = T.tie_groups(table, ties, gain=gain)
+    return _GROUP_CACHE[key]
+
+
 def _cutoff(k: int, name: str = "k") -> int:
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`{name}` must be a positive int, got {k!r}")
@@ -93,14 +106,14 @@ def expected_hits_per_query(table: RankTable, k: int | Tensor, ties: str = "expe
     """E[h_q(K)]: relevant items in the top K (NaN-free; 0 for unanswerable queries)."""
     cutoff = _as_cutoff(table, k)
     _require_depth(table, cutoff, "a cut-off measure")
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     return _query_sum(table, groups, T.expected_hits(groups, cutoff[groups.query]))
 
 
 def hit_rate_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
     """1[r_q <= K]; under "expected" ties, the probability of a hit in the top K."""
     cutoff = _as_cutoff(table, k)
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     first = groups.first
     u = T.positions_in_cutoff(groups.above[first], groups.size[first], cutoff[groups.query[first]])
     p = 1.0 - T.miss_probability(groups.size[first], groups.relevant[first], u)
@@ -129,7 +142,7 @@ def r_precision_per_query(table: RankTable, ties: str = "expected") -> Tensor:
 
 def _precision_sum(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
     _require_depth(table, cutoff, "average precision")
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     return _query_sum(table, groups, T.expected_precision_sum(groups, cutoff[groups.query]))
 
 
@@ -165,7 +178,7 @@ def average_precision_per_query(
         if k is not None:
             raise ValueError('`ap="trapezoid"` is defined over the whole ranking; use k=None')
         _require_depth(table, cutoff, "average precision")
-        groups = T.tie_groups(table, ties)
+        groups = _groups(table, ties)
         step = T.expected_precision_sum(groups, cutoff[groups.query])
         extra = T.expected_trapezoid_extra(groups)
         total = _query_sum(table, groups, 0.5 * (step + extra))
@@ -186,7 +199,7 @@ def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
     of j relevant items in u positions, and the rest of the numerator is unchanged.
     """
     _require_depth(table, cutoff, "average precision")
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     k = cutoff[groups.query]
     end = groups.above + groups.size
     inside = end <= k
@@ -229,7 +242,7 @@ def reciprocal_rank_per_query(
 ) -> Tensor:
     """1 / r_q; with a cut-off K, 0 when r_q > K. Expected under random order inside ties."""
     limit = _as_cutoff(table, k)
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     per_group = T.expected_reciprocal_first(groups, limit[groups.query])
     return _unanswerable_nan(table, _query_sum(table, groups, per_group))
 
@@ -239,7 +252,7 @@ def first_rank_per_query(table: RankTable, ties: str = "expected") -> Tensor:
 
     Infinite when no relevant item was retrieved (ranked lists).
     """
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
     first = groups.first
     out[groups.query[first]] = T.expected_first_position(groups)[first]
@@ -252,7 +265,7 @@ def ndcg_per_query(
     """DCG@K / IDCG@K with gain 2^g - 1 ("exponential") or g ("linear"); binary grade is 1."""
     cutoff = _as_cutoff(table, k)
     _require_depth(table, cutoff, "NDCG")
-    groups = T.tie_groups(table, ties, gain=gain)
+    groups = _groups(table, ties, gain=gain)
     end = groups.above + groups.size
     limit = cutoff[groups.query]
     top = int(torch.minimum(end, limit).max()) if end.numel() else 0
@@ -286,7 +299,7 @@ def ndcg_per_query(
 def cmc_per_query(table: RankTable, max_rank: int, ties: str = "expected") -> Tensor:
     """``(Q, max_rank)``: P(r_q <= k) for k = 1..max_rank (rows of NaN for unanswerable)."""
     max_rank = _cutoff(max_rank, "max_rank")
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     first = groups.first
     q = groups.query[first]
     ks = torch.arange(1, max_rank + 1)
@@ -308,7 +321,7 @@ def minp_per_query(table: RankTable, ties: str = "expected") -> Tensor:
         raise ValueError(
             "mINP needs every relevant item's position, but the ranking was truncated by `depth`"
         )
-    groups = T.tie_groups(table, ties)
+    groups = _groups(table, ties)
     limit = torch.full((groups.query.numel(),), UNBOUNDED, dtype=torch.int64)
     inv_last = _query_sum(table, groups, T.expected_reciprocal_last(groups, limit))
     value = torch.where(complete, table.num_relevant.to(torch.float64) * inv_last, 0.0)
@@ -611,9 +624,22 @@ def _measures(
 ) -> dict[str, Tensor]:
     """retrieval_measures; with ``rows=(small, index)``, per-query values are computed on
     ``small`` and expanded to ``table``'s queries by ``index`` (queries known to be equal)."""
+    global _GROUP_CACHE
     if ties not in T.TIES:
         raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
+    outer = _GROUP_CACHE is None
+    if outer:
+        _GROUP_CACHE = {}
+    try:
+        return _measures_cached(table, names, ties, empty_queries, average, percent, ap,
+                                divisor, gain, median, rows)
+    finally:
+        if outer:
+            _GROUP_CACHE = None
 
+
+def _measures_cached(table, names, ties, empty_queries, average, percent, ap, divisor, gain,
+                     median, rows) -> dict[str, Tensor]:
     def each_query(fn):
         return fn(table) if rows is None else fn(rows[0])[rows[1]]
 

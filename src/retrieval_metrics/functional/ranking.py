@@ -42,7 +42,7 @@ __all__ = [
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
-THETA_EVERY = 8
+THETA_EVERY = 4
 UNBOUNDED = torch.iinfo(torch.int64).max
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
