@@ -76,6 +76,16 @@ NOISE = 1.4  # noise norm relative to the unit class centre: hit rate@1 ~ 0.77 a
 MEMORY_NOISE = 1.05  # the same for the memory case: hit rate@1 ~ 0.76 at 100,000, D = 64
 NAIVE_BLOCK = 1024
 MATMUL_SIZE = 4096
+# The device the embeddings (and the floor's matmul) live on: --device, passed to the children
+# through the environment. The library ranks on whatever device the embeddings are on.
+DEVICE = torch.device(os.environ.get("RM_BENCH_DEVICE", "cpu"))
+
+
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 SLOW_SECONDS = 60.0  # a method slower than this is timed once
 NAMES = ["hit_rate@1", "hit_rate@2", "hit_rate@4", "hit_rate@8", "map@r", "r_precision", "mrr"]
 FULL_NAMES = [*NAMES, "map"]
@@ -185,11 +195,17 @@ def timed(fn: Callable[[], Any], repeats: int = 2) -> tuple[list[float], Any]:
 def matmul_rate(size: int = MATMUL_SIZE, repeats: int = 3) -> dict[str, float]:
     """FLOP/s of a square float32 torch.mm, best of ``repeats`` (after one warm-up)."""
     gen = torch.Generator().manual_seed(1)
-    a = torch.randn(size, size, generator=gen)
-    b = torch.randn(size, size, generator=gen)
-    out = torch.empty(size, size)
+    a = torch.randn(size, size, generator=gen).to(DEVICE)
+    b = torch.randn(size, size, generator=gen).to(DEVICE)
+    out = torch.empty(size, size, device=DEVICE)
     torch.mm(a, b, out=out)
-    times, _ = timed(lambda: torch.mm(a, b, out=out), repeats)
+    sync()
+
+    def product() -> None:
+        torch.mm(a, b, out=out)
+        sync()
+
+    times, _ = timed(product, repeats)
     best = min(times)
     return {"size": size, "seconds": best, "flops_per_second": 2 * size**3 / best}
 
@@ -236,12 +252,13 @@ def run_ours(
     def once() -> dict[str, torch.Tensor]:
         start = time.perf_counter()
         table = rank_embeddings(
-            emb,
+            emb.to(DEVICE),
             query_labels=labels,
             depth=depth,
             cover_relevant=cover_relevant,
             memory_budget=memory_budget,
         )
+        sync()
         ranked = time.perf_counter()
         values = retrieval_measures(table, names)
         splits.append((ranked - start, time.perf_counter() - ranked))
@@ -606,8 +623,16 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=None, help="torch/faiss threads (default: torch's)"
     )
     parser.add_argument("--out", default=str(RESULTS), help="JSON output path")
+    parser.add_argument(
+        "--device", default=None, help="device for our ranking and the floor (e.g. cuda)"
+    )
     parser.add_argument("--only", choices=sorted(METHODS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.device is not None:
+        # children read it at import; this process re-reads it for the floor
+        global DEVICE
+        os.environ["RM_BENCH_DEVICE"] = args.device
+        DEVICE = torch.device(args.device)
     if args.n is None:
         args.n = SMALL_N if args.small else DEFAULT_N
     if args.threads is None:
