@@ -28,8 +28,13 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import stats
-from retrieval_metrics.functional.ranking import RankTable, concat_tables, rank_embeddings
-from retrieval_metrics.metric import RetrievalMetric, _check_embeddings, _score_copy, label_codes
+from retrieval_metrics.functional.ranking import (
+    RankTable,
+    _check_embeddings,
+    concat_tables,
+    rank_embeddings,
+)
+from retrieval_metrics.metric import RetrievalMetric, _score_copy, first_by_id, label_codes
 from retrieval_metrics.metrics import _ks
 
 __all__ = ["CrossModalRetrieval", "RSum"]
@@ -142,19 +147,11 @@ class CrossModalRetrieval(RetrievalMetric):
         img, img_ids = dim_zero_cat(self.img_emb), dim_zero_cat(self.img_ids)
         txt, txt_img = dim_zero_cat(self.txt_emb), dim_zero_cat(self.txt_img_ids)
         # One gallery item per image id, in ascending id order.
-        order = torch.argsort(img_ids.cpu(), stable=True)
-        sorted_ids = img_ids.cpu()[order]
-        first = torch.ones_like(sorted_ids, dtype=torch.bool)
-        first[1:] = sorted_ids[1:] != sorted_ids[:-1]
-        keep = order[first]
+        keep = first_by_id(img_ids)
         img, img_ids = img[keep.to(img.device)], img_ids[keep.to(img_ids.device)]
         txt_ids = self.txt_ids
         if not (isinstance(txt_ids, list) and not txt_ids):
-            tid = dim_zero_cat(txt_ids).cpu()
-            t_order = torch.argsort(tid, stable=True)
-            t_first = torch.ones_like(t_order, dtype=torch.bool)
-            t_first[1:] = tid[t_order][1:] != tid[t_order][:-1]
-            t_keep = t_order[t_first]
+            t_keep = first_by_id(dim_zero_cat(txt_ids))
             txt, txt_img = txt[t_keep.to(txt.device)], txt_img[t_keep.to(txt_img.device)]
         missing = ~torch.isin(txt_img.cpu(), img_ids.cpu())
         if bool(missing.any()):

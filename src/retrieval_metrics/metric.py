@@ -44,6 +44,7 @@ from retrieval_metrics.functional.ranking import (
     UNBOUNDED,
     Exchange,
     RankTable,
+    _check_embeddings,
     rank_embeddings,
     rank_embeddings_sharded,
     rank_lists,
@@ -536,13 +537,7 @@ class RetrievalMetric(Metric):
                 )
                 self._warned_no_ids = True
             return items
-        # Keep the first occurrence of each id, items ordered by id (a stable order whatever the
-        # number of processes or the batch split).
-        order = torch.argsort(ids.cpu(), stable=True)
-        sorted_ids = ids.cpu()[order]
-        first = torch.ones_like(sorted_ids, dtype=torch.bool)
-        first[1:] = sorted_ids[1:] != sorted_ids[:-1]
-        keep = order[first]
+        keep = first_by_id(ids)
         return {name: None if v is None else v[keep.to(v.device)] for name, v in items.items()}
 
     def _rank_embedding_states(self, same_source: bool) -> RankTable:
@@ -636,26 +631,19 @@ class RetrievalMetric(Metric):
             counts, above, tied, grade, num_rel, size, depth, ideal_counts, ideal_grade, q_class
         )
         if qid is not None and bool((qid >= 0).all()) and qid.numel():
-            order = torch.argsort(qid.cpu(), stable=True)
-            sorted_ids = qid.cpu()[order]
-            first = torch.ones_like(sorted_ids, dtype=torch.bool)
-            first[1:] = sorted_ids[1:] != sorted_ids[:-1]
-            table = table.select(order[first])
+            table = table.select(first_by_id(qid))
         return table
 
+    def _measure_options(self) -> dict[str, Any]:
+        """The options every measure of this metric is computed with."""
+        return {
+            "ties": self.ties, "empty_queries": self.empty_queries, "average": self.average,
+            "percent": self.percent, "ap": self.ap, "divisor": self.divisor, "gain": self.gain,
+            "median": self.median,
+        }
+
     def _values(self, table: RankTable) -> dict[str, Tensor]:
-        return M.retrieval_measures(
-            table,
-            self.metric_names(),
-            ties=self.ties,
-            empty_queries=self.empty_queries,
-            average=self.average,
-            percent=self.percent,
-            ap=self.ap,
-            divisor=self.divisor,
-            gain=self.gain,
-            median=self.median,
-        )
+        return M.retrieval_measures(table, self.metric_names(), **self._measure_options())
 
     def compute(self) -> Tensor | dict[str, Tensor]:
         values = self._values(self.rank_table())
@@ -704,14 +692,7 @@ class RetrievalMetric(Metric):
         return stats.summarize(
             table,
             self.metric_names(),
-            ties=self.ties,
-            empty_queries=self.empty_queries,
-            average=self.average,
-            percent=self.percent,
-            ap=self.ap,
-            divisor=self.divisor,
-            gain=self.gain,
-            median=self.median,
+            **self._measure_options(),
             level=level,
             num_bootstrap=num_bootstrap,
             seed=seed,
@@ -763,18 +744,6 @@ def _choice(name: str, value: Any, options: Sequence[Any]) -> None:
         raise ValueError(f"`{name}` must be one of {tuple(options)}, got {value!r}")
 
 
-def _check_embeddings(name: str, x: Any) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
-    if x.is_complex():
-        raise ValueError(f"`{name}` must be real, got {x.dtype}")
-    if x.numel() and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"`{name}` contains NaN or infinite values")
-    return x
-
-
 def _score_copy(emb: Tensor) -> Tensor:
     """Detached copy in the dtype the ranking scores in (half precision -> float32)."""
     dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
@@ -786,6 +755,18 @@ def _or_empty(value: Tensor | None, like: Tensor | None = True) -> Tensor | None
     if value is not None or like is None:
         return value
     return torch.zeros(0, dtype=torch.int64)
+
+
+def first_by_id(ids: Tensor) -> Tensor:
+    """Indices of the first occurrence of each id, in ascending id order: repeats (e.g. samples
+    DistributedSampler padded in) are dropped, and the order does not depend on how the data was
+    split over batches or processes."""
+    ids = ids.cpu()
+    order = torch.argsort(ids, stable=True)
+    sorted_ids = ids[order]
+    first = torch.ones_like(sorted_ids, dtype=torch.bool)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    return order[first]
 
 
 def _num_batches(state: Any) -> int:
