@@ -316,3 +316,12 @@ def test_per_query_is_in_id_order():
     ordered = rm.MRR()
     ordered.update(EMB, LABELS, ids=torch.arange(40))
     torch.testing.assert_close(m.per_query()["mrr"], ordered.per_query()["mrr"], equal_nan=True)
+
+
+def test_sharded_gallery_process_without_gallery_items():
+    """A process of the sharded-gallery mode may hold no gallery item at all; with radius
+    relevance (no labels) its empty shard must not invent labels."""
+    m = rm.RetrievalMetrics(["hit_rate@1"], relevance="radius", gallery_sharded=True,
+                            empty_queries="zero")
+    m.update(EMB[:3], role="query", positions=torch.zeros(3, 2, dtype=torch.float64))
+    assert float(m.compute()["hit_rate@1"]) == 0.0

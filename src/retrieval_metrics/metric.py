@@ -521,7 +521,7 @@ class RetrievalMetric(Metric):
                 out[name] = None
         return out
 
-    def _dedupe(self, items: dict[str, Tensor | None], side: str) -> dict[str, Tensor | None]:
+    def _dedupe(self, items: dict[str, Tensor | None]) -> dict[str, Tensor | None]:
         ids = items["ids"]
         if items["emb"] is None or items["emb"].shape[0] == 0:
             return items
@@ -541,8 +541,8 @@ class RetrievalMetric(Metric):
         return {name: None if v is None else v[keep.to(v.device)] for name, v in items.items()}
 
     def _rank_embedding_states(self, same_source: bool) -> RankTable:
-        queries = self._dedupe(self._items("q"), "query")
-        gallery = queries if same_source else self._dedupe(self._items("g"), "gallery")
+        queries = self._dedupe(self._items("q"))
+        gallery = queries if same_source else self._dedupe(self._items("g"))
         if self.gallery_sharded and not same_source:
             return self._rank_sharded(queries, gallery)
         if not same_source and gallery["emb"] is None:
@@ -596,7 +596,7 @@ class RetrievalMetric(Metric):
             emb,
             exchange,
             query_labels=queries["labels"],
-            gallery_labels=_or_empty(gallery["labels"]),
+            gallery_labels=_or_empty(gallery["labels"], queries["labels"]),
             query_ids=queries["ids"],
             gallery_ids=_or_empty(gallery["ids"], queries["ids"]),
             query_cameras=queries["cameras"],
@@ -750,7 +750,7 @@ def _score_copy(emb: Tensor) -> Tensor:
     return emb.detach().to(dtype)
 
 
-def _or_empty(value: Tensor | None, like: Tensor | None = True) -> Tensor | None:
+def _or_empty(value: Tensor | None, like: Tensor | None) -> Tensor | None:
     """A gallery shard with no items still needs empty per-item tensors where queries have them."""
     if value is not None or like is None:
         return value

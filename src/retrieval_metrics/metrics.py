@@ -98,7 +98,20 @@ class MAPAtR(_Single):
     name = "map@r"
 
 
-class MeanAveragePrecision(RetrievalMetric):
+class _OptionalCutoff(RetrievalMetric):
+    """A measure over the whole ranking (``k=None``) or at one cut-off."""
+
+    base = ""
+
+    def __init__(self, k: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.k = None if k is None else _ks(k)[0]
+
+    def metric_names(self) -> list[str]:
+        return [self.base if self.k is None else f"{self.base}@{self.k}"]
+
+
+class MeanAveragePrecision(_OptionalCutoff):
     """Mean average precision over the whole ranking (``k=None``) or at a cut-off.
 
     ``ap="step"`` (torchreid, trec_eval) or ``"trapezoid"`` (official Market-1501 code).
@@ -106,23 +119,13 @@ class MeanAveragePrecision(RetrievalMetric):
     relevant found in the top K (torchmetrics).
     """
 
-    def __init__(self, k: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.k = None if k is None else _ks(k)[0]
-
-    def metric_names(self) -> list[str]:
-        return ["map" if self.k is None else f"map@{self.k}"]
+    base = "map"
 
 
-class MRR(RetrievalMetric):
+class MRR(_OptionalCutoff):
     """Mean reciprocal rank of the first relevant item; with ``k``, 0 beyond the top K."""
 
-    def __init__(self, k: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.k = None if k is None else _ks(k)[0]
-
-    def metric_names(self) -> list[str]:
-        return ["mrr" if self.k is None else f"mrr@{self.k}"]
+    base = "mrr"
 
 
 class NDCGAtK(_AtK):
