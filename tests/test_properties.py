@@ -133,23 +133,67 @@ def test_batches_of_queries_concatenate(p, data):
     tables_equal(rank(p), concat_tables(parts))
 
 
+@st.composite
+def many_block_problems(draw):
+    """Same-source problems spread over 5-13 gallery blocks of 64, so that the depth threshold
+    is merged from several pending blocks."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    n = draw(st.integers(300, 800))
+    dim = draw(st.integers(2, 8))
+    # Class centres plus noise, so that several relevant items reach the top positions.
+    labels = rng.integers(0, draw(st.integers(20, 150)), n)
+    centres = rng.normal(size=(int(labels.max()) + 1, dim))
+    if draw(st.booleans()):
+        emb = np.round(centres[labels] + 0.5 * rng.normal(size=(n, dim))).astype(np.float32)
+        sim = "dot"
+    else:
+        emb = (centres[labels] + 0.5 * rng.normal(size=(n, dim))).astype(np.float32)
+        sim = "cosine"
+    return {
+        "query": torch.tensor(emb),
+        "gallery": None,
+        "query_labels": torch.tensor(labels),
+        "similarity": sim,
+    }
+
+
+DEPTH_NAMES = [
+    "hit_rate@1",
+    "hit_rate@8",
+    "recall@5",
+    "precision@3",
+    "r_precision",
+    "map@r",
+    "mrr",
+    "ndcg@4",
+    "median_rank",
+    "mean_rank",
+    "cmc@6",
+    "map@5",
+]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    many_block_problems(),
+    st.sampled_from([["hit_rate@1"], ["recall@10", "map@r"], DEPTH_NAMES]),
+    st.integers(1, 60),
+)
+def test_depth_limited_ranking_over_many_gallery_blocks(p, names, block_q):
+    depth, cover = M.depth_for(names)
+    full = M.retrieval_measures(rank(p), names)
+    limited = M.retrieval_measures(
+        rank(p, depth=depth, cover_relevant=cover, block_size=(block_q, 64)), names
+    )
+    for name in names:
+        torch.testing.assert_close(full[name], limited[name], equal_nan=True, rtol=0, atol=0)
+
+
 @SETTINGS
 @given(problems(), st.sampled_from(["expected", "optimistic", "pessimistic"]))
 def test_depth_limited_ranking_gives_the_same_values(p, ties):
-    names = [
-        "hit_rate@1",
-        "hit_rate@8",
-        "recall@5",
-        "precision@3",
-        "r_precision",
-        "map@r",
-        "mrr",
-        "ndcg@4",
-        "median_rank",
-        "mean_rank",
-        "cmc@6",
-        "map@5",
-    ]
+    names = DEPTH_NAMES
     depth, cover = M.depth_for(names)
     full = M.retrieval_measures(rank(p), names, ties=ties)
     limited = M.retrieval_measures(rank(p, depth=depth, cover_relevant=cover), names, ties=ties)

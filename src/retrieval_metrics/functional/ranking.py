@@ -715,33 +715,43 @@ def _blocked_ranking(
                 else:
                     pending.append(seg_max)
                 if len(pending) == THETA_EVERY or b == 0:
-                    top_seg = torch.cat([top_seg, *pending], 1).topk(top_width, dim=1).values
+                    # Column j of the element-wise maximum is the best of the j-th segments of the
+                    # pending blocks (distinct items, so still a lower bound), and topk sees a
+                    # quarter of the columns.
+                    merged = pending[0]
+                    for later in pending[1:]:
+                        merged = torch.maximum(merged, later)
+                    top_seg = torch.cat([top_seg, merged], 1).topk(top_width, dim=1).values
                     pending = []
                     theta = top_seg.gather(1, depth_col).squeeze(1)
                     threshold = torch.where(
                         has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
                     )
-            rows, segs = torch.nonzero(seg_max >= threshold[:, None], as_tuple=True)
-            if rows.numel() == 0:
+            # Flat indices throughout: one-dimensional index_select is several times cheaper
+            # than indexing with a (row, column) pair.
+            candidates = torch.nonzero((seg_max >= threshold[:, None]).view(-1)).squeeze(1)
+            if candidates.numel() == 0:
                 continue
             # Chunks bound the candidate scratch.
             chunk = max(1, (memory_budget // 4) // (SEGMENT * (2 * 8 + elem) + width * elem))
-            for c0 in range(0, rows.numel(), chunk):
-                cr, cs = rows[c0 : c0 + chunk], segs[c0 : c0 + chunk]
-                values = s.view(nb, -1, SEGMENT)[cr, cs]
+            for c0 in range(0, candidates.numel(), chunk):
+                c_seg = candidates[c0 : c0 + chunk]
+                c_row = c_seg.div(seg_max.shape[1], rounding_mode="floor")
+                values = s.view(-1, SEGMENT).index_select(0, c_seg)
                 # Only items at or above the threshold can move a located relevant item.
-                keep = values >= threshold[cr][:, None]
-                hit_row, hit_col = keep.nonzero(as_tuple=True)
-                if hit_row.numel() == 0:
+                keep = values >= threshold.index_select(0, c_row)[:, None]
+                hit = torch.nonzero(keep.view(-1)).squeeze(1)
+                if hit.numel() == 0:
                     continue
-                row = cr[hit_row]
-                value = (values[hit_row, hit_col] + 0.0)[:, None]
-                seq = rel_sorted[row]
+                row = c_row.index_select(0, hit.div(SEGMENT, rounding_mode="floor"))
+                value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
+                seq = rel_sorted.index_select(0, row)
                 lt = torch.searchsorted(seq, value, right=False)[:, 0]
                 flat = row * width + lt
                 hist_lt += torch.bincount(flat, minlength=nb * width)
                 # Exact ties with a relevant score are rare: only those need "<=" counted apart.
-                equal = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0] == value[:, 0]
+                at_lt = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0]
+                equal = at_lt == value[:, 0]
                 if bool(equal.any()):
                     le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
                     hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
