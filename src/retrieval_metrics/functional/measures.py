@@ -113,12 +113,10 @@ def expected_hits_per_query(table: RankTable, k: int | Tensor, ties: str = "expe
 def hit_rate_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
     """1[r_q <= K]; under "expected" ties, the probability of a hit in the top K."""
     cutoff = _as_cutoff(table, k)
-    groups = _groups(table, ties)
-    first = groups.first
-    u = T.positions_in_cutoff(groups.above[first], groups.size[first], cutoff[groups.query[first]])
-    p = 1.0 - T.miss_probability(groups.size[first], groups.relevant[first], u)
+    q, a, t, r = _groups(table, ties).first_groups()
+    p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, cutoff.index_select(0, q)))
     out = torch.zeros(table.num_queries, dtype=torch.float64)
-    out[groups.query[first]] = p
+    out[q] = p
     return _unanswerable_nan(table, out)
 
 
@@ -254,7 +252,7 @@ def first_rank_per_query(table: RankTable, ties: str = "expected") -> Tensor:
     """
     groups = _groups(table, ties)
     out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
-    first = groups.first
+    first = groups.first_index
     out[groups.query[first]] = T.expected_first_position(groups)[first]
     return _unanswerable_nan(table, out)
 
@@ -299,11 +297,8 @@ def ndcg_per_query(
 def cmc_per_query(table: RankTable, max_rank: int, ties: str = "expected") -> Tensor:
     """``(Q, max_rank)``: P(r_q <= k) for k = 1..max_rank (rows of NaN for unanswerable)."""
     max_rank = _cutoff(max_rank, "max_rank")
-    groups = _groups(table, ties)
-    first = groups.first
-    q = groups.query[first]
+    q, a, t, r = _groups(table, ties).first_groups()
     ks = torch.arange(1, max_rank + 1)
-    a, t, r = groups.above[first], groups.size[first], groups.relevant[first]
     u = torch.minimum((ks[None, :] - a[:, None]).clamp_min(0), t[:, None])
     p = 1.0 - T.miss_probability(t[:, None].expand_as(u), r[:, None].expand_as(u), u)
     out = torch.zeros(table.num_queries, max_rank, dtype=torch.float64)

@@ -50,6 +50,17 @@ class TieGroups:
     gain: Tensor
     first: Tensor
     last: Tensor
+    first_index: Tensor
+
+    def first_groups(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(query, above, size, relevant)`` of each query's first group."""
+        i = self.first_index
+        return (
+            self.query.index_select(0, i),
+            self.above.index_select(0, i),
+            self.size.index_select(0, i),
+            self.relevant.index_select(0, i),
+        )
 
 
 def _run_index(keys_equal_prev: Tensor) -> tuple[Tensor, Tensor]:
@@ -120,6 +131,7 @@ def tie_groups(table: RankTable, ties: str = "expected", gain: str | None = None
         gain=gain_sum,
         first=first,
         last=last,
+        first_index=group_start,
     )
 
 
@@ -147,17 +159,19 @@ def expected_hits(groups: TieGroups, cutoff: Tensor) -> Tensor:
 
 def miss_probability(size: Tensor, relevant: Tensor, drawn: Tensor) -> Tensor:
     """C(t - r, u) / C(t, u): no relevant item among ``drawn`` random positions of the group."""
-    t, r, u = size.to(torch.float64), relevant.to(torch.float64), drawn.to(torch.float64)
-    possible = u <= t - r
-    log_ratio = (
-        torch.lgamma(t - r + 1)
-        + torch.lgamma(t - u + 1)
-        - torch.lgamma((t - r - u).clamp_min(0) + 1)
-        - torch.lgamma(t + 1)
-    )
-    ratio = torch.where(possible, torch.exp(log_ratio), torch.zeros_like(t))
-    # Exact for the common small cases (no group drawn, or drawn whole).
-    ratio = torch.where(u == 0, torch.ones_like(t), ratio)
+    # Exact without lgamma for the common cases: nothing drawn (1), or a group of one item
+    # (which is relevant) drawn (0).
+    ratio = (drawn == 0).to(torch.float64)
+    general = (drawn > 0) & (size > 1)
+    if bool(general.any()):
+        t, r, u = (x[general].to(torch.float64) for x in (size, relevant, drawn))
+        log_ratio = (
+            torch.lgamma(t - r + 1)
+            + torch.lgamma(t - u + 1)
+            - torch.lgamma((t - r - u).clamp_min(0) + 1)
+            - torch.lgamma(t + 1)
+        )
+        ratio[general] = torch.where(u <= t - r, torch.exp(log_ratio), 0.0)
     return ratio
 
 
@@ -171,16 +185,22 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
     beta = beta.to(torch.float64)
     a = above.to(torch.float64)
     u = count.to(torch.float64)
-    direct = torch.zeros_like(a)
-    for i in range(1, _DIRECT_TERMS + 1):
-        direct = direct + torch.where(u >= i, (alpha + beta * (i - 1)) / (a + i), 0.0)
+    # Most groups are single items: their sum is the first term alone.
+    out = torch.where(u >= 1, alpha / (a + 1), 0.0)
+    more = torch.nonzero(u > 1).flatten()
+    if more.numel() == 0:
+        return out
+    alpha, beta, a, u = (x.index_select(0, more) for x in (alpha, beta, a, u))
+    rest = torch.zeros_like(a)
+    for i in range(2, min(_DIRECT_TERMS, int(u.max())) + 1):
+        rest = rest + torch.where(u >= i, (alpha + beta * (i - 1)) / (a + i), 0.0)
     long = u > _DIRECT_TERMS
     if bool(long.any()):
         closed = u * beta + (alpha - beta * (a + 1)) * (
             torch.digamma(a + u + 1) - torch.digamma(a + 1)
         )
-        direct = torch.where(long, closed, direct)
-    return direct
+        rest = torch.where(long, closed - alpha / (a + 1), rest)
+    return out.index_copy(0, more, out.index_select(0, more) + rest)
 
 
 def pair_rate(size: Tensor, relevant: Tensor) -> Tensor:
