@@ -178,13 +178,24 @@ DEPTH_NAMES = [
 @given(
     many_block_problems(),
     st.sampled_from([["hit_rate@1"], ["recall@10", "map@r"], DEPTH_NAMES]),
-    st.integers(1, 60),
+    st.integers(1, 200),
+    st.sampled_from([2**28, 2**16]),
 )
-def test_depth_limited_ranking_over_many_gallery_blocks(p, names, block_q):
+def test_depth_limited_ranking_over_many_gallery_blocks(p, names, block_q, budget):
+    """The 64 KiB budget keeps few or (over 128 queries a block) no score blocks between the
+    passes and cuts the candidates into small chunks; 256 MiB keeps every block that seeds the
+    depth threshold."""
     depth, cover = M.depth_for(names)
     full = M.retrieval_measures(rank(p), names)
     limited = M.retrieval_measures(
-        rank(p, depth=depth, cover_relevant=cover, block_size=(block_q, 64)), names
+        rank(
+            p,
+            depth=depth,
+            cover_relevant=cover,
+            block_size=(block_q, 64),
+            memory_budget=budget,
+        ),
+        names,
     )
     for name in names:
         torch.testing.assert_close(full[name], limited[name], equal_nan=True, rtol=0, atol=0)

@@ -590,6 +590,7 @@ def _blocked_ranking(
 
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
     scores = torch.empty(block_q, block_g, dtype=dtype, device=device)
+    cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
     neg_inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
 
     def gallery_block(b: int) -> Tensor:
@@ -648,21 +649,63 @@ def _blocked_ranking(
                 s[:, width:] = neg_inf
             return s
 
-        # Pass 1: read relevant scores from the blocks that hold them (same products as pass 2).
         r_block = r_gal // block_g
+        if depth is not None:
+            # Where each relevant item lies, by block and segment, to mask it from the maxima.
+            r_local = r_gal - r_block * block_g
+            seg_order = torch.argsort(r_block, stable=True)
+            seg_rows, seg_cols = r_row[seg_order], (r_local // SEGMENT)[seg_order]
+            seg_bounds = torch.searchsorted(r_block[seg_order], torch.arange(num_blocks_g + 1))
+
+            def without_relevant(
+                seg_max: Tensor,
+                b: int,
+                seg_rows: Tensor = seg_rows,
+                seg_cols: Tensor = seg_cols,
+                seg_bounds: Tensor = seg_bounds,
+            ) -> Tensor:
+                """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
+                lo, hi = int(seg_bounds[b]), int(seg_bounds[b + 1])
+                if hi == lo:
+                    return seg_max
+                masked = seg_max.clone()
+                masked[seg_rows[lo:hi].to(device), seg_cols[lo:hi].to(device)] = neg_inf
+                return masked
+
+        # Pass 1: read relevant scores from the blocks that hold them (same products as pass 2).
+        # With a depth, the first blocks are read here too (as many as stay cached), so that the
+        # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
+        # early blocks let several times as many candidates through as the later ones.
         blocks_with_relevant = torch.unique(r_block).tolist() if external is None else []
         if external is not None:
             rel_scores[r_row.to(device), r_col.to(device)] = ext_scores[r_pos.to(device)]
-        cache: dict[int, Tensor] = {}
         cache_room = max(0, (memory_budget // 2) // max(1, nb * block_g * elem) - 1)
-        for b in blocks_with_relevant:
-            s = block_scores(b, scores)
+        if mode == "scores":
+            cache_room = 0
+        read_first = list(blocks_with_relevant)
+        if depth is not None:
+            extra = min(THETA_EVERY, cache_room) - len(read_first)
+            read_first += [b for b in range(num_blocks_g) if b not in read_first][: max(0, extra)]
+        cache: dict[int, tuple[Tensor, Tensor | None]] = {}
+        seeds: list[Tensor] = []
+        for b in read_first:
+            if len(cache) < cache_room:
+                if len(cache) == len(cache_buffers):
+                    cache_buffers.append(torch.empty_like(scores))
+                s = block_scores(b, cache_buffers[len(cache)])
+            else:
+                s = block_scores(b, scores)
             sel = r_block == b
-            rel_scores[r_row[sel].to(device), r_col[sel].to(device)] = s[
-                r_row[sel].to(device), (r_gal[sel] - b * block_g).to(device)
-            ]
-            if len(cache) < cache_room and mode != "scores":
-                cache[b] = s.clone()
+            if bool(sel.any()):
+                rel_scores[r_row[sel].to(device), r_col[sel].to(device)] = s[
+                    r_row[sel].to(device), (r_gal[sel] - b * block_g).to(device)
+                ]
+            seg_max = None
+            if depth is not None:
+                seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
+                seeds.append(without_relevant(seg_max, b))
+            if len(cache) < cache_room:
+                cache[b] = (s, seg_max)
         if mode == "scores":
             out_scores[r_pos] = rel_scores[r_row.to(device), r_col.to(device)].cpu()
             continue
@@ -684,44 +727,32 @@ def _blocked_ranking(
             # A lower bound of each row's depth-th best score, from distinct items: the relevant
             # scores themselves, and the maxima of the segments that hold no relevant item.
             known = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
-            top_seg = (
-                torch.cat(
-                    [torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device), known],
-                    1,
-                )
-                .topk(top_width, dim=1)
-                .values
+            pad = torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device)
+            top_seg = torch.cat([pad, known, *_columnwise_max(seeds)], 1)
+            top_seg = top_seg.topk(top_width, dim=1).values
+            theta = top_seg.gather(1, depth_col).squeeze(1)
+            threshold = torch.where(
+                has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
             )
-            r_local = r_gal - r_block * block_g
-            seg_order = torch.argsort(r_block, stable=True)
-            seg_rows, seg_cols = r_row[seg_order], (r_local // SEGMENT)[seg_order]
-            seg_bounds = torch.searchsorted(r_block[seg_order], torch.arange(num_blocks_g + 1))
 
         width = rel_sorted.shape[1] + 1
         hist_lt = torch.zeros(nb * width, dtype=torch.int64, device=device)
         hist_le = torch.zeros(nb * width, dtype=torch.int64, device=device)
         pending: list[Tensor] = []
+        seeded = set(read_first)
+        theta_from_blocks = bool(seeds)
         for b in range(num_blocks_g):
-            s = cache[b] if b in cache else block_scores(b, scores)
-            seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
-            if depth is not None:
+            s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
+            if seg_max is None:
+                seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
+            if depth is not None and b not in seeded:
                 # The threshold may lag behind (any lower bound of the depth-th best score is
-                # correct), so the top segment maxima are merged every few blocks only.
-                lo, hi = int(seg_bounds[b]), int(seg_bounds[b + 1])
-                if hi > lo:
-                    masked = seg_max.clone()
-                    masked[seg_rows[lo:hi].to(device), seg_cols[lo:hi].to(device)] = neg_inf
-                    pending.append(masked)
-                else:
-                    pending.append(seg_max)
-                if len(pending) == THETA_EVERY or b == 0:
-                    # Column j of the element-wise maximum is the best of the j-th segments of the
-                    # pending blocks (distinct items, so still a lower bound), and topk sees a
-                    # quarter of the columns.
-                    merged = pending[0]
-                    for later in pending[1:]:
-                        merged = torch.maximum(merged, later)
-                    top_seg = torch.cat([top_seg, merged], 1).topk(top_width, dim=1).values
+                # correct), so the segment maxima are merged every few blocks only.
+                pending.append(without_relevant(seg_max, b))
+                if len(pending) == THETA_EVERY or not theta_from_blocks:
+                    theta_from_blocks = True
+                    top_seg = torch.cat([top_seg, *_columnwise_max(pending)], 1)
+                    top_seg = top_seg.topk(top_width, dim=1).values
                     pending = []
                     theta = top_seg.gather(1, depth_col).squeeze(1)
                     threshold = torch.where(
@@ -797,6 +828,21 @@ def _blocked_ranking(
         gallery_size,
         depth_out,
     )
+
+
+def _columnwise_max(blocks: list[Tensor]) -> list[Tensor]:
+    """The element-wise maximum of equally shaped segment maxima, as a list of at most one.
+
+    Column j is the best of the j-th segments of all the blocks: still one distinct item per
+    column, so the depth-th best column remains a lower bound of the depth-th best item, and a
+    top-k over it sees a fraction of the columns.
+    """
+    if not blocks:
+        return []
+    merged = blocks[0]
+    for later in blocks[1:]:
+        merged = torch.maximum(merged, later)
+    return [merged]
 
 
 def _table_from_items(
