@@ -40,6 +40,7 @@ class TieGroups:
         relevant_before: relevant items of the same query in earlier groups.
         gain: sum of the relevant items' grades in the group (``relevant`` when binary), float64.
         first: True for each query's first group, last: True for its last.
+        first_index: positions of the first groups (where ``first`` is True).
     """
 
     query: Tensor
