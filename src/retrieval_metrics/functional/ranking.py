@@ -728,28 +728,24 @@ def _blocked_ranking(
             # scores themselves, and the maxima of the segments that hold no relevant item.
             known = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
             pad = torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device)
-            top_seg = torch.cat([pad, known, *_columnwise_max(seeds)], 1)
-            top_seg = top_seg.topk(top_width, dim=1).values
-            theta = top_seg.gather(1, depth_col).squeeze(1)
-            threshold = torch.where(
-                has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
-            )
+            top_seg = torch.cat([pad, known], 1)
 
         width = rel_sorted.shape[1] + 1
         hist_lt = torch.zeros(nb * width, dtype=torch.int64, device=device)
         hist_le = torch.zeros(nb * width, dtype=torch.int64, device=device)
-        pending: list[Tensor] = []
-        seeded = set(read_first)
-        theta_from_blocks = bool(seeds)
+        # The blocks read in pass 1 are merged before the first block is filtered.
+        pending: list[Tensor] = seeds
+        theta_from_blocks = False
         for b in range(num_blocks_g):
             s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
             if seg_max is None:
                 seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
-            if depth is not None and b not in seeded:
+            if depth is not None:
+                if b not in read_first:
+                    pending.append(without_relevant(seg_max, b))
                 # The threshold may lag behind (any lower bound of the depth-th best score is
                 # correct), so the segment maxima are merged every few blocks only.
-                pending.append(without_relevant(seg_max, b))
-                if len(pending) == THETA_EVERY or not theta_from_blocks:
+                if pending and (len(pending) >= THETA_EVERY or not theta_from_blocks):
                     theta_from_blocks = True
                     top_seg = torch.cat([top_seg, *_columnwise_max(pending)], 1)
                     top_seg = top_seg.topk(top_width, dim=1).values
