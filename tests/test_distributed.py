@@ -7,9 +7,6 @@ same data (each sample once). Every run has a timeout and kills its processes on
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,46 +16,12 @@ import pytest
 HERE = Path(__file__).resolve().parent / "distributed"
 sys.path.insert(0, str(HERE))
 
+import launch  # noqa: E402
 from scenarios import single_process  # noqa: E402
-
-TIMEOUT = 120
 
 
 def run_workers(scenario: str, world: int, tmp_path: Path) -> list[dict]:
-    init_file = tmp_path / "init"
-    outs = [tmp_path / f"out{r}.json" for r in range(world)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "worker.py"),
-                str(r),
-                str(world),
-                str(init_file),
-                scenario,
-                str(outs[r]),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT)
-            logs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for r, p in enumerate(procs):
-        assert p.returncode == 0, f"rank {r} failed:\n{logs[r] if r < len(logs) else ''}"
-    return [json.loads(o.read_text()) for o in outs]
+    return launch.run_workers(HERE / "worker.py", [scenario], world, tmp_path)
 
 
 def assert_same(a, b, context):

@@ -45,3 +45,27 @@ def test_example_module_single_device(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "val/map_at_r" in proc.stdout and "best checkpoint" in proc.stdout
+
+
+@pytest.mark.timeout(400)
+def test_ddp_rsum_without_ids_selects_the_epoch_one_process_would(tmp_path):
+    out = tmp_path / "result.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / "rsum_ddp.py"), str(out), str(tmp_path / "ckpt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=360,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    logged, single = result["logged"], result["single"]
+    assert logged.keys() == single.keys() and len(single) == 4
+    for epoch, value in single.items():
+        assert value == value and 0 < value <= 600  # a real rsum, not NaN
+        assert logged[epoch] == pytest.approx(value, abs=1e-3), epoch
+    best = max(single, key=single.get)
+    assert result["selection"]["epoch"] == int(best)
+    assert result["selection"]["score"] == pytest.approx(single[best], abs=1e-3)

@@ -5,7 +5,7 @@ from retrieval_metrics.compare import compare
 from retrieval_metrics.crossmodal import CrossModalRetrieval, RSum
 from retrieval_metrics.functional import RankTable, rank_embeddings, rank_lists, rank_scores
 from retrieval_metrics.functional.measures import retrieval_measures
-from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.metric import RetrievalMetric, RetrievalMetricBase
 from retrieval_metrics.metrics import (
     CMC,
     MINP,
@@ -41,6 +41,7 @@ __all__ = [
     "RankTable",
     "RecallAtK",
     "RetrievalMetric",
+    "RetrievalMetricBase",
     "RetrievalMetrics",
     "__version__",
     "compare",

@@ -813,7 +813,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
             from retrieval_metrics.plot import hit_rate_curve
 
             curve = hit_rate_curve(
-                metric._synced_table(),
+                metric.rank_table(),
                 args.plot_k,
                 ties=metric.ties,
                 empty_queries=metric.empty_queries,

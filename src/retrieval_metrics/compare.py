@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.stats import Comparison, paired_comparison
-from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.metric import RetrievalMetricBase
 
 __all__ = ["compare"]
 
 
 def compare(
-    first: RetrievalMetric,
-    second: RetrievalMetric,
+    first: RetrievalMetricBase,
+    second: RetrievalMetricBase,
     level: float = 0.95,
     num_bootstrap: int = 10_000,
     seed: int = 0,
@@ -21,7 +21,8 @@ def compare(
     Hit rates use the exact McNemar test; every other metric a seeded paired bootstrap of the
     per-query difference. Each result has the difference (first - second), its interval at
     ``level`` and a p-value. Give both metrics ``ids=`` (or the same update order) so that query i
-    is the same query in both.
+    is the same query in both. Image-text metrics are compared per direction ("i2t/hit_rate@1",
+    ...); rsum, a sum over both directions, has no per-query value and is not compared.
 
     Example:
         >>> import torch, retrieval_metrics as rm
@@ -32,29 +33,35 @@ def compare(
         >>> rm.compare(good, bad)["hit_rate@1"].difference > 0
         True
     """
-    if not isinstance(first, RetrievalMetric) or not isinstance(second, RetrievalMetric):
+    if not isinstance(first, RetrievalMetricBase) or not isinstance(second, RetrievalMetricBase):
         raise ValueError("`compare` takes two retrieval_metrics metric objects")
     names_a, names_b = first.metric_names(), second.metric_names()
     if names_a != names_b:
         raise ValueError(f"the two metrics report different values: {names_a} and {names_b}")
-    table_a, table_b = first._synced_table(), second._synced_table()
-    if table_a.num_queries != table_b.num_queries or not bool(
-        (table_a.num_relevant == table_b.num_relevant).all()
-    ):
+    tables_a, tables_b = first.rank_tables(), second.rank_tables()
+    if tables_a.keys() != tables_b.keys():
         raise ValueError(
-            "the two metrics were not scored on the same queries (different numbers of queries "
-            "or of relevant items per query)"
+            f"the two metrics rank in different directions: {list(tables_a)} and {list(tables_b)}"
         )
     out = {}
-    for name in names_a:
-        spec = M.parse_metric(name)
-        values = []
-        for metric, table in ((first, table_a), (second, table_b)):
-            v = M.per_query_values(table, spec, ties=metric.ties, ap=metric.ap,
-                                   divisor=metric.divisor, gain=metric.gain)
-            if v.dim() > 1:
-                v = v.mean(1)  # a CMC curve: compare the area under it
-            values.append(v)
-        out[spec.name] = paired_comparison(spec.name, values[0], values[1], level,
-                                           num_bootstrap, seed)
+    for key in tables_a:
+        table_a, table_b = tables_a[key], tables_b[key]
+        if table_a.num_queries != table_b.num_queries or not bool(
+            (table_a.num_relevant == table_b.num_relevant).all()
+        ):
+            raise ValueError(
+                "the two metrics were not scored on the same queries (different numbers of "
+                f"queries or of relevant items per query{' in ' + key.rstrip('/') if key else ''})"
+            )
+        for name in names_a:
+            spec = M.parse_metric(name)
+            values = []
+            for metric, table in ((first, table_a), (second, table_b)):
+                v = M.per_query_values(table, spec, **metric._per_query_options())
+                if v.dim() > 1:
+                    v = v.mean(1)  # a CMC curve: compare the area under it
+                values.append(v)
+            out[f"{key}{spec.name}"] = paired_comparison(
+                f"{key}{spec.name}", values[0], values[1], level, num_bootstrap, seed
+            )
     return out

@@ -24,23 +24,27 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torchmetrics.utilities.data import dim_zero_cat
 
+from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional import stats
-from retrieval_metrics.functional.ranking import (
-    RankTable,
-    _check_embeddings,
-    concat_tables,
-    rank_embeddings,
-)
-from retrieval_metrics.metric import RetrievalMetric, _score_copy, first_by_id, label_codes
+from retrieval_metrics.functional.items import Items, RankingOptions
+from retrieval_metrics.functional.ranking import _check_embeddings
+from retrieval_metrics.functional.table import RankTable, concat_tables
+from retrieval_metrics.metric import RetrievalMetricBase, _score_copy, label_codes
 from retrieval_metrics.metrics import _ks
+from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS
 
 __all__ = ["CrossModalRetrieval", "RSum"]
 
+DIRECTIONS = ("i2t/", "t2i/")
+# options of the one-direction metrics that mean nothing here (relevance is the image id, every
+# reported value is a hit rate or a rank)
+_NOT_APPLICABLE = (
+    "relevance", "radius", "ignore_label", "average", "ap", "divisor", "gain", "gallery_sharded",
+)
 
-class CrossModalRetrieval(RetrievalMetric):
+
+class CrossModalRetrieval(RetrievalMetricBase):
     """Image-to-text and text-to-image hit rates @K, median and mean rank, and rsum.
 
     Args:
@@ -48,8 +52,10 @@ class CrossModalRetrieval(RetrievalMetric):
         folds: ``None`` (one gallery of every image and caption, COCO "5K") or the number of
             folds of consecutive images by ascending id (``5`` on 5,000 images is COCO "1K").
         prefix: prepended to every key of ``compute()``.
-        kwargs: the options of :class:`~retrieval_metrics.metric.RetrievalMetric` (``similarity``,
-            ``ties``, ``percent``, ``median``, ...) and of ``torchmetrics.Metric``.
+        kwargs: ``similarity``, ``ties``, ``empty_queries``, ``percent``, ``median``,
+            ``memory_budget``, ``protocol`` (see
+            :class:`~retrieval_metrics.metric.RetrievalMetricBase`) and the options of
+            ``torchmetrics.Metric``.
 
     ``update(image_embeddings, text_embeddings, image_ids, text_image_ids=None, text_ids=None)``:
     with ``text_image_ids=None`` the rows are (image, caption) pairs and ``image_ids`` names each
@@ -59,6 +65,8 @@ class CrossModalRetrieval(RetrievalMetric):
 
     ``compute()`` keys: "i2t/hit_rate@K", "t2i/hit_rate@K", "i2t/median_rank",
     "i2t/mean_rank", "t2i/median_rank", "t2i/mean_rank", "rsum" (in percent, 0 to 200 x len(k)).
+    ``rank_tables()`` has one table per direction ("i2t/", "t2i/"), folds concatenated; so do
+    ``per_query()``, ``summary()``, ``plot()`` and :func:`retrieval_metrics.compare`.
     """
 
     higher_is_better = True
@@ -71,6 +79,16 @@ class CrossModalRetrieval(RetrievalMetric):
         prefix: str = "",
         **kwargs: Any,
     ) -> None:
+        fixed = PROTOCOLS[kwargs["protocol"]][0] if kwargs.get("protocol") in PROTOCOLS else {}
+        for name in _NOT_APPLICABLE:
+            # the default, or a protocol's own value, changes nothing; anything else would be
+            # silently dropped
+            given = kwargs.get(name)
+            if given is not None and given != fixed.get(name, DEFAULTS.get(name, False)):
+                raise ValueError(
+                    f"`{name}` does not apply to {type(self).__name__}: a caption is relevant to "
+                    "its image, and every value is a hit rate or a rank"
+                )
         super().__init__(**kwargs)
         self.k = _ks(k)
         if folds is not None and (
@@ -81,11 +99,20 @@ class CrossModalRetrieval(RetrievalMetric):
             raise ValueError(f"`prefix` must be a string, got {prefix!r}")
         self.folds = folds
         self.prefix = prefix
-        for name in ("img_emb", "img_ids", "txt_emb", "txt_img_ids", "txt_ids"):
-            self.add_state(name, [], dist_reduce_fx="cat")
+        # images: embedding and id; captions: embedding, the id of their image, their own id
+        self._add_item_states("img", ("emb", "ids"))
+        self._add_item_states("txt", ("emb", "labels", "ids"))
+        self._fold_sizes: dict[str, list[int]] = {}
 
     def metric_names(self) -> list[str]:
         return [f"hit_rate@{k}" for k in self.k] + ["median_rank", "mean_rank"]
+
+    def set_gallery(self, *args: Any, **kwargs: Any) -> None:
+        raise ValueError(
+            f"{type(self).__name__} ranks images and captions against each other, both given to "
+            "update(); a fixed gallery does not apply. Use a one-direction metric (e.g. "
+            "HitRateAtK) with set_gallery for a fixed image or caption gallery"
+        )
 
     def update(  # type: ignore[override]
         self,
@@ -96,7 +123,7 @@ class CrossModalRetrieval(RetrievalMetric):
         text_ids: Any = None,
     ) -> None:
         """Add one batch of images and captions (see the class docstring)."""
-        self._table = None
+        self._tables = None
         img = _check_embeddings("image_embeddings", image_embeddings)
         txt = _check_embeddings("text_embeddings", text_embeddings)
         if img.shape[1] != txt.shape[1]:
@@ -124,6 +151,7 @@ class CrossModalRetrieval(RetrievalMetric):
                     f"`text_image_ids` must have {txt.shape[0]} entries (one per caption), got "
                     f"{txt_img.numel()}"
                 )
+        tid = None
         if text_ids is not None:
             tid = label_codes(text_ids, "text_ids")
             if tid.numel() != txt.shape[0]:
@@ -131,126 +159,104 @@ class CrossModalRetrieval(RetrievalMetric):
                     f"`text_ids` must have {txt.shape[0]} entries (one per caption), got "
                     f"{tid.numel()}"
                 )
-            if len(self.txt_emb) and not len(self.txt_ids):
-                raise ValueError("`text_ids` must be given on every update or on none")
-            self._append_state("txt_ids", tid)
-        elif len(self.txt_ids):
-            raise ValueError("`text_ids` must be given on every update or on none")
-        self._append_state("img_emb", _score_copy(img))
-        self._append_state("img_ids", img_ids)
-        self._append_state("txt_emb", _score_copy(txt))
-        self._append_state("txt_img_ids", txt_img)
+        self._append_items(
+            "txt", Items(emb=_score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
+        )
+        self._append_items("img", Items(emb=_score_copy(img), ids=img_ids), "images")
 
-    def _gathered(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        if isinstance(self.img_emb, list) and not self.img_emb:
+    def sample_ids(self) -> dict[str, Tensor]:
+        out = {}
+        for kind, name in (("image", "img_ids"), ("text", "txt_ids")):
+            value = self._state(name)
+            if value is not None and value.numel():
+                out[kind] = torch.unique(value.reshape(-1).cpu())
+        return out
+
+    # ------------------------------------------------------------------ ranking
+
+    def _gathered(self) -> tuple[Items, Items]:
+        """Images (one per id, ascending ids) and captions (grouped by image, in image order)."""
+        images, captions = self._side("img"), self._side("txt")
+        if images is None or captions is None:
             raise ValueError("no data: call `update` before `compute`")
-        img, img_ids = dim_zero_cat(self.img_emb), dim_zero_cat(self.img_ids)
-        txt, txt_img = dim_zero_cat(self.txt_emb), dim_zero_cat(self.txt_img_ids)
-        # One gallery item per image id, in ascending id order.
-        keep = first_by_id(img_ids)
-        img, img_ids = img[keep.to(img.device)], img_ids[keep.to(img_ids.device)]
-        txt_ids = self.txt_ids
-        if not (isinstance(txt_ids, list) and not txt_ids):
-            t_keep = first_by_id(dim_zero_cat(txt_ids))
-            txt, txt_img = txt[t_keep.to(txt.device)], txt_img[t_keep.to(txt_img.device)]
-        missing = ~torch.isin(txt_img.cpu(), img_ids.cpu())
+        # an image arrives once per caption: one gallery item per image id, whatever its rows
+        images = images.select(D.first_by_id(images.ids))
+        if captions.ids is not None:
+            captions = captions.select(
+                D.dedupe_by_id(captions.ids, "`text_ids`", image_ids=captions.labels)
+            )
+        missing = ~torch.isin(captions.labels.cpu(), images.ids.cpu())
         if bool(missing.any()):
             raise ValueError(
                 f"{int(missing.sum())} captions name an image id that no update gave an embedding "
-                f"for (e.g. {int(txt_img.cpu()[missing][0])})"
+                f"for (e.g. {int(captions.labels.cpu()[missing][0])})"
             )
-        # Captions in the order of their images, so that folds take them along.
-        c_order = torch.argsort(txt_img.cpu(), stable=True)
-        return img, img_ids.cpu(), txt[c_order.to(txt.device)], txt_img.cpu()[c_order]
+        # captions in the order of their images, so that folds take them along
+        return images, captions.select(torch.argsort(captions.labels.cpu(), stable=True))
 
-    def _direction_table(self, query, q_labels, gallery, g_labels) -> RankTable:
-        return rank_embeddings(
-            query,
-            gallery,
-            query_labels=q_labels,
-            gallery_labels=g_labels,
-            similarity=self.similarity,
-            memory_budget=self.memory_budget,
-            depth=max(self.k),
-            cover_relevant=False,
-        )
-
-    def _fold_tables(self) -> list[dict[str, RankTable]]:
-        """Per fold, the image-to-text and text-to-image rank tables."""
-        img, img_ids, txt, txt_img = self._gathered()
-        n = img.shape[0]
+    def _build_tables(self) -> dict[str, RankTable]:
+        images, captions = self._gathered()
+        n = len(images)
         folds = self.folds or 1
         if n < folds:
             raise ValueError(f"`folds={folds}` needs at least {folds} images, got {n}")
-        tables = []
+        options = RankingOptions(
+            similarity=self.similarity, memory_budget=self.memory_budget, depth=max(self.k)
+        )
+        distributed = self._distributed()
+        image_ids = images.ids.cpu()
+        per_fold: dict[str, list[RankTable]] = {d: [] for d in DIRECTIONS}
         for f in range(folds):
-            lo, hi = f * n // folds, (f + 1) * n // folds
-            ids = img_ids[lo:hi]
-            sel = torch.isin(txt_img, ids)
-            fold_txt, fold_txt_img = txt[sel.to(txt.device)], txt_img[sel]
-            tables.append({
-                "i2t": self._direction_table(img[lo:hi], ids, fold_txt, fold_txt_img),
-                "t2i": self._direction_table(fold_txt, fold_txt_img, img[lo:hi], ids),
-            })
-        return tables
+            fold = slice(f * n // folds, (f + 1) * n // folds)
+            # relevance is the image id: images are labelled by it, captions by their image's
+            fold_images = Items(emb=images.emb[fold], labels=image_ids[fold])
+            in_fold = torch.isin(captions.labels.cpu(), image_ids[fold])
+            fold_captions = Items(
+                emb=captions.emb[in_fold.to(captions.emb.device)],
+                labels=captions.labels.cpu()[in_fold],
+            )
+            for direction, (queries, gallery) in zip(
+                DIRECTIONS,
+                ((fold_images, fold_captions), (fold_captions, fold_images)),
+                strict=True,
+            ):
+                per_fold[direction].append(
+                    D.rank_queries(queries, gallery, options, self.process_group, distributed)
+                )
+        self._fold_sizes = {d: [t.num_queries for t in per_fold[d]] for d in DIRECTIONS}
+        return {d: concat_tables(per_fold[d]) for d in DIRECTIONS}
+
+    # ------------------------------------------------------------------ values
 
     def _fold_values(self, tables: dict[str, RankTable]) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}
         for direction, table in tables.items():
-            values = M.retrieval_measures(
-                table, self.metric_names(), ties=self.ties, empty_queries=self.empty_queries,
-                percent=self.percent, median=self.median,
-            )
+            values = M.retrieval_measures(table, self.metric_names(), **self._measure_options())
             for name, value in values.items():
-                out[f"{direction}/{name}"] = value
+                out[f"{direction}{name}"] = value
         scale = 1.0 if self.percent else 100.0
         out["rsum"] = sum(
-            (out[f"{d}/hit_rate@{k}"] * scale for d in ("i2t", "t2i") for k in self.k),
+            (out[f"{d}hit_rate@{k}"] * scale for d in DIRECTIONS for k in self.k),
             torch.tensor(0.0, dtype=torch.float64),
         )
         return out
 
     def compute_values(self) -> dict[str, Tensor]:
         """The unprefixed values, averaged over folds (float64)."""
-        rows = [self._fold_values(tables) for tables in self._fold_tables()]
+        tables = self.rank_tables()
+        rows = []
+        starts = {d: 0 for d in DIRECTIONS}
+        for f in range(self.folds or 1):
+            fold_tables = {}
+            for d in DIRECTIONS:
+                size = self._fold_sizes[d][f]
+                fold_tables[d] = tables[d].select(torch.arange(starts[d], starts[d] + size))
+                starts[d] += size
+            rows.append(self._fold_values(fold_tables))
         return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
         return {f"{self.prefix}{k}": v.to(torch.float32) for k, v in self.compute_values().items()}
-
-    def _direction_tables(self) -> dict[str, RankTable]:
-        """Each direction's queries of every fold, in one table (folds in order)."""
-        with self.sync_context(
-            dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync,
-            should_unsync=self._should_unsync,
-        ):
-            folds = self._fold_tables()
-        return {d: concat_tables([f[d] for f in folds]) for d in ("i2t", "t2i")}
-
-    def per_query(self) -> dict[str, Tensor]:
-        """Per direction, each query's values ("i2t/...": one per image in ascending id order,
-        "t2i/...": one per caption, grouped by image), folds concatenated."""
-        out = {}
-        for direction, table in self._direction_tables().items():
-            for name in self.metric_names():
-                spec = M.parse_metric(name)
-                out[f"{direction}/{spec.name}"] = M.per_query_values(table, spec, ties=self.ties)
-        return out
-
-    def summary(self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0) -> Any:
-        """Per direction: value, interval, chance level, queries and gallery size per metric
-        (each query ranked against its own fold's gallery; with equal folds the means equal the
-        fold averages of compute())."""
-        rows = []
-        for direction, table in self._direction_tables().items():
-            part = stats.summarize(
-                table, self.metric_names(), ties=self.ties, empty_queries=self.empty_queries,
-                percent=self.percent, median=self.median, level=level,
-                num_bootstrap=num_bootstrap, seed=seed,
-            )
-            for row in part.rows:
-                rows.append({**row, "name": f"{self.prefix}{direction}/{row['name']}"})
-        return stats.Summary(rows=rows, level=level)
 
 
 class RSum(CrossModalRetrieval):

@@ -1,20 +1,52 @@
-"""Gathering tensors across processes, robust to what torchmetrics' default gather trips on.
+"""Everything that makes a metric give the same value on one process and on many.
 
-``gather_rows`` all-gathers one tensor per rank along dimension 0 when ranks hold different numbers
-of rows, different trailing shapes only because a rank is empty, or different floating dtypes, and
-returns the concatenation in rank order. Two collectives per call: one for the shapes and dtypes,
-one for the padded payload.
+Every metric kind goes through these steps, in this order, and nowhere else:
+
+1. :func:`sync_states`: each "cat" state is gathered with :func:`gather_rows`, which all-gathers one
+   tensor per rank along dimension 0 when ranks hold different numbers of rows, different trailing
+   shapes only because a rank is empty, or different floating dtypes (two collectives per call:
+   one for the shapes and dtypes, one for the padded payload).
+2. :func:`dedupe_by_id`: samples repeated by DistributedSampler (same id, same labels) are dropped;
+   an id repeated with different labels is an error.
+3. :func:`rank_queries`: each process ranks its contiguous share of the queries
+   (:func:`query_share`) against the whole gallery, and the rank tables are gathered in process
+   order (:func:`gather_table`), so every process holds the whole table.
+4. Or, for a gallery too large for one device, :func:`rank_gallery_sharded`: the gallery stays
+   where it is and only queries, relevant scores and counts cross.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["distributed_ready", "gather_rows", "rank_and_world"]
+from retrieval_metrics.functional.items import Items, RankingOptions
+from retrieval_metrics.functional.ranking import Exchange
+from retrieval_metrics.functional.table import (
+    PRESENT,
+    TABLE_PARTS,
+    RankTable,
+    table_from_parts,
+    table_parts,
+)
+
+__all__ = [
+    "DistributedExchange",
+    "dedupe_by_id",
+    "distributed_ready",
+    "first_by_id",
+    "gather_rows",
+    "gather_table",
+    "query_share",
+    "rank_and_world",
+    "rank_gallery_sharded",
+    "rank_queries",
+    "sync_states",
+]
 
 _DTYPES = [
     torch.bool,
@@ -124,3 +156,114 @@ class DistributedExchange:
 
     def max(self, tensor: Tensor) -> Tensor:
         return self._reduce(tensor, dist.ReduceOp.MAX)
+
+
+# ---------------------------------------------------------------------- states
+
+
+def sync_states(states: Mapping[str, Any], group: Any = None) -> tuple[dict[str, Tensor], int]:
+    """Every process's rows of each state (lists of tensors or tensors), concatenated in process
+    order; also the bytes this process contributed."""
+    names = list(states)
+    local = []
+    for name in names:
+        value = states[name]
+        if isinstance(value, list):
+            value = torch.cat(value) if value else torch.zeros(0, dtype=torch.int64)
+        local.append(value)
+    sent = sum(t.numel() * t.element_size() for t in local)
+    return dict(zip(names, gather_rows(local, group), strict=True)), sent
+
+
+# ---------------------------------------------------------------------- dedupe
+
+
+def first_by_id(ids: Tensor) -> Tensor:
+    """Indices of the first occurrence of each id, in ascending id order: repeats are dropped, and
+    the order does not depend on how the data was split over batches or processes."""
+    ids = ids.cpu()
+    order = torch.argsort(ids, stable=True)
+    sorted_ids = ids[order]
+    first = torch.ones_like(sorted_ids, dtype=torch.bool)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    return order[first]
+
+
+def dedupe_by_id(ids: Tensor, what: str, **keys: Tensor | None) -> Tensor:
+    """Indices of one item per id (ascending id order), after checking that repeats agree.
+
+    Repeats that agree on every tensor of ``keys`` (labels, cameras, ...) are the samples
+    DistributedSampler pads with, and are dropped. An id repeated with different values names two
+    different samples (e.g. ids that restart at 0 in every batch), which would silently lose data:
+    it raises, naming a few of the ids.
+    """
+    ids = ids.cpu()
+    order = torch.argsort(ids, stable=True)
+    sorted_ids = ids[order]
+    first = torch.ones_like(sorted_ids, dtype=torch.bool)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    group_first = order[first][torch.cumsum(first.to(torch.int64), 0) - 1]
+    for name, key in keys.items():
+        if key is None:
+            continue
+        key = key.cpu()
+        differ = key[order] != key[group_first]
+        if differ.dim() > 1:
+            differ = differ.reshape(differ.shape[0], -1).any(1)
+        if bool(differ.any()):
+            bad = torch.unique(sorted_ids[differ])
+            shown = ", ".join(str(int(i)) for i in bad[:5])
+            raise ValueError(
+                f"{what}: {bad.numel()} id(s) were given for samples with different {name} "
+                f"(e.g. {shown}); an id must name one sample (ids that restart in every batch "
+                "are a common cause). Only identical repeats, such as DistributedSampler's "
+                "padding, are dropped"
+            )
+    return order[first]
+
+
+# ---------------------------------------------------------------------- ranking
+
+
+def query_share(num_queries: int, group: Any = None, distributed: bool = True) -> slice:
+    """This process's contiguous share of ``num_queries`` queries (all of them on one process)."""
+    rank, world = rank_and_world(group) if distributed else (0, 1)
+    return slice(rank * num_queries // world, (rank + 1) * num_queries // world)
+
+
+def gather_table(table: RankTable, group: Any = None) -> RankTable:
+    """Every process's rank table, queries concatenated in process order."""
+    parts = table_parts(table)
+    names = [p.name for p in TABLE_PARTS] + [PRESENT]
+    gathered = gather_rows([parts[n] for n in names], group)
+    return table_from_parts(dict(zip(names, gathered, strict=True)))
+
+
+def rank_queries(
+    queries: Items,
+    gallery: Items,
+    options: RankingOptions,
+    group: Any = None,
+    distributed: bool = True,
+) -> RankTable:
+    """Rank every query against the whole gallery, each process its share; the whole table on
+    every process."""
+    _, world = rank_and_world(group) if distributed else (0, 1)
+    table = options.rank(queries.select(query_share(len(queries), group, distributed)), gallery)
+    return gather_table(table, group) if world > 1 else table
+
+
+def rank_gallery_sharded(
+    queries: Items,
+    shard: Items | None,
+    options: RankingOptions,
+    group: Any = None,
+    distributed: bool = True,
+) -> tuple[RankTable, int]:
+    """Rank every query against a gallery that stays split over processes; returns the table and
+    the bytes this process sent while ranking."""
+    exchange = DistributedExchange(group) if distributed else Exchange()
+    if shard is None:  # this process holds no gallery items
+        shard = queries.select(torch.zeros(0, dtype=torch.int64))
+    table = options.rank_sharded(queries, shard, exchange)
+    return table, exchange.sent

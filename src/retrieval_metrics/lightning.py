@@ -32,17 +32,26 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from retrieval_metrics.distributed import gather_rows
-from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.metric import RetrievalMetricBase
 
 __all__ = ["SELECTION_KEY", "SelectOnValidation"]
 
 #: Key of the selection record in every checkpoint that ``SelectOnValidation`` keeps.
 SELECTION_KEY = "selection"
 
-# id states of RetrievalMetric that name queries (same-source items are queries too). Gallery ids
-# are not compared: one corpus shared by validation and test queries is a legitimate setup.
-_ID_STATES = ("q_ids", "t_query_id")
-_NO_ID = -1  # what `t_query_id` holds for queries given without ids
+# Kinds of sample ids other than plain query ids (image ids, caption ids) live in id spaces of
+# their own: an image and a caption may share a number. Each kind's ids are mapped into the one
+# set of compared ids by an invertible mix with a salt of its own, so that ids of different kinds
+# meet only by a 2**-64 chance.
+_MIX = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: odd, so the product is invertible
+
+
+def _namespaced(kind: str, ids: Tensor) -> Tensor:
+    ids = ids.reshape(-1).to("cpu", torch.int64)
+    if kind == "query":
+        return ids
+    salt = int.from_bytes(kind.encode()[:8].ljust(8, b"\0"), "little", signed=True)
+    return (ids ^ salt) * _MIX
 _DATALOADER_SUFFIX = re.compile(r"/dataloader_idx_(\d+)$")
 
 
@@ -107,11 +116,12 @@ class SelectOnValidation(ModelCheckpoint):
     * a ``trainer.test`` whose dataloader holds the dataset of the validation dataloader that
       produced the monitor (e.g. ``monitor="val/map_at_r/dataloader_idx_1"`` with that dataloader
       also passed to ``trainer.test``);
-    * validation and test data that share sample ids: the query ids (``ids=``) seen by every
-      :class:`~retrieval_metrics.RetrievalMetric` of the LightningModule in the validation loops of
-      ``fit`` are compared with those seen in ``trainer.test`` (all processes together), and the
-      number of overlapping ids is reported. Ids must be global sample ids, unique across splits.
-      Gallery ids are not compared (validation and test queries may share one corpus).
+    * validation and test data that share sample ids: the ids that every metric of this library in
+      the LightningModule received in the validation loops of ``fit`` (``metric.sample_ids()``:
+      query ids given with ``ids=``; image ids and ``text_ids`` of image-text metrics) are compared
+      with those received in ``trainer.test`` (all processes together), and the number of
+      overlapping ids is reported. Ids must be global sample ids, unique across splits. Gallery
+      ids are not compared (validation and test queries may share one corpus).
 
     A warning is given when ``fit`` ends without any metric logged in the validation loop (nothing
     was selected) and when ``trainer.test`` runs with nothing selected.
@@ -216,8 +226,8 @@ class SelectOnValidation(ModelCheckpoint):
         self._fitting = False
         self._loaded: dict[str, Any] = {}
         self._batch_ids: list[Tensor] = []
-        self._seen: dict[tuple[int, str], int] = {}
-        self._metrics: list[RetrievalMetric] = []
+        self._latest: dict[tuple[int, str], Tensor] = {}
+        self._metrics: list[RetrievalMetricBase] = []
 
     # ------------------------------------------------------------------ public
 
@@ -299,7 +309,7 @@ class SelectOnValidation(ModelCheckpoint):
                 self._val_datasets = [
                     _dataset_of(dl) for dl in _flatten_loaders(trainer.val_dataloaders)
                 ]
-        self._batch_ids = []
+        self._batch_ids, self._latest = [], {}
         super().on_validation_end(trainer, pl_module)
 
     # test: load the selected weights, check the data, log the selection
@@ -368,7 +378,7 @@ class SelectOnValidation(ModelCheckpoint):
     def on_test_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._collect_ids()
         test_ids = self._gather_ids(trainer)
-        self._batch_ids = []
+        self._batch_ids, self._latest = [], {}
         if self.check_ids and self._val_ids.numel() and test_ids.numel():
             shared = int(torch.isin(test_ids, self._val_ids).sum())
             if shared:
@@ -556,48 +566,31 @@ class SelectOnValidation(ModelCheckpoint):
 
     def _start_id_collection(self, pl_module: pl.LightningModule) -> None:
         self._batch_ids = []
-        self._metrics = [m for m in pl_module.modules() if isinstance(m, RetrievalMetric)]
-        self._seen = {}
-        for metric in self._metrics:
-            for name in _ID_STATES:
-                value = getattr(metric, name, None)
-                if isinstance(value, list):
-                    self._seen[(id(metric), name)] = len(value)
-                elif isinstance(value, Tensor):
-                    self._seen[(id(metric), name)] = -1  # already one tensor: take what grows
+        self._latest = {}
+        self._metrics = [m for m in pl_module.modules() if isinstance(m, RetrievalMetricBase)]
 
     def _collect_ids(self) -> None:
-        """Take the ids appended to the metrics' states since the last call (before Lightning
-        computes and resets the metrics at the end of the epoch)."""
+        """Take the sample ids the metrics hold now (before Lightning, or the module, computes and
+        resets them at the end of the epoch)."""
         if not self.check_ids:
             return
         for metric in self._metrics:
-            for name in _ID_STATES:
-                value = getattr(metric, name, None)
-                key = (id(metric), name)
-                if isinstance(value, list):
-                    seen = self._seen.get(key, 0)
-                    if seen < 0 or len(value) < seen:  # reset since: all of it is new
-                        seen = 0
-                    new = [t for t in value[seen:] if isinstance(t, Tensor)]
-                    self._seen[key] = len(value)
-                elif isinstance(value, Tensor):
-                    new = [value]
-                    self._seen[key] = -1
-                else:
-                    continue
-                for ids in new:
-                    ids = ids.reshape(-1).to("cpu", torch.int64)
-                    if name == "t_query_id":
-                        ids = ids[ids != _NO_ID]
-                    if ids.numel():
-                        self._batch_ids.append(ids)
+            for kind, ids in metric.sample_ids().items():
+                key = (id(metric), kind)
+                before = self._latest.get(key)
+                if before is not None and ids.numel() < before.numel():
+                    self._batch_ids.append(before)  # the metric was reset since: keep what it had
+                self._latest[key] = _namespaced(kind, ids)
         if len(self._batch_ids) > 64:
             self._batch_ids = [_unique(self._batch_ids)]
 
     def _gather_ids(self, trainer: pl.Trainer) -> Tensor:
         """The ids every process collected in this loop (the same tensor on every process)."""
-        local = _unique(self._batch_ids) if self.check_ids else torch.zeros(0, dtype=torch.int64)
+        local = (
+            _unique([*self._batch_ids, *self._latest.values()])
+            if self.check_ids
+            else torch.zeros(0, dtype=torch.int64)
+        )
         if not self.check_ids or trainer.world_size <= 1:
             return local
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):

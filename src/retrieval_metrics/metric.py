@@ -1,7 +1,14 @@
-"""The shared ``Metric`` base: states, input forms, dedupe and distributed compute.
+"""The shared ``Metric`` core: options, states, dedupe, distributed compute and everything beyond
+``compute()``, for every metric kind.
 
-Every metric class of the library is a thin subclass of :class:`RetrievalMetric` that only says
-which named measures it reports. The base accepts every input form of DESIGN.md:
+:class:`RetrievalMetricBase` is what every metric of the library is: it resolves the options
+(``protocol`` included), keeps per-item states of any number of sides (registered, appended,
+gathered and deduplicated the same way for every kind), stores rank tables in the flat form
+declared once in :mod:`retrieval_metrics.functional.table`, and builds ``per_query``, ``summary``,
+``confidence_interval``, ``plot`` and :func:`retrieval_metrics.compare` on one method,
+:meth:`~RetrievalMetricBase.rank_tables`. A kind only says how its states become rank tables.
+
+:class:`RetrievalMetric` is the one-direction kind, with every input form:
 
 * embeddings, same source: ``update(embeddings, labels)``;
 * separate sets: ``update(q, q_labels, role="query")`` and ``update(g, g_labels, role="gallery")``,
@@ -19,15 +26,15 @@ self-exclusion uses them), ``cameras=`` (re-id), ``positions=`` (``relevance="ra
 ``compute()``: states are gathered across processes (any number of rows, updates, or none at all
 per rank), duplicate samples dropped by id, each process ranks its share of the queries against the
 whole gallery, and the per-query rank tables are gathered, so every process returns the same value
-as a single process would.
+as a single process would (:mod:`retrieval_metrics.distributed`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -35,25 +42,29 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from retrieval_metrics.distributed import DistributedExchange, gather_rows, rank_and_world
+from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import stats
+from retrieval_metrics.functional.items import ITEM_FIELDS, Items, RankingOptions
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     SIMILARITIES,
-    UNBOUNDED,
-    Exchange,
-    RankTable,
     _check_embeddings,
-    rank_embeddings,
-    rank_embeddings_sharded,
     rank_lists,
     rank_scores,
+)
+from retrieval_metrics.functional.table import (
+    PRESENT,
+    TABLE_PARTS,
+    UNBOUNDED,
+    RankTable,
+    table_from_parts,
+    table_parts,
 )
 from retrieval_metrics.functional.ties import TIES
 from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 
-__all__ = ["RetrievalMetric", "label_codes"]
+__all__ = ["RetrievalMetric", "RetrievalMetricBase", "label_codes"]
 
 RELEVANCE = ("label", "radius")
 ROLES = (None, "query", "gallery")
@@ -107,15 +118,16 @@ def label_codes(labels: Any, name: str) -> Tensor:
     return torch.tensor(codes, dtype=torch.int64)
 
 
-class RetrievalMetric(Metric):
-    """Base of every retrieval metric: accumulates inputs, ranks once, reports named measures.
+class RetrievalMetricBase(Metric):
+    """What every retrieval metric shares: options, states, rank tables and what is built on them.
 
     Options left out take the library default shown here, or the value that ``protocol`` fixes;
     an option you pass must agree with the protocol.
 
     Args:
         similarity: "cosine" (default), "dot" or "euclidean".
-        ties: "expected" (default), "optimistic" or "pessimistic" (SPEC.md section 3).
+        ties: "expected" (default), "optimistic" or "pessimistic": how equal scores are ordered
+            (see the definitions page of the documentation).
         empty_queries: "skip" (default), "zero" or "error" for queries with no relevant item.
         percent: report fractions as percentages.
         relevance: "label" (default) or "radius" (with ``positions=`` and ``radius``).
@@ -123,17 +135,15 @@ class RetrievalMetric(Metric):
         ignore_label: gallery items with this label are removed from every ranking.
         average: "macro" (default), "micro" (recall-like metrics) or "class".
         memory_budget: bytes of scratch memory the ranking may use.
-        gallery_sharded: for galleries too large for one device: gallery items given with
-            ``role="gallery"`` stay on the process that received them, the queries are gathered,
-            each process ranks every query against its shard, and only relevant scores and counts
-            cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
-            not repeat items across processes.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see
             :mod:`retrieval_metrics.protocols`); it sets the options it fixes.
         ap, divisor, gain, median: measure options (see
             :func:`retrieval_metrics.functional.retrieval_measures`).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
+
+    A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
+    and :meth:`sample_ids`.
     """
 
     is_differentiable = False
@@ -158,7 +168,6 @@ class RetrievalMetric(Metric):
         divisor: str | None = None,
         gain: str | None = None,
         median: str | None = None,
-        gallery_sharded: bool = False,
         protocol: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -169,20 +178,17 @@ class RetrievalMetric(Metric):
             "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
             "gain": gain, "median": median,
         })
-        similarity, ties, empty_queries = opts["similarity"], opts["ties"], opts["empty_queries"]
-        percent, relevance, radius = opts["percent"], opts["relevance"], opts["radius"]
-        ignore_label, average, ap = opts["ignore_label"], opts["average"], opts["ap"]
-        divisor, gain, median = opts["divisor"], opts["gain"], opts["median"]
         self.protocol = protocol
-        _choice("similarity", similarity, SIMILARITIES)
-        _choice("ties", ties, TIES)
-        _choice("empty_queries", empty_queries, M.EMPTY_QUERIES)
-        _choice("relevance", relevance, RELEVANCE)
-        _choice("average", average, M.AVERAGES)
-        _choice("ap", ap, M.AP_KINDS)
-        _choice("divisor", divisor, M.AP_DIVISORS)
-        _choice("gain", gain, ("exponential", "linear"))
-        _choice("median", median, M.MEDIAN_CONVENTIONS)
+        _choice("similarity", opts["similarity"], SIMILARITIES)
+        _choice("ties", opts["ties"], TIES)
+        _choice("empty_queries", opts["empty_queries"], M.EMPTY_QUERIES)
+        _choice("relevance", opts["relevance"], RELEVANCE)
+        _choice("average", opts["average"], M.AVERAGES)
+        _choice("ap", opts["ap"], M.AP_KINDS)
+        _choice("divisor", opts["divisor"], M.AP_DIVISORS)
+        _choice("gain", opts["gain"], ("exponential", "linear"))
+        _choice("median", opts["median"], M.MEDIAN_CONVENTIONS)
+        percent, radius, ignore_label = opts["percent"], opts["radius"], opts["ignore_label"]
         if not isinstance(percent, bool):
             raise ValueError(f"`percent` must be a bool, got {percent!r}")
         if not (isinstance(radius, (int, float)) and radius >= 0):
@@ -193,61 +199,279 @@ class RetrievalMetric(Metric):
             )
         if ignore_label is not None and not isinstance(ignore_label, int):
             raise ValueError(f"`ignore_label` must be an int or None, got {ignore_label!r}")
-        self.similarity = similarity
-        self.ties = ties
-        self.empty_queries = empty_queries
+        self.similarity = opts["similarity"]
+        self.ties = opts["ties"]
+        self.empty_queries = opts["empty_queries"]
         self.percent = percent
-        self.relevance = relevance
+        self.relevance = opts["relevance"]
         self.radius = float(radius)
         self.ignore_label = ignore_label
-        self.average = average
+        self.average = opts["average"]
         self.memory_budget = memory_budget
-        self.ap = ap
-        self.divisor = divisor
-        self.gain = gain
-        self.median = median
-        if not isinstance(gallery_sharded, bool):
-            raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
-        self.gallery_sharded = gallery_sharded
+        self.ap = opts["ap"]
+        self.divisor = opts["divisor"]
+        self.gain = opts["gain"]
+        self.median = opts["median"]
         self.bytes_exchanged = 0
         self._sync_bytes = 0
-
-        self.add_state("form", torch.zeros(5, dtype=torch.int64), dist_reduce_fx="max")
-        for side in ("q", "g"):
-            for name in ("emb", "labels", "ids", "cameras", "positions"):
-                self.add_state(f"{side}_{name}", [], dist_reduce_fx="cat")
-        for name in (
-            "counts",
-            "above",
-            "tied",
-            "grade",
-            "num_relevant",
-            "gallery_size",
-            "depth",
-            "ideal_counts",
-            "ideal_grade",
-            "query_class",
-            "query_id",
-        ):
-            self.add_state(f"t_{name}", [], dist_reduce_fx="cat")
-        for name in ("preds", "target", "indexes"):
-            self.add_state(f"s_{name}", [], dist_reduce_fx="cat")
-        self._gallery: dict[str, Tensor | None] | None = None
-        self._table: RankTable | None = None
+        self._tables: dict[str, RankTable] | None = None
         self._warned_no_ids = False
-        self._next_query_id = 0
 
-    # ------------------------------------------------------------------ what a subclass reports
+    # ------------------------------------------------------------------ what a kind provides
 
     def metric_names(self) -> list[str]:
         """Named measures this metric reports (see ``functional.parse_metric``)."""
         raise NotImplementedError
+
+    def _build_tables(self) -> dict[str, RankTable]:
+        """Rank tables from the (synced) states, keyed by the prefix of their measures' names
+        ("" for one direction, "i2t/" and "t2i/" for image-text)."""
+        raise NotImplementedError
+
+    def sample_ids(self) -> dict[str, Tensor]:
+        """The sample ids of the queries this process has received since the last reset, by kind
+        of sample ("query"; "image" and "text" for image-text). Samples given without ids are
+        not listed. :class:`~retrieval_metrics.lightning.SelectOnValidation` compares these
+        between validation and test."""
+        return {}
+
+    def _local_states(self) -> set[str]:
+        """States that stay on their process when syncing (a sharded gallery)."""
+        return set()
+
+    # ------------------------------------------------------------------ states
+
+    def _add_item_states(self, side: str, names: Sequence[str] = ITEM_FIELDS) -> None:
+        for name in names:
+            self.add_state(f"{side}_{name}", [], dist_reduce_fx="cat")
+
+    def _append_items(self, side: str, items: Items, role: str) -> None:
+        """Append one batch of a side, checking that optional tensors come always or never."""
+        previous = _num_batches(getattr(self, f"{side}_emb"))
+        for name in ITEM_FIELDS[1:]:
+            if not hasattr(self, f"{side}_{name}"):
+                if getattr(items, name) is not None:
+                    raise ValueError(f"`{name}` does not apply to {role}")
+                continue
+            before = _num_batches(getattr(self, f"{side}_{name}"))
+            if (getattr(items, name) is None and before) or (
+                getattr(items, name) is not None and before != previous
+            ):
+                raise ValueError(f"`{name}` must be given on every update or on none ({role})")
+        for name in ITEM_FIELDS:
+            value = getattr(items, name)
+            if value is not None:
+                self._append_state(f"{side}_{name}", value)
+
+    def _side(self, side: str) -> Items | None:
+        """A side's items as one batch, or None when it has none. A per-item tensor that was
+        never given is None, also after a sync has turned its empty list into an empty tensor."""
+        emb = self._state(f"{side}_emb")
+        if emb is None:
+            return None
+        values = {}
+        for name in ITEM_FIELDS[1:]:
+            value = self._state(f"{side}_{name}") if hasattr(self, f"{side}_{name}") else None
+            values[name] = None if value is None or value.numel() == 0 else value
+        return Items(emb=emb, **values)
+
+    def _deduped(self, side: str, what: str) -> Items | None:
+        """A side's items, one per sample id (ascending ids) when ids were given."""
+        items = self._side(side)
+        if items is None or len(items) == 0:
+            return items
+        if items.ids is None:
+            _, world = D.rank_and_world(self.process_group)
+            if world > 1 and not self._warned_no_ids:
+                warnings.warn(
+                    f"{type(self).__name__}: no `ids=` were given, so samples that "
+                    "DistributedSampler repeated to even out the processes cannot be detected and "
+                    "are counted twice; pass per-sample ids to `update`",
+                    UserWarning,
+                    stacklevel=4,
+                )
+                self._warned_no_ids = True
+            return items
+        keep = D.dedupe_by_id(
+            items.ids, what, labels=items.labels, cameras=items.cameras, positions=items.positions
+        )
+        return items.select(keep)
+
+    def _append_state(self, name: str, value: Tensor) -> None:
+        state = getattr(self, name)
+        value = value.to(self.device) if isinstance(value, Tensor) else value
+        if isinstance(state, list):
+            state.append(value)
+        else:  # after a sync in a full-state forward the state is one tensor
+            setattr(self, name, torch.cat([state, value]))
+
+    def _state(self, name: str) -> Tensor | None:
+        value = getattr(self, name)
+        if isinstance(value, list):
+            if not value:
+                return None
+            return dim_zero_cat(value)
+        return value
+
+    def _distributed(self) -> bool:
+        return bool(self._to_sync and self.distributed_available_fn())
+
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        """Gather every state with :func:`retrieval_metrics.distributed.sync_states` (uneven
+        sizes, empty processes); states reduced otherwise (the input form) are reduced after."""
+        group = process_group or self.process_group
+        local = self._local_states()
+        cat = {
+            name: getattr(self, name)
+            for name, fx in self._reductions.items()
+            if fx is dim_zero_cat and name not in local
+        }
+        gathered, self._sync_bytes = D.sync_states(cat, group)
+        for name, value in gathered.items():
+            setattr(self, name, value)
+        for name, fx in self._reductions.items():
+            if fx is not dim_zero_cat and name not in local:
+                value = getattr(self, name)
+                stacked = D.gather_rows([value[None]], group)[0]
+                setattr(self, name, fx(stacked))
+
+    # ------------------------------------------------------------------ rank tables
+
+    def rank_tables(self) -> dict[str, RankTable]:
+        """Every rank table of what all processes have seen so far, keyed by the prefix of the
+        names of its measures ("" for one direction; "i2t/" and "t2i/" for image-text). Queries in
+        a stable order (by sample id when ids were given)."""
+        if self._tables is None:
+            if self._is_synced:  # inside compute(): the states already hold every process's rows
+                self._tables = self._build_tables()
+            else:
+                with self.sync_context(
+                    dist_sync_fn=self.dist_sync_fn,
+                    should_sync=self._to_sync,
+                    should_unsync=self._should_unsync,
+                ):
+                    self._tables = self._build_tables()
+        return self._tables
+
+    def rank_table(self) -> RankTable:
+        """The rank table, for a metric that ranks in one direction (see :meth:`rank_tables`)."""
+        tables = self.rank_tables()
+        if len(tables) != 1:
+            raise ValueError(
+                f"{type(self).__name__} ranks in {len(tables)} directions "
+                f"({', '.join(k.rstrip('/') for k in tables)}): use rank_tables()[prefix]"
+            )
+        return next(iter(tables.values()))
+
+    def _measure_options(self) -> dict[str, Any]:
+        """The options every measure of this metric is computed with."""
+        return {
+            "ties": self.ties, "empty_queries": self.empty_queries, "average": self.average,
+            "percent": self.percent, "ap": self.ap, "divisor": self.divisor, "gain": self.gain,
+            "median": self.median,
+        }
+
+    def _per_query_options(self) -> dict[str, Any]:
+        return {"ties": self.ties, "ap": self.ap, "divisor": self.divisor, "gain": self.gain}
+
+    def reset(self) -> None:
+        super().reset()
+        self._tables = None
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        # forward() computes on the batch alone; its tables must not stand for the accumulation.
+        out = super().forward(*args, **kwargs)
+        self._tables = None
+        return out
+
+    # ------------------------------------------------------------------ beyond compute()
+
+    def per_query(self) -> dict[str, Tensor]:
+        """Each query's value of every reported measure (NaN for skipped queries), queries in a
+        stable order (by sample id when ids were given, else the order they arrived in); keys
+        carry the direction for image-text ("i2t/hit_rate@1")."""
+        out = {}
+        for key, table in self.rank_tables().items():
+            for name in self.metric_names():
+                spec = M.parse_metric(name)
+                out[f"{key}{spec.name}"] = M.per_query_values(
+                    table, spec, **self._per_query_options()
+                )
+        return out
+
+    def summary(
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+    ) -> stats.Summary:
+        """Values with queries counted and skipped, gallery size, chance level and a confidence
+        interval (seeded percentile bootstrap over queries). Prints as a table."""
+        prefix = getattr(self, "prefix", "")
+        rows = []
+        for key, table in self.rank_tables().items():
+            part = stats.summarize(
+                table,
+                self.metric_names(),
+                **self._measure_options(),
+                level=level,
+                num_bootstrap=num_bootstrap,
+                seed=seed,
+            )
+            rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+        return stats.Summary(rows=rows, level=level)
+
+    def confidence_interval(
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+    ) -> dict[str, tuple[float, float]]:
+        """An interval per reported value: Wilson's for hit rates without ties to average, else
+        a seeded percentile bootstrap over queries."""
+        summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
+        return {row["name"]: row["interval"] for row in summary.rows}
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        """torchmetrics' ``plot``: ``(fig, ax)``; hit rate vs K with its chance curve for metrics
+        that report a curve (CMC, several hit rates). See :mod:`retrieval_metrics.plot`."""
+        from retrieval_metrics.plot import plot_metric
+
+        return plot_metric(self, val, ax)
+
+
+class RetrievalMetric(RetrievalMetricBase):
+    """Base of the one-direction metrics: accumulates any input form, ranks once, reports named
+    measures.
+
+    Args:
+        gallery_sharded: for galleries too large for one device: gallery items given with
+            ``role="gallery"`` stay on the process that received them, the queries are gathered,
+            each process ranks every query against its shard, and only relevant scores and counts
+            cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
+            not repeat items across processes.
+        kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
+    """
+
+    def __init__(self, *, gallery_sharded: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(gallery_sharded, bool):
+            raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
+        self.gallery_sharded = gallery_sharded
+        self.add_state("form", torch.zeros(5, dtype=torch.int64), dist_reduce_fx="max")
+        self._add_item_states("q")
+        self._add_item_states("g")
+        for part in TABLE_PARTS:
+            self.add_state(f"t_{part.name}", [], dist_reduce_fx="cat")
+        self.add_state(f"t_{PRESENT}", [], dist_reduce_fx="cat")
+        for name in ("preds", "target", "indexes"):
+            self.add_state(f"s_{name}", [], dist_reduce_fx="cat")
+        self._gallery: Items | None = None
 
     def _format(self, values: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
         """Turn the named values into what ``compute()`` returns (a 0-d tensor for one value)."""
         if len(values) == 1:
             return next(iter(values.values()))
         return values
+
+    def _local_states(self) -> set[str]:
+        if not self.gallery_sharded:
+            return set()
+        return {f"g_{name}" for name in ITEM_FIELDS}
 
     # ------------------------------------------------------------------ inputs
 
@@ -263,9 +487,10 @@ class RetrievalMetric(Metric):
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
         at once and only per-query results are kept (the query embeddings are not stored)."""
         emb = _check_embeddings("embeddings", embeddings)
-        self._gallery = self._item_tensors(emb, labels, ids, cameras, positions)
-        self._gallery["emb"] = _score_copy(emb)
-        self._table = None
+        self._gallery = replace(
+            self._item_tensors(emb, labels, ids, cameras, positions), emb=_score_copy(emb)
+        )
+        self._tables = None
 
     def update(  # type: ignore[override]
         self,
@@ -285,7 +510,7 @@ class RetrievalMetric(Metric):
         num_relevant: Sequence[int] | Tensor | None = None,
     ) -> None:
         """Add one batch, in any one of the input forms (see the module docstring)."""
-        self._table = None
+        self._tables = None
         given = {
             "embeddings": embeddings is not None,
             "ranked_ids": ranked_ids is not None or relevant_ids is not None,
@@ -311,7 +536,7 @@ class RetrievalMetric(Metric):
         else:
             self._append_table(_table_from_ranks(relevant_ranks, num_relevant), ids)
 
-    def _item_tensors(self, emb, labels, ids, cameras, positions) -> dict[str, Tensor | None]:
+    def _item_tensors(self, emb, labels, ids, cameras, positions) -> Items:
         n = emb.shape[0]
         out: dict[str, Tensor | None] = {
             "labels": None,
@@ -346,7 +571,7 @@ class RetrievalMetric(Metric):
             raise ValueError('`labels` are needed with relevance="label"')
         if self.relevance == "radius" and out["positions"] is None:
             raise ValueError('`positions` are needed with relevance="radius"')
-        return out
+        return Items(emb=emb, **out)
 
     def _update_embeddings(self, embeddings, labels, role, ids, cameras, positions) -> None:
         emb = _check_embeddings("embeddings", embeddings)
@@ -354,46 +579,12 @@ class RetrievalMetric(Metric):
         if self._gallery is not None:
             if role == "gallery":
                 raise ValueError("a fixed gallery was set with `set_gallery`; update queries only")
-            self._append_table(self._rank_against_gallery(emb, items), items["ids"])
+            self._append_table(self._ranking_options().rank(items, self._gallery), items.ids)
             return
         form = _SAME_SOURCE if role is None else (_QUERY if role == "query" else _GALLERY)
         self._mark(form)
         side = "g" if role == "gallery" else "q"
-        previous_batches = _num_batches(getattr(self, f"{side}_emb"))
-        for name, value in items.items():
-            given_before = _num_batches(getattr(self, f"{side}_{name}"))
-            if (value is None and given_before) or (
-                value is not None and given_before != previous_batches
-            ):
-                raise ValueError(
-                    f"`{name}` must be given on every update or on none (role={role!r})"
-                )
-        for name, value in items.items():
-            if value is not None:
-                self._append_state(f"{side}_{name}", value)
-        self._append_state(f"{side}_emb", _score_copy(emb))
-
-    def _rank_against_gallery(self, emb: Tensor, items: dict[str, Tensor | None]) -> RankTable:
-        g = self._gallery
-        assert g is not None
-        return rank_embeddings(
-            emb.to(g["emb"].device),
-            g["emb"],
-            query_labels=items["labels"],
-            gallery_labels=g["labels"],
-            query_ids=items["ids"],
-            gallery_ids=g["ids"],
-            query_cameras=items["cameras"],
-            gallery_cameras=g["cameras"],
-            query_positions=items["positions"],
-            gallery_positions=g["positions"],
-            relevance=self.relevance,
-            radius=self.radius,
-            ignore_label=self.ignore_label,
-            similarity=self.similarity,
-            memory_budget=self.memory_budget,
-            **self._depth_kwargs(),
-        )
+        self._append_items(side, replace(items, emb=_score_copy(emb)), f"role={role!r}")
 
     def _update_scores(self, preds, target, indexes) -> None:
         if preds is None or target is None or indexes is None:
@@ -417,44 +608,17 @@ class RetrievalMetric(Metric):
 
     def _append_table(self, table: RankTable, query_ids: Any) -> None:
         self._mark(_TABLE)
-        n = table.num_queries
         if query_ids is not None:
-            qid = _per_item("ids", label_codes(query_ids, "ids"), n)
-        else:
-            qid = torch.full((n,), -1, dtype=torch.int64)
-        graded = table.grade is not None
-        self._append_state("t_counts", table.ptr.diff())
-        self._append_state("t_above", table.above)
-        self._append_state("t_tied", table.tied)
-        self._append_state(
-            "t_grade",
-            table.grade
-            if graded
-            else torch.full((table.above.numel(),), math.nan, dtype=torch.float64),
-        )
-        self._append_state("t_num_relevant", table.num_relevant)
-        self._append_state("t_gallery_size", table.gallery_size)
-        self._append_state("t_depth", table.depth)
-        if table.ideal_ptr is not None and table.ideal_grade is not None:
-            self._append_state("t_ideal_counts", table.ideal_ptr.diff())
-            self._append_state("t_ideal_grade", table.ideal_grade)
-        else:
-            self._append_state("t_ideal_counts", torch.full((n,), -1, dtype=torch.int64))
-        self._append_state(
-            "t_query_class",
-            table.query_class
-            if table.query_class is not None
-            else torch.full((n,), -1, dtype=torch.int64),
-        )
-        self._append_state("t_query_id", qid)
-
-    def _append_state(self, name: str, value: Tensor) -> None:
-        state = getattr(self, name)
-        value = value.to(self.device) if isinstance(value, Tensor) else value
-        if isinstance(state, list):
-            state.append(value)
-        else:  # after a sync in a full-state forward the state is one tensor
-            setattr(self, name, torch.cat([state, value]))
+            qid = _per_item("ids", label_codes(query_ids, "ids"), table.num_queries)
+            table = replace(table, query_id=qid)
+        parts = table_parts(table)
+        before = self._state(f"t_{PRESENT}")
+        if before is not None and before.numel() and table.num_queries:
+            bit = 1 << [p.name for p in TABLE_PARTS if p.optional].index("query_id")
+            if bool(before[0] & bit) != (query_ids is not None):
+                raise ValueError("`ids` must be given on every update or on none")
+        for name, value in parts.items():
+            self._append_state(f"t_{name}", value)
 
     def _mark(self, form: int) -> None:
         current = self.form.clone()
@@ -473,174 +637,93 @@ class RetrievalMetric(Metric):
                 "form (same-source updates cannot be mixed with role='query'/'gallery')"
             )
 
+    def sample_ids(self) -> dict[str, Tensor]:
+        # same-source items are queries too; gallery ids are not listed (validation and test
+        # queries may share one corpus)
+        parts = [self._state("q_ids")]
+        present = self._state(f"t_{PRESENT}")
+        if present is not None and present.numel():
+            bit = 1 << [p.name for p in TABLE_PARTS if p.optional].index("query_id")
+            with_ids = (present & bit) != 0
+            parts.append(self._state("t_query_id")[with_ids])
+        ids = [p.reshape(-1).cpu() for p in parts if p is not None and p.numel()]
+        return {"query": torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64)}
+
     # ------------------------------------------------------------------ compute
 
-    def _depth_kwargs(self) -> dict[str, Any]:
+    def _ranking_options(self) -> RankingOptions:
         depth, cover = M.depth_for(self.metric_names())
-        return {"depth": depth, "cover_relevant": cover}
+        return RankingOptions(
+            relevance=self.relevance,
+            radius=self.radius,
+            ignore_label=self.ignore_label,
+            similarity=self.similarity,
+            memory_budget=self.memory_budget,
+            depth=depth,
+            cover_relevant=cover,
+        )
 
-    def _state(self, name: str) -> Tensor | None:
-        value = getattr(self, name)
-        if isinstance(value, list):
-            if not value:
-                return None
-            return dim_zero_cat(value)
-        return value
-
-    def _distributed(self) -> bool:
-        return bool(self._to_sync and self.distributed_available_fn())
-
-    def rank_table(self) -> RankTable:
-        """The per-query rank table of everything seen so far (all processes), queries in a stable
-        order (by sample id when ids were given)."""
-        if self._table is None:
-            self._table = self._build_table()
-        return self._table
-
-    def _build_table(self) -> RankTable:
+    def _build_tables(self) -> dict[str, RankTable]:
         form = self.form
         self._check_forms(form)
         if int(form[_SCORES]):
             preds, target, indexes = (self._state(n) for n in ("s_preds", "s_target", "s_indexes"))
-            return rank_scores(preds.cpu(), target.cpu(), indexes.cpu())
-        if int(form[_TABLE]):
-            return self._table_from_states()
-        if int(form[_SAME_SOURCE]) or int(form[_QUERY]):
-            return self._rank_embedding_states(same_source=bool(int(form[_SAME_SOURCE])))
-        if int(form[_GALLERY]):
+            table = rank_scores(preds.cpu(), target.cpu(), indexes.cpu())
+        elif int(form[_TABLE]):
+            table = self._table_from_states()
+        elif int(form[_SAME_SOURCE]) or int(form[_QUERY]):
+            table = self._rank_embedding_states(same_source=bool(int(form[_SAME_SOURCE])))
+        elif int(form[_GALLERY]):
             raise ValueError("gallery items were given but no queries (update with role='query')")
-        raise ValueError("no data: call `update` before `compute`")
-
-    def _items(self, side: str) -> dict[str, Tensor | None]:
-        out = {
-            name: self._state(f"{side}_{name}")
-            for name in ("emb", "labels", "ids", "cameras", "positions")
-        }
-        for name, value in list(out.items()):
-            if value is not None and value.numel() == 0 and name != "emb":
-                out[name] = None
-        return out
-
-    def _dedupe(self, items: dict[str, Tensor | None]) -> dict[str, Tensor | None]:
-        ids = items["ids"]
-        if items["emb"] is None or items["emb"].shape[0] == 0:
-            return items
-        if ids is None:
-            _, world = rank_and_world(self.process_group)
-            if world > 1 and not self._warned_no_ids:
-                warnings.warn(
-                    f"{type(self).__name__}: no `ids=` were given, so samples that "
-                    "DistributedSampler repeated to even out the processes cannot be detected and "
-                    "are counted twice; pass per-sample ids to `update`",
-                    UserWarning,
-                    stacklevel=3,
-                )
-                self._warned_no_ids = True
-            return items
-        keep = first_by_id(ids)
-        return {name: None if v is None else v[keep.to(v.device)] for name, v in items.items()}
+        else:
+            raise ValueError("no data: call `update` before `compute`")
+        return {"": table}
 
     def _rank_embedding_states(self, same_source: bool) -> RankTable:
-        queries = self._dedupe(self._items("q"))
-        gallery = queries if same_source else self._dedupe(self._items("g"))
+        queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
+        if queries is None:
+            raise ValueError("no data: call `update` before `compute`")
+        distributed = self._distributed()
         if self.gallery_sharded and not same_source:
-            return self._rank_sharded(queries, gallery)
-        if not same_source and gallery["emb"] is None:
-            raise ValueError("queries were given but no gallery (update with role='gallery')")
-        if queries["emb"] is None:
-            raise ValueError("no data: call `update` before `compute`")
-        num_q = queries["emb"].shape[0]
-        q_ids, g_ids = queries["ids"], gallery["ids"]
-        if same_source and q_ids is None:
-            # self-exclusion by position: name every item by its index
-            q_ids = g_ids = torch.arange(num_q)
-        rank, world = rank_and_world(self.process_group) if self._distributed() else (0, 1)
-        # Each process ranks a contiguous share of the queries against the whole gallery.
-        lo, hi = rank * num_q // world, (rank + 1) * num_q // world
-        share = slice(lo, hi)
-
-        def part(t: Tensor | None) -> Tensor | None:
-            return None if t is None else t[share]
-
-        table = rank_embeddings(
-            queries["emb"][share],
-            gallery["emb"],
-            query_labels=part(queries["labels"]),
-            gallery_labels=gallery["labels"],
-            query_ids=part(q_ids),
-            gallery_ids=g_ids,
-            query_cameras=part(queries["cameras"]),
-            gallery_cameras=gallery["cameras"],
-            query_positions=part(queries["positions"]),
-            gallery_positions=gallery["positions"],
-            relevance=self.relevance,
-            radius=self.radius,
-            ignore_label=self.ignore_label,
-            similarity=self.similarity,
-            memory_budget=self.memory_budget,
-            **self._depth_kwargs(),
+            table, sent = D.rank_gallery_sharded(
+                queries,
+                self._deduped("g", "`ids` of the gallery items"),
+                self._ranking_options(),
+                self.process_group,
+                distributed,
+            )
+            # what this process sent: its states and the ranking's relevant scores and counts
+            self.bytes_exchanged = sent + self._sync_bytes
+            return table
+        if same_source:
+            if queries.ids is None:
+                # self-exclusion by position: name every item by its index
+                queries = queries.with_ids(torch.arange(len(queries)))
+            gallery = queries
+        else:
+            gallery = self._deduped("g", "`ids` of the gallery items")
+            if gallery is None:
+                raise ValueError("queries were given but no gallery (update with role='gallery')")
+        return D.rank_queries(
+            queries, gallery, self._ranking_options(), self.process_group, distributed
         )
-        if world > 1:
-            table = _gather_table(table, self.process_group)
-        return table
-
-    def _rank_sharded(self, queries: dict, gallery: dict) -> RankTable:
-        if queries["emb"] is None:
-            raise ValueError("no data: call `update` before `compute`")
-        exchange = DistributedExchange(self.process_group) if self._distributed() else Exchange()
-        emb = gallery["emb"]
-        if emb is None:  # this process holds no gallery items
-            emb = torch.zeros(0, queries["emb"].shape[1], dtype=queries["emb"].dtype)
-        table = rank_embeddings_sharded(
-            queries["emb"],
-            emb,
-            exchange,
-            query_labels=queries["labels"],
-            gallery_labels=_or_empty(gallery["labels"], queries["labels"]),
-            query_ids=queries["ids"],
-            gallery_ids=_or_empty(gallery["ids"], queries["ids"]),
-            query_cameras=queries["cameras"],
-            gallery_cameras=_or_empty(gallery["cameras"], queries["cameras"]),
-            query_positions=queries["positions"],
-            gallery_positions=gallery["positions"]
-            if gallery["positions"] is not None
-            else (
-                None
-                if queries["positions"] is None
-                else torch.zeros(0, queries["positions"].shape[1], dtype=torch.float64)
-            ),
-            relevance=self.relevance,
-            radius=self.radius,
-            ignore_label=self.ignore_label,
-            similarity=self.similarity,
-            memory_budget=self.memory_budget,
-        )
-        # what this process sent: its states (queries, its share of nothing else) and the
-        # ranking's relevant scores and counts
-        self.bytes_exchanged = exchange.sent + getattr(self, "_sync_bytes", 0)
-        return table
 
     def _table_from_states(self) -> RankTable:
-        counts = self._state("t_counts")
-        above, tied, grade = self._state("t_above"), self._state("t_tied"), self._state("t_grade")
-        num_rel, size = self._state("t_num_relevant"), self._state("t_gallery_size")
-        depth, qid = self._state("t_depth"), self._state("t_query_id")
-        ideal_counts, ideal_grade = self._state("t_ideal_counts"), self._state("t_ideal_grade")
-        q_class = self._state("t_query_class")
-        table = _assemble_table(
-            counts, above, tied, grade, num_rel, size, depth, ideal_counts, ideal_grade, q_class
-        )
-        if qid is not None and bool((qid >= 0).all()) and qid.numel():
-            table = table.select(first_by_id(qid))
+        parts = {}
+        for name in [p.name for p in TABLE_PARTS] + [PRESENT]:
+            value = self._state(f"t_{name}")
+            parts[name] = value if value is not None else torch.zeros(0, dtype=torch.int64)
+        table = table_from_parts(parts)
+        if table.query_id is not None and table.num_queries:
+            keep = D.dedupe_by_id(
+                table.query_id,
+                "`ids` of the queries",
+                relevant_items=table.num_relevant,
+                listed_items=table.num_listed,
+                gallery_size=table.gallery_size,
+            )
+            table = table.select(keep)
         return table
-
-    def _measure_options(self) -> dict[str, Any]:
-        """The options every measure of this metric is computed with."""
-        return {
-            "ties": self.ties, "empty_queries": self.empty_queries, "average": self.average,
-            "percent": self.percent, "ap": self.ap, "divisor": self.divisor, "gain": self.gain,
-            "median": self.median,
-        }
 
     def _values(self, table: RankTable) -> dict[str, Tensor]:
         return M.retrieval_measures(table, self.metric_names(), **self._measure_options())
@@ -648,92 +731,6 @@ class RetrievalMetric(Metric):
     def compute(self) -> Tensor | dict[str, Tensor]:
         values = self._values(self.rank_table())
         return self._format({k: v.to(torch.float32) for k, v in values.items()})
-
-    def reset(self) -> None:
-        super().reset()
-        self._table = None
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        # forward() computes on the batch alone; its table must not stand for the accumulation.
-        out = super().forward(*args, **kwargs)
-        self._table = None
-        return out
-
-    # ------------------------------------------------------------------ beyond compute()
-
-    def per_query(self) -> dict[str, Tensor]:
-        """Each query's value of every reported measure (NaN for skipped queries), queries in a
-        stable order (by sample id when ids were given, else the order they arrived in)."""
-        table = self._synced_table()
-        out = {}
-        for name in self.metric_names():
-            spec = M.parse_metric(name)
-            out[spec.name] = M.per_query_values(
-                table, spec, ties=self.ties, ap=self.ap, divisor=self.divisor, gain=self.gain
-            )
-        return out
-
-    def _synced_table(self) -> RankTable:
-        if self._table is not None:
-            return self._table
-        with self.sync_context(
-            dist_sync_fn=self.dist_sync_fn,
-            should_sync=self._to_sync,
-            should_unsync=self._should_unsync,
-        ):
-            return self.rank_table()
-
-    def summary(
-        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
-    ) -> stats.Summary:
-        """Values with queries counted and skipped, gallery size, chance level and a confidence
-        interval (seeded percentile bootstrap over queries). Prints as a table."""
-        table = self._synced_table()
-        return stats.summarize(
-            table,
-            self.metric_names(),
-            **self._measure_options(),
-            level=level,
-            num_bootstrap=num_bootstrap,
-            seed=seed,
-        )
-
-    def confidence_interval(
-        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
-    ) -> dict[str, tuple[float, float]]:
-        """An interval per reported value: Wilson's for hit rates without ties to average, else
-        a seeded percentile bootstrap over queries (SPEC.md section 6)."""
-        summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
-        return {row["name"]: row["interval"] for row in summary.rows}
-
-    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
-        """Gather every "cat" state with :func:`gather_rows` (uneven sizes, empty processes)."""
-        group = process_group or self.process_group
-        names = [
-            n
-            for n, fx in self._reductions.items()
-            if fx is dim_zero_cat and not (self.gallery_sharded and n.startswith("g_"))
-        ]
-        local = []
-        for name in names:
-            value = getattr(self, name)
-            if isinstance(value, list):
-                value = dim_zero_cat(value) if value else torch.zeros(0, dtype=torch.int64)
-            local.append(value)
-        self._sync_bytes = sum(t.numel() * t.element_size() for t in local)
-        gathered = gather_rows(local, group)
-        for name, value in zip(names, gathered, strict=True):
-            setattr(self, name, value)
-        form = self.form.clone()
-        form_all = gather_rows([form[None, :]], group)[0]
-        self.form = form_all.max(0).values
-
-    def plot(self, val: Any = None, ax: Any = None) -> Any:
-        """torchmetrics' ``plot``: ``(fig, ax)``; hit rate vs K with its chance curve for metrics
-        that report a curve (CMC, several hit rates). See :mod:`retrieval_metrics.plot`."""
-        from retrieval_metrics.plot import plot_metric
-
-        return plot_metric(self, val, ax)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -748,25 +745,6 @@ def _score_copy(emb: Tensor) -> Tensor:
     """Detached copy in the dtype the ranking scores in (half precision -> float32)."""
     dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
     return emb.detach().to(dtype)
-
-
-def _or_empty(value: Tensor | None, like: Tensor | None) -> Tensor | None:
-    """A gallery shard with no items still needs empty per-item tensors where queries have them."""
-    if value is not None or like is None:
-        return value
-    return torch.zeros(0, dtype=torch.int64)
-
-
-def first_by_id(ids: Tensor) -> Tensor:
-    """Indices of the first occurrence of each id, in ascending id order: repeats (e.g. samples
-    DistributedSampler padded in) are dropped, and the order does not depend on how the data was
-    split over batches or processes."""
-    ids = ids.cpu()
-    order = torch.argsort(ids, stable=True)
-    sorted_ids = ids[order]
-    first = torch.ones_like(sorted_ids, dtype=torch.bool)
-    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
-    return order[first]
 
 
 def _num_batches(state: Any) -> int:
@@ -808,73 +786,4 @@ def _table_from_ranks(relevant_ranks: Sequence[Sequence[int]], num_relevant: Any
         num_relevant=total,
         gallery_size=torch.full((len(ranks),), UNBOUNDED, dtype=torch.int64),
         depth=torch.full((len(ranks),), UNBOUNDED, dtype=torch.int64),
-    )
-
-
-def _assemble_table(
-    counts, above, tied, grade, num_rel, size, depth, ideal_counts, ideal_grade, q_class
-) -> RankTable:
-    n = counts.numel()
-    ptr = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(counts.cpu().to(torch.int64), 0, out=ptr[1:])
-    grade = grade.cpu().to(torch.float64) if grade is not None else None
-    graded = grade is not None and grade.numel() > 0 and not bool(torch.isnan(grade).all())
-    ideal_ptr = None
-    ideal = None
-    if ideal_counts is not None and bool((ideal_counts >= 0).all()) and n:
-        ideal_ptr = torch.zeros(n + 1, dtype=torch.int64)
-        torch.cumsum(ideal_counts.cpu().to(torch.int64), 0, out=ideal_ptr[1:])
-        ideal = ideal_grade.cpu().to(torch.float64) if ideal_grade is not None else torch.zeros(0)
-    if graded and ideal_ptr is None:
-        raise ValueError("graded and binary ranked lists cannot be mixed in one metric")
-    cls = q_class.cpu().to(torch.int64) if q_class is not None else None
-    return RankTable(
-        ptr=ptr,
-        above=above.cpu().to(torch.int64),
-        tied=tied.cpu().to(torch.int64),
-        num_relevant=num_rel.cpu().to(torch.int64),
-        gallery_size=size.cpu().to(torch.int64),
-        depth=depth.cpu().to(torch.int64),
-        grade=grade if graded else None,
-        ideal_ptr=ideal_ptr if graded else None,
-        ideal_grade=ideal if graded else None,
-        query_class=cls if cls is not None and bool((cls != -1).any()) else None,
-    )
-
-
-def _gather_table(table: RankTable, group: Any) -> RankTable:
-    """Every process's share of the rank table, in process order (contiguous query shares)."""
-    ideal_counts = (
-        table.ideal_ptr.diff()
-        if table.ideal_ptr is not None
-        else torch.full((table.num_queries,), -1, dtype=torch.int64)
-    )
-    parts = [
-        table.ptr.diff(),
-        table.above,
-        table.tied,
-        table.grade if table.grade is not None else torch.zeros(0, dtype=torch.float64),
-        table.num_relevant,
-        table.gallery_size,
-        table.depth,
-        ideal_counts,
-        table.ideal_grade if table.ideal_grade is not None else torch.zeros(0, dtype=torch.float64),
-        table.query_class
-        if table.query_class is not None
-        else torch.full((table.num_queries,), -1, dtype=torch.int64),
-    ]
-    (counts, above, tied, grade, num_rel, size, depth, i_counts, i_grade, q_class) = gather_rows(
-        parts, group
-    )
-    return _assemble_table(
-        counts,
-        above,
-        tied,
-        grade if grade.numel() else None,
-        num_rel,
-        size,
-        depth,
-        i_counts,
-        i_grade,
-        q_class,
     )

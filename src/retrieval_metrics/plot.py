@@ -4,8 +4,8 @@
 into ``ax`` when one is given, plots ``compute()`` when no value is given, a list of values as a
 series over steps). A metric that reports a curve (``CMC``, ``HitRateAtK`` with several ``k``, a
 ``RetrievalMetrics`` with ``cmc@K`` or several ``hit_rate@K``) is drawn as hit rate against K,
-with the curve a uniformly random ranking of the same gallery would give (SPEC.md section 5)
-beside it. Everything else is drawn by torchmetrics' own plot.
+with the curve a uniformly random ranking of the same gallery would give beside it (image-text:
+one curve per direction). Everything else is drawn by torchmetrics' own plot.
 
 The command line's ``--plot`` draws one curve per run on one axis (:func:`plot_curves`).
 matplotlib is an extra: ``pip install "retrieval-metrics[plot]"``.
@@ -205,15 +205,19 @@ def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]
             ks = list(range(1, max(cmc) + 1))
         else:
             ks = [int(s.k) for s in specs if s.base == "hit_rate"]
-        curve = hit_rate_curve(
-            metric._synced_table(),
-            ks=ks,
-            ties=metric.ties,
-            empty_queries=metric.empty_queries,
-            percent=percent,
-            label=name,
-        )
-        return plot_curves([curve], ax=ax)
+        tables = metric.rank_tables()
+        curves = [
+            hit_rate_curve(
+                table,
+                ks=ks,
+                ties=metric.ties,
+                empty_queries=metric.empty_queries,
+                percent=percent,
+                label=f"{name} {key.rstrip('/')}" if key else name,
+            )
+            for key, table in tables.items()
+        ]
+        return plot_curves(curves, ax=ax)
     if val is not None:
         single = _curve_of_value(val, prefix)
         if single is not None:
@@ -234,10 +238,8 @@ def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]
 
 
 def _reports_curve(metric: Any) -> bool:
-    """True for metrics whose own state gives a hit-rate curve (not CrossModalRetrieval)."""
-    from retrieval_metrics.crossmodal import CrossModalRetrieval
-
-    if isinstance(metric, CrossModalRetrieval) or not hasattr(metric, "metric_names"):
+    """True for metrics whose rank tables give a hit-rate curve (one per direction)."""
+    if not hasattr(metric, "rank_tables"):
         return False
     specs = [M.parse_metric(n) for n in metric.metric_names()]
     return any(s.base == "cmc" for s in specs) or sum(s.base == "hit_rate" for s in specs) >= 2

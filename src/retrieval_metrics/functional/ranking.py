@@ -23,17 +23,20 @@ How :func:`rank_embeddings` stays close to the cost of the similarity product:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
     "SIMILARITIES",
+    "UNBOUNDED",
     "RankTable",
+    "concat_tables",
     "rank_embeddings",
     "rank_lists",
     "rank_relevance",
@@ -43,134 +46,7 @@ __all__ = [
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
 THETA_EVERY = 4
-UNBOUNDED = torch.iinfo(torch.int64).max
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
-
-
-@dataclass(frozen=True)
-class RankTable:
-    """Where each query's relevant items landed.
-
-    Relevant items are stored in CSR form, queries in input order, items of a query by decreasing
-    score (increasing ``above``); among tied relevant items, by decreasing grade.
-
-    Attributes:
-        ptr: ``(Q + 1,)`` int64 CSR pointers into the item arrays.
-        above: int64, per listed relevant item, the number of ranked (non-excluded) items with a
-            strictly higher score.
-        tied: int64, per listed relevant item, the number of ranked items with exactly its score,
-            itself included.
-        grade: float64 grade per listed relevant item, or ``None`` for binary relevance.
-        num_relevant: ``(Q,)`` int64 m_q, relevant items of the query, listed or not.
-        gallery_size: ``(Q,)`` int64 number of items ranked for the query (exclusions removed).
-        depth: ``(Q,)`` int64. Relevant items that are not listed lie below position ``depth``;
-            ``UNBOUNDED`` means they were never retrieved at all (ranked lists).
-        ideal_ptr, ideal_grade: for graded relevance, every relevant grade of the query (listed or
-            not), sorted decreasing, for the ideal DCG.
-        query_class: optional ``(Q,)`` int64 class of each query, for ``average="class"``.
-    """
-
-    ptr: Tensor
-    above: Tensor
-    tied: Tensor
-    num_relevant: Tensor
-    gallery_size: Tensor
-    depth: Tensor
-    grade: Tensor | None = None
-    ideal_ptr: Tensor | None = None
-    ideal_grade: Tensor | None = None
-    query_class: Tensor | None = None
-
-    @property
-    def num_queries(self) -> int:
-        return self.ptr.numel() - 1
-
-    @property
-    def item_query(self) -> Tensor:
-        """Query index of every listed item."""
-        return torch.repeat_interleave(
-            torch.arange(self.num_queries, device=self.ptr.device), self.ptr.diff()
-        )
-
-    @property
-    def num_listed(self) -> Tensor:
-        return self.ptr.diff()
-
-    def select(self, queries: Tensor) -> RankTable:
-        """The table restricted to ``queries`` (int64 indices or a boolean mask), in that order."""
-        if queries.dtype == torch.bool:
-            queries = torch.nonzero(queries).flatten()
-        queries = queries.to(self.ptr.device)
-        start, stop = self.ptr[queries], self.ptr[queries + 1]
-        counts = stop - start
-        ptr = torch.zeros(queries.numel() + 1, dtype=torch.int64, device=self.ptr.device)
-        torch.cumsum(counts, 0, out=ptr[1:])
-        row = torch.repeat_interleave(torch.arange(queries.numel(), device=ptr.device), counts)
-        items = torch.arange(int(ptr[-1]), device=ptr.device) - ptr[:-1][row] + start[row]
-        ideal_ptr = ideal_grade = None
-        if self.ideal_ptr is not None and self.ideal_grade is not None:
-            i_start, i_stop = self.ideal_ptr[queries], self.ideal_ptr[queries + 1]
-            i_counts = i_stop - i_start
-            ideal_ptr = torch.zeros_like(ptr)
-            torch.cumsum(i_counts, 0, out=ideal_ptr[1:])
-            i_row = torch.repeat_interleave(torch.arange(queries.numel()), i_counts)
-            i_items = torch.arange(int(ideal_ptr[-1])) - ideal_ptr[:-1][i_row] + i_start[i_row]
-            ideal_grade = self.ideal_grade[i_items]
-        return RankTable(
-            ptr=ptr,
-            above=self.above[items],
-            tied=self.tied[items],
-            num_relevant=self.num_relevant[queries],
-            gallery_size=self.gallery_size[queries],
-            depth=self.depth[queries],
-            grade=None if self.grade is None else self.grade[items],
-            ideal_ptr=ideal_ptr,
-            ideal_grade=ideal_grade,
-            query_class=None if self.query_class is None else self.query_class[queries],
-        )
-
-    def to(self, device: torch.device | str) -> RankTable:
-        moved = {
-            name: (value.to(device) if isinstance(value, Tensor) else value)
-            for name, value in self.__dict__.items()
-        }
-        return RankTable(**moved)
-
-
-def concat_tables(tables: Sequence[RankTable]) -> RankTable:
-    """Stack the queries of several tables (same kind of relevance) into one table."""
-    if len(tables) == 1:
-        return tables[0]
-    ptrs, offset = [torch.zeros(1, dtype=torch.int64)], 0
-    ideal_ptrs, ideal_offset = [torch.zeros(1, dtype=torch.int64)], 0
-    for t in tables:
-        ptrs.append(t.ptr[1:].cpu() + offset)
-        offset += int(t.ptr[-1])
-        if t.ideal_ptr is not None:
-            ideal_ptrs.append(t.ideal_ptr[1:].cpu() + ideal_offset)
-            ideal_offset += int(t.ideal_ptr[-1])
-
-    def cat(name: str) -> Tensor | None:
-        values = [getattr(t, name) for t in tables]
-        if any(v is None for v in values):
-            if not all(v is None for v in values):
-                raise ValueError(f"cannot combine rank tables with and without `{name}`")
-            return None
-        return torch.cat([v.cpu() for v in values])
-
-    graded = tables[0].ideal_ptr is not None
-    return RankTable(
-        ptr=torch.cat(ptrs),
-        above=cat("above"),
-        tied=cat("tied"),
-        num_relevant=cat("num_relevant"),
-        gallery_size=cat("gallery_size"),
-        depth=cat("depth"),
-        grade=cat("grade"),
-        ideal_ptr=torch.cat(ideal_ptrs) if graded else None,
-        ideal_grade=cat("ideal_grade"),
-        query_class=cat("query_class"),
-    )
 
 
 # --------------------------------------------------------------------------------------------

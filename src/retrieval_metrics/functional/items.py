@@ -1,0 +1,115 @@
+"""What the ranking of embeddings is given: the items of each side and one object of options.
+
+:class:`Items` bundles one side's per-item tensors (embeddings, labels, sample ids, cameras,
+positions); :class:`RankingOptions` carries every option of the ranking, so that callers hand one
+object around instead of a dozen keywords, and :meth:`RankingOptions.rank` is the one place where
+they become :func:`~retrieval_metrics.functional.ranking.rank_embeddings`' keywords.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking import (
+    DEFAULT_MEMORY_BUDGET,
+    Exchange,
+    rank_embeddings,
+    rank_embeddings_sharded,
+)
+from retrieval_metrics.functional.table import RankTable
+
+__all__ = ["ITEM_FIELDS", "Items", "RankingOptions"]
+
+#: the per-item tensors a side may carry, embeddings first
+ITEM_FIELDS = ("emb", "labels", "ids", "cameras", "positions")
+
+
+@dataclass(frozen=True)
+class Items:
+    """One side's items: ``emb`` ``(n, D)`` and optional per-item ``labels``, ``ids``,
+    ``cameras`` (int64) and ``positions`` (``(n, P)`` float64)."""
+
+    emb: Tensor
+    labels: Tensor | None = None
+    ids: Tensor | None = None
+    cameras: Tensor | None = None
+    positions: Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.emb.shape[0])
+
+    def select(self, index: Tensor | slice) -> Items:
+        """The items at ``index`` (indices, a mask or a slice), every field alike."""
+        def pick(value: Tensor | None) -> Tensor | None:
+            if value is None:
+                return None
+            if isinstance(index, slice):
+                return value[index]
+            return value[index.to(value.device)]
+
+        return Items(**{f.name: pick(getattr(self, f.name)) for f in fields(self)})
+
+    def with_ids(self, ids: Tensor) -> Items:
+        return replace(self, ids=ids)
+
+
+@dataclass(frozen=True)
+class RankingOptions:
+    """Every option of the ranking of embeddings (see ``rank_embeddings``)."""
+
+    relevance: str = "label"
+    radius: float = 25.0
+    ignore_label: int | None = None
+    similarity: str = "cosine"
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
+    depth: int | None = None
+    cover_relevant: bool = False
+
+    def rank(self, queries: Items, gallery: Items) -> RankTable:
+        """Rank ``gallery`` for every query; self-exclusion and relevance by the items' ids."""
+        return rank_embeddings(
+            queries.emb.to(gallery.emb.device),
+            gallery.emb,
+            **_keywords(queries, gallery),
+            relevance=self.relevance,
+            radius=self.radius,
+            ignore_label=self.ignore_label,
+            similarity=self.similarity,
+            memory_budget=self.memory_budget,
+            depth=self.depth,
+            cover_relevant=self.cover_relevant,
+        )
+
+    def rank_sharded(self, queries: Items, shard: Items, exchange: Exchange) -> RankTable:
+        """Rank every query against a gallery split over processes (this one holds ``shard``)."""
+        return rank_embeddings_sharded(
+            queries.emb,
+            shard.emb,
+            exchange,
+            **_keywords(queries, shard),
+            relevance=self.relevance,
+            radius=self.radius,
+            ignore_label=self.ignore_label,
+            similarity=self.similarity,
+            memory_budget=self.memory_budget,
+        )
+
+
+def _keywords(queries: Items, gallery: Items) -> dict[str, Any]:
+    out = {}
+    for name in ITEM_FIELDS[1:]:
+        q, g = getattr(queries, name), getattr(gallery, name)
+        if q is not None and g is None and len(gallery) == 0:
+            # an empty gallery shard still needs empty per-item tensors where queries have them
+            g = q[:0]
+        out[f"query_{name}"], out[f"gallery_{name}"] = q, g
+    return out
+
+
+def empty_like_items(queries: Items) -> Items:
+    """A side with no items, shaped like ``queries``."""
+    return queries.select(torch.zeros(0, dtype=torch.int64))

@@ -1,0 +1,230 @@
+"""The rank table: where each query's relevant items landed, and how it is stored.
+
+A :class:`RankTable` is what every ranking produces (embeddings, scores, ranked lists, precomputed
+ranks) and what every measure reads. It also travels: metric states hold it between ``update`` and
+``compute``, processes exchange it, folds and batches are concatenated. All of that goes through
+one flat form, a dict of 1-D tensors declared once in :data:`TABLE_PARTS`:
+
+* :func:`table_parts` turns a table into that form (optional fields filled, a presence bit set);
+* :func:`table_from_parts` turns concatenated parts (of any number of tables, processes or
+  batches) back into one table, checking that an optional field is present for all or none.
+
+Adding a field to the table is one edit to :data:`TABLE_PARTS` (and the dataclass field).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PRESENT",
+    "TABLE_PARTS",
+    "UNBOUNDED",
+    "RankTable",
+    "TablePart",
+    "concat_tables",
+    "table_from_parts",
+    "table_parts",
+]
+
+UNBOUNDED = torch.iinfo(torch.int64).max
+
+
+@dataclass(frozen=True)
+class RankTable:
+    """Where each query's relevant items landed.
+
+    Relevant items are stored in CSR form, queries in input order, items of a query by decreasing
+    score (increasing ``above``); among tied relevant items, by decreasing grade.
+
+    Attributes:
+        ptr: ``(Q + 1,)`` int64 CSR pointers into the item arrays.
+        above: int64, per listed relevant item, the number of ranked (non-excluded) items with a
+            strictly higher score.
+        tied: int64, per listed relevant item, the number of ranked items with exactly its score,
+            itself included.
+        num_relevant: ``(Q,)`` int64 m_q, relevant items of the query, listed or not.
+        gallery_size: ``(Q,)`` int64 number of items ranked for the query (exclusions removed).
+        depth: ``(Q,)`` int64. Relevant items that are not listed lie below position ``depth``;
+            ``UNBOUNDED`` means they were never retrieved at all (ranked lists).
+        grade: float64 grade per listed relevant item, or ``None`` for binary relevance.
+        ideal_ptr, ideal_grade: for graded relevance, every relevant grade of the query (listed or
+            not), sorted decreasing, for the ideal DCG.
+        query_class: optional ``(Q,)`` int64 class of each query, for ``average="class"``.
+        query_id: optional ``(Q,)`` int64 sample id of each query (dedupe across processes).
+    """
+
+    ptr: Tensor
+    above: Tensor
+    tied: Tensor
+    num_relevant: Tensor
+    gallery_size: Tensor
+    depth: Tensor
+    grade: Tensor | None = None
+    ideal_ptr: Tensor | None = None
+    ideal_grade: Tensor | None = None
+    query_class: Tensor | None = None
+    query_id: Tensor | None = None
+
+    @property
+    def num_queries(self) -> int:
+        return self.ptr.numel() - 1
+
+    @property
+    def item_query(self) -> Tensor:
+        """Query index of every listed item."""
+        return torch.repeat_interleave(
+            torch.arange(self.num_queries, device=self.ptr.device), self.ptr.diff()
+        )
+
+    @property
+    def num_listed(self) -> Tensor:
+        return self.ptr.diff()
+
+    def select(self, queries: Tensor) -> RankTable:
+        """The table restricted to ``queries`` (int64 indices or a boolean mask), in that order."""
+        if queries.dtype == torch.bool:
+            queries = torch.nonzero(queries).flatten()
+        queries = queries.cpu()
+        parts = table_parts(self)
+        counts = {"item": parts["num_listed"], "ideal": parts["num_ideal"]}
+        picked = {}
+        for level, count in counts.items():
+            start = torch.cumsum(count, 0) - count
+            n = count[queries]
+            row = torch.repeat_interleave(torch.arange(queries.numel()), n)
+            first = torch.cumsum(n, 0) - n
+            picked[level] = torch.arange(int(n.sum())) - first[row] + start[queries][row]
+        out = {}
+        for part in TABLE_PARTS:
+            value = parts[part.name]
+            out[part.name] = value[queries] if part.level == "query" else value[picked[part.level]]
+        out[PRESENT] = parts[PRESENT][queries]
+        return table_from_parts(out)
+
+    def to(self, device: torch.device | str) -> RankTable:
+        moved = {
+            name: (value.to(device) if isinstance(value, Tensor) else value)
+            for name, value in self.__dict__.items()
+        }
+        return RankTable(**moved)
+
+
+# ------------------------------------------------------------------------------- flat storage
+
+
+@dataclass(frozen=True)
+class TablePart:
+    """One 1-D tensor of the flat form: one entry per query, per listed item or per ideal grade.
+
+    ``optional`` parts may be missing from a table (``None`` field); they are stored filled with
+    ``fill`` and their presence travels in the per-query :data:`PRESENT` bitmask.
+    """
+
+    name: str
+    level: str
+    dtype: torch.dtype
+    optional: bool = False
+    fill: float = 0
+
+
+TABLE_PARTS: tuple[TablePart, ...] = (
+    TablePart("num_listed", "query", torch.int64),
+    TablePart("num_relevant", "query", torch.int64),
+    TablePart("gallery_size", "query", torch.int64),
+    TablePart("depth", "query", torch.int64),
+    TablePart("query_class", "query", torch.int64, optional=True),
+    TablePart("query_id", "query", torch.int64, optional=True),
+    TablePart("num_ideal", "query", torch.int64, optional=True),
+    TablePart("above", "item", torch.int64),
+    TablePart("tied", "item", torch.int64),
+    TablePart("grade", "item", torch.float64, optional=True, fill=float("nan")),
+    TablePart("ideal_grade", "ideal", torch.float64, optional=True, fill=float("nan")),
+)
+#: name of the per-query int64 bitmask saying which optional parts the query's table had
+PRESENT = "present"
+_OPTIONAL = [p.name for p in TABLE_PARTS if p.optional]
+# optional parts whose presence is one dataclass field's (None or not)
+_FIELD_OF = {"num_ideal": "ideal_ptr"}
+
+
+def _field_value(table: RankTable, part: TablePart) -> Tensor | None:
+    if part.name == "num_listed":
+        return table.ptr.diff()
+    if part.name == "num_ideal":
+        return None if table.ideal_ptr is None else table.ideal_ptr.diff()
+    return getattr(table, part.name)
+
+
+def table_parts(table: RankTable) -> dict[str, Tensor]:
+    """The flat form of ``table``: one 1-D CPU tensor per part of :data:`TABLE_PARTS`, plus the
+    per-query presence bitmask :data:`PRESENT`."""
+    num_q = table.num_queries
+    sizes = {
+        "query": num_q,
+        "item": int(table.ptr[-1]) if num_q else 0,
+        "ideal": int(table.ideal_ptr[-1]) if table.ideal_ptr is not None and num_q else 0,
+    }
+    present = 0
+    out: dict[str, Tensor] = {}
+    for part in TABLE_PARTS:
+        value = _field_value(table, part)
+        if value is None:
+            if not part.optional:
+                raise ValueError(f"a rank table needs `{part.name}`")
+            value = torch.full((sizes[part.level],), part.fill, dtype=part.dtype)
+        elif part.optional:
+            present |= 1 << _OPTIONAL.index(part.name)
+        out[part.name] = value.reshape(-1).cpu().to(part.dtype)
+    out[PRESENT] = torch.full((num_q,), present, dtype=torch.int64)
+    return out
+
+
+def _ptr(counts: Tensor) -> Tensor:
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return ptr
+
+
+def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
+    """One table from the flat form (the parts of several tables concatenated part by part).
+
+    An optional part is kept when every query had it and dropped when none had; a mix (graded with
+    binary lists, queries with and without ids) is an error.
+    """
+    values = {p.name: parts[p.name].reshape(-1).cpu().to(p.dtype) for p in TABLE_PARTS}
+    present = parts[PRESENT].reshape(-1).cpu().to(torch.int64)
+    have: dict[str, bool] = {}
+    for bit, name in enumerate(_OPTIONAL):
+        flags = (present >> bit) & 1
+        have[name] = bool(flags.all()) and flags.numel() > 0
+        if not have[name] and bool(flags.any()):
+            raise ValueError(
+                f"cannot combine rank tables with and without `{_FIELD_OF.get(name, name)}` "
+                "(e.g. graded and binary relevance, or queries given with and without ids)"
+            )
+    graded = have["grade"] and have["num_ideal"] and have["ideal_grade"]
+    kwargs = {
+        "ptr": _ptr(values["num_listed"]),
+        "ideal_ptr": _ptr(values["num_ideal"]) if graded else None,
+    }
+    for f in fields(RankTable):
+        if f.name in kwargs:
+            continue
+        optional = f.name in have
+        kwargs[f.name] = None if optional and not have[f.name] else values[f.name]
+    if not graded:
+        kwargs["grade"] = kwargs["ideal_grade"] = None
+    return RankTable(**kwargs)
+
+
+def concat_tables(tables: Sequence[RankTable]) -> RankTable:
+    """Stack the queries of several tables (same kind of relevance) into one table."""
+    if len(tables) == 1:
+        return tables[0]
+    flat = [table_parts(t) for t in tables]
+    return table_from_parts({name: torch.cat([f[name] for f in flat]) for name in flat[0]})
