@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,6 +25,8 @@ from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
 __all__ = [
     "AVERAGES",
     "EMPTY_QUERIES",
+    "MEASURES",
+    "Measure",
     "MetricSpec",
     "aggregate",
     "average_precision_per_query",
@@ -448,13 +451,86 @@ def chance_table(table: RankTable) -> RankTable:
 # Named metrics
 # ------------------------------------------------------------------------------------------
 
-_NAME = re.compile(
-    r"^(?P<base>hit_rate|recall|precision|map|mrr|ndcg|cmc|r_precision|median_rank|mean_rank|minp"
-    r"|map_trapezoid)(@(?P<k>r|\d+))?$"
-)
-_NEEDS_K = {"hit_rate", "recall", "precision", "cmc"}
-_NO_K = {"r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid"}
-RANK_METRICS = {"median_rank", "mean_rank"}
+@dataclass(frozen=True)
+class Measure:
+    """One named measure: how to compute it per query and what it needs.
+
+    Attributes:
+        base: the name before "@" ("hit_rate", "map", ...).
+        per_query: ``(table, k, options) -> (Q,)`` values (CMC: ``(Q, K)``); ``options`` holds
+            ``ties``, ``ap``, ``divisor`` and ``gain``.
+        cutoff: "required" (hit_rate@10), "optional" (map, map@100), "none" (minp) or "r"
+            (map@r: R = each query's number of relevant items, also accepted beside "optional").
+        depth: positions that must be known exactly, from the cut-off: an int, None for the
+            whole ranking, or "relevant" for at least m_q positions per query.
+        micro: ``(table, k, ties) -> (numerator, denominator)`` per query for
+            ``average="micro"``, or None where a micro average is not defined.
+        rank: a rank (lower is better), aggregated as a median or mean of ranks.
+    """
+
+    base: str
+    per_query: Callable[[RankTable, Any, dict[str, Any]], Tensor]
+    cutoff: str = "none"
+    depth: Callable[[Any], int | str | None] = lambda k: None
+    micro: Callable[[RankTable, Any, str], tuple[Tensor, Tensor]] | None = None
+    rank: bool = False
+
+
+def _first_only(k: Any) -> int:
+    return 1  # only each query's best relevant item, which is always located exactly
+
+
+def _micro_recall(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
+    return expected_hits_per_query(table, k, ties), table.num_relevant.to(torch.float64)
+
+
+def _micro_precision(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, k, ties)
+    return hits, torch.full_like(hits, float(k))
+
+
+def _micro_r_precision(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, table.num_relevant.clamp_min(1), ties)
+    return hits, table.num_relevant.to(torch.float64)
+
+
+def _average_precision(table: RankTable, k: Any, o: dict[str, Any]) -> Tensor:
+    if k == "r":
+        return map_at_r_per_query(table, o["ties"])
+    return average_precision_per_query(table, k, o["ties"], ap=o["ap"], divisor=o["divisor"])
+
+
+#: every named measure, by base name
+MEASURES: dict[str, Measure] = {
+    m.base: m
+    for m in (
+        Measure("hit_rate", lambda t, k, o: hit_rate_per_query(t, k, o["ties"]), "required",
+                _first_only),
+        Measure("recall", lambda t, k, o: recall_per_query(t, k, o["ties"]), "required",
+                lambda k: k, _micro_recall),
+        Measure("precision", lambda t, k, o: precision_per_query(t, k, o["ties"]), "required",
+                lambda k: k, _micro_precision),
+        Measure("r_precision", lambda t, k, o: r_precision_per_query(t, o["ties"]), "none",
+                lambda k: "relevant", _micro_r_precision),
+        Measure("map", _average_precision, "optional",
+                lambda k: "relevant" if k == "r" else k),
+        Measure("map_trapezoid",
+                lambda t, k, o: average_precision_per_query(t, None, o["ties"], ap="trapezoid")),
+        Measure("mrr", lambda t, k, o: reciprocal_rank_per_query(t, k, o["ties"]), "optional",
+                _first_only),
+        Measure("ndcg", lambda t, k, o: ndcg_per_query(t, k, o["ties"], o["gain"]), "optional",
+                lambda k: k),
+        Measure("cmc", lambda t, k, o: cmc_per_query(t, k, o["ties"]), "required", _first_only),
+        Measure("median_rank", lambda t, k, o: first_rank_per_query(t, o["ties"]),
+                depth=_first_only, rank=True),
+        Measure("mean_rank", lambda t, k, o: first_rank_per_query(t, o["ties"]),
+                depth=_first_only, rank=True),
+        Measure("minp", lambda t, k, o: minp_per_query(t, o["ties"])),
+    )
+}
+RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}
+_NAME = re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
+                   r"(@(?P<k>r|\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -466,16 +542,17 @@ class MetricSpec:
     k: int | str | None
 
     @property
-    def higher_is_better(self) -> bool:
-        return self.base not in RANK_METRICS
+    def measure(self) -> Measure:
+        return MEASURES[self.base]
 
-    def depth_needed(self) -> int | None:
-        """Positions that must be known exactly (None: the whole ranking)."""
-        if self.base in ("hit_rate", "cmc", "median_rank", "mean_rank", "mrr"):
-            return 1  # only each query's best relevant item, which is always located exactly
-        if self.base in ("recall", "precision", "ndcg", "map") and isinstance(self.k, int):
-            return self.k
-        return None
+    @property
+    def higher_is_better(self) -> bool:
+        return not self.measure.rank
+
+    def depth_needed(self) -> int | str | None:
+        """Positions that must be known exactly: an int, None (the whole ranking) or
+        "relevant" (at least m_q per query)."""
+        return self.measure.depth(self.k)
 
 
 def parse_metric(name: str) -> MetricSpec:
@@ -491,11 +568,12 @@ def parse_metric(name: str) -> MetricSpec:
             "median_rank, mean_rank, minp"
         )
     base, k = match.group("base"), match.group("k")
+    cutoff = MEASURES[base].cutoff
     if k == "r" and base != "map":
         raise ValueError(f"unknown metric {name!r}: only map@r takes @r")
-    if base in _NEEDS_K and k is None:
+    if cutoff == "required" and k is None:
         raise ValueError(f"metric {name!r} needs a cut-off, e.g. {base}@10")
-    if base in _NO_K and k is not None:
+    if cutoff == "none" and k is not None:
         raise ValueError(f"metric {name!r} takes no cut-off; use {base!r}")
     k_value: int | str | None = k if k in (None, "r") else int(k)
     if isinstance(k_value, int) and k_value < 1:
@@ -511,14 +589,13 @@ def depth_for(names: Iterable[str]) -> tuple[int | None, bool]:
     """
     depth, cover_relevant = 1, False
     for name in names:
-        spec = parse_metric(name)
-        if spec.base == "r_precision" or (spec.base == "map" and spec.k == "r"):
+        need = parse_metric(name).depth_needed()
+        if need == "relevant":
             cover_relevant = True
-            continue
-        need = spec.depth_needed()
-        if need is None:
+        elif need is None:
             return None, False
-        depth = max(depth, need)
+        else:
+            depth = max(depth, int(need))
     return depth, cover_relevant
 
 
@@ -532,32 +609,8 @@ def per_query_values(
     gain: str = "exponential",
 ) -> Tensor:
     """Per-query values of one named metric (CMC: a ``(Q, K)`` matrix)."""
-    base, k = spec.base, spec.k
-    if base == "hit_rate":
-        return hit_rate_per_query(table, k, ties)
-    if base == "recall":
-        return recall_per_query(table, k, ties)
-    if base == "precision":
-        return precision_per_query(table, k, ties)
-    if base == "r_precision":
-        return r_precision_per_query(table, ties)
-    if base == "map" and k == "r":
-        return map_at_r_per_query(table, ties)
-    if base == "map":
-        return average_precision_per_query(table, k, ties, ap=ap, divisor=divisor)
-    if base == "map_trapezoid":
-        return average_precision_per_query(table, None, ties, ap="trapezoid")
-    if base == "mrr":
-        return reciprocal_rank_per_query(table, k, ties)
-    if base == "ndcg":
-        return ndcg_per_query(table, k, ties, gain)
-    if base == "cmc":
-        return cmc_per_query(table, k, ties)
-    if base in ("median_rank", "mean_rank"):
-        return first_rank_per_query(table, ties)
-    if base == "minp":
-        return minp_per_query(table, ties)
-    raise AssertionError(base)  # parse_metric admits nothing else
+    options = {"ties": ties, "ap": ap, "divisor": divisor, "gain": gain}
+    return spec.measure.per_query(table, spec.k, options)
 
 
 def retrieval_measures(
@@ -660,21 +713,16 @@ def _measures_cached(table, names, ties, empty_queries, average, percent, ap, di
             continue
         numerator = denominator = None
         if average == "micro":
-            if spec.base not in ("recall", "precision", "r_precision"):
+            micro = spec.measure.micro
+            if micro is None:
+                defined = [b for b, m in MEASURES.items() if m.micro is not None]
                 raise ValueError(
-                    f'`average="micro"` applies to recall, precision and r_precision, not {name!r}'
+                    f'`average="micro"` applies to {", ".join(defined)}, not {name!r}'
                 )
-            if spec.base in ("recall", "precision"):
-                numerator = each_query(
-                    lambda t, spec=spec: expected_hits_per_query(t, spec.k, ties)
-                )
-                denominator = (table.num_relevant.to(torch.float64) if spec.base == "recall"
-                               else torch.full_like(numerator, float(spec.k)))
+            if rows is None:
+                numerator, denominator = micro(table, spec.k, ties)
             else:
-                numerator = each_query(
-                    lambda t: expected_hits_per_query(t, t.num_relevant.clamp_min(1), ties)
-                )
-                denominator = table.num_relevant.to(torch.float64)
+                numerator, denominator = (v[rows[1]] for v in micro(rows[0], spec.k, ties))
         out[spec.name] = aggregate(
             values,
             table,
