@@ -71,7 +71,8 @@ class EmbeddingModule(L.LightningModule):
         self.log("val/map_at_r", self.map_at_r)
 
     def on_validation_epoch_end(self):
-        self.log_dict(self.val_metrics.compute())
+        # the values are already synced; sync_dist=True only tells Lightning so (no warning)
+        self.log_dict(self.val_metrics.compute(), sync_dist=True)
         self.val_metrics.reset()
 
     def configure_optimizers(self):

@@ -1,7 +1,7 @@
 """Every code block of README.md runs.
 
 * ```python blocks run in order in one namespace (a block may use names an earlier one defined),
-  in a fresh directory;
+  in a fresh directory (the first is the Lightning snippet of the first screen);
 * ```bash blocks are either the two setup commands (not run here: the test command must be the
   one .ci/run runs, the main job must end in ``retrieval-metrics demo``, which test_cli runs) or
   ``retrieval-metrics ...`` lines, run on the files the python blocks wrote;
@@ -90,7 +90,7 @@ def test_code_blocks_run(tmp_path, monkeypatch, capsys):
                 assert "gallery" in captured.out, captured.out
                 commands += 1
     plt.close("all")
-    assert commands >= 3
+    assert commands >= 2
     report = json.loads((tmp_path / "a.json").read_text())
     assert set(report["runs"][0]["metrics"]) == {
         "hit_rate@1",
@@ -98,5 +98,18 @@ def test_code_blocks_run(tmp_path, monkeypatch, capsys):
         "map@r",
         "r_precision",
     }
-    for png in ("cmc.png", "cmc_curve.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_first_screen_shows_the_lightning_snippet():
+    """The first code block is the Lightning snippet, after at most three lines of prose."""
+    text = README.read_text(encoding="utf-8")
+    before = text[: text.index("```")].strip().splitlines()
+    prose = [line for line in before[1:] if line.strip()]  # after the title
+    assert len(prose) <= 3, prose
+    lang, code = readme_blocks()[0]
+    assert lang == "python" and "LightningModule" in code and "self.log(" in code
+
+
+def test_links_to_docs_exist():
+    for target in re.findall(r"\]\((docs/[^)#]+)", README.read_text(encoding="utf-8")):
+        assert (ROOT / target).is_file(), target

@@ -3,14 +3,16 @@
 ``retrieval-metrics demo`` runs the protocols on data the package generates or scikit-learn ships
 (no download; see :mod:`retrieval_metrics.demo`).
 
-``retrieval-metrics evaluate`` scores saved embeddings or a TREC run:
+``retrieval-metrics evaluate`` scores saved embeddings or ranked lists (IR, RAG):
 
 * ``evaluate FILE``: same source (every item queries all the others, never itself);
 * ``evaluate --query Q --gallery G``: separate query and gallery sets (re-id, place recognition,
   a fixed index); repeat the pair to compare runs;
-* ``evaluate --run RUN --qrels QRELS``: TREC files (``qid Q0 docid rank score tag`` and
-  ``qid 0 docid rel``), ranked as trec_eval ranks them (by score, ties by document id in
-  descending byte order); ``--protocol trec_eval`` unless ``--protocol`` says otherwise.
+* ``evaluate --run RUN --qrels QRELS``: a run and its judgments, in TREC, BEIR (``.tsv``
+  qrels), ranx / pytrec_eval JSON (``.json``) or one-question-per-line JSONL (``.jsonl``; a JSONL
+  run whose lines carry ``"relevant"`` needs no ``--qrels``). Scored runs are ranked as trec_eval
+  ranks them (by score, ties by document id in descending byte order); ``--protocol trec_eval``
+  unless ``--protocol`` says otherwise. The readers are in :mod:`retrieval_metrics.formats`.
 
 Embedding files: ``.npz`` or ``.pt`` (a dict of arrays / tensors) with named arrays ``embeddings``
 (required), ``labels``, ``ids``, ``cameras``, ``positions`` (rename with ``--keys``); a ``.npy``
@@ -39,7 +41,11 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
+from retrieval_metrics.formats import read_qrels, read_ranked_lists, read_trec_run
+
 __all__ = ["CLIError", "Progress", "load_items", "main", "read_qrels", "read_trec_run"]
+
+# the run and qrels readers live in retrieval_metrics.formats; these names stay importable here
 
 ARRAYS = ("embeddings", "labels", "ids", "cameras", "positions")
 EMBEDDING_METRICS = "hit_rate@1,hit_rate@5,hit_rate@10,map@r,r_precision"
@@ -57,13 +63,15 @@ PROTOCOL_NAMES = (
 
 
 EVALUATE_HELP = """\
-Score saved embeddings or a TREC run; print one table per run (value, 95% interval, chance
-level, queries counted and skipped, gallery size).
+Score saved embeddings or ranked lists (IR, RAG); print one table per run (value, 95% interval,
+chance level, queries counted and skipped, gallery size).
 
   retrieval-metrics evaluate emb.npz                      same source: every item queries
                                                           all the others, never itself
   retrieval-metrics evaluate --query q.npz --gallery g.npz  separate sets (re-id, places)
   retrieval-metrics evaluate --run run.txt --qrels qrels.txt  TREC (protocol trec_eval)
+  retrieval-metrics evaluate --run run.json --qrels qrels.tsv  ranx/pytrec_eval run, BEIR qrels
+  retrieval-metrics evaluate --run questions.jsonl         JSONL with "retrieved" and "relevant"
   retrieval-metrics evaluate a.npz b.npz --plot cmc.png   two runs: both curves on one axis
 
 Embedding files: .npz or .pt (a dict of arrays / tensors) with arrays named embeddings
@@ -71,9 +79,19 @@ Embedding files: .npz or .pt (a dict of arrays / tensors) with arrays named embe
 tensor) is the embeddings alone; its other arrays are files beside it: STEM.labels.npy,
 STEM.ids.npy, STEM.cameras.npy, STEM.positions.npy (STEM.labels.pt, ... beside a .pt).
 
-TREC files: run lines 'qid Q0 docid rank score tag', qrels lines 'qid iter docid rel'. Documents
-are ranked by score, ties by docid in descending byte order (trec_eval's rule); grade >= 1 is
-relevant. Queries: those of the run with judgments (trec_eval's default; -c adds the others).
+Runs and qrels, by extension:
+  --run    .json   {"qid": {"docid": score}} (ranx, pytrec_eval)
+           .jsonl  {"id": ..., "retrieved": [docid, ...]} per line, in rank order; with
+                   "relevant": [docid, ...] or {"docid": grade} on every line, no --qrels
+           other   TREC run: 'qid Q0 docid rank score tag'
+  --qrels  .tsv    BEIR: header 'query-id corpus-id score', then tab-separated lines
+           .json   {"qid": {"docid": grade}}
+           .jsonl  {"id": ..., "relevant": [docid, ...] or {"docid": grade}} per line
+           other   TREC qrels: 'qid iter docid rel'
+Scored runs are ranked by score, ties by docid in descending byte order (trec_eval's rule); a
+JSONL list is taken as given. Grade >= 1 is relevant. Queries: those of the run with judgments
+(trec_eval's default; -c adds the others); a JSONL run with "relevant": every line. Queries with
+no relevant document follow --empty-queries.
 """
 
 
@@ -361,104 +379,6 @@ def _check_pair(query: Items, gallery: Items) -> None:
             )
 
 
-# ---------------------------------------------------------------------------- TREC files
-
-
-def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
-    """A TREC run file (``qid Q0 docid rank score tag`` per line) as qid -> docid -> score.
-
-    The rank column is ignored (trec_eval ranks by score). A document listed twice for one query
-    is an error, as in trec_eval.
-    """
-    path = Path(path)
-    run: dict[str, dict[str, float]] = {}
-    for lineno, fields in _lines(path):
-        if len(fields) != 6:
-            raise CLIError(
-                f"{path}, line {lineno}: a run line has 6 fields 'qid Q0 docid rank score tag', "
-                f"got {len(fields)}"
-            )
-        qid, _, doc, _, score, _ = fields
-        try:
-            value = float(score)
-        except ValueError:
-            raise CLIError(f"{path}, line {lineno}: score {score!r} is not a number") from None
-        if not math.isfinite(value):
-            raise CLIError(f"{path}, line {lineno}: score {score!r} is not finite")
-        docs = run.setdefault(qid, {})
-        if doc in docs:
-            raise CLIError(
-                f"{path}, line {lineno}: document {doc!r} listed twice for query {qid!r}"
-            )
-        docs[doc] = value
-    if not run:
-        raise CLIError(f"{path}: the run is empty")
-    return run
-
-
-def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
-    """A TREC qrels file (``qid iter docid rel`` per line) as qid -> docid -> grade."""
-    path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
-    for lineno, fields in _lines(path):
-        if len(fields) != 4:
-            raise CLIError(
-                f"{path}, line {lineno}: a qrels line has 4 fields 'qid iter docid rel', got "
-                f"{len(fields)}"
-            )
-        qid, _, doc, rel = fields
-        try:
-            grade = int(rel)
-        except ValueError:
-            raise CLIError(f"{path}, line {lineno}: relevance {rel!r} is not an integer") from None
-        qrels.setdefault(qid, {})[doc] = grade
-    if not qrels:
-        raise CLIError(f"{path}: the qrels are empty")
-    return qrels
-
-
-def _lines(path: Path):
-    if not path.exists():
-        raise CLIError(f"{path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise CLIError(f"{path}: cannot be read as text: {err}") from None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        fields = line.split()
-        if fields:
-            yield lineno, fields
-
-
-def trec_lists(
-    run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], complete: bool = False
-) -> tuple[list[str], list[list[str]], list[Any], dict[str, int]]:
-    """Per-query ranked lists (trec_eval's order) and relevance, for ``update(ranked_ids=...)``.
-
-    Queries: those of the run that have qrels (trec_eval's default), or with ``complete`` every
-    query of the qrels, one missing from the run scoring as an empty list (``trec_eval -c``).
-    Relevance: grade >= 1 is relevant; grades go along as a dict when any is above 1.
-    """
-    qids = sorted(qrels) if complete else sorted(q for q in run if q in qrels)
-    graded = any(g > 1 for docs in qrels.values() for g in docs.values())
-    ranked, relevant = [], []
-    for qid in qids:
-        docs = run.get(qid, {})
-        # trec_eval: decreasing score, ties by document id in descending byte order
-        by_doc = sorted(docs, key=lambda d: d.encode(), reverse=True)
-        ranked.append(sorted(by_doc, key=lambda d: -docs[d]))
-        judged = qrels[qid]
-        if graded:
-            relevant.append({d: g for d, g in judged.items() if g >= 1})
-        else:
-            relevant.append({d for d, g in judged.items() if g >= 1})
-    notes = {
-        "run_queries_without_qrels": sum(1 for q in run if q not in qrels),
-        "qrels_queries_without_run": sum(1 for q in qrels if q not in run),
-    }
-    return qids, ranked, relevant, notes
-
-
 # ---------------------------------------------------------------------------- evaluation
 
 
@@ -693,21 +613,27 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
 
     runs: list[Run] = []
     if trec:
-        if not runs_trec or not args.qrels:
-            raise CLIError("TREC evaluation needs both --run RUN and --qrels QRELS")
-        qrels = read_qrels(args.qrels)
+        if not runs_trec:
+            raise CLIError("--qrels needs a run: --run RUN (TREC, .json or .jsonl)")
+        for path in runs_trec:
+            if args.qrels is None and Path(path).suffix.lower() != ".jsonl":
+                raise CLIError(
+                    f"{path}: a run needs judgments: --qrels QRELS (TREC, BEIR .tsv, .json or "
+                    '.jsonl), or a .jsonl run whose lines carry "relevant"'
+                )
         for i, path in enumerate(runs_trec):
-            run = read_trec_run(path)
-            qids, ranked, relevant, notes = trec_lists(run, qrels, complete=args.complete)
+            lists = read_ranked_lists(path, args.qrels, complete=args.complete)
+            notes: dict[str, Any] = dict(lists.notes)
             notes["complete"] = bool(args.complete)
-            if not qids:
+            if not lists.qids:
                 raise CLIError(f"{path}: no query of the run has judgments in {args.qrels}")
             metric = factory()
             label = name_of(i, Path(path).stem)
-            run_ = Run(label, "trec", [str(path), str(args.qrels)], metric, len(qids), notes)
-            run_.queries_key = _digest(*(q.encode() for q in qids))
-            with Progress(len(qids), f"{label}: scoring", delay=args.progress_delay) as bar:
-                evaluate_trec(metric, qids, ranked, relevant, bar)
+            files_used = [str(path)] + ([] if args.qrels is None else [str(args.qrels)])
+            run_ = Run(label, "trec", files_used, metric, len(lists), notes)
+            run_.queries_key = _digest(*(q.encode() for q in lists.qids))
+            with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar:
+                evaluate_trec(metric, lists.qids, lists.ranked_ids, lists.relevant_ids, bar)
                 runs.append(_summarize(run_, args, bar))
         return runs, trec
     if files:
@@ -762,6 +688,8 @@ def _describe(run: Run) -> str:
         verb = "scored as empty lists" if notes.get("complete") else "ignored"
         extra.append(f"{notes['qrels_queries_without_run']} judged queries not in the run {verb}")
     tail = f" ({'; '.join(extra)})" if extra else ""
+    if len(run.files) == 1:
+        return f"{run.files[0]}: {run.num_queries} questions with their relevant ids{tail}"
     return f"{run.files[0]} judged by {run.files[1]}: {run.num_queries} queries{tail}"
 
 
@@ -773,7 +701,7 @@ def _options_line(metric: Any, trec: bool = False) -> str:
         else ["protocol", "similarity", "ties", "empty_queries"]
     )
     line = ", ".join(f"{k}={opts[k]}" for k in shown if k in opts and opts[k] is not None)
-    return line + ("; ranked by score, ties by docid descending" if trec else "")
+    return line + ("; scored runs ranked by score, ties by docid descending" if trec else "")
 
 
 def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -924,7 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retrieval-metrics",
         description="Exact retrieval metrics: a demo of the protocols, and evaluation of saved "
-        "embeddings or TREC runs.",
+        "embeddings or of runs against qrels.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="{demo,evaluate}")
@@ -942,7 +870,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser(
         "evaluate",
-        help="score saved embeddings (.npz/.npy/.pt) or a TREC run against qrels",
+        help="score saved embeddings (.npz/.npy/.pt) or a run against qrels (TREC, BEIR, JSON, "
+        "JSONL)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=EVALUATE_HELP,
     )
@@ -960,25 +889,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="gallery embeddings (one, or one per --query)",
     )
-    ev.add_argument("--run", action="append", metavar="RUN", help="TREC run file (repeatable)")
-    ev.add_argument("--qrels", metavar="QRELS", help="TREC qrels file")
+    ev.add_argument(
+        "--run",
+        action="append",
+        metavar="RUN",
+        help="run file: TREC, .json or .jsonl (repeatable)",
+    )
+    ev.add_argument("--qrels", metavar="QRELS", help="qrels file: TREC, BEIR .tsv, .json or .jsonl")
     ev.add_argument(
         "--complete",
         "-c",
         action="store_true",
-        help="TREC: also score judged queries missing from the run, as empty lists (trec_eval -c)",
+        help="runs: also score judged queries missing from the run, as empty lists "
+        "(trec_eval -c)",
     )
     ev.add_argument(
         "--metrics",
         metavar="LIST",
-        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for TREC {TREC_METRICS})",
+        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for runs {TREC_METRICS})",
     )
     ev.add_argument(
         "--protocol",
         choices=(*PROTOCOL_NAMES, "none"),
         metavar="NAME",
         help=f"a field's official evaluation, one of {', '.join(PROTOCOL_NAMES)} (sets the "
-        "options it fixes); TREC input defaults to trec_eval, 'none' turns that off",
+        "options it fixes); runs default to trec_eval, 'none' turns that off",
     )
     ev.add_argument(
         "--ties",

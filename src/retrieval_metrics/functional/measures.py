@@ -1,4 +1,6 @@
-"""Measures: every metric of SPEC.md section 2, from a :class:`RankTable`. No embeddings here.
+"""Measures: every metric of the library, from a :class:`RankTable`. No embeddings here.
+
+The definitions, with formulas, are in the documentation's Definitions page (docs/definitions.md).
 
 Each ``*_per_query`` function returns a ``(Q,)`` float64 tensor with NaN for unanswerable queries
 (m_q = 0); :func:`aggregate` applies ``empty_queries``, ``average`` and ``percent``.
@@ -421,7 +423,7 @@ def median_rank(ranks: Tensor, convention: str = "vsepp") -> Tensor:
 def chance_table(table: RankTable) -> RankTable:
     """The table a uniformly random ranking gives in expectation: one tie group of the whole
     gallery per query. Any measure of it under ``ties="expected"`` is that measure's chance level
-    (SPEC.md section 5); for a single relevant item, hit rate @K is K/N.
+    (docs/definitions.md, Chance level); for a single relevant item, hit rate @K is K/N.
     """
     q = table.num_queries
     m = table.num_relevant
@@ -638,7 +640,7 @@ def retrieval_measures(
 
 
 def chance_measures(table: RankTable, names: Sequence[str], **options) -> dict[str, Tensor]:
-    """The chance level of each named metric on ``table``'s galleries (SPEC.md section 5): its
+    """The chance level of each named metric on ``table``'s galleries: its
     value under a uniformly random ranking, aggregated like :func:`retrieval_measures`.
 
     A query's chance value depends only on its gallery size and number of relevant items (and

@@ -1,4 +1,7 @@
-"""Chance level, confidence intervals and the summary table (SPEC.md sections 5 and 6)."""
+"""Chance level, confidence intervals, paired comparison and the summary table.
+
+What they mean is in the documentation's Definitions page (docs/definitions.md).
+"""
 
 from __future__ import annotations
 
@@ -259,7 +262,8 @@ def paired_comparison(
 ) -> Comparison:
     """Difference of means (first - second) over queries counted by both, with a seeded paired
     bootstrap interval; p-value from the exact McNemar test for 0/1 values (hit rates), else from
-    the paired bootstrap (twice the share of resampled differences on the far side of 0)."""
+    the paired bootstrap: the share of resampled mean differences, re-centred on 0, that lie at
+    least as far from 0 as the observed difference."""
     if first.shape != second.shape:
         raise ValueError(
             f"the two metrics were computed on different queries ({first.shape[0]} and "

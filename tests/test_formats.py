@@ -1,0 +1,292 @@
+"""Run and qrels readers (retrieval_metrics.formats) and ``evaluate --run/--qrels`` on them.
+
+The JSON path is held against pytrec_eval (trec_eval's own C code) and ranx on the same files;
+the other formats against hand-worked values and against the same data written as TREC files.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+import retrieval_metrics as rm
+from retrieval_metrics import cli
+from retrieval_metrics.formats import (
+    FormatError,
+    read_qrels,
+    read_ranked_lists,
+    read_run,
+)
+
+# ----------------------------------------------------------------------------- hand-worked
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_json_run_ranks_like_trec_eval(tmp_path):
+    # ties broken by document id in descending byte order: "9" > "2" > "10"
+    run = write(tmp_path / "run.json", json.dumps({"q1": {"10": 1.0, "9": 1.0, "2": 1.0, "5": 2}}))
+    lists, own = read_run(run)
+    assert own is None
+    assert lists == {"q1": ["5", "9", "2", "10"]}
+
+
+def test_beir_tsv_qrels(tmp_path):
+    path = write(tmp_path / "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\tdoc 1\t1\nq1\td2\t0\n"
+                 "q2\td3\t2\n")  # fmt: skip
+    assert read_qrels(path) == {"q1": {"doc 1": 1, "d2": 0}, "q2": {"d3": 2}}
+    # without the header every line is a judgment
+    path = write(tmp_path / "plain.tsv", "q1\td1\t1\n")
+    assert read_qrels(path) == {"q1": {"d1": 1}}
+
+
+def test_jsonl_questions_with_their_relevant_ids(tmp_path):
+    lines = [
+        {"id": "a", "retrieved": ["d3", "d7", "d1"], "relevant": ["d1", "d9"]},
+        {"id": "b", "retrieved": ["d4", "d5"], "relevant": {"d4": 2, "d6": 1, "d8": 0}},
+        {"id": 7, "retrieved": ["d1"], "relevant": []},  # unanswerable
+    ]
+    path = write(tmp_path / "q.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n\n")
+    lists = read_ranked_lists(path)
+    assert lists.qids == ["7", "a", "b"]
+    assert lists.ranked_ids == [["d1"], ["d3", "d7", "d1"], ["d4", "d5"]]
+    # a grade above 1 makes every query graded; grade 0 is not relevant
+    assert lists.relevant_ids == [{}, {"d1": 1, "d9": 1}, {"d4": 2, "d6": 1}]
+
+    # recall@3: a finds 1 of 2, b finds 1 of 2; the unanswerable question follows empty_queries
+    for empty, expected in (("skip", 0.5), ("zero", 1 / 3)):
+        m = rm.RecallAtK(k=3, empty_queries=empty)
+        m.update(ranked_ids=lists.ranked_ids, relevant_ids=lists.relevant_ids)
+        assert float(m.compute()) == pytest.approx(expected)
+    m = rm.RecallAtK(k=3, empty_queries="error")
+    m.update(ranked_ids=lists.ranked_ids, relevant_ids=lists.relevant_ids)
+    with pytest.raises(ValueError, match="1 queries have no relevant"):
+        m.compute()
+
+
+def test_jsonl_run_with_separate_qrels(tmp_path):
+    run = write(tmp_path / "run.jsonl", '{"id": "q1", "retrieved": ["d2", "d1"]}\n'
+                '{"id": "q2", "retrieved": []}\n{"id": "q9", "retrieved": ["d1"]}\n')  # fmt: skip
+    qrels = write(tmp_path / "qrels.jsonl", "".join(
+        f'{{"id": "{q}", "relevant": ["d1"]}}\n' for q in ("q1", "q2", "q3")
+    ))  # fmt: skip
+    lists = read_ranked_lists(run, qrels)
+    assert lists.qids == ["q1", "q2"]
+    assert lists.notes == {"run_queries_without_qrels": 1, "qrels_queries_without_run": 1}
+    complete = read_ranked_lists(run, qrels, complete=True)
+    assert complete.qids == ["q1", "q2", "q3"] and complete.ranked_ids[2] == []
+
+
+def test_every_format_gives_the_same_report(tmp_path):
+    """One run and its qrels written as TREC, JSON, BEIR TSV and JSONL: the same values."""
+    rng = random.Random(3)
+    run = {
+        f"q{q}": {f"d{d}": round(rng.random(), 1) for d in rng.sample(range(40), 12)}
+        for q in range(15)
+    }
+    qrels = {f"q{q}": {f"d{d}": rng.randint(0, 2) for d in rng.sample(range(40), 5)}
+             for q in range(15)}  # fmt: skip
+    write(tmp_path / "run.txt", "".join(
+        f"{q} Q0 {d} {i + 1} {s} t\n"
+        for q, docs in run.items()
+        for i, (d, s) in enumerate(docs.items())
+    ))  # fmt: skip
+    write(tmp_path / "qrels.txt", "".join(
+        f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items()
+    ))  # fmt: skip
+    write(tmp_path / "run.json", json.dumps(run, indent=1))
+    write(tmp_path / "qrels.json", json.dumps(qrels, indent=1))
+    write(tmp_path / "qrels.tsv", "query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()
+    ))  # fmt: skip
+    ordered, _ = read_run(tmp_path / "run.json")
+    write(tmp_path / "both.jsonl", "".join(
+        json.dumps({"id": q, "retrieved": ordered[q], "relevant": qrels[q]}) + "\n" for q in run
+    ))  # fmt: skip
+    names = "map,ndcg@10,precision@5,recall@10,mrr,r_precision"
+    reports = []
+    for files in (["--run", "run.txt", "--qrels", "qrels.txt"],
+                  ["--run", "run.json", "--qrels", "qrels.json"],
+                  ["--run", "run.json", "--qrels", "qrels.tsv"],
+                  ["--run", "run.txt", "--qrels", "qrels.tsv"],
+                  ["--run", "both.jsonl"]):  # fmt: skip
+        out = tmp_path / "out.json"
+        argv = [a if a.startswith("--") else str(tmp_path / a) for a in files]
+        assert cli.main(["evaluate", *argv, "--metrics", names, "--json", str(out)]) == 0
+        reports.append(json.loads(out.read_text())["runs"][0]["metrics"])
+    for report in reports[1:]:
+        assert report == reports[0]
+
+
+# ----------------------------------------------------------------------------- peers
+
+
+def random_run_and_qrels(seed: int, ties: bool) -> tuple[dict, dict]:
+    """Numeric doc ids (so byte order differs from numeric order), graded judgments, a query
+    with no relevant document, run queries without judgments and judged queries without a run."""
+    rng = random.Random(seed)
+    run, qrels = {}, {}
+    for q in range(30):
+        docs = rng.sample(range(200), rng.randint(1, 40))
+        if ties:
+            run[f"q{q}"] = {str(d): float(rng.randint(0, 6)) for d in docs}
+        else:
+            run[f"q{q}"] = {str(d): rng.random() for d in docs}
+        judged = rng.sample(range(200), 8) + docs[:2]
+        qrels[f"q{q}"] = {str(d): rng.choice((0, 0, 1, 2)) for d in judged}
+    qrels["q0"] = {d: 0 for d in qrels["q0"]}  # judged, nothing relevant
+    qrels["q_only_judged"] = {"1": 1}
+    run["q_only_run"] = {"1": 1.0}
+    return run, qrels
+
+
+PYTREC = {
+    "map": "map",
+    "map@10": "map_cut_10",
+    "ndcg@10": "ndcg_cut_10",
+    "ndcg": "ndcg",
+    "precision@5": "P_5",
+    "recall@10": "recall_10",
+    "mrr": "recip_rank",
+    "r_precision": "Rprec",
+    "hit_rate@5": "success_5",
+}
+
+
+@pytest.mark.parametrize("ties", [True, False])
+def test_json_run_and_qrels_match_pytrec_eval(tmp_path, ties):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    run, qrels = random_run_and_qrels(1 if ties else 2, ties)
+    (tmp_path / "run.json").write_text(json.dumps(run, indent=2))
+    (tmp_path / "qrels.json").write_text(json.dumps(qrels, indent=2))
+    out = tmp_path / "out.json"
+    files = ["--run", str(tmp_path / "run.json"), "--qrels", str(tmp_path / "qrels.json")]
+    argv = ["evaluate", *files, "--metrics", ",".join(PYTREC), "--json", str(out)]
+    assert cli.main(argv) == 0
+    got = json.loads(out.read_text())["runs"][0]["metrics"]
+
+    measures = {"map", "map_cut.10", "ndcg_cut.10", "ndcg", "P.5", "recall.10", "recip_rank",
+                "Rprec", "success.5"}  # fmt: skip
+    per_query = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+    # trec_eval 9 averages over the run's queries that have judgments
+    assert sorted(per_query) == sorted(q for q in run if q in qrels)
+    for name, key in PYTREC.items():
+        expected = sum(v[key] for v in per_query.values()) / len(per_query)
+        assert got[name]["value"] == pytest.approx(expected, abs=1e-12), name
+        assert got[name]["queries"] == len(per_query)
+
+    # -c: every judged query, missing ones as empty lists (scored 0, as trec_eval -c)
+    assert cli.main([*argv, "-c"]) == 0
+    got = json.loads(out.read_text())["runs"][0]["metrics"]
+    for name, key in PYTREC.items():
+        expected = sum(v[key] for v in per_query.values()) / len(qrels)
+        assert got[name]["value"] == pytest.approx(expected, abs=1e-12), name
+
+
+def test_json_run_and_qrels_match_ranx(tmp_path):
+    """ranx on a run without ties (ranx's own tie order is not trec_eval's) and the same
+    queries on both sides (ranx requires it); ranx scores a query without relevant documents 0,
+    as the trec_eval protocol does."""
+    ranx = pytest.importorskip("ranx")
+    run, qrels = random_run_and_qrels(4, ties=False)
+    common = sorted(set(run) & set(qrels))
+    run = {q: run[q] for q in common}
+    qrels = {q: qrels[q] for q in common}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    (tmp_path / "qrels.json").write_text(json.dumps(qrels))
+    names = {"map": "map", "ndcg@10": "ndcg@10", "precision@5": "precision@5",
+             "recall@10": "recall@10", "mrr": "mrr", "mrr@5": "mrr@5",
+             "r_precision": "r-precision", "hit_rate@5": "hit_rate@5"}  # fmt: skip
+    out = tmp_path / "out.json"
+    assert cli.main(["evaluate", "--run", str(tmp_path / "run.json"), "--qrels",
+                     str(tmp_path / "qrels.json"), "--metrics", ",".join(names),
+                     "--json", str(out)]) == 0  # fmt: skip
+    got = json.loads(out.read_text())["runs"][0]["metrics"]
+    expected = ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), list(names.values()))
+    for ours, theirs in names.items():
+        assert got[ours]["value"] == pytest.approx(float(expected[theirs]), abs=1e-9), ours
+
+
+# ----------------------------------------------------------------------------- bad lines
+
+
+def error(path: Path, reader=read_run) -> str:
+    with pytest.raises(FormatError) as info:
+        reader(path)
+    return str(info.value)
+
+
+def test_bad_lines_name_the_file_and_line(tmp_path):
+    cases = [
+        # (file name, content, reader, what the message must hold)
+        ("r.txt", "q1 Q0 d1 1 0.5 t\nq1 Q0 d2 2 x t\n", read_run, ["r.txt, line 2", "'x'"]),
+        ("r.txt", "q1 Q0 d1 1 0.5 t\n\nq1 Q0 d2 2\n", read_run, ["line 3", "6 fields"]),
+        ("q.txt", "q1 0 d1 1\nq1 0 d2 high\n", read_qrels, ["q.txt, line 2", "'high'"]),
+        ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1 d2 1\n", read_qrels,
+         ["q.tsv, line 3", "3 tab-separated fields"]),
+        ("q.tsv", "query-id\tcorpus-id\tscore\nq1\td1\tyes\n", read_qrels,
+         ["q.tsv, line 2", "'yes'"]),
+        ("r.json", '{\n "q1": {\n  "d1": 1.0,\n  "d2": "high"\n }\n}', read_run,
+         ["r.json, line 4", "'d2'", "not a number"]),
+        ("r.json", '{\n "q1": {\n  "d1": 1.0,\n  "d1": 2.0\n }\n}', read_run,
+         ["r.json, line 4", "'d1' listed twice"]),
+        ("r.json", '{\n "q1": {"d1": 1.0},\n "q2": [1, 2]\n}', read_run,
+         ["r.json, line 3", "'q2'", "expected an object"]),
+        ("r.json", '{\n "q1": {"d1": 1.0,}\n}', read_run, ["r.json, line 2", "not valid JSON"]),
+        ("q.json", '{\n "q1": {\n  "d1": 1.5\n }\n}', read_qrels,
+         ["q.json, line 3", "not an integer"]),
+        ("q.json", "[1, 2]", read_qrels, ["q.json, line 1", "must be a JSON object"]),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1"]}\n{"id": "q2"}\n', read_run,
+         ["r.jsonl, line 2", '"retrieved"']),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1"]}\n{"id": "q2", "retrieved": "d1"}\n',
+         read_run, ["line 2", "must be a list"]),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1", "d2", "d1"]}\n', read_run,
+         ["line 1", "'d1' twice"]),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1"], "relevant": ["d1"]}\n'
+         '{"id": "q2", "retrieved": ["d1"]}\n', read_run, ["r.jsonl, line 2", "lacks"]),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1"]}\n{"id": "q1", "retrieved": []}\n',
+         read_run, ["line 2", "'q1' appears twice"]),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1"]}\n{"id": "q2", "retrieved": [\n',
+         read_run, ["r.jsonl, line 2", "not valid JSON"]),
+        ("q.jsonl", '{"id": "q1", "relevant": {"d1": "yes"}}\n', read_qrels,
+         ["q.jsonl, line 1", "not an integer"]),
+        ("q.jsonl", '{"relevant": ["d1"]}\n', read_qrels, ["q.jsonl, line 1", '"id"']),
+    ]  # fmt: skip
+    for name, content, reader, expected in cases:
+        message = error(write(tmp_path / name, content), reader)
+        for part in expected:
+            assert part in message, (name, content, message)
+
+
+def test_empty_missing_and_misplaced_files(tmp_path):
+    assert "no such file" in error(tmp_path / "nothing.json")
+    assert "the run is empty" in error(write(tmp_path / "e.json", "{}"))
+    assert "no questions" in error(write(tmp_path / "e.jsonl", "\n\n"))
+    assert "the qrels are empty" in error(write(tmp_path / "e.tsv", "query-id\tcorpus-id\tscore\n"),
+                                          read_qrels)  # fmt: skip
+    both = write(tmp_path / "both.jsonl", '{"id": "q1", "retrieved": ["d1"], "relevant": ["d1"]}\n')
+    qrels = write(tmp_path / "q.txt", "q1 0 d1 1\n")
+    with pytest.raises(FormatError, match="its own qrels"):
+        read_ranked_lists(both, qrels)
+    with pytest.raises(FormatError, match="needs judgments"):
+        read_ranked_lists(write(tmp_path / "r.json", '{"q1": {"d1": 1}}'))
+
+
+def test_cli_reports_the_bad_line(tmp_path, capsys):
+    write(tmp_path / "run.json", '{\n "q1": {\n  "d1": "high"\n }\n}\n')
+    write(tmp_path / "qrels.tsv", "query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    status = cli.main(["evaluate", "--run", str(tmp_path / "run.json"), "--qrels",
+                       str(tmp_path / "qrels.tsv")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2 and "run.json, line 3" in err and "not a number" in err
+    both = write(tmp_path / "both.jsonl", '{"id": "q1", "retrieved": ["d1"], "relevant": ["d1"]}\n')
+    assert cli.main(["evaluate", "--run", str(both), "--qrels", str(tmp_path / "qrels.tsv")]) == 2
+    assert "drop the qrels file" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--run", str(tmp_path / "run.json")]) == 2
+    assert "--qrels" in capsys.readouterr().err
