@@ -1,4 +1,4 @@
-"""Brute-force reference implementation of the metrics in SPEC.md (sections 1-3, 5 and 7).
+"""Brute-force reference implementation of the metrics of docs/definitions.md.
 
 This module is the oracle the fast implementation is tested against. It is written from the
 definitions only, as plainly as possible: Python loops, full sorts and ``itertools`` enumeration,
@@ -9,7 +9,7 @@ that tests keep their cases small.
 Public functions
 ----------------
 - ``reference_scores``: the (Q, N) score matrix (larger is better).
-- ``reference_masks``: per-query relevant and excluded boolean matrices (SPEC section 1).
+- ``reference_masks``: per-query relevant and excluded boolean matrices (the Terms).
 - ``reference_ordered``: every per-query metric for one complete ordering (0/1 relevance list).
 - ``reference_query``: one query from scores, with ties "optimistic", "pessimistic" or
   "expected" (exact average over every permutation of every tie group).
@@ -107,13 +107,13 @@ def reference_masks(
     gallery_cameras=None,
     ignore_label=None,
 ):
-    """Return ``(relevant, excluded)``, two (Q, N) boolean matrices, by SPEC section 1.
+    """Return ``(relevant, excluded)``, two (Q, N) boolean matrices, by the Terms.
 
     Exactly one source of relevance must be given:
     - labels (``query_labels`` and ``gallery_labels``): relevant when the labels are equal,
       compared exactly (ints or strings);
     - positions (``query_positions`` and ``gallery_positions``): relevant when the Euclidean
-      distance is <= ``radius`` (inclusive; 25.0 when ``radius`` is None, the SPEC default);
+      distance is <= ``radius`` (inclusive; 25.0 when ``radius`` is None, the documented default);
     - ``relevant_ids``: ``relevant_ids[q]`` is a collection of gallery ids; gallery item i has id
       ``gallery_ids[i]``, or i when ``gallery_ids`` is None.
 
@@ -192,7 +192,7 @@ def _dcg(grades, k, gain):
 def reference_ordered(
     rel_in_order, grades_in_order=None, m=None, gallery_size=None, ideal_grades=None
 ):
-    """Every per-query metric for one complete ordering, from the SPEC section 2 definitions.
+    """Every per-query metric for one complete ordering, from the definitions.
 
     ``rel_in_order``: 0/1 relevance of the items in ranked order (rank 1 first).
     ``grades_in_order``: grades of those items (only used for NDCG; the grade of a non-relevant

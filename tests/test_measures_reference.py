@@ -74,7 +74,7 @@ def test_one_large_tie_group_uses_closed_forms(seed):
 
 
 def test_chance_table_equals_random_ranking():
-    """SPEC section 5: the chance level is the value under a uniformly random ranking."""
+    """The chance level is the value under a uniformly random ranking."""
     for n, m in [(5, 1), (7, 2), (9, 3), (10, 10)]:
         target = torch.zeros(n, dtype=torch.int64)
         target[:m] = 1

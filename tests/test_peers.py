@@ -1,4 +1,4 @@
-"""Differential tests against the peer libraries that define a convention (SPEC.md section 4).
+"""Differential tests against the peer libraries that define a convention (docs/protocols.md).
 
 Peers: pytorch-metric-learning 2.9 ``AccuracyCalculator`` (same-source MAP@R, R-precision,
 precision@1, MAP, MRR), torchmetrics 1.9 functional retrieval metrics (one query at a time) and

@@ -215,7 +215,7 @@ def test_depth_limited_ranking_gives_the_same_values(p, ties):
 @SETTINGS
 @given(problems())
 def test_spec_identities(p):
-    """SPEC.md section 7, vectors 4 and 5, on random problems (expected ties)."""
+    """Identities between measures (test vectors 4 and 5), on random problems (expected ties)."""
     table = rank(p)
     per = {k: M.hit_rate_per_query(table, k) for k in range(1, 6)}
     p1 = M.precision_per_query(table, 1)

@@ -1,4 +1,4 @@
-"""Named protocols (SPEC.md section 4) on hand-worked cases, where no installable code exists.
+"""Named protocols (docs/protocols.md) on hand-worked cases, where no installable code exists.
 
 VSE++, NetVLAD/VPR, MSLS and the official Market-1501 code cannot be pip-installed; each case
 below derives its expected values in comments from the field's evaluation code as quoted in
@@ -610,7 +610,7 @@ def test_unknown_protocol_and_none():
 
 
 def test_explicit_default_that_conflicts_raises():
-    # SPEC 4: a protocol never silently changes what you asked for, even the default value
+    # a protocol never silently changes what you asked for, even the default value
     with pytest.raises(ValueError, match="sets gain"):
         rm.NDCGAtK(k=10, protocol="trec_eval", gain="exponential")
     with pytest.raises(ValueError, match="sets ignore_label"):

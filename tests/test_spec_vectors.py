@@ -1,4 +1,4 @@
-"""SPEC.md section 7's test vectors, exactly, plus hand-worked cases for the three tie rules."""
+"""Test vectors of the definitions, exactly, plus hand-worked cases for the three tie rules."""
 
 from __future__ import annotations
 

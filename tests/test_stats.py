@@ -1,4 +1,4 @@
-"""Chance level, intervals and paired comparison (SPEC.md sections 5 and 6)."""
+"""Chance level, intervals and paired comparison (docs/definitions.md)."""
 
 from __future__ import annotations
 

@@ -138,8 +138,10 @@ class RetrievalMetricBase(Metric):
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see
             :mod:`retrieval_metrics.protocols`); it sets the options it fixes.
-        ap, divisor, gain, median: measure options (see
-            :func:`retrieval_metrics.functional.retrieval_measures`).
+        ap: average precision "step" (default) or "trapezoid" (official Market-1501 code).
+        divisor: AP@K divided by "relevant" m_q (default), "min" min(m_q, K) or "retrieved".
+        gain: NDCG gain "exponential" 2^g - 1 (default) or "linear" g.
+        median: median rank "vsepp" floor(median(r - 1)) + 1 (default) or "plain".
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)

@@ -271,7 +271,7 @@ def build_relevance(
     gallery_cameras: Tensor | None = None,
     ignore_label: int | None = None,
 ) -> Relevance:
-    """Decide every query's relevant and excluded gallery items (SPEC.md section 1).
+    """Decide every query's relevant and excluded gallery items (docs/definitions.md, Terms).
 
     Args:
         relevance: ``"label"`` (equal labels), ``"radius"`` (position within ``radius``, inclusive)
