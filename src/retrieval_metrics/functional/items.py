@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking import (
@@ -109,7 +108,3 @@ def _keywords(queries: Items, gallery: Items) -> dict[str, Any]:
         out[f"query_{name}"], out[f"gallery_{name}"] = q, g
     return out
 
-
-def empty_like_items(queries: Items) -> Items:
-    """A side with no items, shaped like ``queries``."""
-    return queries.select(torch.zeros(0, dtype=torch.int64))

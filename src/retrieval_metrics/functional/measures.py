@@ -74,10 +74,6 @@ def _cutoff(k: int, name: str = "k") -> int:
     return k
 
 
-def _per_group(table: RankTable, groups: T.TieGroups, per_query: Tensor) -> Tensor:
-    return per_query[groups.query]
-
-
 def _query_sum(table: RankTable, groups: T.TieGroups, values: Tensor) -> Tensor:
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     return out.index_add_(0, groups.query, values.to(torch.float64))
