@@ -235,7 +235,8 @@ def test_kwargs_reach_torchmetrics():
 
 def test_forward_returns_the_batch_value_and_keeps_accumulating():
     m = rm.HitRateAtK(k=1)
-    batch_value = m(EMB[:20], LABELS[:20])
+    with pytest.warns(UserWarning, match="batch alone"):
+        batch_value = m(EMB[:20], LABELS[:20])
     alone = rm.HitRateAtK(k=1)
     alone.update(EMB[:20], LABELS[:20])
     assert batch_value == alone.compute()

@@ -71,7 +71,6 @@ class CrossModalRetrieval(RetrievalMetricBase):
 
     higher_is_better = True
     plot_upper_bound = None
-
     def __init__(
         self,
         k: int | Sequence[int] = (1, 5, 10),
@@ -102,7 +101,9 @@ class CrossModalRetrieval(RetrievalMetricBase):
         # images: embedding and id; captions: embedding, the id of their image, their own id
         self._add_item_states("img", ("emb", "ids"))
         self._add_item_states("txt", ("emb", "labels", "ids"))
-        self._fold_sizes: dict[str, list[int]] = {}
+        # queries per fold, by direction; not annotated, as torch.jit.script warns about an
+        # annotated empty dict in __init__
+        self._fold_sizes = {}  # type: ignore[var-annotated]
 
     def metric_names(self) -> list[str]:
         return [f"hit_rate@{k}" for k in self.k] + ["median_rank", "mean_rank"]

@@ -218,6 +218,7 @@ class RetrievalMetricBase(Metric):
         self._sync_bytes = 0
         self._tables: dict[str, RankTable] | None = None
         self._warned_no_ids = False
+        self._warned_forward = False
 
     # ------------------------------------------------------------------ what a kind provides
 
@@ -380,9 +381,26 @@ class RetrievalMetricBase(Metric):
         super().reset()
         self._tables = None
 
+    # Unused by TorchScript, like torchmetrics' own forward: its *args/**kwargs cannot be
+    # compiled, and without the mark torch.jit.script(metric) fails.
+    @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        # forward() computes on the batch alone; its tables must not stand for the accumulation.
+        """torchmetrics' ``forward``: add the batch to the state and return the value of the batch
+        alone. A retrieval score of one batch ranks each query against that batch only, so it is
+        almost never what is meant: this warns once per metric object."""
+        if not self._warned_forward:
+            warnings.warn(
+                f"{type(self).__name__} was called on a batch (forward), which returns the "
+                "retrieval score of this batch alone: each query ranked against the few items of "
+                "its own batch, not the whole gallery. To log the epoch's value, call "
+                "`metric.update(...)` in the step and log the metric object (self.log(name, "
+                "metric)) or `metric.compute()` at the end of the epoch",
+                UserWarning,
+                stacklevel=2,
+            )
+            self._warned_forward = True
         out = super().forward(*args, **kwargs)
+        # the tables were built from the batch alone; they must not stand for the accumulation
         self._tables = None
         return out
 
