@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,3 +69,167 @@ def test_every_metric_can_be_scripted(metric):
         warnings.simplefilter("error", UserWarning)
         scripted = torch.jit.script(metric)
     assert isinstance(scripted, torch.jit.ScriptModule)
+
+
+# ---------------------------------------------------------------------------- 3. nothing given
+
+Z, ZL = torch.zeros(0, 3), torch.zeros(0, dtype=torch.int64)
+
+
+@pytest.mark.parametrize(
+    ("feed", "match"),
+    [
+        (lambda m: m.update(Z, ZL), "no items were given"),
+        (lambda m: m.update(Z, ZL, ids=ZL), "no items were given"),
+        (lambda m: (m.update(Z, ZL, role="query"), m.update(EMB, LABELS, role="gallery")),
+         "no items were given"),
+        (lambda m: (m.update(EMB, LABELS, role="query"), m.update(Z, ZL, role="gallery")),
+         "the gallery is empty"),
+        (lambda m: m.update(ranked_ids=[], relevant_ids=[]), "no items were given"),
+        (lambda m: m.update(preds=torch.zeros(0), target=torch.zeros(0), indexes=ZL),
+         "no items were given"),
+    ],
+)
+def test_zero_rows_say_what_is_empty(feed, match):
+    m = rm.HitRateAtK(k=1)
+    feed(m)
+    with pytest.raises(ValueError, match=match):
+        m.compute()
+
+
+def test_an_empty_fixed_gallery_is_refused_when_set():
+    with pytest.raises(ValueError, match="the gallery is empty"):
+        rm.HitRateAtK(k=1).set_gallery(Z, ZL)
+
+
+def test_image_text_with_zero_rows_says_no_items():
+    m = rm.CrossModalRetrieval()
+    m.update(Z, Z, ZL)
+    with pytest.raises(ValueError, match="no items were given"):
+        m.compute()
+
+
+# ---------------------------------------------------------------------------- 4. cut-offs
+
+
+@pytest.mark.parametrize(
+    ("factory", "match"),
+    [
+        (lambda: rm.HitRateAtK(k=1.5), r"`k` must be a positive int .*got 1\.5 \(float\)"),
+        (lambda: rm.NDCGAtK(k=4.0), r"`k` must be a positive int .*got 4\.0 \(float\)"),
+        (lambda: rm.HitRateAtK(k=(1, 2.0)), r"`k` must be a positive int"),
+        (lambda: rm.HitRateAtK(k="5"), r"`k` must be a positive int .*\(str\)"),
+        (lambda: rm.MRR(k=4.0), r"`k` must be None \(the whole ranking\) or a positive int"),
+        (lambda: rm.MeanAveragePrecision(k=(5, 10)), r"`k` must be None .*\(tuple\)"),
+        (lambda: rm.CMC(max_rank=10.0), r"`max_rank` must be a positive int"),
+        (lambda: rm.HitRateAtK(top_k=4), r"takes the cut-off as `k` \(torchmetrics' `top_k`\)"),
+        (lambda: rm.CrossModalRetrieval(k=1.5), r"`k` must be a positive int"),
+    ],
+)
+def test_a_bad_cut_off_is_a_value_error_naming_it(factory, match):
+    with pytest.raises(ValueError, match=match):
+        factory()
+
+
+# ---------------------------------------------------------------------------- 9. inputs
+
+
+def test_numpy_embeddings_are_accepted_like_tensors():
+    expected = rm.MAPAtR()
+    expected.update(EMB, LABELS)
+    from_numpy = rm.MAPAtR()
+    from_numpy.update(EMB.numpy(), LABELS.numpy())
+    assert from_numpy.compute() == expected.compute()
+    pairs = rm.CrossModalRetrieval(k=(1,))
+    pairs.update(EMB.numpy(), EMB.numpy() + 0.01, LABELS.numpy() * 3 + torch.arange(12).numpy() % 3)
+    assert float(pairs.compute()["rsum"]) == 200.0  # every image's own caption is nearest
+    with pytest.raises(ValueError, match=r"`embeddings` must be a torch\.Tensor or a numpy array"):
+        rm.MAPAtR().update(EMB.tolist(), LABELS)
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [LABELS.float(), LABELS.double(), LABELS.numpy().astype("float32"), LABELS.double().tolist()],
+    ids=["float32 tensor", "float64 tensor", "float32 array", "list of floats"],
+)
+def test_whole_number_float_labels_are_the_integer_labels(labels):
+    expected = rm.MAPAtR()
+    expected.update(EMB, LABELS)
+    m = rm.MAPAtR()
+    m.update(EMB, labels)
+    assert m.compute() == expected.compute()
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        (LABELS.float() + 0.5, r"whole numbers below 2\*\*24 \(torch.float32.*got 0\.5"),
+        (torch.full((12,), 2.0**24), r"below 2\*\*24.*got 16777216\.0"),
+        (torch.full((12,), float("nan")), r"whole numbers.*got nan"),
+    ],
+)
+def test_other_float_labels_are_refused_saying_the_rule(labels, match):
+    # 2**24 + 1 stored as float32 reads 2**24: beyond the bound two labels may already be one
+    with pytest.raises(ValueError, match=match):
+        rm.MAPAtR().update(EMB, labels)
+
+
+def test_cli_applies_the_same_float_rule(tmp_path, capsys):
+    from retrieval_metrics import cli
+
+    np.savez(tmp_path / "whole.npz", embeddings=EMB.numpy(), labels=LABELS.numpy() * 1.0)
+    assert cli.main(["evaluate", str(tmp_path / "whole.npz"), "--metrics", "map@r", "--json",
+                     str(tmp_path / "out.json"), "--progress-delay", "-1"]) == 0  # fmt: skip
+    expected = rm.MAPAtR()
+    expected.update(EMB, LABELS)
+    value = json.loads((tmp_path / "out.json").read_text())["runs"][0]["metrics"]["map@r"]
+    assert value["value"] == pytest.approx(float(expected.compute()), abs=1e-6)
+    big = np.full(12, 2.0**24, dtype=np.float32)
+    np.savez(tmp_path / "big.npz", embeddings=EMB.numpy(), labels=big)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(tmp_path / "big.npz"), "--progress-delay", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "big.npz" in err and "'labels'" in err and "below 2**24" in err
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("R@1", "did you mean hit_rate@1"),
+        ("R@10", "or recall@10"),
+        ("rank-1", "did you mean hit_rate@1"),
+        ("top5", "did you mean hit_rate@5"),
+        ("Hits@10", "did you mean hit_rate@10"),
+        ("P@10", "did you mean precision@10"),
+        ("recall_100", "did you mean recall@100"),
+        ("ndcg_cut_10", "did you mean ndcg@10"),
+        ("recip_rank", "did you mean mrr"),
+        ("Rprec", "did you mean r_precision"),
+        ("medr", "did you mean median_rank"),
+        ("hitrate@1", "did you mean hit_rate@1"),
+        ("recal@5", "did you mean recall@5"),
+        ("rsum", "CrossModalRetrieval and RSum"),
+    ],
+)
+def test_unknown_metric_names_get_a_suggestion(name, suggestion):
+    with pytest.raises(ValueError, match=re.escape(f"unknown metric {name!r}: ")) as info:
+        rm.RetrievalMetrics([name])
+    assert suggestion in str(info.value)
+    assert "Known names: hit_rate@K" in str(info.value)
+
+
+def test_names_other_tools_spell_differently_are_accepted_as_they_are():
+    # lower-cased, these are already the library's names: no suggestion needed
+    m = rm.RetrievalMetrics(["Recall@5", "mAP", "MAP@R", "nDCG@10", "MRR@10"])
+    assert m.metric_names() == ["recall@5", "map", "map@r", "ndcg@10", "mrr@10"]
+
+
+def test_a_text_file_named_npz_is_reported_as_not_an_npz_archive(tmp_path, capsys):
+    from retrieval_metrics import cli
+
+    (tmp_path / "emb.npz").write_text("embeddings,labels\n0.1,3\n")
+    (tmp_path / "emb.npy").write_text("0.1 0.2\n")
+    for path, what in (("emb.npz", "not an npz archive"), ("emb.npy", "not a .npy file")):
+        assert cli.main(["evaluate", str(tmp_path / path), "--progress-delay", "-1"]) == 2
+        err = capsys.readouterr().err
+        assert path in err and what in err and "pickle" not in err

@@ -33,6 +33,7 @@ import math
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,6 +205,18 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     if path.is_dir():
         raise CLIError(f"{path}: is a directory, not a .npz, .npy or .pt file")
     suffix = path.suffix.lower()
+    # numpy reads a file that is not what its name says as a pickle, and refuses with a message
+    # about allow_pickle; name what the file should have been instead
+    if suffix == ".npz" and not zipfile.is_zipfile(path):
+        raise CLIError(
+            f"{path}: not an npz archive (a zip of .npy arrays, as numpy.savez writes); "
+            f"it starts with {_head(path)}"
+        )
+    if suffix == ".npy" and _head(path, raw=True) != b"\x93NUMPY":
+        raise CLIError(
+            f"{path}: not a .npy file (numpy.save's format, which starts with \\x93NUMPY); "
+            f"it starts with {_head(path)}"
+        )
     try:
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
@@ -222,19 +235,27 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     raise CLIError(f"{path}: unknown file type {suffix!r}; use .npz, .npy or .pt")
 
 
+def _head(path: Path, raw: bool = False) -> Any:
+    """The first bytes of a file (6, as the .npy magic), or a short printable view of them."""
+    with open(path, "rb") as f:
+        head = f.read(6 if raw else 16)
+    return head if raw else repr(head)
+
+
 def _sibling(path: Path, name: str) -> Path:
     return path.with_name(f"{path.stem}.{name}{path.suffix}")
 
 
 def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
-    """Labels, ids and cameras: integers or strings; whole-number floats become int64."""
+    """Labels, ids and cameras: integers or strings; floats by the rule of the Python API
+    (:func:`retrieval_metrics.metric.label_codes`): whole numbers their dtype stores exactly."""
     if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise CLIError(
-                f"{path}: array {name!r} holds non-integer floats ({arr.dtype}); {name} must be "
-                "integers or strings (they are compared exactly)"
-            )
-        return arr.astype(np.int64)
+        from retrieval_metrics.metric import label_codes
+
+        try:
+            return label_codes(arr, name).numpy()
+        except ValueError as err:
+            raise CLIError(f"{path}: array {name!r}: {err}") from None
     if arr.dtype.kind == "b":
         return arr.astype(np.int64)
     if arr.dtype.kind not in "iuUS":

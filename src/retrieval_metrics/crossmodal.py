@@ -28,9 +28,8 @@ from torch import Tensor
 from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.items import Items, RankingOptions
-from retrieval_metrics.functional.ranking import _check_embeddings
 from retrieval_metrics.functional.table import RankTable, concat_tables
-from retrieval_metrics.metric import RetrievalMetricBase, _score_copy, label_codes
+from retrieval_metrics.metric import RetrievalMetricBase, _embeddings, _score_copy, label_codes
 from retrieval_metrics.metrics import _ks
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS
 
@@ -125,8 +124,8 @@ class CrossModalRetrieval(RetrievalMetricBase):
     ) -> None:
         """Add one batch of images and captions (see the class docstring)."""
         self._tables = None
-        img = _check_embeddings("image_embeddings", image_embeddings)
-        txt = _check_embeddings("text_embeddings", text_embeddings)
+        img = _embeddings("image_embeddings", image_embeddings)
+        txt = _embeddings("text_embeddings", text_embeddings)
         if img.shape[1] != txt.shape[1]:
             raise ValueError(
                 "`image_embeddings` and `text_embeddings` must have the same dimension, got "
@@ -180,6 +179,11 @@ class CrossModalRetrieval(RetrievalMetricBase):
         images, captions = self._side("img"), self._side("txt")
         if images is None or captions is None:
             raise ValueError("no data: call `update` before `compute`")
+        if len(images) == 0 or len(captions) == 0:
+            raise ValueError(
+                f"no items were given: the updates held {len(images)} images and "
+                f"{len(captions)} captions in all"
+            )
         # an image arrives once per caption: one gallery item per image id, whatever its rows
         images = images.select(D.first_by_id(images.ids))
         if captions.ids is not None:

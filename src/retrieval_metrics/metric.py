@@ -20,6 +20,9 @@ declared once in :mod:`retrieval_metrics.functional.table`, and builds ``per_que
 * precomputed ranks: ``update(relevant_ranks=[[1, 4], [2], ...])`` (1-based ranks of each query's
   relevant items; ``num_relevant=`` may add relevant items that were never retrieved).
 
+Embeddings and per-item values may be torch tensors or numpy arrays. Labels, ids and cameras are
+integers or strings; floats only when they hold whole numbers their dtype stores exactly.
+
 Optional per-item tensors on embedding updates: ``ids=`` (sample ids: duplicates are dropped,
 self-exclusion uses them), ``cameras=`` (re-id), ``positions=`` (``relevance="radius"``).
 
@@ -37,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import Metric
@@ -53,6 +57,7 @@ from retrieval_metrics.functional.ranking import (
     rank_lists,
     rank_scores,
 )
+from retrieval_metrics.functional.relevance import _whole_float, whole_float_labels
 from retrieval_metrics.functional.table import (
     PRESENT,
     TABLE_PARTS,
@@ -88,34 +93,43 @@ def _hash_label(value: Any) -> int:
 def label_codes(labels: Any, name: str) -> Tensor:
     """int64 codes that compare like the labels: integers as they are, strings by a 64-bit hash.
 
-    The hash is the same in every process, so string labels survive a distributed gather.
+    Floats are taken when they hold whole numbers their type stores exactly (below 2**24 for
+    float32, 2**53 for float64), the rule the command line applies to the arrays of its files;
+    other floats are refused, since labels are compared exactly. The hash is the same in every
+    process, so string labels survive a distributed gather.
     """
+    if isinstance(labels, np.ndarray) and labels.dtype.kind in "iubf":
+        labels = torch.from_numpy(np.ascontiguousarray(labels))
     if isinstance(labels, Tensor):
-        if labels.is_floating_point() or labels.is_complex():
-            raise ValueError(
-                f"`{name}` must hold integers or strings, got a {labels.dtype} tensor; labels are "
-                "compared exactly and are never cast to float"
-            )
+        if labels.is_complex():
+            raise ValueError(f"`{name}` must hold integers or strings, got a {labels.dtype} tensor")
+        if labels.is_floating_point():
+            return whole_float_labels(labels.reshape(-1), name)
         return labels.reshape(-1).to(torch.int64)
-    try:
-        import numpy as np
-
-        if isinstance(labels, np.ndarray):
-            if labels.dtype.kind in "iub":
-                return torch.from_numpy(labels.astype(np.int64).reshape(-1))
-            labels = labels.tolist()
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
+    if isinstance(labels, np.ndarray):
+        labels = labels.tolist()
     values = list(labels)
     codes = []
     for v in values:
-        if isinstance(v, bool) or isinstance(v, float):
-            raise ValueError(
-                f"`{name}` must hold integers or strings, got {v!r}; labels are compared exactly "
-                "and are never cast to float"
-            )
+        if isinstance(v, bool):
+            raise ValueError(f"`{name}` must hold integers or strings, got {v!r}")
+        if isinstance(v, (float, np.floating)):
+            v = _whole_float(v, name)
         codes.append(int(v) if isinstance(v, int) else _hash_label(v))
     return torch.tensor(codes, dtype=torch.int64)
+
+
+def _embeddings(name: str, value: Any) -> Tensor:
+    """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"`{name}` must hold numbers, got a numpy array of {value.dtype}")
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    elif not isinstance(value, Tensor):
+        raise ValueError(
+            f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
+        )
+    return _check_embeddings(name, value)
 
 
 class RetrievalMetricBase(Metric):
@@ -506,7 +520,9 @@ class RetrievalMetric(RetrievalMetricBase):
     ) -> None:
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
         at once and only per-query results are kept (the query embeddings are not stored)."""
-        emb = _check_embeddings("embeddings", embeddings)
+        emb = _embeddings("embeddings", embeddings)
+        if emb.shape[0] == 0:
+            raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         self._gallery = replace(
             self._item_tensors(emb, labels, ids, cameras, positions), emb=_score_copy(emb)
         )
@@ -594,7 +610,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return Items(emb=emb, **out)
 
     def _update_embeddings(self, embeddings, labels, role, ids, cameras, positions) -> None:
-        emb = _check_embeddings("embeddings", embeddings)
+        emb = _embeddings("embeddings", embeddings)
         items = self._item_tensors(emb, labels, ids, cameras, positions)
         if self._gallery is not None:
             if role == "gallery":
@@ -697,12 +713,19 @@ class RetrievalMetric(RetrievalMetricBase):
             raise ValueError("gallery items were given but no queries (update with role='query')")
         else:
             raise ValueError("no data: call `update` before `compute`")
+        if table.num_queries == 0:
+            raise ValueError("no items were given: every update had 0 rows (0 queries to score)")
         return {"": table}
 
     def _rank_embedding_states(self, same_source: bool) -> RankTable:
         queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
         if queries is None:
             raise ValueError("no data: call `update` before `compute`")
+        if len(queries) == 0:
+            raise ValueError(
+                "no items were given: every update had 0 rows"
+                + ("" if same_source else " of query embeddings (role='query')")
+            )
         distributed = self._distributed()
         if self.gallery_sharded and not same_source:
             table, sent = D.rank_gallery_sharded(
@@ -724,6 +747,11 @@ class RetrievalMetric(RetrievalMetricBase):
             gallery = self._deduped("g", "`ids` of the gallery items")
             if gallery is None:
                 raise ValueError("queries were given but no gallery (update with role='gallery')")
+            if len(gallery) == 0:
+                raise ValueError(
+                    "the gallery is empty: every update with role='gallery' had 0 rows, so no "
+                    "query has anything to retrieve"
+                )
         return D.rank_queries(
             queries, gallery, self._ranking_options(), self.process_group, distributed
         )

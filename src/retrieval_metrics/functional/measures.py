@@ -12,6 +12,7 @@ All three tie rules are exact (``ties``; see :mod:`retrieval_metrics.functional.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -557,6 +558,45 @@ class MetricSpec:
         return self.measure.depth(self.k)
 
 
+# Names other libraries and papers use, as (pattern on the lower-cased name, suggestion); "{k}" is
+# the cut-off the name carried.
+_ALIASES: tuple[tuple[str, str], ...] = (
+    (r"r@(?P<k>\d+)", "did you mean hit_rate@{k} (\"R@K\" of image-text, metric-learning and "
+     "re-id papers: a relevant item in the top K) or recall@{k} (the IR measure: the share of "
+     "relevant items in the top K)?"),
+    (r"(rank|top|acc|accuracy|hits?|hr|hitrate|success)[-_@ ]?(?P<k>\d+)",
+     "did you mean hit_rate@{k}?"),
+    (r"(p|prec|precision)(@|_|_at_)(?P<k>\d+)", "did you mean precision@{k}?"),
+    (r"(recall|r)(_|_at_)(?P<k>\d+)", "did you mean recall@{k}?"),
+    (r"ndcg_cut_(?P<k>\d+)", "did you mean ndcg@{k}?"),
+    (r"map_cut_(?P<k>\d+)", "did you mean map@{k}?"),
+    (r"(recip_rank|mean_reciprocal_rank)", "did you mean mrr?"),
+    (r"(rprec|r-?prec|r-precision|rprecision)", "did you mean r_precision?"),
+    (r"(map@r|mapr|map_at_r|map-r)", "did you mean map@r?"),
+    (r"(mean_average_precision|m_ap)", "did you mean map?"),
+    (r"(medr|med_r|median)", "did you mean median_rank?"),
+    (r"(meanr|mean_r|mnr)", "did you mean mean_rank?"),
+    (r"cmc", "did you mean cmc@K (e.g. cmc@50)?"),
+    (r"rsum", "rsum is reported by CrossModalRetrieval and RSum (image-text, both directions), "
+     "not by a one-direction metric"),
+)
+
+
+def suggest_metric(name: str) -> str | None:
+    """A hint for an unknown metric name: the library's name for a common alias ("R@1", "P@10",
+    "rank-1", "ndcg_cut_10", ...) or the closest known name for a typo; None if nothing is near."""
+    text = str(name).strip().lower()
+    for pattern, hint in _ALIASES:
+        match = re.fullmatch(pattern, text)
+        if match is not None:
+            return hint.format(**match.groupdict())
+    base, _, k = text.partition("@")
+    close = difflib.get_close_matches(base, list(MEASURES), n=1, cutoff=0.75)
+    if close:
+        return f"did you mean {close[0]}{'@' + k if k else ''}?"
+    return None
+
+
 def parse_metric(name: str) -> MetricSpec:
     """Parse "hit_rate@1", "recall@10", "map@r", "map", "map@100", "mrr", "mrr@10", "ndcg@10",
     "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid"."""
@@ -564,10 +604,11 @@ def parse_metric(name: str) -> MetricSpec:
         raise ValueError(f"metric names must be strings, got {name!r}")
     match = _NAME.match(name.strip().lower())
     if match is None:
+        hint = suggest_metric(name)
         raise ValueError(
-            f"unknown metric {name!r}; expected one of hit_rate@K, recall@K, precision@K, "
-            "r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, ndcg, ndcg@K, cmc@K, "
-            "median_rank, mean_rank, minp"
+            f"unknown metric {name!r}{': ' + hint if hint else ''}. Known names: hit_rate@K, "
+            "recall@K, precision@K, r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, "
+            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp"
         )
     base, k = match.group("base"), match.group("k")
     cutoff = MEASURES[base].cutoff
