@@ -233,3 +233,86 @@ def test_a_text_file_named_npz_is_reported_as_not_an_npz_archive(tmp_path, capsy
         assert cli.main(["evaluate", str(tmp_path / path), "--progress-delay", "-1"]) == 2
         err = capsys.readouterr().err
         assert path in err and what in err and "pickle" not in err
+
+
+# ---------------------------------------------------------------------------- 2. all skipped
+
+
+def test_every_query_skipped_warns_how_many_and_why():
+    m = rm.MAPAtR()
+    m.update(torch.randn(5, 3), torch.arange(5))  # five items, five labels: nothing relevant
+    with pytest.warns(UserWarning, match=r"all 5 queries were skipped .*no other gallery item "
+                                         r"has its label.*empty_queries=\"zero\"") as record:
+        value = m.compute()
+    assert torch.isnan(value)
+    assert sum("were skipped" in str(w.message) for w in record) == 1  # once per compute
+
+
+@pytest.mark.parametrize(
+    ("feed", "why"),
+    [
+        (lambda m: m.update(ranked_ids=[["a", "b"]], relevant_ids=[set()]), "`relevant_ids`"),
+        (lambda m: m.update(preds=torch.ones(3), target=torch.zeros(3),
+                            indexes=torch.zeros(3, dtype=torch.int64)), "`target`"),
+        (lambda m: (m.set_gallery(EMB[:6], LABELS[:6]), m.update(EMB[6:], LABELS[6:],
+                                                                 role="query")), "its label"),
+    ],
+)
+def test_the_warning_says_why_for_every_input_form(feed, why):
+    m = rm.HitRateAtK(k=1)
+    feed(m)
+    with pytest.warns(UserWarning, match="were skipped") as record:
+        m.compute()
+    assert why in str(record[0].message)
+
+
+def test_some_skipped_or_skipped_on_purpose_do_not_warn():
+    labels = LABELS.clone()
+    labels[0] = 99  # one query of twelve has nothing relevant: reported by summary(), no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = rm.MAPAtR()
+        m.update(EMB, labels)
+        m.compute()
+        zero = rm.MAPAtR(empty_queries="zero")
+        zero.update(torch.randn(5, 3), torch.arange(5))
+        assert float(zero.compute()) == 0.0
+
+
+def test_a_cmc_curve_gets_a_pointwise_interval_at_every_k():
+    # under ties="optimistic" every per-query CMC value is 0 or 1, so each K gets Wilson's
+    # interval, the one the hit rate @K gets
+    m = rm.CMC(max_rank=4, ties="optimistic")
+    m.update(EMB, LABELS)
+    lo, hi = m.summary()["cmc@4"]["interval"]
+    curve = m.compute()
+    for k in range(1, 5):
+        hits = rm.HitRateAtK(k=k, ties="optimistic")
+        hits.update(EMB, LABELS)
+        row = hits.summary()[f"hit_rate@{k}"]
+        assert float(curve[k - 1]) == pytest.approx(float(row["value"]))
+        assert (float(lo[k - 1]), float(hi[k - 1])) == pytest.approx(row["interval"])
+    assert "nan" not in str(m.summary())
+
+
+def test_a_cmc_curve_with_fractional_values_gets_a_bootstrap_interval_per_k():
+    gen = torch.Generator().manual_seed(0)
+    emb = torch.randint(-1, 2, (40, 3), generator=gen).float()  # many exact ties
+    labels = torch.randint(0, 5, (40,), generator=gen)
+    m = rm.CMC(max_rank=5)
+    m.update(emb, labels)
+    per_query = m.per_query()["cmc@5"]
+    assert bool(((per_query > 0) & (per_query < 1)).any())  # ties give fractional values
+    lo, hi = m.summary(num_bootstrap=300, seed=1)["cmc@5"]["interval"]
+    curve = m.compute().double()
+    assert bool((lo <= curve + 1e-6).all()) and bool((curve <= hi + 1e-6).all())
+    assert bool((lo <= hi).all()) and bool((hi - lo > 0).any())
+    # each K's interval: the percentile bootstrap of that column's mean, the queries resampled
+    # with the generator the summary seeds
+    counted = per_query[~torch.isnan(per_query).any(1)]
+    n = counted.shape[0]
+    idx = torch.randint(0, n, (300, n), generator=torch.Generator().manual_seed(1))
+    for k in range(5):
+        means = counted[:, k][idx].mean(1)
+        expected = (float(torch.quantile(means, 0.025)), float(torch.quantile(means, 0.975)))
+        assert (float(lo[k]), float(hi[k])) == pytest.approx(expected, abs=1e-12)

@@ -805,12 +805,17 @@ def _print_summary(summary: Any, out: TextIO) -> None:
         print(table, file=out)
     for row in curves:
         values, chance = row["value"], row["chance"]
-        ks = [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if k <= values.numel()]
+        (lo, hi), ks = row["interval"], [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+                                          if k <= values.numel()]
+        level = f"{int(summary.level * 100)}% interval"
+        width = max(len(row["name"]), len(level))
         cells = "  ".join(f"@{k} {float(values[k - 1]):.4f}" for k in ks)
-        print(f"{row['name']}:  {cells}", file=out)
+        print(f"{row['name'] + ':':<{width + 1}}  {cells}", file=out)
+        cells = "  ".join(f"@{k} [{float(lo[k - 1]):.4f}, {float(hi[k - 1]):.4f}]" for k in ks)
+        print(f"{level + ':':<{width + 1}}  {cells}", file=out)
         if chance is not None:
             cells = "  ".join(f"@{k} {float(chance[k - 1]):.4f}" for k in ks)
-            print(f"{'chance':<{len(row['name'])}}:  {cells}", file=out)
+            print(f"{'chance:':<{width + 1}}  {cells}", file=out)
 
 
 def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str, Any] | None:

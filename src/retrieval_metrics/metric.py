@@ -256,6 +256,10 @@ class RetrievalMetricBase(Metric):
         """States that stay on their process when syncing (a sharded gallery)."""
         return set()
 
+    def _skip_reason(self) -> str:
+        """Why a query of this kind can have no relevant item, for the warning of compute()."""
+        return "nothing in the gallery is relevant to it"
+
     # ------------------------------------------------------------------ states
 
     def _add_item_states(self, side: str, names: Sequence[str] = ITEM_FIELDS) -> None:
@@ -395,6 +399,24 @@ class RetrievalMetricBase(Metric):
         super().reset()
         self._tables = None
 
+    def _warn_if_all_skipped(self) -> None:
+        """Warn (once per compute) when ``empty_queries="skip"`` left no query to count, the case
+        where every value is NaN with nothing else to say why."""
+        if self.empty_queries != "skip":
+            return
+        tables = self.rank_tables()
+        total = sum(t.num_queries for t in tables.values())
+        if total == 0 or any(bool((t.num_relevant > 0).any()) for t in tables.values()):
+            return
+        warnings.warn(
+            f"{type(self).__name__}: all {total} queries were skipped because each has no "
+            f"relevant item ({self._skip_reason()}), so every "
+            'value is NaN; check the labels, or pass empty_queries="zero" to score such queries '
+            'as 0 (or "error" to raise)',
+            UserWarning,
+            stacklevel=3,
+        )
+
     # Unused by TorchScript, like torchmetrics' own forward: its *args/**kwargs cannot be
     # compiled, and without the mark torch.jit.script(metric) fails.
     @torch.jit.unused
@@ -501,6 +523,16 @@ class RetrievalMetric(RetrievalMetricBase):
         if len(values) == 1:
             return next(iter(values.values()))
         return values
+
+    def _skip_reason(self) -> str:
+        form = self.form
+        if int(form[_TABLE]) and self._gallery is None:  # ranked lists or precomputed ranks
+            return "its `relevant_ids` are empty, or its `num_relevant` is 0"
+        if int(form[_SCORES]):
+            return "no `target` of the query is > 0"
+        if self.relevance == "radius":
+            return f"no gallery item lies within radius={self.radius:g} m of it"
+        return "no other gallery item has its label, e.g. when every label appears once"
 
     def _local_states(self) -> set[str]:
         if not self.gallery_sharded:
@@ -777,6 +809,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return M.retrieval_measures(table, self.metric_names(), **self._measure_options())
 
     def compute(self) -> Tensor | dict[str, Tensor]:
+        self._warn_if_all_skipped()
         values = self._values(self.rank_table())
         return self._format({k: v.to(torch.float32) for k, v in values.items()})
 
