@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 
@@ -316,3 +317,92 @@ def test_a_cmc_curve_with_fractional_values_gets_a_bootstrap_interval_per_k():
         means = counted[:, k][idx].mean(1)
         expected = (float(torch.quantile(means, 0.025)), float(torch.quantile(means, 0.975)))
         assert (float(lo[k]), float(hi[k])) == pytest.approx(expected, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------- 5. averages
+
+GEN = torch.Generator().manual_seed(5)
+FLOAT_EMB = torch.randn(30, 4, generator=GEN)  # continuous: no ties
+FLOAT_LABELS = torch.tensor([0] * 10 + [1] * 6 + [2] * 6 + [3] * 4 + [4] * 4)
+
+
+def brute_force(k: int) -> tuple[list[int], list[int], list[int]]:
+    """Per query: relevant items in the top k, relevant items in all, 1-based rank of the first."""
+    unit = torch.nn.functional.normalize(FLOAT_EMB, dim=1)
+    hits, relevant, first = [], [], []
+    for q in range(len(FLOAT_LABELS)):
+        scores = unit @ unit[q]
+        scores[q] = -math.inf  # the query itself is excluded
+        order = [int(i) for i in torch.argsort(scores, descending=True)[:-1]]
+        same = [int(FLOAT_LABELS[i] == FLOAT_LABELS[q]) for i in order]
+        hits.append(sum(same[:k]))
+        relevant.append(sum(same))
+        first.append(same.index(1) + 1)
+    return hits, relevant, first
+
+
+def test_micro_applies_where_defined_and_leaves_per_query_measures_alone():
+    hits, relevant, first = brute_force(5)
+    names = ["recall@5", "precision@5", "hit_rate@3", "mrr", "map@r", "median_rank"]
+    micro = rm.RetrievalMetrics(names, average="micro")
+    macro = rm.RetrievalMetrics(names)
+    for m in (micro, macro):
+        m.update(FLOAT_EMB, FLOAT_LABELS)
+    a, b = micro.compute(), macro.compute()
+    assert float(a["recall@5"]) == pytest.approx(sum(hits) / sum(relevant), abs=1e-6)
+    assert float(b["recall@5"]) == pytest.approx(
+        sum(h / r for h, r in zip(hits, relevant, strict=True)) / 30, abs=1e-6
+    )
+    assert float(a["recall@5"]) != pytest.approx(float(b["recall@5"]), abs=1e-4)
+    # precision@5 has the same denominator for every query: micro equals macro
+    assert float(a["precision@5"]) == pytest.approx(sum(hits) / (5 * 30), abs=1e-6)
+    assert float(a["mrr"]) == pytest.approx(sum(1 / r for r in first) / 30, abs=1e-6)
+    for name in ("hit_rate@3", "mrr", "map@r", "median_rank"):
+        assert a[name] == b[name]
+
+
+def test_a_name_may_fix_its_own_average():
+    hits, relevant, _ = brute_force(5)
+    m = rm.RetrievalMetrics(["recall@5/micro", "recall@5", "recall@5/class"], prefix="val/")
+    m.update(FLOAT_EMB, FLOAT_LABELS)
+    out = m.compute()
+    per_query = [h / r for h, r in zip(hits, relevant, strict=True)]
+    assert float(out["val/recall@5/micro"]) == pytest.approx(sum(hits) / sum(relevant), abs=1e-6)
+    assert float(out["val/recall@5"]) == pytest.approx(sum(per_query) / 30, abs=1e-6)
+    by_class = [
+        sum(v for v, c in zip(per_query, FLOAT_LABELS.tolist(), strict=True) if c == label)
+        / int((FLOAT_LABELS == label).sum())
+        for label in range(5)
+    ]
+    assert float(out["val/recall@5/class"]) == pytest.approx(sum(by_class) / 5, abs=1e-6)
+    # a name's average wins over the metric's
+    fixed = rm.RetrievalMetrics(["recall@5/macro"], average="micro")
+    fixed.update(FLOAT_EMB, FLOAT_LABELS)
+    assert float(fixed.compute()["recall@5/macro"]) == pytest.approx(sum(per_query) / 30, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        ("hit_rate@1/micro", r"defined for recall, precision and r_precision"),
+        ("median_rank/macro", r"no average applies"),
+        ("recall@5/mikro", r"did you mean recall@5/micro"),
+    ],
+)
+def test_an_average_a_name_cannot_take_is_refused(name, match):
+    with pytest.raises(ValueError, match=match):
+        rm.RetrievalMetrics([name])
+
+
+def test_cli_takes_average(tmp_path):
+    from retrieval_metrics import cli
+
+    hits, relevant, _ = brute_force(5)
+    np.savez(tmp_path / "e.npz", embeddings=FLOAT_EMB.numpy(), labels=FLOAT_LABELS.numpy())
+    assert cli.main(["evaluate", str(tmp_path / "e.npz"), "--metrics", "recall@5,hit_rate@3",
+                     "--average", "micro", "--json", str(tmp_path / "o.json"),
+                     "--progress-delay", "-1"]) == 0  # fmt: skip
+    report = json.loads((tmp_path / "o.json").read_text())
+    assert report["options"]["average"] == "micro"
+    value = report["runs"][0]["metrics"]["recall@5"]["value"]
+    assert value == pytest.approx(sum(hits) / sum(relevant), abs=1e-6)

@@ -515,7 +515,9 @@ def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> C
         except ValueError as err:
             raise CLIError(f"--metrics: {err}") from None
     options: dict[str, Any] = {}
-    for option in ("similarity", "ties", "empty_queries", "relevance", "radius", "ignore_label"):
+    for option in (
+        "similarity", "ties", "empty_queries", "relevance", "radius", "ignore_label", "average"
+    ):
         value = getattr(args, option)
         if value is not None:
             options[option] = value
@@ -963,6 +965,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
     ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
+    ev.add_argument(
+        "--average",
+        choices=("macro", "micro", "class"),
+        help="over queries (default macro); micro sums hits over relevant items for recall, "
+        "precision and r_precision (the other measures stay per query); class: mean over "
+        "labels. One name may fix its own: recall@10/micro",
+    )
     ev.add_argument("--percent", action="store_true", help="report fractions in percent")
     ev.add_argument(
         "--keys",

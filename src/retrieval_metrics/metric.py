@@ -147,7 +147,9 @@ class RetrievalMetricBase(Metric):
         relevance: "label" (default) or "radius" (with ``positions=`` and ``radius``).
         radius: metres for ``relevance="radius"``, inclusive (25 by default).
         ignore_label: gallery items with this label are removed from every ranking.
-        average: "macro" (default), "micro" (recall-like metrics) or "class".
+        average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
+            and r_precision; the other measures are one score per query and stay macro. A name
+            may fix its own ("recall@10/micro").
         memory_budget: bytes of scratch memory the ranking may use.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see

@@ -210,7 +210,8 @@ class RetrievalMetrics(RetrievalMetric):
 
     Args:
         metrics: names like "hit_rate@1", "recall@10", "precision@10", "map@r", "r_precision",
-            "map", "map@100", "mrr", "ndcg@10", "cmc@50", "median_rank", "mean_rank", "minp".
+            "map", "map@100", "mrr", "ndcg@10", "cmc@50", "median_rank", "mean_rank", "minp";
+            a suffix fixes a name's own average, whatever ``average`` says: "recall@10/micro".
         prefix: prepended to every key of ``compute()`` (e.g. "val/").
 
     Example:
