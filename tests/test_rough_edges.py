@@ -406,3 +406,57 @@ def test_cli_takes_average(tmp_path):
     assert report["options"]["average"] == "micro"
     value = report["runs"][0]["metrics"]["recall@5"]["value"]
     assert value == pytest.approx(sum(hits) / sum(relevant), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------- 6. duplicates
+
+# "a" is returned twice before the relevant "b": under "first" the repeat keeps its slot (b at
+# rank 3), the id itself counts once
+DUP_LISTS = [["a", "a", "b", "c"], ["d", "e"]]
+DUP_RELEVANT = [{"b"}, {"d"}]
+
+
+@pytest.mark.parametrize("metric_class", [rm.HitRateAtK, rm.RetrievalMetrics])
+def test_duplicates_default_first_and_error_on_the_metric_classes(metric_class):
+    def make(**kwargs):
+        if metric_class is rm.RetrievalMetrics:
+            return rm.RetrievalMetrics(["hit_rate@2", "hit_rate@3", "precision@3"], **kwargs)
+        return rm.HitRateAtK(k=(2, 3), **kwargs)
+
+    m = make()
+    m.update(ranked_ids=DUP_LISTS, relevant_ids=DUP_RELEVANT)
+    out = m.compute()
+    assert float(out["hit_rate@2"]) == 0.5  # b at rank 3: only query 2 hits in the top 2
+    assert float(out["hit_rate@3"]) == 1.0
+    if "precision@3" in out:
+        assert float(out["precision@3"]) == pytest.approx((1 / 3 + 1 / 3) / 2)
+    strict = make(duplicates="error")
+    with pytest.raises(ValueError, match=r"`ranked_ids\[0\]` returns id 'a' more than once"):
+        strict.update(ranked_ids=DUP_LISTS, relevant_ids=DUP_RELEVANT)
+    with pytest.raises(ValueError, match=r"`duplicates` must be one of \('first', 'error'\)"):
+        make(duplicates="drop")
+
+
+def test_the_cli_and_the_jsonl_reader_follow_the_same_default(tmp_path, capsys):
+    from retrieval_metrics import cli
+    from retrieval_metrics.formats import FormatError, read_ranked_lists
+
+    path = tmp_path / "questions.jsonl"
+    path.write_text("\n".join(
+        json.dumps({"id": f"q{i}", "retrieved": ranked, "relevant": sorted(relevant)})
+        for i, (ranked, relevant) in enumerate(zip(DUP_LISTS, DUP_RELEVANT, strict=True))
+    ) + "\n")  # fmt: skip
+    lists = read_ranked_lists(path)
+    assert lists.ranked_ids == DUP_LISTS  # kept as given; the metric counts "a" once
+    out = str(tmp_path / "o.json")
+    assert cli.main(["evaluate", "--run", str(path), "--metrics", "hit_rate@2,hit_rate@3",
+                     "--json", out, "--progress-delay", "-1"]) == 0  # fmt: skip
+    metrics = json.loads((tmp_path / "o.json").read_text())["runs"][0]["metrics"]
+    assert metrics["hit_rate@2"]["value"] == 0.5 and metrics["hit_rate@3"]["value"] == 1.0
+    with pytest.raises(FormatError, match=r"line 1: question 'q0' retrieves 'a' twice"):
+        read_ranked_lists(path, duplicates="error")
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--run", str(path), "--duplicates", "error",
+                     "--progress-delay", "-1"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "questions.jsonl, line 1" in err and "'a' twice" in err

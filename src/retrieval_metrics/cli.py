@@ -89,10 +89,11 @@ Runs and qrels, by extension:
            .json   {"qid": {"docid": grade}}
            .jsonl  {"id": ..., "relevant": [docid, ...] or {"docid": grade}} per line
            other   TREC qrels: 'qid iter docid rel'
-Scored runs are ranked by score, ties by docid in descending byte order (trec_eval's rule); a
-JSONL list is taken as given. Grade >= 1 is relevant. Queries: those of the run with judgments
-(trec_eval's default; -c adds the others); a JSONL run with "relevant": every line. Queries with
-no relevant document follow --empty-queries.
+Scored runs are ranked by score, ties by docid in descending byte order (trec_eval's rule), and
+list a document once per query; a JSONL list is taken as given, an id it repeats counted once at
+its first position (--duplicates error refuses it). Grade >= 1 is relevant. Queries: those of the
+run with judgments (trec_eval's default; -c adds the others); a JSONL run with "relevant": every
+line. Queries with no relevant document follow --empty-queries.
 """
 
 
@@ -523,6 +524,8 @@ def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> C
             options[option] = value
     if args.percent:
         options["percent"] = True
+    if trec:
+        options["duplicates"] = args.duplicates
     protocol = args.protocol
     if protocol is None and trec:
         protocol = "trec_eval"
@@ -645,7 +648,9 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                     '.jsonl), or a .jsonl run whose lines carry "relevant"'
                 )
         for i, path in enumerate(runs_trec):
-            lists = read_ranked_lists(path, args.qrels, complete=args.complete)
+            lists = read_ranked_lists(
+                path, args.qrels, complete=args.complete, duplicates=args.duplicates
+            )
             notes: dict[str, Any] = dict(lists.notes)
             notes["complete"] = bool(args.complete)
             if not lists.qids:
@@ -965,6 +970,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
     ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
+    ev.add_argument(
+        "--duplicates",
+        choices=("first", "error"),
+        default="first",
+        help="a JSONL list that retrieves an id twice: count it once, at its first position, "
+        "the repeat a non-relevant slot (default, as the Python API), or stop with an error",
+    )
     ev.add_argument(
         "--average",
         choices=("macro", "micro", "class"),

@@ -40,7 +40,10 @@ DIRECTIONS = ("i2t/", "t2i/")
 # reported value is a hit rate or a rank)
 _NOT_APPLICABLE = (
     "relevance", "radius", "ignore_label", "average", "ap", "divisor", "gain", "gallery_sharded",
+    "duplicates",
 )
+# defaults of the one-direction options that no protocol sets
+_ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False, "duplicates": "first"}
 
 
 class CrossModalRetrieval(RetrievalMetricBase):
@@ -82,11 +85,14 @@ class CrossModalRetrieval(RetrievalMetricBase):
             # the default, or a protocol's own value, changes nothing; anything else would be
             # silently dropped
             given = kwargs.get(name)
-            if given is not None and given != fixed.get(name, DEFAULTS.get(name, False)):
+            default = DEFAULTS.get(name, _ONE_DIRECTION_DEFAULTS.get(name))
+            if given is not None and given != fixed.get(name, default):
                 raise ValueError(
                     f"`{name}` does not apply to {type(self).__name__}: a caption is relevant to "
                     "its image, and every value is a hit rate or a rank"
                 )
+        for name in _ONE_DIRECTION_DEFAULTS:  # options of the one-direction kind only
+            kwargs.pop(name, None)
         super().__init__(**kwargs)
         self.k = _ks(k)
         if folds is not None and (

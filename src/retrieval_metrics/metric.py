@@ -72,6 +72,7 @@ from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 __all__ = ["RetrievalMetric", "RetrievalMetricBase", "label_codes"]
 
 RELEVANCE = ("label", "radius")
+DUPLICATES = ("first", "error")
 ROLES = (None, "query", "gallery")
 
 # Input forms, as bits of the `form` state (reduced with max, so every process agrees).
@@ -502,14 +503,23 @@ class RetrievalMetric(RetrievalMetricBase):
             each process ranks every query against its shard, and only relevant scores and counts
             cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
             not repeat items across processes.
+        duplicates: what a ranked list (``ranked_ids=``) that returns an id more than once gets:
+            "first" (default) counts the id once, at its first position, each repeat keeping its
+            slot as a non-relevant item (a retriever that returns one document twice has wasted
+            a slot of its top K); "error" raises. The command line and
+            :func:`retrieval_metrics.formats.read_ranked_lists` take the same option.
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
-    def __init__(self, *, gallery_sharded: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *, gallery_sharded: bool = False, duplicates: str = "first", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
+        _choice("duplicates", duplicates, DUPLICATES)
         self.gallery_sharded = gallery_sharded
+        self.duplicates = duplicates
         self.add_state("form", torch.zeros(5, dtype=torch.int64), dist_reduce_fx="max")
         self._add_item_states("q")
         self._add_item_states("g")
@@ -600,7 +610,9 @@ class RetrievalMetric(RetrievalMetricBase):
         elif given["ranked_ids"]:
             if ranked_ids is None or relevant_ids is None:
                 raise ValueError("ranked lists need both `ranked_ids` and `relevant_ids`")
-            self._append_table(rank_lists(ranked_ids, relevant_ids), ids)
+            self._append_table(
+                rank_lists(ranked_ids, relevant_ids, duplicates=self.duplicates), ids
+            )
         elif given["preds"]:
             self._update_scores(preds, target, indexes)
         else:
