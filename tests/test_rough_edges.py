@@ -460,3 +460,28 @@ def test_the_cli_and_the_jsonl_reader_follow_the_same_default(tmp_path, capsys):
                      "--progress-delay", "-1"]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert "questions.jsonl, line 1" in err and "'a' twice" in err
+
+
+# ---------------------------------------------------------------------------- 7. torchreid
+
+
+def test_torchreid_protocol_ranks_by_euclidean_distance():
+    from retrieval_metrics.protocols import PROTOCOLS
+
+    # query (1, 0); gallery: a far item in the query's direction (cosine 1, euclidean 9) of
+    # another identity, and a near item at an angle (cosine 0.89, euclidean 0.5) of its own
+    q = torch.tensor([[1.0, 0.0]])
+    g = torch.tensor([[10.0, 0.0], [0.6, 0.3]])
+    distances = (g - q).norm(dim=1)
+    assert bool(distances[1] < distances[0])  # euclidean: the own identity first
+    values = {}
+    for options in ({"protocol": "torchreid"}, {"similarity": "cosine"}):
+        m = rm.HitRateAtK(k=1, **options)
+        m.update(q, torch.tensor([1]), role="query")
+        m.update(g, torch.tensor([2, 1]), role="gallery")
+        values[next(iter(options.values()))] = float(m.compute())
+    assert values == {"torchreid": 1.0, "cosine": 0.0}
+    assert rm.HitRateAtK(protocol="torchreid").similarity == "euclidean"
+    assert "euclidean" in PROTOCOLS["torchreid"][1]
+    with pytest.raises(ValueError, match="protocol='torchreid' sets similarity='euclidean'"):
+        rm.HitRateAtK(protocol="torchreid", similarity="cosine")
