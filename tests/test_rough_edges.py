@@ -485,3 +485,42 @@ def test_torchreid_protocol_ranks_by_euclidean_distance():
     assert "euclidean" in PROTOCOLS["torchreid"][1]
     with pytest.raises(ValueError, match="protocol='torchreid' sets similarity='euclidean'"):
         rm.HitRateAtK(protocol="torchreid", similarity="cosine")
+
+
+# ---------------------------------------------------------------------------- 8. DDP logging
+
+
+def _logged_compute_calls(path) -> list[tuple[int, bool]]:
+    """(line, passes sync_dist=True) for every self.log / self.log_dict of a .compute() result."""
+    import ast
+
+    calls = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in ("log", "log_dict"):
+            continue
+        value = node.args[1] if node.func.attr == "log" and len(node.args) > 1 else (
+            node.args[0] if node.args else None
+        )
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "compute"):
+            continue
+        synced = any(
+            k.arg == "sync_dist" and isinstance(k.value, ast.Constant) and k.value.value is True
+            for k in node.keywords
+        )
+        calls.append((node.lineno, synced))
+    return calls
+
+
+def test_examples_log_computed_values_with_sync_dist():
+    # under DDP Lightning warns once per key for a value logged at epoch end without
+    # sync_dist=True, although compute() already returns the same value on every process
+    from pathlib import Path
+
+    examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+    found = {path.name: _logged_compute_calls(path) for path in examples}
+    assert any(found.values())  # the check looks at something
+    unsynced = {name: [line for line, ok in calls if not ok] for name, calls in found.items()}
+    assert not any(unsynced.values()), unsynced
