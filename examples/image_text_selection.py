@@ -81,8 +81,10 @@ class TwoTower(L.LightningModule):
         self.test_5k.update(img, txt, image_ids, text_ids=caption_ids)
 
     def on_test_epoch_end(self):
-        self.log_dict(self.test_1k.compute())
-        self.log_dict(self.test_5k.compute())
+        # compute() already returns the same values on every process; sync_dist=True tells
+        # Lightning so, which keeps it from warning once per key under DDP
+        self.log_dict(self.test_1k.compute(), sync_dist=True)
+        self.log_dict(self.test_5k.compute(), sync_dist=True)
         self.test_1k.reset()
         self.test_5k.reset()
 

@@ -54,6 +54,9 @@ def assert_matches_summary(json_metrics: dict, summary) -> None:
         else:
             assert got["value"] == pytest.approx(float(value), rel=1e-12, abs=1e-12)
         for g, e in zip(got["interval"], row["interval"], strict=True):
+            if isinstance(e, torch.Tensor):  # a curve's pointwise interval, one bound per K
+                np.testing.assert_allclose(g, e.numpy(), rtol=1e-12, atol=1e-12)
+                continue
             assert (g is None and math.isnan(e)) or g == pytest.approx(e, rel=1e-12, abs=1e-12)
         if row["chance"] is None:
             assert got["chance"] is None

@@ -151,13 +151,12 @@ def test_torchreid_cmc_map_minp(torchreid_rank, seed, num_q, num_g, dim, max_ran
     )
     minp = fastreid_minp(distmat, q_pids, g_pids, q_cams, g_cams)
 
-    metric = rm.RetrievalMetrics(
-        [f"cmc@{max_rank}", "map", "minp"], protocol="torchreid", similarity="euclidean"
-    )
+    # protocol="torchreid" alone: it ranks by euclidean distance, torchreid's default
+    metric = rm.RetrievalMetrics([f"cmc@{max_rank}", "map", "minp"], protocol="torchreid")
     single = [
-        rm.CMC(max_rank=max_rank, protocol="torchreid", similarity="euclidean"),
-        rm.MeanAveragePrecision(protocol="torchreid", similarity="euclidean"),
-        rm.MINP(protocol="torchreid", similarity="euclidean"),
+        rm.CMC(max_rank=max_rank, protocol="torchreid"),
+        rm.MeanAveragePrecision(protocol="torchreid"),
+        rm.MINP(protocol="torchreid"),
     ]
     for m in [metric, *single]:
         # two query batches, to exercise accumulation
@@ -234,7 +233,7 @@ def test_t13_torchreid(torchreid_rank):
     # (a) embeddings that reproduce the distmat's order, with cameras: the protocol removes the
     # same-pid-same-camera items itself.
     q, g = t13_embeddings()
-    m = rm.RetrievalMetrics(["cmc@5", "map", "minp"], protocol="torchreid", similarity="euclidean")
+    m = rm.RetrievalMetrics(["cmc@5", "map", "minp"], protocol="torchreid")
     m.update(q, torch.from_numpy(T13_Q_PIDS), role="query", cameras=torch.from_numpy(T13_Q_CAMS))
     m.update(g, torch.from_numpy(T13_G_PIDS), role="gallery", cameras=torch.from_numpy(T13_G_CAMS))
     got = m.compute()

@@ -6,6 +6,7 @@ the other formats against hand-worked values and against the same data written a
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -246,8 +247,8 @@ def test_bad_lines_name_the_file_and_line(tmp_path):
          ["r.jsonl, line 2", '"retrieved"']),
         ("r.jsonl", '{"id": "q1", "retrieved": ["d1"]}\n{"id": "q2", "retrieved": "d1"}\n',
          read_run, ["line 2", "must be a list"]),
-        ("r.jsonl", '{"id": "q1", "retrieved": ["d1", "d2", "d1"]}\n', read_run,
-         ["line 1", "'d1' twice"]),
+        ("r.jsonl", '{"id": "q1", "retrieved": ["d1", "d2", "d1"]}\n',
+         functools.partial(read_run, duplicates="error"), ["line 1", "'d1' twice"]),
         ("r.jsonl", '{"id": "q1", "retrieved": ["d1"], "relevant": ["d1"]}\n'
          '{"id": "q2", "retrieved": ["d1"]}\n', read_run, ["r.jsonl, line 2", "lacks"]),
         ("r.jsonl", '{"id": "q1", "retrieved": ["d1"]}\n{"id": "q1", "retrieved": []}\n',

@@ -398,7 +398,10 @@ def test_market1501_official_t13():
     cmc = rm.CMC(max_rank=5, protocol="market1501_official", similarity="dot")
     t13_update(cmc)
     np.testing.assert_allclose(cmc.compute().numpy(), [0, 0, 1 / 3, 1 / 3, 1 / 3], atol=TOL)
-    reid = rm.RetrievalMetrics(["cmc@5", "map"], protocol="torchreid", similarity="dot")
+    # torchreid's options but its distance: these embeddings reproduce the distance matrix's
+    # order by dot product, while protocol="torchreid" itself ranks by euclidean distance
+    torchreid = {k: v for k, v in PROTOCOLS["torchreid"][0].items() if k != "similarity"}
+    reid = rm.RetrievalMetrics(["cmc@5", "map"], similarity="dot", **torchreid)
     t13_update(reid)
     np.testing.assert_allclose(reid.compute()["cmc@5"].numpy(), [0, 0, 0, 0.5, 0.5], atol=TOL)
     assert float(reid.compute()["map"]) == approx(0.233929)
@@ -579,6 +582,7 @@ def test_every_protocol_constructs_on_every_class(make, protocol):
         ("pml", {"empty_queries": "zero"}),
         ("pml", {"average": "micro"}),
         ("torchreid", {"ap": "trapezoid"}),
+        ("torchreid", {"similarity": "dot"}),
         ("torchreid", {"ignore_label": -1}),
         ("market1501_official", {"ignore_label": -2}),
         ("market1501_official", {"empty_queries": "error"}),

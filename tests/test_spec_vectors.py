@@ -164,8 +164,10 @@ def test_average_micro_and_class_and_percent():
     assert macro == pytest.approx((2 / 3 + 1) / 2)
     assert micro == pytest.approx(3 / 4)
     assert values(table, ["recall@2"], percent=True)["recall@2"] == pytest.approx(100 * macro)
+    # micro applies where it is defined; MRR, one score per query, stays the macro mean
+    assert values(table, ["mrr"], average="micro")["mrr"] == pytest.approx((1 + 1) / 2)
     with pytest.raises(ValueError, match="micro"):
-        M.retrieval_measures(table, ["mrr"], average="micro")
+        M.retrieval_measures(table, ["mrr/micro"])
     classed = type(table)(**{**table.__dict__, "query_class": torch.tensor([0, 0])})
     # one class holding both queries: the class mean equals the macro mean here
     assert values(classed, ["recall@2"], average="class")["recall@2"] == pytest.approx(macro)

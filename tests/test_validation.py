@@ -24,7 +24,7 @@ LABELS = torch.tensor([0, 0, 1, 1, 2, 2])
         ({"depth": 0}, "`depth` must be a positive int"),
         ({"memory_budget": 10}, "`memory_budget`"),
         ({"query_labels": torch.tensor([0, 1])}, "`query_labels` must have 6 entries"),
-        ({"query_labels": torch.tensor([0.0, 1, 1, 2, 2, 3])}, "never cast to float"),
+        ({"query_labels": torch.tensor([0.5, 1, 1, 2, 2, 3])}, "whole numbers below 2\\*\\*24"),
         ({"relevance": "cosine"}, "`relevance` must be"),
         ({"relevance": "radius"}, "needs `positions`"),
         ({"relevance": "ids"}, "needs `relevant_ids`"),

@@ -33,6 +33,7 @@ import math
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,10 +89,11 @@ Runs and qrels, by extension:
            .json   {"qid": {"docid": grade}}
            .jsonl  {"id": ..., "relevant": [docid, ...] or {"docid": grade}} per line
            other   TREC qrels: 'qid iter docid rel'
-Scored runs are ranked by score, ties by docid in descending byte order (trec_eval's rule); a
-JSONL list is taken as given. Grade >= 1 is relevant. Queries: those of the run with judgments
-(trec_eval's default; -c adds the others); a JSONL run with "relevant": every line. Queries with
-no relevant document follow --empty-queries.
+Scored runs are ranked by score, ties by docid in descending byte order (trec_eval's rule), and
+list a document once per query; a JSONL list is taken as given, an id it repeats counted once at
+its first position (--duplicates error refuses it). Grade >= 1 is relevant. Queries: those of the
+run with judgments (trec_eval's default; -c adds the others); a JSONL run with "relevant": every
+line. Queries with no relevant document follow --empty-queries.
 """
 
 
@@ -204,6 +206,18 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     if path.is_dir():
         raise CLIError(f"{path}: is a directory, not a .npz, .npy or .pt file")
     suffix = path.suffix.lower()
+    # numpy reads a file that is not what its name says as a pickle, and refuses with a message
+    # about allow_pickle; name what the file should have been instead
+    if suffix == ".npz" and not zipfile.is_zipfile(path):
+        raise CLIError(
+            f"{path}: not an npz archive (a zip of .npy arrays, as numpy.savez writes); "
+            f"it starts with {_head(path)}"
+        )
+    if suffix == ".npy" and _head(path, raw=True) != b"\x93NUMPY":
+        raise CLIError(
+            f"{path}: not a .npy file (numpy.save's format, which starts with \\x93NUMPY); "
+            f"it starts with {_head(path)}"
+        )
     try:
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
@@ -222,19 +236,27 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     raise CLIError(f"{path}: unknown file type {suffix!r}; use .npz, .npy or .pt")
 
 
+def _head(path: Path, raw: bool = False) -> Any:
+    """The first bytes of a file (6, as the .npy magic), or a short printable view of them."""
+    with open(path, "rb") as f:
+        head = f.read(6 if raw else 16)
+    return head if raw else repr(head)
+
+
 def _sibling(path: Path, name: str) -> Path:
     return path.with_name(f"{path.stem}.{name}{path.suffix}")
 
 
 def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
-    """Labels, ids and cameras: integers or strings; whole-number floats become int64."""
+    """Labels, ids and cameras: integers or strings; floats by the rule of the Python API
+    (:func:`retrieval_metrics.metric.label_codes`): whole numbers their dtype stores exactly."""
     if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise CLIError(
-                f"{path}: array {name!r} holds non-integer floats ({arr.dtype}); {name} must be "
-                "integers or strings (they are compared exactly)"
-            )
-        return arr.astype(np.int64)
+        from retrieval_metrics.metric import label_codes
+
+        try:
+            return label_codes(arr, name).numpy()
+        except ValueError as err:
+            raise CLIError(f"{path}: array {name!r}: {err}") from None
     if arr.dtype.kind == "b":
         return arr.astype(np.int64)
     if arr.dtype.kind not in "iuUS":
@@ -494,12 +516,16 @@ def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> C
         except ValueError as err:
             raise CLIError(f"--metrics: {err}") from None
     options: dict[str, Any] = {}
-    for option in ("similarity", "ties", "empty_queries", "relevance", "radius", "ignore_label"):
+    for option in (
+        "similarity", "ties", "empty_queries", "relevance", "radius", "ignore_label", "average"
+    ):
         value = getattr(args, option)
         if value is not None:
             options[option] = value
     if args.percent:
         options["percent"] = True
+    if trec:
+        options["duplicates"] = args.duplicates
     protocol = args.protocol
     if protocol is None and trec:
         protocol = "trec_eval"
@@ -622,7 +648,9 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                     '.jsonl), or a .jsonl run whose lines carry "relevant"'
                 )
         for i, path in enumerate(runs_trec):
-            lists = read_ranked_lists(path, args.qrels, complete=args.complete)
+            lists = read_ranked_lists(
+                path, args.qrels, complete=args.complete, duplicates=args.duplicates
+            )
             notes: dict[str, Any] = dict(lists.notes)
             notes["complete"] = bool(args.complete)
             if not lists.qids:
@@ -784,12 +812,17 @@ def _print_summary(summary: Any, out: TextIO) -> None:
         print(table, file=out)
     for row in curves:
         values, chance = row["value"], row["chance"]
-        ks = [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if k <= values.numel()]
+        (lo, hi), ks = row["interval"], [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+                                          if k <= values.numel()]
+        level = f"{int(summary.level * 100)}% interval"
+        width = max(len(row["name"]), len(level))
         cells = "  ".join(f"@{k} {float(values[k - 1]):.4f}" for k in ks)
-        print(f"{row['name']}:  {cells}", file=out)
+        print(f"{row['name'] + ':':<{width + 1}}  {cells}", file=out)
+        cells = "  ".join(f"@{k} [{float(lo[k - 1]):.4f}, {float(hi[k - 1]):.4f}]" for k in ks)
+        print(f"{level + ':':<{width + 1}}  {cells}", file=out)
         if chance is not None:
             cells = "  ".join(f"@{k} {float(chance[k - 1]):.4f}" for k in ks)
-            print(f"{'chance':<{len(row['name'])}}:  {cells}", file=out)
+            print(f"{'chance:':<{width + 1}}  {cells}", file=out)
 
 
 def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str, Any] | None:
@@ -937,6 +970,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
     ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
+    ev.add_argument(
+        "--duplicates",
+        choices=("first", "error"),
+        default="first",
+        help="a JSONL list that retrieves an id twice: count it once, at its first position, "
+        "the repeat a non-relevant slot (default, as the Python API), or stop with an error",
+    )
+    ev.add_argument(
+        "--average",
+        choices=("macro", "micro", "class"),
+        help="over queries (default macro); micro sums hits over relevant items for recall, "
+        "precision and r_precision (the other measures stay per query); class: mean over "
+        "labels. One name may fix its own: recall@10/micro",
+    )
     ev.add_argument("--percent", action="store_true", help="report fractions in percent")
     ev.add_argument(
         "--keys",

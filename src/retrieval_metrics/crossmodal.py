@@ -28,9 +28,8 @@ from torch import Tensor
 from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.items import Items, RankingOptions
-from retrieval_metrics.functional.ranking import _check_embeddings
 from retrieval_metrics.functional.table import RankTable, concat_tables
-from retrieval_metrics.metric import RetrievalMetricBase, _score_copy, label_codes
+from retrieval_metrics.metric import RetrievalMetricBase, _embeddings, _score_copy, label_codes
 from retrieval_metrics.metrics import _ks
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS
 
@@ -41,7 +40,10 @@ DIRECTIONS = ("i2t/", "t2i/")
 # reported value is a hit rate or a rank)
 _NOT_APPLICABLE = (
     "relevance", "radius", "ignore_label", "average", "ap", "divisor", "gain", "gallery_sharded",
+    "duplicates",
 )
+# defaults of the one-direction options that no protocol sets
+_ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False, "duplicates": "first"}
 
 
 class CrossModalRetrieval(RetrievalMetricBase):
@@ -71,7 +73,6 @@ class CrossModalRetrieval(RetrievalMetricBase):
 
     higher_is_better = True
     plot_upper_bound = None
-
     def __init__(
         self,
         k: int | Sequence[int] = (1, 5, 10),
@@ -84,11 +85,14 @@ class CrossModalRetrieval(RetrievalMetricBase):
             # the default, or a protocol's own value, changes nothing; anything else would be
             # silently dropped
             given = kwargs.get(name)
-            if given is not None and given != fixed.get(name, DEFAULTS.get(name, False)):
+            default = DEFAULTS.get(name, _ONE_DIRECTION_DEFAULTS.get(name))
+            if given is not None and given != fixed.get(name, default):
                 raise ValueError(
                     f"`{name}` does not apply to {type(self).__name__}: a caption is relevant to "
                     "its image, and every value is a hit rate or a rank"
                 )
+        for name in _ONE_DIRECTION_DEFAULTS:  # options of the one-direction kind only
+            kwargs.pop(name, None)
         super().__init__(**kwargs)
         self.k = _ks(k)
         if folds is not None and (
@@ -102,7 +106,9 @@ class CrossModalRetrieval(RetrievalMetricBase):
         # images: embedding and id; captions: embedding, the id of their image, their own id
         self._add_item_states("img", ("emb", "ids"))
         self._add_item_states("txt", ("emb", "labels", "ids"))
-        self._fold_sizes: dict[str, list[int]] = {}
+        # queries per fold, by direction; not annotated, as torch.jit.script warns about an
+        # annotated empty dict in __init__
+        self._fold_sizes = {}  # type: ignore[var-annotated]
 
     def metric_names(self) -> list[str]:
         return [f"hit_rate@{k}" for k in self.k] + ["median_rank", "mean_rank"]
@@ -124,8 +130,8 @@ class CrossModalRetrieval(RetrievalMetricBase):
     ) -> None:
         """Add one batch of images and captions (see the class docstring)."""
         self._tables = None
-        img = _check_embeddings("image_embeddings", image_embeddings)
-        txt = _check_embeddings("text_embeddings", text_embeddings)
+        img = _embeddings("image_embeddings", image_embeddings)
+        txt = _embeddings("text_embeddings", text_embeddings)
         if img.shape[1] != txt.shape[1]:
             raise ValueError(
                 "`image_embeddings` and `text_embeddings` must have the same dimension, got "
@@ -179,6 +185,11 @@ class CrossModalRetrieval(RetrievalMetricBase):
         images, captions = self._side("img"), self._side("txt")
         if images is None or captions is None:
             raise ValueError("no data: call `update` before `compute`")
+        if len(images) == 0 or len(captions) == 0:
+            raise ValueError(
+                f"no items were given: the updates held {len(images)} images and "
+                f"{len(captions)} captions in all"
+            )
         # an image arrives once per caption: one gallery item per image id, whatever its rows
         images = images.select(D.first_by_id(images.ids))
         if captions.ids is not None:

@@ -6,7 +6,10 @@ Runs (what a retriever returned, per query):
 * ``.json``: ranx / pytrec_eval / ir_datasets style ``{"qid": {"docid": score, ...}, ...}``;
 * ``.jsonl``: one question per line, ``{"id": ..., "retrieved": [docid, ...]}``, in rank order,
   optionally with its ``"relevant"`` ids (a list, or a dict docid -> grade), in which case the
-  file needs no qrels.
+  file needs no qrels. A list may retrieve an id more than once (a retriever that returns two
+  chunks of one document): as in the Python API, the id counts once, at its first position, and
+  each repeat keeps its slot as a non-relevant item (``duplicates="first"``, the default);
+  ``duplicates="error"`` refuses such a line instead.
 
 Judgments (qrels):
 
@@ -16,10 +19,11 @@ Judgments (qrels):
 * ``.jsonl``: ``{"id": ..., "relevant": [docid, ...]}`` or with grades as a dict.
 
 Scored runs are ranked as trec_eval ranks them: by decreasing score, ties by document id in
-descending byte order (the file's rank column and its order of lines do not matter). A ``.jsonl``
-list is taken in the order given. A grade >= 1 is relevant; a query whose judgments hold no
-relevant document is unanswerable and follows the metric's ``empty_queries``. Ids are compared as
-text: ``7`` and ``"7"`` are the same document.
+descending byte order (the file's rank column and its order of lines do not matter); a scored
+run holds one score per document, so a document listed twice for a query is an error, as in
+trec_eval. A ``.jsonl`` list is taken in the order given. A grade >= 1 is relevant; a query whose
+judgments hold no relevant document is unanswerable and follows the metric's ``empty_queries``.
+Ids are compared as text: ``7`` and ``"7"`` are the same document.
 
 Every reader stops at the first bad line with a :class:`FormatError` that names the file, the
 line and what was expected.
@@ -353,9 +357,12 @@ def _jsonl_id(value: Any, where: str, name: str) -> str:
     return str(value)
 
 
-def _read_jsonl(path: Path, need: str) -> tuple[Lists, Qrels | None]:
+def _read_jsonl(
+    path: Path, need: str, duplicates: str = "first"
+) -> tuple[Lists, Qrels | None]:
     """One question per line. ``need``: "retrieved" (a run; "relevant" optional, but on every line
-    or on none) or "relevant" (qrels)."""
+    or on none) or "relevant" (qrels). ``duplicates``: "first" keeps a retrieved list as it is
+    (the metric counts a repeated id once), "error" refuses a list that repeats an id."""
     lists: Lists = {}
     qrels: Qrels = {}
     with_relevant: bool | None = None
@@ -381,7 +388,7 @@ def _read_jsonl(path: Path, need: str) -> tuple[Lists, Qrels | None]:
                     f'{where}: no "retrieved" (the document ids in rank order) for question '
                     f"{qid!r}"
                 )
-            lists[qid] = _jsonl_ranked(row["retrieved"], where, qid)
+            lists[qid] = _jsonl_ranked(row["retrieved"], where, qid, duplicates)
             has = "relevant" in row
             if with_relevant is None:
                 with_relevant = has
@@ -403,17 +410,20 @@ def _read_jsonl(path: Path, need: str) -> tuple[Lists, Qrels | None]:
     return lists, (qrels if need == "relevant" or with_relevant else None)
 
 
-def _jsonl_ranked(value: Any, where: str, qid: str) -> list[str]:
+def _jsonl_ranked(value: Any, where: str, qid: str, duplicates: str) -> list[str]:
     if not isinstance(value, list):
         raise FormatError(
             f'{where}: "retrieved" of question {qid!r} must be a list of ids in rank order, got '
             f"a {type(value).__name__}"
         )
     ranked = [_jsonl_id(v, where, "retrieved id") for v in value]
-    if len(set(ranked)) != len(ranked):
+    if duplicates == "error" and len(set(ranked)) != len(ranked):
         seen: set[str] = set()
         doc = next(d for d in ranked if d in seen or seen.add(d))  # type: ignore[func-returns-value]
-        raise FormatError(f"{where}: question {qid!r} retrieves {doc!r} twice")
+        raise FormatError(
+            f"{where}: question {qid!r} retrieves {doc!r} twice (duplicates='error'; with "
+            "'first' it counts once, at its first position)"
+        )
     return ranked
 
 
@@ -449,15 +459,18 @@ def order_by_score(run: dict[str, dict[str, float]]) -> Lists:
     return lists
 
 
-def read_run(path: str | Path) -> tuple[Lists, Qrels | None]:
+def read_run(path: str | Path, *, duplicates: str = "first") -> tuple[Lists, Qrels | None]:
     """A run file by its extension: ``(lists, qrels)``, lists qid -> docids in rank order.
 
-    ``qrels`` is not None only for a ``.jsonl`` whose lines carry ``"relevant"``.
+    ``qrels`` is not None only for a ``.jsonl`` whose lines carry ``"relevant"``. ``duplicates``
+    ("first" or "error") is what a ``.jsonl`` list that repeats an id gets (see the module
+    docstring); a scored run never lists a document twice for one query.
     """
+    _check_duplicates(duplicates)
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return _read_jsonl(path, "retrieved")
+        return _read_jsonl(path, "retrieved", duplicates)
     if suffix == ".json":
         return order_by_score(_read_nested_json(path, "run")), None
     return order_by_score(read_trec_run(path)), None
@@ -508,8 +521,17 @@ def ranked_lists(
     return RankedLists(qids, [list(lists.get(q, [])) for q in qids], relevant, notes)
 
 
+def _check_duplicates(duplicates: str) -> None:
+    if duplicates not in ("first", "error"):
+        raise ValueError(f'`duplicates` must be "first" or "error", got {duplicates!r}')
+
+
 def read_ranked_lists(
-    run: str | Path, qrels: str | Path | None = None, *, complete: bool = False
+    run: str | Path,
+    qrels: str | Path | None = None,
+    *,
+    complete: bool = False,
+    duplicates: str = "first",
 ) -> RankedLists:
     """Read a run and its judgments (formats by extension, see the module docstring) into
     queries ready for ``update(ranked_ids=..., relevant_ids=...)``.
@@ -517,7 +539,8 @@ def read_ranked_lists(
     A ``.jsonl`` run whose lines carry ``"relevant"`` is read alone (``qrels`` must be None);
     every question in it is scored, unanswerable ones included. Otherwise ``qrels`` is required
     and the queries are those of the run with judgments, plus, with ``complete=True``, the judged
-    queries the run lacks, as empty lists (``trec_eval -c``).
+    queries the run lacks, as empty lists (``trec_eval -c``). ``duplicates``: see :func:`read_run`;
+    give the metric the same value (``RetrievalMetrics(..., duplicates=...)``).
     """
     if qrels is None and Path(run).suffix.lower() != ".jsonl":
         raise FormatError(
@@ -525,7 +548,7 @@ def read_ranked_lists(
             'or give each line of a .jsonl run its "relevant" ids'
         )
     judged = None if qrels is None else read_qrels(qrels)
-    lists, own = read_run(run)
+    lists, own = read_run(run, duplicates=duplicates)
     if own is not None:
         if qrels is not None:
             raise FormatError(

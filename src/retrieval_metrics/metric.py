@@ -20,6 +20,9 @@ declared once in :mod:`retrieval_metrics.functional.table`, and builds ``per_que
 * precomputed ranks: ``update(relevant_ranks=[[1, 4], [2], ...])`` (1-based ranks of each query's
   relevant items; ``num_relevant=`` may add relevant items that were never retrieved).
 
+Embeddings and per-item values may be torch tensors or numpy arrays. Labels, ids and cameras are
+integers or strings; floats only when they hold whole numbers their dtype stores exactly.
+
 Optional per-item tensors on embedding updates: ``ids=`` (sample ids: duplicates are dropped,
 self-exclusion uses them), ``cameras=`` (re-id), ``positions=`` (``relevance="radius"``).
 
@@ -37,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import Metric
@@ -53,6 +57,7 @@ from retrieval_metrics.functional.ranking import (
     rank_lists,
     rank_scores,
 )
+from retrieval_metrics.functional.relevance import _whole_float, whole_float_labels
 from retrieval_metrics.functional.table import (
     PRESENT,
     TABLE_PARTS,
@@ -67,6 +72,7 @@ from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 __all__ = ["RetrievalMetric", "RetrievalMetricBase", "label_codes"]
 
 RELEVANCE = ("label", "radius")
+DUPLICATES = ("first", "error")
 ROLES = (None, "query", "gallery")
 
 # Input forms, as bits of the `form` state (reduced with max, so every process agrees).
@@ -88,34 +94,43 @@ def _hash_label(value: Any) -> int:
 def label_codes(labels: Any, name: str) -> Tensor:
     """int64 codes that compare like the labels: integers as they are, strings by a 64-bit hash.
 
-    The hash is the same in every process, so string labels survive a distributed gather.
+    Floats are taken when they hold whole numbers their type stores exactly (below 2**24 for
+    float32, 2**53 for float64), the rule the command line applies to the arrays of its files;
+    other floats are refused, since labels are compared exactly. The hash is the same in every
+    process, so string labels survive a distributed gather.
     """
+    if isinstance(labels, np.ndarray) and labels.dtype.kind in "iubf":
+        labels = torch.from_numpy(np.ascontiguousarray(labels))
     if isinstance(labels, Tensor):
-        if labels.is_floating_point() or labels.is_complex():
-            raise ValueError(
-                f"`{name}` must hold integers or strings, got a {labels.dtype} tensor; labels are "
-                "compared exactly and are never cast to float"
-            )
+        if labels.is_complex():
+            raise ValueError(f"`{name}` must hold integers or strings, got a {labels.dtype} tensor")
+        if labels.is_floating_point():
+            return whole_float_labels(labels.reshape(-1), name)
         return labels.reshape(-1).to(torch.int64)
-    try:
-        import numpy as np
-
-        if isinstance(labels, np.ndarray):
-            if labels.dtype.kind in "iub":
-                return torch.from_numpy(labels.astype(np.int64).reshape(-1))
-            labels = labels.tolist()
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
+    if isinstance(labels, np.ndarray):
+        labels = labels.tolist()
     values = list(labels)
     codes = []
     for v in values:
-        if isinstance(v, bool) or isinstance(v, float):
-            raise ValueError(
-                f"`{name}` must hold integers or strings, got {v!r}; labels are compared exactly "
-                "and are never cast to float"
-            )
+        if isinstance(v, bool):
+            raise ValueError(f"`{name}` must hold integers or strings, got {v!r}")
+        if isinstance(v, (float, np.floating)):
+            v = _whole_float(v, name)
         codes.append(int(v) if isinstance(v, int) else _hash_label(v))
     return torch.tensor(codes, dtype=torch.int64)
+
+
+def _embeddings(name: str, value: Any) -> Tensor:
+    """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"`{name}` must hold numbers, got a numpy array of {value.dtype}")
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    elif not isinstance(value, Tensor):
+        raise ValueError(
+            f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
+        )
+    return _check_embeddings(name, value)
 
 
 class RetrievalMetricBase(Metric):
@@ -133,7 +148,9 @@ class RetrievalMetricBase(Metric):
         relevance: "label" (default) or "radius" (with ``positions=`` and ``radius``).
         radius: metres for ``relevance="radius"``, inclusive (25 by default).
         ignore_label: gallery items with this label are removed from every ranking.
-        average: "macro" (default), "micro" (recall-like metrics) or "class".
+        average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
+            and r_precision; the other measures are one score per query and stay macro. A name
+            may fix its own ("recall@10/micro").
         memory_budget: bytes of scratch memory the ranking may use.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see
@@ -218,6 +235,7 @@ class RetrievalMetricBase(Metric):
         self._sync_bytes = 0
         self._tables: dict[str, RankTable] | None = None
         self._warned_no_ids = False
+        self._warned_forward = False
 
     # ------------------------------------------------------------------ what a kind provides
 
@@ -240,6 +258,10 @@ class RetrievalMetricBase(Metric):
     def _local_states(self) -> set[str]:
         """States that stay on their process when syncing (a sharded gallery)."""
         return set()
+
+    def _skip_reason(self) -> str:
+        """Why a query of this kind can have no relevant item, for the warning of compute()."""
+        return "nothing in the gallery is relevant to it"
 
     # ------------------------------------------------------------------ states
 
@@ -380,9 +402,44 @@ class RetrievalMetricBase(Metric):
         super().reset()
         self._tables = None
 
+    def _warn_if_all_skipped(self) -> None:
+        """Warn (once per compute) when ``empty_queries="skip"`` left no query to count, the case
+        where every value is NaN with nothing else to say why."""
+        if self.empty_queries != "skip":
+            return
+        tables = self.rank_tables()
+        total = sum(t.num_queries for t in tables.values())
+        if total == 0 or any(bool((t.num_relevant > 0).any()) for t in tables.values()):
+            return
+        warnings.warn(
+            f"{type(self).__name__}: all {total} queries were skipped because each has no "
+            f"relevant item ({self._skip_reason()}), so every "
+            'value is NaN; check the labels, or pass empty_queries="zero" to score such queries '
+            'as 0 (or "error" to raise)',
+            UserWarning,
+            stacklevel=3,
+        )
+
+    # Unused by TorchScript, like torchmetrics' own forward: its *args/**kwargs cannot be
+    # compiled, and without the mark torch.jit.script(metric) fails.
+    @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        # forward() computes on the batch alone; its tables must not stand for the accumulation.
+        """torchmetrics' ``forward``: add the batch to the state and return the value of the batch
+        alone. A retrieval score of one batch ranks each query against that batch only, so it is
+        almost never what is meant: this warns once per metric object."""
+        if not self._warned_forward:
+            warnings.warn(
+                f"{type(self).__name__} was called on a batch (forward), which returns the "
+                "retrieval score of this batch alone: each query ranked against the few items of "
+                "its own batch, not the whole gallery. To log the epoch's value, call "
+                "`metric.update(...)` in the step and log the metric object (self.log(name, "
+                "metric)) or `metric.compute()` at the end of the epoch",
+                UserWarning,
+                stacklevel=2,
+            )
+            self._warned_forward = True
         out = super().forward(*args, **kwargs)
+        # the tables were built from the batch alone; they must not stand for the accumulation
         self._tables = None
         return out
 
@@ -446,14 +503,23 @@ class RetrievalMetric(RetrievalMetricBase):
             each process ranks every query against its shard, and only relevant scores and counts
             cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
             not repeat items across processes.
+        duplicates: what a ranked list (``ranked_ids=``) that returns an id more than once gets:
+            "first" (default) counts the id once, at its first position, each repeat keeping its
+            slot as a non-relevant item (a retriever that returns one document twice has wasted
+            a slot of its top K); "error" raises. The command line and
+            :func:`retrieval_metrics.formats.read_ranked_lists` take the same option.
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
-    def __init__(self, *, gallery_sharded: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, *, gallery_sharded: bool = False, duplicates: str = "first", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
+        _choice("duplicates", duplicates, DUPLICATES)
         self.gallery_sharded = gallery_sharded
+        self.duplicates = duplicates
         self.add_state("form", torch.zeros(5, dtype=torch.int64), dist_reduce_fx="max")
         self._add_item_states("q")
         self._add_item_states("g")
@@ -469,6 +535,16 @@ class RetrievalMetric(RetrievalMetricBase):
         if len(values) == 1:
             return next(iter(values.values()))
         return values
+
+    def _skip_reason(self) -> str:
+        form = self.form
+        if int(form[_TABLE]) and self._gallery is None:  # ranked lists or precomputed ranks
+            return "its `relevant_ids` are empty, or its `num_relevant` is 0"
+        if int(form[_SCORES]):
+            return "no `target` of the query is > 0"
+        if self.relevance == "radius":
+            return f"no gallery item lies within radius={self.radius:g} m of it"
+        return "no other gallery item has its label, e.g. when every label appears once"
 
     def _local_states(self) -> set[str]:
         if not self.gallery_sharded:
@@ -488,7 +564,9 @@ class RetrievalMetric(RetrievalMetricBase):
     ) -> None:
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
         at once and only per-query results are kept (the query embeddings are not stored)."""
-        emb = _check_embeddings("embeddings", embeddings)
+        emb = _embeddings("embeddings", embeddings)
+        if emb.shape[0] == 0:
+            raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         self._gallery = replace(
             self._item_tensors(emb, labels, ids, cameras, positions), emb=_score_copy(emb)
         )
@@ -532,7 +610,9 @@ class RetrievalMetric(RetrievalMetricBase):
         elif given["ranked_ids"]:
             if ranked_ids is None or relevant_ids is None:
                 raise ValueError("ranked lists need both `ranked_ids` and `relevant_ids`")
-            self._append_table(rank_lists(ranked_ids, relevant_ids), ids)
+            self._append_table(
+                rank_lists(ranked_ids, relevant_ids, duplicates=self.duplicates), ids
+            )
         elif given["preds"]:
             self._update_scores(preds, target, indexes)
         else:
@@ -576,7 +656,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return Items(emb=emb, **out)
 
     def _update_embeddings(self, embeddings, labels, role, ids, cameras, positions) -> None:
-        emb = _check_embeddings("embeddings", embeddings)
+        emb = _embeddings("embeddings", embeddings)
         items = self._item_tensors(emb, labels, ids, cameras, positions)
         if self._gallery is not None:
             if role == "gallery":
@@ -679,12 +759,19 @@ class RetrievalMetric(RetrievalMetricBase):
             raise ValueError("gallery items were given but no queries (update with role='query')")
         else:
             raise ValueError("no data: call `update` before `compute`")
+        if table.num_queries == 0:
+            raise ValueError("no items were given: every update had 0 rows (0 queries to score)")
         return {"": table}
 
     def _rank_embedding_states(self, same_source: bool) -> RankTable:
         queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
         if queries is None:
             raise ValueError("no data: call `update` before `compute`")
+        if len(queries) == 0:
+            raise ValueError(
+                "no items were given: every update had 0 rows"
+                + ("" if same_source else " of query embeddings (role='query')")
+            )
         distributed = self._distributed()
         if self.gallery_sharded and not same_source:
             table, sent = D.rank_gallery_sharded(
@@ -706,6 +793,11 @@ class RetrievalMetric(RetrievalMetricBase):
             gallery = self._deduped("g", "`ids` of the gallery items")
             if gallery is None:
                 raise ValueError("queries were given but no gallery (update with role='gallery')")
+            if len(gallery) == 0:
+                raise ValueError(
+                    "the gallery is empty: every update with role='gallery' had 0 rows, so no "
+                    "query has anything to retrieve"
+                )
         return D.rank_queries(
             queries, gallery, self._ranking_options(), self.process_group, distributed
         )
@@ -731,6 +823,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return M.retrieval_measures(table, self.metric_names(), **self._measure_options())
 
     def compute(self) -> Tensor | dict[str, Tensor]:
+        self._warn_if_all_skipped()
         values = self._values(self.rank_table())
         return self._format({k: v.to(torch.float32) for k, v in values.items()})
 

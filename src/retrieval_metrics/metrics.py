@@ -38,13 +38,37 @@ __all__ = [
 
 
 def _ks(k: int | Sequence[int], name: str = "k") -> tuple[int, ...]:
-    values = (k,) if isinstance(k, int) and not isinstance(k, bool) else tuple(k)
+    expected = f"`{name}` must be a positive int or a non-empty sequence of positive ints"
+    if isinstance(k, int) and not isinstance(k, bool):
+        values: tuple[Any, ...] = (k,)
+    elif isinstance(k, Sequence) and not isinstance(k, (str, bytes)):
+        values = tuple(k)
+    else:
+        # a float cut-off (k=1.5, or 4.0 from a config file) is refused rather than rounded
+        raise ValueError(f"{expected}, got {k!r} ({type(k).__name__})")
     if not values:
-        raise ValueError(f"`{name}` must be a positive int or a non-empty sequence of them")
+        raise ValueError(f"{expected}, got {k!r}")
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"`{name}` must hold positive ints (>= 1), got {k!r}")
+            raise ValueError(f"{expected} (>= 1), got {k!r}")
     return values
+
+
+def _positive_int(name: str, value: Any, alternative: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"`{name}` must be {alternative}a positive int, got {value!r} ({type(value).__name__})"
+        )
+    return value
+
+
+def _no_top_k(cls: type, kwargs: dict[str, Any]) -> None:
+    # torchmetrics names the cut-off `top_k`; here it is `k`
+    if "top_k" in kwargs:
+        raise ValueError(
+            f"{cls.__name__} takes the cut-off as `k` (torchmetrics' `top_k`), got "
+            f"top_k={kwargs['top_k']!r}"
+        )
 
 
 class _AtK(RetrievalMetric):
@@ -53,6 +77,7 @@ class _AtK(RetrievalMetric):
     base = ""
 
     def __init__(self, k: int | Sequence[int] = 1, **kwargs: Any) -> None:
+        _no_top_k(type(self), kwargs)
         super().__init__(**kwargs)
         self.k = _ks(k)
 
@@ -104,8 +129,9 @@ class _OptionalCutoff(RetrievalMetric):
     base = ""
 
     def __init__(self, k: int | None = None, **kwargs: Any) -> None:
+        _no_top_k(type(self), kwargs)
         super().__init__(**kwargs)
-        self.k = None if k is None else _ks(k)[0]
+        self.k = None if k is None else _positive_int("k", k, "None (the whole ranking) or ")
 
     def metric_names(self) -> list[str]:
         return [self.base if self.k is None else f"{self.base}@{self.k}"]
@@ -145,7 +171,7 @@ class CMC(RetrievalMetric):
 
     def __init__(self, max_rank: int = 50, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.max_rank = _ks(max_rank, "max_rank")[0]
+        self.max_rank = _positive_int("max_rank", max_rank)
 
     def metric_names(self) -> list[str]:
         return [f"cmc@{self.max_rank}"]
@@ -184,7 +210,8 @@ class RetrievalMetrics(RetrievalMetric):
 
     Args:
         metrics: names like "hit_rate@1", "recall@10", "precision@10", "map@r", "r_precision",
-            "map", "map@100", "mrr", "ndcg@10", "cmc@50", "median_rank", "mean_rank", "minp".
+            "map", "map@100", "mrr", "ndcg@10", "cmc@50", "median_rank", "mean_rank", "minp";
+            a suffix fixes a name's own average, whatever ``average`` says: "recall@10/micro".
         prefix: prepended to every key of ``compute()`` (e.g. "val/").
 
     Example:

@@ -1,4 +1,5 @@
-"""Named protocols: a field's official evaluation is one argument away (SPEC.md section 4).
+"""Named protocols: a field's official evaluation is one argument away (the documentation's Named
+protocols page, docs/protocols.md).
 
 ``protocol="NAME"`` on any metric sets the options below. An option you pass yourself must agree
 with the protocol (otherwise the metric raises), so a protocol never silently changes what you
@@ -50,9 +51,11 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "relevant item",
     ),
     "torchreid": (
-        {"ap": "step", "empty_queries": "skip", "ignore_label": None},
-        "torchreid eval_market1501: same identity and camera removed (pass cameras=), step AP, "
-        "queries without a valid match skipped, CMC to max_rank",
+        {"similarity": "euclidean", "ap": "step", "empty_queries": "skip", "ignore_label": None},
+        "torchreid eval_market1501 on its default distance: ranked by euclidean distance "
+        "(torchreid's metric='euclidean'; for its metric='cosine' drop the protocol and pass its "
+        "other options), same identity and camera removed (pass cameras=), step AP, queries "
+        "without a valid match skipped, CMC to max_rank",
     ),
     "market1501_official": (
         {"ap": "trapezoid", "empty_queries": "zero", "ignore_label": -1},

@@ -12,6 +12,7 @@ All three tie rules are exact (``ties``; see :mod:`retrieval_metrics.functional.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +32,7 @@ __all__ = [
     "Measure",
     "MetricSpec",
     "aggregate",
+    "average_for",
     "average_precision_per_query",
     "chance_table",
     "cmc_per_query",
@@ -528,16 +530,18 @@ MEASURES: dict[str, Measure] = {
 }
 RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}
 _NAME = re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
-                   r"(@(?P<k>r|\d+))?$")
+                   rf"(@(?P<k>r|\d+))?(/(?P<average>{'|'.join(AVERAGES)}))?$")
 
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A parsed metric name: ``base`` and cut-off ``k`` (None, an int, or "r" for map@r)."""
+    """A parsed metric name: ``base``, cut-off ``k`` (None, an int, or "r" for map@r) and the
+    ``average`` the name fixes ("recall@5/micro"), None to follow the metric's ``average``."""
 
     name: str
     base: str
     k: int | str | None
+    average: str | None = None
 
     @property
     def measure(self) -> Measure:
@@ -553,17 +557,76 @@ class MetricSpec:
         return self.measure.depth(self.k)
 
 
+# Names other libraries and papers use, as (pattern on the lower-cased name, suggestion); "{k}" is
+# the cut-off the name carried.
+_ALIASES: tuple[tuple[str, str], ...] = (
+    (r"r@(?P<k>\d+)", "did you mean hit_rate@{k} (\"R@K\" of image-text, metric-learning and "
+     "re-id papers: a relevant item in the top K) or recall@{k} (the IR measure: the share of "
+     "relevant items in the top K)?"),
+    (r"(rank|top|acc|accuracy|hits?|hr|hitrate|success)[-_@ ]?(?P<k>\d+)",
+     "did you mean hit_rate@{k}?"),
+    (r"(p|prec|precision)(@|_|_at_)(?P<k>\d+)", "did you mean precision@{k}?"),
+    (r"(recall|r)(_|_at_)(?P<k>\d+)", "did you mean recall@{k}?"),
+    (r"ndcg_cut_(?P<k>\d+)", "did you mean ndcg@{k}?"),
+    (r"map_cut_(?P<k>\d+)", "did you mean map@{k}?"),
+    (r"(recip_rank|mean_reciprocal_rank)", "did you mean mrr?"),
+    (r"(rprec|r-?prec|r-precision|rprecision)", "did you mean r_precision?"),
+    (r"(map@r|mapr|map_at_r|map-r)", "did you mean map@r?"),
+    (r"(mean_average_precision|m_ap)", "did you mean map?"),
+    (r"(medr|med_r|median)", "did you mean median_rank?"),
+    (r"(meanr|mean_r|mnr)", "did you mean mean_rank?"),
+    (r"cmc", "did you mean cmc@K (e.g. cmc@50)?"),
+    (r"rsum", "rsum is reported by CrossModalRetrieval and RSum (image-text, both directions), "
+     "not by a one-direction metric."),
+)
+
+
+def suggest_metric(name: str) -> str | None:
+    """A hint for an unknown metric name: the library's name for a common alias ("R@1", "P@10",
+    "rank-1", "ndcg_cut_10", ...) or the closest known name for a typo; None if nothing is near."""
+    text = str(name).strip().lower()
+    head, slash, average = text.partition("/")
+    if slash:
+        if _NAME.match(head) is None:
+            return suggest_metric(head)
+        close = difflib.get_close_matches(average, AVERAGES, n=1, cutoff=0.6)
+        if close:
+            return f"did you mean {head}/{close[0]}?"
+        return f"the part after '/' names an average, one of {', '.join(AVERAGES)}."
+    for pattern, hint in _ALIASES:
+        match = re.fullmatch(pattern, text)
+        if match is not None:
+            return hint.format(**match.groupdict())
+    base, _, k = text.partition("@")
+    close = difflib.get_close_matches(base, list(MEASURES), n=1, cutoff=0.75)
+    if close:
+        return f"did you mean {close[0]}{'@' + k if k else ''}?"
+    return None
+
+
+_MICRO_RULE = (
+    'average="micro" (summed numerators over summed denominators) is defined for recall, '
+    "precision and r_precision; the other measures are one score per query, averaged as the "
+    "macro mean"
+)
+
+
 def parse_metric(name: str) -> MetricSpec:
     """Parse "hit_rate@1", "recall@10", "map@r", "map", "map@100", "mrr", "mrr@10", "ndcg@10",
-    "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid"."""
+    "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid".
+
+    A name may fix its own average with a suffix: "recall@10/micro", "map@r/class",
+    "hit_rate@1/macro" (see :func:`average_for`)."""
     if not isinstance(name, str):
         raise ValueError(f"metric names must be strings, got {name!r}")
     match = _NAME.match(name.strip().lower())
     if match is None:
+        hint = suggest_metric(name)
         raise ValueError(
-            f"unknown metric {name!r}; expected one of hit_rate@K, recall@K, precision@K, "
-            "r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, ndcg, ndcg@K, cmc@K, "
-            "median_rank, mean_rank, minp"
+            f"unknown metric {name!r}{': ' + hint if hint else '.'} Known names: hit_rate@K, "
+            "recall@K, precision@K, r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, "
+            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp, each optionally with /macro, "
+            "/micro or /class"
         )
     base, k = match.group("base"), match.group("k")
     cutoff = MEASURES[base].cutoff
@@ -576,7 +639,28 @@ def parse_metric(name: str) -> MetricSpec:
     k_value: int | str | None = k if k in (None, "r") else int(k)
     if isinstance(k_value, int) and k_value < 1:
         raise ValueError(f"metric {name!r}: the cut-off must be >= 1")
-    return MetricSpec(name=name.strip().lower(), base=base, k=k_value)
+    average = match.group("average")
+    if average is not None:
+        if MEASURES[base].rank:
+            raise ValueError(
+                f"metric {name!r}: a rank is aggregated as a median or mean of ranks; no "
+                "average applies"
+            )
+        if average == "micro" and MEASURES[base].micro is None:
+            raise ValueError(f"metric {name!r}: {_MICRO_RULE}")
+    return MetricSpec(name=name.strip().lower(), base=base, k=k_value, average=average)
+
+
+def average_for(spec: MetricSpec, average: str) -> str:
+    """The average ``spec`` is aggregated with under a metric's ``average``: the name's own when
+    it fixes one; else ``average``, except that "micro" falls back to "macro" for a measure with
+    no micro form (a per-query score, where summing numerators over denominators of 1 per query
+    is the macro mean anyway)."""
+    if spec.average is not None:
+        return spec.average
+    if average == "micro" and spec.measure.micro is None:
+        return "macro"
+    return average
 
 
 def depth_for(names: Iterable[str]) -> tuple[int | None, bool]:
@@ -710,13 +794,10 @@ def _measures_cached(table, names, ties, empty_queries, average, percent, ap, di
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
             continue
         numerator = denominator = None
-        if average == "micro":
+        spec_average = average_for(spec, average)
+        if spec_average == "micro":
             micro = spec.measure.micro
-            if micro is None:
-                defined = [b for b, m in MEASURES.items() if m.micro is not None]
-                raise ValueError(
-                    f'`average="micro"` applies to {", ".join(defined)}, not {name!r}'
-                )
+            assert micro is not None  # average_for and parse_metric leave micro where defined
             if rows is None:
                 numerator, denominator = micro(table, spec.k, ties)
             else:
@@ -725,7 +806,7 @@ def _measures_cached(table, names, ties, empty_queries, average, percent, ap, di
             values,
             table,
             empty_queries=empty_queries,
-            average=average,
+            average=spec_average,
             percent=percent,
             numerator=numerator,
             denominator=denominator,

@@ -9,6 +9,7 @@ sparse rows (CSR) over gallery indices, plus the gallery items that are removed 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "build_relevance",
     "csr_from_ranges",
     "encode_labels",
+    "whole_float_labels",
 ]
 
 
@@ -60,13 +62,39 @@ class Relevance:
         return self.excluded_ptr.diff()
 
 
+def whole_float_labels(values: Tensor, name: str) -> Tensor:
+    """Float labels as int64, when every value is a whole number its dtype holds exactly
+    (below 2**24 for float32, 2**53 for float64); otherwise a ValueError naming ``name``.
+
+    The one rule for float labels, ids and cameras, in the functional layer, the metric classes
+    and the command line."""
+    # Every integer of magnitude below 2**(mantissa bits + 1) has its own float; at or above that
+    # bound two labels may already have been rounded into one, so they are refused.
+    bits = round(-math.log2(torch.finfo(values.dtype).eps)) + 1  # 24 for float32, 53 for float64
+    as64 = values.to(torch.float64)
+    bad = ~torch.isfinite(as64) | (as64 != torch.round(as64)) | (as64.abs() >= 2.0**bits)
+    if bool(bad.any()):
+        example = float(as64[bad][0])
+        raise ValueError(
+            f"`{name}` must hold integers or strings; floats are accepted only when they hold "
+            f"whole numbers below 2**{bits} ({values.dtype} stores those exactly), got "
+            f"{example!r}. Labels are compared exactly and never rounded"
+        )
+    return as64.to(torch.int64)
+
+
+def _whole_float(value: float, name: str) -> int:
+    return int(whole_float_labels(torch.tensor([float(value)], dtype=torch.float64), name)[0])
+
+
 def encode_labels(*label_sets: Any, names: Sequence[str] | None = None) -> list[Tensor]:
     """Turn one or several label collections into int64 tensors that compare like the originals.
 
     Integer tensors and arrays are kept as int64. Strings (or other hashable Python objects) are
     mapped to integers through one vocabulary shared by all the sets, so equal labels in different
-    sets get equal codes. Floating point labels are refused: casting labels to float silently merges
-    distinct large integers.
+    sets get equal codes. Floats are taken only when they hold whole numbers their dtype stores
+    exactly (:func:`whole_float_labels`): a float label beyond that may already have merged two
+    distinct integers.
 
     >>> q, g = encode_labels(["cat", "dog"], ["dog", "dog", "cat"])
     >>> (q[:, None] == g[None, :]).tolist()
@@ -76,39 +104,32 @@ def encode_labels(*label_sets: Any, names: Sequence[str] | None = None) -> list[
     as_tensors: list[Tensor | None] = []
     objects: list[list[Any] | None] = []
     for labels, name in zip(label_sets, names, strict=True):
-        if isinstance(labels, np.ndarray) and labels.dtype.kind in "iub":
+        if isinstance(labels, np.ndarray) and labels.dtype.kind in "iubf":
             labels = torch.from_numpy(np.ascontiguousarray(labels))
         if isinstance(labels, Tensor):
-            if labels.is_floating_point() or labels.is_complex():
+            if labels.is_complex():
                 raise ValueError(
-                    f"`{name}` must hold integers or strings, got a {labels.dtype} tensor; labels "
-                    "are compared exactly and are never cast to float"
+                    f"`{name}` must hold integers or strings, got a {labels.dtype} tensor"
                 )
             if labels.dim() != 1:
                 raise ValueError(f"`{name}` must be 1-D, got shape {tuple(labels.shape)}")
-            as_tensors.append(labels.to(torch.int64))
+            if labels.is_floating_point():
+                as_tensors.append(whole_float_labels(labels, name))
+            else:
+                as_tensors.append(labels.to(torch.int64))
             objects.append(None)
             continue
         if isinstance(labels, np.ndarray):
-            if labels.dtype.kind == "f":
-                raise ValueError(
-                    f"`{name}` must hold integers or strings, got a float array; labels are "
-                    "compared exactly and are never cast to float"
-                )
             labels = labels.tolist()
-        values = list(labels)
+        values = [
+            _whole_float(v, name) if isinstance(v, (float, np.floating)) else v for v in labels
+        ]
         if values and all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
         ):
             as_tensors.append(torch.tensor([int(v) for v in values], dtype=torch.int64))
             objects.append(None)
             continue
-        for v in values:
-            if isinstance(v, float):
-                raise ValueError(
-                    f"`{name}` must hold integers or strings, got the float {v!r}; labels are "
-                    "compared exactly and are never cast to float"
-                )
         as_tensors.append(None)
         objects.append(values)
     if all(o is None for o in objects):

@@ -69,6 +69,41 @@ def bootstrap_interval(
     return (lo, hi)
 
 
+def _bootstrap_curve(
+    values: Tensor, level: float, num_bootstrap: int, seed: int
+) -> tuple[Tensor, Tensor]:
+    """Pointwise percentile bootstrap of the mean of each column of ``(Q, K)`` per-query values
+    (a CMC curve), rows with NaN left out; every column uses the same resampled queries."""
+    v = values[~torch.isnan(values).any(1)].to(torch.float64)
+    n, width = v.shape
+    if n == 0:
+        nan = torch.full((width,), math.nan, dtype=torch.float64)
+        return (nan, nan.clone())
+    gen = torch.Generator().manual_seed(seed)
+    means = []
+    chunk = max(1, 2**22 // n)
+    for start in range(0, num_bootstrap, chunk):
+        b = min(chunk, num_bootstrap - start)
+        idx = torch.randint(0, n, (b, n), generator=gen)
+        # how often each query was drawn, times its row: the resampled means of every column
+        counts = torch.zeros(b, n, dtype=torch.float64).scatter_add_(
+            1, idx, torch.ones(b, n, dtype=torch.float64)
+        )
+        means.append(counts @ v / n)
+    dist = torch.cat(means)
+    alpha = (1 - level) / 2
+    return (torch.quantile(dist, alpha, dim=0), torch.quantile(dist, 1 - alpha, dim=0))
+
+
+def _wilson_curve(values: Tensor, level: float) -> tuple[Tensor, Tensor]:
+    """Wilson's interval at each K of 0/1 per-query rows (a CMC curve without ties)."""
+    v = values[~torch.isnan(values).any(1)]
+    bounds = [wilson_interval(float(column.sum()), v.shape[0], level) for column in v.T]
+    lo = torch.tensor([b[0] for b in bounds], dtype=torch.float64)
+    hi = torch.tensor([b[1] for b in bounds], dtype=torch.float64)
+    return (lo, hi)
+
+
 @dataclass
 class Summary:
     """What a metric reports beyond its value: one row per measure."""
@@ -103,7 +138,7 @@ class Summary:
                 [
                     r["name"],
                     _fmt(r["value"]),
-                    f"[{_fmt(lo)}, {_fmt(hi)}]",
+                    _fmt_interval(lo, hi),
                     "-" if chance is None else _fmt(chance),
                     str(r["queries"]),
                     str(r["skipped"]),
@@ -143,6 +178,15 @@ def _fmt(x: float | Tensor) -> str:
     return f"{x:.4f}"
 
 
+def _fmt_interval(lo: float | Tensor, hi: float | Tensor) -> str:
+    if isinstance(lo, Tensor) and lo.dim() > 0 and isinstance(hi, Tensor):
+        # a curve's pointwise intervals, at the first K as the value column shows them
+        pairs = zip(lo[:3], hi[:3], strict=True)
+        shown = [f"[{_fmt(float(a))}, {_fmt(float(b))}]" for a, b in pairs]
+        return ", ".join(shown) + (", ..." if lo.numel() > 3 else "")
+    return f"[{_fmt(lo)}, {_fmt(hi)}]"
+
+
 def _gallery_text(table: RankTable) -> str:
     sizes = table.gallery_size[table.gallery_size != UNBOUNDED]
     if sizes.numel() == 0:
@@ -163,7 +207,8 @@ def summarize(
     """Value, queries counted and skipped, gallery size, chance level and an interval per name.
 
     Intervals: Wilson's for hit rates without ties to average (every per-query value 0 or 1),
-    otherwise a seeded percentile bootstrap over queries. The chance level is each measure under a
+    otherwise a seeded percentile bootstrap over queries. A CMC curve gets a pointwise interval
+    at each K (two vectors), by the same rule at each K. The chance level is each measure under a
     uniformly random ranking of the same gallery (``None`` for ranked lists, whose gallery is
     unknown).
     """
@@ -194,7 +239,12 @@ def summarize(
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
         scale = 100.0 if options.get("percent") and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
-            interval = (math.nan, math.nan)
+            # a curve (CMC): a pointwise interval at each K, two vectors
+            if bool(((per_query == 0) | (per_query == 1) | per_query.isnan()).all()):
+                lo_k, hi_k = _wilson_curve(per_query, level)
+            else:
+                lo_k, hi_k = _bootstrap_curve(per_query, level, num_bootstrap, seed)
+            interval = (lo_k * scale, hi_k * scale)
         elif spec.base == "hit_rate" and bool(
             ((per_query == 0) | (per_query == 1) | per_query.isnan()).all()
         ):
