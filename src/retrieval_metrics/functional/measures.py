@@ -62,6 +62,12 @@ _GROUP_CACHE: dict[tuple[int, str, str | None], T.TieGroups] | None = None
 
 
 def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups:
+    if gain == "linear" or (
+        gain == "exponential" and (table.grade is None or bool((table.grade == 1).all()))
+    ):
+        # Grades of 1 (binary relevance included) give 2^1 - 1 = 1 = the linear gain: the same
+        # groups as the measures without a gain, so they are built once.
+        gain = None
     if _GROUP_CACHE is None:
         return T.tie_groups(table, ties, gain=gain)
     key = (id(table), ties, gain)

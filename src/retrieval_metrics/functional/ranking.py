@@ -26,9 +26,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.grouped import count_in_groups, group_codes
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
@@ -47,6 +49,8 @@ SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
 THETA_EVERY = 4
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+# rank_lists: up to this many relevant ids found in one list are located by list.index
+_INDEX_HITS = 16
 
 
 # --------------------------------------------------------------------------------------------
@@ -727,20 +731,20 @@ def _table_from_items(
     gallery_size: Tensor,
     depth: Tensor,
     ideal: tuple[Tensor, Tensor] | None = None,
+    row: Tensor | None = None,
 ) -> RankTable:
-    """Sort each query's listed items by (above, -grade) and build the table."""
+    """Sort each query's listed items by (above, -grade) and build the table.
+
+    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``.
+    """
     num_q = ptr.numel() - 1
-    row = torch.repeat_interleave(torch.arange(num_q), ptr.diff())
+    if row is None:
+        row = torch.repeat_interleave(torch.arange(num_q), ptr.diff())
     if grades is not None and ideal is None:
-        ideal = _ideal_from(ptr, grades)
+        ideal = _ideal_from(ptr, grades, row)
     row, above, tied = row[listed], above[listed], tied[listed]
     g = grades[listed] if grades is not None else None
-    # Lexicographic sort by (row, above, -grade) with stable sorts, last key first.
-    perm = torch.arange(row.numel())
-    if g is not None:
-        perm = torch.argsort(-g, stable=True)
-    perm = perm[torch.argsort(above[perm], stable=True)]
-    perm = perm[torch.argsort(row[perm], stable=True)]
+    perm = _lexsort(row, above, None if g is None else -g.to(torch.float64))
     counts = torch.bincount(row, minlength=num_q)
     new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
     torch.cumsum(counts, 0, out=new_ptr[1:])
@@ -757,12 +761,26 @@ def _table_from_items(
     )
 
 
-def _ideal_from(ptr: Tensor, grades: Tensor) -> tuple[Tensor, Tensor]:
-    """Each query's grades sorted decreasing (rows stay in place)."""
-    row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
-    perm = torch.argsort(-grades.to(torch.float64), stable=True)
-    perm = perm[torch.argsort(row[perm], stable=True)]
-    return ptr.clone(), grades.to(torch.float64)[perm]
+def _lexsort(row: Tensor, key: Tensor, last: Tensor | None) -> Tensor:
+    """The stable permutation sorting by (row, key, last): int64 row and key, float64 last."""
+    n = row.numel()
+    if n == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    r, k = row.numpy(), key.numpy()
+    if last is None and int(k.min()) >= 0 and int(k.max()) < 2**32 and int(r.max()) < 2**31:
+        # one sort of a combined key instead of two
+        return torch.from_numpy(np.argsort((r << 32) | k, kind="stable"))
+    keys = (k, r) if last is None else (last.numpy(), k, r)
+    return torch.from_numpy(np.lexsort(keys))
+
+
+def _ideal_from(ptr: Tensor, grades: Tensor, row: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Each query's grades sorted decreasing (grouped as ``ptr`` says, or by ``row``)."""
+    if row is None:
+        row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    g = grades.to(torch.float64)
+    perm = torch.from_numpy(np.lexsort(((-g).numpy(), row.numpy())))
+    return ptr.clone(), g[perm]
 
 
 # --------------------------------------------------------------------------------------------
@@ -790,48 +808,35 @@ def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
         )
     if not preds.is_floating_point():
         preds = preds.to(torch.float64)
+    elif preds.dtype not in (torch.float32, torch.float64):
+        preds = preds.to(torch.float32)  # half precision widens exactly: same order, same ties
     if preds.numel() and not bool(torch.isfinite(preds).all()):
         raise ValueError("`preds` contains NaN or infinite values")
     if indexes.is_floating_point():
         raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
     if target.numel() and bool((target < 0).any()):
         raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
-    target_f = target.to(torch.float64).cpu()
-    preds = (preds.to(torch.float64) + 0.0).cpu()
-    queries, query_of = torch.unique(indexes.cpu(), return_inverse=True)
-    num_q = queries.numel()
-    # Sort by (query, score descending): group starts give "above", group sizes give "tied".
-    perm = torch.argsort(-preds, stable=True)
-    perm = perm[torch.argsort(query_of[perm], stable=True)]
-    q_sorted, s_sorted = query_of[perm], preds[perm]
-    n = perm.numel()
-    new_group = torch.ones(n, dtype=torch.bool)
-    if n > 1:
-        new_group[1:] = (q_sorted[1:] != q_sorted[:-1]) | (s_sorted[1:] != s_sorted[:-1])
-    group_id = torch.cumsum(new_group.to(torch.int64), 0) - 1
-    group_start = torch.nonzero(new_group).flatten()
-    group_len = torch.bincount(group_id, minlength=group_start.numel())
-    counts = torch.bincount(query_of, minlength=num_q)
-    q_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=q_ptr[1:])
-    above_all = group_start[group_id] - q_ptr[:-1][q_sorted]
-    tied_all = group_len[group_id]
-    rel = target_f[perm] > 0
-    binary = bool(((target_f == 0) | (target_f == 1)).all()) and not target.is_floating_point()
-    item_q = q_sorted[rel]
-    rel_counts = torch.bincount(item_q, minlength=num_q)
+    scores = preds.detach().cpu().numpy()
+    target_f = target.detach().cpu().to(torch.float64).numpy()
+    codes, num_q, grouped = group_codes(indexes.detach().cpu().to(torch.int64).numpy())
+    relevant = np.flatnonzero(target_f > 0)
+    above, tied, counts = count_in_groups(scores, codes, num_q, grouped, relevant)
+    binary = not target.is_floating_point() and bool(np.all(target_f[relevant] == 1))
+    row = torch.from_numpy(codes[relevant])
+    rel_counts = torch.bincount(row, minlength=num_q)
     ptr = torch.zeros(num_q + 1, dtype=torch.int64)
     torch.cumsum(rel_counts, 0, out=ptr[1:])
-    grades = None if binary else target_f[perm][rel]
+    counts_t = torch.from_numpy(counts)
     return _table_from_items(
         ptr,
-        above_all[rel],
-        tied_all[rel],
-        torch.ones(int(ptr[-1]), dtype=torch.bool),
-        grades,
+        torch.from_numpy(above),
+        torch.from_numpy(tied),
+        torch.ones(relevant.size, dtype=torch.bool),
+        None if binary else torch.from_numpy(target_f[relevant]),
         rel_counts,
-        counts,
-        counts.clone(),
+        counts_t,
+        counts_t.clone(),
+        row=row,
     )
 
 
@@ -868,7 +873,15 @@ def rank_lists(
             f"`ranked_ids` and `relevant_ids` must have one entry per query, got {len(ranked_ids)} "
             f"and {len(relevant_ids)}"
         )
-    ptr, above, grades, num_rel, sizes, ideal_ptr, ideal = [0], [], [], [], [], [0], []
+    # Per query, only the few relevant ids are looked for: one C-level pass over the list
+    # (set intersection) finds which of them it returns, list.index their first positions.
+    # No per-id Python code runs over the ranked ids.
+    hit_query: list[int] = []
+    hit_pos: list[int] = []
+    hit_grade: list[float] = []
+    all_grades: list[float] = []
+    num_rel: list[int] = []
+    sizes: list[int] = []
     graded = any(isinstance(r, dict) for r in relevant_ids)
     for q, (ranked, relevant) in enumerate(zip(ranked_ids, relevant_ids, strict=True)):
         if isinstance(ranked, Tensor):
@@ -883,39 +896,55 @@ def rank_lists(
             gains = {k: float(v) for k, v in relevant.items() if float(v) > 0}
         else:
             gains = dict.fromkeys(relevant, 1.0)
-        seen: set[Any] = set()
-        for position, item in enumerate(ranked):
-            if item in seen:
-                if duplicates == "error":
+        if not isinstance(ranked, (list, tuple)):
+            ranked = list(ranked)
+        if duplicates == "error" and len(set(ranked)) != len(ranked):
+            seen: set[Any] = set()
+            for item in ranked:
+                if item in seen:
                     raise ValueError(f"`ranked_ids[{q}]` returns id {item!r} more than once")
-                continue
-            seen.add(item)
-            if item in gains:
-                above.append(position)
-                grades.append(gains[item])
-        ptr.append(len(above))
+                seen.add(item)
         num_rel.append(len(gains))
         sizes.append(len(ranked))
-        ideal.extend(sorted(gains.values(), reverse=True))
-        ideal_ptr.append(len(ideal))
-    n_items = len(above)
-    ptr_t = torch.tensor(ptr, dtype=torch.int64)
-    grade_t = torch.tensor(grades, dtype=torch.float64) if graded else None
+        if graded:
+            all_grades.extend(gains.values())
+        if not gains or not ranked:
+            continue
+        found = gains.keys() & ranked  # iterates the list in C, keeps the list's objects
+        if not found:
+            continue
+        if len(found) <= _INDEX_HITS:
+            positions = [ranked.index(item) for item in found]
+        else:
+            # many hits: one dict of first positions (later repeats are overwritten by earlier)
+            first = dict(zip(reversed(ranked), range(len(ranked) - 1, -1, -1), strict=True))
+            positions = [first[item] for item in found]
+        hit_query.extend([q] * len(positions))
+        hit_pos.extend(positions)
+        hit_grade.extend(gains[item] for item in found)
     num_q = len(ranked_ids)
-    table = _table_from_items(
-        ptr_t,
-        torch.tensor(above, dtype=torch.int64),
+    num_rel_t = torch.tensor(num_rel, dtype=torch.int64)
+    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(num_rel_t, 0, out=ptr[1:])
+    n_items = len(hit_pos)
+    row = torch.tensor(hit_query, dtype=torch.int64)
+    item_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=item_ptr[1:])
+    ideal = None
+    if graded:
+        ideal = _ideal_from(ptr, torch.tensor(all_grades, dtype=torch.float64))
+    return _table_from_items(
+        item_ptr,
+        torch.tensor(hit_pos, dtype=torch.int64),
         torch.ones(n_items, dtype=torch.int64),
         torch.ones(n_items, dtype=torch.bool),
-        grade_t,
-        torch.tensor(num_rel, dtype=torch.int64),
+        torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
+        num_rel_t,
         torch.tensor(sizes, dtype=torch.int64),
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
-        ideal=(torch.tensor(ideal_ptr, dtype=torch.int64), torch.tensor(ideal, dtype=torch.float64))
-        if graded
-        else None,
+        ideal=ideal,
+        row=row,
     )
-    return table
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One check of everything that touches an accelerator, in under 5 minutes on one CUDA GPU:
+#   1. the device tests (states on the device, .to(device), every input form with device
+#      tensors, image-text, two processes on one gloo group exchanging device states);
+#   2. benchmarks/bench_ranking.py --device cuda (SOP-sized ranking + the 100k memory case; the
+#      CPU peers are skipped: they say nothing about the device);
+#   3. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512).
+# Results land in benchmarks/results/ (*_cuda.*); the log of each step is printed as it runs.
+#
+# Run from anywhere, with a python that has torch with CUDA (PYTHON=..., default python3):
+#     bash benchmarks/gpu_check.sh
+# Without a GPU, the same commands at smoke size on the CPU (to check the script itself):
+#     GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 bash benchmarks/gpu_check.sh
+# Exits non-zero as soon as a step fails.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON=${PYTHON:-python3}
+DEVICE=${GPU_CHECK_DEVICE:-cuda}
+SMALL=${GPU_CHECK_SMALL:-0}
+RESULTS=benchmarks/results
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$RESULTS"
+START=$SECONDS
+
+step() { printf '\n== [%3ds] %s\n' "$((SECONDS - START))" "$*"; }
+fail() { printf '\nFAILED: %s\n' "$*" >&2; exit 1; }
+trap 'fail "line $LINENO: $BASH_COMMAND (exit $?)"' ERR
+
+step "machine"
+if [[ "$DEVICE" == cuda* ]]; then
+    command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: no NVIDIA driver here"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+fi
+"$PYTHON" - "$DEVICE" <<'PY'
+import sys, torch
+import retrieval_metrics
+device = sys.argv[1]
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+      f"retrieval_metrics from {retrieval_metrics.__file__}")
+if device.startswith("cuda"):
+    if not torch.cuda.is_available():
+        sys.exit("torch sees no CUDA device")
+    print(f"cuda {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
+PY
+
+if [[ "$SMALL" == 1 ]]; then
+    RANKING_ARGS=(--small)
+    CROSSMODAL_ARGS=(--images 500 --repeats 1)
+    SUFFIX=_smoke
+else
+    RANKING_ARGS=()
+    CROSSMODAL_ARGS=()
+    SUFFIX=
+fi
+TAG="${DEVICE%%:*}${SUFFIX}"
+
+step "device tests (tests/test_devices.py)"
+# the CUDA cases skip on a machine without CUDA; -rs lists what was skipped and why
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_devices.py
+
+step "ranking benchmark on $DEVICE"
+set -o pipefail
+"$PYTHON" benchmarks/bench_ranking.py --device "$DEVICE" --skip-peers "${RANKING_ARGS[@]}" \
+    --out "$RESULTS/bench_ranking_$TAG.json" | tee "$RESULTS/bench_ranking_$TAG.txt"
+
+step "image-text benchmark on $DEVICE"
+"$PYTHON" benchmarks/bench_crossmodal.py --device "$DEVICE" "${CROSSMODAL_ARGS[@]}" \
+    --out "$RESULTS/bench_crossmodal_$TAG"
+
+step "done: results in $RESULTS/*_$TAG.*"
