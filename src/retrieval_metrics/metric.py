@@ -679,13 +679,20 @@ class RetrievalMetric(RetrievalMetricBase):
             )
         if indexes.is_floating_point():
             raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
-        if preds.numel() and not bool(torch.isfinite(preds.to(torch.float64)).all()):
+        # Scores keep their dtype (widening is exact, so ties stay ties): integers and half
+        # precision are stored in the smallest dtype that compares them exactly.
+        if not preds.is_floating_point():
+            preds = preds.to(torch.float64)
+        elif preds.dtype in (torch.float16, torch.bfloat16):
+            preds = preds.to(torch.float32)
+        if preds.numel() and not bool(torch.isfinite(preds).all()):
             raise ValueError("`preds` contains NaN or infinite values")
-        if target.numel() and bool((target < 0).any()):
+        if target.is_complex() or (target.numel() and bool((target < 0).any())):
             raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
         self._mark(_SCORES)
-        self._append_state("s_preds", preds.reshape(-1).to(torch.float64))
-        self._append_state("s_target", target.reshape(-1).to(torch.float64))
+        self._append_state("s_preds", preds.reshape(-1))
+        # the target's dtype says binary (bool, integers 0/1) or graded (float), as in rank_scores
+        self._append_state("s_target", target.reshape(-1))
         self._append_state("s_indexes", indexes.reshape(-1).to(torch.int64))
 
     def _append_table(self, table: RankTable, query_ids: Any) -> None:
