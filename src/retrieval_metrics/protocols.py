@@ -48,7 +48,10 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "whose label has no other item skipped, MAP@R and R-precision over R = m_q. Exact ties: "
         "PML keeps faiss' order (lower gallery index first), which no order-free rule "
         "reproduces; ties stay 'expected' here, equal to PML whenever no tie touches a "
-        "relevant item",
+        "relevant item. PML computes MAP@R and R-precision from its k-neighbour list, so with an "
+        "integer k below a query's relevant count its values are truncated (its own log says "
+        "they will be incorrect); these values equal PML's with k=None or k >= the largest class "
+        "size (k='max_bin_count')",
     ),
     "torchreid": (
         {"similarity": "euclidean", "ap": "step", "empty_queries": "skip", "ignore_label": None},

@@ -48,7 +48,13 @@ __all__ = [
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
 THETA_EVERY = 4
+# Relative costs of the two ways of counting a block (see _blocked_ranking): per item and
+# relevant score copied in the sparse way, per item and search step in the dense way.
+SPARSE_OVERHEAD = 8
+DENSE_OVERHEAD = 8
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+TINY_NORM = 2.0**-60
+TABLE_CHUNK = 2**20
 # rank_lists: up to this many relevant ids found in one list are located by list.index
 _INDEX_HITS = 16
 
@@ -75,6 +81,25 @@ def _score_dtype(*xs: Tensor) -> torch.dtype:
     return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
 
 
+def _unit_rows(x: Tensor) -> Tensor:
+    """Rows scaled to unit length; a zero row stays zero, so its cosine with anything is 0.
+
+    ``torch.nn.functional.normalize`` divides by max(norm, 1e-12), which leaves rows shorter
+    than 1e-12 short and so changes their cosines; dividing by the norm itself keeps cosine
+    independent of scale for every non-zero row.
+    """
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    out = x / torch.where(norm > 0, norm, torch.ones_like(norm))
+    # Squares of float32 entries below ~1e-19 underflow, so the norm of such a row is wrong or
+    # 0; those rows are scaled up by their largest entry (in float64) before normalising.
+    tiny = (norm[:, 0] < TINY_NORM) & (x != 0).any(1)
+    if bool(tiny.any()):
+        rows = x[tiny].to(torch.float64)
+        rows = rows / rows.abs().amax(1, keepdim=True)
+        out[tiny] = (rows / torch.linalg.vector_norm(rows, dim=1, keepdim=True)).to(x.dtype)
+    return out
+
+
 def _prepare(
     query: Tensor, gallery: Tensor, similarity: str, dtype: torch.dtype
 ) -> tuple[Tensor, Tensor]:
@@ -82,8 +107,8 @@ def _prepare(
     q = query.to(dtype)
     g = gallery.to(dtype)
     if similarity == "cosine":
-        q = torch.nn.functional.normalize(q, dim=1)
-        g = torch.nn.functional.normalize(g, dim=1)
+        q = _unit_rows(q)
+        g = _unit_rows(g)
     elif similarity == "euclidean":
         # -|q - g|^2 + |q|^2 = 2 q.g - |g|^2 orders the gallery exactly as -|q - g| does, and is
         # one matrix product with one extra column.
@@ -133,7 +158,10 @@ def rank_embeddings(
         query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings on any device; half precision is
             scored in float32, float64 in float64.
         relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with ``relevant_ids``).
-        similarity: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"``.
+        similarity: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"``. The cosine of a zero
+            vector with anything (a zero vector included) is 0: a zero query ties every gallery
+            item, and a zero gallery item ties every item whose cosine with the query is exactly
+            0. Any non-zero vector, however short, counts by its direction only.
         depth: if given, only relevant items within the top ``depth`` positions (and each query's
             best relevant item) are located exactly; the others are recorded as lying deeper. Enough
             for hit rate, precision, recall and NDCG with ``depth`` >= their cut-off.
@@ -282,6 +310,16 @@ def _embedding_relevance(
     return query, gallery, relevance_sets, q_labels, g_labels
 
 
+def _per_pair_bytes(elem: int) -> int:
+    """Scratch per (query, relevant item) pair of a query block, all live at once at worst.
+
+    About eight score-sized copies (relevant scores, sorted, masked, the depth candidates) and
+    sixteen int64 (sort permutation, the two histograms, above and tied in sorted and in input
+    order, the pair's row, column, position, gallery index and block, and their transients).
+    """
+    return 8 * elem + 16 * 8
+
+
 def _block_sizes(
     num_q: int, num_g: int, dim: int, max_relevant: int, elem: int, memory_budget: int
 ) -> tuple[int, int]:
@@ -302,7 +340,12 @@ def _block_sizes(
             break
         block_q //= 2
     while block_g > SEGMENT and 3 * block_q * block_g * elem > memory_budget // 2:
-        block_g //= 2
+        # Whole segments only: a gallery of 700 starts at 704, and 352 would split one.
+        block_g = max(SEGMENT, block_g // 2 // SEGMENT * SEGMENT)
+    # Thousands of relevant items per query: the per-pair scratch, counted in full, decides.
+    # (Only then: the query block sets how scores round, so ordinary data keeps its blocks.)
+    while block_q > 1 and block_q * (max_relevant + 1) * _per_pair_bytes(elem) > memory_budget // 2:
+        block_q //= 2
     return max(1, min(block_q, num_q)), block_g
 
 
@@ -463,10 +506,15 @@ def _blocked_ranking(
     else:
         order = torch.arange(num_q)
 
-    out_scores = torch.zeros(int(rel_ptr[-1]) if num_q else 0, dtype=dtype)
-    out_above = torch.zeros(int(rel_ptr[-1]) if num_q else 0, dtype=torch.int64)
-    out_tied = torch.zeros_like(out_above)
-    out_listed = torch.ones_like(out_above, dtype=torch.bool)
+    # One entry per relevant pair: with thousands of relevant items per query these are the
+    # largest allocations of the ranking, so each mode allocates only what it returns.
+    num_pairs = int(rel_ptr[-1]) if num_q else 0
+    if mode == "scores":
+        out_scores = torch.zeros(num_pairs, dtype=dtype)
+    else:
+        out_above = torch.zeros(num_pairs, dtype=torch.int64)
+        out_tied = torch.zeros_like(out_above)
+        out_listed = torch.ones_like(out_above, dtype=torch.bool)
 
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
     scores = torch.empty(block_q, block_g, dtype=dtype, device=device)
@@ -634,44 +682,35 @@ def _blocked_ranking(
                     threshold = torch.where(
                         has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
                     )
-            # Flat indices throughout: one-dimensional index_select is several times cheaper
-            # than indexing with a (row, column) pair.
             candidates = torch.nonzero((seg_max >= threshold[:, None]).view(-1)).squeeze(1)
             if candidates.numel() == 0:
                 continue
-            # Chunks bound the candidate scratch.
-            chunk = max(1, (memory_budget // 4) // (SEGMENT * (2 * 8 + elem) + width * elem))
-            for c0 in range(0, candidates.numel(), chunk):
-                c_seg = candidates[c0 : c0 + chunk]
-                c_row = c_seg.div(seg_max.shape[1], rounding_mode="floor")
-                values = s.view(-1, SEGMENT).index_select(0, c_seg)
-                # Only items at or above the threshold can move a located relevant item.
-                keep = values >= threshold.index_select(0, c_row)[:, None]
-                hit = torch.nonzero(keep.view(-1)).squeeze(1)
-                if hit.numel() == 0:
-                    continue
-                row = c_row.index_select(0, hit.div(SEGMENT, rounding_mode="floor"))
-                value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
-                seq = rel_sorted.index_select(0, row)
-                lt = torch.searchsorted(seq, value, right=False)[:, 0]
-                flat = row * width + lt
-                hist_lt += torch.bincount(flat, minlength=nb * width)
-                # Exact ties with a relevant score are rare: only those need "<=" counted apart.
-                at_lt = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0]
-                equal = at_lt == value[:, 0]
-                if bool(equal.any()):
-                    le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
-                    hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
-                    hist_le -= torch.bincount(flat[equal], minlength=nb * width)
+            # Copying each surviving item's row of relevant scores costs about `width` per item;
+            # searching the whole block costs about log2(width) per item of the block. Weak
+            # models, ties and large classes let nearly every item through: search the block.
+            if candidates.numel() * SEGMENT * (width + SPARSE_OVERHEAD) > nb * block_g * (
+                width.bit_length() + DENSE_OVERHEAD
+            ):
+                _count_block(s[:nb], rel_sorted, hist_lt, hist_le, memory_budget)
+            else:
+                _count_candidates(
+                    s[:nb],
+                    candidates,
+                    threshold,
+                    rel_sorted,
+                    hist_lt,
+                    hist_le,
+                    memory_budget,
+                )
         hist_le += hist_lt
 
         # above of the j-th smallest relevant score = items with "count below" > j.
-        hist_lt = hist_lt.view(nb, width)
-        hist_le = hist_le.view(nb, width)
-        suffix_lt = hist_lt.flip(1).cumsum(1).flip(1)[:, 1:]
-        suffix_le = hist_le.flip(1).cumsum(1).flip(1)[:, 1:]
-        above_sorted = suffix_lt
-        tied_sorted = suffix_le - suffix_lt
+        # As totals minus prefix sums, in place: these are (rows x relevant items) each.
+        prefix_lt = hist_lt.view(nb, width).cumsum_(1)
+        prefix_le = hist_le.view(nb, width).cumsum_(1)
+        above_sorted = prefix_lt[:, -1:] - prefix_lt[:, :-1]
+        tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
+        del hist_lt, hist_le, prefix_lt, prefix_le
         listed_sorted = rel_sorted >= threshold[:, None]
         # Back from sorted order to the CSR order of the relevant items.
         above = torch.empty_like(above_sorted)
@@ -721,6 +760,91 @@ def _columnwise_max(blocks: list[Tensor]) -> list[Tensor]:
     return [merged]
 
 
+def _count_candidates(
+    s: Tensor,
+    candidates: Tensor,
+    threshold: Tensor,
+    rel_sorted: Tensor,
+    hist_lt: Tensor,
+    hist_le: Tensor,
+    memory_budget: int,
+) -> None:
+    """Add the items of the candidate segments of the score block ``s`` to the histograms.
+
+    ``candidates`` are flat indices of 64-item segments. Each item at or above its row's
+    threshold is searched in a copy of its row of ``rel_sorted``: cheap when few items survive
+    and rows are short (a good model, small classes). ``hist_lt`` gains one count at
+    (row, number of relevant scores strictly below the item), ``hist_le`` the difference of the
+    "<=" and "<" counts for items that tie a relevant score.
+    """
+    nb, segments = s.shape[0], s.shape[1] // SEGMENT
+    width = rel_sorted.shape[1] + 1
+    elem = s.element_size()
+    # Sized for the worst case, every item of every segment surviving: each survivor copies a
+    # row of relevant scores and carries a few int64 indices.
+    chunk = max(1, (memory_budget // 4) // (SEGMENT * (width * elem + 4 * 8 + 3 * elem)))
+    for c0 in range(0, candidates.numel(), chunk):
+        c_seg = candidates[c0 : c0 + chunk]
+        c_row = c_seg.div(segments, rounding_mode="floor")
+        # Flat indices throughout: one-dimensional index_select is several times cheaper than
+        # indexing with a (row, column) pair.
+        values = s.view(-1, SEGMENT).index_select(0, c_seg)
+        # Only items at or above the threshold can move a located relevant item.
+        keep = values >= threshold.index_select(0, c_row)[:, None]
+        hit = torch.nonzero(keep.view(-1)).squeeze(1)
+        if hit.numel() == 0:
+            continue
+        row = c_row.index_select(0, hit.div(SEGMENT, rounding_mode="floor"))
+        value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
+        seq = rel_sorted.index_select(0, row)
+        lt = torch.searchsorted(seq, value, right=False)[:, 0]
+        flat = row * width + lt
+        hist_lt += torch.bincount(flat, minlength=nb * width)
+        # Exact ties with a relevant score are rare here: only those need "<=" counted apart.
+        at_lt = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0]
+        equal = at_lt == value[:, 0]
+        if bool(equal.any()):
+            le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
+            hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
+            hist_le -= torch.bincount(flat[equal], minlength=nb * width)
+
+
+def _count_block(
+    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, memory_budget: int
+) -> None:
+    """Add every item of the score block ``s`` to the histograms of :func:`_count_candidates`.
+
+    One batched binary search of each row of scores in its own row of ``rel_sorted``: no copy
+    per item, O(log m) per item whatever survives. Items below a row's threshold land in bins
+    of relevant scores below the threshold, whose counts are never used, so they need no
+    filtering. Rows are taken a few at a time so the scratch stays within the budget.
+    """
+    nb, block_g = s.shape
+    m = rel_sorted.shape[1]
+    width = m + 1
+    elem = s.element_size()
+    # Per item: two int32 positions, an int64 gather index, the relevant score found there and
+    # a flag; per row: the two histograms bincount returns.
+    per_row = block_g * (2 * 4 + 8 + elem + 1) + 2 * width * 8
+    rows = max(1, (memory_budget // 4) // per_row)
+    for r0 in range(0, nb, rows):
+        r1 = min(nb, r0 + rows)
+        values, seq = s[r0:r1], rel_sorted[r0:r1]
+        lt = torch.searchsorted(seq, values, right=False, out_int32=True)
+        at = seq.gather(1, lt.clamp_max(m - 1).to(torch.int64))
+        any_tie = bool((at == values).any())
+        del at
+        offset = torch.arange(r1 - r0, dtype=torch.int32, device=s.device)[:, None] * width
+        counts_lt = torch.bincount((lt + offset).view(-1), minlength=(r1 - r0) * width)
+        hist_lt[r0 * width : r1 * width] += counts_lt
+        if any_tie:
+            # Ties (collapsed embeddings, binary codes): the "<=" position of every item; it
+            # equals the "<" position wherever the item ties no relevant score.
+            le = torch.searchsorted(seq, values, right=True, out_int32=True)
+            counts_le = torch.bincount((le + offset).view(-1), minlength=(r1 - r0) * width)
+            hist_le[r0 * width : r1 * width] += counts_le - counts_lt
+
+
 def _table_from_items(
     ptr: Tensor,
     above: Tensor,
@@ -736,26 +860,60 @@ def _table_from_items(
     """Sort each query's listed items by (above, -grade) and build the table.
 
     Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``.
+    Grouped items are handed over: when every item is listed, ``above`` and ``tied`` are
+    reordered in place and become the table's, a chunk of queries at a time, so that besides the
+    table the scratch stays a few tens of MiB however many relevant pairs there are.
     """
     num_q = ptr.numel() - 1
-    if row is None:
-        row = torch.repeat_interleave(torch.arange(num_q), ptr.diff())
     if grades is not None and ideal is None:
         ideal = _ideal_from(ptr, grades, row)
-    row, above, tied = row[listed], above[listed], tied[listed]
-    g = grades[listed] if grades is not None else None
-    perm = _lexsort(row, above, None if g is None else -g.to(torch.float64))
-    counts = torch.bincount(row, minlength=num_q)
-    new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=new_ptr[1:])
+    g = None if grades is None else grades.to(torch.float64)
+    if row is not None:
+        # items in any order (the scores form): one sort of all of them
+        row, above, tied = row[listed], above[listed], tied[listed]
+        g = None if g is None else g[listed]
+        perm = _lexsort(row, above, None if g is None else -g)
+        new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+        above, tied = above[perm], tied[perm]
+        g = None if g is None else g[perm]
+    else:
+        if bool(listed.all()):
+            new_ptr = ptr.to(torch.int64, copy=True)
+            if g is not None and g is grades:
+                g = g.clone()  # reordered in place below; the caller's grades stay as they are
+        else:
+            row = torch.repeat_interleave(torch.arange(num_q), ptr.diff())[listed]
+            above, tied = above[listed], tied[listed]
+            g = None if g is None else g[listed]
+            new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+            torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+            del row
+        q0 = 0
+        while q0 < num_q:
+            p0 = int(new_ptr[q0])
+            q1 = int(torch.searchsorted(new_ptr, p0 + TABLE_CHUNK, right=True)) - 1
+            q1 = min(num_q, max(q1, q0 + 1))
+            p1 = int(new_ptr[q1])
+            if p1 - p0 > 1:
+                chunk_row = torch.repeat_interleave(
+                    torch.arange(q1 - q0), new_ptr[q0 : q1 + 1].diff()
+                )
+                chunk_above = above[p0:p1]
+                perm = _lexsort(chunk_row, chunk_above, None if g is None else -g[p0:p1])
+                above[p0:p1] = chunk_above[perm]
+                tied[p0:p1] = tied[p0:p1][perm]
+                if g is not None:
+                    g[p0:p1] = g[p0:p1][perm]
+            q0 = q1
     return RankTable(
         ptr=new_ptr,
-        above=above[perm],
-        tied=tied[perm],
+        above=above,
+        tied=tied,
         num_relevant=num_relevant.to(torch.int64),
         gallery_size=gallery_size.to(torch.int64),
         depth=depth,
-        grade=None if g is None else g[perm].to(torch.float64),
+        grade=g,
         ideal_ptr=None if ideal is None else ideal[0],
         ideal_grade=None if ideal is None else ideal[1],
     )
