@@ -48,6 +48,10 @@ __all__ = [
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SEGMENT = 64
 THETA_EVERY = 4
+# Query blocks of fewer rows are padded to this many for the product: BLAS computes products of
+# a few rows with other kernels (gemv for one row), whose roundings differ from those of larger
+# blocks, and a score must not depend on the size of the block its query fell in.
+PRODUCT_ROWS = 8
 # Relative costs of the two ways of counting a block (see _blocked_ranking): per item and
 # relevant score copied in the sparse way, per item and search step in the dense way.
 SPARSE_OVERHEAD = 8
@@ -517,7 +521,7 @@ def _blocked_ranking(
         out_listed = torch.ones_like(out_above, dtype=torch.bool)
 
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
-    scores = torch.empty(block_q, block_g, dtype=dtype, device=device)
+    scores = torch.empty(max(block_q, PRODUCT_ROWS), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
     neg_inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
 
@@ -535,6 +539,8 @@ def _blocked_ranking(
         q_rows = order[q_start : q_start + block_q]
         nb = q_rows.numel()
         q_blk = q_mat[q_rows.to(device)]
+        if nb < PRODUCT_ROWS:
+            q_blk = torch.cat([q_blk, q_blk.new_zeros(PRODUCT_ROWS - nb, q_blk.shape[1])])
         # Relevant items of this query block, as (row, gallery index) pairs in CSR order.
         r_start, r_stop = rel_ptr[q_rows], rel_ptr[q_rows + 1]
         r_counts = r_stop - r_start
@@ -568,7 +574,7 @@ def _blocked_ranking(
             e_row: Tensor = e_row,
             e_gal: Tensor = e_gal,
         ) -> Tensor:
-            s = torch.mm(q_blk, gallery_block(b).T, out=out[:nb])
+            s = torch.mm(q_blk, gallery_block(b).T, out=out[: q_blk.shape[0]])[:nb]
             lo, hi = int(e_bounds[b]), int(e_bounds[b + 1])
             if hi > lo:
                 s[e_row[lo:hi].to(device), (e_gal[lo:hi] - b * block_g).to(device)] = neg_inf
