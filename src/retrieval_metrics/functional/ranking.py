@@ -2,8 +2,8 @@
 
 The :class:`RankTable` records, for every query, where its relevant items landed: for each
 relevant item, how many gallery items score strictly higher (``above``) and how many score exactly
-the same (``tied``, the item itself included). That is all any measure of SPEC.md needs; the
-queries x gallery score matrix never exists in full.
+the same (``tied``, the item itself included). That is all any measure of docs/definitions.md
+needs; the queries x gallery score matrix never exists in full.
 
 How :func:`rank_embeddings` stays close to the cost of the similarity product:
 

@@ -1,4 +1,4 @@
-"""The three tie rules of SPEC.md section 3, in closed form.
+"""The three tie rules (docs/definitions.md, Ties), in closed form.
 
 A rank table lists each relevant item with ``above`` (items scoring strictly higher) and ``tied``
 (items with its exact score). :func:`tie_groups` turns it into *groups*: runs of positions
@@ -223,7 +223,8 @@ def expected_precision_sum(groups: TieGroups, cutoff: Tensor) -> Tensor:
 def expected_trapezoid_extra(groups: TieGroups) -> Tensor:
     """Per group, E[sum of rel(p) * (h(p) - 1) / (p - 1)] over its positions, with 1 at p = 1.
 
-    The official Market-1501 AP is half this plus half the step numerator (SPEC.md, AP row).
+    The official Market-1501 AP is half this plus half the step numerator (the AP row of
+    docs/definitions.md).
     """
     t = groups.size
     beta = pair_rate(t, groups.relevant)
