@@ -10,23 +10,28 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent / "distributed" / "lightning_ddp.py"
+HERE = Path(__file__).resolve().parent / "distributed"
 
 
-@pytest.mark.timeout(400)
-def test_ddp_logged_values_equal_single_process(tmp_path):
+def run_ddp_script(name: str, tmp_path: Path) -> dict:
+    """``python tests/distributed/NAME OUT ROOT`` (Lightning starts the second process); the JSON
+    that rank 0 wrote."""
     out = tmp_path / "result.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out), str(tmp_path / "ckpt")],
-        env=env,
+        [sys.executable, str(HERE / name), str(out), str(tmp_path / "ckpt")],
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
         capture_output=True,
         text=True,
         timeout=360,
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.timeout(400)
+def test_ddp_logged_values_equal_single_process(tmp_path):
+    result = run_ddp_script("lightning_ddp.py", tmp_path)
     for key, value in result["reference"].items():
         assert result["logged"][key] == pytest.approx(value, abs=1e-6), key
     # ModelCheckpoint chose by the logged metric
@@ -49,18 +54,7 @@ def test_example_module_single_device(tmp_path):
 
 @pytest.mark.timeout(400)
 def test_ddp_rsum_without_ids_selects_the_epoch_one_process_would(tmp_path):
-    out = tmp_path / "result.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT.parent / "rsum_ddp.py"), str(out), str(tmp_path / "ckpt")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=360,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = run_ddp_script("rsum_ddp.py", tmp_path)
     logged, single = result["logged"], result["single"]
     assert logged.keys() == single.keys() and len(single) == 4
     for epoch, value in single.items():

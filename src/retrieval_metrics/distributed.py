@@ -181,12 +181,7 @@ def sync_states(states: Mapping[str, Any], group: Any = None) -> tuple[dict[str,
 def first_by_id(ids: Tensor) -> Tensor:
     """Indices of the first occurrence of each id, in ascending id order: repeats are dropped, and
     the order does not depend on how the data was split over batches or processes."""
-    ids = ids.cpu()
-    order = torch.argsort(ids, stable=True)
-    sorted_ids = ids[order]
-    first = torch.ones_like(sorted_ids, dtype=torch.bool)
-    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
-    return order[first]
+    return dedupe_by_id(ids, "ids")
 
 
 def dedupe_by_id(ids: Tensor, what: str, **keys: Tensor | None) -> Tensor:
