@@ -786,9 +786,10 @@ def _count_candidates(
     nb, segments = s.shape[0], s.shape[1] // SEGMENT
     width = rel_sorted.shape[1] + 1
     elem = s.element_size()
-    # Sized for the worst case, every item of every segment surviving: each survivor copies a
-    # row of relevant scores and carries a few int64 indices.
-    chunk = max(1, (memory_budget // 4) // (SEGMENT * (width * elem + 4 * 8 + 3 * elem)))
+    # Segments are read a chunk at a time (their scores, a flag and an index per item); the
+    # survivors, each copying a row of relevant scores, a sub-chunk at a time.
+    chunk = max(1, (memory_budget // 4) // (SEGMENT * (elem + 1 + 8)))
+    sub = max(1, (memory_budget // 4) // (width * elem + 4 * 8 + 2 * elem))
     for c0 in range(0, candidates.numel(), chunk):
         c_seg = candidates[c0 : c0 + chunk]
         c_row = c_seg.div(segments, rounding_mode="floor")
@@ -797,22 +798,23 @@ def _count_candidates(
         values = s.view(-1, SEGMENT).index_select(0, c_seg)
         # Only items at or above the threshold can move a located relevant item.
         keep = values >= threshold.index_select(0, c_row)[:, None]
-        hit = torch.nonzero(keep.view(-1)).squeeze(1)
-        if hit.numel() == 0:
-            continue
-        row = c_row.index_select(0, hit.div(SEGMENT, rounding_mode="floor"))
-        value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
-        seq = rel_sorted.index_select(0, row)
-        lt = torch.searchsorted(seq, value, right=False)[:, 0]
-        flat = row * width + lt
-        hist_lt += torch.bincount(flat, minlength=nb * width)
-        # Exact ties with a relevant score are rare here: only those need "<=" counted apart.
-        at_lt = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0]
-        equal = at_lt == value[:, 0]
-        if bool(equal.any()):
-            le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
-            hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
-            hist_le -= torch.bincount(flat[equal], minlength=nb * width)
+        hits = torch.nonzero(keep.view(-1)).squeeze(1)
+        del keep
+        for h0 in range(0, hits.numel(), sub):
+            hit = hits[h0 : h0 + sub]
+            row = c_row.index_select(0, hit.div(SEGMENT, rounding_mode="floor"))
+            value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
+            seq = rel_sorted.index_select(0, row)
+            lt = torch.searchsorted(seq, value, right=False)[:, 0]
+            flat = row * width + lt
+            hist_lt += torch.bincount(flat, minlength=nb * width)
+            # Exact ties with a relevant score are rare here: only those need "<=" counted apart.
+            at_lt = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0]
+            equal = at_lt == value[:, 0]
+            if bool(equal.any()):
+                le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
+                hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
+                hist_le -= torch.bincount(flat[equal], minlength=nb * width)
 
 
 def _count_block(
