@@ -112,6 +112,10 @@ def tie_groups(table: RankTable, ties: str = "expected", gain: str | None = None
         order = torch.argsort(above, stable=True)
         order = order[torch.argsort(query[order], stable=True)]
         query, above, gain_sum = query[order], above[order], gain_sum[order]
+    if table.grade is None:
+        query, above, size, relevant, gain_sum = _merge_full_runs(
+            query, above, size, relevant, gain_sum
+        )
     g = query.numel()
     first = torch.ones(g, dtype=torch.bool)
     last = torch.ones(g, dtype=torch.bool)
@@ -134,6 +138,37 @@ def tie_groups(table: RankTable, ties: str = "expected", gain: str | None = None
         last=last,
         first_index=group_start,
     )
+
+
+def _merge_full_runs(
+    query: Tensor, above: Tensor, size: Tensor, relevant: Tensor, gain: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Merge consecutive groups of a query whose every position is relevant into one group.
+
+    A group with ``relevant == size`` has no random order to average over, and neither has a run
+    of such groups on consecutive positions: with binary relevance the run is one group of
+    relevant positions, and every closed form below gives it the same value as its parts. A good
+    model ranks thousands of relevant items on top, each at its own score; merged, the measures
+    cost one group per query instead of one per relevant item.
+    """
+    g = query.numel()
+    if g < 2:
+        return query, above, size, relevant, gain
+    full = relevant == size
+    joins = torch.zeros(g, dtype=torch.bool)
+    joins[1:] = (
+        full[1:] & full[:-1] & (query[1:] == query[:-1]) & (above[1:] == above[:-1] + size[:-1])
+    )
+    if not bool(joins.any()):
+        return query, above, size, relevant, gain
+    starts = ~joins
+    run = torch.cumsum(starts.to(torch.int64), 0) - 1
+    num_runs = int(run[-1]) + 1
+
+    def summed(x: Tensor) -> Tensor:
+        return torch.zeros(num_runs, dtype=x.dtype).index_add_(0, run, x)
+
+    return query[starts], above[starts], summed(size), summed(relevant), summed(gain)
 
 
 # ------------------------------------------------------------------------------------------
@@ -249,29 +284,46 @@ def _ragged_expectation(
 
     First: P(X = x) = C(t - x, r - 1) / C(t, r), x = 1..t - r + 1. Last: P(Y = y) =
     C(y - 1, r - 1) / C(t, r), y = r..t. Positions with a + x > ``limit`` count 0 (cut-off).
-    Computed term by term; the total number of terms is the sum of the group sizes.
+
+    One relevant item (r = 1) is equally likely at each position: a harmonic sum, in closed form
+    (:func:`position_sum`). Otherwise the terms are added while they matter: the first relevant
+    item lies beyond position x with probability C(t - x, r) / C(t, r) <= (1 - x / t)^r, below
+    e^-80 once x >= 80 t / r, so at most min(t - r + 1, 80 t / r) terms per group are summed and
+    what is left out is below 1e-34 of the value. A tie group of thousands holding thousands of
+    relevant items costs a few hundred terms, not thousands.
     """
     out = torch.zeros(size.numel(), dtype=torch.float64)
     idx = torch.nonzero(groups_mask).flatten()
     if idx.numel() == 0:
         return out
-    t, r, a = size[idx], relevant[idx], above[idx]
-    unit = t == 1
-    out[idx[unit]] = torch.where(
-        a[unit] + 1 <= limit[idx[unit]], 1.0 / (a[unit] + 1).to(torch.float64), 0.0
-    )
-    idx, t, r, a = idx[~unit], t[~unit], r[~unit], a[~unit]
+    t, r, a, lim = size[idx], relevant[idx], above[idx], limit[idx]
+    single = r == 1
+    if bool(single.any()):
+        # Uniform over the positions a + 1 .. a + t, first or last alike; those past the limit
+        # count 0.
+        ts, as_ = t[single], a[single]
+        inside = torch.minimum((lim[single] - as_).clamp_min(0), ts)
+        harmonic = position_sum(
+            torch.ones_like(as_, dtype=torch.float64),
+            torch.zeros_like(as_, dtype=torch.float64),
+            as_,
+            inside,
+        )
+        out[idx[single]] = harmonic / ts.to(torch.float64)
+    idx, t, r, a, lim = idx[~single], t[~single], r[~single], a[~single], lim[~single]
     if idx.numel() == 0:
         return out
-    lim = limit[idx]
-    n_terms = t - r + 1
+    n_terms = torch.minimum(t - r + 1, torch.div(80 * t + r - 1, r, rounding_mode="floor"))
+    if not from_end:
+        # positions past the limit count 0: the terms stop there
+        n_terms = torch.minimum(n_terms, (lim - a).clamp_min(0))
     chunk_groups = max(1, 2**22 // max(1, int(n_terms.max())))
     for c0 in range(0, idx.numel(), chunk_groups):
         sl = slice(c0, c0 + chunk_groups)
         tt, rr, aa, nn, ll = t[sl], r[sl], a[sl], n_terms[sl], lim[sl]
         owner = torch.repeat_interleave(torch.arange(tt.numel()), nn)
         start = torch.cumsum(nn, 0) - nn
-        x = torch.arange(int(nn.sum())) - start[owner] + 1  # 1..t-r+1
+        x = torch.arange(int(nn.sum())) - start[owner] + 1  # 1..n_terms
         tq, rq, aq = tt[owner], rr[owner], aa[owner]
         log_p = log_binomial(tq - x, rq - 1) - log_binomial(tq, rq)
         p = torch.exp(log_p)
