@@ -312,3 +312,146 @@ def test_many_blocks_and_chunks_at_smallest_budget(path):
     emb = rng.integers(0, 2, (n, 2)).astype(np.float64)
     labels = rng.integers(0, 3, n)
     check(emb[:9], emb, labels[:9], labels, "dot", (4, 64), path)
+
+
+# ------------------------------------------------------------------------------------------
+# Thousands of relevant items per query, in small: merged runs, long tie groups, query chunks
+# ------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(10, 24), BLOCKS, st.sampled_from(PATHS))
+def test_separated_classes_relevant_runs(seed, n, block, path):
+    """Two well-separated classes, relevant items on top at (mostly) distinct scores: the tie
+    groups of a query's relevant items sit on consecutive positions and are merged into one."""
+    rng = _rng(seed)
+    labels = rng.integers(0, 2, n)
+    # class 0 near the x axis, class 1 near the y axis; the noise spreads the scores
+    emb = rng.integers(0, 50, (n, 2)).astype(np.float64)
+    emb[np.arange(n), labels] += 500
+    check(emb, None, labels, None, "dot", block, path)
+
+
+def _exact_reciprocal(t: int, r: int, a: int, limit: int, last: bool) -> float:
+    """E[1 / (a + position)] of the first (or last) of r relevant items placed uniformly at
+    random among t tied positions after a, 0 past ``limit``; summed over every position in
+    exact fractions."""
+    from fractions import Fraction
+
+    total = Fraction(0)
+    placements = math.comb(t, r)
+    for x in range(1, t + 1):
+        # first at x: the other r - 1 after it; last at x: the other r - 1 before it
+        ways = math.comb(x - 1, r - 1) if last else math.comb(t - x, r - 1)
+        if ways and a + x <= limit:
+            total += Fraction(ways, placements * (a + x))
+    return float(total)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 400),
+    st.integers(0, 30),
+    st.data(),
+)
+def test_long_tie_group_first_and_last_relevant(t, a, data):
+    """MRR and mINP of a query whose relevant items all share one tie group of up to 400 items
+    (a collapsed model): the library adds only the terms that matter, the reference all of them."""
+    r = data.draw(st.integers(1, t), label="relevant")
+    k = data.draw(st.one_of(st.none(), st.integers(1, a + t + 2)), label="k")
+    table = ranking.RankTable(
+        ptr=torch.tensor([0, r]),
+        above=torch.full((r,), a),
+        tied=torch.full((r,), t),
+        num_relevant=torch.tensor([r]),
+        gallery_size=torch.tensor([a + t + 3]),
+        depth=torch.tensor([a + t + 3]),
+    )
+    limit = a + t + 3 if k is None else k
+    rr = float(M.reciprocal_rank_per_query(table, k, "expected")[0])
+    assert rr == pytest.approx(_exact_reciprocal(t, r, a, limit, last=False), rel=1e-12)
+    minp = float(M.minp_per_query(table, "expected")[0])
+    assert minp == pytest.approx(r * _exact_reciprocal(t, r, a, a + t, last=True), rel=1e-12)
+
+
+CHUNK_NAMES = ["hit_rate@1", "map@r", "r_precision", "map", "mrr", "recall@5", "ndcg@5", "minp"]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.integers(40, 70),
+    st.sampled_from(TIES),
+    st.sampled_from(["macro", "micro", "class"]),
+    st.sampled_from(["skip", "zero"]),
+    st.booleans(),
+)
+def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_source):
+    """compute() with more relevant pairs than the budget ranks a chunk of queries at a time;
+    its values are those of the whole table, whose per-query values are the reference's."""
+    from retrieval_metrics import RetrievalMetrics
+    from retrieval_metrics.functional.chunks import PAIR_BYTES
+
+    rng = _rng(seed)
+    emb = rng.integers(-3, 4, (n, 3)).astype(np.float64)
+    labels = rng.integers(0, 2, n)
+    labels[0] = 5  # a class of one: a query with no relevant item when same source
+    metric = RetrievalMetrics(
+        CHUNK_NAMES,
+        ties=ties,
+        average=average,
+        empty_queries=empty_queries,
+        similarity="euclidean",
+        memory_budget=SMALLEST_BUDGET,
+    )
+    if same_source:
+        metric.update(torch.tensor(emb), torch.tensor(labels))
+        query, gallery, labels_g = emb, None, labels
+    else:
+        metric.update(torch.tensor(emb[:20]), torch.tensor(labels[:20]), role="query")
+        metric.update(torch.tensor(emb), torch.tensor(labels), role="gallery")
+        query, gallery, labels_g = emb[:20], emb, labels
+    chunked = []
+    original = M.retrieval_measures_in_chunks
+
+    def counting(tables, *args, **kwargs):
+        tables = list(tables)
+        chunked.append(len(tables))
+        return original(tables, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(M, "retrieval_measures_in_chunks", counting)
+        values = metric.compute()
+    pairs = sum(int((labels_g == lab).sum()) for lab in labels[: query.shape[0]])
+    if pairs * PAIR_BYTES > SMALLEST_BUDGET:
+        assert chunked and chunked[0] > 1
+    else:  # few pairs: the whole table at once
+        assert not chunked
+    whole = rank_embeddings(
+        torch.tensor(query),
+        None if gallery is None else torch.tensor(gallery),
+        query_labels=torch.tensor(labels[: query.shape[0]]),
+        gallery_labels=None if gallery is None else torch.tensor(labels_g),
+        similarity="euclidean",
+    )
+    expected = M.retrieval_measures(
+        whole, CHUNK_NAMES, ties=ties, average=average, empty_queries=empty_queries
+    )
+    for name in CHUNK_NAMES:
+        assert float(values[name]) == pytest.approx(float(expected[name]), rel=1e-6, nan_ok=True)
+    # the whole table's macro MAP, query by query from the reference
+    scores = reference_scores(query, emb, "euclidean")
+    relevant, excluded = reference_masks(
+        query.shape[0],
+        emb.shape[0],
+        same_source=gallery is None,
+        query_labels=labels[: query.shape[0]],
+        gallery_labels=labels_g,
+    )
+    aps = [
+        ref["ap"]
+        for q in range(query.shape[0])
+        if (ref := reference_query(scores[q], relevant[q], excluded[q], ties="pessimistic"))
+    ]
+    pessimistic = M.average_precision_per_query(whole, None, "pessimistic")
+    assert np.nanmean(pessimistic.numpy()) == pytest.approx(np.mean(aps), rel=1e-9)

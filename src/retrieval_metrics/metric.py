@@ -49,6 +49,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import stats
+from retrieval_metrics.functional.chunks import PAIR_BYTES, label_pair_counts, query_chunks
 from retrieval_metrics.functional.items import ITEM_FIELDS, Items, RankingOptions
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
@@ -402,14 +403,20 @@ class RetrievalMetricBase(Metric):
         super().reset()
         self._tables = None
 
-    def _warn_if_all_skipped(self) -> None:
+    def _warn_if_all_skipped(
+        self, num_relevant: Tensor | None = None, stacklevel: int = 3
+    ) -> None:
         """Warn (once per compute) when ``empty_queries="skip"`` left no query to count, the case
-        where every value is NaN with nothing else to say why."""
+        where every value is NaN with nothing else to say why. ``num_relevant``: every query's
+        m_q, when the tables were not kept."""
         if self.empty_queries != "skip":
             return
-        tables = self.rank_tables()
-        total = sum(t.num_queries for t in tables.values())
-        if total == 0 or any(bool((t.num_relevant > 0).any()) for t in tables.values()):
+        if num_relevant is None:
+            counts = [t.num_relevant for t in self.rank_tables().values()]
+        else:
+            counts = [num_relevant]
+        total = sum(c.numel() for c in counts)
+        if total == 0 or any(bool((c > 0).any()) for c in counts):
             return
         warnings.warn(
             f"{type(self).__name__}: all {total} queries were skipped because each has no "
@@ -417,7 +424,7 @@ class RetrievalMetricBase(Metric):
             'value is NaN; check the labels, or pass empty_queries="zero" to score such queries '
             'as 0 (or "error" to raise)',
             UserWarning,
-            stacklevel=3,
+            stacklevel=stacklevel,
         )
 
     # Unused by TorchScript, like torchmetrics' own forward: its *args/**kwargs cannot be
@@ -791,23 +798,66 @@ class RetrievalMetric(RetrievalMetricBase):
             # what this process sent: its states and the ranking's relevant scores and counts
             self.bytes_exchanged = sent + self._sync_bytes
             return table
+        queries, gallery = self._embedding_sides(queries, same_source)
+        return D.rank_queries(
+            queries, gallery, self._ranking_options(), self.process_group, distributed
+        )
+
+    def _embedding_sides(self, queries: Items, same_source: bool) -> tuple[Items, Items]:
+        """The deduplicated queries and the gallery they are ranked against."""
         if same_source:
             if queries.ids is None:
                 # self-exclusion by position: name every item by its index
                 queries = queries.with_ids(torch.arange(len(queries)))
-            gallery = queries
-        else:
-            gallery = self._deduped("g", "`ids` of the gallery items")
-            if gallery is None:
-                raise ValueError("queries were given but no gallery (update with role='gallery')")
-            if len(gallery) == 0:
-                raise ValueError(
-                    "the gallery is empty: every update with role='gallery' had 0 rows, so no "
-                    "query has anything to retrieve"
-                )
-        return D.rank_queries(
-            queries, gallery, self._ranking_options(), self.process_group, distributed
+            return queries, queries
+        gallery = self._deduped("g", "`ids` of the gallery items")
+        if gallery is None:
+            raise ValueError("queries were given but no gallery (update with role='gallery')")
+        if len(gallery) == 0:
+            raise ValueError(
+                "the gallery is empty: every update with role='gallery' had 0 rows, so no "
+                "query has anything to retrieve"
+            )
+        return queries, gallery
+
+    def _values_in_chunks(self) -> dict[str, Tensor] | None:
+        """compute()'s values ranked a chunk of queries at a time, or None where the whole table
+        is ranked at once.
+
+        Relevant pairs beyond ``memory_budget`` (thousands of relevant items per query) would make
+        rank tables, relevance sets and tie groups of gigabytes; a chunk of queries at a time,
+        each reduced to per-query values before the next is ranked, holds a budget's worth. Taken
+        where the pairs can be counted before ranking (label relevance) and one process ranks
+        every query: no sharded gallery, no several processes (they exchange whole tables).
+        """
+        if self._tables is not None or self.relevance != "label" or self.gallery_sharded:
+            return None
+        form = self.form
+        self._check_forms(form)
+        same_source = bool(int(form[_SAME_SOURCE]))
+        if int(form[_SCORES]) or int(form[_TABLE]) or not (same_source or int(form[_QUERY])):
+            return None
+        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
+            return None
+        queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
+        if queries is None or len(queries) == 0 or queries.labels is None:
+            return None
+        queries, gallery = self._embedding_sides(queries, same_source)
+        if gallery.labels is None:
+            return None
+        pairs = label_pair_counts(queries.labels, gallery.labels)
+        if int(pairs.sum()) * PAIR_BYTES <= self.memory_budget:
+            return None
+        options = self._ranking_options()
+        tables = (
+            options.rank(queries.select(slice(start, stop)), gallery)
+            for start, stop in query_chunks(pairs, self.memory_budget)
         )
+        values, per_query = M.retrieval_measures_in_chunks(
+            tables, self.metric_names(), **self._measure_options()
+        )
+        self._warn_if_all_skipped(per_query.num_relevant, stacklevel=4)
+        return values
 
     def _table_from_states(self) -> RankTable:
         parts = {}
@@ -830,8 +880,10 @@ class RetrievalMetric(RetrievalMetricBase):
         return M.retrieval_measures(table, self.metric_names(), **self._measure_options())
 
     def compute(self) -> Tensor | dict[str, Tensor]:
-        self._warn_if_all_skipped()
-        values = self._values(self.rank_table())
+        values = self._values_in_chunks()
+        if values is None:
+            self._warn_if_all_skipped()
+            values = self._values(self.rank_table())
         return self._format({k: v.to(torch.float32) for k, v in values.items()})
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional import ties as T
-from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
+from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
     "AVERAGES",
@@ -48,6 +48,7 @@ __all__ = [
     "recall_per_query",
     "reciprocal_rank_per_query",
     "retrieval_measures",
+    "retrieval_measures_in_chunks",
 ]
 
 EMPTY_QUERIES = ("skip", "zero", "error")
@@ -776,16 +777,41 @@ def _measures(
 
 def _measures_cached(table, names, ties, empty_queries, average, percent, ap, divisor, gain,
                      median, rows) -> dict[str, Tensor]:
+    parts = _per_query_parts(table, names, ties, average, ap, divisor, gain, rows)
+    return _aggregate_parts(table, parts, empty_queries, average, percent, median)
+
+
+def _per_query_parts(table, names, ties, average, ap, divisor, gain, rows
+                     ) -> dict[str, tuple[Tensor, Tensor | None, Tensor | None]]:
+    """Each named metric's per-query values, with the micro numerators and denominators where
+    the metric is micro-averaged: everything the aggregation needs besides the table's
+    per-query fields."""
     def each_query(fn):
         return fn(table) if rows is None else fn(rows[0])[rows[1]]
 
-    out: dict[str, Tensor] = {}
+    parts: dict[str, tuple[Tensor, Tensor | None, Tensor | None]] = {}
     for name in names:
         spec = parse_metric(name)
         values = each_query(
             lambda t, spec=spec: per_query_values(t, spec, ties=ties, ap=ap, divisor=divisor,
                                                   gain=gain)
         )
+        numerator = denominator = None
+        if spec.base not in RANK_METRICS and average_for(spec, average) == "micro":
+            micro = spec.measure.micro
+            assert micro is not None  # average_for and parse_metric leave micro where defined
+            if rows is None:
+                numerator, denominator = micro(table, spec.k, ties)
+            else:
+                numerator, denominator = (v[rows[1]] for v in micro(rows[0], spec.k, ties))
+        parts[spec.name] = (values, numerator, denominator)
+    return parts
+
+
+def _aggregate_parts(table, parts, empty_queries, average, percent, median) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {}
+    for name, (values, numerator, denominator) in parts.items():
+        spec = parse_metric(name)
         if spec.base in RANK_METRICS:
             if empty_queries == "zero":
                 # An unanswerable query ranks after the whole gallery: the worst possible rank.
@@ -799,22 +825,84 @@ def _measures_cached(table, names, ties, empty_queries, average, percent, ap, di
                 counted = values[~torch.isnan(values)]
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
             continue
-        numerator = denominator = None
-        spec_average = average_for(spec, average)
-        if spec_average == "micro":
-            micro = spec.measure.micro
-            assert micro is not None  # average_for and parse_metric leave micro where defined
-            if rows is None:
-                numerator, denominator = micro(table, spec.k, ties)
-            else:
-                numerator, denominator = (v[rows[1]] for v in micro(rows[0], spec.k, ties))
         out[spec.name] = aggregate(
             values,
             table,
             empty_queries=empty_queries,
-            average=spec_average,
+            average=average_for(spec, average),
             percent=percent,
             numerator=numerator,
             denominator=denominator,
         )
     return out
+
+
+def query_fields(table: RankTable) -> RankTable:
+    """``table`` without its items: the per-query fields that aggregation reads."""
+    return RankTable(
+        ptr=torch.zeros(table.num_queries + 1, dtype=torch.int64),
+        above=torch.zeros(0, dtype=torch.int64),
+        tied=torch.zeros(0, dtype=torch.int64),
+        num_relevant=table.num_relevant,
+        gallery_size=table.gallery_size,
+        depth=table.depth,
+        query_class=table.query_class,
+        query_id=table.query_id,
+    )
+
+
+def retrieval_measures_in_chunks(
+    tables: Iterable[RankTable],
+    names: Sequence[str],
+    *,
+    ties: str = "expected",
+    empty_queries: str = "skip",
+    average: str = "macro",
+    percent: bool = False,
+    ap: str = "step",
+    divisor: str = "relevant",
+    gain: str = "exponential",
+    median: str = "vsepp",
+) -> tuple[dict[str, Tensor], RankTable]:
+    """:func:`retrieval_measures` of the queries of several tables taken together, one table at a
+    time: each is reduced to per-query values before the next one is read, so that a ranking made
+    a chunk of queries at a time never holds every relevant pair at once.
+
+    Returns the values and the per-query fields of all the queries (:func:`query_fields`).
+
+    >>> from retrieval_metrics.functional.ranking import rank_lists
+    >>> chunks = (rank_lists([["d3", "d7", "d1"]], [{"d1"}]), rank_lists([["d4"]], [{"d4", "d6"}]))
+    >>> values, queries = retrieval_measures_in_chunks(chunks, ["recall@3", "mrr"])
+    >>> {k: round(float(v), 4) for k, v in values.items()}, queries.num_queries
+    ({'recall@3': 0.75, 'mrr': 0.6667}, 2)
+    """
+    global _GROUP_CACHE
+    if ties not in T.TIES:
+        raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
+    skeletons: list[RankTable] = []
+    chunk_parts: list[dict[str, tuple[Tensor, Tensor | None, Tensor | None]]] = []
+    for table in tables:
+        outer = _GROUP_CACHE is None
+        if outer:
+            _GROUP_CACHE = {}
+        try:
+            chunk_parts.append(
+                _per_query_parts(table, names, ties, average, ap, divisor, gain, None)
+            )
+        finally:
+            if outer:
+                _GROUP_CACHE = None
+        skeletons.append(query_fields(table))
+    if not skeletons:
+        raise ValueError("no rank table was given")
+    queries = concat_tables(skeletons)
+
+    def joined(parts: list[Tensor | None]) -> Tensor | None:
+        return None if parts[0] is None else torch.cat(parts)  # type: ignore[arg-type]
+
+    parts = {
+        name: tuple(joined([p[name][i] for p in chunk_parts]) for i in range(3))
+        for name in chunk_parts[0]
+    }
+    values = _aggregate_parts(queries, parts, empty_queries, average, percent, median)
+    return values, queries

@@ -610,7 +610,11 @@ def _blocked_ranking(
         # With a depth, the first blocks are read here too (as many as stay cached), so that the
         # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
         # early blocks let several times as many candidates through as the later ones.
-        blocks_with_relevant = torch.unique(r_block).tolist() if external is None else []
+        blocks_with_relevant = (
+            torch.nonzero(torch.bincount(r_block, minlength=num_blocks_g)).flatten().tolist()
+            if external is None
+            else []
+        )  # a count per block, not a sort of every pair (torch.unique)
         if external is not None:
             rel_scores[r_row.to(device), r_col.to(device)] = ext_scores[r_pos.to(device)]
         cache_room = max(0, (memory_budget // 2) // max(1, nb * block_g * elem) - 1)

@@ -161,37 +161,35 @@ def csr_from_ranges(
     return ptr, index
 
 
-def _sort_rows(ptr: Tensor, index: Tensor, num_columns: int) -> Tensor:
-    """Sort the column indices of every CSR row ascending (rows stay in place)."""
-    if index.numel() == 0:
-        return index
-    row = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device), ptr.diff())
-    key = row * max(num_columns, 1) + index
-    return key.sort().values - row * max(num_columns, 1)
-
-
 def _csr_difference(
     a_ptr: Tensor, a_index: Tensor, b_ptr: Tensor, b_index: Tensor, num_columns: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Row-wise set difference A \\ B of two CSR matrices; also returns the mask over A kept."""
+    """Row-wise set difference A \\ B of two CSR matrices; also returns the mask over A kept.
+
+    A's rows must be sorted ascending (every builder here makes them so). B is small (the query
+    itself, a few same-camera items), A may hold thousands of items per query: each item of B is
+    looked up in A, rather than each item of A in B.
+    """
     width = max(num_columns, 1)
+    keep = torch.ones(a_index.numel(), dtype=torch.bool, device=a_index.device)
+    if b_index.numel() == 0 or a_index.numel() == 0:
+        return a_ptr, a_index, keep
     a_row = torch.repeat_interleave(
         torch.arange(a_ptr.numel() - 1, device=a_ptr.device), a_ptr.diff()
     )
+    a_key = a_row * width + a_index
+    del a_row
     b_row = torch.repeat_interleave(
         torch.arange(b_ptr.numel() - 1, device=b_ptr.device), b_ptr.diff()
     )
-    a_key = a_row * width + a_index
-    b_key = (b_row * width + b_index).sort().values
-    if b_key.numel():
-        pos = torch.searchsorted(b_key, a_key).clamp_max(b_key.numel() - 1)
-        keep = b_key[pos] != a_key
-    else:
-        keep = torch.ones_like(a_key, dtype=torch.bool)
-    counts = torch.zeros(a_ptr.numel() - 1, dtype=torch.int64, device=a_ptr.device)
-    counts.index_add_(0, a_row[keep], torch.ones_like(a_row[keep]))
-    ptr = torch.zeros_like(a_ptr)
-    torch.cumsum(counts, 0, out=ptr[1:])
+    b_key = b_row * width + b_index
+    pos = torch.searchsorted(a_key, b_key).clamp_max(a_key.numel() - 1)
+    found = a_key[pos] == b_key
+    del a_key
+    keep[pos[found]] = False
+    removed = torch.bincount(b_row[found], minlength=a_ptr.numel() - 1)
+    ptr = a_ptr.clone()
+    ptr[1:] -= torch.cumsum(removed, 0)
     return ptr, a_index[keep], keep
 
 
@@ -200,8 +198,8 @@ def _label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Te
     sorted_labels = gallery_labels[order]
     start = torch.searchsorted(sorted_labels, query_labels, right=False)
     stop = torch.searchsorted(sorted_labels, query_labels, right=True)
-    ptr, index = csr_from_ranges(start, stop, order)
-    return ptr, _sort_rows(ptr, index, gallery_labels.numel())
+    # A stable sort keeps equal labels in index order: every row comes out sorted ascending.
+    return csr_from_ranges(start, stop, order)
 
 
 def _radius_csr(
