@@ -547,8 +547,8 @@ def _blocked_ranking(
         r_row = torch.repeat_interleave(torch.arange(nb), r_counts)
         r_ptr = torch.zeros(nb + 1, dtype=torch.int64)
         torch.cumsum(r_counts, 0, out=r_ptr[1:])
-        r_pos = torch.arange(int(r_ptr[-1])) - r_ptr[:-1][r_row] + r_start[r_row]
-        r_gal = rel_index[r_pos]
+        r_pos = torch.arange(int(r_ptr[-1])) + (r_start - r_ptr[:-1]).index_select(0, r_row)
+        r_gal = rel_index.index_select(0, r_pos)
         # Excluded pairs of this block.
         e_start, e_stop = ex_ptr[q_rows], ex_ptr[q_rows + 1]
         e_counts = e_stop - e_start
@@ -563,7 +563,10 @@ def _blocked_ranking(
 
         m_blk = int(r_counts.max()) if nb else 0
         rel_scores = torch.full((nb, max(m_blk, 1)), float("inf"), dtype=dtype, device=device)
-        r_col = torch.arange(r_row.numel()) - r_ptr[:-1][r_row]
+        r_col = torch.arange(r_row.numel()) - r_ptr[:-1].index_select(0, r_row)
+        # flat positions in rel_scores: one-dimensional index_select and scatter_ are many times
+        # cheaper than indexing with a (row, column) pair, and there is one per relevant pair
+        r_flat = (r_row * rel_scores.shape[1] + r_col).to(device)
 
         def block_scores(
             b: int,
@@ -616,11 +619,12 @@ def _blocked_ranking(
             else []
         )  # a count per block, not a sort of every pair (torch.unique)
         if external is not None:
-            rel_scores[r_row.to(device), r_col.to(device)] = ext_scores[r_pos.to(device)]
+            rel_scores.view(-1).scatter_(0, r_flat, ext_scores.index_select(0, r_pos.to(device)))
         cache_room = max(0, (memory_budget // 2) // max(1, nb * block_g * elem) - 1)
         if mode == "scores":
             cache_room = 0
         read_first = list(blocks_with_relevant)
+        block_order, block_bounds = _by_block(r_block, num_blocks_g)
         if depth is not None:
             extra = min(THETA_EVERY, cache_room) - len(read_first)
             read_first += [b for b in range(num_blocks_g) if b not in read_first][: max(0, extra)]
@@ -633,11 +637,14 @@ def _blocked_ranking(
                 s = block_scores(b, cache_buffers[len(cache)])
             else:
                 s = block_scores(b, scores)
-            sel = r_block == b
-            if bool(sel.any()):
-                rel_scores[r_row[sel].to(device), r_col[sel].to(device)] = s[
-                    r_row[sel].to(device), (r_gal[sel] - b * block_g).to(device)
-                ]
+            sel = _pairs_in_block(block_order, block_bounds, b)
+            if sel.numel():
+                at = r_row.index_select(0, sel) * block_g + r_gal.index_select(0, sel) - b * block_g
+                rel_scores.view(-1).scatter_(
+                    0,
+                    r_flat.index_select(0, sel.to(device)),
+                    s.reshape(-1).index_select(0, at.to(device)),
+                )
             seg_max = None
             if depth is not None:
                 seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
@@ -645,12 +652,12 @@ def _blocked_ranking(
             if len(cache) < cache_room:
                 cache[b] = (s, seg_max)
         if mode == "scores":
-            out_scores[r_pos] = rel_scores[r_row.to(device), r_col.to(device)].cpu()
+            out_scores.scatter_(0, r_pos, rel_scores.view(-1).index_select(0, r_flat).cpu())
             continue
 
         # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
         rel_scores.add_(0.0)
-        rel_sorted, rel_perm = torch.sort(rel_scores, dim=1)  # ascending, +inf padding last
+        rel_sorted, rel_perm = _sort_rows(rel_scores)  # ascending, +inf padding last
         has_rel = r_counts.to(device) > 0
         finite = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
         best = finite.max(1).values
@@ -729,9 +736,9 @@ def _blocked_ranking(
         above.scatter_(1, rel_perm, above_sorted)
         tied.scatter_(1, rel_perm, tied_sorted)
         listed.scatter_(1, rel_perm, listed_sorted)
-        out_above[r_pos] = above[r_row.to(device), r_col.to(device)].cpu()
-        out_tied[r_pos] = tied[r_row.to(device), r_col.to(device)].cpu()
-        out_listed[r_pos] = listed[r_row.to(device), r_col.to(device)].cpu()
+        out_above.scatter_(0, r_pos, above.view(-1).index_select(0, r_flat).cpu())
+        out_tied.scatter_(0, r_pos, tied.view(-1).index_select(0, r_flat).cpu())
+        out_listed.scatter_(0, r_pos, listed.view(-1).index_select(0, r_flat).cpu())
 
     if mode == "scores":
         return out_scores
@@ -753,6 +760,28 @@ def _blocked_ranking(
         gallery_size,
         depth_out,
     )
+
+
+def _by_block(r_block: Tensor, num_blocks: int) -> tuple[Tensor, Tensor]:
+    """The relevant pairs ordered by gallery block (stable) and each block's bounds in that
+    order: one sort instead of one comparison of every pair per block."""
+    order = torch.from_numpy(np.argsort(r_block.cpu().numpy(), kind="stable"))
+    bounds = torch.zeros(num_blocks + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(r_block.cpu(), minlength=num_blocks), 0, out=bounds[1:])
+    return order, bounds
+
+
+def _pairs_in_block(order: Tensor, bounds: Tensor, b: int) -> Tensor:
+    """Indices of the relevant pairs whose item lies in gallery block ``b``."""
+    return order[int(bounds[b]) : int(bounds[b + 1])]
+
+
+def _sort_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``torch.sort(x, dim=1)``; on the CPU by numpy, several times faster on long rows."""
+    if x.device.type != "cpu":
+        return torch.sort(x, dim=1)
+    perm = np.argsort(x.numpy(), axis=1)
+    return torch.from_numpy(np.take_along_axis(x.numpy(), perm, 1)), torch.from_numpy(perm)
 
 
 def _columnwise_max(blocks: list[Tensor]) -> list[Tensor]:
@@ -830,31 +859,70 @@ def _count_block(
     per item, O(log m) per item whatever survives. Items below a row's threshold land in bins
     of relevant scores below the threshold, whose counts are never used, so they need no
     filtering. Rows are taken a few at a time so the scratch stays within the budget.
+
+    Two shortcuts for degenerate data. Where every item of the rows lies below its row's lowest
+    relevant score, above its highest, or on the one score of a row whose relevant scores are
+    all equal (collapsed embeddings), comparisons place every item and nothing is searched. And
+    an item tying a relevant score is counted "<=" from its "<" position and the length of the
+    run of equal relevant scores there, not by a second search.
     """
     nb, block_g = s.shape
     m = rel_sorted.shape[1]
     width = m + 1
     elem = s.element_size()
     # Per item: two int32 positions, an int64 gather index, the relevant score found there and
-    # a flag; per row: the two histograms bincount returns.
-    per_row = block_g * (2 * 4 + 8 + elem + 1) + 2 * width * 8
+    # a few flags; per row: the two histograms bincount returns and the runs of equal scores.
+    per_row = block_g * (2 * 4 + 8 + elem + 4) + 4 * width * 8
     rows = max(1, (memory_budget // 4) // per_row)
     for r0 in range(0, nb, rows):
         r1 = min(nb, r0 + rows)
         values, seq = s[r0:r1], rel_sorted[r0:r1]
+        # the relevant scores of a row are finite, its padding +inf
+        num_finite = seq.isfinite().sum(1, keepdim=True)
+        lowest = seq[:, :1]
+        highest = seq.gather(1, (num_finite - 1).clamp_min(0))
+        outside = (
+            (values < lowest) | (values > highest) | ((values == lowest) & (lowest == highest))
+        )
+        if bool(outside.all()):
+            # Every item lands in bin 0 or in bin num_finite, "<" for the items above the
+            # highest, "<=" for those at or above it: two counts per row, no histogram.
+            n_above = (values > highest).sum(1)
+            n_at_least = (values >= highest).sum(1)
+            first_bin = torch.arange(r0, r1, device=s.device) * width
+            last_bin = first_bin + num_finite[:, 0]
+            hist_lt.index_add_(0, first_bin, block_g - n_above)
+            hist_lt.index_add_(0, last_bin, n_above)
+            hist_le.index_add_(0, first_bin, n_above - n_at_least)
+            hist_le.index_add_(0, last_bin, n_at_least - n_above)
+            continue
         lt = torch.searchsorted(seq, values, right=False, out_int32=True)
-        at = seq.gather(1, lt.clamp_max(m - 1).to(torch.int64))
-        any_tie = bool((at == values).any())
-        del at
+        at = lt.clamp_max(m - 1).to(torch.int64)
+        tie = seq.gather(1, at) == values
+        le = lt
+        if bool(tie.any()):
+            # An item tying the relevant score at position j is "<=" to the run of equal
+            # scores from j to the run's end.
+            le = torch.where(tie, _run_end(seq).gather(1, at).to(torch.int32) + 1, lt)
+        del at, tie
+        del outside
         offset = torch.arange(r1 - r0, dtype=torch.int32, device=s.device)[:, None] * width
         counts_lt = torch.bincount((lt + offset).view(-1), minlength=(r1 - r0) * width)
         hist_lt[r0 * width : r1 * width] += counts_lt
-        if any_tie:
-            # Ties (collapsed embeddings, binary codes): the "<=" position of every item; it
-            # equals the "<" position wherever the item ties no relevant score.
-            le = torch.searchsorted(seq, values, right=True, out_int32=True)
+        if le is not lt:
             counts_le = torch.bincount((le + offset).view(-1), minlength=(r1 - r0) * width)
             hist_le[r0 * width : r1 * width] += counts_le - counts_lt
+
+
+def _run_end(seq: Tensor) -> Tensor:
+    """For each position of each ascending row, the last position holding the same value."""
+    m = seq.shape[1]
+    position = torch.arange(m, device=seq.device).expand_as(seq)
+    ends = torch.ones_like(seq, dtype=torch.bool)
+    ends[:, :-1] = seq[:, 1:] != seq[:, :-1]
+    # the first run end at or after each position: a running minimum from the right
+    end_at = torch.where(ends, position, m)
+    return end_at.flip(1).cummin(1).values.flip(1)
 
 
 def _table_from_items(

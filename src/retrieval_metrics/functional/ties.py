@@ -325,7 +325,16 @@ def _ragged_expectation(
         start = torch.cumsum(nn, 0) - nn
         x = torch.arange(int(nn.sum())) - start[owner] + 1  # 1..n_terms
         tq, rq, aq = tt[owner], rr[owner], aa[owner]
-        log_p = log_binomial(tq - x, rq - 1) - log_binomial(tq, rq)
+        # log C(t - x, r - 1) - log C(t, r), the parts that do not depend on x once per group
+        t64, r64 = tt.to(torch.float64), rr.to(torch.float64)
+        per_group = (
+            torch.lgamma(r64 + 1)
+            + torch.lgamma(t64 - r64 + 1)
+            - torch.lgamma(r64)
+            - torch.lgamma(t64 + 1)
+        )
+        left = (tq - x).to(torch.float64)
+        log_p = per_group[owner] + torch.lgamma(left + 1) - torch.lgamma(left - rq + 2)
         p = torch.exp(log_p)
         pos = (tq - x + 1) if from_end else x
         value = torch.where(aq + pos <= ll[owner], p / (aq + pos).to(torch.float64), 0.0)
