@@ -9,6 +9,8 @@ memory_budget=64 MiB)`` (``update`` then ``compute``), the whole call timed:
 * ``weak``: a weak model, 6,000 x 128, 100 classes (hit rate@1 about 0.5, MAP@R about 0.09).
 * ``uniform``: 2 classes of 1,050 uniform 5-D points in [0, 1)^5 (no class structure at all).
 * ``cub_weak``: CUB-sized, 5,924 items, 100 classes, weak model.
+* ``hashing``: CIFAR-10-style hashing retrieval scaled down: 10 classes of 600, 32-bit binary
+  codes (signs of a noisy class centre), so 33 possible scores and ties everywhere.
 * ``best``: the best case, a good model on small classes: 10,000 x 128, classes of 5.
 
 Against two baselines, each measured in the same process right after it:
@@ -62,6 +64,7 @@ CHILD_TIMEOUT = 1800.0
 EASY_NOISE = 0.05  # noise norm relative to the unit class centre: every class apart
 WEAK_NOISE = 2.5  # the same for the weak model: hit rate@1 about 0.5 at 100 classes
 GOOD_NOISE = 0.6  # hit rate@1 1.0: the best case
+HASH_NOISE = 2.0  # binary codes of a mediocre hashing model: hit rate@1 well below 1
 MARKER = "@@BENCH_RESULT "
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_stress.json"
 
@@ -101,6 +104,13 @@ CASES: dict[str, dict[str, Any]] = {
         "classes": 100,
         "kind": "weak",
         "about": "CUB-sized, 5,924 items, 100 classes, weak model",
+    },
+    "hashing": {
+        "n": 6_000,
+        "dim": 32,
+        "classes": 10,
+        "kind": "hashing",
+        "about": "hashing: 10 classes of 600, 32-bit binary codes",
     },
     "best": {
         "n": 10_000,
@@ -201,6 +211,9 @@ def make_case(case: dict[str, Any]):
         emb = torch.rand(n, dim, generator=torch.Generator().manual_seed(SEED + 3))
     elif kind == "good":
         emb = class_data(labels, dim, GOOD_NOISE, SEED + 4)
+    elif kind == "hashing":
+        emb = torch.sign(class_data(labels, dim, HASH_NOISE, SEED + 5))
+        emb[emb == 0] = 1.0
     else:
         raise ValueError(kind)
     return emb, labels, easy

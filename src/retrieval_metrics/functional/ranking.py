@@ -896,6 +896,14 @@ def _count_block(
             hist_le.index_add_(0, first_bin, n_above - n_at_least)
             hist_le.index_add_(0, last_bin, n_at_least - n_above)
             continue
+        if s.device.type == "cpu":
+            _merge_rows(
+                values,
+                seq,
+                hist_lt[r0 * width : r1 * width].view(r1 - r0, width),
+                hist_le[r0 * width : r1 * width].view(r1 - r0, width),
+            )
+            continue
         lt = torch.searchsorted(seq, values, right=False, out_int32=True)
         at = lt.clamp_max(m - 1).to(torch.int64)
         tie = seq.gather(1, at) == values
@@ -912,6 +920,31 @@ def _count_block(
         if le is not lt:
             counts_le = torch.bincount((le + offset).view(-1), minlength=(r1 - r0) * width)
             hist_le[r0 * width : r1 * width] += counts_le - counts_lt
+
+
+def _merge_rows(values: Tensor, seq: Tensor, hist_lt: Tensor, hist_le: Tensor) -> None:
+    """The histograms of :func:`_count_block` by merging sorted lists, row by row (CPU).
+
+    Each row of scores is sorted once and each relevant score looked up in it: n log n + m log n
+    per row instead of a search per item, and numpy's sort and search are several times faster
+    than a batched ``torch.searchsorted``. With the relevant scores r_0 <= ... <= r_(m-1) of a
+    row, the items with exactly j relevant scores strictly below them are those in
+    (r_(j-1), r_j], so bin j of ``hist_lt`` is #{v <= r_j} - #{v <= r_(j-1)}; "<=" likewise with
+    [r_(j-1), r_j). ``hist_le`` gains the difference of the two, as in :func:`_count_block`.
+    """
+    n = values.shape[1]
+    sorted_values = np.sort(values.numpy(), axis=1)
+    rel = seq.numpy()
+    at_most = np.empty((rel.shape[0], rel.shape[1] + 2), dtype=np.int64)
+    below = np.empty_like(at_most)
+    at_most[:, 0] = below[:, 0] = 0
+    at_most[:, -1] = below[:, -1] = n
+    for i in range(rel.shape[0]):
+        at_most[i, 1:-1] = np.searchsorted(sorted_values[i], rel[i], side="right")
+        below[i, 1:-1] = np.searchsorted(sorted_values[i], rel[i], side="left")
+    counts_lt = np.diff(at_most, axis=1)
+    hist_lt += torch.from_numpy(counts_lt)
+    hist_le += torch.from_numpy(np.diff(below, axis=1) - counts_lt)
 
 
 def _run_end(seq: Tensor) -> Tensor:
