@@ -152,7 +152,9 @@ class RetrievalMetricBase(Metric):
         average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
             and r_precision; the other measures are one score per query and stay macro. A name
             may fix its own ("recall@10/micro").
-        memory_budget: bytes of scratch memory the ranking may use.
+        memory_budget: bytes of scratch memory the ranking may use. With more relevant
+            (query, item) pairs than it holds (few classes of thousands), ``compute()``
+            ranks a chunk of queries at a time and keeps only per-query values.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see
             :mod:`retrieval_metrics.protocols`); it sets the options it fixes.
