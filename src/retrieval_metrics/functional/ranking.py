@@ -884,7 +884,9 @@ class _QueryBlock:
     def relevant_blocks(self) -> list[int]:
         if self.p.ext_scores is not None:
             return []
-        return torch.unique(self.r_block).tolist()
+        # a count per block, not a sort of every pair (torch.unique)
+        counts = torch.bincount(self.r_block, minlength=self.p.num_blocks_g)
+        return torch.nonzero(counts).flatten().tolist()
 
     def has_excluded(self, b: int) -> bool:
         return int(self.e_bounds[b + 1]) > int(self.e_bounds[b])
