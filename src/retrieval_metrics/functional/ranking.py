@@ -39,6 +39,8 @@ __all__ = [
     "UNBOUNDED",
     "RankTable",
     "concat_tables",
+    "nonpositive_missed",
+    "positive_counts",
     "rank_embeddings",
     "rank_lists",
     "rank_relevance",
@@ -1003,6 +1005,38 @@ def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
         counts_t,
         counts_t.clone(),
         row=row,
+    )
+
+
+def positive_counts(preds: Tensor, indexes: Tensor) -> Tensor:
+    """Entries scored > 0 of each query, queries in ascending ``indexes`` order (the order of
+    :func:`rank_scores`' table)."""
+    codes, num_q, _ = group_codes(indexes.detach().cpu().to(torch.int64).numpy())
+    positive = preds.detach().cpu().numpy() > 0
+    return torch.from_numpy(np.bincount(codes[positive], minlength=num_q).astype(np.int64))
+
+
+def nonpositive_missed(table: RankTable, positive: Tensor) -> RankTable:
+    """``table`` with every relevant item scored <= 0 made a miss: it stays in m_q but is never
+    retrieved (torchmetrics' rule for MAP, MRR, precision and recall).
+
+    ``positive[q]`` is the number of entries of query q scored > 0 (:func:`positive_counts`).
+    Every entry scored > 0 ranks above every entry scored <= 0, so a listed item scored <= 0 is
+    one with ``above >= positive[q]``; tie groups never straddle 0, so no tie is split.
+    """
+    keep = table.above < positive.to(torch.int64)[table.item_query]
+    counts = torch.zeros(table.num_queries, dtype=torch.int64).index_add_(
+        0, table.item_query, keep.to(torch.int64)
+    )
+    ptr = torch.zeros(table.num_queries + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return replace(
+        table,
+        ptr=ptr,
+        above=table.above[keep],
+        tied=table.tied[keep],
+        grade=None if table.grade is None else table.grade[keep],
+        depth=torch.full_like(table.depth, UNBOUNDED),
     )
 
 
