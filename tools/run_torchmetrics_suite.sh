@@ -14,7 +14,8 @@
 # is not installed (pip install --target DIR cachier).
 #
 # BASELINE=1 runs the same copy without swapping the imports (torchmetrics itself), to tell the
-# suite's own failures from the compat module's.
+# suite's own failures from the compat module's. Several runs at once (one per module, say) need
+# their own WORKDIR and PORT (the first port of the DDP pool; torchmetrics' default 8088).
 set -euo pipefail
 
 SOURCE=${1:?usage: tools/run_torchmetrics_suite.sh SOURCE [WORKDIR] [-- PYTEST ARGS...]}
@@ -49,6 +50,11 @@ if [[ ${BASELINE:-0} != 1 ]]; then
             "$RET/$m.py"
         ! grep -n "^from torchmetrics.*retrieval" "$RET/$m.py"
     done
+fi
+
+if [[ -n ${PORT:-} ]]; then
+    sed -i -E -e "s/^START_PORT = [0-9]+/START_PORT = $PORT/" \
+        -e "s/^MAX_PORT = [0-9]+/MAX_PORT = $((PORT + 12))/" "$WORKDIR/tests/unittests/conftest.py"
 fi
 
 FILES=()

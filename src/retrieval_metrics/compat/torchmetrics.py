@@ -68,7 +68,11 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.ranking import nonpositive_missed, positive_counts, rank_scores
+from retrieval_metrics.functional.ranking import (
+    _rank_checked_scores,
+    nonpositive_missed,
+    positive_counts,
+)
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metric import RetrievalMetric
 
@@ -183,7 +187,9 @@ class _Queries:
 
     def __init__(self, preds: Tensor, target: Tensor, indexes: Tensor) -> None:
         self.preds, self.indexes = preds.cpu(), indexes.cpu()
-        self.full = rank_scores(self.preds, target.cpu(), self.indexes)
+        # checked as they arrived (update) or by the function: float32 finite scores, targets
+        # 0/1 or non-negative grades, int64 indexes
+        self.full = _rank_checked_scores(self.preds, target.cpu(), self.indexes)
         self._miss: RankTable | None = None
 
     @property
