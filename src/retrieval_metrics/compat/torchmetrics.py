@@ -557,10 +557,24 @@ class RetrievalMAP(_WithTopK):
     _measure = staticmethod(_average_precision)
     _zero_is_none = True
 
-    @property
-    def k(self) -> int | None:
-        """torchmetrics' name of the cut-off attribute on this class."""
-        return self.top_k
+    def __init__(
+        self,
+        empty_target_action: str = "neg",
+        ignore_index: int | None = None,
+        top_k: int | None = None,
+        aggregation: str | Callable = "mean",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            empty_target_action=empty_target_action,
+            ignore_index=ignore_index,
+            top_k=top_k,
+            aggregation=aggregation,
+            **kwargs,
+        )
+        # torchmetrics' RetrievalMAP names its cut-off `k` (a plain attribute: a property would
+        # be compiled by TorchScript when the metric is scripted)
+        self.k = self.top_k
 
 
 class RetrievalMRR(_WithTopK):
