@@ -153,7 +153,7 @@ KINDS = st.sampled_from(["int64", "int32", "bool", "float"])
 
 
 @pytest.mark.parametrize("name", CLASSES)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=st.data())
 def test_classes_equal_torchmetrics(name, data):
     scores = data.draw(st.sampled_from(["distinct", "negative"]))
@@ -165,7 +165,7 @@ def test_classes_equal_torchmetrics(name, data):
 
 
 @pytest.mark.parametrize("name", [*sorted(ORDER_FREE_WHEN_TIED), "RetrievalAUROC"])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_all_zero_scores_equal_torchmetrics(name, data):
     opts = data.draw(options(name))
@@ -175,7 +175,7 @@ def test_all_zero_scores_equal_torchmetrics(name, data):
 
 
 @pytest.mark.parametrize("name", CLASSES)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(data=st.data())
 def test_functions_equal_torchmetrics(name, data):
     scores = data.draw(st.sampled_from(["distinct", "negative", "zero"]))
@@ -259,7 +259,7 @@ def test_every_query_skipped_is_zero():
 # ---------------------------------------------------------------------------- protocol
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_protocol_torchmetrics_equals_the_peer(data):
     preds, target, indexes = data.draw(inputs(data.draw(st.sampled_from(["distinct", "zero",
