@@ -17,8 +17,11 @@ What it measures (one process, this machine; medians of ``--repeats``, default 3
 
 Run (from the repository root, with the project's venv active, on a quiet machine):
 
-    python benchmarks/bench_compat.py             # full size
-    python benchmarks/bench_compat.py --small     # smoke run: 5,000 queries
+    python benchmarks/bench_compat.py --threads 1    # full size, as the results were made
+    python benchmarks/bench_compat.py --small        # smoke run: 5,000 queries
+
+On a machine shared with other work, keep ``--threads 1``: with more torch threads than free
+cores, each small operation waits for its descheduled threads and times swing by tens of times.
 
 It prints a table of ratios and writes ``benchmarks/results/bench_compat.txt`` and ``.json``.
 """
