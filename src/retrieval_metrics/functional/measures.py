@@ -362,7 +362,8 @@ def auroc_per_query(
         raise ValueError(f"`max_fpr` must be in (0, 1], got {max_fpr!r}")
     n = table.gallery_size
     cutoff = torch.minimum(_as_cutoff(table, k), n)
-    groups = _groups(table, ties)
+    # A group across the K-th position counts whole: runs of relevant groups stay apart.
+    groups = T.tie_groups(table, ties, merge_runs=False)
     inside = groups.above < cutoff[groups.query]
     p_group = torch.where(inside, groups.relevant, 0).to(torch.float64)
     positives = _query_sum(table, groups, p_group)

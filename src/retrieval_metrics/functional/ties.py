@@ -74,8 +74,14 @@ def _run_index(keys_equal_prev: Tensor) -> tuple[Tensor, Tensor]:
     return run_id, within
 
 
-def tie_groups(table: RankTable, ties: str = "expected", gain: str | None = None) -> TieGroups:
-    """Groups of the table under a tie rule. ``gain`` ("exponential", "linear") maps grades."""
+def tie_groups(
+    table: RankTable, ties: str = "expected", gain: str | None = None, merge_runs: bool = True
+) -> TieGroups:
+    """Groups of the table under a tie rule. ``gain`` ("exponential", "linear") maps grades.
+
+    ``merge_runs``: join consecutive groups of relevant items only (binary relevance; see
+    :func:`_merge_full_runs`); a measure that cuts groups by where they start (AUROC@K) keeps
+    them apart."""
     if ties not in TIES:
         raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
     item_query = table.item_query
@@ -112,7 +118,7 @@ def tie_groups(table: RankTable, ties: str = "expected", gain: str | None = None
         order = torch.argsort(above, stable=True)
         order = order[torch.argsort(query[order], stable=True)]
         query, above, gain_sum = query[order], above[order], gain_sum[order]
-    if table.grade is None:
+    if table.grade is None and merge_runs:
         query, above, size, relevant, gain_sum = _merge_full_runs(
             query, above, size, relevant, gain_sum
         )
