@@ -155,9 +155,14 @@ def _chance(n: int, m: int) -> dict:
     st.sampled_from(["cosine", "dot", "euclidean"]),
 )
 def test_identical_embeddings(seed, n, n_classes, block, path, similarity):
-    """Every item the same vector: one tie group holding the whole gallery."""
+    """Every item the same vector: one tie group holding the whole gallery.
+
+    For cosine the vector is a multiple of a signed axis, whose unit vector is exact: the cosine
+    of an arbitrary vector with itself is 1 only to rounding, and a matrix product may round it
+    differently in different columns, so the library would see near-ties the reference does not.
+    """
     rng = _rng(seed)
-    emb = np.repeat(rng.integers(-2, 3, (1, 3)), n, axis=0).astype(np.float64)
+    emb = np.repeat(_embeddings(rng, 1, 3, similarity), n, axis=0)
     labels = rng.integers(0, n_classes, n)
     check(emb, None, labels, None, similarity, block, path)
 
@@ -256,7 +261,7 @@ def test_relevant_items_ranked_last(seed, n, block, path):
     check(query, gallery, np.zeros(n_q, dtype=np.int64), gallery_labels, "dot", block, path)
 
 
-@SETTINGS
+@settings(max_examples=4, deadline=None)  # the reference enumerates large tie groups: seconds each
 @given(
     st.integers(0, 2**31 - 1),
     st.integers(60, 110),
