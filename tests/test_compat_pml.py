@@ -8,7 +8,6 @@ ties are the documented difference; they have their own hand-worked test).
 from __future__ import annotations
 
 import logging
-import math
 
 import numpy as np
 import pytest
