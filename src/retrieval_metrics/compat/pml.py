@@ -710,13 +710,15 @@ class AccuracyCalculator:
         """Every selected key for ``query`` against ``reference`` (PML's ``get_accuracy``).
 
         Args:
-            query, query_labels: ``(Q, D)`` embeddings and ``(Q,)`` labels (or ``(Q, C)`` label
-                rows, compared whole).
-            reference, reference_labels: the items retrieved from; ``None`` means the queries
+            query: ``(Q, D)`` embeddings (tensor, numpy array or list), cast to float32.
+            query_labels: ``(Q,)`` labels, or ``(Q, C)`` label rows (compared whole).
+            reference: ``(N, D)`` embeddings retrieved from; ``None`` means the queries
                 themselves, with ``ref_includes_query=True``.
+            reference_labels: ``(N,)`` labels (or rows) of ``reference``.
             ref_includes_query: the first Q reference items are the queries, and each query's
                 own item is left out of its ranking.
-            include, exclude: keys for this call, among those the constructor kept.
+            include: keys for this call (all when empty), among those the constructor kept.
+            exclude: keys to leave out of this call.
 
         Returns:
             key -> float (or a list per query label with ``return_per_class``).
