@@ -15,7 +15,9 @@ What it measures (all in one run, on this machine):
 * NMI and AMI are left out of both: they run the same faiss k-means in both libraries.
 
 Each method runs in its own subprocess (this script with the hidden ``--only METHOD``) so that its
-peak RSS (VmHWM) is its own; a child times ``--repeats`` runs (default 3) and reports the median.
+peak RSS (VmHWM) is its own; a child times ``--repeats`` runs (default 3) and reports the median
+wall time and the median CPU time of the process (all its threads; steadier than wall time on a
+shared machine, whose load average goes into the JSON).
 The values of the five keys are compared between compat and pml (exact distance ties are not
 expected in float data of this kind, so they agree to float rounding).
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import statistics
 import subprocess
@@ -85,14 +88,17 @@ def child_main(args: argparse.Namespace) -> None:
         from retrieval_metrics.compat.pml import AccuracyCalculator
     k = None if args.only == "compat_full" else "max_bin_count"
     calc = AccuracyCalculator(exclude=("NMI", "AMI"), k=k, device=torch.device("cpu"))
-    times, values = [], {}
+    times, cpu_times, values = [], [], {}
     for _ in range(args.repeats):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         values = calc.get_accuracy(emb, labels)
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     result = {
         "times": times,
         "seconds": statistics.median(times),
+        "cpu_times": cpu_times,
+        "cpu_seconds": statistics.median(cpu_times),
         "values": values,
         "rss_before_mib": rss_before,
         "peak_rss_mib": peak_rss_mib(),
@@ -126,13 +132,14 @@ def parent_main(args: argparse.Namespace) -> int:
         f"data: n={args.n}, D={args.dim} (bench_ranking.make_data, seed 0); "
         f"median of {args.repeats} runs per method, each method in its own process",
         "",
-        f"{'method':<48} {'seconds':>8} {'pml / this':>11} {'peak RSS MiB':>13} "
-        f"{'RSS before':>11} {'RSS vs pml':>11}",
+        f"{'method':<48} {'seconds':>8} {'pml / this':>11} {'CPU s':>8} {'pml / this':>11} "
+        f"{'peak RSS MiB':>13} {'RSS before':>11} {'RSS vs pml':>11}",
     ]
     for method, label in METHODS.items():
         r = results[method]
         lines.append(
             f"{label:<48} {r['seconds']:>8.2f} {base['seconds'] / r['seconds']:>11.2f} "
+            f"{r['cpu_seconds']:>8.2f} {base['cpu_seconds'] / r['cpu_seconds']:>11.2f} "
             f"{r['peak_rss_mib']:>13.0f} {r['rss_before_mib']:>11.0f} "
             f"{r['peak_rss_mib'] / base['peak_rss_mib']:>11.3f}"
         )
@@ -159,6 +166,10 @@ def parent_main(args: argparse.Namespace) -> int:
         payload = {"n": args.n, "dim": args.dim, "repeats": args.repeats, "results": results}
         payload["agreement"] = agreement
         payload["time_ratio_pml_over_compat"] = base["seconds"] / results["compat"]["seconds"]
+        payload["cpu_ratio_pml_over_compat"] = (
+            base["cpu_seconds"] / results["compat"]["cpu_seconds"]
+        )
+        payload["load_average"] = os.getloadavg()
         payload["rss_ratio_compat_over_pml"] = (
             results["compat"]["peak_rss_mib"] / base["peak_rss_mib"]
         )

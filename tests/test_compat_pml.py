@@ -31,7 +31,7 @@ KNN_KEYS = (
     "mean_average_precision",
     "mean_reciprocal_rank",
 )
-SETTINGS = settings(max_examples=20, deadline=None)
+SETTINGS = settings(max_examples=12, deadline=None)
 
 
 @pytest.fixture(autouse=True)

@@ -268,6 +268,11 @@ def _similarity_of(knn_func: Any) -> str:
     kind = type(knn_func).__name__
     if kind == "FaissKNN":
         index = getattr(getattr(knn_func, "index_init_fn", None), "__name__", None)
+        if not getattr(knn_func, "reset_before", True):
+            raise ValueError(
+                "`knn_func` FaissKNN(reset_before=False) searches an index filled beforehand, "
+                "which this AccuracyCalculator cannot see; use reset_before=True (the default)"
+            )
         if index == "IndexFlatL2":
             return "euclidean"
         if index == "IndexFlatIP":
@@ -293,6 +298,16 @@ def _similarity_of(knn_func: Any) -> str:
         "do. Approximate indexes and other distances are not supported; pass knn_func=None "
         "(euclidean, PML's default) or use pytorch-metric-learning's own AccuracyCalculator"
     )
+
+
+def _fill_index_as_pml_leaves_it(knn_func: Any, reference: Tensor) -> None:
+    """``FaissKNN(reset_after=False)`` keeps the reference in its index after a search (PML's
+    InferenceModel-style reuse); leave it so, although the ranking does not use it."""
+    if type(knn_func).__name__ != "FaissKNN" or getattr(knn_func, "reset_after", True):
+        return
+    index = knn_func.index_init_fn(reference.shape[1])
+    index.add(np.ascontiguousarray(reference.detach().cpu().numpy().astype(np.float32)))
+    knn_func.index = index
 
 
 def _blocked_knn(
@@ -466,7 +481,8 @@ class AccuracyCalculator:
     * ``knn_func`` is honoured when it is an exact kNN this ranking reproduces: PML's
       ``FaissKNN`` with ``IndexFlatL2`` (the default) or ``IndexFlatIP``, or ``CustomKNN`` with
       ``LpDistance(p=2)``, ``CosineSimilarity`` or ``DotProductSimilarity``. Any other raises
-      ValueError. The object is never called.
+      ValueError. The object is never called (a ``FaissKNN(reset_after=False)`` is left holding
+      the reference in its index, as PML leaves it).
     * Inputs may be tensors, numpy arrays or lists; ``get_accuracy``'s ``include`` / ``exclude``
       are checked like the constructor's (PML ignores unknown names there).
 
@@ -816,6 +832,7 @@ class AccuracyCalculator:
             ),
             "not_lone_query_mask": mask.to(query_labels.device),
         }
+        _fill_index_as_pml_leaves_it(self.knn_func, reference)
         wanted = [x for x in metrics if x in self.requires_knn()]
         if bool(mask.any()) and any(self._own(x) for x in wanted):
             out["ranked"] = self._ranked(query, reference, index, counts, num_k, ref_includes_query)
