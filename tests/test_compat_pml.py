@@ -510,3 +510,23 @@ def test_subclass_with_extra_keys_as_in_pmls_documentation(k):
     ours = _subclass(AccuracyCalculator)(**options).get_accuracy(*args)
     assert "precision_at_2" in ours and "fancy_mutual_info" in ours
     assert_same(theirs, ours, f"k={k}")
+
+
+def test_faiss_knn_state_as_pml_leaves_it():
+    import faiss
+
+    emb, labels = data(16, 30, 3)
+    for reset_after in (False, True):
+        theirs = pml_inference.FaissKNN(reset_after=reset_after, index_init_fn=faiss.IndexFlatIP)
+        ours = pml_inference.FaissKNN(reset_after=reset_after, index_init_fn=faiss.IndexFlatIP)
+        pml_ac.AccuracyCalculator(device=CPU, knn_func=theirs, exclude=("NMI", "AMI")).get_accuracy(
+            emb, labels
+        )
+        AccuracyCalculator(device=CPU, knn_func=ours, exclude=("NMI", "AMI")).get_accuracy(
+            emb, labels
+        )
+        assert type(ours.index) is type(theirs.index)
+        if not reset_after:
+            assert ours.index.ntotal == theirs.index.ntotal == 30
+    with pytest.raises(ValueError, match="reset_before"):
+        AccuracyCalculator(knn_func=pml_inference.FaissKNN(reset_before=False))
