@@ -530,3 +530,45 @@ def test_faiss_knn_state_as_pml_leaves_it():
             assert ours.index.ntotal == theirs.index.ntotal == 30
     with pytest.raises(ValueError, match="reset_before"):
         AccuracyCalculator(knn_func=pml_inference.FaissKNN(reset_before=False))
+
+
+def test_ties_are_pmls_value_averaged_over_every_storage_order():
+    # PML breaks exact ties by storage order; averaged over all orders of the items, that is the
+    # expectation over tie orders this class computes.
+    import itertools
+
+    # item 0 has items 1 (relevant) and 2 at distance 1; item 3 has items 1 and 2 at 1 too
+    emb = torch.tensor([[0.0], [1.0], [1.0], [2.0]])
+    labels = torch.tensor([0, 0, 1, 1])
+    keys = KNN_KEYS
+    for k in (None, 1, 2):
+        total = dict.fromkeys(keys, 0.0)
+        orders = list(itertools.permutations(range(4)))
+        for order in orders:
+            o = torch.tensor(order)
+            theirs = pml_ac.AccuracyCalculator(device=CPU, include=keys, k=k).get_accuracy(
+                emb[o], labels[o]
+            )
+            for key in keys:
+                total[key] += theirs[key] / len(orders)
+        ours = AccuracyCalculator(device=CPU, include=keys, k=k).get_accuracy(emb, labels)
+        for key in keys:
+            assert ours[key] == pytest.approx(total[key], rel=1e-6), (k, key)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, "max_bin_count"])
+def test_ranking_stopped_at_k_equals_the_whole_ranking(monkeypatch, k):
+    # a cut-off k lets the ranking stop at depth k; with many exact ties that must not matter
+    gen = torch.Generator().manual_seed(17)
+    emb = torch.randint(0, 3, (40, 2), generator=gen).float()
+    labels = torch.randint(0, 4, (40,), generator=gen)
+    calc = AccuracyCalculator(device=CPU, exclude=("NMI", "AMI"), k=k, return_per_class=True)
+    stopped = calc.get_accuracy(emb, labels)
+    whole_ranking = compat.rank_embeddings
+
+    def whole(*args, **kwargs):
+        kwargs["depth"] = None
+        return whole_ranking(*args, **kwargs)
+
+    monkeypatch.setattr(compat, "rank_embeddings", whole)
+    assert_same(calc.get_accuracy(emb, labels), stopped, rtol=1e-12)

@@ -89,8 +89,8 @@ def _labels(x: Any, name: str, device: torch.device) -> Tensor:
     t = _as_tensor(x, name)
     if t.dim() == 0:
         raise ValueError(f"`{name}` must have one label (or label row) per item, got a scalar")
-    if t.is_complex() or t.dtype == torch.bool:
-        raise ValueError(f"`{name}` must hold numbers, got {t.dtype}")
+    if t.is_complex():
+        raise ValueError(f"`{name}` must hold real numbers, got {t.dtype}")
     # PML compares labels after casting them to float32: integers above 2**24 can merge there,
     # and they merge here too, so that the numbers stay PML's.
     return t.to(device).to(torch.float32)
