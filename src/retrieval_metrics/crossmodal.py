@@ -226,14 +226,12 @@ class CrossModalRetrieval(RetrievalMetricBase):
                 emb=captions.emb[in_fold.to(captions.emb.device)],
                 labels=captions.labels.cpu()[in_fold],
             )
-            for direction, (queries, gallery) in zip(
-                DIRECTIONS,
-                ((fold_images, fold_captions), (fold_captions, fold_images)),
-                strict=True,
-            ):
-                per_fold[direction].append(
-                    D.rank_queries(queries, gallery, options, self.process_group, distributed)
-                )
+            # both directions count the same image x caption scores
+            tables = D.rank_two_ways(
+                fold_images, fold_captions, options, self.process_group, distributed
+            )
+            for direction, table in zip(DIRECTIONS, tables, strict=True):
+                per_fold[direction].append(table)
         self._fold_sizes = {d: [t.num_queries for t in per_fold[d]] for d in DIRECTIONS}
         return {d: concat_tables(per_fold[d]) for d in DIRECTIONS}
 

@@ -45,6 +45,7 @@ __all__ = [
     "rank_and_world",
     "rank_gallery_sharded",
     "rank_queries",
+    "rank_two_ways",
     "sync_states",
 ]
 
@@ -246,6 +247,25 @@ def rank_queries(
     _, world = rank_and_world(group) if distributed else (0, 1)
     table = options.rank(queries.select(query_share(len(queries), group, distributed)), gallery)
     return gather_table(table, group) if world > 1 else table
+
+
+def rank_two_ways(
+    a: Items,
+    b: Items,
+    options: RankingOptions,
+    group: Any = None,
+    distributed: bool = True,
+) -> tuple[RankTable, RankTable]:
+    """``a`` against ``b`` and ``b`` against ``a`` (label relevance), the whole tables on every
+    process: one pass over the products on one process, each process its share of both
+    directions' queries on several."""
+    _, world = rank_and_world(group) if distributed else (0, 1)
+    if world == 1:
+        return options.rank_two_ways(a, b)
+    return (
+        rank_queries(a, b, options, group, distributed),
+        rank_queries(b, a, options, group, distributed),
+    )
 
 
 def rank_gallery_sharded(

@@ -25,6 +25,7 @@ from retrieval_metrics.functional.ranking import (
     rank_lists,
     rank_relevance,
     rank_scores,
+    rank_two_ways,
 )
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
 
@@ -51,6 +52,7 @@ __all__ = [
     "rank_lists",
     "rank_relevance",
     "rank_scores",
+    "rank_two_ways",
     "recall_per_query",
     "reciprocal_rank_per_query",
     "retrieval_measures",

@@ -18,6 +18,7 @@ from retrieval_metrics.functional.ranking import (
     Exchange,
     rank_embeddings,
     rank_embeddings_sharded,
+    rank_two_ways,
 )
 from retrieval_metrics.functional.table import RankTable
 
@@ -81,6 +82,20 @@ class RankingOptions:
             memory_budget=self.memory_budget,
             depth=self.depth,
             cover_relevant=self.cover_relevant,
+        )
+
+    def rank_two_ways(self, a: Items, b: Items) -> tuple[RankTable, RankTable]:
+        """``b`` ranked for every item of ``a`` and ``a`` for every item of ``b`` (relevant: the
+        same label), both from one pass over the products."""
+        return rank_two_ways(
+            a.emb,
+            b.emb.to(a.emb.device),
+            a_labels=a.labels,
+            b_labels=b.labels,
+            similarity=self.similarity,
+            depth=self.depth,
+            cover_relevant=self.cover_relevant,
+            memory_budget=self.memory_budget,
         )
 
     def rank_sharded(self, queries: Items, shard: Items, exchange: Exchange) -> RankTable:

@@ -18,12 +18,16 @@ How :func:`rank_embeddings` stays close to the cost of the similarity product:
 * With ``depth=d`` only relevant items in the top ``d`` positions (and always the best one) need
   exact positions; the threshold then rises to the ``d``-th largest segment maximum seen so far,
   which prunes almost everything for a good model.
+* A set ranked against itself has a symmetric score matrix: each pair of square blocks is one
+  product whose rows serve one block's queries and whose columns serve the other's, so the pass
+  computes half of the full product. :func:`rank_two_ways` does the same for two sets ranked
+  against each other (image-to-text and text-to-image from one product).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +47,7 @@ __all__ = [
     "rank_lists",
     "rank_relevance",
     "rank_scores",
+    "rank_two_ways",
 ]
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
@@ -464,66 +469,586 @@ def _blocked_ranking(
     device = query.device
     dtype = _score_dtype(query, gallery)
     elem = torch.finfo(dtype).bits // 8
+    # Same source (a set ranked against itself): the score matrix is symmetric, so each pair of
+    # blocks can serve the queries of both (see _two_sided_pass).
+    symmetric = (
+        gallery is query
+        and mode == "table"
+        and _one_product(similarity, block_size, relevance_sets, gallery.shape[0])
+        and _same_key(query_order_key, gallery_order_key)
+    )
     kept = relevance_sets.gallery_index
     if kept.numel() != gallery.shape[0]:
         gallery = gallery[kept.to(device)]
     q_mat, g_mat = _prepare(query, gallery, similarity, dtype)
     num_q, num_g = q_mat.shape[0], g_mat.shape[0]
-    rel_ptr = relevance_sets.relevant_ptr
-    rel_index = relevance_sets.relevant_index
-    if external is not None:
-        # counting against given scores: they play the part of the relevant items
-        rel_ptr = external[0].cpu()
-        rel_index = torch.zeros(int(rel_ptr[-1]), dtype=torch.int64)
-        ext_scores = external[1].to(device=device, dtype=dtype)
-    ex_ptr = relevance_sets.excluded_ptr
-    ex_index = relevance_sets.excluded_index
-    if gallery_order_key is not None and num_g:
-        # Counts do not depend on gallery order; grouping by label puts each query block's
-        # relevant items in one or two gallery blocks.
-        g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
-        g_mat = g_mat[g_perm.to(device)]
-        new_position = torch.empty_like(g_perm)
-        new_position[g_perm] = torch.arange(num_g)
-        if external is None:
-            rel_index = new_position[rel_index]
-        ex_index = new_position[ex_index]
-    num_relevant = rel_ptr.diff()
-    gallery_size = num_g - ex_ptr.diff()
-
-    max_relevant = int(num_relevant.max()) if num_q else 0
+    side = _Side.make(
+        relevance_sets,
+        num_q,
+        num_g,
+        query_order_key,
+        gallery_order_key,
+        device=device,
+        dtype=dtype,
+        depth=depth,
+        cover_relevant=cover_relevant,
+        memory_budget=memory_budget,
+        external=external,
+        mode=mode,
+    )
+    if side.g_perm is not None:
+        g_mat = g_mat[side.g_perm.to(device)]
     if block_size is None:
         block_q, block_g = _block_sizes(
-            num_q, num_g, q_mat.shape[1], max_relevant, elem, memory_budget
+            num_q, num_g, q_mat.shape[1], side.max_relevant, elem, memory_budget
         )
     else:
-        block_q, block_g = block_size
-        if block_q < 1 or block_g < SEGMENT or block_g % SEGMENT:
-            raise ValueError(
-                f"`block_size` must be (queries >= 1, gallery items a multiple of {SEGMENT}), "
-                f"got {block_size!r}"
+        block_q, block_g = _checked_block_size(block_size)
+    if symmetric and num_q:
+        block = block_g if block_size is not None else _square_block(num_g, elem, memory_budget)
+        symmetric = side.state_bytes(block, elem) <= memory_budget // 2
+        if symmetric:
+            _two_sided_pass(side.at(block), None, g_mat, g_mat)
+    if not symmetric:
+        _one_sided_pass(side.at(block_g), q_mat, g_mat, block_q, mode)
+    return side.result(relevance_sets)
+
+
+def rank_two_ways(
+    a: Tensor,
+    b: Tensor,
+    *,
+    a_labels: Any,
+    b_labels: Any,
+    similarity: str = "cosine",
+    depth: int | None = None,
+    cover_relevant: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: int | None = None,
+) -> tuple[RankTable, RankTable]:
+    """Rank ``b`` for every row of ``a`` and ``a`` for every row of ``b`` (relevant: same label).
+
+    The tables equal ``rank_embeddings(a, b, ...)`` and ``rank_embeddings(b, a, ...)``, but both
+    come from one pass over the ``a x b`` products: each block of scores is counted along its
+    rows for the first table and along its columns for the second (image-to-text and
+    text-to-image retrieval from one product). ``block_size`` (a multiple of 64) sets the square
+    blocks; results do not depend on it.
+
+    Example:
+        >>> import torch
+        >>> images = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+        >>> captions = torch.tensor([[0.9, 0.1], [0.2, 0.8], [1.0, 0.1]])
+        >>> i2t, t2i = rank_two_ways(
+        ...     images, captions, a_labels=torch.tensor([0, 1]), b_labels=torch.tensor([0, 1, 0])
+        ... )
+        >>> i2t.above.tolist(), t2i.above.tolist()
+        ([0, 1, 0], [0, 0, 0])
+    """
+    common = dict(
+        query_ids=None,
+        gallery_ids=None,
+        query_cameras=None,
+        gallery_cameras=None,
+        query_positions=None,
+        gallery_positions=None,
+        relevant_ids=None,
+        relevance="label",
+        radius=None,
+        ignore_label=None,
+        similarity=similarity,
+        depth=depth,
+        memory_budget=memory_budget,
+    )
+    a, b, rel_ab, a_key, b_key = _embedding_relevance(
+        a, b, query_labels=a_labels, gallery_labels=b_labels, **common
+    )
+    _, _, rel_ba, _, _ = _embedding_relevance(
+        b, a, query_labels=b_labels, gallery_labels=a_labels, **common
+    )
+    squares = None if block_size is None else (block_size, block_size)
+    options = dict(
+        similarity=similarity,
+        depth=depth,
+        cover_relevant=cover_relevant,
+        memory_budget=memory_budget,
+        block_size=squares,
+    )
+    if squares is not None:
+        _checked_block_size(squares)
+    device = a.device
+    dtype = _score_dtype(a, b)
+    elem = torch.finfo(dtype).bits // 8
+    sides = []
+    if (
+        a.shape[0]
+        and b.shape[0]
+        and _one_product(similarity, squares, rel_ab, b.shape[0])
+        and _one_product(similarity, squares, rel_ba, a.shape[0])
+    ):
+        a_mat, b_mat = _prepare(a, b.to(device), similarity, dtype)
+        for rel, keys, num in (
+            (rel_ab, (a_key, b_key), a_mat.shape[0]),
+            (rel_ba, (b_key, a_key), b_mat.shape[0]),
+        ):
+            sides.append(
+                _Side.make(
+                    rel,
+                    num,
+                    a_mat.shape[0] + b_mat.shape[0] - num,
+                    *keys,
+                    device=device,
+                    dtype=dtype,
+                    depth=depth,
+                    cover_relevant=cover_relevant,
+                    memory_budget=memory_budget,
+                )
             )
-    num_blocks_g = -(-num_g // block_g) if num_g else 0
+        if block_size is None:
+            block = _square_block(max(a_mat.shape[0], b_mat.shape[0]), elem, memory_budget)
+            # Each block of one side needs the relevant scores of many pairs before it counts
+            # its first: half-size blocks when that keeps every such product for its counting.
+            half = block // 2 // SEGMENT * SEGMENT
+            if (
+                half >= 512
+                and _pairs_with_relevant(sides, block) > _cache_room(memory_budget, block, dtype)
+                and _pairs_with_relevant(sides, half) <= _cache_room(memory_budget, half, dtype)
+            ):
+                block = half
+        else:
+            block = block_size
+        if sum(s.state_bytes(block, elem) for s in sides) <= memory_budget // 2:
+            a_mat = a_mat[sides[1].g_perm.to(device)] if sides[1].g_perm is not None else a_mat
+            b_mat = b_mat[sides[0].g_perm.to(device)] if sides[0].g_perm is not None else b_mat
+            _two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat)
+            return sides[0].result(rel_ab), sides[1].result(rel_ba)
+    # Euclidean scores (not one product for both directions), or states too large: two passes.
+    return (
+        rank_relevance(a, b, rel_ab, query_order_key=a_key, gallery_order_key=b_key, **options),
+        rank_relevance(b, a, rel_ba, query_order_key=b_key, gallery_order_key=a_key, **options),
+    )
 
-    if query_order_key is not None and num_q:
-        order = torch.sort(query_order_key.cpu(), stable=True).indices
-    else:
-        order = torch.arange(num_q)
 
-    # One entry per relevant pair: with thousands of relevant items per query these are the
-    # largest allocations of the ranking, so each mode allocates only what it returns.
-    num_pairs = int(rel_ptr[-1]) if num_q else 0
-    if mode == "scores":
-        out_scores = torch.zeros(num_pairs, dtype=dtype)
-    else:
-        out_above = torch.zeros(num_pairs, dtype=torch.int64)
-        out_tied = torch.zeros_like(out_above)
-        out_listed = torch.ones_like(out_above, dtype=torch.bool)
+def _one_product(
+    similarity: str, block_size: tuple[int, int] | None, rel: Relevance, num_gallery: int
+) -> bool:
+    """Whether one score block can serve both of its sides: a dot product of the same matrices
+    (euclidean scores 2 q.g - |g|^2 differ by side), square blocks, every gallery item kept."""
+    return (
+        similarity in ("cosine", "dot")
+        and (block_size is None or block_size[0] == block_size[1])
+        and rel.gallery_index.numel() == num_gallery
+    )
 
+
+def _same_key(first: Tensor | None, second: Tensor | None) -> bool:
+    if first is None or second is None:
+        return first is None and second is None
+    return first is second or torch.equal(first.cpu(), second.cpu())
+
+
+def _checked_block_size(block_size: tuple[int, int]) -> tuple[int, int]:
+    block_q, block_g = block_size
+    if block_q < 1 or block_g < SEGMENT or block_g % SEGMENT:
+        raise ValueError(
+            f"`block_size` must be (queries >= 1, gallery items a multiple of {SEGMENT}), "
+            f"got {block_size!r}"
+        )
+    return block_q, block_g
+
+
+@dataclass
+class _Side:
+    """One direction of a ranking: its relevance in processing order and its outputs.
+
+    Queries are processed in ``order`` (input positions); the gallery in the order ``g_perm``
+    (None: input order), and ``rel_index``/``ex_index`` are positions in that order.
+    """
+
+    rel_ptr: Tensor
+    rel_index: Tensor
+    ex_ptr: Tensor
+    ex_index: Tensor
+    order: Tensor
+    g_perm: Tensor | None
+    num_g: int
+    outputs: tuple[Tensor, ...]
+    options: dict[str, Any]
+    mode: str
+
+    @staticmethod
+    def make(
+        relevance_sets: Relevance,
+        num_q: int,
+        num_g: int,
+        query_order_key: Tensor | None,
+        gallery_order_key: Tensor | None,
+        *,
+        external: tuple[Tensor, Tensor] | None = None,
+        mode: str = "table",
+        **options: Any,
+    ) -> _Side:
+        rel_ptr = relevance_sets.relevant_ptr
+        rel_index = relevance_sets.relevant_index
+        ext_scores = None
+        if external is not None:
+            # counting against given scores: they play the part of the relevant items
+            rel_ptr = external[0].cpu()
+            rel_index = torch.zeros(int(rel_ptr[-1]), dtype=torch.int64)
+            ext_scores = external[1].to(device=options["device"], dtype=options["dtype"])
+        ex_index = relevance_sets.excluded_index
+        g_perm = None
+        if gallery_order_key is not None and num_g:
+            # Counts do not depend on gallery order; grouping by label puts each query block's
+            # relevant items in one or two gallery blocks.
+            g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
+            new_position = torch.empty_like(g_perm)
+            new_position[g_perm] = torch.arange(num_g)
+            if external is None:
+                rel_index = new_position[rel_index]
+            ex_index = new_position[ex_index]
+        if query_order_key is not None and num_q:
+            order = torch.sort(query_order_key.cpu(), stable=True).indices
+        else:
+            order = torch.arange(num_q)
+        # One entry per relevant pair: with thousands of relevant items per query these are the
+        # largest allocations of the ranking, so each mode allocates only what it returns.
+        num_pairs = int(rel_ptr[-1]) if num_q else 0
+        if mode == "scores":
+            outputs: tuple[Tensor, ...] = (torch.zeros(num_pairs, dtype=options["dtype"]),)
+        else:
+            above = torch.zeros(num_pairs, dtype=torch.int64)
+            outputs = (above, torch.zeros_like(above), torch.ones_like(above, dtype=torch.bool))
+        return _Side(
+            rel_ptr=rel_ptr,
+            rel_index=rel_index,
+            ex_ptr=relevance_sets.excluded_ptr,
+            ex_index=ex_index,
+            order=order,
+            g_perm=g_perm,
+            num_g=num_g,
+            outputs=outputs,
+            options=dict(options, ext_scores=ext_scores),
+            mode=mode,
+        )
+
+    @property
+    def max_relevant(self) -> int:
+        return int(self.rel_ptr.diff().max()) if self.order.numel() else 0
+
+    def state_bytes(self, block: int, elem: int) -> int:
+        """Scratch of every query block's counting state at once (the symmetric pass keeps them
+        all), rows padded to the block's longest."""
+        counts = self.rel_ptr.diff()[self.order]
+        n = counts.numel()
+        padded = torch.zeros(-(-n // block) * block, dtype=torch.int64)
+        padded[:n] = counts
+        widths = padded.view(-1, block).amax(1) + 1
+        # per (row, relevant slot): sorted scores and the depth candidates, the sort permutation
+        # and two histogram bins; per relevant pair: its row, column, position, block, offset,
+        # segment and the transients of the last step
+        return int(widths.sum()) * block * (2 * elem + 3 * 8) + int(counts.sum()) * 8 * 8
+
+    def at(self, block_g: int) -> _Pass:
+        return _Pass(
+            num_g=self.num_g,
+            block_g=block_g,
+            rel_ptr=self.rel_ptr,
+            rel_index=self.rel_index,
+            ex_ptr=self.ex_ptr,
+            ex_index=self.ex_index,
+            order=self.order,
+            outputs=self.outputs,
+            **self.options,
+        )
+
+    def result(self, relevance_sets: Relevance) -> Any:
+        if self.mode == "scores":
+            return self.outputs[0]
+        if self.mode == "count":
+            return self.outputs[0], self.outputs[1]
+        num_relevant = self.rel_ptr.diff()
+        gallery_size = self.num_g - self.ex_ptr.diff()
+        depth, num_q = self.options["depth"], self.order.numel()
+        if depth is None:
+            depth_out = gallery_size.clone()
+        elif self.options["cover_relevant"]:
+            depth_out = num_relevant.clamp_min(depth)
+        else:
+            depth_out = torch.full((num_q,), depth, dtype=torch.int64)
+        return _table_from_items(
+            self.rel_ptr,
+            *self.outputs,
+            relevance_sets.query_grades,
+            num_relevant,
+            gallery_size,
+            depth_out,
+        )
+
+
+def _square_block(num: int, elem: int, memory_budget: int) -> int:
+    """The block of the symmetric pass: a few score blocks of ``block x block`` fit the budget."""
+    block = max(SEGMENT, min(2048, -(-num // SEGMENT) * SEGMENT))
+    while block > SEGMENT and 4 * block * block * elem > memory_budget // 2:
+        block = max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
+    return block
+
+
+@dataclass
+class _Pass:
+    """What every query block of one ranking shares: the gallery's layout and the options.
+
+    ``rel_index`` and ``ex_index`` are gallery positions in processing order; ``rel_ptr`` and
+    ``ex_ptr`` are indexed by the query's input position; queries are processed in ``order``.
+    Query blocks write their results into ``outputs`` (see :meth:`_QueryBlock.finish`).
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    num_g: int
+    block_g: int
+    rel_ptr: Tensor
+    rel_index: Tensor
+    ex_ptr: Tensor
+    ex_index: Tensor
+    order: Tensor
+    outputs: tuple[Tensor, ...]
+    depth: int | None
+    cover_relevant: bool
+    memory_budget: int
+    ext_scores: Tensor | None = None
+    neg_inf: Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.neg_inf = torch.tensor(float("-inf"), dtype=self.dtype, device=self.device)
+
+    @property
+    def num_blocks_g(self) -> int:
+        return -(-self.num_g // self.block_g) if self.num_g else 0
+
+
+def _csr_rows(ptr: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The entries of CSR rows ``rows``: (row within ``rows``, column in it, position in CSR)."""
+    start, stop = ptr[rows], ptr[rows + 1]
+    counts = stop - start
+    row = torch.repeat_interleave(torch.arange(rows.numel()), counts)
+    local_ptr = torch.zeros(rows.numel() + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=local_ptr[1:])
+    col = torch.arange(int(local_ptr[-1])) - local_ptr[:-1][row]
+    return row, col, col + start[row]
+
+
+class _QueryBlock:
+    """One block of queries: its relevant scores, threshold and histograms across the gallery.
+
+    The ranking of a block goes through these steps, whatever the order of the gallery blocks:
+    :meth:`read_relevant` on the blocks that hold relevant items (and :meth:`seed` the depth
+    threshold with any block read early), :meth:`start_counting`, :meth:`count` every gallery
+    block once, :meth:`finish`. Score blocks ``s`` are ``(rows, block_g)``, excluded pairs
+    already at -inf (:meth:`mask_excluded`).
+    """
+
+    def __init__(self, p: _Pass, q_rows: Tensor) -> None:
+        self.p = p
+        self.nb = nb = q_rows.numel()
+        device = p.device
+        self.r_row, self.r_col, self.r_pos = _csr_rows(p.rel_ptr, q_rows)
+        self.r_counts = p.rel_ptr[q_rows + 1] - p.rel_ptr[q_rows]
+        r_gal = p.rel_index[self.r_pos]
+        self.r_block = r_gal // p.block_g
+        self.r_local = r_gal - self.r_block * p.block_g
+        # Excluded pairs of this block, by gallery block.
+        e_row, _, e_pos = _csr_rows(p.ex_ptr, q_rows)
+        e_gal = p.ex_index[e_pos]
+        e_block = e_gal // p.block_g
+        e_order = torch.argsort(e_block, stable=True)
+        self.e_row, self.e_gal = e_row[e_order].to(device), e_gal[e_order]
+        self.e_bounds = torch.searchsorted(e_block[e_order], torch.arange(p.num_blocks_g + 1))
+        m_blk = int(self.r_counts.max()) if nb else 0
+        self.rel_scores = torch.full(
+            (nb, max(m_blk, 1)), float("inf"), dtype=p.dtype, device=device
+        )
+        if p.ext_scores is not None:
+            self.rel_scores[self.r_row.to(device), self.r_col.to(device)] = p.ext_scores[
+                self.r_pos.to(device)
+            ]
+        if p.depth is not None:
+            # Where each relevant item lies, by block and segment, to mask it from the maxima.
+            seg_order = torch.argsort(self.r_block, stable=True)
+            self.seg_rows = self.r_row[seg_order].to(device)
+            self.seg_cols = (self.r_local // SEGMENT)[seg_order].to(device)
+            self.seg_bounds = torch.searchsorted(
+                self.r_block[seg_order], torch.arange(p.num_blocks_g + 1)
+            )
+        self.pending: list[Tensor] = []
+
+    def relevant_blocks(self) -> list[int]:
+        if self.p.ext_scores is not None:
+            return []
+        # a count per block, not a sort of every pair (torch.unique)
+        counts = torch.bincount(self.r_block, minlength=self.p.num_blocks_g)
+        return torch.nonzero(counts).flatten().tolist()
+
+    def has_excluded(self, b: int) -> bool:
+        return int(self.e_bounds[b + 1]) > int(self.e_bounds[b])
+
+    def mask_excluded(self, s: Tensor, b: int) -> None:
+        lo, hi = int(self.e_bounds[b]), int(self.e_bounds[b + 1])
+        if hi > lo:
+            local = (self.e_gal[lo:hi] - b * self.p.block_g).to(self.p.device)
+            s[self.e_row[lo:hi], local] = self.p.neg_inf
+
+    def read_relevant(self, s: Tensor, b: int) -> None:
+        sel = self.r_block == b
+        if bool(sel.any()):
+            device = self.p.device
+            rows = self.r_row[sel].to(device)
+            self.rel_scores[rows, self.r_col[sel].to(device)] = s[
+                rows, self.r_local[sel].to(device)
+            ]
+
+    def relevant_values(self) -> Tensor:
+        device = self.p.device
+        return self.rel_scores[self.r_row.to(device), self.r_col.to(device)].cpu()
+
+    def _without_relevant(self, seg_max: Tensor, b: int) -> Tensor:
+        """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
+        lo, hi = int(self.seg_bounds[b]), int(self.seg_bounds[b + 1])
+        if hi == lo:
+            return seg_max
+        masked = seg_max.clone()
+        masked[self.seg_rows[lo:hi], self.seg_cols[lo:hi]] = self.p.neg_inf
+        return masked
+
+    def seed(self, seg_max: Tensor, b: int) -> None:
+        """Let block ``b``, read before counting starts, raise the first depth threshold."""
+        if self.p.depth is not None:
+            self.pending.append(self._without_relevant(seg_max, b))
+
+    def start_counting(self) -> None:
+        p, nb = self.p, self.nb
+        device, dtype = p.device, p.dtype
+        neg_inf = p.neg_inf
+        # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
+        self.rel_scores.add_(0.0)
+        self.rel_sorted, self.rel_perm = torch.sort(self.rel_scores, dim=1)  # +inf padding last
+        del self.rel_scores
+        rel_sorted = self.rel_sorted
+        self.has_rel = self.r_counts.to(device) > 0
+        finite = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
+        self.best = finite.max(1).values
+        self.lowest = rel_sorted[:, 0]
+        self.threshold = torch.where(
+            self.has_rel, self.lowest, torch.full_like(self.lowest, float("inf"))
+        )
+        if p.depth is not None:
+            r_counts = self.r_counts
+            block_depth = (
+                r_counts.clamp_min(p.depth)
+                if p.cover_relevant
+                else torch.full_like(r_counts, p.depth)
+            )
+            self.top_width = int(block_depth.max()) if nb else p.depth
+            self.depth_col = (block_depth - 1).to(device)[:, None]
+            # A lower bound of each row's depth-th best score, from distinct items: the relevant
+            # scores themselves, and the maxima of the segments that hold no relevant item.
+            pad = torch.full((nb, self.top_width), float("-inf"), dtype=dtype, device=device)
+            self.top_seg = torch.cat([pad, finite], 1)
+        self.theta_from_blocks = False
+        self.width = rel_sorted.shape[1] + 1
+        self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
+        self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
+
+    def _raise_threshold(self) -> None:
+        # The threshold may lag behind (any lower bound of the depth-th best score is correct),
+        # so the segment maxima are merged every few blocks only.
+        if self.pending and (len(self.pending) >= THETA_EVERY or not self.theta_from_blocks):
+            self.theta_from_blocks = True
+            merged = torch.cat([self.top_seg, *_columnwise_max(self.pending)], 1)
+            self.top_seg = merged.topk(self.top_width, dim=1).values
+            self.pending = []
+            theta = self.top_seg.gather(1, self.depth_col).squeeze(1)
+            self.threshold = torch.where(
+                self.has_rel,
+                torch.minimum(self.best, torch.maximum(self.lowest, theta)),
+                self.threshold,
+            )
+
+    def count(
+        self,
+        s: Tensor,
+        seg_max: Tensor,
+        b: int,
+        seeded: bool = False,
+        segment_values: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``) to the histograms.
+
+        ``s`` may be a view that is not row-major (the transposed block of the symmetric pass);
+        then ``segment_values`` reads the scores of flat segment indices for the sparse count.
+        """
+        if self.p.depth is not None:
+            if not seeded:
+                self.seed(seg_max, b)
+            self._raise_threshold()
+        candidates = torch.nonzero((seg_max >= self.threshold[:, None]).reshape(-1)).squeeze(1)
+        if candidates.numel() == 0:
+            return
+        nb, width = self.nb, self.width
+        block_g = s.shape[1]
+        # Copying each surviving item's row of relevant scores costs about `width` per item;
+        # searching the whole block costs about log2(width) per item of the block. Weak
+        # models, ties and large classes let nearly every item through: search the block.
+        if candidates.numel() * SEGMENT * (width + SPARSE_OVERHEAD) > nb * block_g * (
+            width.bit_length() + DENSE_OVERHEAD
+        ):
+            dense = s if s.is_contiguous() else s.contiguous()
+            _count_block(dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget)
+        else:
+            _count_candidates(
+                s,
+                candidates,
+                self.threshold,
+                self.rel_sorted,
+                self.hist_lt,
+                self.hist_le,
+                self.p.memory_budget,
+                segment_values,
+            )
+
+    def finish(self) -> None:
+        """Write above, tied and listed of every relevant pair into the outputs (CSR order)."""
+        nb, width = self.nb, self.width
+        hist_le = self.hist_le
+        hist_le += self.hist_lt
+        # above of the j-th smallest relevant score = items with "count below" > j.
+        # As totals minus prefix sums, in place: these are (rows x relevant items) each.
+        prefix_lt = self.hist_lt.view(nb, width).cumsum_(1)
+        prefix_le = hist_le.view(nb, width).cumsum_(1)
+        above_sorted = prefix_lt[:, -1:] - prefix_lt[:, :-1]
+        tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
+        del self.hist_lt, self.hist_le, prefix_lt, prefix_le, hist_le
+        listed_sorted = self.rel_sorted >= self.threshold[:, None]
+        # Back from sorted order to the CSR order of the relevant items.
+        rows, cols = self.r_row.to(self.p.device), self.r_col.to(self.p.device)
+        for out, sorted_values in zip(
+            self.p.outputs, (above_sorted, tied_sorted, listed_sorted), strict=True
+        ):
+            unsorted = torch.empty_like(sorted_values)
+            unsorted.scatter_(1, self.rel_perm, sorted_values)
+            out[self.r_pos] = unsorted[rows, cols].cpu()
+
+
+def _segment_maxima(s: Tensor) -> Tensor:
+    return s.view(s.shape[0], s.shape[1] // SEGMENT, SEGMENT).amax(2)
+
+
+def _one_sided_pass(p: _Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str) -> None:
+    """Each query block against every gallery block in turn (any query and gallery)."""
+    device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
+    elem = torch.finfo(dtype).bits // 8
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
     scores = torch.empty(max(block_q, PRODUCT_ROWS), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
-    neg_inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
 
     def gallery_block(b: int) -> Tensor:
         start, stop = b * block_g, min((b + 1) * block_g, num_g)
@@ -535,93 +1060,36 @@ def _blocked_ranking(
         g_buffer[: stop - start] = g_mat[start:stop]
         return g_buffer
 
-    for q_start in range(0, num_q, block_q):
-        q_rows = order[q_start : q_start + block_q]
-        nb = q_rows.numel()
+    for q_start in range(0, q_mat.shape[0], block_q):
+        q_rows = p.order[q_start : q_start + block_q]
+        qb = _QueryBlock(p, q_rows)
+        nb = qb.nb
         q_blk = q_mat[q_rows.to(device)]
         if nb < PRODUCT_ROWS:
             q_blk = torch.cat([q_blk, q_blk.new_zeros(PRODUCT_ROWS - nb, q_blk.shape[1])])
-        # Relevant items of this query block, as (row, gallery index) pairs in CSR order.
-        r_start, r_stop = rel_ptr[q_rows], rel_ptr[q_rows + 1]
-        r_counts = r_stop - r_start
-        r_row = torch.repeat_interleave(torch.arange(nb), r_counts)
-        r_ptr = torch.zeros(nb + 1, dtype=torch.int64)
-        torch.cumsum(r_counts, 0, out=r_ptr[1:])
-        r_pos = torch.arange(int(r_ptr[-1])) - r_ptr[:-1][r_row] + r_start[r_row]
-        r_gal = rel_index[r_pos]
-        # Excluded pairs of this block.
-        e_start, e_stop = ex_ptr[q_rows], ex_ptr[q_rows + 1]
-        e_counts = e_stop - e_start
-        e_row = torch.repeat_interleave(torch.arange(nb), e_counts)
-        e_ptr = torch.zeros(nb + 1, dtype=torch.int64)
-        torch.cumsum(e_counts, 0, out=e_ptr[1:])
-        e_gal = ex_index[torch.arange(int(e_ptr[-1])) - e_ptr[:-1][e_row] + e_start[e_row]]
-        e_block = e_gal // block_g
-        e_order = torch.argsort(e_block, stable=True)
-        e_row, e_gal, e_block = e_row[e_order], e_gal[e_order], e_block[e_order]
-        e_bounds = torch.searchsorted(e_block, torch.arange(num_blocks_g + 1))
-
-        m_blk = int(r_counts.max()) if nb else 0
-        rel_scores = torch.full((nb, max(m_blk, 1)), float("inf"), dtype=dtype, device=device)
-        r_col = torch.arange(r_row.numel()) - r_ptr[:-1][r_row]
 
         def block_scores(
-            b: int,
-            out: Tensor,
-            q_blk: Tensor = q_blk,
-            nb: int = nb,
-            e_bounds: Tensor = e_bounds,
-            e_row: Tensor = e_row,
-            e_gal: Tensor = e_gal,
+            b: int, out: Tensor, q_blk: Tensor = q_blk, qb: _QueryBlock = qb
         ) -> Tensor:
-            s = torch.mm(q_blk, gallery_block(b).T, out=out[: q_blk.shape[0]])[:nb]
-            lo, hi = int(e_bounds[b]), int(e_bounds[b + 1])
-            if hi > lo:
-                s[e_row[lo:hi].to(device), (e_gal[lo:hi] - b * block_g).to(device)] = neg_inf
+            s = torch.mm(q_blk, gallery_block(b).T, out=out[: q_blk.shape[0]])[: qb.nb]
+            qb.mask_excluded(s, b)
             width = min(block_g, num_g - b * block_g)
             if width < block_g:
-                s[:, width:] = neg_inf
+                s[:, width:] = p.neg_inf
             return s
 
-        r_block = r_gal // block_g
-        if depth is not None:
-            # Where each relevant item lies, by block and segment, to mask it from the maxima.
-            r_local = r_gal - r_block * block_g
-            seg_order = torch.argsort(r_block, stable=True)
-            seg_rows, seg_cols = r_row[seg_order], (r_local // SEGMENT)[seg_order]
-            seg_bounds = torch.searchsorted(r_block[seg_order], torch.arange(num_blocks_g + 1))
-
-            def without_relevant(
-                seg_max: Tensor,
-                b: int,
-                seg_rows: Tensor = seg_rows,
-                seg_cols: Tensor = seg_cols,
-                seg_bounds: Tensor = seg_bounds,
-            ) -> Tensor:
-                """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
-                lo, hi = int(seg_bounds[b]), int(seg_bounds[b + 1])
-                if hi == lo:
-                    return seg_max
-                masked = seg_max.clone()
-                masked[seg_rows[lo:hi].to(device), seg_cols[lo:hi].to(device)] = neg_inf
-                return masked
-
-        # Pass 1: read relevant scores from the blocks that hold them (same products as pass 2).
+        # Read relevant scores from the blocks that hold them (same products as the counting).
         # With a depth, the first blocks are read here too (as many as stay cached), so that the
         # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
         # early blocks let several times as many candidates through as the later ones.
-        blocks_with_relevant = torch.unique(r_block).tolist() if external is None else []
-        if external is not None:
-            rel_scores[r_row.to(device), r_col.to(device)] = ext_scores[r_pos.to(device)]
-        cache_room = max(0, (memory_budget // 2) // max(1, nb * block_g * elem) - 1)
+        read_first = qb.relevant_blocks()
+        cache_room = max(0, (p.memory_budget // 2) // max(1, nb * block_g * elem) - 1)
         if mode == "scores":
             cache_room = 0
-        read_first = list(blocks_with_relevant)
-        if depth is not None:
+        if p.depth is not None:
             extra = min(THETA_EVERY, cache_room) - len(read_first)
-            read_first += [b for b in range(num_blocks_g) if b not in read_first][: max(0, extra)]
+            read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
-        seeds: list[Tensor] = []
         for b in read_first:
             if len(cache) < cache_room:
                 if len(cache) == len(cache_buffers):
@@ -629,126 +1097,156 @@ def _blocked_ranking(
                 s = block_scores(b, cache_buffers[len(cache)])
             else:
                 s = block_scores(b, scores)
-            sel = r_block == b
-            if bool(sel.any()):
-                rel_scores[r_row[sel].to(device), r_col[sel].to(device)] = s[
-                    r_row[sel].to(device), (r_gal[sel] - b * block_g).to(device)
-                ]
+            qb.read_relevant(s, b)
             seg_max = None
-            if depth is not None:
-                seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
-                seeds.append(without_relevant(seg_max, b))
+            if p.depth is not None:
+                seg_max = _segment_maxima(s)
+                qb.seed(seg_max, b)
             if len(cache) < cache_room:
                 cache[b] = (s, seg_max)
         if mode == "scores":
-            out_scores[r_pos] = rel_scores[r_row.to(device), r_col.to(device)].cpu()
+            p.outputs[0][qb.r_pos] = qb.relevant_values()
             continue
 
-        # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
-        rel_scores.add_(0.0)
-        rel_sorted, rel_perm = torch.sort(rel_scores, dim=1)  # ascending, +inf padding last
-        has_rel = r_counts.to(device) > 0
-        finite = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
-        best = finite.max(1).values
-        lowest = rel_sorted[:, 0]
-        threshold = torch.where(has_rel, lowest, torch.full_like(lowest, float("inf")))
-        if depth is not None:
-            block_depth = (
-                r_counts.clamp_min(depth) if cover_relevant else torch.full_like(r_counts, depth)
-            )
-            top_width = int(block_depth.max()) if nb else depth
-            depth_col = (block_depth - 1).to(device)[:, None]
-            # A lower bound of each row's depth-th best score, from distinct items: the relevant
-            # scores themselves, and the maxima of the segments that hold no relevant item.
-            known = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
-            pad = torch.full((nb, top_width), float("-inf"), dtype=dtype, device=device)
-            top_seg = torch.cat([pad, known], 1)
-
-        width = rel_sorted.shape[1] + 1
-        hist_lt = torch.zeros(nb * width, dtype=torch.int64, device=device)
-        hist_le = torch.zeros(nb * width, dtype=torch.int64, device=device)
-        # The blocks read in pass 1 are merged before the first block is filtered.
-        pending: list[Tensor] = seeds
-        theta_from_blocks = False
-        for b in range(num_blocks_g):
+        qb.start_counting()
+        seeded = set(read_first)
+        for b in range(p.num_blocks_g):
             s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
             if seg_max is None:
-                seg_max = s.view(nb, block_g // SEGMENT, SEGMENT).amax(2)
-            if depth is not None:
-                if b not in read_first:
-                    pending.append(without_relevant(seg_max, b))
-                # The threshold may lag behind (any lower bound of the depth-th best score is
-                # correct), so the segment maxima are merged every few blocks only.
-                if pending and (len(pending) >= THETA_EVERY or not theta_from_blocks):
-                    theta_from_blocks = True
-                    top_seg = torch.cat([top_seg, *_columnwise_max(pending)], 1)
-                    top_seg = top_seg.topk(top_width, dim=1).values
-                    pending = []
-                    theta = top_seg.gather(1, depth_col).squeeze(1)
-                    threshold = torch.where(
-                        has_rel, torch.minimum(best, torch.maximum(lowest, theta)), threshold
-                    )
-            candidates = torch.nonzero((seg_max >= threshold[:, None]).view(-1)).squeeze(1)
-            if candidates.numel() == 0:
-                continue
-            # Copying each surviving item's row of relevant scores costs about `width` per item;
-            # searching the whole block costs about log2(width) per item of the block. Weak
-            # models, ties and large classes let nearly every item through: search the block.
-            if candidates.numel() * SEGMENT * (width + SPARSE_OVERHEAD) > nb * block_g * (
-                width.bit_length() + DENSE_OVERHEAD
-            ):
-                _count_block(s[:nb], rel_sorted, hist_lt, hist_le, memory_budget)
-            else:
-                _count_candidates(
-                    s[:nb],
-                    candidates,
-                    threshold,
-                    rel_sorted,
-                    hist_lt,
-                    hist_le,
-                    memory_budget,
-                )
-        hist_le += hist_lt
+                seg_max = _segment_maxima(s)
+            qb.count(s, seg_max, b, seeded=b in seeded)
+        qb.finish()
 
-        # above of the j-th smallest relevant score = items with "count below" > j.
-        # As totals minus prefix sums, in place: these are (rows x relevant items) each.
-        prefix_lt = hist_lt.view(nb, width).cumsum_(1)
-        prefix_le = hist_le.view(nb, width).cumsum_(1)
-        above_sorted = prefix_lt[:, -1:] - prefix_lt[:, :-1]
-        tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
-        del hist_lt, hist_le, prefix_lt, prefix_le
-        listed_sorted = rel_sorted >= threshold[:, None]
-        # Back from sorted order to the CSR order of the relevant items.
-        above = torch.empty_like(above_sorted)
-        tied = torch.empty_like(tied_sorted)
-        listed = torch.empty_like(listed_sorted)
-        above.scatter_(1, rel_perm, above_sorted)
-        tied.scatter_(1, rel_perm, tied_sorted)
-        listed.scatter_(1, rel_perm, listed_sorted)
-        out_above[r_pos] = above[r_row.to(device), r_col.to(device)].cpu()
-        out_tied[r_pos] = tied[r_row.to(device), r_col.to(device)].cpu()
-        out_listed[r_pos] = listed[r_row.to(device), r_col.to(device)].cpu()
 
-    if mode == "scores":
-        return out_scores
-    if mode == "count":
-        return out_above, out_tied
-    if depth is None:
-        depth_out = gallery_size.clone()
-    elif cover_relevant:
-        depth_out = num_relevant.clamp_min(depth)
-    else:
-        depth_out = torch.full((num_q,), depth, dtype=torch.int64)
-    return _table_from_items(
-        rel_ptr,
-        out_above,
-        out_tied,
-        out_listed,
-        relevance_sets.query_grades,
-        num_relevant,
-        gallery_size,
-        depth_out,
+def _two_sided_pass(p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor) -> None:
+    """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
+
+    ``S = A_i B_j^T`` gives block i of ``a`` its scores against block j of ``b`` (rows, for
+    ``p_rows``) and block j of ``b`` its scores against block i of ``a`` (columns, ``S^T``, for
+    ``p_cols``). With ``p_cols=None`` it is one set ranked against itself (``a`` is ``b``): only
+    the pairs ``i <= j`` are computed, half of the full product. ``a`` and ``b`` are in
+    processing order; block i of queries is block i of the gallery of the other side.
+    """
+    symmetric = p_cols is None
+    p_cols = p_rows if p_cols is None else p_cols
+    device, dtype, block = p_rows.device, p_rows.dtype, p_rows.block_g
+    num_a, num_b = a.shape[0], b.shape[0]
+    blocks_a, blocks_b = -(-num_a // block), -(-num_b // block)
+
+    def query_blocks(p: _Pass, num_blocks: int) -> list[_QueryBlock]:
+        return [_QueryBlock(p, p.order[i * block : (i + 1) * block]) for i in range(num_blocks)]
+
+    rows_of = query_blocks(p_rows, blocks_a)
+    cols_of = rows_of if symmetric else query_blocks(p_cols, blocks_b)
+
+    def padded(x: Tensor, num_blocks: int) -> Tensor:
+        out = torch.zeros(num_blocks * block, x.shape[1], dtype=dtype, device=device)
+        out[: x.shape[0]] = x
+        return out
+
+    a_pad = padded(a, blocks_a)
+    b_pad = a_pad if symmetric else padded(b, blocks_b)
+    tail_a, tail_b = num_a - (blocks_a - 1) * block, num_b - (blocks_b - 1) * block
+
+    def product(i: int, j: int, out: Tensor) -> Tensor:
+        # Every product has the same shape, so a pair's score does not depend on its block.
+        s = torch.mm(
+            a_pad[i * block : (i + 1) * block], b_pad[j * block : (j + 1) * block].T, out=out
+        )
+        if i == blocks_a - 1 and tail_a < block:
+            s[tail_a:] = p_rows.neg_inf
+        if j == blocks_b - 1 and tail_b < block:
+            s[:, tail_b:] = p_rows.neg_inf
+        return s
+
+    # A block starts counting once it has read its relevant scores (its threshold starts at the
+    # lowest), from the products of the pairs that hold them. Those products are kept for the
+    # counting while the budget allows: in the order below a block's pairs are read shortly
+    # before they are counted, so that few are kept at once when relevant items are grouped.
+    def pair(i: int, j: int) -> tuple[int, int]:
+        return (min(i, j), max(i, j)) if symmetric else (i, j)
+
+    needs_rows = [{pair(i, j) for j in qb.relevant_blocks()} for i, qb in enumerate(rows_of)]
+    needs_cols = (
+        needs_rows
+        if symmetric
+        else [{(i, j) for i in qb.relevant_blocks()} for j, qb in enumerate(cols_of)]
     )
+    cache_room = _cache_room(p_rows.memory_budget, block, dtype)
+    cache: dict[tuple[int, int], Tensor] = {}
+    read: set[tuple[int, int]] = set()
+    started: set[int] = set()
+    scores = torch.empty(block, block, dtype=dtype, device=device)
+
+    def start(qb: _QueryBlock, needs: set[tuple[int, int]]) -> None:
+        if id(qb) in started:
+            return
+        for i, j in sorted(needs - read):
+            keep = len(cache) < cache_room
+            s = product(i, j, torch.empty_like(scores) if keep else scores)
+            rows_of[i].read_relevant(s, j)
+            if not (symmetric and i == j):
+                cols_of[j].read_relevant(s.T, i)
+            read.add((i, j))
+            if keep:
+                cache[(i, j)] = s
+        qb.start_counting()
+        started.add(id(qb))
+
+    for j in range(blocks_b):
+        for i in range(j + 1) if symmetric else range(blocks_a):
+            rows, cols = rows_of[i], cols_of[j]
+            start(rows, needs_rows[i])
+            start(cols, needs_cols[j])
+            s = cache.pop((i, j)) if (i, j) in cache else product(i, j, scores)
+            if not (symmetric and i == j):
+                # The columns first: the rows' exclusions are then written into s in place.
+                if cols.has_excluded(i):
+                    st = s.T.contiguous()
+                    cols.mask_excluded(st, i)
+                    cols.count(st[: cols.nb], _segment_maxima(st)[: cols.nb], i)
+                else:
+                    seg_max = s.view(block // SEGMENT, SEGMENT, block).amax(1).T.contiguous()
+                    cols.count(
+                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=_column_segments(s)
+                    )
+            rows.mask_excluded(s, j)
+            rows.count(s[: rows.nb], _segment_maxima(s)[: rows.nb], j)
+    for qb in rows_of if symmetric else rows_of + cols_of:
+        qb.finish()
+
+
+def _cache_room(memory_budget: int, block: int, dtype: torch.dtype) -> int:
+    """How many square score blocks the two-sided pass keeps between reading and counting."""
+    elem = torch.finfo(dtype).bits // 8
+    return max(0, (memory_budget // 2) // (block * block * elem) - 2)
+
+
+def _pairs_with_relevant(sides: Sequence[_Side], block: int) -> int:
+    """Block pairs holding relevant items of either side (its rows or, transposed, columns)."""
+    keys = []
+    for k, side in enumerate(sides):
+        query_block = torch.empty_like(side.order)
+        query_block[side.order] = torch.arange(side.order.numel()) // block
+        rows = torch.repeat_interleave(query_block, side.rel_ptr.diff())
+        cols = side.rel_index // block
+        keys.append(rows * 2**31 + cols if k == 0 else cols * 2**31 + rows)
+    return int(torch.unique(torch.cat(keys)).numel()) if keys else 0
+
+
+def _column_segments(s: Tensor) -> Callable[[Tensor], Tensor]:
+    """Scores of flat segment indices of ``s.T`` (row r, segment k: ``s[64k : 64k + 64, r]``)."""
+    num_rows, num_cols = s.shape
+    segments = num_rows // SEGMENT
+    flat = s.view(-1)
+    offsets = torch.arange(SEGMENT, device=s.device) * num_cols
+
+    def values(seg: Tensor) -> Tensor:
+        row, k = seg.div(segments, rounding_mode="floor"), seg.remainder(segments)
+        start = k * (SEGMENT * num_cols) + row
+        return flat.index_select(0, (start[:, None] + offsets).view(-1)).view(-1, SEGMENT)
+
+    return values
 
 
 def _columnwise_max(blocks: list[Tensor]) -> list[Tensor]:
@@ -774,6 +1272,7 @@ def _count_candidates(
     hist_lt: Tensor,
     hist_le: Tensor,
     memory_budget: int,
+    segment_values: Callable[[Tensor], Tensor] | None = None,
 ) -> None:
     """Add the items of the candidate segments of the score block ``s`` to the histograms.
 
@@ -795,7 +1294,10 @@ def _count_candidates(
         c_row = c_seg.div(segments, rounding_mode="floor")
         # Flat indices throughout: one-dimensional index_select is several times cheaper than
         # indexing with a (row, column) pair.
-        values = s.view(-1, SEGMENT).index_select(0, c_seg)
+        if segment_values is None:
+            values = s.view(-1, SEGMENT).index_select(0, c_seg)
+        else:
+            values = segment_values(c_seg)
         # Only items at or above the threshold can move a located relevant item.
         keep = values >= threshold.index_select(0, c_row)[:, None]
         hits = torch.nonzero(keep.view(-1)).squeeze(1)
