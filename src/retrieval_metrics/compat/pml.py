@@ -862,7 +862,18 @@ class AccuracyCalculator:
         ids = {}
         if ref_includes_query:
             ids = {"query_ids": queries, "gallery_ids": torch.arange(num_r)}
-        if counts.pairs is None:
+        if counts.pairs is None and ref_includes_query and num_r == query.shape[0]:
+            # The queries are the reference: one same-source ranking (which computes each pair
+            # of blocks once, for both sides), then the non-lone queries' rows.
+            table = rank_embeddings(
+                query,
+                None,
+                query_labels=index.query,
+                similarity=self.similarity,
+                depth=depth,
+                memory_budget=self.memory_budget,
+            ).select(queries)
+        elif counts.pairs is None:
             table = rank_embeddings(
                 query[queries.to(query.device)],
                 reference,
