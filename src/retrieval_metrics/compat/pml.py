@@ -485,6 +485,9 @@ class AccuracyCalculator:
       the reference in its index, as PML leaves it).
     * Inputs may be tensors, numpy arrays or lists; ``get_accuracy``'s ``include`` / ``exclude``
       are checked like the constructor's (PML ignores unknown names there).
+    * Multi-column labels ``(Q, C)`` are compared row by row with the default comparison (PML's
+      default ``torch.eq`` compares them column by column and fails on the shapes; there they need
+      a ``label_comparison_fn``, which gives the same values here).
 
     ``NMI`` and ``AMI`` are computed as PML does: k-means on the query embeddings with as many
     clusters as distinct query labels (faiss' ``Kmeans(niter=20)`` unless ``kmeans_func`` is
