@@ -35,6 +35,8 @@ def compare(
     """
     if not isinstance(first, RetrievalMetricBase) or not isinstance(second, RetrievalMetricBase):
         raise ValueError("`compare` takes two retrieval_metrics metric objects")
+    for metric in (first, second):
+        metric._refuse_nonpositive("compare()")
     names_a, names_b = first.metric_names(), second.metric_names()
     if names_a != names_b:
         raise ValueError(f"the two metrics report different values: {names_a} and {names_b}")

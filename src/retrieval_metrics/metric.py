@@ -38,7 +38,7 @@ import hashlib
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -54,8 +54,10 @@ from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     SIMILARITIES,
     _check_embeddings,
+    _rank_checked_scores,
+    nonpositive_missed,
+    positive_counts,
     rank_lists,
-    rank_scores,
 )
 from retrieval_metrics.functional.relevance import _whole_float, whole_float_labels
 from retrieval_metrics.functional.table import (
@@ -72,6 +74,10 @@ from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 __all__ = ["RetrievalMetric", "RetrievalMetricBase", "label_codes"]
 
 RELEVANCE = ("label", "radius")
+NONPOSITIVE = ("hit", "miss")
+ALL_SKIPPED = ("nan", "zero")
+# measures for which nonpositive="miss" makes a relevant item scored <= 0 a miss (torchmetrics)
+_MISS_BASES = ("map", "mrr", "precision", "recall")
 DUPLICATES = ("first", "error")
 ROLES = (None, "query", "gallery")
 
@@ -153,18 +159,30 @@ class RetrievalMetricBase(Metric):
             may fix its own ("recall@10/micro").
         memory_budget: bytes of scratch memory the ranking may use.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
-            "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval"; see
-            :mod:`retrieval_metrics.protocols`); it sets the options it fixes.
+            "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval",
+            "torchmetrics"; see :mod:`retrieval_metrics.protocols`); it sets the options it
+            fixes.
         ap: average precision "step" (default) or "trapezoid" (official Market-1501 code).
         divisor: AP@K divided by "relevant" m_q (default), "min" min(m_q, K) or "retrieved".
         gain: NDCG gain "exponential" 2^g - 1 (default) or "linear" g.
         median: median rank "vsepp" floor(median(r - 1)) + 1 (default) or "plain".
+        nonpositive: "hit" (default) or "miss": with "miss", a relevant item scored <= 0 is
+            never a hit of map, mrr, precision and recall (it still counts in m_q), and map
+            without a cut-off divides by the relevant items scored > 0 (torchmetrics' rules; the
+            preds/target/indexes form only).
+        all_skipped: the value when ``empty_queries="skip"`` leaves no query: "nan" (default)
+            or "zero" (torchmetrics).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
     and :meth:`sample_ids`.
     """
 
+    # TorchScript skips these when a metric is scripted: inferring a type for the update
+    # signature torchmetrics keeps (string annotations here) costs a scripting ~0.3 s
+    __jit_ignored_attributes__: ClassVar[list[str]] = [
+        *Metric.__jit_ignored_attributes__, "_update_signature"
+    ]
     is_differentiable = False
     higher_is_better: bool | None = True
     full_state_update = False
@@ -187,6 +205,8 @@ class RetrievalMetricBase(Metric):
         divisor: str | None = None,
         gain: str | None = None,
         median: str | None = None,
+        nonpositive: str | None = None,
+        all_skipped: str | None = None,
         protocol: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -195,7 +215,8 @@ class RetrievalMetricBase(Metric):
             "similarity": similarity, "ties": ties, "empty_queries": empty_queries,
             "percent": percent, "relevance": relevance, "radius": radius,
             "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
-            "gain": gain, "median": median,
+            "gain": gain, "median": median, "nonpositive": nonpositive,
+            "all_skipped": all_skipped,
         })
         self.protocol = protocol
         _choice("similarity", opts["similarity"], SIMILARITIES)
@@ -207,6 +228,8 @@ class RetrievalMetricBase(Metric):
         _choice("divisor", opts["divisor"], M.AP_DIVISORS)
         _choice("gain", opts["gain"], ("exponential", "linear"))
         _choice("median", opts["median"], M.MEDIAN_CONVENTIONS)
+        _choice("nonpositive", opts["nonpositive"], NONPOSITIVE)
+        _choice("all_skipped", opts["all_skipped"], ALL_SKIPPED)
         percent, radius, ignore_label = opts["percent"], opts["radius"], opts["ignore_label"]
         if not isinstance(percent, bool):
             raise ValueError(f"`percent` must be a bool, got {percent!r}")
@@ -231,6 +254,11 @@ class RetrievalMetricBase(Metric):
         self.divisor = opts["divisor"]
         self.gain = opts["gain"]
         self.median = opts["median"]
+        self.nonpositive = opts["nonpositive"]
+        self.all_skipped = opts["all_skipped"]
+        # the table with relevant items scored <= 0 made misses (nonpositive="miss"), built
+        # with the rank tables
+        self._miss_table: RankTable | None = None
         self.bytes_exchanged = 0
         self._sync_bytes = 0
         self._tables: dict[str, RankTable] | None = None
@@ -334,6 +362,8 @@ class RetrievalMetricBase(Metric):
         if isinstance(value, list):
             if not value:
                 return None
+            if len(value) == 1 and value[0].dim() == 1:
+                return value[0]  # one batch: read as it is, not copied by a concatenation
             return dim_zero_cat(value)
         return value
 
@@ -405,7 +435,7 @@ class RetrievalMetricBase(Metric):
     def _warn_if_all_skipped(self) -> None:
         """Warn (once per compute) when ``empty_queries="skip"`` left no query to count, the case
         where every value is NaN with nothing else to say why."""
-        if self.empty_queries != "skip":
+        if self.empty_queries != "skip" or self.all_skipped == "zero":
             return
         tables = self.rank_tables()
         total = sum(t.num_queries for t in tables.values())
@@ -453,16 +483,42 @@ class RetrievalMetricBase(Metric):
         for key, table in self.rank_tables().items():
             for name in self.metric_names():
                 spec = M.parse_metric(name)
-                out[f"{key}{spec.name}"] = M.per_query_values(
-                    table, spec, **self._per_query_options()
-                )
+                out[f"{key}{spec.name}"] = self._per_query_values(table, spec)
         return out
+
+    def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
+        """One measure's per-query values, under ``nonpositive``."""
+        if self.nonpositive == "miss" and spec.base in _MISS_BASES:
+            miss = self._nonpositive_table(table)
+            if spec.base == "map" and spec.k is None:
+                # torchmetrics' AP over the whole list divides by the relevant items scored > 0
+                return M.average_precision_per_query(
+                    miss, miss.gallery_size, self.ties, divisor="retrieved"
+                )
+            return M.per_query_values(miss, spec, **self._per_query_options())
+        return M.per_query_values(table, spec, **self._per_query_options())
+
+    def _nonpositive_table(self, table: RankTable) -> RankTable:
+        if self._miss_table is None or self._miss_table.num_queries != table.num_queries:
+            raise ValueError(
+                'nonpositive="miss" (protocol="torchmetrics") needs scores: it applies to '
+                "update(preds=, target=, indexes=) only"
+            )
+        return self._miss_table
+
+    def _refuse_nonpositive(self, what: str) -> None:
+        if self.nonpositive == "miss":
+            raise ValueError(
+                f'{what} is not available with nonpositive="miss" (protocol="torchmetrics"); '
+                "use compute() and per_query()"
+            )
 
     def summary(
         self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
     ) -> stats.Summary:
         """Values with queries counted and skipped, gallery size, chance level and a confidence
         interval (seeded percentile bootstrap over queries). Prints as a table."""
+        self._refuse_nonpositive("summary()")
         prefix = getattr(self, "prefix", "")
         rows = []
         for key, table in self.rank_tables().items():
@@ -757,7 +813,12 @@ class RetrievalMetric(RetrievalMetricBase):
         self._check_forms(form)
         if int(form[_SCORES]):
             preds, target, indexes = (self._state(n) for n in ("s_preds", "s_target", "s_indexes"))
-            table = rank_scores(preds.cpu(), target.cpu(), indexes.cpu())
+            # every batch was checked by update(): rank without checking the whole again
+            table = _rank_checked_scores(preds.cpu(), target.cpu(), indexes.cpu())
+            if self.nonpositive == "miss":
+                self._miss_table = nonpositive_missed(
+                    table, positive_counts(preds.cpu(), indexes.cpu())
+                )
         elif int(form[_TABLE]):
             table = self._table_from_states()
         elif int(form[_SAME_SOURCE]) or int(form[_QUERY]):
@@ -827,7 +888,30 @@ class RetrievalMetric(RetrievalMetricBase):
         return table
 
     def _values(self, table: RankTable) -> dict[str, Tensor]:
-        return M.retrieval_measures(table, self.metric_names(), **self._measure_options())
+        names = self.metric_names()
+        options = self._measure_options()
+        if self.nonpositive == "hit":
+            values = M.retrieval_measures(table, names, **options)
+        else:
+            values = {}
+            for name in names:
+                spec = M.parse_metric(name)
+                if spec.base not in _MISS_BASES:
+                    values.update(M.retrieval_measures(table, [name], **options))
+                    continue
+                miss = self._nonpositive_table(table)
+                numerator = denominator = None
+                average = M.average_for(spec, self.average)
+                if average == "micro" and spec.measure.micro is not None:
+                    numerator, denominator = spec.measure.micro(miss, spec.k, self.ties)
+                values[spec.name] = M.aggregate(
+                    self._per_query_values(table, spec), miss,
+                    empty_queries=self.empty_queries, average=average, percent=self.percent,
+                    numerator=numerator, denominator=denominator,
+                )
+        if self.all_skipped == "zero" and not bool((table.num_relevant > 0).any()):
+            values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
+        return values
 
     def compute(self) -> Tensor | dict[str, Tensor]:
         self._warn_if_all_skipped()

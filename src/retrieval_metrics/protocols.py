@@ -85,6 +85,17 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "trec_eval: ties broken by document id in descending byte order (trec_run_to_lists), "
         "NDCG with linear gain, P@K divides by K, a query with no relevant document scores 0",
     ),
+    "torchmetrics": (
+        {"nonpositive": "miss", "all_skipped": "zero", "divisor": "retrieved", "gain": "linear"},
+        "torchmetrics.retrieval 1.9 on preds/target/indexes: a relevant item scored <= 0 is never "
+        "a hit of MAP, MRR, precision and recall (hit rate, R-precision and NDCG count it), AP "
+        "divides by the relevant items retrieved (scored > 0, in the top K), NDCG has linear "
+        "gain, and when empty_queries='skip' leaves no query the value is 0.0. Its "
+        "empty_target_action='neg' (its default) is empty_queries='zero', 'skip' is 'skip', "
+        "'error' is 'error'. Tied scores: torchmetrics orders them as topk/argsort happens to "
+        "(its NDCG averages them, as ties='expected' does); equal whenever no tie touches a "
+        "relevant item",
+    ),
 }
 
 #: The constructor defaults a protocol may replace.
@@ -92,6 +103,7 @@ DEFAULTS: dict[str, Any] = {
     "similarity": "cosine", "ties": "expected", "empty_queries": "skip", "percent": False,
     "relevance": "label", "radius": 25.0, "ignore_label": None, "average": "macro",
     "ap": "step", "divisor": "relevant", "gain": "exponential", "median": "vsepp",
+    "nonpositive": "hit", "all_skipped": "nan",
 }
 
 

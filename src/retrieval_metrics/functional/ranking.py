@@ -43,6 +43,8 @@ __all__ = [
     "UNBOUNDED",
     "RankTable",
     "concat_tables",
+    "nonpositive_missed",
+    "positive_counts",
     "rank_embeddings",
     "rank_lists",
     "rank_relevance",
@@ -1484,12 +1486,23 @@ def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
         raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
     if target.numel() and bool((target < 0).any()):
         raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
+    return _rank_checked_scores(preds, target, indexes)
+
+
+def _rank_checked_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
+    """:func:`rank_scores` on inputs it has checked (1-D, float32/float64 finite scores,
+    non-negative targets, integer indexes): a metric checks each batch as it arrives."""
     scores = preds.detach().cpu().numpy()
-    target_f = target.detach().cpu().to(torch.float64).numpy()
+    target = target.detach().cpu()
+    if target.dtype in (torch.float16, torch.bfloat16):
+        target = target.to(torch.float32)  # numpy has no bfloat16; widening is exact
+    target_np = target.numpy()
     codes, num_q, grouped = group_codes(indexes.detach().cpu().to(torch.int64).numpy())
-    relevant = np.flatnonzero(target_f > 0)
+    # only the relevant entries' grades are widened to float64, not every entry's
+    relevant = np.flatnonzero(target_np > 0)
+    grades = target_np[relevant].astype(np.float64)
     above, tied, counts = count_in_groups(scores, codes, num_q, grouped, relevant)
-    binary = not target.is_floating_point() and bool(np.all(target_f[relevant] == 1))
+    binary = not target.is_floating_point() and bool(np.all(grades == 1))
     row = torch.from_numpy(codes[relevant])
     rel_counts = torch.bincount(row, minlength=num_q)
     ptr = torch.zeros(num_q + 1, dtype=torch.int64)
@@ -1500,11 +1513,43 @@ def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
         torch.from_numpy(above),
         torch.from_numpy(tied),
         torch.ones(relevant.size, dtype=torch.bool),
-        None if binary else torch.from_numpy(target_f[relevant]),
+        None if binary else torch.from_numpy(grades),
         rel_counts,
         counts_t,
         counts_t.clone(),
         row=row,
+    )
+
+
+def positive_counts(preds: Tensor, indexes: Tensor) -> Tensor:
+    """Entries scored > 0 of each query, queries in ascending ``indexes`` order (the order of
+    :func:`rank_scores`' table)."""
+    codes, num_q, _ = group_codes(indexes.detach().cpu().to(torch.int64).numpy())
+    positive = preds.detach().cpu().numpy() > 0
+    return torch.from_numpy(np.bincount(codes[positive], minlength=num_q).astype(np.int64))
+
+
+def nonpositive_missed(table: RankTable, positive: Tensor) -> RankTable:
+    """``table`` with every relevant item scored <= 0 made a miss: it stays in m_q but is never
+    retrieved (torchmetrics' rule for MAP, MRR, precision and recall).
+
+    ``positive[q]`` is the number of entries of query q scored > 0 (:func:`positive_counts`).
+    Every entry scored > 0 ranks above every entry scored <= 0, so a listed item scored <= 0 is
+    one with ``above >= positive[q]``; tie groups never straddle 0, so no tie is split.
+    """
+    keep = table.above < positive.to(torch.int64)[table.item_query]
+    counts = torch.zeros(table.num_queries, dtype=torch.int64).index_add_(
+        0, table.item_query, keep.to(torch.int64)
+    )
+    ptr = torch.zeros(table.num_queries + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    return replace(
+        table,
+        ptr=ptr,
+        above=table.above[keep],
+        tied=table.tied[keep],
+        grade=None if table.grade is None else table.grade[keep],
+        depth=torch.full_like(table.depth, UNBOUNDED),
     )
 
 
