@@ -51,7 +51,8 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "relevant item. PML computes MAP@R and R-precision from its k-neighbour list, so with an "
         "integer k below a query's relevant count its values are truncated (its own log says "
         "they will be incorrect); these values equal PML's with k=None or k >= the largest class "
-        "size (k='max_bin_count')",
+        "size (k='max_bin_count'), and retrieval_metrics.compat.pml.AccuracyCalculator "
+        "reproduces the truncation for any k",
     ),
     "torchreid": (
         {"similarity": "euclidean", "ap": "step", "empty_queries": "skip", "ignore_label": None},
