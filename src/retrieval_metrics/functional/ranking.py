@@ -508,9 +508,12 @@ def _blocked_ranking(
         block_q, block_g = _checked_block_size(block_size)
     if symmetric and num_q:
         block = block_g if block_size is not None else _square_block(num_g, elem, memory_budget)
-        symmetric = side.state_bytes(block, elem) <= memory_budget // 2
+        state = side.state_bytes(block, elem)
+        # every query block's state lives to the end: only when they are a fraction of the budget
+        symmetric = state <= memory_budget // 4
         if symmetric:
-            _two_sided_pass(side.at(block), None, g_mat, g_mat)
+            room = _cache_room(memory_budget - 2 * state, block, dtype)
+            _two_sided_pass(side.at(block), None, g_mat, g_mat, room)
     if not symmetric:
         _one_sided_pass(side.at(block_g), q_mat, g_mat, block_q, mode)
     return side.result(relevance_sets)
@@ -618,10 +621,12 @@ def rank_two_ways(
                 block = half
         else:
             block = block_size
-        if sum(s.state_bytes(block, elem) for s in sides) <= memory_budget // 2:
+        state = sum(s.state_bytes(block, elem) for s in sides)
+        if state <= memory_budget // 4:
             a_mat = a_mat[sides[1].g_perm.to(device)] if sides[1].g_perm is not None else a_mat
             b_mat = b_mat[sides[0].g_perm.to(device)] if sides[0].g_perm is not None else b_mat
-            _two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat)
+            room = _cache_room(memory_budget - 2 * state, block, dtype)
+            _two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat, room)
             return sides[0].result(rel_ab), sides[1].result(rel_ba)
     # Euclidean scores (not one product for both directions), or states too large: two passes.
     return (
@@ -1133,14 +1138,17 @@ def _one_sided_pass(p: _Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: 
         qb.finish()
 
 
-def _two_sided_pass(p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor) -> None:
+def _two_sided_pass(
+    p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor, cache_room: int
+) -> None:
     """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
 
     ``S = A_i B_j^T`` gives block i of ``a`` its scores against block j of ``b`` (rows, for
     ``p_rows``) and block j of ``b`` its scores against block i of ``a`` (columns, ``S^T``, for
     ``p_cols``). With ``p_cols=None`` it is one set ranked against itself (``a`` is ``b``): only
     the pairs ``i <= j`` are computed, half of the full product. ``a`` and ``b`` are in
-    processing order; block i of queries is block i of the gallery of the other side.
+    processing order; block i of queries is block i of the gallery of the other side. Up to
+    ``cache_room`` products are kept between reading relevant scores and counting.
     """
     symmetric = p_cols is None
     p_cols = p_rows if p_cols is None else p_cols
@@ -1154,20 +1162,19 @@ def _two_sided_pass(p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor) -
     rows_of = query_blocks(p_rows, blocks_a)
     cols_of = rows_of if symmetric else query_blocks(p_cols, blocks_b)
 
-    def padded(x: Tensor, num_blocks: int) -> Tensor:
-        out = torch.zeros(num_blocks * block, x.shape[1], dtype=dtype, device=device)
-        out[: x.shape[0]] = x
-        return out
-
-    a_pad = padded(a, blocks_a)
-    b_pad = a_pad if symmetric else padded(b, blocks_b)
     tail_a, tail_b = num_a - (blocks_a - 1) * block, num_b - (blocks_b - 1) * block
+    # The last blocks are padded to full size (zeros, their scores set to -inf below).
+    last_a = torch.zeros(block, a.shape[1], dtype=dtype, device=device)
+    last_a[:tail_a] = a[(blocks_a - 1) * block :]
+    last_b = last_a if symmetric else torch.zeros_like(last_a)
+    last_b[:tail_b] = b[(blocks_b - 1) * block :]
+
+    def block_of(x: Tensor, last: Tensor, i: int, num_blocks: int) -> Tensor:
+        return last if i == num_blocks - 1 else x[i * block : (i + 1) * block]
 
     def product(i: int, j: int, out: Tensor) -> Tensor:
         # Every product has the same shape, so a pair's score does not depend on its block.
-        s = torch.mm(
-            a_pad[i * block : (i + 1) * block], b_pad[j * block : (j + 1) * block].T, out=out
-        )
+        s = torch.mm(block_of(a, last_a, i, blocks_a), block_of(b, last_b, j, blocks_b).T, out=out)
         if i == blocks_a - 1 and tail_a < block:
             s[tail_a:] = p_rows.neg_inf
         if j == blocks_b - 1 and tail_b < block:
@@ -1187,7 +1194,6 @@ def _two_sided_pass(p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor) -
         if symmetric
         else [{(i, j) for i in qb.relevant_blocks()} for j, qb in enumerate(cols_of)]
     )
-    cache_room = _cache_room(p_rows.memory_budget, block, dtype)
     cache: dict[tuple[int, int], Tensor] = {}
     read: set[tuple[int, int]] = set()
     started: set[int] = set()
@@ -1231,10 +1237,12 @@ def _two_sided_pass(p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor) -
         qb.finish()
 
 
-def _cache_room(memory_budget: int, block: int, dtype: torch.dtype) -> int:
-    """How many square score blocks the two-sided pass keeps between reading and counting."""
+def _cache_room(room: int, block: int, dtype: torch.dtype) -> int:
+    """How many square score blocks the two-sided pass keeps between reading and counting:
+    half of ``room`` (the budget less the query blocks' states) less the block being counted;
+    the counting's transients take the other half."""
     elem = torch.finfo(dtype).bits // 8
-    return max(0, (memory_budget // 2) // (block * block * elem) - 2)
+    return max(0, (room // 2) // (block * block * elem) - 1)
 
 
 def _pairs_with_relevant(sides: Sequence[_Side], block: int) -> int:
