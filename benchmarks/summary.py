@@ -145,8 +145,13 @@ def main() -> int:
             rows.append([f"({name}.json missing: run benchmarks/{name}.py)", "", "", ""])
             continue
         rows.extend(build(report))
-        machine = report.get("machine", {})
-        sources.append(f"{name}: {machine.get('cpu', '?')}, torch {machine.get('torch', '?')}")
+        machine = report.get("machine") or {
+            "cpu": report.get("device"),
+            "torch": report.get("torch"),
+        }
+        if isinstance(machine, dict):
+            machine = f"{machine.get('cpu', '?')}, torch {machine.get('torch', '?')}"
+        sources.append(f"{name}: {machine}")
     header = ["workload", "ours", "goal", "peers (same run)"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
