@@ -12,10 +12,11 @@ All three tie rules are exact (``ties``; see :mod:`retrieval_metrics.functional.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,21 @@ def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups
     if key not in _GROUP_CACHE:
         _GROUP_CACHE[key] = T.tie_groups(table, ties, gain=gain)
     return _GROUP_CACHE[key]
+
+
+@contextlib.contextmanager
+def _sharing_tie_groups() -> Iterator[None]:
+    """Share tie groups between the measures computed inside (the outermost call owns the cache,
+    so nested calls reuse it and the cache never outlives the call)."""
+    global _GROUP_CACHE
+    outer = _GROUP_CACHE is None
+    if outer:
+        _GROUP_CACHE = {}
+    try:
+        yield
+    finally:
+        if outer:
+            _GROUP_CACHE = None
 
 
 def _cutoff(k: int, name: str = "k") -> int:
@@ -826,18 +842,11 @@ def _measures(
 ) -> dict[str, Tensor]:
     """retrieval_measures; with ``rows=(small, index)``, per-query values are computed on
     ``small`` and expanded to ``table``'s queries by ``index`` (queries known to be equal)."""
-    global _GROUP_CACHE
     if ties not in T.TIES:
         raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
-    outer = _GROUP_CACHE is None
-    if outer:
-        _GROUP_CACHE = {}
-    try:
+    with _sharing_tie_groups():
         return _measures_cached(table, names, ties, empty_queries, average, percent, ap,
                                 divisor, gain, median, rows)
-    finally:
-        if outer:
-            _GROUP_CACHE = None
 
 
 def _measures_cached(table, names, ties, empty_queries, average, percent, ap, divisor, gain,
@@ -941,22 +950,15 @@ def retrieval_measures_in_chunks(
     >>> {k: round(float(v), 4) for k, v in values.items()}, queries.num_queries
     ({'recall@3': 0.75, 'mrr': 0.6667}, 2)
     """
-    global _GROUP_CACHE
     if ties not in T.TIES:
         raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
     skeletons: list[RankTable] = []
     chunk_parts: list[dict[str, tuple[Tensor, Tensor | None, Tensor | None]]] = []
     for table in tables:
-        outer = _GROUP_CACHE is None
-        if outer:
-            _GROUP_CACHE = {}
-        try:
+        with _sharing_tie_groups():  # one chunk's groups at a time
             chunk_parts.append(
                 _per_query_parts(table, names, ties, average, ap, divisor, gain, None)
             )
-        finally:
-            if outer:
-                _GROUP_CACHE = None
         skeletons.append(query_fields(table))
     if not skeletons:
         raise ValueError("no rank table was given")
