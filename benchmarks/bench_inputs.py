@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from measuring import cpu_model
 
 from retrieval_metrics import RetrievalMetrics
 from retrieval_metrics.functional import rank_scores, retrieval_measures
@@ -155,15 +156,6 @@ def median(times: list[float]) -> float:
     return statistics.median(times)
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def version_of(distribution: str) -> str | None:

@@ -50,7 +50,6 @@ import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -60,6 +59,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from measuring import MIB, cpu_model, current_rss_mib, peak_rss_mib, ru_maxrss_mib, timed
 
 from retrieval_metrics.functional import depth_for, rank_embeddings, retrieval_measures
 
@@ -86,7 +86,6 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-SLOW_SECONDS = 60.0  # a method slower than this is timed once
 NAMES = ["hit_rate@1", "hit_rate@2", "hit_rate@4", "hit_rate@8", "map@r", "r_precision", "mrr"]
 FULL_NAMES = [*NAMES, "map"]
 MEMORY_NAMES = ["hit_rate@1", "map@r", "r_precision"]
@@ -101,7 +100,6 @@ RSS_CAP_MIB = 2048.0
 RSS_OVERHEAD_MIB = 300.0
 MARKER = "@@BENCH_RESULT "
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_ranking.json"
-MIB = 2**20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,44 +150,14 @@ def make_data(
 # ---------------------------------------------------------------------------------------------
 
 
-def ru_maxrss_mib() -> float:
-    """``getrusage().ru_maxrss``. Beware: Linux carries it over fork + exec, so a child starts
-    with its parent's resident size at the fork; :func:`peak_rss_mib` is the child's own peak."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MIB  # Linux: KiB
 
 
-def _proc_status_mib(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024 / MIB  # kB
-    except OSError:
-        pass
-    return None
 
 
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process image (VmHWM; ru_maxrss where there is no /proc)."""
-    peak = _proc_status_mib("VmHWM")
-    return ru_maxrss_mib() if peak is None else peak
 
 
-def current_rss_mib() -> float:
-    rss = _proc_status_mib("VmRSS")
-    return float("nan") if rss is None else rss
 
 
-def timed(fn: Callable[[], Any], repeats: int = 2) -> tuple[list[float], Any]:
-    """Run ``fn`` up to ``repeats`` times (once if it is slow); all times and the last result."""
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-        if times[-1] > SLOW_SECONDS:
-            break
-    return times, result
 
 
 def matmul_rate(size: int = MATMUL_SIZE, repeats: int = 3) -> dict[str, float]:
@@ -214,15 +182,6 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def version_of(module: str) -> str | None:

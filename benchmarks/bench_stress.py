@@ -45,21 +45,19 @@ import json
 import math
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from measuring import MIB, cpu_model, proc_status_mib, ru_maxrss_mib, timed
+
 SEED = 0
-MIB = 2**20
 MEMORY_BUDGET = 64 * MIB
 RSS_OVERHEAD_MIB = 300.0
 NAMES = ["hit_rate@1", "map@r", "r_precision", "map", "mrr"]
 NAIVE_BLOCK = 512
-SLOW_SECONDS = 60.0  # a run slower than this is timed once
 CHILD_TIMEOUT = 1800.0
 EASY_NOISE = 0.05  # noise norm relative to the unit class centre: every class apart
 WEAK_NOISE = 2.5  # the same for the weak model: hit rate@1 about 0.5 at 100 classes
@@ -127,42 +125,12 @@ CASES: dict[str, dict[str, Any]] = {
 # ---------------------------------------------------------------------------------------------
 
 
-def ru_maxrss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MIB  # Linux: KiB
 
 
-def _proc_status_mib(field: str) -> float | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024 / MIB  # kB
-    except OSError:
-        pass
-    return None
 
 
-def timed(fn: Callable[[], Any], repeats: int = 2) -> tuple[list[float], Any]:
-    """Run ``fn`` up to ``repeats`` times (once if it is slow); all times and the last result."""
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-        if times[-1] > SLOW_SECONDS:
-            break
-    return times, result
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,11 +234,11 @@ def child_main(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     case = CASES[args.only]
     emb, labels, easy = make_case(case)
-    rss_before = _proc_status_mib("VmRSS")
+    rss_before = proc_status_mib("VmRSS")
     maxrss_before = ru_maxrss_mib()
     ours_times, ours_values = timed(lambda: ours(emb, labels))
     # Read before the baselines run: these are our call's own peaks.
-    peak_vmhwm = _proc_status_mib("VmHWM")
+    peak_vmhwm = proc_status_mib("VmHWM")
     peak_maxrss = ru_maxrss_mib()
     naive_times, naive_values = timed(lambda: naive(emb, labels))
     if case["kind"] == "easy":
