@@ -172,12 +172,24 @@ def test_image_text_on_the_device(device):
     assert_same_values(run(device), run("cpu"))
 
 
+EXCHANGE_SCENARIOS = ["same_source", "query_gallery", "scores", "crossmodal"]
+_EXCHANGES: dict[str, list[dict]] = {}
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("scenario", ["same_source", "query_gallery", "scores", "crossmodal"])
-def test_two_processes_exchange_device_states(scenario, device, tmp_path):
+@pytest.mark.parametrize("scenario", EXCHANGE_SCENARIOS)
+def test_two_processes_exchange_device_states(scenario, device, tmp_path_factory):
     expected_values, expected_per_query = single_process(scenario)
-    results = launch.run_workers(HERE / "device_worker.py", [scenario, device], 2, tmp_path)
+    if device not in _EXCHANGES:
+        # one set of processes runs every scenario for this device, each on a fresh metric
+        _EXCHANGES[device] = launch.run_workers(
+            HERE / "device_worker.py",
+            [",".join(EXCHANGE_SCENARIOS), device],
+            2,
+            tmp_path_factory.mktemp(f"exchange_{device}"),
+        )
+    results = [by_scenario[scenario] for by_scenario in _EXCHANGES[device]]
     for rank, result in enumerate(results):
         assert result["state_devices"] == [torch.device(device).type], f"rank {rank}"
         for key, value in expected_values.items():

@@ -1,8 +1,10 @@
 """Multi-process tests: real processes, torch.distributed with gloo on CPU.
 
-Each test starts WORLD worker processes (tests/distributed/worker.py) that feed their share of a
-dataset, compute, and write JSON; every rank's result must equal the single-process result on the
-same data (each sample once). Every run has a timeout and kills its processes on failure.
+WORLD worker processes (tests/distributed/worker.py) feed their share of each scenario's dataset,
+compute, and write JSON; every rank's result must equal the single-process result on the same
+data (each sample once). All scenarios of one world size run in one set of processes, each
+scenario on fresh metrics; each is still its own test item. Every run has a timeout and kills its
+processes on failure.
 """
 
 from __future__ import annotations
@@ -19,9 +21,26 @@ sys.path.insert(0, str(HERE))
 import launch  # noqa: E402
 from scenarios import single_process  # noqa: E402
 
+SCENARIOS = [
+    "same_source",
+    "same_source_empty_rank",
+    "query_gallery",
+    "ranked_lists",
+    "scores",
+    "fixed_gallery",
+    "sharded_gallery",
+    "crossmodal",
+]
+_RUNS: dict[int, list[dict]] = {}
 
-def run_workers(scenario: str, world: int, tmp_path: Path) -> list[dict]:
-    return launch.run_workers(HERE / "worker.py", [scenario], world, tmp_path)
+
+def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
+    """Every rank's result for ``scenario``; the first call for a world size runs all of them."""
+    if world not in _RUNS:
+        names = ",".join([*SCENARIOS, "no_ids"])
+        tmp = tmp_path_factory.mktemp(f"world{world}")
+        _RUNS[world] = launch.run_workers(HERE / "worker.py", [names], world, tmp)
+    return [by_scenario[scenario] for by_scenario in _RUNS[world]]
 
 
 def assert_same(a, b, context):
@@ -38,22 +57,10 @@ def assert_same(a, b, context):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        "same_source",
-        "same_source_empty_rank",
-        "query_gallery",
-        "ranked_lists",
-        "scores",
-        "fixed_gallery",
-        "sharded_gallery",
-        "crossmodal",
-    ],
-)
-def test_every_rank_equals_single_process(scenario, world, tmp_path):
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_rank_equals_single_process(scenario, world, tmp_path_factory):
     expected_values, expected_per_query = single_process(scenario)
-    results = run_workers(scenario, world, tmp_path)
+    results = results_of(scenario, world, tmp_path_factory)
     for rank, result in enumerate(results):
         assert_same(result["values"], expected_values, f"{scenario} rank {rank}/{world}")
         assert_same(result["per_query"], expected_per_query, f"{scenario} per_query rank {rank}")
@@ -61,9 +68,9 @@ def test_every_rank_equals_single_process(scenario, world, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_without_ids_warns_once(tmp_path):
+def test_without_ids_warns_once(tmp_path_factory):
     expected_values, _ = single_process("no_ids")
-    results = run_workers("no_ids", 2, tmp_path)
+    results = results_of("no_ids", 2, tmp_path_factory)
     for result in results:
         assert_same(result["values"], expected_values, "no_ids")
         assert sum("cannot be detected" in w for w in result["warnings"]) == 1

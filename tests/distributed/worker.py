@@ -1,8 +1,10 @@
-"""One process of a multi-process test: ``python worker.py RANK WORLD INIT_FILE SCENARIO OUT``.
+"""One process of a multi-process test: ``python worker.py RANK WORLD INIT_FILE SCENARIOS OUT``.
 
-Each scenario feeds this rank's share of a dataset to a metric the way a data-parallel
-validation loop would (uneven batches, a different number of updates, an empty rank, samples
-repeated by DistributedSampler), calls ``compute()`` and writes the result as JSON.
+``SCENARIOS`` is a comma-separated list; all of them run one after the other on the same process
+group (starting processes costs more than the scenarios). Each scenario feeds this rank's share
+of a dataset to a fresh metric the way a data-parallel validation loop would (uneven batches, a
+different number of updates, an empty rank, samples repeated by DistributedSampler), calls
+``compute()``; the results are written as JSON, ``{scenario: result}``.
 """
 
 from __future__ import annotations
@@ -20,26 +22,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenarios import SCENARIOS, per_query_lists, split_for_rank
 
 
+def run_scenario(scenario: str, rank: int, world: int) -> dict:
+    build, feed = SCENARIOS[scenario]
+    metric = build()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batch in split_for_rank(scenario, rank, world):
+            feed(metric, batch)
+        result = metric.compute()
+        per_query = per_query_lists(metric)
+    values = result if isinstance(result, dict) else {"value": result}
+    return {
+        "values": {k: v.tolist() for k, v in values.items()},
+        "per_query": per_query,
+        "warnings": [str(w.message) for w in caught],
+    }
+
+
 def main() -> None:
-    rank, world, init_file, scenario, out = sys.argv[1:6]
+    rank, world, init_file, scenarios, out = sys.argv[1:6]
     rank, world = int(rank), int(world)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        build, feed = SCENARIOS[scenario]
-        metric = build()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for batch in split_for_rank(scenario, rank, world):
-                feed(metric, batch)
-            result = metric.compute()
-            per_query = per_query_lists(metric)
-        values = result if isinstance(result, dict) else {"value": result}
-        payload = {
-            "values": {k: v.tolist() for k, v in values.items()},
-            "per_query": per_query,
-            "warnings": [str(w.message) for w in caught],
-        }
+        payload = {name: run_scenario(name, rank, world) for name in scenarios.split(",")}
         Path(out).write_text(json.dumps(payload))
     finally:
         dist.destroy_process_group()
