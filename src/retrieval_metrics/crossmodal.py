@@ -222,10 +222,8 @@ class CrossModalRetrieval(RetrievalMetricBase):
             # relevance is the image id: images are labelled by it, captions by their image's
             fold_images = Items(emb=images.emb[fold], labels=image_ids[fold])
             in_fold = torch.isin(captions.labels.cpu(), image_ids[fold])
-            fold_captions = Items(
-                emb=captions.emb[in_fold.to(captions.emb.device)],
-                labels=captions.labels.cpu()[in_fold],
-            )
+            kept = captions.select(in_fold)  # every caption when there is one fold: no copy
+            fold_captions = Items(emb=kept.emb, labels=kept.labels.cpu())
             # both directions count the same image x caption scores
             tables = D.rank_two_ways(
                 fold_images, fold_captions, options, self.process_group, distributed

@@ -49,6 +49,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import stats
+from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.chunks import PAIR_BYTES, label_pair_counts, query_chunks
 from retrieval_metrics.functional.items import ITEM_FIELDS, Items, RankingOptions
 from retrieval_metrics.functional.ranking import (
@@ -711,7 +712,7 @@ class RetrievalMetric(RetrievalMetricBase):
             pos = torch.as_tensor(positions, dtype=torch.float64)
             if pos.dim() != 2 or pos.shape[0] != n:
                 raise ValueError(f"`positions` must have shape ({n}, P), got {tuple(pos.shape)}")
-            if not bool(torch.isfinite(pos).all()):
+            if not all_finite(pos):
                 raise ValueError("`positions` contains NaN or infinite values")
             out["positions"] = pos
         if self.relevance == "label" and out["labels"] is None:
@@ -750,7 +751,7 @@ class RetrievalMetric(RetrievalMetricBase):
             preds = preds.to(torch.float64)
         elif preds.dtype in (torch.float16, torch.bfloat16):
             preds = preds.to(torch.float32)
-        if preds.numel() and not bool(torch.isfinite(preds).all()):
+        if not all_finite(preds):
             raise ValueError("`preds` contains NaN or infinite values")
         if target.is_complex() or (target.numel() and bool((target < 0).any())):
             raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")

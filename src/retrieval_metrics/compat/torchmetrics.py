@@ -68,6 +68,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.ranking import (
     _rank_checked_scores,
     nonpositive_missed,
@@ -173,7 +174,7 @@ def _check_functional(preds: Tensor, target: Tensor, graded: bool) -> tuple[Tens
     if not preds.numel() or not preds.size():
         raise ValueError("`preds` and `target` must be non-empty and non-scalar tensors")
     preds, target = _check_types(preds, target, graded)
-    if not bool(torch.isfinite(preds).all()):
+    if not all_finite(preds):
         raise ValueError("`preds` contains NaN or infinite values")
     return preds, target
 

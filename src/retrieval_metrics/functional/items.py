@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking import (
@@ -43,7 +44,13 @@ class Items:
         return int(self.emb.shape[0])
 
     def select(self, index: Tensor | slice) -> Items:
-        """The items at ``index`` (indices, a mask or a slice), every field alike."""
+        """The items at ``index`` (indices, a mask or a slice), every field alike.
+
+        An index that keeps every item in place returns these items, not a copy of the
+        embeddings (gathered states are usually already deduplicated and in order)."""
+        if isinstance(index, Tensor) and _keeps_all(index, len(self)):
+            return self
+
         def pick(value: Tensor | None) -> Tensor | None:
             if value is None:
                 return None
@@ -55,6 +62,13 @@ class Items:
 
     def with_ids(self, ids: Tensor) -> Items:
         return replace(self, ids=ids)
+
+
+def _keeps_all(index: Tensor, n: int) -> bool:
+    index = index.cpu()
+    if index.dtype == torch.bool:
+        return index.numel() == n and bool(index.all())
+    return index.numel() == n and bool((index == torch.arange(n)).all())
 
 
 @dataclass(frozen=True)
