@@ -743,7 +743,13 @@ class _Side:
             g_perm=g_perm,
             num_g=num_g,
             outputs=outputs,
-            options=dict(options, ext_scores=ext_scores),
+            # binary tables want each query's items by decreasing score: written so, they need
+            # no sort afterwards (graded ones also order tied items by grade: CSR order + sort)
+            options=dict(
+                options,
+                ext_scores=ext_scores,
+                by_score=mode == "table" and relevance_sets.query_grades is None,
+            ),
             mode=mode,
         )
 
@@ -798,6 +804,7 @@ class _Side:
             num_relevant,
             gallery_size,
             depth_out,
+            by_score=self.options["by_score"],
         )
 
 
@@ -815,7 +822,8 @@ class _Pass:
 
     ``rel_index`` and ``ex_index`` are gallery positions in processing order; ``rel_ptr`` and
     ``ex_ptr`` are indexed by the query's input position; queries are processed in ``order``.
-    Query blocks write their results into ``outputs`` (see :meth:`_QueryBlock.finish`).
+    Query blocks write their results into ``outputs`` (see :meth:`_QueryBlock.finish`): in the
+    CSR order of the relevant items, or with ``by_score`` each query's by decreasing score.
     """
 
     device: torch.device
@@ -832,6 +840,7 @@ class _Pass:
     cover_relevant: bool
     memory_budget: int
     ext_scores: Tensor | None = None
+    by_score: bool = False
     neg_inf: Tensor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -960,7 +969,8 @@ class _QueryBlock:
         neg_inf = p.neg_inf
         # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
         self.rel_scores.add_(0.0)
-        self.rel_sorted, self.rel_perm = _sort_rows(self.rel_scores)  # +inf padding last
+        # +inf padding last; the permutation only to write back in CSR order
+        self.rel_sorted, self.rel_perm = _sort_rows(self.rel_scores, with_perm=not p.by_score)
         del self.rel_scores
         rel_sorted = self.rel_sorted
         self.has_rel = self.r_counts.to(device) > 0
@@ -1069,6 +1079,16 @@ class _QueryBlock:
         tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
         del self.hist_lt, self.hist_le, prefix_lt, prefix_le, hist_le
         listed_sorted = self.rel_sorted >= self.threshold[:, None]
+        if self.p.by_score:
+            # The j-th smallest of a row's m relevant scores goes to place m - 1 - j of its query
+            # (each row's m scores sort first: the padding is +inf). The flat positions of
+            # (row, j < m) are those of the CSR entries (row, column j): r_flat.
+            dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
+            for out, sorted_values in zip(
+                self.p.outputs, (above_sorted, tied_sorted, listed_sorted), strict=True
+            ):
+                out.index_copy_(0, dest, sorted_values.view(-1).index_select(0, self.r_flat).cpu())
+            return
         # Back from sorted order to the CSR order of the relevant items.
         for out, sorted_values in zip(
             self.p.outputs, (above_sorted, tied_sorted, listed_sorted), strict=True
@@ -1305,10 +1325,13 @@ def _pairs_in_block(order: Tensor, bounds: Tensor, b: int) -> Tensor:
     return order[int(bounds[b]) : int(bounds[b + 1])]
 
 
-def _sort_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+def _sort_rows(x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
     """``torch.sort(x, dim=1)``; on the CPU by numpy, several times faster on long rows."""
     if x.device.type != "cpu":
-        return torch.sort(x, dim=1)
+        values, perm = torch.sort(x, dim=1)
+        return values, perm if with_perm else None
+    if not with_perm:
+        return torch.from_numpy(np.sort(x.numpy(), axis=1)), None
     perm = np.argsort(x.numpy(), axis=1)
     return torch.from_numpy(np.take_along_axis(x.numpy(), perm, 1)), torch.from_numpy(perm)
 
@@ -1502,10 +1525,12 @@ def _table_from_items(
     depth: Tensor,
     ideal: tuple[Tensor, Tensor] | None = None,
     row: Tensor | None = None,
+    by_score: bool = False,
 ) -> RankTable:
     """Sort each query's listed items by (above, -grade) and build the table.
 
-    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``.
+    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``;
+    ``by_score``: grouped and already by decreasing score (binary relevance), nothing to sort.
     Grouped items are handed over: when every item is listed, ``above`` and ``tied`` are
     reordered in place and become the table's, a chunk of queries at a time, so that besides the
     table the scratch stays a few tens of MiB however many relevant pairs there are.
@@ -1535,7 +1560,7 @@ def _table_from_items(
             new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
             torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
             del row
-        q0 = 0
+        q0 = num_q if by_score else 0
         while q0 < num_q:
             p0 = int(new_ptr[q0])
             q1 = int(torch.searchsorted(new_ptr, p0 + TABLE_CHUNK, right=True)) - 1
