@@ -461,3 +461,47 @@ def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_sou
     ]
     pessimistic = M.average_precision_per_query(whole, None, "pessimistic")
     assert np.nanmean(pessimistic.numpy()) == pytest.approx(np.mean(aps), rel=1e-9)
+
+
+@pytest.mark.parametrize("same_source", [True, False])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_per_query_in_query_chunks(seed, same_source):
+    """per_query() with more relevant pairs than the budget ranks a chunk of queries at a time,
+    as compute() does; each query's values are those of the whole table, in the same order."""
+    from retrieval_metrics import RetrievalMetrics
+
+    rng = _rng(seed)
+    n = 160
+    emb = torch.tensor(rng.integers(-3, 4, (n, 3)).astype(np.float64))
+    labels = torch.tensor(rng.integers(0, 2, n))
+    labels[0] = 5  # a query with no relevant item (NaN) when same source
+    metric = RetrievalMetrics(CHUNK_NAMES, similarity="euclidean", memory_budget=SMALLEST_BUDGET)
+    if same_source:
+        metric.update(emb, labels)
+        query, gallery, labels_q, labels_g = emb, None, labels, None
+    else:
+        metric.update(emb[:40], labels[:40], role="query")
+        metric.update(emb, labels, role="gallery")
+        query, gallery, labels_q, labels_g = emb[:40], emb, labels[:40], labels
+    chunks = []
+    original = metric._tables_in_chunks
+
+    def spy():
+        tables = original()
+        chunks.append(None if tables is None else list(tables))
+        return None if tables is None else iter(chunks[-1])
+
+    metric._tables_in_chunks = spy
+    got = metric.per_query()
+    assert chunks and chunks[0] is not None and len(chunks[0]) > 1
+    whole = rank_embeddings(
+        query,
+        gallery,
+        query_labels=labels_q,
+        gallery_labels=labels_g,
+        similarity="euclidean",
+    )
+    assert set(got) == set(CHUNK_NAMES)
+    for name in CHUNK_NAMES:
+        expected = M.per_query_values(whole, M.parse_metric(name))
+        np.testing.assert_allclose(got[name].numpy(), expected.numpy(), rtol=1e-9, equal_nan=True)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -884,9 +884,19 @@ class RetrievalMetric(RetrievalMetricBase):
             )
         return queries, gallery
 
-    def _values_in_chunks(self) -> dict[str, Tensor] | None:
-        """compute()'s values ranked a chunk of queries at a time, or None where the whole table
-        is ranked at once.
+    def per_query(self) -> dict[str, Tensor]:
+        # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
+        # compute(), so that the whole table never exists
+        tables = self._tables_in_chunks()
+        if tables is None:
+            return super().per_query()
+        specs = [M.parse_metric(name) for name in self.metric_names()]
+        chunks = [{s.name: self._per_query_values(t, s) for s in specs} for t in tables]
+        return {s.name: torch.cat([c[s.name] for c in chunks]) for s in specs}
+
+    def _tables_in_chunks(self) -> Iterator[RankTable] | None:
+        """The rank table a chunk of queries at a time (in the order of the whole table), or None
+        where the whole table is ranked at once.
 
         Relevant pairs beyond ``memory_budget`` (thousands of relevant items per query) would make
         rank tables, relevance sets and tie groups of gigabytes; a chunk of queries at a time,
@@ -915,10 +925,16 @@ class RetrievalMetric(RetrievalMetricBase):
         if int(pairs.sum()) * PAIR_BYTES <= self.memory_budget:
             return None
         options = self._ranking_options()
-        tables = (
+        return (
             options.rank(queries.select(slice(start, stop)), gallery)
             for start, stop in query_chunks(pairs, self.memory_budget)
         )
+
+    def _values_in_chunks(self) -> dict[str, Tensor] | None:
+        """compute()'s values from :meth:`_tables_in_chunks`, or None where it ranks at once."""
+        tables = self._tables_in_chunks()
+        if tables is None:
+            return None
         values, per_query = M.retrieval_measures_in_chunks(
             tables, self.metric_names(), **self._measure_options()
         )
