@@ -1306,9 +1306,18 @@ def _column_segments(s: Tensor) -> Callable[[Tensor], Tensor]:
     by_column = s.view(segments, SEGMENT, num_cols).permute(2, 0, 1)
 
     def values(seg: Tensor) -> Tensor:
-        return by_column[seg.div(segments, rounding_mode="floor"), seg.remainder(segments)]
+        column = _floor_div(seg, segments)
+        return by_column[column, seg - column * segments]
 
     return values
+
+
+def _floor_div(x: Tensor, d: int) -> Tensor:
+    """``x // d`` for non-negative int64 ``x``: a shift when ``d`` is a power of two (segments
+    and the usual blocks), several times cheaper than an integer division on the CPU."""
+    if d & (d - 1) == 0:
+        return x >> (d.bit_length() - 1)
+    return x.div(d, rounding_mode="floor")
 
 
 def _by_block(r_block: Tensor, num_blocks: int) -> tuple[Tensor, Tensor]:
@@ -1378,7 +1387,7 @@ def _count_candidates(
     sub = max(1, (memory_budget // 4) // (width * elem + 4 * 8 + 2 * elem))
     for c0 in range(0, candidates.numel(), chunk):
         c_seg = candidates[c0 : c0 + chunk]
-        c_row = c_seg.div(segments, rounding_mode="floor")
+        c_row = _floor_div(c_seg, segments)
         # Flat indices throughout: one-dimensional index_select is several times cheaper than
         # indexing with a (row, column) pair.
         if segment_values is None:
@@ -1391,7 +1400,7 @@ def _count_candidates(
         del keep
         for h0 in range(0, hits.numel(), sub):
             hit = hits[h0 : h0 + sub]
-            row = c_row.index_select(0, hit.div(SEGMENT, rounding_mode="floor"))
+            row = c_row.index_select(0, _floor_div(hit, SEGMENT))
             value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
             seq = rel_sorted.index_select(0, row)
             lt = torch.searchsorted(seq, value, right=False)[:, 0]
