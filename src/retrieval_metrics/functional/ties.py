@@ -64,14 +64,18 @@ class TieGroups:
         )
 
 
-def _run_index(keys_equal_prev: Tensor) -> tuple[Tensor, Tensor]:
-    """Run ids and position inside the run, for a sequence flagged 'same run as previous'."""
+def _run_id(keys_equal_prev: Tensor) -> Tensor:
+    """Run ids of a sequence flagged 'same run as previous'."""
+    return torch.cumsum((~keys_equal_prev).to(torch.int64), 0) - 1
+
+
+def _within_run(keys_equal_prev: Tensor, run_id: Tensor) -> Tensor:
+    """Position of each element inside its run."""
     n = keys_equal_prev.numel()
-    new_run = ~keys_equal_prev
-    run_id = torch.cumsum(new_run.to(torch.int64), 0) - 1
-    run_start = torch.nonzero(new_run).flatten()
-    within = torch.arange(n) - run_start[run_id] if n else torch.zeros(0, dtype=torch.int64)
-    return run_id, within
+    if n == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    run_start = torch.nonzero(~keys_equal_prev).flatten()
+    return torch.arange(n) - run_start[run_id]
 
 
 def tie_groups(
@@ -84,28 +88,34 @@ def tie_groups(
     them apart."""
     if ties not in TIES:
         raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
+    if gain not in ("exponential", "linear", None):
+        raise ValueError(f'`gain` must be "exponential" or "linear", got {gain!r}')
     item_query = table.item_query
     n = item_query.numel()
-    grade = table.grade if table.grade is not None else torch.ones(n, dtype=torch.float64)
-    if gain == "exponential":
-        item_gain = torch.pow(2.0, grade) - 1.0
-    elif gain in ("linear", None):
-        item_gain = grade.clone()
-    else:
-        raise ValueError(f'`gain` must be "exponential" or "linear", got {gain!r}')
+    # binary relevance: every item's gain is 1 under both gains, so a group's is its count
+    item_gain = None
+    if table.grade is not None:
+        grade = table.grade
+        item_gain = torch.pow(2.0, grade) - 1.0 if gain == "exponential" else grade.clone()
     same_prev = torch.zeros(n, dtype=torch.bool)
     if n > 1:
         same_prev[1:] = (item_query[1:] == item_query[:-1]) & (table.above[1:] == table.above[:-1])
-    run_id, within = _run_index(same_prev)
+    run_id = _run_id(same_prev)
     if ties == "expected":
-        starts = ~same_prev
-        num_runs = int(starts.sum())
-        query = item_query[starts]
-        above = table.above[starts]
-        size = table.tied[starts]
+        starts = torch.nonzero(~same_prev).flatten()
+        num_runs = starts.numel()
+        query = item_query.index_select(0, starts)
+        above = table.above.index_select(0, starts)
+        size = table.tied.index_select(0, starts)
         relevant = torch.bincount(run_id, minlength=num_runs)
-        gain_sum = torch.zeros(num_runs, dtype=torch.float64).index_add_(0, run_id, item_gain)
+        if item_gain is None:
+            gain_sum = relevant.to(torch.float64)
+        else:
+            gain_sum = torch.zeros(num_runs, dtype=torch.float64).index_add_(0, run_id, item_gain)
     else:
+        within = _within_run(same_prev, run_id)
+        if item_gain is None:
+            item_gain = torch.ones(n, dtype=torch.float64)
         query = item_query
         if ties == "optimistic":
             above = table.above + within
