@@ -363,6 +363,14 @@ def _block_sizes(
     # (Only then: the query block sets how scores round, so ordinary data keeps its blocks.)
     while block_q > 1 and block_q * (max_relevant + 1) * _per_pair_bytes(elem) > memory_budget // 2:
         block_q //= 2
+    if max_relevant > block_g // 4:
+        # Each gallery block costs every row a search of its relevant scores in the block's
+        # sorted scores: with thousands of relevant items per query, fewer and wider gallery
+        # blocks cost less (the query blocks are then short, so the score block stays small).
+        wide = -(-num_g // SEGMENT) * SEGMENT
+        while wide > block_g and 3 * min(block_q, num_q) * wide * elem > memory_budget // 2:
+            wide = max(block_g, wide // 2 // SEGMENT * SEGMENT)
+        block_g = max(block_g, wide)
     return max(1, min(block_q, num_q)), block_g
 
 
