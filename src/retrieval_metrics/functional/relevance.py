@@ -155,9 +155,10 @@ def csr_from_ranges(
     ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=start.device)
     torch.cumsum(counts, 0, out=ptr[1:])
     total = int(ptr[-1])
-    row = torch.repeat_interleave(torch.arange(counts.numel(), device=start.device), counts)
-    position = torch.arange(total, device=start.device) - ptr[:-1][row] + start[row]
-    index = order[position] if order is not None else position
+    # one offset per row, repeated: entry k of row i is at start[i] + (k - ptr[i])
+    position = torch.arange(total, device=start.device)
+    position += torch.repeat_interleave(start - ptr[:-1], counts, output_size=total)
+    index = order.index_select(0, position) if order is not None else position
     return ptr, index
 
 
@@ -170,22 +171,26 @@ def _csr_difference(
     itself, a few same-camera items), A may hold thousands of items per query: each item of B is
     looked up in A, rather than each item of A in B.
     """
-    width = max(num_columns, 1)
     keep = torch.ones(a_index.numel(), dtype=torch.bool, device=a_index.device)
     if b_index.numel() == 0 or a_index.numel() == 0:
         return a_ptr, a_index, keep
-    a_row = torch.repeat_interleave(
-        torch.arange(a_ptr.numel() - 1, device=a_ptr.device), a_ptr.diff()
-    )
-    a_key = a_row * width + a_index
-    del a_row
     b_row = torch.repeat_interleave(
         torch.arange(b_ptr.numel() - 1, device=b_ptr.device), b_ptr.diff()
     )
-    b_key = b_row * width + b_index
-    pos = torch.searchsorted(a_key, b_key).clamp_max(a_key.numel() - 1)
-    found = a_key[pos] == b_key
-    del a_key
+    # A binary search of each item of B in its row of A, all of B at once: O(|B| log m), and
+    # nothing the size of A besides the mask.
+    lo, hi = a_ptr[b_row], a_ptr[b_row + 1]
+    end = hi.clone()
+    while True:
+        active = lo < hi
+        if not bool(active.any()):
+            break
+        mid = torch.where(active, (lo + hi) // 2, lo)
+        below = active & (a_index[mid.clamp_max(a_index.numel() - 1)] < b_index)
+        lo = torch.where(below, mid + 1, lo)
+        hi = torch.where(active & ~below, mid, hi)
+    pos = lo.clamp_max(a_index.numel() - 1)
+    found = (lo < end) & (a_index[pos] == b_index)
     keep[pos[found]] = False
     removed = torch.bincount(b_row[found], minlength=a_ptr.numel() - 1)
     ptr = a_ptr.clone()
