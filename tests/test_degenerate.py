@@ -505,3 +505,50 @@ def test_per_query_in_query_chunks(seed, same_source):
     for name in CHUNK_NAMES:
         expected = M.per_query_values(whole, M.parse_metric(name))
         np.testing.assert_allclose(got[name].numpy(), expected.numpy(), rtol=1e-9, equal_nan=True)
+
+
+@pytest.mark.parametrize("empty_queries", ["skip", "zero"])
+def test_summary_in_query_chunks(empty_queries):
+    """summary() with more relevant pairs than the budget: values, intervals, chance levels and
+    counts equal the summary of the whole table."""
+    from retrieval_metrics import RetrievalMetrics
+    from retrieval_metrics.functional import stats
+
+    rng = _rng(3)
+    n = 150
+    emb = torch.tensor(rng.integers(-3, 4, (n, 3)).astype(np.float64))
+    labels = torch.tensor(rng.integers(0, 2, n))
+    labels[0] = 5  # a query with nothing relevant: skipped, or zero
+    metric = RetrievalMetrics(
+        CHUNK_NAMES,
+        similarity="euclidean",
+        memory_budget=SMALLEST_BUDGET,
+        empty_queries=empty_queries,
+    )
+    metric.update(emb, labels)
+    chunked = []
+    original = metric._tables_in_chunks
+
+    def spy():
+        tables = original()
+        chunked.append(tables is not None)
+        return tables
+
+    metric._tables_in_chunks = spy
+    got = metric.summary(num_bootstrap=200, seed=1)
+    assert chunked == [True]
+    whole = rank_embeddings(emb, query_labels=labels, similarity="euclidean")
+    expected = stats.summarize(
+        whole, CHUNK_NAMES, empty_queries=empty_queries, num_bootstrap=200, seed=1
+    )
+    assert [r["name"] for r in got.rows] == [r["name"] for r in expected.rows]
+    for mine, theirs in zip(got.rows, expected.rows, strict=True):
+        for key in ("queries", "skipped", "gallery"):
+            assert mine[key] == theirs[key], (mine["name"], key)
+        for key in ("value", "chance"):
+            assert float(mine[key]) == pytest.approx(float(theirs[key]), rel=1e-9, nan_ok=True)
+        np.testing.assert_allclose(
+            np.asarray(mine["interval"], dtype=float),
+            np.asarray(theirs["interval"], dtype=float),
+            rtol=1e-9,
+        )

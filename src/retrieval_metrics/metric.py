@@ -529,7 +529,6 @@ class RetrievalMetricBase(Metric):
         """Values with queries counted and skipped, gallery size, chance level and a confidence
         interval (seeded percentile bootstrap over queries). Prints as a table."""
         self._refuse_nonpositive("summary()")
-        prefix = getattr(self, "prefix", "")
         rows = []
         for key, table in self.rank_tables().items():
             part = stats.summarize(
@@ -540,8 +539,12 @@ class RetrievalMetricBase(Metric):
                 num_bootstrap=num_bootstrap,
                 seed=seed,
             )
-            rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+            rows += self._named_rows(key, part)
         return stats.Summary(rows=rows, level=level)
+
+    def _named_rows(self, key: str, part: stats.Summary) -> list[dict[str, Any]]:
+        prefix = getattr(self, "prefix", "")
+        return [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
 
     def confidence_interval(
         self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
@@ -893,6 +896,23 @@ class RetrievalMetric(RetrievalMetricBase):
         specs = [M.parse_metric(name) for name in self.metric_names()]
         chunks = [{s.name: self._per_query_values(t, s) for s in specs} for t in tables]
         return {s.name: torch.cat([c[s.name] for c in chunks]) for s in specs}
+
+    def summary(
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+    ) -> stats.Summary:
+        # many relevant items per query: from per-query values a chunk of queries at a time
+        tables = self._tables_in_chunks()
+        if tables is None:
+            return super().summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
+        part = stats.summarize_in_chunks(
+            tables,
+            self.metric_names(),
+            **self._measure_options(),
+            level=level,
+            num_bootstrap=num_bootstrap,
+            seed=seed,
+        )
+        return stats.Summary(rows=self._named_rows("", part), level=level)
 
     def _tables_in_chunks(self) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time (in the order of the whole table), or None

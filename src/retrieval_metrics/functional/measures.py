@@ -17,7 +17,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -814,16 +814,20 @@ def chance_measures(table: RankTable, names: Sequence[str], **options) -> dict[s
     A query's chance value depends only on its gallery size and number of relevant items (and
     grades), so each distinct pair is computed once.
     """
-    chance = chance_table(table)
     options = {**options, "ties": "expected"}
-    if chance.ideal_grade is not None or table.num_queries == 0:
-        return _measures(chance, names, **options)
+    if table.ideal_grade is not None or table.num_queries == 0:
+        return _measures(chance_table(table), names, **options)
     key = torch.stack([table.gallery_size, table.num_relevant], 1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     representative = torch.zeros(unique.shape[0], dtype=torch.int64).scatter_(
         0, inverse, torch.arange(table.num_queries)
     )
-    return _measures(chance, names, rows=(chance.select(representative), inverse), **options)
+    # The chance table of the representatives only (one item per relevant pair of every query
+    # would be as large as the rank table); the aggregation reads the per-query fields alone.
+    fields = query_fields(table)
+    chance_fields = replace(fields, depth=fields.gallery_size.clone())
+    small = chance_table(fields.select(representative))
+    return _measures(chance_fields, names, rows=(small, inverse), **options)
 
 
 def _measures(

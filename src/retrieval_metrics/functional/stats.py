@@ -6,7 +6,7 @@ What they mean is in the documentation's Definitions page (docs/definitions.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -213,6 +213,60 @@ def summarize(
     unknown).
     """
     values = M.retrieval_measures(table, names, **options)
+    per_query = _per_query_of(table, names, options)
+    return _summary(table, names, values, per_query, level, num_bootstrap, seed, options)
+
+
+def summarize_in_chunks(
+    tables: Iterable[RankTable],
+    names: Sequence[str],
+    *,
+    level: float = 0.95,
+    num_bootstrap: int = 1000,
+    seed: int = 0,
+    **options,
+) -> Summary:
+    """:func:`summarize` of the queries of several tables taken together, one table at a time
+    (see :func:`~retrieval_metrics.functional.measures.retrieval_measures_in_chunks`): only the
+    per-query values are kept, never every relevant pair at once."""
+    chunks: list[dict[str, Tensor]] = []
+
+    def keeping_per_query(tables: Iterable[RankTable]) -> Iterator[RankTable]:
+        for table in tables:
+            chunks.append(_per_query_of(table, names, options))
+            yield table
+
+    values, queries = M.retrieval_measures_in_chunks(keeping_per_query(tables), names, **options)
+    per_query = {name: torch.cat([c[name] for c in chunks]) for name in chunks[0]}
+    return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
+
+
+def _per_query_of(table: RankTable, names: Sequence[str], options: dict) -> dict[str, Tensor]:
+    out = {}
+    for name in names:
+        spec = M.parse_metric(name)
+        out[spec.name] = M.per_query_values(
+            table,
+            spec,
+            ties=options.get("ties", "expected"),
+            ap=options.get("ap", "step"),
+            divisor=options.get("divisor", "relevant"),
+            gain=options.get("gain", "exponential"),
+        )
+    return out
+
+
+def _summary(
+    table: RankTable,
+    names: Sequence[str],
+    values: dict[str, Tensor],
+    per_query_of: dict[str, Tensor],
+    level: float,
+    num_bootstrap: int,
+    seed: int,
+    options: dict,
+) -> Summary:
+    """The rows of a summary; ``table`` is read for its per-query fields only."""
     # Ranked lists (depth unbounded) come from an unknown collection: no chance level.
     has_gallery = table.num_queries > 0 and not bool((table.depth == UNBOUNDED).any())
     chance = M.chance_measures(table, names, **options) if has_gallery else None
@@ -221,14 +275,7 @@ def summarize(
     summary = Summary(level=level)
     for name in names:
         spec = M.parse_metric(name)
-        per_query = M.per_query_values(
-            table,
-            spec,
-            ties=options.get("ties", "expected"),
-            ap=options.get("ap", "step"),
-            divisor=options.get("divisor", "relevant"),
-            gain=options.get("gain", "exponential"),
-        )
+        per_query = per_query_of[spec.name]
         if per_query.dim() == 1 and empty_policy == "zero":
             fill = 0.0
             if spec.base in M.RANK_METRICS:
