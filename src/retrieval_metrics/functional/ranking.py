@@ -1508,13 +1508,21 @@ def _merge_rows(values: Tensor, seq: Tensor, hist_lt: Tensor, hist_le: Tensor) -
     n = values.shape[1]
     sorted_values = np.sort(values.numpy(), axis=1)
     rel = seq.numpy()
-    at_most = np.empty((rel.shape[0], rel.shape[1] + 2), dtype=np.int64)
-    below = np.empty_like(at_most)
-    at_most[:, 0] = below[:, 0] = 0
-    at_most[:, -1] = below[:, -1] = n
-    for i in range(rel.shape[0]):
-        at_most[i, 1:-1] = np.searchsorted(sorted_values[i], rel[i], side="right")
-        below[i, 1:-1] = np.searchsorted(sorted_values[i], rel[i], side="left")
+    rows, m = rel.shape
+    at_most = np.empty((rows, m + 2), dtype=np.int64)
+    at_most[:, 0] = 0
+    at_most[:, -1] = n
+    for i, (row, scores) in enumerate(zip(sorted_values, rel, strict=True)):
+        at_most[i, 1:-1] = row.searchsorted(scores, "right")
+    # "<" from "<=": minus the items equal to the relevant score, which sit just before. One
+    # such item is the rule (the relevant item itself); rows with more are searched again.
+    found = at_most[:, 1:-1]
+    before = np.take_along_axis(sorted_values, np.maximum(found - 1, 0), 1)
+    below = at_most.copy()
+    below[:, 1:-1] -= (found > 0) & (before == rel)
+    before2 = np.take_along_axis(sorted_values, np.maximum(found - 2, 0), 1)
+    for i in np.flatnonzero(((found > 1) & (before2 == rel)).any(1)):
+        below[i, 1:-1] = sorted_values[i].searchsorted(rel[i], "left")
     counts_lt = np.diff(at_most, axis=1)
     hist_lt += torch.from_numpy(counts_lt)
     hist_le += torch.from_numpy(np.diff(below, axis=1) - counts_lt)
