@@ -36,6 +36,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.grouped import count_in_groups, group_codes
+from retrieval_metrics.functional.primitives import masked
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
@@ -1566,8 +1567,8 @@ def _table_from_items(
     g = None if grades is None else grades.to(torch.float64)
     if row is not None:
         # items in any order (the scores form): one sort of all of them
-        row, above, tied = row[listed], above[listed], tied[listed]
-        g = None if g is None else g[listed]
+        row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
+        g = None if g is None else masked(g, listed)
         perm = _lexsort(row, above, None if g is None else -g)
         new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
         torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
@@ -1579,9 +1580,9 @@ def _table_from_items(
             if g is not None and g is grades:
                 g = g.clone()  # reordered in place below; the caller's grades stay as they are
         else:
-            row = torch.repeat_interleave(torch.arange(num_q), ptr.diff())[listed]
-            above, tied = above[listed], tied[listed]
-            g = None if g is None else g[listed]
+            row = masked(torch.repeat_interleave(torch.arange(num_q), ptr.diff()), listed)
+            above, tied = masked(above, listed), masked(tied, listed)
+            g = None if g is None else masked(g, listed)
             new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
             torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
             del row

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import masked
+
 __all__ = [
     "Relevance",
     "build_relevance",
@@ -195,7 +197,7 @@ def _csr_difference(
     removed = torch.bincount(b_row[found], minlength=a_ptr.numel() - 1)
     ptr = a_ptr.clone()
     ptr[1:] -= torch.cumsum(removed, 0)
-    return ptr, a_index[keep], keep
+    return ptr, masked(a_index, keep), keep
 
 
 def _label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -410,7 +412,7 @@ def build_relevance(
 def _csr_keep_columns(ptr: Tensor, index: Tensor, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
     mask = keep[index]
-    counts = torch.bincount(row[mask], minlength=ptr.numel() - 1)
+    counts = torch.bincount(masked(row, mask), minlength=ptr.numel() - 1)
     new_ptr = torch.zeros_like(ptr)
     torch.cumsum(counts, 0, out=new_ptr[1:])
-    return new_ptr, index[mask], mask
+    return new_ptr, masked(index, mask), mask

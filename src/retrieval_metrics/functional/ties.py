@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import masked
 from retrieval_metrics.functional.ranking import RankTable
 
 __all__ = ["TIES", "TieGroups", "tie_groups"]
@@ -184,7 +185,8 @@ def _merge_full_runs(
     def summed(x: Tensor) -> Tensor:
         return torch.zeros(num_runs, dtype=x.dtype).index_add_(0, run, x)
 
-    return query[starts], above[starts], summed(size), summed(relevant), summed(gain)
+    kept = (masked(query, starts), masked(above, starts))
+    return *kept, summed(size), summed(relevant), summed(gain)
 
 
 # ------------------------------------------------------------------------------------------

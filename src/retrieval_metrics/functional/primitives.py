@@ -1,0 +1,14 @@
+"""Array primitives with a faster CPU path than torch's."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def masked(x: Tensor, mask: Tensor) -> Tensor:
+    """``x[mask]`` for a 1-D ``x`` and boolean ``mask``; on the CPU through numpy, several times
+    faster than torch's boolean indexing on the per-pair arrays of a ranking (millions long)."""
+    if x.device.type == "cpu" and mask.device.type == "cpu" and x.dtype != torch.bfloat16:
+        return torch.from_numpy(x.numpy()[mask.numpy()])
+    return x[mask]
