@@ -888,9 +888,14 @@ class _QueryBlock:
         self.r_row, self.r_col, self.r_pos = _csr_rows(p.rel_ptr, q_rows)
         self.r_counts = p.rel_ptr[q_rows + 1] - p.rel_ptr[q_rows]
         r_gal = p.rel_index.index_select(0, self.r_pos)
-        self.r_block = r_gal // p.block_g
+        if p.num_blocks_g <= 1:
+            # one gallery block (many relevant items per query widen it): nothing to group
+            self.r_block = torch.zeros_like(r_gal)
+            self.r_local = r_gal
+        else:
+            self.r_block = _floor_div(r_gal, p.block_g)
+            self.r_local = r_gal - self.r_block * p.block_g
         self.block_order, self.block_bounds = _by_block(self.r_block, p.num_blocks_g)
-        self.r_local = r_gal - self.r_block * p.block_g
         # Excluded pairs of this block, by gallery block.
         e_row, _, e_pos = _csr_rows(p.ex_ptr, q_rows)
         e_gal = p.ex_index[e_pos]
@@ -1332,6 +1337,8 @@ def _floor_div(x: Tensor, d: int) -> Tensor:
 def _by_block(r_block: Tensor, num_blocks: int) -> tuple[Tensor, Tensor]:
     """The relevant pairs ordered by gallery block (stable) and each block's bounds in that
     order: one sort instead of one comparison of every pair per block."""
+    if num_blocks <= 1:
+        return torch.arange(r_block.numel()), torch.tensor([0, r_block.numel()])[: num_blocks + 1]
     order = torch.from_numpy(np.argsort(r_block.cpu().numpy(), kind="stable"))
     bounds = torch.zeros(num_blocks + 1, dtype=torch.int64)
     torch.cumsum(torch.bincount(r_block.cpu(), minlength=num_blocks), 0, out=bounds[1:])
