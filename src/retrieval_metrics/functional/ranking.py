@@ -1098,8 +1098,10 @@ class _QueryBlock:
             # (each row's m scores sort first: the padding is +inf). The flat positions of
             # (row, j < m) are those of the CSR entries (row, column j): r_flat.
             dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
+            # without a depth every relevant item is listed, as the outputs start
+            written = 3 if self.p.depth is not None else 2
             for out, sorted_values in zip(
-                self.p.outputs, (above_sorted, tied_sorted, listed_sorted), strict=True
+                self.p.outputs[:written], (above_sorted, tied_sorted, listed_sorted), strict=False
             ):
                 out.index_copy_(0, dest, sorted_values.view(-1).index_select(0, self.r_flat).cpu())
             return
