@@ -246,14 +246,23 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
         return out
     alpha, beta, a, u = (x.index_select(0, more) for x in (alpha, beta, a, u))
     rest = torch.zeros_like(a)
-    for i in range(2, min(_DIRECT_TERMS, int(u.max())) + 1):
-        rest = rest + torch.where(u >= i, (alpha + beta * (i - 1)) / (a + i), 0.0)
     long = u > _DIRECT_TERMS
-    if bool(long.any()):
-        closed = u * beta + (alpha - beta * (a + 1)) * (
-            torch.digamma(a + u + 1) - torch.digamma(a + 1)
+    # term by term where the sum is short, the closed form elsewhere: each on its own groups
+    # (a long group, e.g. one tie group of a collapsed gallery, needs no direct terms)
+    short = torch.nonzero(~long).flatten()
+    if short.numel():
+        s_alpha, s_beta, s_a, s_u = (x.index_select(0, short) for x in (alpha, beta, a, u))
+        s_rest = torch.zeros_like(s_a)
+        for i in range(2, int(s_u.max()) + 1):
+            s_rest += torch.where(s_u >= i, (s_alpha + s_beta * (i - 1)) / (s_a + i), 0.0)
+        rest.index_copy_(0, short, s_rest)
+    far = torch.nonzero(long).flatten()
+    if far.numel():
+        l_alpha, l_beta, l_a, l_u = (x.index_select(0, far) for x in (alpha, beta, a, u))
+        closed = l_u * l_beta + (l_alpha - l_beta * (l_a + 1)) * (
+            torch.digamma(l_a + l_u + 1) - torch.digamma(l_a + 1)
         )
-        rest = torch.where(long, closed - alpha / (a + 1), rest)
+        rest.index_copy_(0, far, closed - l_alpha / (l_a + 1))
     return out.index_copy(0, more, out.index_select(0, more) + rest)
 
 
