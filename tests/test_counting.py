@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval_metrics.functional.ranking import _merge_rows
+from retrieval_metrics.functional.ranking import _count_block, _merge_rows
 
 
 def _brute(values: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,3 +46,30 @@ def test_merge_rows_counts_every_item(rows, n, m, distinct, seed):
     lt, le = _brute(values, rel)
     np.testing.assert_array_equal(hist_lt.numpy(), lt)
     np.testing.assert_array_equal(hist_le.numpy(), le)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 4),
+    st.integers(1, 40),
+    st.integers(1, 8),
+    st.integers(1, 5),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+)
+def test_count_block_counts_every_item(rows, n, m, distinct, collapsed, seed):
+    """The whole-block count, including its shortcut for rows whose items all lie outside the
+    relevant scores (collapsed embeddings: every relevant score equal)."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, distinct, (rows, n)).astype(np.float32)
+    if collapsed:
+        rel = np.repeat(rng.integers(0, distinct, (rows, 1)), m, axis=1).astype(np.float32)
+    else:
+        rel = np.sort(rng.integers(0, distinct, (rows, m)).astype(np.float32), axis=1)
+    rel[:, m - rng.integers(0, m) :] = np.inf
+    hist_lt = torch.zeros(rows * (m + 1), dtype=torch.int64)
+    hist_le = torch.zeros(rows * (m + 1), dtype=torch.int64)
+    _count_block(torch.from_numpy(values), torch.from_numpy(rel), hist_lt, hist_le, 2**16)
+    lt, le = _brute(values, rel)
+    np.testing.assert_array_equal(hist_lt.view(rows, m + 1).numpy(), lt)
+    np.testing.assert_array_equal(hist_le.view(rows, m + 1).numpy(), le)

@@ -1464,14 +1464,17 @@ def _count_block(
         num_finite = seq.isfinite().sum(1, keepdim=True)
         lowest = seq[:, :1]
         highest = seq.gather(1, (num_finite - 1).clamp_min(0))
-        outside = (
-            (values < lowest) | (values > highest) | ((values == lowest) & (lowest == highest))
+        # A row whose relevant scores are all equal has no item strictly between them, so
+        # every item is below, on or above; other rows need no item in [lowest, highest].
+        spread = lowest < highest
+        outside = not bool(spread.any()) or not bool(
+            ((values >= lowest) & (values <= highest) & spread).any()
         )
-        if bool(outside.all()):
+        if outside:
             # Every item lands in bin 0 or in bin num_finite, "<" for the items above the
             # highest, "<=" for those at or above it: two counts per row, no histogram.
-            n_above = (values > highest).sum(1)
-            n_at_least = (values >= highest).sum(1)
+            n_above = torch.count_nonzero(values > highest, dim=1)
+            n_at_least = torch.count_nonzero(values >= highest, dim=1)
             first_bin = torch.arange(r0, r1, device=s.device) * width
             last_bin = first_bin + num_finite[:, 0]
             hist_lt.index_add_(0, first_bin, block_g - n_above)
