@@ -529,22 +529,21 @@ class RetrievalMetricBase(Metric):
         """Values with queries counted and skipped, gallery size, chance level and a confidence
         interval (seeded percentile bootstrap over queries). Prints as a table."""
         self._refuse_nonpositive("summary()")
+        options = dict(
+            self._measure_options(), level=level, num_bootstrap=num_bootstrap, seed=seed
+        )
+        prefix = getattr(self, "prefix", "")
         rows = []
-        for key, table in self.rank_tables().items():
-            part = stats.summarize(
-                table,
-                self.metric_names(),
-                **self._measure_options(),
-                level=level,
-                num_bootstrap=num_bootstrap,
-                seed=seed,
-            )
-            rows += self._named_rows(key, part)
+        for key, part in self._summaries(options):
+            rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
         return stats.Summary(rows=rows, level=level)
 
-    def _named_rows(self, key: str, part: stats.Summary) -> list[dict[str, Any]]:
-        prefix = getattr(self, "prefix", "")
-        return [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+    def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
+        """The summary of each rank table, by the prefix of its measures' names."""
+        return [
+            (key, stats.summarize(table, self.metric_names(), **options))
+            for key, table in self.rank_tables().items()
+        ]
 
     def confidence_interval(
         self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
@@ -897,22 +896,12 @@ class RetrievalMetric(RetrievalMetricBase):
         chunks = [{s.name: self._per_query_values(t, s) for s in specs} for t in tables]
         return {s.name: torch.cat([c[s.name] for c in chunks]) for s in specs}
 
-    def summary(
-        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
-    ) -> stats.Summary:
+    def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from per-query values a chunk of queries at a time
         tables = self._tables_in_chunks()
         if tables is None:
-            return super().summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
-        part = stats.summarize_in_chunks(
-            tables,
-            self.metric_names(),
-            **self._measure_options(),
-            level=level,
-            num_bootstrap=num_bootstrap,
-            seed=seed,
-        )
-        return stats.Summary(rows=self._named_rows("", part), level=level)
+            return super()._summaries(options)
+        return [("", stats.summarize_in_chunks(tables, self.metric_names(), **options))]
 
     def _tables_in_chunks(self) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time (in the order of the whole table), or None
