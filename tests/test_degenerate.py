@@ -418,7 +418,7 @@ def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_sou
         metric.update(torch.tensor(emb), torch.tensor(labels), role="gallery")
         query, gallery, labels_g = emb[:20], emb, labels
     chunked = []
-    original = M.retrieval_measures_in_chunks
+    original = M.query_parts_in_chunks
 
     def counting(tables, *args, **kwargs):
         tables = list(tables)
@@ -426,7 +426,7 @@ def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_sou
         return original(tables, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(M, "retrieval_measures_in_chunks", counting)
+        mp.setattr(M, "query_parts_in_chunks", counting)
         values = metric.compute()
     pairs = sum(int((labels_g == lab).sum()) for lab in labels[: query.shape[0]])
     if pairs * PAIR_BYTES > SMALLEST_BUDGET:

@@ -30,6 +30,7 @@ SCENARIOS = [
     "fixed_gallery",
     "sharded_gallery",
     "crossmodal",
+    "many_relevant",
 ]
 _RUNS: dict[int, list[dict]] = {}
 
@@ -74,3 +75,15 @@ def test_without_ids_warns_once(tmp_path_factory):
     for result in results:
         assert_same(result["values"], expected_values, "no_ids")
         assert sum("cannot be detected" in w for w in result["warnings"]) == 1
+
+
+def test_many_relevant_scenario_ranks_in_query_chunks():
+    """The many_relevant scenario has more relevant pairs than its budget: one process ranks it
+    in query chunks (so on several the processes gather per-query parts, not tables)."""
+    from scenarios import SCENARIOS
+
+    build, feed = SCENARIOS["many_relevant"]
+    metric = build()
+    feed(metric, list(range(53)))
+    tables = metric._tables_in_chunks()
+    assert tables is not None and len(list(tables)) > 1

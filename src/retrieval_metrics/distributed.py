@@ -235,6 +235,30 @@ def gather_table(table: RankTable, group: Any = None) -> RankTable:
     return table_from_parts(dict(zip(names, gathered, strict=True)))
 
 
+def gather_query_parts(
+    parts: dict[str, tuple[Tensor, Tensor | None, Tensor | None]],
+    queries: RankTable,
+    group: Any = None,
+) -> tuple[dict[str, tuple[Tensor, Tensor | None, Tensor | None]], RankTable]:
+    """Every process's per-query parts and query fields (measures.query_parts_in_chunks),
+    queries concatenated in process order: what a ranking in query chunks sends instead of its
+    tables, a few numbers per query whatever the number of relevant pairs."""
+    names = list(parts)
+    tensors = [t for name in names for t in parts[name] if t is not None]
+    fields = ["num_relevant", "gallery_size", "depth", "query_class", "query_id"]
+    present = [f for f in fields if getattr(queries, f) is not None]
+    gathered = gather_rows(tensors + [getattr(queries, f) for f in present], group)
+    it = iter(gathered)
+    out = {name: tuple(None if t is None else next(it) for t in parts[name]) for name in names}
+    got = {f: next(it) for f in present}
+    num_q = got["num_relevant"].numel()
+    empty = torch.zeros(0, dtype=torch.int64)
+    gathered_queries = RankTable(
+        ptr=torch.zeros(num_q + 1, dtype=torch.int64), above=empty, tied=empty, **got
+    )
+    return out, gathered_queries  # type: ignore[return-value]
+
+
 def rank_queries(
     queries: Items,
     gallery: Items,

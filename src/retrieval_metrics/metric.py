@@ -903,15 +903,16 @@ class RetrievalMetric(RetrievalMetricBase):
             return super()._summaries(options)
         return [("", stats.summarize_in_chunks(tables, self.metric_names(), **options))]
 
-    def _tables_in_chunks(self) -> Iterator[RankTable] | None:
+    def _tables_in_chunks(self, share: bool = False) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time (in the order of the whole table), or None
         where the whole table is ranked at once.
 
         Relevant pairs beyond ``memory_budget`` (thousands of relevant items per query) would make
         rank tables, relevance sets and tie groups of gigabytes; a chunk of queries at a time,
         each reduced to per-query values before the next is ranked, holds a budget's worth. Taken
-        where the pairs can be counted before ranking (label relevance) and one process ranks
-        every query: no sharded gallery, no several processes (they exchange whole tables).
+        where the pairs can be counted before ranking (label relevance), not for a sharded
+        gallery. On several processes only with ``share`` (inside compute(), states synced):
+        this process's share of the queries, whose per-query parts are then gathered.
         """
         if self._tables is not None or self.relevance != "label" or self.gallery_sharded:
             return None
@@ -922,7 +923,8 @@ class RetrievalMetric(RetrievalMetricBase):
         same_source = bool(int(form[_SAME_SOURCE]))
         if int(form[_SCORES]) or int(form[_TABLE]) or not (same_source or int(form[_QUERY])):
             return None
-        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
+        several = self._distributed() and D.rank_and_world(self.process_group)[1] > 1
+        if several and not share:
             return None
         queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
         if queries is None or len(queries) == 0 or queries.labels is None:
@@ -932,8 +934,14 @@ class RetrievalMetric(RetrievalMetricBase):
             return None
         pairs = label_pair_counts(queries.labels, gallery.labels)
         if int(pairs.sum()) * PAIR_BYTES <= self.memory_budget:
-            return None
+            return None  # the same decision on every process: the states are synced
         options = self._ranking_options()
+        if several:
+            mine = D.query_share(len(queries), self.process_group, True)
+            queries, pairs = queries.select(mine), pairs[mine]
+            if len(queries) == 0:
+                # nothing to rank here, but empty parts of the right kinds to gather
+                return iter([options.rank(queries, gallery)])
         return (
             options.rank(queries.select(slice(start, stop)), gallery)
             for start, stop in query_chunks(pairs, self.memory_budget)
@@ -941,11 +949,21 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _values_in_chunks(self) -> dict[str, Tensor] | None:
         """compute()'s values from :meth:`_tables_in_chunks`, or None where it ranks at once."""
-        tables = self._tables_in_chunks()
+        tables = self._tables_in_chunks(share=True)
         if tables is None:
             return None
-        values, per_query = M.retrieval_measures_in_chunks(
-            tables, self.metric_names(), **self._measure_options()
+        options = self._measure_options()
+        parts, per_query = M.query_parts_in_chunks(
+            tables,
+            self.metric_names(),
+            **{k: options[k] for k in ("ties", "average", "ap", "divisor", "gain")},
+        )
+        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
+            parts, per_query = D.gather_query_parts(parts, per_query, self.process_group)
+        values = M.aggregate_query_parts(
+            per_query,
+            parts,
+            **{k: options[k] for k in ("empty_queries", "average", "percent", "median")},
         )
         self._warn_if_all_skipped(per_query.num_relevant, stacklevel=4)
         if self.all_skipped == "zero" and not bool((per_query.num_relevant > 0).any()):

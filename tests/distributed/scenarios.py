@@ -70,6 +70,17 @@ def _feed_same(metric, idx):
     metric.update(SAME[0][t], SAME[1][t], ids=t)
 
 
+# two classes of about 26: more relevant pairs than the smallest memory budget holds, so
+# compute() ranks in query chunks and the processes exchange per-query parts, not tables
+MANY = _embeddings(53, 5, classes=2)
+SMALLEST_BUDGET = 2**16
+
+
+def _feed_many(metric, idx):
+    t = torch.tensor(idx, dtype=torch.int64)
+    metric.update(MANY[0][t], MANY[1][t], ids=t)
+
+
 def _feed_same_no_ids(metric, idx):
     t = torch.tensor(idx, dtype=torch.int64)
     metric.update(SAME[0][t], SAME[1][t])
@@ -149,6 +160,10 @@ SCENARIOS = {
                    _feed_pairs),
     "sharded_gallery": (lambda: rm.RetrievalMetrics(NAMES, gallery_sharded=True),
                         _feed_query_gallery),
+    "many_relevant": (
+        lambda: rm.RetrievalMetrics(NAMES, prefix="val/", memory_budget=SMALLEST_BUDGET),
+        _feed_many,
+    ),
 }
 
 
@@ -157,6 +172,8 @@ def split_for_rank(scenario: str, rank: int, world: int) -> list:
     size = 3 + 2 * rank
     if scenario == "same_source":
         return batches(sampler_indices(53, rank, world), size)
+    if scenario == "many_relevant":
+        return batches(sampler_indices(53, rank, world, empty_ranks=(world - 1,)), size)
     if scenario == "same_source_empty_rank":
         return batches(sampler_indices(53, rank, world, empty_ranks=(world - 1,)), size)
     if scenario == "no_ids":
@@ -185,7 +202,7 @@ def single_process(scenario: str):
     """The same metric fed every sample once, in one process."""
     build, feed = SCENARIOS[scenario]
     metric = build()
-    if scenario.startswith("same_source") or scenario == "no_ids":
+    if scenario.startswith("same_source") or scenario in ("no_ids", "many_relevant"):
         feed(metric, list(range(53)))
     elif scenario in ("query_gallery", "sharded_gallery"):
         feed(metric, ("query", list(range(23))))

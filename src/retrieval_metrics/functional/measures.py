@@ -954,6 +954,29 @@ def retrieval_measures_in_chunks(
     >>> {k: round(float(v), 4) for k, v in values.items()}, queries.num_queries
     ({'recall@3': 0.75, 'mrr': 0.6667}, 2)
     """
+    parts, queries = query_parts_in_chunks(
+        tables, names, ties=ties, average=average, ap=ap, divisor=divisor, gain=gain
+    )
+    return aggregate_query_parts(queries, parts, empty_queries, average, percent, median), queries
+
+
+QueryParts = dict[str, tuple[Tensor, "Tensor | None", "Tensor | None"]]
+
+
+def query_parts_in_chunks(
+    tables: Iterable[RankTable],
+    names: Sequence[str],
+    *,
+    ties: str = "expected",
+    average: str = "macro",
+    ap: str = "step",
+    divisor: str = "relevant",
+    gain: str = "exponential",
+) -> tuple[QueryParts, RankTable]:
+    """Each named metric's per-query values (and micro numerators and denominators) of the
+    queries of several tables, one table at a time, with those queries' fields
+    (:func:`query_fields`): what :func:`aggregate_query_parts` turns into values, also after
+    gathering the parts of several processes."""
     if ties not in T.TIES:
         raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
     skeletons: list[RankTable] = []
@@ -975,5 +998,16 @@ def retrieval_measures_in_chunks(
         name: tuple(joined([p[name][i] for p in chunk_parts]) for i in range(3))
         for name in chunk_parts[0]
     }
-    values = _aggregate_parts(queries, parts, empty_queries, average, percent, median)
-    return values, queries
+    return parts, queries  # type: ignore[return-value]
+
+
+def aggregate_query_parts(
+    queries: RankTable,
+    parts: QueryParts,
+    empty_queries: str = "skip",
+    average: str = "macro",
+    percent: bool = False,
+    median: str = "vsepp",
+) -> dict[str, Tensor]:
+    """The values of :func:`query_parts_in_chunks`' parts (``queries``: their query fields)."""
+    return _aggregate_parts(queries, parts, empty_queries, average, percent, median)
