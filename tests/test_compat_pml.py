@@ -12,7 +12,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from retrieval_metrics.compat import pml as compat
@@ -138,7 +138,11 @@ def test_separate_reference_matches_pml(
         reference_labels = torch.cat([query_labels, more_labels])
     else:
         reference, reference_labels = more, more_labels
-    k = len(reference) - int(ref_includes_query) if k == "all" else k
+    available = len(reference) - int(ref_includes_query)
+    k = available if k == "all" else k
+    # an int k past the reference set is a documented difference (PML's faiss pads with index
+    # -1, read as the last reference item: MAP can exceed 1); test_large_k_counts_the_whole_ranking
+    assume(not isinstance(k, int) or k <= available)
     args = (query, query_labels, reference, reference_labels, ref_includes_query)
     theirs, ours = both(
         args,
