@@ -22,6 +22,7 @@ __all__ = [
     "mcnemar_exact",
     "paired_comparison",
     "summarize",
+    "summarize_in_chunks",
     "wilson_interval",
 ]
 
