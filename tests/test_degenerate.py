@@ -486,8 +486,8 @@ def test_per_query_in_query_chunks(seed, same_source):
     chunks = []
     original = metric._tables_in_chunks
 
-    def spy():
-        tables = original()
+    def spy(**kwargs):
+        tables = original(**kwargs)
         chunks.append(None if tables is None else list(tables))
         return None if tables is None else iter(chunks[-1])
 
@@ -529,8 +529,8 @@ def test_summary_in_query_chunks(empty_queries):
     chunked = []
     original = metric._tables_in_chunks
 
-    def spy():
-        tables = original()
+    def spy(**kwargs):
+        tables = original(**kwargs)
         chunked.append(tables is not None)
         return tables
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -400,16 +400,19 @@ class RetrievalMetricBase(Metric):
         names of its measures ("" for one direction; "i2t/" and "t2i/" for image-text). Queries in
         a stable order (by sample id when ids were given)."""
         if self._tables is None:
-            if self._is_synced:  # inside compute(): the states already hold every process's rows
-                self._tables = self._build_tables()
-            else:
-                with self.sync_context(
-                    dist_sync_fn=self.dist_sync_fn,
-                    should_sync=self._to_sync,
-                    should_unsync=self._should_unsync,
-                ):
-                    self._tables = self._build_tables()
+            self._tables = self._on_synced_states(self._build_tables)
         return self._tables
+
+    def _on_synced_states(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with the states of every process (synced for the call unless they are)."""
+        if self._is_synced:  # inside compute(): the states already hold every process's rows
+            return fn()
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn,
+            should_sync=self._to_sync,
+            should_unsync=self._should_unsync,
+        ):
+            return fn()
 
     def rank_table(self) -> RankTable:
         """The rank table, for a metric that ranks in one direction (see :meth:`rank_tables`)."""
@@ -888,13 +891,17 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def per_query(self) -> dict[str, Tensor]:
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
-        # compute(), so that the whole table never exists
-        tables = self._tables_in_chunks()
+        # compute(), so that the whole table never exists (on several processes each ranks its
+        # share and the per-query values are gathered)
+        tables = self._on_synced_states(lambda: self._tables_in_chunks(share=True))
         if tables is None:
             return super().per_query()
         specs = [M.parse_metric(name) for name in self.metric_names()]
         chunks = [{s.name: self._per_query_values(t, s) for s in specs} for t in tables]
-        return {s.name: torch.cat([c[s.name] for c in chunks]) for s in specs}
+        mine = [torch.cat([c[s.name] for c in chunks]) for s in specs]
+        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
+            mine = D.gather_rows(mine, self.process_group)
+        return {s.name: values for s, values in zip(specs, mine, strict=True)}
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from per-query values a chunk of queries at a time
