@@ -19,7 +19,7 @@ HERE = Path(__file__).resolve().parent / "distributed"
 sys.path.insert(0, str(HERE))
 
 import launch  # noqa: E402
-from scenarios import single_process  # noqa: E402
+from scenarios import SUMMARY_SCENARIOS, single_process, single_process_summary  # noqa: E402
 
 SCENARIOS = [
     "same_source",
@@ -66,6 +66,30 @@ def test_every_rank_equals_single_process(scenario, world, tmp_path_factory):
         assert_same(result["values"], expected_values, f"{scenario} rank {rank}/{world}")
         assert_same(result["per_query"], expected_per_query, f"{scenario} per_query rank {rank}")
         assert not any("cannot be detected" in w for w in result["warnings"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("scenario", SUMMARY_SCENARIOS)
+def test_summary_equals_single_process(scenario, world, tmp_path_factory):
+    """summary() on every rank: the same rows as one process (the bootstrap is seeded and sees
+    the per-query values in the same order)."""
+    expected = single_process_summary(scenario)
+    for rank, result in enumerate(results_of(scenario, world, tmp_path_factory)):
+        got = result["summary"]
+        assert [r["name"] for r in got] == [r["name"] for r in expected], f"rank {rank}"
+        for mine, theirs in zip(got, expected, strict=True):
+            context = f"{scenario} rank {rank}/{world}: {theirs['name']}"
+            for key in ("queries", "skipped", "gallery"):
+                assert mine[key] == theirs[key], f"{context} {key}"
+            for key in ("value", "chance", "interval"):
+                np.testing.assert_allclose(
+                    np.asarray(mine[key], dtype=float),
+                    np.asarray(theirs[key], dtype=float),
+                    atol=1e-6,
+                    rtol=0,
+                    err_msg=f"{context} {key}",
+                )
 
 
 @pytest.mark.timeout(300)

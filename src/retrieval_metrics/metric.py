@@ -905,10 +905,23 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from per-query values a chunk of queries at a time
-        tables = self._tables_in_chunks()
+        tables = self._on_synced_states(lambda: self._tables_in_chunks(share=True))
         if tables is None:
             return super()._summaries(options)
-        return [("", stats.summarize_in_chunks(tables, self.metric_names(), **options))]
+        exchange = None
+        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
+            group = self.process_group
+
+            def exchange(parts, queries, per_query):  # every process's queries, in order
+                parts, queries = D.gather_query_parts(parts, queries, group)
+                names = list(per_query)
+                gathered = D.gather_rows([per_query[n] for n in names], group)
+                return parts, queries, dict(zip(names, gathered, strict=True))
+
+        part = stats.summarize_in_chunks(
+            tables, self.metric_names(), exchange=exchange, **options
+        )
+        return [("", part)]
 
     def _tables_in_chunks(self, share: bool = False) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time (in the order of the whole table), or None

@@ -218,6 +218,32 @@ def single_process(scenario: str):
     return {k: v.tolist() for k, v in values.items()}, per_query_lists(metric)
 
 
+# scenarios whose summary() (values, intervals, chance levels, counts) is compared too
+SUMMARY_SCENARIOS = ("same_source", "many_relevant")
+
+
+def summary_lists(metric) -> list[dict]:
+    """summary()'s rows as plain lists (a fixed bootstrap seed, so processes can agree)."""
+
+    def plain(value):
+        if isinstance(value, torch.Tensor):
+            return value.tolist()
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        return value
+
+    rows = metric.summary(num_bootstrap=200, seed=3).rows
+    return [{key: plain(value) for key, value in row.items()} for row in rows]
+
+
+def single_process_summary(scenario: str) -> list[dict]:
+    """The summary of the same metric fed every sample once, in one process."""
+    build, feed = SCENARIOS[scenario]
+    metric = build()
+    feed(metric, list(range(53)))
+    return summary_lists(metric)
+
+
 def per_query_lists(metric) -> dict:
     try:
         return {k: v.tolist() for k, v in metric.per_query().items()}

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scenarios import SCENARIOS, per_query_lists, split_for_rank
+from scenarios import SCENARIOS, SUMMARY_SCENARIOS, per_query_lists, split_for_rank, summary_lists
 
 
 def run_scenario(scenario: str, rank: int, world: int) -> dict:
@@ -31,10 +31,12 @@ def run_scenario(scenario: str, rank: int, world: int) -> dict:
             feed(metric, batch)
         result = metric.compute()
         per_query = per_query_lists(metric)
+        summary = summary_lists(metric) if scenario in SUMMARY_SCENARIOS else None
     values = result if isinstance(result, dict) else {"value": result}
     return {
         "values": {k: v.tolist() for k, v in values.items()},
         "per_query": per_query,
+        "summary": summary,
         "warnings": [str(w.message) for w in caught],
     }
 

@@ -6,7 +6,7 @@ What they mean is in the documentation's Definitions page (docs/definitions.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -225,11 +225,15 @@ def summarize_in_chunks(
     level: float = 0.95,
     num_bootstrap: int = 1000,
     seed: int = 0,
+    exchange: Callable[[M.QueryParts, RankTable, dict[str, Tensor]], tuple] | None = None,
     **options,
 ) -> Summary:
     """:func:`summarize` of the queries of several tables taken together, one table at a time
     (see :func:`~retrieval_metrics.functional.measures.retrieval_measures_in_chunks`): only the
-    per-query values are kept, never every relevant pair at once."""
+    per-query values are kept, never every relevant pair at once.
+
+    ``exchange(parts, queries, per_query)`` returns the same three for the queries of every
+    process (several processes, each with its share of the tables)."""
     chunks: list[dict[str, Tensor]] = []
 
     def keeping_per_query(tables: Iterable[RankTable]) -> Iterator[RankTable]:
@@ -237,8 +241,18 @@ def summarize_in_chunks(
             chunks.append(_per_query_of(table, names, options))
             yield table
 
-    values, queries = M.retrieval_measures_in_chunks(keeping_per_query(tables), names, **options)
+    def picked(*keys: str) -> dict:
+        return {k: options[k] for k in keys if k in options}
+
+    parts, queries = M.query_parts_in_chunks(
+        keeping_per_query(tables), names, **picked("ties", "average", "ap", "divisor", "gain")
+    )
     per_query = {name: torch.cat([c[name] for c in chunks]) for name in chunks[0]}
+    if exchange is not None:
+        parts, queries, per_query = exchange(parts, queries, per_query)
+    values = M.aggregate_query_parts(
+        queries, parts, **picked("empty_queries", "average", "percent", "median")
+    )
     return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
 
 
