@@ -82,14 +82,8 @@ def test_summary_equals_single_process(scenario, world, tmp_path_factory):
             context = f"{scenario} rank {rank}/{world}: {theirs['name']}"
             for key in ("queries", "skipped", "gallery"):
                 assert mine[key] == theirs[key], f"{context} {key}"
-            for key in ("value", "chance", "interval"):
-                np.testing.assert_allclose(
-                    np.asarray(mine[key], dtype=float),
-                    np.asarray(theirs[key], dtype=float),
-                    atol=1e-6,
-                    rtol=0,
-                    err_msg=f"{context} {key}",
-                )
+            numbers = ("value", "chance", "interval")
+            assert_same({k: mine[k] for k in numbers}, {k: theirs[k] for k in numbers}, context)
 
 
 @pytest.mark.timeout(300)
