@@ -931,8 +931,8 @@ class RetrievalMetric(RetrievalMetricBase):
         rank tables, relevance sets and tie groups of gigabytes; a chunk of queries at a time,
         each reduced to per-query values before the next is ranked, holds a budget's worth. Taken
         where the pairs can be counted before ranking (label relevance), not for a sharded
-        gallery. On several processes only with ``share`` (inside compute(), states synced):
-        this process's share of the queries, whose per-query parts are then gathered.
+        gallery. On several processes only with ``share``, on states synced across them: this
+        process's share of the queries, whose per-query parts are then gathered.
         """
         if self._tables is not None or self.relevance != "label" or self.gallery_sharded:
             return None
