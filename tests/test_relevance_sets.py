@@ -36,7 +36,7 @@ def test_csr_difference_is_the_set_difference_row_by_row(pairs):
     b_rows = [sorted(b) for _, b in pairs]  # items of B missing from A are ignored
     a_ptr, a_index = _csr(a_rows)
     b_ptr, b_index = _csr(b_rows)
-    ptr, index, keep = _csr_difference(a_ptr, a_index, b_ptr, b_index, 41)
+    ptr, index, keep = _csr_difference(a_ptr, a_index, b_ptr, b_index)
     expected = [[c for c in a if c not in set(b)] for a, b in zip(a_rows, b_rows, strict=True)]
     assert _rows(ptr, index) == expected
     assert index.tolist() == a_index[keep].tolist()

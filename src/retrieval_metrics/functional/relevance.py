@@ -165,7 +165,7 @@ def csr_from_ranges(
 
 
 def _csr_difference(
-    a_ptr: Tensor, a_index: Tensor, b_ptr: Tensor, b_index: Tensor, num_columns: int
+    a_ptr: Tensor, a_index: Tensor, b_ptr: Tensor, b_index: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Row-wise set difference A \\ B of two CSR matrices; also returns the mask over A kept.
 
@@ -386,7 +386,7 @@ def build_relevance(
     torch.cumsum(counts, 0, out=ex_ptr[1:])
     ex_index = cols
 
-    rel_ptr, rel_index, kept = _csr_difference(rel_ptr, rel_index, ex_ptr, ex_index, num_gallery)
+    rel_ptr, rel_index, kept = _csr_difference(rel_ptr, rel_index, ex_ptr, ex_index)
     if grades is not None:
         grades = grades[kept]
     if gallery_keep is not None:
