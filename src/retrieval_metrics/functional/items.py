@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import is_identity
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     Exchange,
@@ -48,7 +48,7 @@ class Items:
 
         An index that keeps every item in place returns these items, not a copy of the
         embeddings (gathered states are usually already deduplicated and in order)."""
-        if isinstance(index, Tensor) and _keeps_all(index, len(self)):
+        if isinstance(index, Tensor) and is_identity(index, len(self)):
             return self
 
         def pick(value: Tensor | None) -> Tensor | None:
@@ -62,13 +62,6 @@ class Items:
 
     def with_ids(self, ids: Tensor) -> Items:
         return replace(self, ids=ids)
-
-
-def _keeps_all(index: Tensor, n: int) -> bool:
-    index = index.cpu()
-    if index.dtype == torch.bool:
-        return index.numel() == n and bool(index.all())
-    return index.numel() == n and bool((index == torch.arange(n)).all())
 
 
 @dataclass(frozen=True)

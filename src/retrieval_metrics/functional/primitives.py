@@ -12,3 +12,11 @@ def masked(x: Tensor, mask: Tensor) -> Tensor:
     if x.device.type == "cpu" and mask.device.type == "cpu" and x.dtype != torch.bfloat16:
         return torch.from_numpy(x.numpy()[mask.numpy()])
     return x[mask]
+
+
+def is_identity(index: Tensor, n: int) -> bool:
+    """Whether ``index`` (int positions or a boolean mask) keeps all ``n`` items, in place."""
+    index = index.cpu()
+    if index.dtype == torch.bool:
+        return index.numel() == n and bool(index.all())
+    return index.numel() == n and bool((index == torch.arange(n)).all())

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.grouped import count_in_groups, group_codes
-from retrieval_metrics.functional.primitives import masked
+from retrieval_metrics.functional.primitives import is_identity, masked
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
@@ -723,7 +723,7 @@ class _Side:
             # Counts do not depend on gallery order; grouping by label puts each query block's
             # relevant items in one or two gallery blocks.
             g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
-            if bool((g_perm == torch.arange(num_g)).all()):
+            if is_identity(g_perm, num_g):
                 g_perm = None  # already grouped (e.g. captions listed by image): no copy
         if g_perm is not None:
             new_position = torch.empty_like(g_perm)
@@ -1743,9 +1743,9 @@ def nonpositive_missed(table: RankTable, positive: Tensor) -> RankTable:
     return replace(
         table,
         ptr=ptr,
-        above=table.above[keep],
-        tied=table.tied[keep],
-        grade=None if table.grade is None else table.grade[keep],
+        above=masked(table.above, keep),
+        tied=masked(table.tied, keep),
+        grade=None if table.grade is None else masked(table.grade, keep),
         depth=torch.full_like(table.depth, UNBOUNDED),
     )
 

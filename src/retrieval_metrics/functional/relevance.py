@@ -388,11 +388,11 @@ def build_relevance(
 
     rel_ptr, rel_index, kept = _csr_difference(rel_ptr, rel_index, ex_ptr, ex_index)
     if grades is not None:
-        grades = grades[kept]
+        grades = masked(grades, kept)
     if gallery_keep is not None:
         rel_ptr, rel_index, kept = _csr_keep_columns(rel_ptr, rel_index, gallery_keep)
         if grades is not None:
-            grades = grades[kept]
+            grades = masked(grades, kept)
         new_position = torch.cumsum(gallery_keep.to(torch.int64), 0) - 1
         rel_index = new_position[rel_index]
         ex_index = new_position[ex_index]
