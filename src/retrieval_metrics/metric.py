@@ -34,6 +34,7 @@ as a single process would (:mod:`retrieval_metrics.distributed`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -373,6 +374,9 @@ class RetrievalMetricBase(Metric):
 
     def _distributed(self) -> bool:
         return bool(self._to_sync and self.distributed_available_fn())
+
+    def _several_processes(self) -> bool:
+        return self._distributed() and D.rank_and_world(self.process_group)[1] > 1
 
     def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
         """Gather every state with :func:`retrieval_metrics.distributed.sync_states` (uneven
@@ -899,7 +903,7 @@ class RetrievalMetric(RetrievalMetricBase):
         specs = [M.parse_metric(name) for name in self.metric_names()]
         chunks = [{s.name: self._per_query_values(t, s) for s in specs} for t in tables]
         mine = [torch.cat([c[s.name] for c in chunks]) for s in specs]
-        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
+        if self._several_processes():
             mine = D.gather_rows(mine, self.process_group)
         return {s.name: values for s, values in zip(specs, mine, strict=True)}
 
@@ -908,20 +912,17 @@ class RetrievalMetric(RetrievalMetricBase):
         tables = self._on_synced_states(lambda: self._tables_in_chunks(share=True))
         if tables is None:
             return super()._summaries(options)
-        exchange = None
-        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
-            group = self.process_group
-
-            def exchange(parts, queries, per_query):  # every process's queries, in order
-                parts, queries = D.gather_query_parts(parts, queries, group)
-                names = list(per_query)
-                gathered = D.gather_rows([per_query[n] for n in names], group)
-                return parts, queries, dict(zip(names, gathered, strict=True))
-
         part = stats.summarize_in_chunks(
-            tables, self.metric_names(), exchange=exchange, **options
+            tables, self.metric_names(), exchange=self._query_parts_exchange(), **options
         )
         return [("", part)]
+
+    def _query_parts_exchange(self) -> Callable[..., Any] | None:
+        """How query chunks ranked on several processes are put together: every process's
+        per-query parts and query fields, in process order (None on one process)."""
+        if not self._several_processes():
+            return None
+        return functools.partial(D.gather_query_parts, group=self.process_group)
 
     def _tables_in_chunks(self, share: bool = False) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time (in the order of the whole table), or None
@@ -943,7 +944,7 @@ class RetrievalMetric(RetrievalMetricBase):
         same_source = bool(int(form[_SAME_SOURCE]))
         if int(form[_SCORES]) or int(form[_TABLE]) or not (same_source or int(form[_QUERY])):
             return None
-        several = self._distributed() and D.rank_and_world(self.process_group)[1] > 1
+        several = self._several_processes()
         if several and not share:
             return None
         queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
@@ -972,18 +973,11 @@ class RetrievalMetric(RetrievalMetricBase):
         tables = self._tables_in_chunks(share=True)
         if tables is None:
             return None
-        options = self._measure_options()
-        parts, per_query = M.query_parts_in_chunks(
+        values, per_query = M.retrieval_measures_in_chunks(
             tables,
             self.metric_names(),
-            **{k: options[k] for k in ("ties", "average", "ap", "divisor", "gain")},
-        )
-        if self._distributed() and D.rank_and_world(self.process_group)[1] > 1:
-            parts, per_query = D.gather_query_parts(parts, per_query, self.process_group)
-        values = M.aggregate_query_parts(
-            per_query,
-            parts,
-            **{k: options[k] for k in ("empty_queries", "average", "percent", "median")},
+            **self._measure_options(),
+            exchange=self._query_parts_exchange(),
         )
         self._warn_if_all_skipped(per_query.num_relevant, stacklevel=4)
         if self.all_skipped == "zero" and not bool((per_query.num_relevant > 0).any()):

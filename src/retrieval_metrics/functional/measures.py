@@ -931,6 +931,9 @@ def query_fields(table: RankTable) -> RankTable:
     )
 
 
+QueryParts = dict[str, tuple[Tensor, "Tensor | None", "Tensor | None"]]
+
+
 def retrieval_measures_in_chunks(
     tables: Iterable[RankTable],
     names: Sequence[str],
@@ -943,12 +946,15 @@ def retrieval_measures_in_chunks(
     divisor: str = "relevant",
     gain: str = "exponential",
     median: str = "vsepp",
+    exchange: Callable[[QueryParts, RankTable], tuple[QueryParts, RankTable]] | None = None,
 ) -> tuple[dict[str, Tensor], RankTable]:
     """:func:`retrieval_measures` of the queries of several tables taken together, one table at a
     time: each is reduced to per-query values before the next one is read, so that a ranking made
     a chunk of queries at a time never holds every relevant pair at once.
 
     Returns the values and the per-query fields of all the queries (:func:`query_fields`).
+    ``exchange(parts, queries)`` returns them for the queries of every process (several
+    processes, each with its share of the tables; ``distributed.gather_query_parts``).
 
     >>> from retrieval_metrics.functional.ranking import rank_lists
     >>> chunks = (rank_lists([["d3", "d7", "d1"]], [{"d1"}]), rank_lists([["d4"]], [{"d4", "d6"}]))
@@ -959,10 +965,9 @@ def retrieval_measures_in_chunks(
     parts, queries = query_parts_in_chunks(
         tables, names, ties=ties, average=average, ap=ap, divisor=divisor, gain=gain
     )
+    if exchange is not None:
+        parts, queries = exchange(parts, queries)
     return aggregate_query_parts(queries, parts, empty_queries, average, percent, median), queries
-
-
-QueryParts = dict[str, tuple[Tensor, "Tensor | None", "Tensor | None"]]
 
 
 def query_parts_in_chunks(

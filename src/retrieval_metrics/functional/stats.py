@@ -6,7 +6,7 @@ What they mean is in the documentation's Definitions page (docs/definitions.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -196,6 +196,11 @@ def _gallery_text(table: RankTable) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+_MEASURE_OPTIONS = (
+    "ties", "empty_queries", "average", "percent", "ap", "divisor", "gain", "median"
+)
+
+
 def summarize(
     table: RankTable,
     names: Sequence[str],
@@ -213,9 +218,8 @@ def summarize(
     uniformly random ranking of the same gallery (``None`` for ranked lists, whose gallery is
     unknown).
     """
-    values = M.retrieval_measures(table, names, **options)
-    per_query = _per_query_of(table, names, options)
-    return _summary(table, names, values, per_query, level, num_bootstrap, seed, options)
+    # the whole table, not only its query fields: graded chance levels read its ideal grades
+    return _summarize([table], names, level, num_bootstrap, seed, options, fields=table)
 
 
 def summarize_in_chunks(
@@ -225,50 +229,47 @@ def summarize_in_chunks(
     level: float = 0.95,
     num_bootstrap: int = 1000,
     seed: int = 0,
-    exchange: Callable[[M.QueryParts, RankTable, dict[str, Tensor]], tuple] | None = None,
+    exchange: Callable[[M.QueryParts, RankTable], tuple[M.QueryParts, RankTable]] | None = None,
     **options,
 ) -> Summary:
     """:func:`summarize` of the queries of several tables taken together, one table at a time
-    (see :func:`~retrieval_metrics.functional.measures.retrieval_measures_in_chunks`): only the
-    per-query values are kept, never every relevant pair at once.
+    (see :func:`~retrieval_metrics.functional.measures.retrieval_measures_in_chunks`, whose
+    ``exchange`` this takes too): only the per-query values are kept, never every relevant pair
+    at once."""
+    return _summarize(tables, names, level, num_bootstrap, seed, options, exchange=exchange)
 
-    ``exchange(parts, queries, per_query)`` returns the same three for the queries of every
-    process (several processes, each with its share of the tables)."""
-    chunks: list[dict[str, Tensor]] = []
 
-    def keeping_per_query(tables: Iterable[RankTable]) -> Iterator[RankTable]:
-        for table in tables:
-            chunks.append(_per_query_of(table, names, options))
-            yield table
+def _summarize(
+    tables: Iterable[RankTable],
+    names: Sequence[str],
+    level: float,
+    num_bootstrap: int,
+    seed: int,
+    options: dict,
+    exchange: Callable[[M.QueryParts, RankTable], tuple[M.QueryParts, RankTable]] | None = None,
+    fields: RankTable | None = None,
+) -> Summary:
+    """The per-query values of each metric computed once: aggregated into its value and
+    resampled for its interval."""
+
+    unexpected = sorted(set(options) - set(_MEASURE_OPTIONS))
+    if unexpected:  # as retrieval_measures' own signature would
+        raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
 
     def picked(*keys: str) -> dict:
         return {k: options[k] for k in keys if k in options}
 
     parts, queries = M.query_parts_in_chunks(
-        keeping_per_query(tables), names, **picked("ties", "average", "ap", "divisor", "gain")
+        tables, names, **picked("ties", "average", "ap", "divisor", "gain")
     )
-    per_query = {name: torch.cat([c[name] for c in chunks]) for name in chunks[0]}
     if exchange is not None:
-        parts, queries, per_query = exchange(parts, queries, per_query)
+        parts, queries = exchange(parts, queries)
+    queries = queries if fields is None else fields
     values = M.aggregate_query_parts(
         queries, parts, **picked("empty_queries", "average", "percent", "median")
     )
+    per_query = {name: value for name, (value, _, _) in parts.items()}
     return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
-
-
-def _per_query_of(table: RankTable, names: Sequence[str], options: dict) -> dict[str, Tensor]:
-    out = {}
-    for name in names:
-        spec = M.parse_metric(name)
-        out[spec.name] = M.per_query_values(
-            table,
-            spec,
-            ties=options.get("ties", "expected"),
-            ap=options.get("ap", "step"),
-            divisor=options.get("divisor", "relevant"),
-            gain=options.get("gain", "exponential"),
-        )
-    return out
 
 
 def _summary(
