@@ -37,14 +37,54 @@ def random_queries(seed: int, graded: bool, n_queries: int = 12, max_items: int 
     )
 
 
+def long_runs(seed: int, n_queries: int = 6):
+    """Long binary queries: mostly distinct scores with a few ties of two or three items, and
+    dense relevance, so relevant items lie in long runs of consecutive positions (some longer
+    than the 16 terms summed directly) beside tie groups, relevant, mixed or not."""
+    rng = np.random.default_rng(seed)
+    preds, target, indexes = [], [], []
+    for q in range(n_queries):
+        n = int(rng.integers(20, 46))
+        scores = np.arange(n, 0, -1).astype(np.float64)
+        for start in rng.choice(n - 3, 4, replace=False):
+            scores[start + 1 : start + int(rng.integers(2, 4))] = scores[start]
+        order = rng.permutation(n)
+        preds.append(scores[order])
+        target.append((rng.random(n) < rng.uniform(0.5, 0.97)).astype(np.int64)[order])
+        indexes.append(np.full(n, q))
+    return (
+        torch.tensor(np.concatenate(preds)),
+        torch.tensor(np.concatenate(target)),
+        torch.tensor(np.concatenate(indexes)),
+    )
+
+
+CASES = (
+    [("binary", seed) for seed in range(6)]
+    + [("graded", seed) for seed in range(6)]
+    + [("long_runs", seed) for seed in range(3)]
+)
+
+
+def make_case(kind: str, seed: int):
+    return long_runs(seed) if kind == "long_runs" else random_queries(seed, kind == "graded")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["alone", "shared"])
 @pytest.mark.parametrize("ties", ["optimistic", "pessimistic", "expected"])
-@pytest.mark.parametrize("graded", [False, True])
-@pytest.mark.parametrize("seed", range(6))
-def test_every_measure_matches_reference(seed, graded, ties):
-    preds, target, indexes = random_queries(seed, graded)
+@pytest.mark.parametrize(("kind", "seed"), CASES)
+def test_every_measure_matches_reference(kind, seed, ties, shared):
+    """Each measure alone, and all of them in one shared call, where they share the tie groups
+    and the whole-ranking precision sums that each AP-like measure cuts at its own K."""
+    graded = kind == "graded"
+    preds, target, indexes = make_case(kind, seed)
     table = rank_scores(preds, target, indexes)
     max_len = int(torch.bincount(indexes).max())
-    ours = ours_per_query(table, ties, cmc_len=max_len)
+    if shared:
+        with M._sharing_tie_groups():
+            ours = ours_per_query(table, ties, cmc_len=max_len)
+    else:
+        ours = ours_per_query(table, ties, cmc_len=max_len)
     for q in range(table.num_queries):
         sel = indexes == q
         grades = target[sel].numpy().astype(np.float64) if graded else None

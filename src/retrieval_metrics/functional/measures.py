@@ -63,8 +63,10 @@ AP_KINDS = ("step", "trapezoid")
 AP_DIVISORS = ("relevant", "min", "retrieved")
 
 
-# Tie groups of one table under one rule, shared by every metric of one retrieval_measures call.
+# Tie groups of one table under one rule, shared by every metric of one retrieval_measures call,
+# and the groups' precision sums over the whole ranking (AP, MAP@R and AP@K each cut them).
 _GROUP_CACHE: dict[tuple[int, str, str | None], T.TieGroups] | None = None
+_WHOLE_PRECISION_CACHE: dict[tuple[int, str], Tensor] = {}
 
 
 def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups:
@@ -82,6 +84,18 @@ def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups
     return _GROUP_CACHE[key]
 
 
+def _whole_precision_sum(table: RankTable, groups: T.TieGroups, ties: str) -> Tensor | None:
+    """The groups' precision sums without a cut-off, computed once per shared call (None
+    outside one: a single measure gains nothing from computing them)."""
+    if _GROUP_CACHE is None:
+        return None
+    key = (id(table), ties)
+    if key not in _WHOLE_PRECISION_CACHE:
+        unbounded = torch.full_like(groups.above, UNBOUNDED)
+        _WHOLE_PRECISION_CACHE[key] = T.expected_precision_sum(groups, unbounded)
+    return _WHOLE_PRECISION_CACHE[key]
+
+
 @contextlib.contextmanager
 def _sharing_tie_groups() -> Iterator[None]:
     """Share tie groups between the measures computed inside (the outermost call owns the cache,
@@ -95,6 +109,7 @@ def _sharing_tie_groups() -> Iterator[None]:
     finally:
         if outer:
             _GROUP_CACHE = None
+            _WHOLE_PRECISION_CACHE.clear()
 
 
 def _cutoff(k: int, name: str = "k") -> int:
@@ -171,7 +186,10 @@ def r_precision_per_query(table: RankTable, ties: str = "expected") -> Tensor:
 def _precision_sum(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
     _require_depth(table, cutoff, "average precision")
     groups = _groups(table, ties)
-    return _query_sum(table, groups, T.expected_precision_sum(groups, cutoff[groups.query]))
+    whole = _whole_precision_sum(table, groups, ties)
+    return _query_sum(
+        table, groups, T.expected_precision_sum(groups, cutoff[groups.query], whole)
+    )
 
 
 def map_at_r_per_query(table: RankTable, ties: str = "expected") -> Tensor:
@@ -207,7 +225,9 @@ def average_precision_per_query(
             raise ValueError('`ap="trapezoid"` is defined over the whole ranking; use k=None')
         _require_depth(table, cutoff, "average precision")
         groups = _groups(table, ties)
-        step = T.expected_precision_sum(groups, cutoff[groups.query])
+        step = T.expected_precision_sum(
+            groups, cutoff[groups.query], _whole_precision_sum(table, groups, ties)
+        )
         extra = T.expected_trapezoid_extra(groups)
         total = _query_sum(table, groups, 0.5 * (step + extra))
         return _unanswerable_nan(table, total / m)
@@ -233,7 +253,13 @@ def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
     inside = end <= k
     straddle = (groups.above < k) & ~inside
     fixed_num = _query_sum(
-        table, groups, torch.where(inside, T.expected_precision_sum(groups, k), 0.0)
+        table,
+        groups,
+        torch.where(
+            inside,
+            T.expected_precision_sum(groups, k, _whole_precision_sum(table, groups, ties)),
+            0.0,
+        ),
     )
     fixed_hits = _query_sum(
         table, groups, torch.where(inside, groups.relevant, 0).to(torch.float64)

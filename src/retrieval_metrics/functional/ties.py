@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -85,19 +86,55 @@ def tie_groups(
     """Groups of the table under a tie rule. ``gain`` ("exponential", "linear") maps grades.
 
     ``merge_runs``: join consecutive groups of relevant items only (binary relevance; see
-    :func:`_merge_full_runs`); a measure that cuts groups by where they start (AUROC@K) keeps
-    them apart."""
+    :func:`_merge_full_runs`, and :func:`_binary_runs` for expected ties); a measure that cuts
+    groups by where they start (AUROC@K) keeps them apart."""
     if ties not in TIES:
         raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
     if gain not in ("exponential", "linear", None):
         raise ValueError(f'`gain` must be "exponential" or "linear", got {gain!r}')
     item_query = table.item_query
-    n = item_query.numel()
     # binary relevance: every item's gain is 1 under both gains, so a group's is its count
     item_gain = None
     if table.grade is not None:
         grade = table.grade
         item_gain = torch.pow(2.0, grade) - 1.0 if gain == "exponential" else grade.clone()
+    if table.grade is None and ties == "expected" and merge_runs:
+        query, above, size, relevant = _binary_runs(item_query, table.above, table.tied)
+        gain_sum = relevant.to(torch.float64)
+    else:
+        query, above, size, relevant, gain_sum = _rule_groups(table, item_query, item_gain, ties)
+        if table.grade is None and merge_runs:
+            query, above, size, relevant, gain_sum = _merge_full_runs(
+                query, above, size, relevant, gain_sum
+            )
+    g = query.numel()
+    first = torch.ones(g, dtype=torch.bool)
+    last = torch.ones(g, dtype=torch.bool)
+    if g > 1:
+        first[1:] = query[1:] != query[:-1]
+        last[:-1] = query[1:] != query[:-1]
+    group_start = torch.nonzero(first).flatten()
+    # Every listed item is counted once in `relevant`, so the items of the earlier queries
+    # number ptr[query].
+    relevant_before = torch.cumsum(relevant, 0) - relevant - table.ptr.index_select(0, query)
+    return TieGroups(
+        query=query,
+        above=above,
+        size=size,
+        relevant=relevant,
+        relevant_before=relevant_before,
+        gain=gain_sum,
+        first=first,
+        last=last,
+        first_index=group_start,
+    )
+
+
+def _rule_groups(
+    table: RankTable, item_query: Tensor, item_gain: Tensor | None, ties: str
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``(query, above, size, relevant, gain)`` of the groups under a tie rule, unmerged."""
+    n = item_query.numel()
     same_prev = torch.zeros(n, dtype=torch.bool)
     if n > 1:
         same_prev[1:] = (item_query[1:] == item_query[:-1]) & (table.above[1:] == table.above[:-1])
@@ -113,48 +150,49 @@ def tie_groups(
             gain_sum = relevant.to(torch.float64)
         else:
             gain_sum = torch.zeros(num_runs, dtype=torch.float64).index_add_(0, run_id, item_gain)
+        return query, above, size, relevant, gain_sum
+    within = _within_run(same_prev, run_id)
+    if item_gain is None:
+        item_gain = torch.ones(n, dtype=torch.float64)
+    if ties == "optimistic":
+        above = table.above + within
     else:
-        within = _within_run(same_prev, run_id)
-        if item_gain is None:
-            item_gain = torch.ones(n, dtype=torch.float64)
-        query = item_query
-        if ties == "optimistic":
-            above = table.above + within
-        else:
-            # Items of a run are stored by decreasing grade; the worst order puts the best last.
-            above = table.above + table.tied - 1 - within
-        size = torch.ones(n, dtype=torch.int64)
-        relevant = torch.ones(n, dtype=torch.int64)
-        gain_sum = item_gain
-        order = torch.argsort(above, stable=True)
-        order = order[torch.argsort(query[order], stable=True)]
-        query, above, gain_sum = query[order], above[order], gain_sum[order]
-    if table.grade is None and merge_runs:
-        query, above, size, relevant, gain_sum = _merge_full_runs(
-            query, above, size, relevant, gain_sum
+        # Items of a run are stored by decreasing grade; the worst order puts the best last.
+        above = table.above + table.tied - 1 - within
+    order = torch.argsort(above, stable=True)
+    order = order[torch.argsort(item_query[order], stable=True)]
+    ones = torch.ones(n, dtype=torch.int64)
+    return item_query[order], above[order], ones, ones, item_gain[order]
+
+
+def _binary_runs(
+    item_query: Tensor, above: Tensor, tied: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(query, above, size, relevant)`` of the expected-tie groups of a binary table, with
+    consecutive positions of untied relevant items joined as :func:`_merge_full_runs` would.
+
+    Read off the items in one pass: an item continues the group of the one before it (same
+    query) when it has the same score (same ``above``), or when it is alone at its score on the
+    position right after it. A group's items are then contiguous, so its relevant count is the
+    distance to the next group's start: no run ids, sums or second pass. A tie group whose items
+    are all relevant stays apart from its neighbours (joining is never needed for the values;
+    it only saves work, and such groups are rare).
+    """
+    n = item_query.numel()
+    joins = torch.zeros(n, dtype=torch.bool)
+    if n > 1:
+        step = above[1:] - above[:-1]
+        # (one position further down is never the last item of a tie group of two or more,
+        # whose positions all come before the next item's, so only the item itself is checked)
+        joins[1:] = (item_query[1:] == item_query[:-1]) & (
+            (step == 0) | ((step == 1) & (tied[1:] == 1))
         )
-    g = query.numel()
-    first = torch.ones(g, dtype=torch.bool)
-    last = torch.ones(g, dtype=torch.bool)
-    if g > 1:
-        first[1:] = query[1:] != query[:-1]
-        last[:-1] = query[1:] != query[:-1]
-    cum = torch.cumsum(relevant, 0)
-    group_start = torch.nonzero(first).flatten()
-    query_group_id = torch.cumsum(first.to(torch.int64), 0) - 1
-    before_query = (cum - relevant)[group_start][query_group_id] if g else cum
-    relevant_before = cum - relevant - before_query
-    return TieGroups(
-        query=query,
-        above=above,
-        size=size,
-        relevant=relevant,
-        relevant_before=relevant_before,
-        gain=gain_sum,
-        first=first,
-        last=last,
-        first_index=group_start,
-    )
+    starts = torch.nonzero(~joins).flatten()
+    relevant = torch.diff(starts, append=torch.tensor([n], dtype=starts.dtype))
+    size = tied.index_select(0, starts)
+    # a joined run of untied items fills its positions: as many as it holds
+    size = torch.where(size == 1, relevant, size)
+    return item_query.index_select(0, starts), above.index_select(0, starts), size, relevant
 
 
 def _merge_full_runs(
@@ -179,11 +217,13 @@ def _merge_full_runs(
     if not bool(joins.any()):
         return query, above, size, relevant, gain
     starts = ~joins
-    run = torch.cumsum(starts.to(torch.int64), 0) - 1
-    num_runs = int(run[-1]) + 1
+    last = torch.nonzero(torch.cat([starts[1:], torch.ones(1, dtype=torch.bool)])).flatten()
 
     def summed(x: Tensor) -> Tensor:
-        return torch.zeros(num_runs, dtype=x.dtype).index_add_(0, run, x)
+        # A run is a contiguous slice: its sum is a difference of running sums (exact: binary
+        # relevance, so the gains are whole numbers too).
+        through = torch.cumsum(x, 0).index_select(0, last)
+        return torch.diff(through, prepend=through.new_zeros(1))
 
     kept = (masked(query, starts), masked(above, starts))
     return *kept, summed(size), summed(relevant), summed(gain)
@@ -251,10 +291,19 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
     # (a long group, e.g. one tie group of a collapsed gallery, needs no direct terms)
     short = torch.nonzero(~long).flatten()
     if short.numel():
-        s_alpha, s_beta, s_a, s_u = (x.index_select(0, short) for x in (alpha, beta, a, u))
+        # Longest sums first, so that term i is added to a prefix (the sums with at least i
+        # terms): the work is the number of terms, not the longest sum times the groups (the
+        # lengths of a weak model's runs fall off geometrically).
+        # (numpy sorts small integers by radix: linear time)
+        terms = count.index_select(0, more).index_select(0, short).numpy().astype(np.uint8)
+        by_length = torch.from_numpy(np.argsort(_DIRECT_TERMS - terms, kind="stable"))
+        short = short.index_select(0, by_length)
+        s_alpha, s_beta, s_a = (x.index_select(0, short) for x in (alpha, beta, a))
+        with_terms = torch.from_numpy(np.bincount(terms)[::-1].cumsum()[::-1].copy())
         s_rest = torch.zeros_like(s_a)
-        for i in range(2, int(s_u.max()) + 1):
-            s_rest += torch.where(s_u >= i, (s_alpha + s_beta * (i - 1)) / (s_a + i), 0.0)
+        for i in range(2, with_terms.numel()):
+            k = int(with_terms[i])
+            s_rest[:k] += (s_alpha[:k] + s_beta[:k] * (i - 1)) / (s_a[:k] + i)
         rest.index_copy_(0, short, s_rest)
     far = torch.nonzero(long).flatten()
     if far.numel():
@@ -273,13 +322,36 @@ def pair_rate(size: Tensor, relevant: Tensor) -> Tensor:
     return torch.where(t > 1, (r - 1) / (t - 1).clamp_min(1), torch.zeros_like(t))
 
 
-def expected_precision_sum(groups: TieGroups, cutoff: Tensor) -> Tensor:
-    """Per group, E[sum over its positions p <= K of rel(p) * P(p)] (step AP numerator)."""
-    u = positions_in_cutoff(groups.above, groups.size, cutoff)
-    beta = pair_rate(groups.size, groups.relevant)
-    alpha = groups.relevant_before.to(torch.float64) + 1
-    rate = groups.relevant.to(torch.float64) / groups.size.to(torch.float64)
-    return rate * position_sum(alpha, beta, groups.above, u)
+def expected_precision_sum(
+    groups: TieGroups, cutoff: Tensor, whole: Tensor | None = None
+) -> Tensor:
+    """Per group, E[sum over its positions p <= K of rel(p) * P(p)] (step AP numerator).
+
+    ``whole``: the sums without a cut-off, when already known (several measures of one table):
+    a group inside the cut-off keeps its whole sum, one past it 0, and only the groups the
+    cut-off splits (one per query at most) are computed.
+    """
+    if whole is None:
+        return _precision_sum_of(
+            groups.above, groups.size, groups.relevant, groups.relevant_before, cutoff
+        )
+    inside = groups.above + groups.size <= cutoff
+    out = torch.where(inside, whole, 0.0)
+    split = torch.nonzero(~inside & (groups.above < cutoff)).flatten()
+    if split.numel():
+        parts = (groups.above, groups.size, groups.relevant, groups.relevant_before, cutoff)
+        out.index_copy_(0, split, _precision_sum_of(*(x.index_select(0, split) for x in parts)))
+    return out
+
+
+def _precision_sum_of(
+    above: Tensor, size: Tensor, relevant: Tensor, relevant_before: Tensor, cutoff: Tensor
+) -> Tensor:
+    u = positions_in_cutoff(above, size, cutoff)
+    beta = pair_rate(size, relevant)
+    alpha = relevant_before.to(torch.float64) + 1
+    rate = relevant.to(torch.float64) / size.to(torch.float64)
+    return rate * position_sum(alpha, beta, above, u)
 
 
 def expected_trapezoid_extra(groups: TieGroups) -> Tensor:
