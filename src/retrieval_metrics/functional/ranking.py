@@ -1530,11 +1530,19 @@ def _merge_rows(values: Tensor, seq: Tensor, hist_lt: Tensor, hist_le: Tensor) -
     # "<" from "<=": minus the items equal to the relevant score, which sit just before. One
     # such item is the rule (the relevant item itself); rows with more are searched again.
     found = at_most[:, 1:-1]
-    before = np.take_along_axis(sorted_values, np.maximum(found - 1, 0), 1)
+    # The items one and two places before each found position, read from the flat array (many
+    # times cheaper than take_along_axis); clamped to the row's first item where there is none,
+    # which the `found >` tests then ignore.
+    flat = sorted_values.ravel()
+    row_start = (np.arange(rows, dtype=np.int64) * n)[:, None]
+    before = found - 1
+    before += row_start
+    np.maximum(before, row_start, out=before)
     below = at_most.copy()
-    below[:, 1:-1] -= (found > 0) & (before == rel)
-    before2 = np.take_along_axis(sorted_values, np.maximum(found - 2, 0), 1)
-    for i in np.flatnonzero(((found > 1) & (before2 == rel)).any(1)):
+    below[:, 1:-1] -= (found > 0) & (flat.take(before) == rel)
+    before -= 1
+    np.maximum(before, row_start, out=before)
+    for i in np.flatnonzero(((found > 1) & (flat.take(before) == rel)).any(1)):
         below[i, 1:-1] = sorted_values[i].searchsorted(rel[i], "left")
     counts_lt = np.diff(at_most, axis=1)
     hist_lt += torch.from_numpy(counts_lt)
