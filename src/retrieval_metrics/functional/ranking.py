@@ -36,7 +36,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.grouped import count_in_groups, group_codes
-from retrieval_metrics.functional.primitives import is_identity, masked
+from retrieval_metrics.functional.primitives import is_identity, masked, repeat
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
@@ -864,7 +864,7 @@ def _csr_rows(ptr: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """The entries of CSR rows ``rows``: (row within ``rows``, column in it, position in CSR)."""
     start, stop = ptr[rows], ptr[rows + 1]
     counts = stop - start
-    row = torch.repeat_interleave(torch.arange(rows.numel()), counts)
+    row = repeat(torch.arange(rows.numel()), counts)
     local_ptr = torch.zeros(rows.numel() + 1, dtype=torch.int64)
     torch.cumsum(counts, 0, out=local_ptr[1:])
     col = torch.arange(int(local_ptr[-1])) - local_ptr[:-1].index_select(0, row)
@@ -1307,7 +1307,7 @@ def _pairs_with_relevant(sides: Sequence[_Side], block: int) -> int:
     for k, side in enumerate(sides):
         query_block = torch.empty_like(side.order)
         query_block[side.order] = torch.arange(side.order.numel()) // block
-        rows = torch.repeat_interleave(query_block, side.rel_ptr.diff())
+        rows = repeat(query_block, side.rel_ptr.diff())
         cols = side.rel_index // block
         keys.append(rows * 2**31 + cols if k == 0 else cols * 2**31 + rows)
     return int(torch.unique(torch.cat(keys)).numel()) if keys else 0
@@ -1600,7 +1600,7 @@ def _table_from_items(
             if g is not None and g is grades:
                 g = g.clone()  # reordered in place below; the caller's grades stay as they are
         else:
-            row = masked(torch.repeat_interleave(torch.arange(num_q), ptr.diff()), listed)
+            row = masked(repeat(torch.arange(num_q), ptr.diff()), listed)
             above, tied = masked(above, listed), masked(tied, listed)
             g = None if g is None else masked(g, listed)
             new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
@@ -1613,7 +1613,7 @@ def _table_from_items(
             q1 = min(num_q, max(q1, q0 + 1))
             p1 = int(new_ptr[q1])
             if p1 - p0 > 1:
-                chunk_row = torch.repeat_interleave(
+                chunk_row = repeat(
                     torch.arange(q1 - q0), new_ptr[q0 : q1 + 1].diff()
                 )
                 chunk_above = above[p0:p1]
@@ -1652,7 +1652,7 @@ def _lexsort(row: Tensor, key: Tensor, last: Tensor | None) -> Tensor:
 def _ideal_from(ptr: Tensor, grades: Tensor, row: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Each query's grades sorted decreasing (grouped as ``ptr`` says, or by ``row``)."""
     if row is None:
-        row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+        row = repeat(torch.arange(ptr.numel() - 1), ptr.diff())
     g = grades.to(torch.float64)
     perm = torch.from_numpy(np.lexsort(((-g).numpy(), row.numpy())))
     return ptr.clone(), g[perm]
@@ -1961,7 +1961,7 @@ def rank_embeddings_sharded(
         block_size=block,
         order_keys=(q_labels, g_key),
     )
-    local_query = torch.repeat_interleave(torch.arange(num_q), rel.num_relevant)
+    local_query = repeat(torch.arange(num_q), rel.num_relevant)
     all_query, all_scores = exchange.gather([local_query, local_scores.to(torch.float64)])
     order = torch.argsort(all_query, stable=True)
     all_query, all_scores = all_query[order], all_scores[order].to(dtype)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import masked
+from retrieval_metrics.functional.primitives import masked, repeat
 
 __all__ = [
     "Relevance",
@@ -159,7 +159,7 @@ def csr_from_ranges(
     total = int(ptr[-1])
     # one offset per row, repeated: entry k of row i is at start[i] + (k - ptr[i])
     position = torch.arange(total, device=start.device)
-    position += torch.repeat_interleave(start - ptr[:-1], counts, output_size=total)
+    position += repeat(start - ptr[:-1], counts, output_size=total)
     index = order.index_select(0, position) if order is not None else position
     return ptr, index
 
@@ -176,7 +176,7 @@ def _csr_difference(
     keep = torch.ones(a_index.numel(), dtype=torch.bool, device=a_index.device)
     if b_index.numel() == 0 or a_index.numel() == 0:
         return a_ptr, a_index, keep
-    b_row = torch.repeat_interleave(
+    b_row = repeat(
         torch.arange(b_ptr.numel() - 1, device=b_ptr.device), b_ptr.diff()
     )
     # A binary search of each item of B in its row of A, all of B at once: O(|B| log m), and
@@ -356,7 +356,7 @@ def build_relevance(
         start = torch.searchsorted(sorted_ids, query_ids, right=False)
         stop = torch.searchsorted(sorted_ids, query_ids, right=True)
         ptr, index = csr_from_ranges(start, stop, order)
-        ex_rows.append(torch.repeat_interleave(torch.arange(num_queries), ptr.diff()))
+        ex_rows.append(repeat(torch.arange(num_queries), ptr.diff()))
         ex_cols.append(index)
     elif same_source:
         ex_rows.append(torch.arange(num_queries))
@@ -367,7 +367,7 @@ def build_relevance(
         if query_labels is None or gallery_labels is None:
             raise ValueError("camera exclusion needs identity labels for queries and gallery items")
         same_ptr, same_index = _label_csr(query_labels, gallery_labels)
-        same_row = torch.repeat_interleave(torch.arange(num_queries), same_ptr.diff())
+        same_row = repeat(torch.arange(num_queries), same_ptr.diff())
         same_cam = query_cameras[same_row] == gallery_cameras[same_index]
         ex_rows.append(same_row[same_cam])
         ex_cols.append(same_index[same_cam])
@@ -410,7 +410,7 @@ def build_relevance(
 
 
 def _csr_keep_columns(ptr: Tensor, index: Tensor, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    row = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    row = repeat(torch.arange(ptr.numel() - 1), ptr.diff())
     mask = keep[index]
     counts = torch.bincount(masked(row, mask), minlength=ptr.numel() - 1)
     new_ptr = torch.zeros_like(ptr)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import repeat
+
 __all__ = [
     "PRESENT",
     "TABLE_PARTS",
@@ -77,7 +79,7 @@ class RankTable:
     @property
     def item_query(self) -> Tensor:
         """Query index of every listed item."""
-        return torch.repeat_interleave(
+        return repeat(
             torch.arange(self.num_queries, device=self.ptr.device), self.ptr.diff()
         )
 
@@ -96,7 +98,7 @@ class RankTable:
         for level, count in counts.items():
             start = torch.cumsum(count, 0) - count
             n = count[queries]
-            row = torch.repeat_interleave(torch.arange(queries.numel()), n)
+            row = repeat(torch.arange(queries.numel()), n)
             first = torch.cumsum(n, 0) - n
             picked[level] = torch.arange(int(n.sum())) - first[row] + start[queries][row]
         out = {}

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import masked
+from retrieval_metrics.functional.primitives import masked, repeat
 from retrieval_metrics.functional.ranking import RankTable
 
 __all__ = ["TIES", "TieGroups", "tie_groups"]
@@ -420,7 +420,7 @@ def _ragged_expectation(
     for c0 in range(0, idx.numel(), chunk_groups):
         sl = slice(c0, c0 + chunk_groups)
         tt, rr, aa, nn, ll = t[sl], r[sl], a[sl], n_terms[sl], lim[sl]
-        owner = torch.repeat_interleave(torch.arange(tt.numel()), nn)
+        owner = repeat(torch.arange(tt.numel()), nn)
         start = torch.cumsum(nn, 0) - nn
         x = torch.arange(int(nn.sum())) - start[owner] + 1  # 1..n_terms
         tq, rq, aq = tt[owner], rr[owner], aa[owner]
