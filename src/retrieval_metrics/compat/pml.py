@@ -30,7 +30,7 @@ from retrieval_metrics.functional.measures import (
     expected_hits_per_query,
     reciprocal_rank_per_query,
 )
-from retrieval_metrics.functional.primitives import repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, repeat
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     rank_embeddings,
@@ -857,7 +857,7 @@ class AccuracyCalculator:
         num_k: int,
         ref_includes_query: bool,
     ) -> _Ranked:
-        queries = torch.nonzero(counts.not_lone_query_mask).flatten()
+        queries = flat_nonzero(counts.not_lone_query_mask)
         num_r = reference.shape[0]
         # Beyond the ranked items there is nothing to count (PML's faiss would pad with -1).
         k = max(0, min(num_k, num_r - int(ref_includes_query)))

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional import ties as T
-from retrieval_metrics.functional.primitives import repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, repeat
 from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
@@ -129,7 +129,7 @@ def _require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
     unlisted = table.num_listed < table.num_relevant
     bad = unlisted & (table.depth != UNBOUNDED) & (cutoff > table.depth)
     if bool(bad.any()):
-        q = int(torch.nonzero(bad).flatten()[0])
+        q = int(flat_nonzero(bad)[0])
         raise ValueError(
             f"{what} needs positions down to {int(cutoff[q])} but the ranking was truncated at "
             f"depth {int(table.depth[q])} (query {q}); rank with a larger `depth` or depth=None"
@@ -266,7 +266,7 @@ def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
         table, groups, torch.where(inside, groups.relevant, 0).to(torch.float64)
     )
     result = torch.where(fixed_hits > 0, fixed_num / fixed_hits.clamp_min(1), 0.0)
-    idx = torch.nonzero(straddle).flatten()
+    idx = flat_nonzero(straddle)
     if idx.numel() == 0:
         return result
     q = groups.query[idx]
@@ -453,7 +453,7 @@ def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: floa
         raise ValueError(f"`empty_queries` must be one of {EMPTY_QUERIES}, got {empty_queries!r}")
     empty = table.num_relevant == 0
     if empty_queries == "error" and bool(empty.any()):
-        which = torch.nonzero(empty).flatten()
+        which = flat_nonzero(empty)
         shown = which[:10].tolist()
         raise ValueError(
             f"{int(empty.sum())} queries have no relevant gallery item (queries {shown}"

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.grouped import count_in_groups, group_codes
-from retrieval_metrics.functional.primitives import is_identity, masked, repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, is_identity, masked, repeat
 from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
@@ -106,7 +106,7 @@ def _unit_rows(x: Tensor) -> Tensor:
     # Squares of float32 entries below ~1e-19 underflow, so the norm of such a row is wrong or
     # 0; those rows are scaled up by their largest entry (in float64) before normalising.
     # (Only the short rows are looked at: a test of every entry costs as much as the scaling.)
-    short = torch.nonzero(norm[:, 0] < TINY_NORM).squeeze(1)
+    short = flat_nonzero(norm[:, 0] < TINY_NORM)
     if short.numel():
         rows = x.index_select(0, short)
         tiny = (rows != 0).any(1)  # zero rows stay zero
@@ -928,7 +928,7 @@ class _QueryBlock:
             return []
         # a count per block, not a sort of every pair (torch.unique)
         counts = torch.bincount(self.r_block, minlength=self.p.num_blocks_g)
-        return torch.nonzero(counts).flatten().tolist()
+        return flat_nonzero(counts).tolist()
 
     def has_excluded(self, b: int) -> bool:
         return int(self.e_bounds[b + 1]) > int(self.e_bounds[b])
@@ -1055,7 +1055,7 @@ class _QueryBlock:
             if not seeded:
                 self.seed(seg_max, b)
             self._raise_threshold()
-        candidates = torch.nonzero((seg_max >= self.threshold[:, None]).reshape(-1)).squeeze(1)
+        candidates = flat_nonzero((seg_max >= self.threshold[:, None]).reshape(-1))
         if candidates.numel() == 0:
             return
         nb, width = self.nb, self.width
@@ -1414,7 +1414,7 @@ def _count_candidates(
             values = segment_values(c_seg)
         # Only items at or above the threshold can move a located relevant item.
         keep = values >= threshold.index_select(0, c_row)[:, None]
-        hits = torch.nonzero(keep.view(-1)).squeeze(1)
+        hits = flat_nonzero(keep.view(-1))
         del keep
         for h0 in range(0, hits.numel(), sub):
             hit = hits[h0 : h0 + sub]

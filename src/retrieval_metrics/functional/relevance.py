@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import masked, repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
 
 __all__ = [
     "Relevance",
@@ -396,7 +396,7 @@ def build_relevance(
         new_position = torch.cumsum(gallery_keep.to(torch.int64), 0) - 1
         rel_index = new_position[rel_index]
         ex_index = new_position[ex_index]
-        gallery_index = torch.nonzero(gallery_keep).flatten()
+        gallery_index = flat_nonzero(gallery_keep)
     else:
         gallery_index = torch.arange(num_gallery)
     return Relevance(

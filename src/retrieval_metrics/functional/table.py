@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, repeat
 
 __all__ = [
     "PRESENT",
@@ -90,7 +90,7 @@ class RankTable:
     def select(self, queries: Tensor) -> RankTable:
         """The table restricted to ``queries`` (int64 indices or a boolean mask), in that order."""
         if queries.dtype == torch.bool:
-            queries = torch.nonzero(queries).flatten()
+            queries = flat_nonzero(queries)
         queries = queries.cpu()
         parts = table_parts(self)
         counts = {"item": parts["num_listed"], "ideal": parts["num_ideal"]}

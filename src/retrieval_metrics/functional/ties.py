@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import masked, repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
 from retrieval_metrics.functional.ranking import RankTable
 
 __all__ = ["TIES", "TieGroups", "tie_groups"]
@@ -76,7 +76,7 @@ def _within_run(keys_equal_prev: Tensor, run_id: Tensor) -> Tensor:
     n = keys_equal_prev.numel()
     if n == 0:
         return torch.zeros(0, dtype=torch.int64)
-    run_start = torch.nonzero(~keys_equal_prev).flatten()
+    run_start = flat_nonzero(~keys_equal_prev)
     return torch.arange(n) - run_start[run_id]
 
 
@@ -113,7 +113,7 @@ def tie_groups(
     if g > 1:
         first[1:] = query[1:] != query[:-1]
         last[:-1] = query[1:] != query[:-1]
-    group_start = torch.nonzero(first).flatten()
+    group_start = flat_nonzero(first)
     # Every listed item is counted once in `relevant`, so the items of the earlier queries
     # number ptr[query].
     relevant_before = torch.cumsum(relevant, 0) - relevant - table.ptr.index_select(0, query)
@@ -140,7 +140,7 @@ def _rule_groups(
         same_prev[1:] = (item_query[1:] == item_query[:-1]) & (table.above[1:] == table.above[:-1])
     run_id = _run_id(same_prev)
     if ties == "expected":
-        starts = torch.nonzero(~same_prev).flatten()
+        starts = flat_nonzero(~same_prev)
         num_runs = starts.numel()
         query = item_query.index_select(0, starts)
         above = table.above.index_select(0, starts)
@@ -187,7 +187,7 @@ def _binary_runs(
         joins[1:] = (item_query[1:] == item_query[:-1]) & (
             (step == 0) | ((step == 1) & (tied[1:] == 1))
         )
-    starts = torch.nonzero(~joins).flatten()
+    starts = flat_nonzero(~joins)
     relevant = torch.diff(starts, append=torch.tensor([n], dtype=starts.dtype))
     size = tied.index_select(0, starts)
     # a joined run of untied items fills its positions: as many as it holds
@@ -217,7 +217,7 @@ def _merge_full_runs(
     if not bool(joins.any()):
         return query, above, size, relevant, gain
     starts = ~joins
-    last = torch.nonzero(torch.cat([starts[1:], torch.ones(1, dtype=torch.bool)])).flatten()
+    last = flat_nonzero(torch.cat([starts[1:], torch.ones(1, dtype=torch.bool)]))
 
     def summed(x: Tensor) -> Tensor:
         # A run is a contiguous slice: its sum is a difference of running sums (exact: binary
@@ -281,7 +281,7 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
     u = count.to(torch.float64)
     # Most groups are single items: their sum is the first term alone.
     out = torch.where(u >= 1, alpha / (a + 1), 0.0)
-    more = torch.nonzero(u > 1).flatten()
+    more = flat_nonzero(u > 1)
     if more.numel() == 0:
         return out
     alpha, beta, a, u = (x.index_select(0, more) for x in (alpha, beta, a, u))
@@ -289,7 +289,7 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
     long = u > _DIRECT_TERMS
     # term by term where the sum is short, the closed form elsewhere: each on its own groups
     # (a long group, e.g. one tie group of a collapsed gallery, needs no direct terms)
-    short = torch.nonzero(~long).flatten()
+    short = flat_nonzero(~long)
     if short.numel():
         # Longest sums first, so that term i is added to a prefix (the sums with at least i
         # terms): the work is the number of terms, not the longest sum times the groups (the
@@ -305,7 +305,7 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
             k = int(with_terms[i])
             s_rest[:k] += (s_alpha[:k] + s_beta[:k] * (i - 1)) / (s_a[:k] + i)
         rest.index_copy_(0, short, s_rest)
-    far = torch.nonzero(long).flatten()
+    far = flat_nonzero(long)
     if far.numel():
         l_alpha, l_beta, l_a, l_u = (x.index_select(0, far) for x in (alpha, beta, a, u))
         closed = l_u * l_beta + (l_alpha - l_beta * (l_a + 1)) * (
@@ -337,7 +337,7 @@ def expected_precision_sum(
         )
     inside = groups.above + groups.size <= cutoff
     out = torch.where(inside, whole, 0.0)
-    split = torch.nonzero(~inside & (groups.above < cutoff)).flatten()
+    split = flat_nonzero(~inside & (groups.above < cutoff))
     if split.numel():
         parts = (groups.above, groups.size, groups.relevant, groups.relevant_before, cutoff)
         out.index_copy_(0, split, _precision_sum_of(*(x.index_select(0, split) for x in parts)))
@@ -392,7 +392,7 @@ def _ragged_expectation(
     relevant items costs a few hundred terms, not thousands.
     """
     out = torch.zeros(size.numel(), dtype=torch.float64)
-    idx = torch.nonzero(groups_mask).flatten()
+    idx = flat_nonzero(groups_mask)
     if idx.numel() == 0:
         return out
     t, r, a, lim = size[idx], relevant[idx], above[idx], limit[idx]
