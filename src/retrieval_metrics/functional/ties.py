@@ -98,15 +98,18 @@ def tie_groups(
     if table.grade is not None:
         grade = table.grade
         item_gain = torch.pow(2.0, grade) - 1.0 if gain == "exponential" else grade.clone()
+    full_ties = None
     if table.grade is None and ties == "expected" and merge_runs:
-        query, above, size, relevant = _binary_runs(item_query, table.above, table.tied)
+        query, above, size, relevant, full_ties = _binary_runs(
+            item_query, table.above, table.tied
+        )
         gain_sum = relevant.to(torch.float64)
     else:
         query, above, size, relevant, gain_sum = _rule_groups(table, item_query, item_gain, ties)
-        if table.grade is None and merge_runs:
-            query, above, size, relevant, gain_sum = _merge_full_runs(
-                query, above, size, relevant, gain_sum
-            )
+    if table.grade is None and merge_runs:
+        query, above, size, relevant, gain_sum = _merge_full_runs(
+            query, above, size, relevant, gain_sum, full_ties
+        )
     g = query.numel()
     first = torch.ones(g, dtype=torch.bool)
     last = torch.ones(g, dtype=torch.bool)
@@ -167,16 +170,17 @@ def _rule_groups(
 
 def _binary_runs(
     item_query: Tensor, above: Tensor, tied: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(query, above, size, relevant)`` of the expected-tie groups of a binary table, with
-    consecutive positions of untied relevant items joined as :func:`_merge_full_runs` would.
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``(query, above, size, relevant, full_ties)`` of the expected-tie groups of a binary
+    table, with consecutive positions of untied relevant items joined as
+    :func:`_merge_full_runs` would; ``full_ties``: the groups of two or more tied items all
+    relevant, the only ones left that may join a neighbour.
 
     Read off the items in one pass: an item continues the group of the one before it (same
     query) when it has the same score (same ``above``), or when it is alone at its score on the
     position right after it. A group's items are then contiguous, so its relevant count is the
-    distance to the next group's start: no run ids, sums or second pass. A tie group whose items
-    are all relevant stays apart from its neighbours (joining is never needed for the values;
-    it only saves work, and such groups are rare).
+    distance to the next group's start: no run ids or sums over items. Tie groups whose items
+    are all relevant are joined afterwards, over groups (:func:`_merge_full_runs`).
     """
     n = item_query.numel()
     joins = torch.zeros(n, dtype=torch.bool)
@@ -189,14 +193,21 @@ def _binary_runs(
         )
     starts = flat_nonzero(~joins)
     relevant = torch.diff(starts, append=torch.tensor([n], dtype=starts.dtype))
-    size = tied.index_select(0, starts)
+    tied_size = tied.index_select(0, starts)
+    full_ties = flat_nonzero((tied_size > 1) & (tied_size == relevant))
     # a joined run of untied items fills its positions: as many as it holds
-    size = torch.where(size == 1, relevant, size)
-    return item_query.index_select(0, starts), above.index_select(0, starts), size, relevant
+    size = torch.where(tied_size == 1, relevant, tied_size)
+    query = item_query.index_select(0, starts)
+    return query, above.index_select(0, starts), size, relevant, full_ties
 
 
 def _merge_full_runs(
-    query: Tensor, above: Tensor, size: Tensor, relevant: Tensor, gain: Tensor
+    query: Tensor,
+    above: Tensor,
+    size: Tensor,
+    relevant: Tensor,
+    gain: Tensor,
+    candidates: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Merge consecutive groups of a query whose every position is relevant into one group.
 
@@ -205,16 +216,34 @@ def _merge_full_runs(
     relevant positions, and every closed form below gives it the same value as its parts. A good
     model ranks thousands of relevant items on top, each at its own score; merged, the measures
     cost one group per query instead of one per relevant item.
+
+    ``candidates``: where only these groups can join a neighbour (the others being known not to),
+    only their joins with the groups either side are tested.
     """
     g = query.numel()
     if g < 2:
         return query, above, size, relevant, gain
-    full = relevant == size
+    # A join of group i - 1 with group i is tested at i: at every i, or next to the candidates
+    # where they are few (a position tested twice gets the same answer twice).
+    at = None
+    if candidates is not None and candidates.numel() * 8 < g:
+        at = torch.cat([candidates, candidates + 1])
+        at = at[(at >= 1) & (at < g)]
+
+    def pair(x: Tensor) -> tuple[Tensor, Tensor]:
+        """x of the later and of the earlier group of each tested join."""
+        if at is None:
+            return x[1:], x[:-1]
+        return x.index_select(0, at), x.index_select(0, at - 1)
+
+    (r1, r0), (t1, t0), (q1, q0), (a1, a0) = (pair(x) for x in (relevant, size, query, above))
+    tested = (r1 == t1) & (r0 == t0) & (q1 == q0) & (a1 == a0 + t0)
     joins = torch.zeros(g, dtype=torch.bool)
-    joins[1:] = (
-        full[1:] & full[:-1] & (query[1:] == query[:-1]) & (above[1:] == above[:-1] + size[:-1])
-    )
-    if not bool(joins.any()):
+    if at is None:
+        joins[1:] = tested
+    else:
+        joins[at] = tested
+    if not bool(tested.any()):
         return query, above, size, relevant, gain
     starts = ~joins
     last = flat_nonzero(torch.cat([starts[1:], torch.ones(1, dtype=torch.bool)]))
