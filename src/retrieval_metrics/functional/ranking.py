@@ -910,9 +910,15 @@ class _QueryBlock:
         # flat positions in rel_scores: one-dimensional index_select and scatter_ are many times
         # cheaper than indexing with a (row, column) pair, and there is one per relevant pair
         self.r_flat = (self.r_row * self.rel_scores.shape[1] + self.r_col).to(device)
+        # Every row as long as the longest (classes of equal size): then r_flat is 0, 1, 2, ...
+        # and reading through it is a copy that can be skipped.
+        self.dense = self.r_flat.numel() == self.rel_scores.numel()
         if p.ext_scores is not None:
             values = p.ext_scores.index_select(0, self.r_pos.to(device))
-            self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
+            if self.dense:
+                self.rel_scores.view(-1).copy_(values)
+            else:
+                self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
         if p.depth is not None:
             # Where each relevant item lies, by block and segment, to mask it from the maxima.
             seg_order = torch.argsort(self.r_block, stable=True)
@@ -946,9 +952,10 @@ class _QueryBlock:
             if pairs.numel():
                 at = self.r_row.index_select(0, pairs) * s.shape[1]
                 at += self.r_local.index_select(0, pairs)
+                pairs = pairs.to(device)
                 self.rel_scores.view(-1).scatter_(
                     0,
-                    self.r_flat.index_select(0, pairs.to(device)),
+                    pairs if self.dense else self.r_flat.index_select(0, pairs),
                     s.reshape(-1).index_select(0, at.to(device)),
                 )
             return
@@ -960,8 +967,12 @@ class _QueryBlock:
             ]
 
     def relevant_values(self) -> Tensor:
-        device = self.p.device
-        return self.rel_scores.view(-1).index_select(0, self.r_flat.to(device)).cpu()
+        return self._in_csr_order(self.rel_scores).cpu()
+
+    def _in_csr_order(self, per_row: Tensor) -> Tensor:
+        """The entries of a (rows x longest) array at the block's relevant pairs, in CSR order."""
+        flat = per_row.reshape(-1)
+        return flat if self.dense else flat.index_select(0, self.r_flat.to(flat.device))
 
     def _without_relevant(self, seg_max: Tensor, b: int) -> Tensor:
         """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
@@ -1103,7 +1114,7 @@ class _QueryBlock:
             for out, sorted_values in zip(
                 self.p.outputs[:written], (above_sorted, tied_sorted, listed_sorted), strict=False
             ):
-                out.index_copy_(0, dest, sorted_values.view(-1).index_select(0, self.r_flat).cpu())
+                out.index_copy_(0, dest, self._in_csr_order(sorted_values).cpu())
             return
         # Back from sorted order to the CSR order of the relevant items.
         for out, sorted_values in zip(
@@ -1111,7 +1122,7 @@ class _QueryBlock:
         ):
             unsorted = torch.empty_like(sorted_values)
             unsorted.scatter_(1, self.rel_perm, sorted_values)
-            out.scatter_(0, self.r_pos, unsorted.view(-1).index_select(0, self.r_flat).cpu())
+            out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())
 
 
 def _segment_maxima(s: Tensor) -> Tensor:
