@@ -155,3 +155,17 @@ def test_expected_is_between_pessimistic_and_optimistic():
                 continue  # a ratio of two random counts: not monotone in the order
             else:
                 assert a[key] - 1e-12 <= b[key] <= c[key] + 1e-12, key
+
+
+def test_a_shared_call_never_mixes_up_tables():
+    """Tables made and dropped one after another inside one shared call (as nested calls over
+    chunks would): each gets its own tie groups and precision sums, though a dropped table's
+    id may be given to the next one."""
+    names = ["map", "map@r", "r_precision", "mrr", "hit_rate@3"]
+    cases = [random_queries(seed, False) for seed in range(8)]
+    expected = [M.retrieval_measures(rank_scores(*case), names) for case in cases]
+    with M._sharing_tie_groups():
+        for case, want in zip(cases, expected, strict=True):
+            got = M.retrieval_measures(rank_scores(*case), names)
+            for name in names:
+                assert float(got[name]) == pytest.approx(float(want[name]), abs=1e-12), name

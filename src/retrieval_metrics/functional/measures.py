@@ -64,10 +64,20 @@ AP_KINDS = ("step", "trapezoid")
 AP_DIVISORS = ("relevant", "min", "retrieved")
 
 
-# Tie groups of one table under one rule, shared by every metric of one retrieval_measures call,
-# and the groups' precision sums over the whole ranking (AP, MAP@R and AP@K each cut them).
-_GROUP_CACHE: dict[tuple[int, str, str | None], T.TieGroups] | None = None
-_WHOLE_PRECISION_CACHE: dict[tuple[int, str], Tensor] = {}
+# Per shared call (one retrieval_measures call, one chunk of queries): each table's tie groups
+# under each rule, shared by every metric, and the groups' precision sums over the whole ranking
+# (AP, MAP@R and AP@K each cut them). An entry holds its table, so that the table's id, part of
+# the key, cannot be taken by another table while the entry lives.
+_GROUP_CACHE: dict[tuple[Any, ...], tuple[RankTable, Any]] | None = None
+
+
+def _cached(table: RankTable, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    if _GROUP_CACHE is None:
+        return make()
+    key = (id(table), *key)
+    if key not in _GROUP_CACHE:
+        _GROUP_CACHE[key] = (table, make())
+    return _GROUP_CACHE[key][1]
 
 
 def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups:
@@ -77,12 +87,7 @@ def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups
         # Grades of 1 (binary relevance included) give 2^1 - 1 = 1 = the linear gain: the same
         # groups as the measures without a gain, so they are built once.
         gain = None
-    if _GROUP_CACHE is None:
-        return T.tie_groups(table, ties, gain=gain)
-    key = (id(table), ties, gain)
-    if key not in _GROUP_CACHE:
-        _GROUP_CACHE[key] = T.tie_groups(table, ties, gain=gain)
-    return _GROUP_CACHE[key]
+    return _cached(table, ("groups", ties, gain), lambda: T.tie_groups(table, ties, gain=gain))
 
 
 def _whole_precision_sum(table: RankTable, groups: T.TieGroups, ties: str) -> Tensor | None:
@@ -90,11 +95,11 @@ def _whole_precision_sum(table: RankTable, groups: T.TieGroups, ties: str) -> Te
     outside one: a single measure gains nothing from computing them)."""
     if _GROUP_CACHE is None:
         return None
-    key = (id(table), ties)
-    if key not in _WHOLE_PRECISION_CACHE:
-        unbounded = torch.full_like(groups.above, UNBOUNDED)
-        _WHOLE_PRECISION_CACHE[key] = T.expected_precision_sum(groups, unbounded)
-    return _WHOLE_PRECISION_CACHE[key]
+
+    def whole() -> Tensor:
+        return T.expected_precision_sum(groups, torch.full_like(groups.above, UNBOUNDED))
+
+    return _cached(table, ("precision sums", ties), whole)
 
 
 @contextlib.contextmanager
@@ -110,7 +115,6 @@ def _sharing_tie_groups() -> Iterator[None]:
     finally:
         if outer:
             _GROUP_CACHE = None
-            _WHOLE_PRECISION_CACHE.clear()
 
 
 def _cutoff(k: int, name: str = "k") -> int:
