@@ -897,7 +897,7 @@ class RetrievalMetric(RetrievalMetricBase):
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
         # compute(), so that the whole table never exists (on several processes each ranks its
         # share and the per-query values are gathered)
-        tables = self._on_synced_states(lambda: self._tables_in_chunks(share=True))
+        tables = self._on_synced_states(lambda: self._tables_in_chunks())
         if tables is None:
             return super().per_query()
         specs = [M.parse_metric(name) for name in self.metric_names()]
@@ -909,7 +909,7 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from per-query values a chunk of queries at a time
-        tables = self._on_synced_states(lambda: self._tables_in_chunks(share=True))
+        tables = self._on_synced_states(lambda: self._tables_in_chunks())
         if tables is None:
             return super()._summaries(options)
         part = stats.summarize_in_chunks(
@@ -924,7 +924,7 @@ class RetrievalMetric(RetrievalMetricBase):
             return None
         return functools.partial(D.gather_query_parts, group=self.process_group)
 
-    def _tables_in_chunks(self, share: bool = False) -> Iterator[RankTable] | None:
+    def _tables_in_chunks(self) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time (in the order of the whole table), or None
         where the whole table is ranked at once.
 
@@ -932,8 +932,8 @@ class RetrievalMetric(RetrievalMetricBase):
         rank tables, relevance sets and tie groups of gigabytes; a chunk of queries at a time,
         each reduced to per-query values before the next is ranked, holds a budget's worth. Taken
         where the pairs can be counted before ranking (label relevance), not for a sharded
-        gallery. On several processes only with ``share``, on states synced across them: this
-        process's share of the queries, whose per-query parts are then gathered.
+        gallery. On several processes, called on states synced across them: this process's share
+        of the queries, whose per-query parts are then gathered.
         """
         if self._tables is not None or self.relevance != "label" or self.gallery_sharded:
             return None
@@ -945,8 +945,6 @@ class RetrievalMetric(RetrievalMetricBase):
         if int(form[_SCORES]) or int(form[_TABLE]) or not (same_source or int(form[_QUERY])):
             return None
         several = self._several_processes()
-        if several and not share:
-            return None
         queries = self._deduped("q", "`ids` of the queries" if not same_source else "`ids`")
         if queries is None or len(queries) == 0 or queries.labels is None:
             return None
@@ -970,7 +968,7 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _values_in_chunks(self) -> dict[str, Tensor] | None:
         """compute()'s values from :meth:`_tables_in_chunks`, or None where it ranks at once."""
-        tables = self._tables_in_chunks(share=True)
+        tables = self._tables_in_chunks()
         if tables is None:
             return None
         values, per_query = M.retrieval_measures_in_chunks(

@@ -182,7 +182,7 @@ def _csr_difference(
     # A binary search of each item of B in its row of A, all of B at once: O(|B| log m), and
     # nothing the size of A besides the mask.
     lo, hi = a_ptr[b_row], a_ptr[b_row + 1]
-    end = hi.clone()
+    end = hi  # (the loop rebinds hi, never writes it)
     while True:
         active = lo < hi
         if not bool(active.any()):

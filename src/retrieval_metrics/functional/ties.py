@@ -324,7 +324,7 @@ def position_sum(alpha: Tensor, beta: Tensor, above: Tensor, count: Tensor) -> T
         # terms): the work is the number of terms, not the longest sum times the groups (the
         # lengths of a weak model's runs fall off geometrically).
         # (numpy sorts small integers by radix: linear time)
-        terms = count.index_select(0, more).index_select(0, short).cpu().numpy().astype(np.uint8)
+        terms = u.index_select(0, short).cpu().numpy().astype(np.uint8)
         by_length = torch.from_numpy(np.argsort(_DIRECT_TERMS - terms, kind="stable"))
         short = short.index_select(0, by_length.to(short.device))
         s_alpha, s_beta, s_a = (x.index_select(0, short) for x in (alpha, beta, a))
