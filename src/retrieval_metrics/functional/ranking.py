@@ -1478,9 +1478,7 @@ def _count_block(
         # A row whose relevant scores are all equal has no item strictly between them, so
         # every item is below, on or above; other rows need no item in [lowest, highest].
         spread = lowest < highest
-        outside = not bool(spread.any()) or not bool(
-            ((values >= lowest) & (values <= highest) & spread).any()
-        )
+        outside = not bool(spread.any()) or not _any_between(values, lowest, highest, spread)
         if outside:
             # Every item lands in bin 0 or in bin num_finite, "<" for the items above the
             # highest, "<=" for those at or above it: two counts per row, no histogram.
@@ -1517,6 +1515,20 @@ def _count_block(
         if le is not lt:
             counts_le = torch.bincount((le + offset).view(-1), minlength=(r1 - r0) * width)
             hist_le[r0 * width : r1 * width] += counts_le - counts_lt
+
+
+def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:
+    """Whether a row with ``spread`` has an item in [``lowest``, ``highest``] of its row.
+
+    One such row is looked at first: where a row's relevant items lie in the block, their own
+    scores are there, so it nearly always answers without a pass over the whole block (several
+    passes over every item, a quarter of the count on a weak model).
+    """
+    first = int(torch.argmax(spread.view(-1).to(torch.uint8)))
+    row = values[first]
+    if bool(((row >= lowest[first]) & (row <= highest[first])).any()):
+        return True
+    return bool(((values >= lowest) & (values <= highest) & spread).any())
 
 
 def _merge_rows(values: Tensor, seq: Tensor, hist_lt: Tensor, hist_le: Tensor) -> None:
