@@ -4,8 +4,8 @@ Every metric kind goes through these steps, in this order, and nowhere else:
 
 1. :func:`sync_states`: each "cat" state is gathered with :func:`gather_rows`, which all-gathers one
    tensor per rank along dimension 0 when ranks hold different numbers of rows, different trailing
-   shapes only because a rank is empty, or different floating dtypes (two collectives per call:
-   one for the shapes and dtypes, one for the padded payload).
+   shapes only because a rank is empty, or different floating dtypes (two collectives for all
+   the states: one for the shapes and dtypes, one for the payload as one padded buffer).
 2. :func:`dedupe_by_id`: samples repeated by DistributedSampler (same id, same labels) are dropped;
    an id repeated with different labels is an error.
 3. :func:`rank_queries`: each process ranks its contiguous share of the queries
@@ -17,6 +17,7 @@ Every metric kind goes through these steps, in this order, and nowhere else:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,7 +89,9 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     """All-gather each tensor of ``tensors`` (same list on every rank) along dimension 0.
 
     An empty tensor on one rank may have any trailing shape and dtype (it takes the others'), so a
-    rank that saw no data never breaks the collective.
+    rank that saw no data never breaks the collective. Two collectives whatever the number of
+    tensors (a metric's states are some twenty, and each collective costs a round trip between
+    every process): one for the shapes and dtypes, one for the payload.
     """
     _, world = rank_and_world(group)
     if world == 1:
@@ -107,32 +110,64 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     all_meta = [torch.zeros_like(meta) for _ in range(world)]
     dist.all_gather(all_meta, meta, group=group)
     all_meta = [m.cpu() for m in all_meta]
-    out = []
-    for i, t in enumerate(tensors):
-        rows = [int(m[i, 2]) if int(m[i, 1]) > 0 else 0 for m in all_meta]
-        codes = [int(m[i, 0]) for m in all_meta]
-        dtype = _common_dtype(codes, rows)
-        donor = next((m for m, r in zip(all_meta, rows, strict=True) if r > 0), all_meta[0])
-        ndim = max(1, int(donor[i, 1]))
-        trailing = [int(x) for x in donor[i, 3 : 2 + ndim]]
-        for m, r in zip(all_meta, rows, strict=True):
-            if r > 0 and [int(x) for x in m[i, 3 : 2 + int(m[i, 1])]] != trailing:
-                raise ValueError(
-                    f"ranks hold states of different trailing shapes: {trailing} and "
-                    f"{[int(x) for x in m[i, 3 : 2 + int(m[i, 1])]]} (e.g. embeddings of different "
-                    "dimensions)"
-                )
-        local = t.reshape(-1, *trailing) if t.numel() else torch.empty(0, *trailing)
-        local = local.to(device=device, dtype=dtype)
-        max_rows = max(rows) if rows else 0
-        padded = torch.zeros(max_rows, *trailing, dtype=dtype, device=device)
-        padded[: local.shape[0]] = local
-        gathered = [torch.zeros_like(padded) for _ in range(world)]
-        dist.all_gather(gathered, padded, group=group)
-        out.append(
-            torch.cat([g[:r] for g, r in zip(gathered, rows, strict=True)]).to(tensors[i].device)
-        )
-    return out
+    layouts = [_gathered_layout(all_meta, i) for i in range(len(tensors))]
+    # Each rank's tensors, in its common dtype, as the bytes of one buffer: one collective for
+    # the payload whatever the number of states. Every piece starts 8-byte aligned, so that it
+    # can be read back as its dtype in place.
+    nbytes = [
+        [rows * math.prod(trailing) * _itemsize(dtype) for rows in per_rank]
+        for dtype, trailing, per_rank in layouts
+    ]
+    lengths = [sum(_aligned(n[r]) for n in nbytes) for r in range(world)]
+    if max(lengths) == 0:  # nothing anywhere (the same answer on every rank)
+        return [torch.zeros(0, *t, dtype=d, device=x.device) for (d, t, _), x in zip(
+            layouts, tensors, strict=True)]
+    payload = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
+    offset = 0
+    for (dtype, _, _), t in zip(layouts, tensors, strict=True):
+        size = t.numel() * _itemsize(dtype)
+        payload[offset : offset + size].view(dtype).copy_(t.reshape(-1))
+        offset += _aligned(size)
+    gathered = [torch.zeros_like(payload) for _ in range(world)]
+    dist.all_gather(gathered, payload, group=group)
+    pieces: list[list[Tensor]] = [[] for _ in tensors]
+    for r, buffer in enumerate(gathered):
+        offset = 0
+        for i, (dtype, _, _) in enumerate(layouts):
+            pieces[i].append(buffer[offset : offset + nbytes[i][r]].view(dtype))
+            offset += _aligned(nbytes[i][r])
+    return [
+        torch.cat(parts).view(sum(per_rank), *trailing).to(t.device)
+        for parts, (_, trailing, per_rank), t in zip(pieces, layouts, tensors, strict=True)
+    ]
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 8) * 8
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def _gathered_layout(
+    all_meta: list[Tensor], i: int
+) -> tuple[torch.dtype, list[int], list[int]]:
+    """Tensor ``i``'s dtype, trailing shape and rows per rank, from every rank's shapes."""
+    rows = [int(m[i, 2]) if int(m[i, 1]) > 0 else 0 for m in all_meta]
+    codes = [int(m[i, 0]) for m in all_meta]
+    dtype = _common_dtype(codes, rows)
+    donor = next((m for m, r in zip(all_meta, rows, strict=True) if r > 0), all_meta[0])
+    ndim = max(1, int(donor[i, 1]))
+    trailing = [int(x) for x in donor[i, 3 : 2 + ndim]]
+    for m, r in zip(all_meta, rows, strict=True):
+        if r > 0 and [int(x) for x in m[i, 3 : 2 + int(m[i, 1])]] != trailing:
+            raise ValueError(
+                f"ranks hold states of different trailing shapes: {trailing} and "
+                f"{[int(x) for x in m[i, 3 : 2 + int(m[i, 1])]]} (e.g. embeddings of different "
+                "dimensions)"
+            )
+    return dtype, trailing, rows
 
 
 class DistributedExchange:

@@ -383,19 +383,16 @@ class RetrievalMetricBase(Metric):
         sizes, empty processes); states reduced otherwise (the input form) are reduced after."""
         group = process_group or self.process_group
         local = self._local_states()
-        cat = {
-            name: getattr(self, name)
-            for name, fx in self._reductions.items()
-            if fx is dim_zero_cat and name not in local
+        synced = {name: fx for name, fx in self._reductions.items() if name not in local}
+        # One gather for every state: a reduced state travels as one row per process.
+        states = {
+            name: getattr(self, name) if fx is dim_zero_cat else getattr(self, name)[None]
+            for name, fx in synced.items()
         }
-        gathered, self._sync_bytes = D.sync_states(cat, group)
+        gathered, self._sync_bytes = D.sync_states(states, group)
         for name, value in gathered.items():
-            setattr(self, name, value)
-        for name, fx in self._reductions.items():
-            if fx is not dim_zero_cat and name not in local:
-                value = getattr(self, name)
-                stacked = D.gather_rows([value[None]], group)[0]
-                setattr(self, name, fx(stacked))
+            fx = synced[name]
+            setattr(self, name, value if fx is dim_zero_cat else fx(value))
 
     # ------------------------------------------------------------------ rank tables
 
