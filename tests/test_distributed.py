@@ -14,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 HERE = Path(__file__).resolve().parent / "distributed"
 sys.path.insert(0, str(HERE))
 
 import launch  # noqa: E402
+from gather import tensors_of  # noqa: E402
 from scenarios import SUMMARY_SCENARIOS, single_process, single_process_summary  # noqa: E402
 
 SCENARIOS = [
@@ -105,3 +107,35 @@ def test_many_relevant_scenario_ranks_in_query_chunks():
     feed(metric, list(range(53)))
     tables = metric._tables_in_chunks()
     assert tables is not None and len(list(tables)) > 1
+
+
+def _joined_in_one_process(world: int) -> list[torch.Tensor]:
+    """gather.py's tensors of every rank joined in one process: the non-empty shares' promoted
+    dtype and trailing shape (an empty share's own are ignored)."""
+    out = []
+    for pieces in zip(*[tensors_of(rank) for rank in range(world)], strict=True):
+        filled = [p for p in pieces if p.shape[0] > 0]
+        if not filled:
+            out.append(pieces[0])
+            continue
+        dtype = filled[0].dtype
+        for p in filled[1:]:
+            dtype = torch.promote_types(dtype, p.dtype)
+        out.append(torch.cat([p.to(dtype) for p in filled]))
+    return [*out, torch.zeros(0, 2, dtype=torch.int64), torch.zeros(0)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_gather_rows_gives_every_rank_every_share_in_rank_order(world, tmp_path_factory):
+    """gather_rows, which every synced state and gathered table goes through: each tensor of
+    every rank, concatenated in rank order, whatever the mix of dtypes, shapes and empty shares
+    (it sends them all as the bytes of one buffer)."""
+    expected = _joined_in_one_process(world)
+    for rank, got in enumerate(results_of("gather_rows", world, tmp_path_factory)):
+        assert len(got) == len(expected)
+        for i, (g, want) in enumerate(zip(got, expected, strict=True)):
+            context = f"rank {rank}, tensor {i}"
+            assert g["dtype"] == str(want.dtype), context
+            assert g["shape"] == list(want.shape), context
+            assert g["values"] == want.double().tolist(), context

@@ -1,12 +1,8 @@
-"""``python gather.py RANK WORLD INIT_FILE OUT``: gather_rows of :func:`tensors_of` this rank's
-tensors (every dtype, empty shares, odd byte sizes, a dtype that differs between ranks), written
-as JSON for tests/test_gather_rows.py to compare with a concatenation in one process."""
+"""What each rank of worker.py gives gather_rows: :func:`tensors_of` (every dtype, empty shares,
+odd byte sizes, a dtype that differs between ranks); tests/test_distributed.py compares every
+rank's result with a concatenation in one process."""
 
 from __future__ import annotations
-
-import json
-import sys
-from pathlib import Path
 
 import torch
 
@@ -29,25 +25,13 @@ def tensors_of(rank: int) -> list[torch.Tensor]:
     ]
 
 
-def main() -> None:
-    import torch.distributed as dist
-
+def gathered(rank: int) -> list[dict]:
+    """gather_rows of this rank's :func:`tensors_of`, and of tensors empty everywhere, as JSON."""
     from retrieval_metrics.distributed import gather_rows
 
-    rank, world, init_file, out = sys.argv[1:5]
-    rank, world = int(rank), int(world)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        gathered = gather_rows(tensors_of(rank))
-        nothing = gather_rows([torch.zeros(0, 2, dtype=torch.int64), torch.zeros(0)])
-        result = [
-            {"dtype": str(t.dtype), "shape": list(t.shape), "values": t.double().tolist()}
-            for t in gathered + nothing
-        ]
-        Path(out).write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+    tensors = gather_rows(tensors_of(rank))
+    tensors += gather_rows([torch.zeros(0, 2, dtype=torch.int64), torch.zeros(0)])
+    return [
+        {"dtype": str(t.dtype), "shape": list(t.shape), "values": t.double().tolist()}
+        for t in tensors
+    ]

@@ -4,7 +4,8 @@
 group (starting processes costs more than the scenarios). Each scenario feeds this rank's share
 of a dataset to a fresh metric the way a data-parallel validation loop would (uneven batches, a
 different number of updates, an empty rank, samples repeated by DistributedSampler), calls
-``compute()``; the results are written as JSON, ``{scenario: result}``.
+``compute()``; the results are written as JSON, ``{scenario: result}``, with what gather_rows
+made of this rank's tensors of gather.py under ``"gather_rows"``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gather import gathered
 from scenarios import SCENARIOS, SUMMARY_SCENARIOS, per_query_lists, split_for_rank, summary_lists
 
 
@@ -48,6 +50,7 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         payload = {name: run_scenario(name, rank, world) for name in scenarios.split(",")}
+        payload["gather_rows"] = gathered(rank)
         Path(out).write_text(json.dumps(payload))
     finally:
         dist.destroy_process_group()
