@@ -999,7 +999,10 @@ class _QueryBlock:
         del self.rel_scores
         rel_sorted = self.rel_sorted
         self.has_rel = self.r_counts.to(device) > 0
-        finite = torch.where(rel_sorted.isfinite(), rel_sorted, neg_inf)
+        is_finite = rel_sorted.isfinite()
+        self.num_finite = is_finite.sum(1, keepdim=True)
+        finite = torch.where(is_finite, rel_sorted, neg_inf)
+        del is_finite
         self.best = finite.max(1).values
         self.lowest = rel_sorted[:, 0]
         self.threshold = torch.where(
@@ -1078,7 +1081,10 @@ class _QueryBlock:
             width.bit_length() + DENSE_OVERHEAD
         ):
             dense = s if s.is_contiguous() else s.contiguous()
-            _count_block(dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget)
+            _count_block(
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget,
+                self.num_finite,
+            )
         else:
             _count_candidates(
                 s,
@@ -1445,7 +1451,12 @@ def _count_candidates(
 
 
 def _count_block(
-    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, memory_budget: int
+    s: Tensor,
+    rel_sorted: Tensor,
+    hist_lt: Tensor,
+    hist_le: Tensor,
+    memory_budget: int,
+    num_finite: Tensor | None = None,
 ) -> None:
     """Add every item of the score block ``s`` to the histograms of :func:`_count_candidates`.
 
@@ -1468,24 +1479,26 @@ def _count_block(
     # a few flags; per row: the two histograms bincount returns and the runs of equal scores.
     per_row = block_g * (2 * 4 + 8 + elem + 4) + 4 * width * 8
     rows = max(1, (memory_budget // 4) // per_row)
+    if num_finite is None:  # (the query block counts them once for all its gallery blocks)
+        num_finite = rel_sorted.isfinite().sum(1, keepdim=True)
     for r0 in range(0, nb, rows):
         r1 = min(nb, r0 + rows)
         values, seq = s[r0:r1], rel_sorted[r0:r1]
         # the relevant scores of a row are finite, its padding +inf
-        num_finite = seq.isfinite().sum(1, keepdim=True)
+        finite_here = num_finite[r0:r1]
         lowest = seq[:, :1]
-        highest = seq.gather(1, (num_finite - 1).clamp_min(0))
+        highest = seq.gather(1, (finite_here - 1).clamp_min(0))
         # A row whose relevant scores are all equal has no item strictly between them, so
         # every item is below, on or above; other rows need no item in [lowest, highest].
         spread = lowest < highest
         outside = not bool(spread.any()) or not _any_between(values, lowest, highest, spread)
         if outside:
-            # Every item lands in bin 0 or in bin num_finite, "<" for the items above the
-            # highest, "<=" for those at or above it: two counts per row, no histogram.
+            # Every item lands in bin 0 or in bin m (the row's relevant scores), "<" for the
+            # items above the highest, "<=" for those at or above it: two counts per row.
             n_above = torch.count_nonzero(values > highest, dim=1)
             n_at_least = torch.count_nonzero(values >= highest, dim=1)
             first_bin = torch.arange(r0, r1, device=s.device) * width
-            last_bin = first_bin + num_finite[:, 0]
+            last_bin = first_bin + finite_here[:, 0]
             hist_lt.index_add_(0, first_bin, block_g - n_above)
             hist_lt.index_add_(0, last_bin, n_above)
             hist_le.index_add_(0, first_bin, n_above - n_at_least)
