@@ -101,7 +101,8 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
         device = torch.device("cuda", torch.cuda.current_device())
     meta = torch.zeros(len(tensors), 2 + _MAX_DIMS, dtype=torch.int64)
     for i, t in enumerate(tensors):
-        if t.dim() > _MAX_DIMS:
+        if t.dim() > _MAX_DIMS or t.dim() == 0:
+            # (a 0-D tensor has no rows to concatenate: gather t[None])
             raise ValueError(f"cannot gather a {t.dim()}-D state")
         meta[i, 0] = _DTYPES.index(t.dtype)
         meta[i, 1] = t.dim()
@@ -120,8 +121,10 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     ]
     lengths = [sum(_aligned(n[r]) for n in nbytes) for r in range(world)]
     if max(lengths) == 0:  # nothing anywhere (the same answer on every rank)
-        return [torch.zeros(0, *t, dtype=d, device=x.device) for (d, t, _), x in zip(
-            layouts, tensors, strict=True)]
+        return [
+            torch.zeros(0, *trailing, dtype=dtype, device=t.device)
+            for (dtype, trailing, _), t in zip(layouts, tensors, strict=True)
+        ]
     payload = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
     offset = 0
     for (dtype, _, _), t in zip(layouts, tensors, strict=True):
