@@ -32,7 +32,10 @@ best time (best of 2; 1 when a run takes over a minute) and its peak RSS. Peak R
 /proc/self/status, not ``ru_maxrss``: Linux carries ``ru_maxrss`` over fork + exec, so a child's
 would start at the parent's size (torch plus the floor's matrices, about 500 MiB); it is kept in
 the JSON as ``ru_maxrss_mib``. The peak includes the interpreter, torch and the data ("RSS
-before" in the table). The floor rate is measured once, in the parent, before the children.
+before" in the table). The floor rate is measured in the parent. The floor, ours and faiss take
+turns over ``--rounds`` rounds (3): the machine's speed drifts by tens of percent from one minute
+to the next, so each ratio is taken within a round (the runs minutes apart, not a whole run
+apart) and the table keeps the medians.
 
 Run (from the repository root, with the project's venv active, on a quiet machine):
 
@@ -50,6 +53,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -334,6 +338,32 @@ def child_main(args: argparse.Namespace) -> None:
     print(MARKER + json.dumps(result), flush=True)
 
 
+def _median_by(items: list[Any], key: Callable[[Any], float]) -> Any:
+    """The item whose key is the median (the lower middle one of an even count)."""
+    return sorted(items, key=key)[(len(items) - 1) // 2]
+
+
+def _round_result(rounds: list[dict[str, Any]], method: str, flops: float) -> dict[str, Any]:
+    """``method``'s run of median time, with the medians of its per-round ratios: to that
+    round's floor, and ours over it (ours and it measured minutes apart, not a whole run)."""
+    runs = [r[method] for r in rounds]
+    failed = next((run for run in runs if "error" in run), None)
+    if failed is not None:
+        return failed
+    result = dict(_median_by(runs, lambda run: run["seconds"]))
+    result["round_seconds"] = [run["seconds"] for run in runs]
+    to_floor = [
+        run["seconds"] / (flops / r["matmul"]["flops_per_second"])
+        for run, r in zip(runs, rounds, strict=True)
+    ]
+    result["ratio_to_floor"] = statistics.median(to_floor)
+    if all("error" not in r["ours"] for r in rounds):
+        result["ours_over_this"] = statistics.median(
+            r["ours"]["seconds"] / run["seconds"] for run, r in zip(runs, rounds, strict=True)
+        )
+    return result
+
+
 def run_child(method: str, n: int, dim: int, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--only", method]
     cmd += ["--n", str(n), "--dim", str(dim), "--threads", str(args.threads)]
@@ -410,18 +440,28 @@ def parent_main(args: argparse.Namespace) -> int:
         f"seed {SEED}, {'grouped by class' if args.grouped else 'shuffled'}"
     )
 
-    rate = matmul_rate()
     flops = 2.0 * n * n * dim
+    # The floor, ours and faiss take turns, round after round: the machine's speed drifts by tens
+    # of percent between minutes, so each ratio is taken within a round and the median kept.
+    in_rounds = ["ours"] if args.skip_peers else ["ours", "faiss"]
+    rounds = []
+    for _ in range(args.rounds):
+        round_rate = matmul_rate()
+        rounds.append({"matmul": round_rate, **{m: run_child(m, n, dim, args) for m in in_rounds}})
+    rate = _median_by(rounds, lambda r: r["matmul"]["flops_per_second"])["matmul"]
     floor_seconds = flops / rate["flops_per_second"]
     print(
         f"floor: {MATMUL_SIZE}^3 float32 torch.mm at {rate['flops_per_second'] / 1e9:.1f} GFLOP/s"
-        f" -> 2 N^2 D = {flops / 1e9:.1f} GFLOP in {floor_seconds:.3f} s"
+        f" (median of {len(rounds)} rounds) -> 2 N^2 D = {flops / 1e9:.1f} GFLOP in "
+        f"{floor_seconds:.3f} s"
     )
 
     methods = ["ours", "ours_full"]
     if not args.skip_peers:
         methods += ["faiss", "pml", "naive"]
-    results = {m: run_child(m, n, dim, args) for m in methods}
+    results = {m: run_child(m, n, dim, args) for m in methods if m not in in_rounds}
+    for m in in_rounds:
+        results[m] = _round_result(rounds, m, flops)
     memory = run_child("memory", memory_n, MEMORY_DIM, args) if args.memory_case else None
 
     ours = results["ours"].get("seconds")
@@ -433,7 +473,7 @@ def parent_main(args: argparse.Namespace) -> int:
             "floor (2 N^2 D at mm rate)",
             fmt(floor_seconds, ".3f"),
             "1.00",
-            fmt(ours / floor_seconds if ours else None, ".2f"),
+            fmt(results["ours"].get("ratio_to_floor"), ".2f"),
             "-",
             "-",
         ],
@@ -444,8 +484,9 @@ def parent_main(args: argparse.Namespace) -> int:
             rows.append([LABELS[m], "FAILED: " + r["error"], "", "", "", ""])
             continue
         sec = r["seconds"]
-        r["ratio_to_floor"] = sec / floor_seconds
-        r["ours_over_this"] = ours / sec if ours else None
+        if m not in in_rounds:
+            r["ratio_to_floor"] = sec / floor_seconds
+            r["ours_over_this"] = ours / sec if ours else None
         rows.append(
             [
                 LABELS[m],
@@ -457,6 +498,15 @@ def parent_main(args: argparse.Namespace) -> int:
             ]
         )
     print_table(rows, right={1, 2, 3, 4, 5})
+    if len(rounds) > 1:
+        print(
+            f"  {len(rounds)} rounds (floor, {', '.join(LABELS[m] for m in in_rounds)} in turn): "
+            "their seconds are medians, their ratios the medians of each round's ratios"
+        )
+        for m in in_rounds:
+            if "round_seconds" in results[m]:
+                times = ", ".join(f"{t:.3f}" for t in results[m]["round_seconds"])
+                print(f"  {LABELS[m]} by round: {times} s")
     for m in ("ours", "ours_full"):
         r = results[m]
         if "error" not in r:
@@ -547,6 +597,11 @@ def parent_main(args: argparse.Namespace) -> int:
         "data": data,
         "small": args.small,
         "floor": {"matmul": rate, "flops": flops, "seconds": floor_seconds},
+        "rounds": [
+            {"flops_per_second": r["matmul"]["flops_per_second"]}
+            | {m: r[m].get("seconds") for m in in_rounds}
+            for r in rounds
+        ],
         "methods": results,
         "agreement_with_pml": agreement,
         "memory_case": memory_report,
@@ -584,6 +639,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS), help="JSON output path")
     parser.add_argument(
         "--device", default=None, help="device for our ranking and the floor (e.g. cuda)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds in which the floor, ours and faiss take turns (medians kept; default 3)",
     )
     parser.add_argument("--only", choices=sorted(METHODS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
