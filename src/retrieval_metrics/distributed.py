@@ -116,7 +116,7 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     # the payload whatever the number of states. Every piece starts 8-byte aligned, so that it
     # can be read back as its dtype in place.
     nbytes = [
-        [rows * math.prod(trailing) * _itemsize(dtype) for rows in per_rank]
+        [rows * math.prod(trailing) * dtype.itemsize for rows in per_rank]
         for dtype, trailing, per_rank in layouts
     ]
     lengths = [sum(_aligned(n[r]) for n in nbytes) for r in range(world)]
@@ -128,7 +128,7 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     payload = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
     offset = 0
     for (dtype, _, _), t in zip(layouts, tensors, strict=True):
-        size = t.numel() * _itemsize(dtype)
+        size = t.numel() * dtype.itemsize
         payload[offset : offset + size].view(dtype).copy_(t.reshape(-1))
         offset += _aligned(size)
     gathered = [torch.zeros_like(payload) for _ in range(world)]
@@ -147,10 +147,6 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
 
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 8) * 8
-
-
-def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty(0, dtype=dtype).element_size()
 
 
 def _gathered_layout(
