@@ -295,16 +295,20 @@ def gather_query_parts(
 
 def rank_queries(
     queries: Items,
-    gallery: Items,
+    gallery: Items | None,
     options: RankingOptions,
     group: Any = None,
     distributed: bool = True,
 ) -> RankTable:
-    """Rank every query against the whole gallery, each process its share; the whole table on
-    every process."""
+    """Rank every query against the whole gallery (``None``: same source, the queries
+    themselves), each process its share; the whole table on every process."""
     _, world = rank_and_world(group) if distributed else (0, 1)
-    table = options.rank(queries.select(query_share(len(queries), group, distributed)), gallery)
-    return gather_table(table, group) if world > 1 else table
+    if world == 1:
+        # one process ranks the whole set: same source stays stated, for the symmetric pass
+        return options.rank(queries, gallery)
+    share = queries.select(query_share(len(queries), group, distributed))
+    table = options.rank(share, queries if gallery is None else gallery)
+    return gather_table(table, group)
 
 
 def rank_two_ways(

@@ -266,7 +266,12 @@ class RetrievalMetricBase(Metric):
         self._miss_table: RankTable | None = None
         self.bytes_exchanged = 0
         self._sync_bytes = 0
+        # The ranking of the current states, shared by compute(), per_query(), summary(),
+        # rank_tables(), compare() and plot() until update() or reset() changes the states: the
+        # whole rank tables, or (ranked a chunk of queries at a time) every process's per-query
+        # parts and query fields.
         self._tables: dict[str, RankTable] | None = None
+        self._chunk_parts: tuple[M.QueryParts, RankTable] | None = None
         self._warned_no_ids = False
         self._warned_forward = False
 
@@ -404,6 +409,11 @@ class RetrievalMetricBase(Metric):
             self._tables = self._on_synced_states(self._build_tables)
         return self._tables
 
+    def _forget_ranking(self) -> None:
+        """The states changed: the ranking shared since the last change no longer holds."""
+        self._tables = None
+        self._chunk_parts = None
+
     def _on_synced_states(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` with the states of every process (synced for the call unless they are)."""
         if self._is_synced:  # inside compute(): the states already hold every process's rows
@@ -438,7 +448,7 @@ class RetrievalMetricBase(Metric):
 
     def reset(self) -> None:
         super().reset()
-        self._tables = None
+        self._forget_ranking()
 
     def _warn_if_all_skipped(
         self, num_relevant: Tensor | None = None, stacklevel: int = 3
@@ -484,7 +494,7 @@ class RetrievalMetricBase(Metric):
             self._warned_forward = True
         out = super().forward(*args, **kwargs)
         # the tables were built from the batch alone; they must not stand for the accumulation
-        self._tables = None
+        self._forget_ranking()
         return out
 
     # ------------------------------------------------------------------ beyond compute()
@@ -642,7 +652,7 @@ class RetrievalMetric(RetrievalMetricBase):
         self._gallery = replace(
             self._item_tensors(emb, labels, ids, cameras, positions), emb=_score_copy(emb)
         )
-        self._tables = None
+        self._forget_ranking()
 
     def update(  # type: ignore[override]
         self,
@@ -662,7 +672,7 @@ class RetrievalMetric(RetrievalMetricBase):
         num_relevant: Sequence[int] | Tensor | None = None,
     ) -> None:
         """Add one batch, in any one of the input forms (see the module docstring)."""
-        self._tables = None
+        self._forget_ranking()
         given = {
             "embeddings": embeddings is not None,
             "ranked_ids": ranked_ids is not None or relevant_ids is not None,
@@ -870,7 +880,11 @@ class RetrievalMetric(RetrievalMetricBase):
             return table
         queries, gallery = self._embedding_sides(queries, same_source)
         return D.rank_queries(
-            queries, gallery, self._ranking_options(), self.process_group, distributed
+            queries,
+            None if same_source else gallery,
+            self._ranking_options(),
+            self.process_group,
+            distributed,
         )
 
     def _embedding_sides(self, queries: Items, same_source: bool) -> tuple[Items, Items]:
@@ -894,25 +908,19 @@ class RetrievalMetric(RetrievalMetricBase):
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
         # compute(), so that the whole table never exists (on several processes each ranks its
         # share and the per-query values are gathered)
-        tables = self._on_synced_states(lambda: self._tables_in_chunks())
-        if tables is None:
+        chunked = self._on_synced_states(self._parts_in_chunks)
+        if chunked is None:
             return super().per_query()
-        specs = [M.parse_metric(name) for name in self.metric_names()]
-        chunks = [{s.name: self._per_query_values(t, s) for s in specs} for t in tables]
-        mine = [torch.cat([c[s.name] for c in chunks]) for s in specs]
-        if self._several_processes():
-            mine = D.gather_rows(mine, self.process_group)
-        return {s.name: values for s, values in zip(specs, mine, strict=True)}
+        parts, _ = chunked
+        return {name: values for name, (values, _, _) in parts.items()}
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
-        # many relevant items per query: from per-query values a chunk of queries at a time
-        tables = self._on_synced_states(lambda: self._tables_in_chunks())
-        if tables is None:
+        # many relevant items per query: from the per-query parts of the ranking in chunks
+        chunked = self._on_synced_states(self._parts_in_chunks)
+        if chunked is None:
             return super()._summaries(options)
-        part = stats.summarize_in_chunks(
-            tables, self.metric_names(), exchange=self._query_parts_exchange(), **options
-        )
-        return [("", part)]
+        parts, queries = chunked
+        return [("", stats.summarize_query_parts(queries, parts, self.metric_names(), **options))]
 
     def _query_parts_exchange(self) -> Callable[..., Any] | None:
         """How query chunks ranked on several processes are put together: every process's
@@ -963,16 +971,33 @@ class RetrievalMetric(RetrievalMetricBase):
             for start, stop in query_chunks(pairs, self.memory_budget)
         )
 
+    def _parts_in_chunks(self) -> tuple[M.QueryParts, RankTable] | None:
+        """Every process's per-query parts and query fields from :meth:`_tables_in_chunks`
+        (computed once per state), or None where the whole table is ranked at once."""
+        if self._chunk_parts is None:
+            tables = self._tables_in_chunks()
+            if tables is None:
+                return None
+            options = self._per_query_options()
+            parts, queries = M.query_parts_in_chunks(
+                tables, self.metric_names(), average=self.average, **options
+            )
+            exchange = self._query_parts_exchange()
+            if exchange is not None:
+                parts, queries = exchange(parts, queries)
+            self._chunk_parts = (parts, queries)
+        return self._chunk_parts
+
     def _values_in_chunks(self) -> dict[str, Tensor] | None:
-        """compute()'s values from :meth:`_tables_in_chunks`, or None where it ranks at once."""
-        tables = self._tables_in_chunks()
-        if tables is None:
+        """compute()'s values from :meth:`_parts_in_chunks`, or None where it ranks at once."""
+        chunked = self._parts_in_chunks()
+        if chunked is None:
             return None
-        values, per_query = M.retrieval_measures_in_chunks(
-            tables,
-            self.metric_names(),
-            **self._measure_options(),
-            exchange=self._query_parts_exchange(),
+        parts, per_query = chunked
+        options = self._measure_options()
+        values = M.aggregate_query_parts(
+            per_query, parts,
+            **{k: options[k] for k in ("empty_queries", "average", "percent", "median")},
         )
         self._warn_if_all_skipped(per_query.num_relevant, stacklevel=4)
         if self.all_skipped == "zero" and not bool((per_query.num_relevant > 0).any()):

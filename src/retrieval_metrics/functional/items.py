@@ -76,12 +76,23 @@ class RankingOptions:
     depth: int | None = None
     cover_relevant: bool = False
 
-    def rank(self, queries: Items, gallery: Items) -> RankTable:
-        """Rank ``gallery`` for every query; self-exclusion and relevance by the items' ids."""
+    def rank(self, queries: Items, gallery: Items | None) -> RankTable:
+        """Rank ``gallery`` for every query; self-exclusion and relevance by the items' ids.
+
+        ``gallery=None`` is same source: the queries ranked against themselves, each never
+        retrieving itself. Stated by the caller, never inferred from the two sides holding the
+        same tensors: it is what lets the ranking compute each block pair of the symmetric score
+        matrix once for both of its sides."""
+        if gallery is None:
+            keywords = {f"query_{n}": getattr(queries, n) for n in ITEM_FIELDS[1:]}
+            query, gallery_emb = queries.emb, None
+        else:
+            keywords = _keywords(queries, gallery)
+            query, gallery_emb = queries.emb.to(gallery.emb.device), gallery.emb
         return rank_embeddings(
-            queries.emb.to(gallery.emb.device),
-            gallery.emb,
-            **_keywords(queries, gallery),
+            query,
+            gallery_emb,
+            **keywords,
             relevance=self.relevance,
             radius=self.radius,
             ignore_label=self.ignore_label,

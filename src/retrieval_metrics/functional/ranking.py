@@ -137,14 +137,6 @@ def _prepare(
     return q.contiguous(), g.contiguous()
 
 
-def _as_device_tensor(x: Any, device: torch.device) -> Tensor | None:
-    if x is None:
-        return None
-    if not isinstance(x, Tensor):
-        x = torch.as_tensor(x)
-    return x.to(device)
-
-
 def rank_embeddings(
     query: Tensor,
     gallery: Tensor | None = None,
@@ -200,6 +192,7 @@ def rank_embeddings(
         >>> table.above.tolist(), table.num_relevant.tolist()
         ([0, 0, 0, 0], [1, 1, 1, 1])
     """
+    same_source = gallery is None
     query, gallery, relevance_sets, q_labels, g_labels = _embedding_relevance(
         query,
         gallery,
@@ -230,6 +223,7 @@ def rank_embeddings(
         block_size=block_size,
         query_order_key=q_labels,
         gallery_order_key=None if g_labels is None else g_labels[relevance_sets.gallery_index],
+        same_source=same_source,
     )
     if q_labels is not None:
         table = replace(table, query_class=q_labels)
@@ -300,8 +294,9 @@ def _embedding_relevance(
         q_labels, g_labels = encode_labels(
             query_labels, gallery_labels, names=("query_labels", "gallery_labels")
         )
-        per_item("query_labels", q_labels, num_q)
-        per_item("gallery_labels", g_labels, num_g)
+        # the relevance sets are built on the host: keep the host copies per_item returns
+        q_labels = per_item("query_labels", q_labels, num_q)
+        g_labels = per_item("gallery_labels", g_labels, num_g)
     q_ids = per_item("query_ids", query_ids, num_q)
     g_ids = per_item("gallery_ids", gallery_ids, num_g)
     if q_ids is not None:
@@ -387,12 +382,15 @@ def rank_relevance(
     block_size: tuple[int, int] | None = None,
     query_order_key: Tensor | None = None,
     gallery_order_key: Tensor | None = None,
+    same_source: bool = False,
 ) -> RankTable:
     """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``.
 
     ``query_order_key`` and ``gallery_order_key`` (e.g. labels; the latter aligned with the kept
     gallery) only change the order in which items are processed, so that each query block's
     relevant items sit in one or two gallery blocks; results come back in input order.
+    ``same_source``: ``gallery`` holds the queries themselves (the caller says so), so the score
+    matrix is symmetric and each block pair may serve the queries of both of its sides.
     """
     return _blocked_ranking(
         query,
@@ -405,6 +403,7 @@ def rank_relevance(
         block_size=block_size,
         query_order_key=query_order_key,
         gallery_order_key=gallery_order_key,
+        symmetric=same_source,
     )
 
 
@@ -482,14 +481,17 @@ def _blocked_ranking(
     gallery_order_key: Tensor | None = None,
     mode: str = "table",
     external: tuple[Tensor, Tensor] | None = None,
+    symmetric: bool = False,
 ) -> Any:
     device = query.device
     dtype = _score_dtype(query, gallery)
     elem = torch.finfo(dtype).bits // 8
     # Same source (a set ranked against itself): the score matrix is symmetric, so each pair of
     # blocks can serve the queries of both (see _two_sided_pass).
+    if symmetric and gallery.shape != query.shape:
+        raise ValueError("a same-source ranking ranks the queries against themselves")
     symmetric = (
-        gallery is query
+        symmetric
         and mode == "table"
         and _one_product(similarity, block_size, relevance_sets, gallery.shape[0])
         and _same_key(query_order_key, gallery_order_key)

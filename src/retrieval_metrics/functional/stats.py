@@ -23,6 +23,7 @@ __all__ = [
     "paired_comparison",
     "summarize",
     "summarize_in_chunks",
+    "summarize_query_parts",
     "wilson_interval",
 ]
 
@@ -265,8 +266,32 @@ def _summarize(
     if exchange is not None:
         parts, queries = exchange(parts, queries)
     queries = queries if fields is None else fields
+    return summarize_query_parts(
+        queries, parts, names, level=level, num_bootstrap=num_bootstrap, seed=seed, **options
+    )
+
+
+def summarize_query_parts(
+    queries: RankTable,
+    parts: M.QueryParts,
+    names: Sequence[str],
+    *,
+    level: float = 0.95,
+    num_bootstrap: int = 1000,
+    seed: int = 0,
+    **options,
+) -> Summary:
+    """:func:`summarize` from per-query parts already computed
+    (:func:`~retrieval_metrics.functional.measures.query_parts_in_chunks`, possibly gathered
+    from several processes) and their queries' fields: what a metric that has ranked once
+    summarizes from, without ranking again. ``options`` must be those the parts were made
+    with."""
+    unexpected = sorted(set(options) - set(_MEASURE_OPTIONS))
+    if unexpected:
+        raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
+    aggregation = ("empty_queries", "average", "percent", "median")
     values = M.aggregate_query_parts(
-        queries, parts, **picked("empty_queries", "average", "percent", "median")
+        queries, parts, **{k: options[k] for k in aggregation if k in options}
     )
     per_query = {name: value for name, (value, _, _) in parts.items()}
     return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
