@@ -721,7 +721,9 @@ def _describe(run: Run) -> str:
     return f"{run.files[0]} judged by {run.files[1]}: {run.num_queries} queries{tail}"
 
 
-def _options_line(metric: Any, trec: bool = False) -> str:
+def _options_line(metric: Any, trec: bool = False, scored: bool = False) -> str:
+    """The options under a run's header; the tie rule only for a run that had scores to tie (a
+    .jsonl run is lists in rank order, taken as given)."""
     opts = _effective_options(metric)
     shown = (
         ["protocol", "empty_queries", "gain"]
@@ -729,7 +731,12 @@ def _options_line(metric: Any, trec: bool = False) -> str:
         else ["protocol", "similarity", "ties", "empty_queries"]
     )
     line = ", ".join(f"{k}={opts[k]}" for k in shown if k in opts and opts[k] is not None)
-    return line + ("; scored runs ranked by score, ties by docid descending" if trec else "")
+    return line + ("; scored runs ranked by score, ties by docid descending" if scored else "")
+
+
+def _scored(run: Run) -> bool:
+    """Whether a run file had scores: every run format but .jsonl (as formats.read_run reads)."""
+    return run.kind == "trec" and Path(run.files[0]).suffix.lower() != ".jsonl"
 
 
 def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -754,7 +761,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if i:
             print(file=out)
         print(f"== {run.name}: {_describe(run)}", file=out)
-        print(f"   {_options_line(metric, trec)}", file=out)
+        print(f"   {_options_line(metric, trec, _scored(run))}", file=out)
         _print_summary(summary, out)
         entry: dict[str, Any] = {
             "name": run.name,

@@ -24,6 +24,13 @@ def compare(
     is the same query in both. Image-text metrics are compared per direction ("i2t/hit_rate@1",
     ...); rsum, a sum over both directions, has no per-query value and is not compared.
 
+    A CMC curve is compared by its mean over its cut-offs, not by its last point: for
+    ``cmc@20``, each query's mean of hit rate @1, @2, ..., @20 (the area under its curve divided
+    by 20). The result stays under the key ``"cmc@20"``; its ``name``, which the printout starts
+    with, reads ``"cmc@20 (mean over K = 1..20)"``. Compare ``hit_rate@20`` for the value at
+    K = 20. When no bootstrap resample is as extreme as the observed difference, the p-value is 0
+    and prints as ``p < 1/num_bootstrap`` (``p < 0.0001`` for 10,000 resamples).
+
     Example:
         >>> import torch, retrieval_metrics as rm
         >>> labels = torch.arange(40) % 8
@@ -39,7 +46,10 @@ def compare(
         metric._refuse_nonpositive("compare()")
     names_a, names_b = first.metric_names(), second.metric_names()
     if names_a != names_b:
-        raise ValueError(f"the two metrics report different values: {names_a} and {names_b}")
+        raise ValueError(
+            "compare() needs the same measures in both metrics; the first reports "
+            f"{names_a}, the second {names_b}"
+        )
     tables_a, tables_b = first.rank_tables(), second.rank_tables()
     if tables_a.keys() != tables_b.keys():
         raise ValueError(
@@ -58,12 +68,16 @@ def compare(
         for name in names_a:
             spec = M.parse_metric(name)
             values = []
+            label = f"{key}{spec.name}"
             for metric, table in ((first, table_a), (second, table_b)):
                 v = M.per_query_values(table, spec, **metric._per_query_options())
                 if v.dim() > 1:
-                    v = v.mean(1)  # a CMC curve: compare the area under it
+                    # a CMC curve, one column per K: compare its mean over K (the area under
+                    # it), and say so, since "cmc@20: 0.61 vs 0.55" reads like a hit rate @20
+                    label = f"{key}{spec.name} (mean over K = 1..{v.shape[1]})"
+                    v = v.mean(1)
                 values.append(v)
             out[f"{key}{spec.name}"] = paired_comparison(
-                f"{key}{spec.name}", values[0], values[1], level, num_bootstrap, seed
+                label, values[0], values[1], level, num_bootstrap, seed
             )
     return out

@@ -245,7 +245,7 @@ def _verdict(
         c = result[name]
         better = a if c.difference > 0 else b
         lines[name] = {"better": better, "difference": c.difference, "p_value": c.p_value}
-        p = f"p = {c.p_value:.2g}" if c.p_value > 0 else f"p < {1 / resamples:.4f}"
+        p = c.p_text(digits=2)
         print(
             f"  {short:<6} prefers {better}: {a} - {b} = {c.difference:+.4f} "
             f"[{c.interval[0]:+.4f}, {c.interval[1]:+.4f}], {p} ({c.test})",

@@ -26,6 +26,7 @@ from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
 __all__ = ["Curve", "hit_rate_curve", "plot_curves", "plot_metric", "save_curves"]
 
 _MISSING = "plots need matplotlib: pip install matplotlib (or retrieval-metrics[plot])"
+_FIGSIZE = (7.6, 4.4)  # inches: wider than matplotlib's 6.4 for the legend beside the axes
 
 
 @dataclass
@@ -101,16 +102,21 @@ def plot_curves(
 ) -> tuple[Any, Any]:
     """Draw hit rate vs K for each curve, its chance curve dashed in the same colour, on one axis.
 
+    K is on a log axis, ticked at the Ks (at 1, 2, 5, 10, ... for a long CMC curve). The legend
+    sits outside the axes, to their right, so that it hides no curve; a figure made here has
+    constrained layout to keep it in the image. Drawing into your own ``ax``, give its figure
+    ``layout="constrained"`` or save with ``bbox_inches="tight"``.
+
     Returns ``(fig, ax)`` (``fig`` is ``None`` when ``ax`` was given, as in torchmetrics).
     """
     if not curves:
         raise ValueError("`curves` is empty: nothing to plot")
     if ax is None:
-        fig, ax = _pyplot().subplots(figsize=(6.4, 4.4))
+        # constrained layout keeps the legend, drawn beside the axes, inside the saved image
+        fig, ax = _pyplot().subplots(figsize=_FIGSIZE, layout="constrained")
     else:
         fig = None
     percent = any(c.percent for c in curves)
-    largest = max(c.k[-1] for c in curves)
     chances = {(tuple(c.k), tuple(c.chance)) for c in curves if c.chance is not None}
     shared = len(curves) > 1 and len(chances) == 1 and all(c.chance is not None for c in curves)
     for i, c in enumerate(curves):
@@ -129,20 +135,32 @@ def plot_curves(
                 alpha=0.8,
                 label=f"{label}: chance",
             )
-    if largest > 20:
-        ax.set_xscale("log")
-        ticks = [t for t in _log_ticks(largest) if t <= largest]
-        ax.set_xticks(ticks, labels=[str(t) for t in ticks])
-        ax.minorticks_off()
+    # K on a log axis whatever its range (hit rate grows about with log K, and every curve
+    # metric then looks the same), with integer ticks: the Ks themselves when there are few.
+    ax.set_xscale("log")
+    ticks = _k_ticks(sorted({k for c in curves for k in c.k}))
+    ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+    ax.minorticks_off()
     ax.set_xlabel("K")
     ax.set_ylabel("hit rate @K (CMC)" + (" %" if percent else ""))
     top = 100.0 if percent else 1.0
     ax.set_ylim(-0.02 * top, 1.02 * top)
     ax.grid(True, alpha=0.4)
-    ax.legend(loc="lower right", fontsize="small")
+    # Beside the axes, not in them: inside, every corner can hide a curve (chance rises to the
+    # lower right on a small gallery, a good model's curve fills the upper left).
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize="small")
     if title:
         ax.set_title(title)
     return fig, ax
+
+
+def _k_ticks(ks: list[int]) -> list[int]:
+    """Up to 8 Ks as they are; more (a CMC curve), 1, 2, 5, 10, 20, ... and the largest K."""
+    if len(ks) <= 8:
+        return ks
+    largest = ks[-1]
+    ticks = [t for t in _log_ticks(largest) if ks[0] <= t <= largest]
+    return ticks if ticks and ticks[-1] == largest else [*ticks, largest]
 
 
 def _log_ticks(largest: int) -> list[int]:
@@ -159,10 +177,10 @@ def save_curves(curves: Sequence[Curve], path: Any, title: str | None = None) ->
         from matplotlib.figure import Figure
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ModuleNotFoundError(_MISSING) from err
-    fig = Figure(figsize=(6.4, 4.4))  # no pyplot: works without a display, leaves no figure open
+    # no pyplot: works without a display, leaves no figure open
+    fig = Figure(figsize=_FIGSIZE, layout="constrained")
     ax = fig.add_subplot()
     plot_curves(curves, ax=ax, title=title)
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
@@ -200,11 +218,11 @@ def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]
     name = type(metric).__name__
     if val is None and _reports_curve(metric):
         specs = [M.parse_metric(n) for n in metric.metric_names()]
-        cmc = [int(s.k) for s in specs if s.base == "cmc"]
-        if cmc:
-            ks = list(range(1, max(cmc) + 1))
-        else:
-            ks = [int(s.k) for s in specs if s.base == "hit_rate"]
+        # every K the metric reports a hit rate at: its CMC curve's and its hit_rate@K's
+        ks = sorted(
+            {k for s in specs if s.base == "cmc" for k in range(1, int(s.k) + 1)}
+            | {int(s.k) for s in specs if s.base == "hit_rate"}
+        )
         tables = metric.rank_tables()
         curves = [
             hit_rate_curve(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 
 import torch
 from torch import Tensor
@@ -372,7 +373,11 @@ def mcnemar_exact(first: Tensor, second: Tensor) -> float:
 
 @dataclass
 class Comparison:
-    """Paired comparison of one metric between two models on the same queries."""
+    """Paired comparison of one metric between two models on the same queries.
+
+    ``num_bootstrap`` is the number of resamples the interval (and a bootstrap p-value) came
+    from; ``None`` when unknown.
+    """
 
     name: str
     first: float
@@ -382,12 +387,28 @@ class Comparison:
     p_value: float
     test: str
     queries: int
+    num_bootstrap: int | None = None
+
+    def p_text(self, digits: int = 4) -> str:
+        """The p-value as printed: ``"p = 0.0312"``, or ``"p < 0.0001"`` for a bootstrap p-value
+        of 0 from 10,000 resamples (none was as extreme, so all it shows is p < 1/resamples)."""
+        if self.test == "paired bootstrap" and self.p_value == 0 and self.num_bootstrap:
+            return f"p < {_upper_bound(1, self.num_bootstrap)}"
+        return f"p = {self.p_value:.{digits}g}"
 
     def __str__(self) -> str:
         lo, hi = self.interval
         return (f"{self.name}: {self.first:.4f} vs {self.second:.4f}, difference "
-                f"{self.difference:+.4f} [{lo:+.4f}, {hi:+.4f}], p = {self.p_value:.4g} "
+                f"{self.difference:+.4f} [{lo:+.4f}, {hi:+.4f}], {self.p_text()} "
                 f"({self.test}, {self.queries} queries)")
+
+
+def _upper_bound(numerator: int, denominator: int) -> str:
+    """``numerator / denominator`` to 2 significant digits, rounded up: a bound printed after
+    "p <" must not claim more than the resamples show (1/3000 is 0.00034, not 0.00033)."""
+    exact = Decimal(numerator) / Decimal(denominator)
+    step = Decimal(1).scaleb(exact.adjusted() - 1)
+    return format(exact.quantize(step, rounding=ROUND_CEILING).normalize(), "f")
 
 
 def paired_comparison(
@@ -432,4 +453,4 @@ def paired_comparison(
         p_value = float((centred.abs() >= abs(float(diff.mean()))).to(torch.float64).mean())
         test = "paired bootstrap"
     return Comparison(name, float(a.mean()), float(b.mean()), float(diff.mean()), interval,
-                      p_value, test, n)
+                      p_value, test, n, num_bootstrap)
