@@ -108,7 +108,9 @@ def test_ids_on_some_table_updates_only_raise():
 def test_caption_ids_repeated_for_another_image_raise():
     m = rm.RSum()
     m.update(torch.eye(4), torch.eye(4), torch.arange(4), text_ids=torch.arange(4))
-    m.update(torch.eye(4), torch.eye(4), torch.tensor([1, 0, 3, 2]), text_ids=torch.arange(4))
+    # the same four images (each id with its own embedding), the same caption ids for others
+    order = torch.tensor([1, 0, 3, 2])
+    m.update(torch.eye(4)[order], torch.eye(4), order, text_ids=torch.arange(4))
     with pytest.raises(ValueError, match=r"`text_ids`: 4 id\(s\).*different image_ids"):
         m.compute()
 

@@ -40,7 +40,7 @@ _RUNS: dict[int, list[dict]] = {}
 def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     """Every rank's result for ``scenario``; the first call for a world size runs all of them."""
     if world not in _RUNS:
-        names = ",".join([*SCENARIOS, "no_ids"])
+        names = ",".join([*SCENARIOS, "no_ids", "crossmodal_no_ids"])
         tmp = tmp_path_factory.mktemp(f"world{world}")
         _RUNS[world] = launch.run_workers(HERE / "worker.py", [names], world, tmp)
     return [by_scenario[scenario] for by_scenario in _RUNS[world]]
@@ -95,6 +95,19 @@ def test_without_ids_warns_once(tmp_path_factory):
     for result in results:
         assert_same(result["values"], expected_values, "no_ids")
         assert sum("cannot be detected" in w for w in result["warnings"]) == 1
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_image_text_without_text_ids_warns_once(world, tmp_path_factory):
+    """RSum / CrossModalRetrieval on several processes without ``text_ids``: captions that
+    DistributedSampler repeats cannot be dropped, so it warns once, as the one-direction metrics
+    do (on an exact split the value is still one process's)."""
+    expected_values, _ = single_process("crossmodal_no_ids")
+    for result in results_of("crossmodal_no_ids", world, tmp_path_factory):
+        assert_same(result["values"], expected_values, "crossmodal_no_ids")
+        warned = [w for w in result["warnings"] if "cannot be detected" in w]
+        assert len(warned) == 1 and "`text_ids=`" in warned[0]
 
 
 def test_many_relevant_scenario_ranks_in_query_chunks():

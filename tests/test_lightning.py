@@ -60,6 +60,10 @@ def test_ddp_rsum_without_ids_selects_the_epoch_one_process_would(tmp_path):
     for epoch, value in single.items():
         assert value == value and 0 < value <= 600  # a real rsum, not NaN
         assert logged[epoch] == pytest.approx(value, abs=1e-3), epoch
+    # no text_ids on two processes: warned once (the metric object lives through every epoch)
+    assert len(result["no_ids_warnings"]) == 1, result["no_ids_warnings"]
+    assert "RSum" in result["no_ids_warnings"][0]
+    assert "`text_ids=`" in result["no_ids_warnings"][0]
     best = max(single, key=single.get)
     assert result["selection"]["epoch"] == int(best)
     assert result["selection"]["score"] == pytest.approx(single[best], abs=1e-3)

@@ -53,8 +53,11 @@ def test_string_labels_compare_exactly_and_large_ints_stay_distinct():
     emb = torch.tensor([[0.0, 0.0], [10.0, 10.0], [0.0, 0.3], [0.0, 0.5]])
     table = rank_embeddings(emb, query_labels=big, similarity="euclidean")
     assert table.num_relevant.tolist() == [0, 0, 1, 1]
-    with pytest.raises(ValueError, match="mix integer tensors with string"):
-        encode_labels(torch.tensor([1]), ["a"])
+    # an integer tensor beside string labels compares as text, as everywhere: 2 is "2"
+    q, g = encode_labels(torch.tensor([1, 2]), ["2", "a", "1", "01"])
+    assert (q[:, None] == g[None, :]).tolist() == [
+        [False, False, True, False], [True, False, False, False]
+    ]
 
 
 @pytest.mark.parametrize(

@@ -165,6 +165,7 @@ class CrossModalRetrieval(RetrievalMetricBase):
                     f"`text_ids` must have {txt.shape[0]} entries (one per caption), got "
                     f"{tid.numel()}"
                 )
+        self._check_width("image_embeddings", img)
         self._append_items(
             "txt", Items(emb=_score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
         )
@@ -191,10 +192,18 @@ class CrossModalRetrieval(RetrievalMetricBase):
                 f"{len(captions)} captions in all"
             )
         # an image arrives once per caption: one gallery item per image id, whatever its rows
-        images = images.select(D.first_by_id(images.ids))
-        if captions.ids is not None:
+        # (the same rule as every repeat: the same image has the same embedding, to rounding)
+        images = images.select(
+            D.dedupe_by_id(images.ids, "`image_ids`", embeddings=images.emb)
+        )
+        if captions.ids is None:
+            # images are deduplicated by their ids, captions only with text_ids
+            self._warn_without_ids("`text_ids=`")
+        else:
             captions = captions.select(
-                D.dedupe_by_id(captions.ids, "`text_ids`", image_ids=captions.labels)
+                D.dedupe_by_id(
+                    captions.ids, "`text_ids`", embeddings=captions.emb, image_ids=captions.labels
+                )
             )
         missing = ~torch.isin(captions.labels.cpu(), images.ids.cpu())
         if bool(missing.any()):
@@ -251,6 +260,7 @@ class CrossModalRetrieval(RetrievalMetricBase):
     def compute_values(self) -> dict[str, Tensor]:
         """The unprefixed values, averaged over folds (float64)."""
         tables = self.rank_tables()
+        self._warn_if_cutoffs_reach_gallery(tables)
         rows = []
         starts = {d: 0 for d in DIRECTIONS}
         for f in range(self.folds or 1):
@@ -263,7 +273,10 @@ class CrossModalRetrieval(RetrievalMetricBase):
         return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
-        return {f"{self.prefix}{k}": v.to(torch.float32) for k, v in self.compute_values().items()}
+        return {
+            f"{self.prefix}{k}": v.to(device=self.device, dtype=torch.float32)
+            for k, v in self.compute_values().items()
+        }
 
 
 class RSum(CrossModalRetrieval):
@@ -271,4 +284,4 @@ class RSum(CrossModalRetrieval):
     image-to-text and text-to-image hit rates @1, @5, @10 in percent (0 to 600)."""
 
     def compute(self) -> Tensor:  # type: ignore[override]
-        return self.compute_values()["rsum"].to(torch.float32)
+        return self.compute_values()["rsum"].to(device=self.device, dtype=torch.float32)

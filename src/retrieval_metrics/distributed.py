@@ -6,8 +6,9 @@ Every metric kind goes through these steps, in this order, and nowhere else:
    tensor per rank along dimension 0 when ranks hold different numbers of rows, different trailing
    shapes only because a rank is empty, or different floating dtypes (two collectives for all
    the states: one for the shapes and dtypes, one for the payload as one padded buffer).
-2. :func:`dedupe_by_id`: samples repeated by DistributedSampler (same id, same labels) are dropped;
-   an id repeated with different labels is an error.
+2. :func:`dedupe_by_id`: samples repeated by DistributedSampler (same id, and the same labels,
+   cameras, positions and embedding, the embedding to float rounding) are dropped; an id repeated
+   with anything different is an error.
 3. :func:`rank_queries`: each process ranks its contiguous share of the queries
    (:func:`query_share`) against the whole gallery, and the rank tables are gathered in process
    order (:func:`gather_table`), so every process holds the whole table.
@@ -36,6 +37,7 @@ from retrieval_metrics.functional.table import (
 )
 
 __all__ = [
+    "EMBEDDING_REPEAT_TOLERANCE",
     "DistributedExchange",
     "dedupe_by_id",
     "distributed_ready",
@@ -96,9 +98,7 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     _, world = rank_and_world(group)
     if world == 1:
         return tensors
-    device = tensors[0].device if tensors else torch.device("cpu")
-    if dist.get_backend(group) == "nccl" and device.type != "cuda":
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _collective_device(tensors[0].device if tensors else torch.device("cpu"), group)
     meta = torch.zeros(len(tensors), 2 + _MAX_DIMS, dtype=torch.int64)
     for i, t in enumerate(tensors):
         if t.dim() > _MAX_DIMS or t.dim() == 0:
@@ -145,6 +145,14 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     ]
 
 
+def _collective_device(device: torch.device, group: Any = None) -> torch.device:
+    """Where a collective's tensors must be: NCCL takes CUDA tensors only, so host tensors (rank
+    tables and per-query parts are built on the host) travel through this process's GPU."""
+    if dist.get_backend(group) == "nccl" and device.type != "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 8) * 8
 
@@ -181,10 +189,10 @@ class DistributedExchange:
         return gather_rows(tensors, self.group)
 
     def _reduce(self, tensor: Tensor, op: Any) -> Tensor:
-        out = tensor.clone()
+        out = tensor.to(_collective_device(tensor.device, self.group), copy=True)
         self.sent += out.numel() * out.element_size()
         dist.all_reduce(out, op=op, group=self.group)
-        return out
+        return out.to(tensor.device)
 
     def sum(self, tensor: Tensor) -> Tensor:
         return self._reduce(tensor, dist.ReduceOp.SUM)
@@ -219,32 +227,59 @@ def first_by_id(ids: Tensor) -> Tensor:
     return dedupe_by_id(ids, "ids")
 
 
-def dedupe_by_id(ids: Tensor, what: str, **keys: Tensor | None) -> Tensor:
+#: Two rows of embeddings under one sample id are the same sample (a padding repeat) when no
+#: coordinate differs by more than this fraction of the row's largest absolute coordinate: the
+#: rounding of one model's forward pass in different batches or on different devices (float16
+#: and bfloat16 kernels included) stays far below it, two different samples far above.
+EMBEDDING_REPEAT_TOLERANCE = 1e-2
+
+
+def dedupe_by_id(
+    ids: Tensor, what: str, *, embeddings: Tensor | None = None, **keys: Tensor | None
+) -> Tensor:
     """Indices of one item per id (ascending id order), after checking that repeats agree.
 
-    Repeats that agree on every tensor of ``keys`` (labels, cameras, ...) are the samples
-    DistributedSampler pads with, and are dropped. An id repeated with different values names two
-    different samples (e.g. ids that restart at 0 in every batch), which would silently lose data:
-    it raises, naming a few of the ids.
+    Repeats that agree on every tensor of ``keys`` (labels, cameras, positions, ...) exactly, and
+    on ``embeddings`` to :data:`EMBEDDING_REPEAT_TOLERANCE` of the row's largest coordinate, are
+    the samples DistributedSampler pads with, and are dropped. An id repeated with different
+    values names two different samples (e.g. ids that restart at 0 in every batch), which would
+    silently lose data: it raises, naming a few of the ids and what differs.
     """
     ids = ids.cpu()
     order = torch.argsort(ids, stable=True)
     sorted_ids = ids[order]
     first = torch.ones_like(sorted_ids, dtype=torch.bool)
     first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    if bool(first.all()):
+        return order  # no id repeats: nothing to compare
     group_first = order[first][torch.cumsum(first.to(torch.int64), 0) - 1]
-    for name, key in keys.items():
+    # only the repeats are compared with the first row of their id
+    repeat = ~first
+    rows, firsts = order[repeat], group_first[repeat]
+    for name, key in {**keys, "embeddings": embeddings}.items():
         if key is None:
             continue
-        key = key.cpu()
-        differ = key[order] != key[group_first]
-        if differ.dim() > 1:
-            differ = differ.reshape(differ.shape[0], -1).any(1)
+        if name == "embeddings":
+            index = rows.to(key.device), firsts.to(key.device)
+            a, b = key[index[0]].to(torch.float64), key[index[1]].to(torch.float64)
+            scale = b.abs().amax(1) if b.numel() else b.new_zeros(b.shape[0])
+            differ = ((a - b).abs().amax(1) > EMBEDDING_REPEAT_TOLERANCE * scale).cpu()
+        else:
+            key = key.cpu()
+            differ = key[rows] != key[firsts]
+            if differ.dim() > 1:
+                differ = differ.reshape(differ.shape[0], -1).any(1)
         if bool(differ.any()):
-            bad = torch.unique(sorted_ids[differ])
+            bad = torch.unique(sorted_ids[repeat][differ])
             shown = ", ".join(str(int(i)) for i in bad[:5])
+            how = (
+                f"embeddings that differ by more than {EMBEDDING_REPEAT_TOLERANCE:g} of their "
+                "largest coordinate"
+                if name == "embeddings"
+                else f"different {name}"
+            )
             raise ValueError(
-                f"{what}: {bad.numel()} id(s) were given for samples with different {name} "
+                f"{what}: {bad.numel()} id(s) were given for samples with {how} "
                 f"(e.g. {shown}); an id must name one sample (ids that restart in every batch "
                 "are a common cause). Only identical repeats, such as DistributedSampler's "
                 "padding, are dropped"

@@ -62,7 +62,11 @@ from retrieval_metrics.functional.ranking import (
     positive_counts,
     rank_lists,
 )
-from retrieval_metrics.functional.relevance import _whole_float, whole_float_labels
+from retrieval_metrics.functional.relevance import (
+    canonical_id,
+    whole_float_labels,
+    whole_float_value,
+)
 from retrieval_metrics.functional.table import (
     PRESENT,
     TABLE_PARTS,
@@ -101,7 +105,9 @@ def _hash_label(value: Any) -> int:
 
 
 def label_codes(labels: Any, name: str) -> Tensor:
-    """int64 codes that compare like the labels: integers as they are, strings by a 64-bit hash.
+    """int64 codes that compare like the labels: integers as they are, strings by a 64-bit hash,
+    except a string that is the decimal text of an integer, which is that integer: labels and ids
+    compare as text (``7`` and ``"7"`` are one label; see ``functional.relevance.canonical_id``).
 
     Floats are taken when they hold whole numbers their type stores exactly (below 2**24 for
     float32, 2**53 for float64), the rule the command line applies to the arrays of its files;
@@ -124,8 +130,10 @@ def label_codes(labels: Any, name: str) -> Tensor:
         if isinstance(v, bool):
             raise ValueError(f"`{name}` must hold integers or strings, got {v!r}")
         if isinstance(v, (float, np.floating)):
-            v = _whole_float(v, name)
-        codes.append(int(v) if isinstance(v, int) else _hash_label(v))
+            v = whole_float_value(v, name)
+        # compared as text: the string "7" is the int 7 (canonical_id), in every update
+        v = canonical_id(v)
+        codes.append(v if isinstance(v, int) else _hash_label(v))
     return torch.tensor(codes, dtype=torch.int64)
 
 
@@ -274,6 +282,7 @@ class RetrievalMetricBase(Metric):
         self._chunk_parts: tuple[M.QueryParts, RankTable] | None = None
         self._warned_no_ids = False
         self._warned_forward = False
+        self._warned_cutoffs = False
 
     # ------------------------------------------------------------------ what a kind provides
 
@@ -306,6 +315,20 @@ class RetrievalMetricBase(Metric):
     def _add_item_states(self, side: str, names: Sequence[str] = ITEM_FIELDS) -> None:
         for name in names:
             self.add_state(f"{side}_{name}", [], dist_reduce_fx="cat")
+
+    def _check_width(self, name: str, emb: Tensor) -> None:
+        """Every embedding of a metric (any side, any update) has the width of the first one:
+        checked at update, where the argument can be named, not at compute()'s concatenation."""
+        for state in (n for n in self._defaults if n.endswith("_emb")):
+            value = getattr(self, state)
+            earlier = value[0] if isinstance(value, list) and value else value
+            if isinstance(earlier, Tensor) and earlier.dim() == 2 and earlier.numel():
+                if emb.shape[1] != earlier.shape[1]:
+                    raise ValueError(
+                        f"`{name}` must have {earlier.shape[1]} columns, the width of the "
+                        f"embeddings of the earlier updates, got {emb.shape[1]}"
+                    )
+                return
 
     def _append_items(self, side: str, items: Items, role: str) -> None:
         """Append one batch of a side, checking that optional tensors come always or never."""
@@ -343,21 +366,31 @@ class RetrievalMetricBase(Metric):
         if items is None or len(items) == 0:
             return items
         if items.ids is None:
-            _, world = D.rank_and_world(self.process_group)
-            if world > 1 and not self._warned_no_ids:
-                warnings.warn(
-                    f"{type(self).__name__}: no `ids=` were given, so samples that "
-                    "DistributedSampler repeated to even out the processes cannot be detected and "
-                    "are counted twice; pass per-sample ids to `update`",
-                    UserWarning,
-                    stacklevel=4,
-                )
-                self._warned_no_ids = True
+            self._warn_without_ids("`ids=`")
             return items
         keep = D.dedupe_by_id(
-            items.ids, what, labels=items.labels, cameras=items.cameras, positions=items.positions
+            items.ids,
+            what,
+            embeddings=items.emb,
+            labels=items.labels,
+            cameras=items.cameras,
+            positions=items.positions,
         )
         return items.select(keep)
+
+    def _warn_without_ids(self, argument: str) -> None:
+        """On several processes, warn once per metric that samples come without ids: the repeats
+        DistributedSampler pads with cannot be told from new samples, and count twice."""
+        _, world = D.rank_and_world(self.process_group)
+        if world > 1 and not self._warned_no_ids:
+            warnings.warn(
+                f"{type(self).__name__}: no {argument} were given, so samples that "
+                "DistributedSampler repeated to even out the processes cannot be detected and "
+                f"are counted twice; pass per-sample ids to `update` ({argument})",
+                UserWarning,
+                stacklevel=5,
+            )
+            self._warned_no_ids = True
 
     def _append_state(self, name: str, value: Tensor) -> None:
         state = getattr(self, name)
@@ -474,6 +507,36 @@ class RetrievalMetricBase(Metric):
             stacklevel=stacklevel,
         )
 
+    def _warn_if_cutoffs_reach_gallery(self, fields: dict[str, RankTable]) -> None:
+        """Warn once per metric when a cut-off K is at or above the whole gallery: every
+        answerable query then finds its relevant items within K, so hit rate and recall at K
+        are 1 by construction (a gallery of 3 images reports R@5 = 100). ``fields``: the rank
+        tables (or their query fields) by the prefix of their measures' names."""
+        if self._warned_cutoffs:
+            return
+        found = []
+        for key, table in fields.items():
+            # ranked lists (depth unbounded) come from an unknown collection: a list no longer
+            # than K is no whole gallery
+            sizes = table.gallery_size[table.depth != UNBOUNDED]
+            if sizes.numel() == 0:
+                continue
+            largest = int(sizes.max())
+            for name in self.metric_names():
+                k = M.parse_metric(name).k
+                if isinstance(k, int) and k >= largest:
+                    found.append(f"{key}{name} (gallery of {largest})")
+        if found:
+            warnings.warn(
+                f"{type(self).__name__}: the cut-off reaches the whole gallery for "
+                f"{', '.join(found)}: every query finds what is relevant to it within K, so hit "
+                "rate and recall there are 1 by construction (precision and NDCG are computed "
+                "over the whole gallery); use a larger gallery or a smaller K",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._warned_cutoffs = True
+
     # Unused by TorchScript, like torchmetrics' own forward: its *args/**kwargs cannot be
     # compiled, and without the mark torch.jit.script(metric) fails.
     @torch.jit.unused
@@ -507,7 +570,7 @@ class RetrievalMetricBase(Metric):
         for key, table in self.rank_tables().items():
             for name in self.metric_names():
                 spec = M.parse_metric(name)
-                out[f"{key}{spec.name}"] = self._per_query_values(table, spec)
+                out[f"{key}{spec.name}"] = self._per_query_values(table, spec).to(self.device)
         return out
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
@@ -673,6 +736,17 @@ class RetrievalMetric(RetrievalMetricBase):
     ) -> None:
         """Add one batch, in any one of the input forms (see the module docstring)."""
         self._forget_ranking()
+        if indexes is not None and embeddings is not None and preds is None and target is None:
+            # torchmetrics' call shape, metric(preds, target, indexes=indexes): `indexes` belongs
+            # to the scores form only, so the positional arguments are its preds and target
+            unused = {"role": role, "ids": ids, "cameras": cameras, "positions": positions}
+            extra = [k for k, v in unused.items() if v is not None]
+            if extra:
+                raise ValueError(
+                    f"`indexes` is torchmetrics' form (preds, target, indexes), which takes no "
+                    f"{extra}; for embeddings leave `indexes` out"
+                )
+            preds, target, embeddings, labels = embeddings, labels, None, None
         given = {
             "embeddings": embeddings is not None,
             "ranked_ids": ranked_ids is not None or relevant_ids is not None,
@@ -743,9 +817,15 @@ class RetrievalMetric(RetrievalMetricBase):
         if self._gallery is not None:
             if role == "gallery":
                 raise ValueError("a fixed gallery was set with `set_gallery`; update queries only")
+            if emb.shape[1] != self._gallery.emb.shape[1]:
+                raise ValueError(
+                    f"`embeddings` must have {self._gallery.emb.shape[1]} columns, the width of "
+                    f"the gallery given to `set_gallery`, got {emb.shape[1]}"
+                )
             self._append_table(self._ranking_options().rank(items, self._gallery), items.ids)
             return
         form = _SAME_SOURCE if role is None else (_QUERY if role == "query" else _GALLERY)
+        self._check_width("embeddings", emb)
         self._mark(form)
         side = "g" if role == "gallery" else "q"
         self._append_items(side, replace(items, emb=_score_copy(emb)), f"role={role!r}")
@@ -912,7 +992,7 @@ class RetrievalMetric(RetrievalMetricBase):
         if chunked is None:
             return super().per_query()
         parts, _ = chunked
-        return {name: values for name, (values, _, _) in parts.items()}
+        return {name: values.to(self.device) for name, (values, _, _) in parts.items()}
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from the per-query parts of the ranking in chunks
@@ -1051,8 +1131,15 @@ class RetrievalMetric(RetrievalMetricBase):
         values = self._values_in_chunks()
         if values is None:
             self._warn_if_all_skipped()
-            values = self._values(self.rank_table())
-        return self._format({k: v.to(torch.float32) for k, v in values.items()})
+            table = self.rank_table()
+            self._warn_if_cutoffs_reach_gallery({"": table})
+            values = self._values(table)
+        else:
+            self._warn_if_cutoffs_reach_gallery({"": self._chunk_parts[1]})
+        # on the metric's device, as torchmetrics returns its values (the tables are host data)
+        return self._format(
+            {k: v.to(device=self.device, dtype=torch.float32) for k, v in values.items()}
+        )
 
 
 # ---------------------------------------------------------------------- helpers

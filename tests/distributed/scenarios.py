@@ -145,6 +145,13 @@ def _feed_pairs(metric, idx):
     metric.update(PAIR_IMAGES[img], PAIR_CAPTIONS[t], 100 + img, text_ids=t)
 
 
+def _feed_pairs_no_ids(metric, idx):
+    """Image-text pairs without ``text_ids``: padded captions could not be told from new ones."""
+    t = torch.tensor(idx, dtype=torch.int64)
+    img = PAIR_CAPTION_IMAGE[t]
+    metric.update(PAIR_IMAGES[img], PAIR_CAPTIONS[t], 100 + img)
+
+
 SCENARIOS = {
     "same_source": (_build, _feed_same),
     "same_source_empty_rank": (_build, _feed_same),
@@ -158,6 +165,7 @@ SCENARIOS = {
     "fixed_gallery": (_build_fixed_gallery, _feed_fixed),
     "crossmodal": (lambda: rm.CrossModalRetrieval(k=(1, 5), folds=2, prefix="val/"),
                    _feed_pairs),
+    "crossmodal_no_ids": (lambda: rm.RSum(k=(1, 5)), _feed_pairs_no_ids),
     "sharded_gallery": (lambda: rm.RetrievalMetrics(NAMES, gallery_sharded=True),
                         _feed_query_gallery),
     "many_relevant": (
@@ -178,6 +186,8 @@ def split_for_rank(scenario: str, rank: int, world: int) -> list:
         return batches(sampler_indices(53, rank, world, empty_ranks=(world - 1,)), size)
     if scenario == "no_ids":
         return batches(list(range(53))[rank::world], size)  # an exact split, no padding
+    if scenario == "crossmodal_no_ids":
+        return batches(list(range(60))[rank::world], size)  # an exact split, no padding
     if scenario in ("query_gallery", "sharded_gallery"):
         q = [("query", b) for b in batches(sampler_indices(23, rank, world), size)]
         # the gallery is split unevenly (rank 0 takes most of it; with 3 ranks the last gets
@@ -209,7 +219,7 @@ def single_process(scenario: str):
         feed(metric, ("gallery", list(range(61))))
     elif scenario in ("ranked_lists", "scores"):
         feed(metric, list(range(19)))
-    elif scenario == "crossmodal":
+    elif scenario in ("crossmodal", "crossmodal_no_ids"):
         feed(metric, list(range(60)))
     else:
         feed(metric, list(range(23)))

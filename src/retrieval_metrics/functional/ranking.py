@@ -36,8 +36,14 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.grouped import count_in_groups, group_codes
+from retrieval_metrics.functional.precision import in_full_fp32
 from retrieval_metrics.functional.primitives import flat_nonzero, is_identity, masked, repeat
-from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.relevance import (
+    Relevance,
+    build_relevance,
+    canonical_id,
+    encode_labels,
+)
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
@@ -1137,6 +1143,7 @@ def _segment_maxima(s: Tensor) -> Tensor:
     return s.view(s.shape[0], s.shape[1] // SEGMENT, SEGMENT).amax(2)
 
 
+@in_full_fp32  # ranks must not depend on TF32 or the device
 def _one_sided_pass(p: _Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str) -> None:
     """Each query block against every gallery block in turn (any query and gallery)."""
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
@@ -1213,6 +1220,7 @@ def _one_sided_pass(p: _Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: 
         qb.finish()
 
 
+@in_full_fp32  # ranks must not depend on TF32 or the device
 def _two_sided_pass(
     p_rows: _Pass, p_cols: _Pass | None, a: Tensor, b: Tensor, cache_room: int
 ) -> None:
@@ -1854,6 +1862,13 @@ def rank_lists(
             gains = dict.fromkeys(relevant, 1.0)
         if not isinstance(ranked, (list, tuple)):
             ranked = list(ranked)
+        # Ids compare as text (7 is "7"): a query whose ids are all of one type compares them as
+        # they are; only one that mixes types (ints and strings) is rewritten to canonical ids.
+        kinds = set(map(type, ranked))
+        kinds.update(map(type, gains))
+        if len(kinds) > 1:
+            ranked = [canonical_id(item) for item in ranked]
+            gains = {canonical_id(item): grade for item, grade in gains.items()}
         if duplicates == "error" and len(set(ranked)) != len(ranked):
             seen: set[Any] = set()
             for item in ranked:

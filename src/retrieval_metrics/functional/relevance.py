@@ -23,9 +23,11 @@ from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
 __all__ = [
     "Relevance",
     "build_relevance",
+    "canonical_id",
     "csr_from_ranges",
     "encode_labels",
     "whole_float_labels",
+    "whole_float_value",
 ]
 
 
@@ -85,7 +87,35 @@ def whole_float_labels(values: Tensor, name: str) -> Tensor:
     return as64.to(torch.int64)
 
 
-def _whole_float(value: float, name: str) -> int:
+_INT64 = 2**63
+
+
+def canonical_id(value: Any) -> Any:
+    """The key a label or id is compared by: ids and labels compare as text, so the integer
+    ``7`` and the string ``"7"`` are one id (as in the command line's files, where a JSON object's
+    keys are always strings), while ``"007"`` and ``"7.0"`` are not ``7``.
+
+    A string that is the plain decimal text of an int64 becomes that int; anything else is
+    returned as it is (numpy integers as Python ints). The one rule of the metric classes, the
+    functional layer and the files.
+
+    >>> canonical_id("7"), canonical_id(7), canonical_id("007"), canonical_id("d7")
+    (7, 7, '007', 'd7')
+    """
+    if isinstance(value, str):
+        digits = value[1:] if value[:1] == "-" else value
+        if digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0"):
+            number = int(value)
+            if -_INT64 <= number < _INT64 and value != "-0":
+                return number
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def whole_float_value(value: float, name: str) -> int:
+    """One float label as an int, by the rule of :func:`whole_float_labels`."""
     return int(whole_float_labels(torch.tensor([float(value)], dtype=torch.float64), name)[0])
 
 
@@ -124,7 +154,8 @@ def encode_labels(*label_sets: Any, names: Sequence[str] | None = None) -> list[
         if isinstance(labels, np.ndarray):
             labels = labels.tolist()
         values = [
-            _whole_float(v, name) if isinstance(v, (float, np.floating)) else v for v in labels
+            whole_float_value(v, name) if isinstance(v, (float, np.floating)) else canonical_id(v)
+            for v in labels
         ]
         if values and all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
@@ -136,14 +167,11 @@ def encode_labels(*label_sets: Any, names: Sequence[str] | None = None) -> list[
         objects.append(values)
     if all(o is None for o in objects):
         return [t for t in as_tensors if t is not None]
-    if any(t is not None and t.numel() > 0 for t in as_tensors):
-        raise ValueError(
-            f"labels {names} mix integer tensors with string labels; give all sets in one form"
-        )
     vocabulary: dict[Any, int] = {}
     encoded = []
-    for values in objects:
-        values = values or []
+    for values, tensor in zip(objects, as_tensors, strict=True):
+        # an integer tensor beside string labels: its ints compare as text too
+        values = values if values is not None else (tensor.tolist() if tensor is not None else [])
         codes = [vocabulary.setdefault(v, len(vocabulary)) for v in values]
         encoded.append(torch.tensor(codes, dtype=torch.int64))
     return encoded
@@ -262,11 +290,12 @@ def _ids_csr(
                         "to name items by id"
                     )
             else:
-                if int(item_id) not in lookup:
+                key = canonical_id(item_id)
+                if not isinstance(key, int) or key not in lookup:
                     raise ValueError(
                         f"`relevant_ids[{q}]` names id {item_id!r}, which is not in `gallery_ids`"
                     )
-                position = lookup[int(item_id)]
+                position = lookup[key]
             row.append((position, grade))
         row.sort()
         index.extend(p for p, _ in row)
