@@ -11,6 +11,9 @@ What it measures (all in one run, on this machine):
 * ours: ``rank_embeddings(emb, query_labels=labels, depth=..., cover_relevant=...)`` with the
   depth that :func:`depth_for` gives for hit_rate@1/2/4/8, map@r, r_precision and mrr, then
   ``retrieval_measures``; one ranking pass, timed as a whole (ranking + measures).
+* ours RetrievalMetrics: the path users run, ``RetrievalMetrics`` of the same names updated
+  in batches of 4,096 rows, then ``compute()``, timed as a whole; its values are checked
+  against the functional path's.
 * ours (full): the same with ``depth=None`` (the whole ranking), which also serves "map" (full
   mAP).
 * floor: the similarity product's FLOPs, 2 N^2 D, at the rate a 4096 x 4096 x 4096 float32
@@ -254,6 +257,27 @@ def method_memory(emb: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
     return run_ours(emb, labels, MEMORY_NAMES, depth, cover, repeats=1)
 
 
+CLASS_BATCH = 4096  # rows per update() in the metric-class path, a validation loop's batches
+
+
+def method_ours_class(emb: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
+    """The path users run: ``RetrievalMetrics(NAMES)`` updated in batches of 4,096 rows, then
+    ``compute()`` (accumulation, the ranking and the measures timed together)."""
+    import retrieval_metrics as rm
+
+    def once() -> dict[str, torch.Tensor]:
+        metric = rm.RetrievalMetrics(NAMES, memory_budget=MEMORY_BUDGET).to(DEVICE)
+        for start in range(0, emb.shape[0], CLASS_BATCH):
+            stop = start + CLASS_BATCH
+            metric.update(emb[start:stop].to(DEVICE), labels[start:stop].to(DEVICE))
+        values = metric.compute()
+        sync()
+        return values
+
+    times, values = timed(once)
+    return {"times": times, "values": {k: float(v) for k, v in values.items()}}
+
+
 def knn_k(labels: torch.Tensor) -> int:
     """Largest class size: the most relevant items a query has (size - 1), plus itself."""
     return int(torch.bincount(labels).max())
@@ -304,6 +328,7 @@ def method_naive(emb: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
 
 METHODS: dict[str, Callable[[torch.Tensor, torch.Tensor], dict[str, Any]]] = {
     "ours": method_ours,
+    "ours_class": method_ours_class,
     "ours_full": method_ours_full,
     "faiss": method_faiss,
     "pml": method_pml,
@@ -312,6 +337,7 @@ METHODS: dict[str, Callable[[torch.Tensor, torch.Tensor], dict[str, Any]]] = {
 }
 LABELS = {
     "ours": "ours (depth)",
+    "ours_class": "ours RetrievalMetrics",
     "ours_full": "ours (full)",
     "faiss": "faiss IndexFlatIP",
     "pml": "pml AccuracyCalculator",
@@ -443,7 +469,8 @@ def parent_main(args: argparse.Namespace) -> int:
     flops = 2.0 * n * n * dim
     # The floor, ours and faiss take turns, round after round: the machine's speed drifts by tens
     # of percent between minutes, so each ratio is taken within a round and the median kept.
-    in_rounds = ["ours"] if args.skip_peers else ["ours", "faiss"]
+    # the metric classes (what users run) beside the functional path, in the same rounds
+    in_rounds = ["ours", "ours_class"] if args.skip_peers else ["ours", "ours_class", "faiss"]
     rounds = []
     for _ in range(args.rounds):
         round_rate = matmul_rate()
@@ -456,7 +483,7 @@ def parent_main(args: argparse.Namespace) -> int:
         f"{floor_seconds:.3f} s"
     )
 
-    methods = ["ours", "ours_full"]
+    methods = ["ours", "ours_class", "ours_full"]
     if not args.skip_peers:
         methods += ["faiss", "pml", "naive"]
     results = {m: run_child(m, n, dim, args) for m in methods if m not in in_rounds}
@@ -548,6 +575,14 @@ def parent_main(args: argparse.Namespace) -> int:
             ]
         )
     print_table(rows, right={1, 2, 3, 4})
+    class_values = results["ours_class"].get("values", {})
+    if class_values and ours_values:
+        class_diff = max(abs(class_values[k] - ours_values[k]) for k in ours_values)
+        agreement["ours_class_vs_functional_max_abs_diff"] = class_diff
+        print(
+            f"  {LABELS['ours_class']} values against ours (depth): max |diff| {class_diff:.1e} "
+            f"({'OK' if class_diff <= AGREEMENT_TOL else 'MISMATCH'})"
+        )
 
     memory_report = None
     if memory is not None:

@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
 # One check of everything that touches an accelerator, in under 5 minutes on one CUDA GPU:
-#   1. the device tests (states on the device, .to(device), every input form with device
-#      tensors, image-text, two processes on one gloo group exchanging device states);
-#   2. benchmarks/bench_ranking.py --device cuda (SOP-sized ranking + the 100k memory case; the
-#      CPU peers are skipped: they say nothing about the device);
-#   3. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512).
-# Results land in benchmarks/results/ (*_cuda.*); the log of each step is printed as it runs.
+#   1. the device tests on real CUDA (states on the device, .to(device), every input form with
+#      device tensors, image-text, two processes on one gloo group exchanging CUDA tensors: two
+#      processes cannot share one GPU over NCCL), then the device matrix, which runs on the
+#      emulated device of tests/emulated_cuda.py where CUDA is absent and on the GPU here;
+#   2. benchmarks/bench_device_classes.py: the metric classes users run (SOP-sized
+#      RetrievalMetrics, 5,000 x 25,000 CrossModalRetrieval), synchronize-timed medians, one
+#      product on the same device, and the host syncs of one compute() counted by CUDA's sync
+#      debug mode -> benchmarks/results/gpu.json;
+#   3. benchmarks/bench_ranking.py --device cuda (the functional path beside the classes, and
+#      the 100k memory case; the CPU peers are skipped: they say nothing about the device);
+#   4. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512).
+# Results land in benchmarks/results/ (gpu.json, *_cuda.*); each step's log is printed as it runs.
+#
+# The GPU machine has torch with CUDA, lightning, torchmetrics, numpy, pytest and hypothesis but
+# no package index: nothing is installed, the package runs from src/ on PYTHONPATH (the same as
+# `pip install --no-deps --no-build-isolation -e .`, without touching that python).
 #
 # Run from anywhere, with a python that has torch with CUDA (PYTHON=..., default python3):
 #     bash benchmarks/gpu_check.sh
@@ -46,19 +56,27 @@ if device.startswith("cuda"):
 PY
 
 if [[ "$SMALL" == 1 ]]; then
-    RANKING_ARGS=(--small)
+    RANKING_ARGS=(--small --rounds 1)
     CROSSMODAL_ARGS=(--images 500 --repeats 1)
+    CLASSES_ARGS=(--small --repeats 1)
     SUFFIX=_smoke
 else
     RANKING_ARGS=()
     CROSSMODAL_ARGS=()
+    CLASSES_ARGS=()
     SUFFIX=
 fi
 TAG="${DEVICE%%:*}${SUFFIX}"
 
-step "device tests (tests/test_devices.py)"
+step "device tests (tests/test_devices.py, tests/test_device_matrix.py, emulator's own)"
 # the CUDA cases skip on a machine without CUDA; -rs lists what was skipped and why
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_devices.py
+DEVICE_TESTS=(tests/test_devices.py tests/test_precision.py)
+[[ -f tests/test_device_matrix.py ]] && DEVICE_TESTS+=(tests/test_device_matrix.py)
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider "${DEVICE_TESTS[@]}"
+
+step "metric classes on $DEVICE (benchmarks/bench_device_classes.py)"
+"$PYTHON" benchmarks/bench_device_classes.py --device "$DEVICE" "${CLASSES_ARGS[@]}" \
+    --out "$RESULTS/gpu$SUFFIX.json" | tee "$RESULTS/gpu$SUFFIX.txt"
 
 step "ranking benchmark on $DEVICE"
 set -o pipefail
