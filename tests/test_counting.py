@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval_metrics.functional.ranking import _count_block, _merge_rows
+from retrieval_metrics.functional.ranking.kernels import _merge_rows, count_block
 
 
 def _brute(values: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -50,7 +50,7 @@ def test_block_counts_every_item(rows, n, m, distinct, collapsed, seed):
     merged = torch.zeros(2, rows, m + 1, dtype=torch.int64)
     _merge_rows(torch.from_numpy(values), torch.from_numpy(rel), merged[0], merged[1])
     whole = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
-    _count_block(torch.from_numpy(values), torch.from_numpy(rel), whole[0], whole[1], 2**16)
+    count_block(torch.from_numpy(values), torch.from_numpy(rel), whole[0], whole[1], 2**16)
     for got in (merged.view(2, rows, m + 1), whole.view(2, rows, m + 1)):
         np.testing.assert_array_equal(got[0].numpy(), lt)
         np.testing.assert_array_equal(got[1].numpy(), le)

@@ -36,7 +36,7 @@ from reference import (
 )
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking
-from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking import counting, rank_embeddings
 
 SMALLEST_BUDGET = 2**16
 TIES = ("optimistic", "pessimistic", "expected")
@@ -50,15 +50,15 @@ BLOCKS = st.tuples(st.sampled_from([1, 2, 3, 5, 16]), st.sampled_from([64, 128])
 @contextlib.contextmanager
 def counting_path(path: str) -> Iterator[None]:
     """Force one way of counting a block of scores ("auto" lets the ranking choose)."""
-    saved = ranking.SPARSE_OVERHEAD, ranking.DENSE_OVERHEAD
+    saved = counting.SPARSE_OVERHEAD, counting.DENSE_OVERHEAD
     if path == "per_item":
-        ranking.DENSE_OVERHEAD = 10**12
+        counting.DENSE_OVERHEAD = 10**12
     elif path == "whole_block":
-        ranking.SPARSE_OVERHEAD = 10**12
+        counting.SPARSE_OVERHEAD = 10**12
     try:
         yield
     finally:
-        ranking.SPARSE_OVERHEAD, ranking.DENSE_OVERHEAD = saved
+        counting.SPARSE_OVERHEAD, counting.DENSE_OVERHEAD = saved
 
 
 def check(query, gallery, labels_q, labels_g, similarity, block, path, depth=None):

@@ -19,6 +19,7 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional import items as I
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking as R
+from retrieval_metrics.functional.ranking import schedule as S
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 
@@ -28,7 +29,7 @@ def engine_calls(monkeypatch):
     """Every ranking of embeddings a metric asks for goes through ``rank_embeddings``: count the
     calls, and which of them took the symmetric pass."""
     calls = {"rank": 0, "symmetric": 0}
-    original_rank, original_pass = I.rank_embeddings, R._two_sided_pass
+    original_rank, original_pass = I.rank_embeddings, S.two_sided_pass
 
     def rank(*args, **kwargs):
         calls["rank"] += 1
@@ -39,7 +40,7 @@ def engine_calls(monkeypatch):
         return original_pass(*args, **kwargs)
 
     monkeypatch.setattr(I, "rank_embeddings", rank)
-    monkeypatch.setattr(R, "_two_sided_pass", two_sided)
+    monkeypatch.setattr(S, "two_sided_pass", two_sided)
     return calls
 
 

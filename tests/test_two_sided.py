@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional import ranking as R
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_two_ways
+from retrieval_metrics.functional.ranking import schedule as S
 from test_ranking_reference import check
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
@@ -23,13 +23,13 @@ DEPTH_NAMES = ["hit_rate@1", "hit_rate@5", "recall@10", "r_precision", "map@r", 
 def two_sided_calls(monkeypatch):
     """Counts the calls of the two-sided pass, so a test knows which path it exercised."""
     calls = []
-    original = R._two_sided_pass
+    original = S.two_sided_pass
 
     def spy(*args, **kwargs):
         calls.append(args[1] is None)  # True: the symmetric (same-source) form
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(R, "_two_sided_pass", spy)
+    monkeypatch.setattr(S, "two_sided_pass", spy)
     return calls
 
 
@@ -108,20 +108,20 @@ def same_source_problems(draw):
 def test_symmetric_pass_equals_the_one_sided_pass(problem, block, block_q):
     emb, kwargs = problem
     calls = []
-    original = R._two_sided_pass
+    original = S.two_sided_pass
 
     def spy(*args, **kw):
         calls.append(True)
         return original(*args, **kw)
 
-    R._two_sided_pass = spy
+    S.two_sided_pass = spy
     try:
         symmetric = rank_embeddings(emb, block_size=(block, block), **kwargs)
         limited = rank_embeddings(
             emb, block_size=(block, block), depth=10, cover_relevant=True, **kwargs
         )
     finally:
-        R._two_sided_pass = original
+        S.two_sided_pass = original
     assert calls == [True, True]
     # a query block of another height takes the one-sided pass
     block_q = block_q if block_q != block else block + 1
@@ -161,13 +161,13 @@ def image_text_problems(draw):
 def test_rank_two_ways_equals_two_rankings(problem, block):
     images, captions, image_ids, owner, sim = problem
     calls = []
-    original = R._two_sided_pass
+    original = S.two_sided_pass
 
     def spy(*args, **kw):
         calls.append(args[1] is None)
         return original(*args, **kw)
 
-    R._two_sided_pass = spy
+    S.two_sided_pass = spy
     try:
         i2t, t2i = rank_two_ways(
             images, captions, a_labels=image_ids, b_labels=owner, similarity=sim, block_size=block
@@ -182,7 +182,7 @@ def test_rank_two_ways_equals_two_rankings(problem, block):
             depth=10,
         )
     finally:
-        R._two_sided_pass = original
+        S.two_sided_pass = original
     # euclidean scores are not one product for both directions: two one-sided passes
     assert calls == ([] if sim == "euclidean" else [False, False])
     expected = (

@@ -56,10 +56,10 @@ from retrieval_metrics.functional.items import ITEM_FIELDS, Items, RankingOption
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     SIMILARITIES,
-    _check_embeddings,
-    _rank_checked_scores,
+    check_embeddings,
     nonpositive_missed,
     positive_counts,
+    rank_checked_scores,
     rank_lists,
 )
 from retrieval_metrics.functional.relevance import (
@@ -147,7 +147,7 @@ def _embeddings(name: str, value: Any) -> Tensor:
         raise ValueError(
             f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
         )
-    return _check_embeddings(name, value)
+    return check_embeddings(name, value)
 
 
 class RetrievalMetricBase(Metric):
@@ -920,7 +920,7 @@ class RetrievalMetric(RetrievalMetricBase):
         if int(form[_SCORES]):
             preds, target, indexes = (self._state(n) for n in ("s_preds", "s_target", "s_indexes"))
             # every batch was checked by update(): rank without checking the whole again
-            table = _rank_checked_scores(preds.cpu(), target.cpu(), indexes.cpu())
+            table = rank_checked_scores(preds.cpu(), target.cpu(), indexes.cpu())
             if self.nonpositive == "miss":
                 self._miss_table = nonpositive_missed(
                     table, positive_counts(preds.cpu(), indexes.cpu())

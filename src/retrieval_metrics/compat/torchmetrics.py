@@ -70,9 +70,9 @@ from torchmetrics import Metric
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.ranking import (
-    _rank_checked_scores,
     nonpositive_missed,
     positive_counts,
+    rank_checked_scores,
 )
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metric import RetrievalMetric
@@ -190,7 +190,7 @@ class _Queries:
         self.preds, self.indexes = preds.cpu(), indexes.cpu()
         # checked as they arrived (update) or by the function: float32 finite scores, targets
         # 0/1 or non-negative grades, int64 indexes
-        self.full = _rank_checked_scores(self.preds, target.cpu(), self.indexes)
+        self.full = rank_checked_scores(self.preds, target.cpu(), self.indexes)
         self._miss: RankTable | None = None
 
     @property

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional import ties as T
 from retrieval_metrics.functional.primitives import flat_nonzero, repeat
-from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable, concat_tables
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
     "AVERAGES",

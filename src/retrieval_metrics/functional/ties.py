@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
-from retrieval_metrics.functional.ranking import RankTable
+from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["TIES", "TieGroups", "tie_groups"]
 

@@ -1,0 +1,87 @@
+"""Ranking: from embeddings (or scores, or ranked lists) to a compact per-query rank table.
+
+The :class:`RankTable` records, for every query, where its relevant items landed: for each
+relevant item, how many gallery items score strictly higher (``above``) and how many score exactly
+the same (``tied``, the item itself included). That is all any measure of docs/definitions.md
+needs; the queries x gallery score matrix never exists in full.
+
+How :func:`rank_embeddings` stays close to the cost of the similarity product:
+
+* The gallery is cut into blocks of the same width and every block's scores come from one matrix
+  product of the same shape, so a pair's score does not depend on which block it fell in.
+* Each query's relevant scores are read from the blocks that hold its relevant items first.
+  Items scoring below the query's lowest relevant score cannot move any relevant item, so each
+  block is reduced to the maxima of its 64-wide segments (a fast vectorised pass) and only the
+  segments whose maximum reaches the threshold are looked at item by item.
+* Counting "how many items beat each relevant score" on those few segments is a batched binary
+  search against the query's sorted relevant scores, accumulated into two small histograms.
+* With ``depth=d`` only relevant items in the top ``d`` positions (and always the best one) need
+  exact positions; the threshold then rises to the ``d``-th largest segment maximum seen so far,
+  which prunes almost everything for a good model.
+* A set ranked against itself has a symmetric score matrix: each pair of square blocks is one
+  product whose rows serve one block's queries and whose columns serve the other's, so the pass
+  computes half of the full product. :func:`rank_two_ways` does the same for two sets ranked
+  against each other (image-to-text and text-to-image from one product).
+
+The files of the package, in the order a call of :func:`rank_embeddings` reaches them:
+
+* ``embeddings``: the entry points for embeddings (:func:`rank_embeddings`,
+  :func:`rank_relevance`, :func:`rank_two_ways`, :func:`relevant_scores`, :func:`count_above`),
+  input checks (:func:`check_embeddings`) and the relevance sets they rank by;
+* ``similarity``: embeddings into the two matrices whose product is the score;
+* ``plan``: block sizes from ``memory_budget``;
+* ``schedule``: ``blocked_ranking`` lays the ranking out and runs one pass over the block
+  products, the two-sided one (symmetric, or both directions of :func:`rank_two_ways`) or the
+  one-sided one;
+* ``side``: one direction of a ranking, its relevance in processing order and its outputs;
+* ``counting``: one block of queries across the gallery (relevant scores, depth threshold,
+  histograms);
+* ``kernels``: the tensor routines of the counting (segment maxima, row sorts, counting one score
+  block, numpy on the CPU where it is faster);
+* ``table_build``: per-item results into a :class:`RankTable`.
+
+The other input forms and modes: ``scores`` (:func:`rank_scores`, torchmetrics' form),
+``lists`` (:func:`rank_lists`, ranked lists of ids) and ``sharded``
+(:func:`rank_embeddings_sharded`, a gallery split over processes).
+"""
+
+from retrieval_metrics.functional.ranking.embeddings import (
+    check_embeddings,
+    count_above,
+    rank_embeddings,
+    rank_relevance,
+    rank_two_ways,
+    relevant_scores,
+)
+from retrieval_metrics.functional.ranking.lists import rank_lists
+from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.scores import (
+    nonpositive_missed,
+    positive_counts,
+    rank_checked_scores,
+    rank_scores,
+)
+from retrieval_metrics.functional.ranking.sharded import Exchange, rank_embeddings_sharded
+from retrieval_metrics.functional.ranking.similarity import SIMILARITIES
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
+
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "SIMILARITIES",
+    "UNBOUNDED",
+    "Exchange",
+    "RankTable",
+    "check_embeddings",
+    "concat_tables",
+    "count_above",
+    "nonpositive_missed",
+    "positive_counts",
+    "rank_checked_scores",
+    "rank_embeddings",
+    "rank_embeddings_sharded",
+    "rank_lists",
+    "rank_relevance",
+    "rank_scores",
+    "rank_two_ways",
+    "relevant_scores",
+]

@@ -1,0 +1,298 @@
+"""The orders of block products: which score blocks are computed, and who counts them.
+
+:func:`blocked_ranking` lays the ranking out (matrices, :class:`Side`, block sizes) and
+picks a pass: :func:`two_sided_pass` when one product can serve the queries of both of its sides
+(a set ranked against itself, or both directions of ``rank_two_ways``), else
+:func:`_one_sided_pass`, each block of queries against every gallery block in turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.precision import in_full_fp32
+from retrieval_metrics.functional.ranking.counting import THETA_EVERY, Pass, QueryBlock
+from retrieval_metrics.functional.ranking.kernels import column_segments, segment_maxima
+from retrieval_metrics.functional.ranking.plan import (
+    DEFAULT_MEMORY_BUDGET,
+    SEGMENT,
+    block_sizes,
+    cache_room,
+    checked_block_size,
+    square_block,
+)
+from retrieval_metrics.functional.ranking.side import Side
+from retrieval_metrics.functional.ranking.similarity import prepare, score_dtype
+from retrieval_metrics.functional.relevance import Relevance
+
+# Query blocks of fewer rows are padded to this many for the product: BLAS computes products of
+# a few rows with other kernels (gemv for one row), whose roundings differ from those of larger
+# blocks, and a score must not depend on the size of the block its query fell in.
+PRODUCT_ROWS = 8
+
+
+def blocked_ranking(
+    query: Tensor,
+    gallery: Tensor,
+    relevance_sets: Relevance,
+    *,
+    similarity: str = "cosine",
+    depth: int | None = None,
+    cover_relevant: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int] | None = None,
+    query_order_key: Tensor | None = None,
+    gallery_order_key: Tensor | None = None,
+    mode: str = "table",
+    external: tuple[Tensor, Tensor] | None = None,
+    symmetric: bool = False,
+) -> Any:
+    device = query.device
+    dtype = score_dtype(query, gallery)
+    elem = torch.finfo(dtype).bits // 8
+    # Same source (a set ranked against itself): the score matrix is symmetric, so each pair of
+    # blocks can serve the queries of both (see two_sided_pass).
+    if symmetric and gallery.shape != query.shape:
+        raise ValueError("a same-source ranking ranks the queries against themselves")
+    symmetric = (
+        symmetric
+        and mode == "table"
+        and one_product(similarity, block_size, relevance_sets, gallery.shape[0])
+        and _same_key(query_order_key, gallery_order_key)
+    )
+    kept = relevance_sets.gallery_index
+    if kept.numel() != gallery.shape[0]:
+        gallery = gallery[kept.to(device)]
+    q_mat, g_mat = prepare(query, gallery, similarity, dtype)
+    num_q, num_g = q_mat.shape[0], g_mat.shape[0]
+    side = Side.make(
+        relevance_sets,
+        num_q,
+        num_g,
+        query_order_key,
+        gallery_order_key,
+        device=device,
+        dtype=dtype,
+        depth=depth,
+        cover_relevant=cover_relevant,
+        memory_budget=memory_budget,
+        external=external,
+        mode=mode,
+    )
+    if side.g_perm is not None:
+        g_mat = g_mat[side.g_perm.to(device)]
+    if block_size is None:
+        block_q, block_g = block_sizes(
+            num_q, num_g, q_mat.shape[1], side.max_relevant, elem, memory_budget
+        )
+    else:
+        block_q, block_g = checked_block_size(block_size)
+    if symmetric and num_q:
+        block = block_g if block_size is not None else square_block(num_g, elem, memory_budget)
+        state = side.state_bytes(block, elem)
+        # every query block's state lives to the end: only when they are a fraction of the budget
+        symmetric = state <= memory_budget // 4
+        if symmetric:
+            room = cache_room(memory_budget - 2 * state, block, dtype)
+            two_sided_pass(side.at(block), None, g_mat, g_mat, room)
+    if not symmetric:
+        _one_sided_pass(side.at(block_g), q_mat, g_mat, block_q, mode)
+    return side.result(relevance_sets)
+
+
+def one_product(
+    similarity: str, block_size: tuple[int, int] | None, rel: Relevance, num_gallery: int
+) -> bool:
+    """Whether one score block can serve both of its sides: a dot product of the same matrices
+    (euclidean scores 2 q.g - |g|^2 differ by side), square blocks, every gallery item kept."""
+    return (
+        similarity in ("cosine", "dot")
+        and (block_size is None or block_size[0] == block_size[1])
+        and rel.gallery_index.numel() == num_gallery
+    )
+
+
+def _same_key(first: Tensor | None, second: Tensor | None) -> bool:
+    if first is None or second is None:
+        return first is None and second is None
+    return first is second or torch.equal(first.cpu(), second.cpu())
+
+
+@in_full_fp32  # ranks must not depend on TF32 or the device
+def _one_sided_pass(p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str) -> None:
+    """Each query block against every gallery block in turn (any query and gallery)."""
+    device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
+    elem = torch.finfo(dtype).bits // 8
+    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
+    scores = torch.empty(max(block_q, PRODUCT_ROWS), block_g, dtype=dtype, device=device)
+    cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
+
+    def gallery_block(b: int) -> Tensor:
+        start, stop = b * block_g, min((b + 1) * block_g, num_g)
+        if stop - start == block_g:
+            return g_mat[start:stop]
+        # The last block is padded to full width so that every block is one product of the same
+        # shape: a pair's score then cannot depend on the block it fell in.
+        g_buffer.zero_()
+        g_buffer[: stop - start] = g_mat[start:stop]
+        return g_buffer
+
+    for q_start in range(0, q_mat.shape[0], block_q):
+        q_rows = p.order[q_start : q_start + block_q]
+        qb = QueryBlock(p, q_rows)
+        nb = qb.nb
+        q_blk = q_mat[q_rows.to(device)]
+        if nb < PRODUCT_ROWS:
+            q_blk = torch.cat([q_blk, q_blk.new_zeros(PRODUCT_ROWS - nb, q_blk.shape[1])])
+
+        def block_scores(
+            b: int, out: Tensor, q_blk: Tensor = q_blk, qb: QueryBlock = qb
+        ) -> Tensor:
+            s = torch.mm(q_blk, gallery_block(b).T, out=out[: q_blk.shape[0]])[: qb.nb]
+            qb.mask_excluded(s, b)
+            width = min(block_g, num_g - b * block_g)
+            if width < block_g:
+                s[:, width:] = p.neg_inf
+            return s
+
+        # Read relevant scores from the blocks that hold them (same products as the counting).
+        # With a depth, the first blocks are read here too (as many as stay cached), so that the
+        # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
+        # early blocks let several times as many candidates through as the later ones.
+        read_first = qb.relevant_blocks()
+        cache_room = max(0, (p.memory_budget // 2) // max(1, nb * block_g * elem) - 1)
+        if mode == "scores":
+            cache_room = 0
+        if p.depth is not None:
+            extra = min(THETA_EVERY, cache_room) - len(read_first)
+            read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
+        cache: dict[int, tuple[Tensor, Tensor | None]] = {}
+        for b in read_first:
+            if len(cache) < cache_room:
+                if len(cache) == len(cache_buffers):
+                    cache_buffers.append(torch.empty_like(scores))
+                s = block_scores(b, cache_buffers[len(cache)])
+            else:
+                s = block_scores(b, scores)
+            qb.read_relevant(s, b)
+            seg_max = None
+            if p.depth is not None:
+                seg_max = segment_maxima(s)
+                qb.seed(seg_max, b)
+            if len(cache) < cache_room:
+                cache[b] = (s, seg_max)
+        if mode == "scores":
+            p.outputs[0][qb.r_pos] = qb.relevant_values()
+            continue
+
+        qb.start_counting()
+        seeded = set(read_first)
+        for b in range(p.num_blocks_g):
+            s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
+            if seg_max is None:
+                seg_max = segment_maxima(s)
+            qb.count(s, seg_max, b, seeded=b in seeded)
+        qb.finish()
+
+
+@in_full_fp32  # ranks must not depend on TF32 or the device
+def two_sided_pass(
+    p_rows: Pass, p_cols: Pass | None, a: Tensor, b: Tensor, cache_room: int
+) -> None:
+    """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
+
+    ``S = A_i B_j^T`` gives block i of ``a`` its scores against block j of ``b`` (rows, for
+    ``p_rows``) and block j of ``b`` its scores against block i of ``a`` (columns, ``S^T``, for
+    ``p_cols``). With ``p_cols=None`` it is one set ranked against itself (``a`` is ``b``): only
+    the pairs ``i <= j`` are computed, half of the full product. ``a`` and ``b`` are in
+    processing order; block i of queries is block i of the gallery of the other side. Up to
+    ``cache_room`` products are kept between reading relevant scores and counting.
+    """
+    symmetric = p_cols is None
+    p_cols = p_rows if p_cols is None else p_cols
+    device, dtype, block = p_rows.device, p_rows.dtype, p_rows.block_g
+    num_a, num_b = a.shape[0], b.shape[0]
+    blocks_a, blocks_b = -(-num_a // block), -(-num_b // block)
+
+    def query_blocks(p: Pass, num_blocks: int) -> list[QueryBlock]:
+        return [QueryBlock(p, p.order[i * block : (i + 1) * block]) for i in range(num_blocks)]
+
+    rows_of = query_blocks(p_rows, blocks_a)
+    cols_of = rows_of if symmetric else query_blocks(p_cols, blocks_b)
+
+    tail_a, tail_b = num_a - (blocks_a - 1) * block, num_b - (blocks_b - 1) * block
+    # The last blocks are padded to full size (zeros, their scores set to -inf below).
+    last_a = torch.zeros(block, a.shape[1], dtype=dtype, device=device)
+    last_a[:tail_a] = a[(blocks_a - 1) * block :]
+    last_b = last_a if symmetric else torch.zeros_like(last_a)
+    last_b[:tail_b] = b[(blocks_b - 1) * block :]
+
+    def block_of(x: Tensor, last: Tensor, i: int, num_blocks: int) -> Tensor:
+        return last if i == num_blocks - 1 else x[i * block : (i + 1) * block]
+
+    def product(i: int, j: int, out: Tensor) -> Tensor:
+        # Every product has the same shape, so a pair's score does not depend on its block.
+        s = torch.mm(block_of(a, last_a, i, blocks_a), block_of(b, last_b, j, blocks_b).T, out=out)
+        if i == blocks_a - 1 and tail_a < block:
+            s[tail_a:] = p_rows.neg_inf
+        if j == blocks_b - 1 and tail_b < block:
+            s[:, tail_b:] = p_rows.neg_inf
+        return s
+
+    # A block starts counting once it has read its relevant scores (its threshold starts at the
+    # lowest), from the products of the pairs that hold them. Those products are kept for the
+    # counting while the budget allows: in the order below a block's pairs are read shortly
+    # before they are counted, so that few are kept at once when relevant items are grouped.
+    def pair(i: int, j: int) -> tuple[int, int]:
+        return (min(i, j), max(i, j)) if symmetric else (i, j)
+
+    needs_rows = [{pair(i, j) for j in qb.relevant_blocks()} for i, qb in enumerate(rows_of)]
+    needs_cols = (
+        needs_rows
+        if symmetric
+        else [{(i, j) for i in qb.relevant_blocks()} for j, qb in enumerate(cols_of)]
+    )
+    cache: dict[tuple[int, int], Tensor] = {}
+    read: set[tuple[int, int]] = set()
+    started: set[int] = set()
+    scores = torch.empty(block, block, dtype=dtype, device=device)
+
+    def start(qb: QueryBlock, needs: set[tuple[int, int]]) -> None:
+        if id(qb) in started:
+            return
+        for i, j in sorted(needs - read):
+            keep = len(cache) < cache_room
+            s = product(i, j, torch.empty_like(scores) if keep else scores)
+            rows_of[i].read_relevant(s, j)
+            if not (symmetric and i == j):
+                cols_of[j].read_relevant(s.T, i)
+            read.add((i, j))
+            if keep:
+                cache[(i, j)] = s
+        qb.start_counting()
+        started.add(id(qb))
+
+    for j in range(blocks_b):
+        for i in range(j + 1) if symmetric else range(blocks_a):
+            rows, cols = rows_of[i], cols_of[j]
+            start(rows, needs_rows[i])
+            start(cols, needs_cols[j])
+            s = cache.pop((i, j)) if (i, j) in cache else product(i, j, scores)
+            if not (symmetric and i == j):
+                # The columns first: the rows' exclusions are then written into s in place.
+                if cols.has_excluded(i):
+                    st = s.T.contiguous()
+                    cols.mask_excluded(st, i)
+                    cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
+                else:
+                    seg_max = s.view(block // SEGMENT, SEGMENT, block).amax(1).T.contiguous()
+                    cols.count(
+                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s)
+                    )
+            rows.mask_excluded(s, j)
+            rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+    for qb in rows_of if symmetric else rows_of + cols_of:
+        qb.finish()

@@ -1,0 +1,145 @@
+"""A gallery sharded over processes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.primitives import repeat
+from retrieval_metrics.functional.ranking.embeddings import (
+    count_above,
+    embedding_relevance,
+    relevant_scores,
+)
+from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET, block_sizes
+from retrieval_metrics.functional.ranking.similarity import score_dtype
+from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.table import RankTable
+
+
+class Exchange:
+    """How the sharded ranking talks to the other shards (no-ops for a single shard).
+
+    ``gather(tensors)`` concatenates each tensor over shards along dimension 0 (shard order);
+    ``sum(tensor)`` and ``max(tensor)`` reduce elementwise over shards. ``sent`` counts the bytes
+    this shard contributed, for the benchmark.
+    """
+
+    sent = 0
+
+    def gather(self, tensors: list[Tensor]) -> list[Tensor]:
+        return tensors
+
+    def sum(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def max(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+
+def rank_embeddings_sharded(
+    query: Tensor,
+    gallery_shard: Tensor,
+    exchange: Exchange,
+    *,
+    query_labels: Any = None,
+    gallery_labels: Any = None,
+    query_ids: Any = None,
+    gallery_ids: Any = None,
+    query_cameras: Any = None,
+    gallery_cameras: Any = None,
+    query_positions: Any = None,
+    gallery_positions: Any = None,
+    relevance: str = "label",
+    radius: float | None = 25.0,
+    ignore_label: int | None = None,
+    similarity: str = "cosine",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> RankTable:
+    """Rank every query against a gallery split over shards; every shard gets the whole table.
+
+    Every shard holds all the queries and its own part of the gallery. Each shard scores its own
+    relevant items, the relevant scores of every query are exchanged, each shard counts its items
+    above and tied with each of them, and the counts are summed. What crosses between shards is
+    O(queries x (D + relevant per query)), whatever the gallery size; the result equals ranking
+    against the whole gallery at once. Self-exclusion works by ids only (positions are local).
+    """
+    if relevance not in ("label", "radius"):
+        raise ValueError('the sharded gallery supports relevance="label" or "radius"')
+    query, gallery_shard, rel, q_labels, g_labels = embedding_relevance(
+        query,
+        gallery_shard,
+        query_labels=query_labels,
+        gallery_labels=gallery_labels,
+        query_ids=query_ids,
+        gallery_ids=gallery_ids,
+        query_cameras=query_cameras,
+        gallery_cameras=gallery_cameras,
+        query_positions=query_positions,
+        gallery_positions=gallery_positions,
+        relevant_ids=None,
+        relevance=relevance,
+        radius=radius,
+        ignore_label=ignore_label,
+        similarity=similarity,
+        depth=None,
+        memory_budget=memory_budget,
+    )
+    num_q = query.shape[0]
+    dtype = score_dtype(query, gallery_shard)
+    elem = torch.finfo(dtype).bits // 8
+    # Every shard must use the same block shapes, so that equal scores stay equal across shards.
+    sizes = exchange.max(
+        torch.tensor(
+            [rel.gallery_index.numel(), int(rel.num_relevant.max()) if num_q else 0],
+            dtype=torch.int64,
+        )
+    )
+    dim = query.shape[1] + (1 if similarity == "euclidean" else 0)
+    block = block_sizes(num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, memory_budget)
+    block = (max(1, min(block[0], 1024)), block[1])
+    g_key = None if g_labels is None else g_labels[rel.gallery_index]
+    local_scores = relevant_scores(
+        query,
+        gallery_shard,
+        rel,
+        similarity=similarity,
+        memory_budget=memory_budget,
+        block_size=block,
+        order_keys=(q_labels, g_key),
+    )
+    local_query = repeat(torch.arange(num_q), rel.num_relevant)
+    all_query, all_scores = exchange.gather([local_query, local_scores.to(torch.float64)])
+    order = torch.argsort(all_query, stable=True)
+    all_query, all_scores = all_query[order], all_scores[order].to(dtype)
+    num_relevant = torch.bincount(all_query, minlength=num_q)
+    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+    torch.cumsum(num_relevant, 0, out=ptr[1:])
+    above, tied = count_above(
+        query,
+        gallery_shard,
+        rel,
+        ptr,
+        all_scores,
+        similarity=similarity,
+        memory_budget=memory_budget,
+        block_size=block,
+        order_keys=(q_labels, g_key),
+    )
+    above, tied = exchange.sum(above), exchange.sum(tied)
+    local_size = rel.gallery_index.numel() - rel.num_excluded
+    gallery_size = exchange.sum(local_size)
+    table = table_from_items(
+        ptr,
+        above,
+        tied,
+        torch.ones(above.numel(), dtype=torch.bool),
+        None,
+        num_relevant,
+        gallery_size,
+        gallery_size.clone(),
+    )
+    return replace(table, query_class=q_labels) if q_labels is not None else table

@@ -1,0 +1,153 @@
+"""One direction of a ranking: its relevance in processing order, its outputs and its table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.primitives import is_identity
+from retrieval_metrics.functional.ranking.counting import Pass
+from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.relevance import Relevance
+
+
+@dataclass
+class Side:
+    """One direction of a ranking: its relevance in processing order and its outputs.
+
+    Queries are processed in ``order`` (input positions); the gallery in the order ``g_perm``
+    (None: input order), and ``rel_index``/``ex_index`` are positions in that order.
+    """
+
+    rel_ptr: Tensor
+    rel_index: Tensor
+    ex_ptr: Tensor
+    ex_index: Tensor
+    order: Tensor
+    g_perm: Tensor | None
+    num_g: int
+    outputs: tuple[Tensor, ...]
+    options: dict[str, Any]
+    mode: str
+
+    @staticmethod
+    def make(
+        relevance_sets: Relevance,
+        num_q: int,
+        num_g: int,
+        query_order_key: Tensor | None,
+        gallery_order_key: Tensor | None,
+        *,
+        external: tuple[Tensor, Tensor] | None = None,
+        mode: str = "table",
+        **options: Any,
+    ) -> Side:
+        rel_ptr = relevance_sets.relevant_ptr
+        rel_index = relevance_sets.relevant_index
+        ext_scores = None
+        if external is not None:
+            # counting against given scores: they play the part of the relevant items
+            rel_ptr = external[0].cpu()
+            rel_index = torch.zeros(int(rel_ptr[-1]), dtype=torch.int64)
+            ext_scores = external[1].to(device=options["device"], dtype=options["dtype"])
+        ex_index = relevance_sets.excluded_index
+        g_perm = None
+        if gallery_order_key is not None and num_g:
+            # Counts do not depend on gallery order; grouping by label puts each query block's
+            # relevant items in one or two gallery blocks.
+            g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
+            if is_identity(g_perm, num_g):
+                g_perm = None  # already grouped (e.g. captions listed by image): no copy
+        if g_perm is not None:
+            new_position = torch.empty_like(g_perm)
+            new_position[g_perm] = torch.arange(num_g)
+            if external is None:
+                rel_index = new_position[rel_index]
+            ex_index = new_position[ex_index]
+        if query_order_key is not None and num_q:
+            order = torch.sort(query_order_key.cpu(), stable=True).indices
+        else:
+            order = torch.arange(num_q)
+        # One entry per relevant pair: with thousands of relevant items per query these are the
+        # largest allocations of the ranking, so each mode allocates only what it returns.
+        num_pairs = int(rel_ptr[-1]) if num_q else 0
+        if mode == "scores":
+            outputs: tuple[Tensor, ...] = (torch.zeros(num_pairs, dtype=options["dtype"]),)
+        else:
+            above = torch.zeros(num_pairs, dtype=torch.int64)
+            outputs = (above, torch.zeros_like(above), torch.ones_like(above, dtype=torch.bool))
+        return Side(
+            rel_ptr=rel_ptr,
+            rel_index=rel_index,
+            ex_ptr=relevance_sets.excluded_ptr,
+            ex_index=ex_index,
+            order=order,
+            g_perm=g_perm,
+            num_g=num_g,
+            outputs=outputs,
+            # binary tables want each query's items by decreasing score: written so, they need
+            # no sort afterwards (graded ones also order tied items by grade: CSR order + sort)
+            options=dict(
+                options,
+                ext_scores=ext_scores,
+                by_score=mode == "table" and relevance_sets.query_grades is None,
+            ),
+            mode=mode,
+        )
+
+    @property
+    def max_relevant(self) -> int:
+        return int(self.rel_ptr.diff().max()) if self.order.numel() else 0
+
+    def state_bytes(self, block: int, elem: int) -> int:
+        """Scratch of every query block's counting state at once (the symmetric pass keeps them
+        all), rows padded to the block's longest."""
+        counts = self.rel_ptr.diff()[self.order]
+        n = counts.numel()
+        padded = torch.zeros(-(-n // block) * block, dtype=torch.int64)
+        padded[:n] = counts
+        widths = padded.view(-1, block).amax(1) + 1
+        # per (row, relevant slot): sorted scores and the depth candidates, the sort permutation
+        # and two histogram bins; per relevant pair: its row, column, position, block, offset,
+        # segment and the transients of the last step
+        return int(widths.sum()) * block * (2 * elem + 3 * 8) + int(counts.sum()) * 8 * 8
+
+    def at(self, block_g: int) -> Pass:
+        return Pass(
+            num_g=self.num_g,
+            block_g=block_g,
+            rel_ptr=self.rel_ptr,
+            rel_index=self.rel_index,
+            ex_ptr=self.ex_ptr,
+            ex_index=self.ex_index,
+            order=self.order,
+            outputs=self.outputs,
+            **self.options,
+        )
+
+    def result(self, relevance_sets: Relevance) -> Any:
+        if self.mode == "scores":
+            return self.outputs[0]
+        if self.mode == "count":
+            return self.outputs[0], self.outputs[1]
+        num_relevant = self.rel_ptr.diff()
+        gallery_size = self.num_g - self.ex_ptr.diff()
+        depth, num_q = self.options["depth"], self.order.numel()
+        if depth is None:
+            depth_out = gallery_size.clone()
+        elif self.options["cover_relevant"]:
+            depth_out = num_relevant.clamp_min(depth)
+        else:
+            depth_out = torch.full((num_q,), depth, dtype=torch.int64)
+        return table_from_items(
+            self.rel_ptr,
+            *self.outputs,
+            relevance_sets.query_grades,
+            num_relevant,
+            gallery_size,
+            depth_out,
+            by_score=self.options["by_score"],
+        )

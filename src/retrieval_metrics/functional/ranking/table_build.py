@@ -1,0 +1,111 @@
+"""Per-item results (above, tied, listed, grades) into a :class:`RankTable`: each query's items
+sorted by (above, -grade), and the ideal grades of graded relevance."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.primitives import masked, repeat
+from retrieval_metrics.functional.table import RankTable
+
+TABLE_CHUNK = 2**20
+
+
+def table_from_items(
+    ptr: Tensor,
+    above: Tensor,
+    tied: Tensor,
+    listed: Tensor,
+    grades: Tensor | None,
+    num_relevant: Tensor,
+    gallery_size: Tensor,
+    depth: Tensor,
+    ideal: tuple[Tensor, Tensor] | None = None,
+    row: Tensor | None = None,
+    by_score: bool = False,
+) -> RankTable:
+    """Sort each query's listed items by (above, -grade) and build the table.
+
+    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``;
+    ``by_score``: grouped and already by decreasing score (binary relevance), nothing to sort.
+    Grouped items are handed over: when every item is listed, ``above`` and ``tied`` are
+    reordered in place and become the table's, a chunk of queries at a time, so that besides the
+    table the scratch stays a few tens of MiB however many relevant pairs there are.
+    """
+    num_q = ptr.numel() - 1
+    if grades is not None and ideal is None:
+        ideal = ideal_from(ptr, grades, row)
+    g = None if grades is None else grades.to(torch.float64)
+    if row is not None:
+        # items in any order (the scores form): one sort of all of them
+        row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
+        g = None if g is None else masked(g, listed)
+        perm = _lexsort(row, above, None if g is None else -g)
+        new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+        above, tied = above[perm], tied[perm]
+        g = None if g is None else g[perm]
+    else:
+        if bool(listed.all()):
+            new_ptr = ptr.to(torch.int64, copy=True)
+            if g is not None and g is grades:
+                g = g.clone()  # reordered in place below; the caller's grades stay as they are
+        else:
+            row = masked(repeat(torch.arange(num_q), ptr.diff()), listed)
+            above, tied = masked(above, listed), masked(tied, listed)
+            g = None if g is None else masked(g, listed)
+            new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
+            torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+            del row
+        q0 = num_q if by_score else 0
+        while q0 < num_q:
+            p0 = int(new_ptr[q0])
+            q1 = int(torch.searchsorted(new_ptr, p0 + TABLE_CHUNK, right=True)) - 1
+            q1 = min(num_q, max(q1, q0 + 1))
+            p1 = int(new_ptr[q1])
+            if p1 - p0 > 1:
+                chunk_row = repeat(
+                    torch.arange(q1 - q0), new_ptr[q0 : q1 + 1].diff()
+                )
+                chunk_above = above[p0:p1]
+                perm = _lexsort(chunk_row, chunk_above, None if g is None else -g[p0:p1])
+                above[p0:p1] = chunk_above[perm]
+                tied[p0:p1] = tied[p0:p1][perm]
+                if g is not None:
+                    g[p0:p1] = g[p0:p1][perm]
+            q0 = q1
+    return RankTable(
+        ptr=new_ptr,
+        above=above,
+        tied=tied,
+        num_relevant=num_relevant.to(torch.int64),
+        gallery_size=gallery_size.to(torch.int64),
+        depth=depth,
+        grade=g,
+        ideal_ptr=None if ideal is None else ideal[0],
+        ideal_grade=None if ideal is None else ideal[1],
+    )
+
+
+def _lexsort(row: Tensor, key: Tensor, last: Tensor | None) -> Tensor:
+    """The stable permutation sorting by (row, key, last): int64 row and key, float64 last."""
+    n = row.numel()
+    if n == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    r, k = row.numpy(), key.numpy()
+    if last is None and int(k.min()) >= 0 and int(k.max()) < 2**32 and int(r.max()) < 2**31:
+        # one sort of a combined key instead of two
+        return torch.from_numpy(np.argsort((r << 32) | k, kind="stable"))
+    keys = (k, r) if last is None else (last.numpy(), k, r)
+    return torch.from_numpy(np.lexsort(keys))
+
+
+def ideal_from(ptr: Tensor, grades: Tensor, row: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Each query's grades sorted decreasing (grouped as ``ptr`` says, or by ``row``)."""
+    if row is None:
+        row = repeat(torch.arange(ptr.numel() - 1), ptr.diff())
+    g = grades.to(torch.float64)
+    perm = torch.from_numpy(np.lexsort(((-g).numpy(), row.numpy())))
+    return ptr.clone(), g[perm]
