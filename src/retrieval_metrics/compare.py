@@ -43,7 +43,7 @@ def compare(
     if not isinstance(first, RetrievalMetricBase) or not isinstance(second, RetrievalMetricBase):
         raise ValueError("`compare` takes two retrieval_metrics metric objects")
     for metric in (first, second):
-        metric._refuse_nonpositive("compare()")
+        metric.refuse_nonpositive("compare()")
     names_a, names_b = first.metric_names(), second.metric_names()
     if names_a != names_b:
         raise ValueError(
@@ -70,7 +70,7 @@ def compare(
             values = []
             label = f"{key}{spec.name}"
             for metric, table in ((first, table_a), (second, table_b)):
-                v = M.per_query_values(table, spec, **metric._per_query_options())
+                v = M.per_query_values(table, spec, **metric.per_query_options())
                 if v.dim() > 1:
                     # a CMC curve, one column per K: compare its mean over K (the area under
                     # it), and say so, since "cmc@20: 0.61 vs 0.55" reads like a hit rate @20

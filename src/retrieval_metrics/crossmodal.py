@@ -29,8 +29,9 @@ from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.items import Items, RankingOptions
 from retrieval_metrics.functional.table import RankTable, concat_tables
-from retrieval_metrics.metric import RetrievalMetricBase, _embeddings, _score_copy, label_codes
-from retrieval_metrics.metrics import _ks
+from retrieval_metrics.metric import RetrievalMetricBase, as_embeddings, label_codes, score_copy
+from retrieval_metrics.metrics import cutoffs
+from retrieval_metrics.plot import Plotted
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS
 
 __all__ = ["CrossModalRetrieval", "RSum"]
@@ -46,7 +47,7 @@ _NOT_APPLICABLE = (
 _ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False, "duplicates": "first"}
 
 
-class CrossModalRetrieval(RetrievalMetricBase):
+class CrossModalRetrieval(Plotted, RetrievalMetricBase):
     """Image-to-text and text-to-image hit rates @K, median and mean rank, and rsum.
 
     Args:
@@ -94,7 +95,7 @@ class CrossModalRetrieval(RetrievalMetricBase):
         for name in _ONE_DIRECTION_DEFAULTS:  # options of the one-direction kind only
             kwargs.pop(name, None)
         super().__init__(**kwargs)
-        self.k = _ks(k)
+        self.k = cutoffs(k)
         if folds is not None and (
             isinstance(folds, bool) or not isinstance(folds, int) or folds < 1
         ):
@@ -130,8 +131,8 @@ class CrossModalRetrieval(RetrievalMetricBase):
     ) -> None:
         """Add one batch of images and captions (see the class docstring)."""
         self._tables = None
-        img = _embeddings("image_embeddings", image_embeddings)
-        txt = _embeddings("text_embeddings", text_embeddings)
+        img = as_embeddings("image_embeddings", image_embeddings)
+        txt = as_embeddings("text_embeddings", text_embeddings)
         if img.shape[1] != txt.shape[1]:
             raise ValueError(
                 "`image_embeddings` and `text_embeddings` must have the same dimension, got "
@@ -167,9 +168,9 @@ class CrossModalRetrieval(RetrievalMetricBase):
                 )
         self._check_width("image_embeddings", img)
         self._append_items(
-            "txt", Items(emb=_score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
+            "txt", Items(emb=score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
         )
-        self._append_items("img", Items(emb=_score_copy(img), ids=img_ids), "images")
+        self._append_items("img", Items(emb=score_copy(img), ids=img_ids), "images")
 
     def sample_ids(self) -> dict[str, Tensor]:
         out = {}

@@ -5,8 +5,10 @@
 (``protocol`` included), keeps per-item states of any number of sides (registered, appended,
 gathered and deduplicated the same way for every kind), stores rank tables in the flat form
 declared once in :mod:`retrieval_metrics.functional.table`, and builds ``per_query``, ``summary``,
-``confidence_interval``, ``plot`` and :func:`retrieval_metrics.compare` on one method,
-:meth:`~RetrievalMetricBase.rank_tables`. A kind only says how its states become rank tables.
+``confidence_interval`` and :func:`retrieval_metrics.compare` on one method,
+:meth:`~RetrievalMetricBase.rank_tables` (``plot`` too, from the front-end classes'
+:class:`retrieval_metrics.plot.Plotted`: the core imports no plotting). A kind only says how its
+states become rank tables.
 
 :class:`RetrievalMetric` is the one-direction kind, with every input form:
 
@@ -78,7 +80,7 @@ from retrieval_metrics.functional.table import (
 from retrieval_metrics.functional.ties import TIES
 from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 
-__all__ = ["RetrievalMetric", "RetrievalMetricBase", "label_codes"]
+__all__ = ["RetrievalMetric", "RetrievalMetricBase", "as_embeddings", "label_codes", "score_copy"]
 
 RELEVANCE = ("label", "radius")
 NONPOSITIVE = ("hit", "miss")
@@ -137,7 +139,7 @@ def label_codes(labels: Any, name: str) -> Tensor:
     return torch.tensor(codes, dtype=torch.int64)
 
 
-def _embeddings(name: str, value: Any) -> Tensor:
+def as_embeddings(name: str, value: Any) -> Tensor:
     """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy)."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiu":
@@ -476,7 +478,9 @@ class RetrievalMetricBase(Metric):
             "median": self.median,
         }
 
-    def _per_query_options(self) -> dict[str, Any]:
+    def per_query_options(self) -> dict[str, Any]:
+        """The options this metric's per-query values are computed with (tie rule, AP kind,
+        AP@K divisor, NDCG gain), as ``functional.per_query_values`` takes them."""
         return {"ties": self.ties, "ap": self.ap, "divisor": self.divisor, "gain": self.gain}
 
     def reset(self) -> None:
@@ -582,8 +586,8 @@ class RetrievalMetricBase(Metric):
                 return M.average_precision_per_query(
                     miss, miss.gallery_size, self.ties, divisor="retrieved"
                 )
-            return M.per_query_values(miss, spec, **self._per_query_options())
-        return M.per_query_values(table, spec, **self._per_query_options())
+            return M.per_query_values(miss, spec, **self.per_query_options())
+        return M.per_query_values(table, spec, **self.per_query_options())
 
     def _nonpositive_table(self, table: RankTable) -> RankTable:
         if self._miss_table is None or self._miss_table.num_queries != table.num_queries:
@@ -593,7 +597,8 @@ class RetrievalMetricBase(Metric):
             )
         return self._miss_table
 
-    def _refuse_nonpositive(self, what: str) -> None:
+    def refuse_nonpositive(self, what: str) -> None:
+        """Raise for ``what`` (a method reading whole rank tables) under nonpositive="miss"."""
         if self.nonpositive == "miss":
             raise ValueError(
                 f'{what} is not available with nonpositive="miss" (protocol="torchmetrics"); '
@@ -605,7 +610,7 @@ class RetrievalMetricBase(Metric):
     ) -> stats.Summary:
         """Values with queries counted and skipped, gallery size, chance level and a confidence
         interval (seeded percentile bootstrap over queries). Prints as a table."""
-        self._refuse_nonpositive("summary()")
+        self.refuse_nonpositive("summary()")
         options = dict(
             self._measure_options(), level=level, num_bootstrap=num_bootstrap, seed=seed
         )
@@ -629,13 +634,6 @@ class RetrievalMetricBase(Metric):
         a seeded percentile bootstrap over queries."""
         summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
         return {row["name"]: row["interval"] for row in summary.rows}
-
-    def plot(self, val: Any = None, ax: Any = None) -> Any:
-        """torchmetrics' ``plot``: ``(fig, ax)``; hit rate vs K with its chance curve for metrics
-        that report a curve (CMC, several hit rates). See :mod:`retrieval_metrics.plot`."""
-        from retrieval_metrics.plot import plot_metric
-
-        return plot_metric(self, val, ax)
 
 
 class RetrievalMetric(RetrievalMetricBase):
@@ -709,11 +707,11 @@ class RetrievalMetric(RetrievalMetricBase):
     ) -> None:
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
         at once and only per-query results are kept (the query embeddings are not stored)."""
-        emb = _embeddings("embeddings", embeddings)
+        emb = as_embeddings("embeddings", embeddings)
         if emb.shape[0] == 0:
             raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         self._gallery = replace(
-            self._item_tensors(emb, labels, ids, cameras, positions), emb=_score_copy(emb)
+            self._item_tensors(emb, labels, ids, cameras, positions), emb=score_copy(emb)
         )
         self._forget_ranking()
 
@@ -812,7 +810,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return Items(emb=emb, **out)
 
     def _update_embeddings(self, embeddings, labels, role, ids, cameras, positions) -> None:
-        emb = _embeddings("embeddings", embeddings)
+        emb = as_embeddings("embeddings", embeddings)
         items = self._item_tensors(emb, labels, ids, cameras, positions)
         if self._gallery is not None:
             if role == "gallery":
@@ -828,7 +826,7 @@ class RetrievalMetric(RetrievalMetricBase):
         self._check_width("embeddings", emb)
         self._mark(form)
         side = "g" if role == "gallery" else "q"
-        self._append_items(side, replace(items, emb=_score_copy(emb)), f"role={role!r}")
+        self._append_items(side, replace(items, emb=score_copy(emb)), f"role={role!r}")
 
     def _update_scores(self, preds, target, indexes) -> None:
         if preds is None or target is None or indexes is None:
@@ -1058,7 +1056,7 @@ class RetrievalMetric(RetrievalMetricBase):
             tables = self._tables_in_chunks()
             if tables is None:
                 return None
-            options = self._per_query_options()
+            options = self.per_query_options()
             parts, queries = M.query_parts_in_chunks(
                 tables, self.metric_names(), average=self.average, **options
             )
@@ -1150,7 +1148,7 @@ def _choice(name: str, value: Any, options: Sequence[Any]) -> None:
         raise ValueError(f"`{name}` must be one of {tuple(options)}, got {value!r}")
 
 
-def _score_copy(emb: Tensor) -> Tensor:
+def score_copy(emb: Tensor) -> Tensor:
     """Detached copy in the dtype the ranking scores in (half precision -> float32)."""
     dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
     return emb.detach().to(dtype)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.plot import Plotted
 
 __all__ = [
     "CMC",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 
-def _ks(k: int | Sequence[int], name: str = "k") -> tuple[int, ...]:
+def cutoffs(k: int | Sequence[int], name: str = "k") -> tuple[int, ...]:
     expected = f"`{name}` must be a positive int or a non-empty sequence of positive ints"
     if isinstance(k, int) and not isinstance(k, bool):
         values: tuple[Any, ...] = (k,)
@@ -71,7 +72,7 @@ def _no_top_k(cls: type, kwargs: dict[str, Any]) -> None:
         )
 
 
-class _AtK(RetrievalMetric):
+class _AtK(Plotted, RetrievalMetric):
     """A measure at one or several cut-offs: a 0-d tensor for one, a dict for several."""
 
     base = ""
@@ -79,7 +80,7 @@ class _AtK(RetrievalMetric):
     def __init__(self, k: int | Sequence[int] = 1, **kwargs: Any) -> None:
         _no_top_k(type(self), kwargs)
         super().__init__(**kwargs)
-        self.k = _ks(k)
+        self.k = cutoffs(k)
 
     def metric_names(self) -> list[str]:
         return [f"{self.base}@{k}" for k in self.k]
@@ -104,7 +105,7 @@ class PrecisionAtK(_AtK):
     base = "precision"
 
 
-class _Single(RetrievalMetric):
+class _Single(Plotted, RetrievalMetric):
     name = ""
 
     def metric_names(self) -> list[str]:
@@ -123,7 +124,7 @@ class MAPAtR(_Single):
     name = "map@r"
 
 
-class _OptionalCutoff(RetrievalMetric):
+class _OptionalCutoff(Plotted, RetrievalMetric):
     """A measure over the whole ranking (``k=None``) or at one cut-off."""
 
     base = ""
@@ -163,7 +164,7 @@ class NDCGAtK(_AtK):
         super().__init__(k, **kwargs)
 
 
-class CMC(RetrievalMetric):
+class CMC(Plotted, RetrievalMetric):
     """Cumulative matching characteristic: hit rate @k for k = 1..max_rank, as a vector.
 
     Under ``ties="expected"`` each query contributes P(r_q <= k).
@@ -205,7 +206,7 @@ class MINP(_Single):
     name = "minp"
 
 
-class RetrievalMetrics(RetrievalMetric):
+class RetrievalMetrics(Plotted, RetrievalMetric):
     """Many named metrics from one ranking pass: what a user with several metrics reaches for.
 
     Args:

@@ -23,7 +23,7 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
 
-__all__ = ["Curve", "hit_rate_curve", "plot_curves", "plot_metric", "save_curves"]
+__all__ = ["Curve", "Plotted", "hit_rate_curve", "plot_curves", "plot_metric", "save_curves"]
 
 _MISSING = "plots need matplotlib: pip install matplotlib (or retrieval-metrics[plot])"
 _FIGSIZE = (7.6, 4.4)  # inches: wider than matplotlib's 6.4 for the legend beside the axes
@@ -261,3 +261,13 @@ def _reports_curve(metric: Any) -> bool:
         return False
     specs = [M.parse_metric(n) for n in metric.metric_names()]
     return any(s.base == "cmc" for s in specs) or sum(s.base == "hit_rate" for s in specs) >= 2
+
+
+class Plotted:
+    """``plot()`` for the metric classes, in torchmetrics' convention (``(fig, ax)``): hit rate
+    vs K with its chance curve for metrics that report a curve (CMC, several hit rates), else
+    torchmetrics' own plot of the value. A mixin of the front-end classes, so that the core
+    (``retrieval_metrics.metric``) never imports plotting."""
+
+    def plot(self, val: Any = None, ax: Any = None) -> Any:
+        return plot_metric(self, val, ax)

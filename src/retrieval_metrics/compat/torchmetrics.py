@@ -76,6 +76,7 @@ from retrieval_metrics.functional.ranking import (
 )
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.plot import Plotted
 
 __all__ = [
     "RetrievalAUROC",
@@ -397,7 +398,7 @@ def _aggregate(values: Tensor, aggregation: str | Callable) -> Tensor:
     return aggregation(values, dim=None)
 
 
-class _TorchmetricsRetrieval(RetrievalMetric):
+class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
     """torchmetrics' ``RetrievalMetric`` base on this library's states and ranking."""
 
     _measure: Callable[..., Tensor] = staticmethod(_hit_rate)
