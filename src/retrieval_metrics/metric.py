@@ -1176,7 +1176,8 @@ def _table_from_ranks(relevant_ranks: Sequence[Sequence[int]], num_relevant: Any
     if num_relevant is None:
         total = found.clone()
     else:
-        total = torch.as_tensor(num_relevant, dtype=torch.int64).reshape(-1)
+        # (on the host, with the ranks: a rank table is host data whatever the metric's device)
+        total = torch.as_tensor(num_relevant, dtype=torch.int64).reshape(-1).cpu()
         if total.numel() != len(ranks):
             raise ValueError(
                 f"`num_relevant` must have one entry per query ({len(ranks)}), got {total.numel()}"

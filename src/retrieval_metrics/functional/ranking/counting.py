@@ -273,6 +273,18 @@ class QueryBlock:
         ``s`` may be a view that is not row-major (the transposed block of the symmetric pass);
         then ``segment_values`` reads the scores of flat segment indices for the sparse count.
         """
+        if s.device.type != "cpu":
+            # An accelerator counts the whole block in a few kernels. The pruning's choices
+            # (the threshold's rise, the surviving segments, sparse or dense) each read a
+            # data-dependent size on the host: one wait per block pair, where the product takes
+            # microseconds. Every item counted makes every count exact, and the threshold that
+            # never rose lists every relevant item: the same values as the CPU's.
+            dense = s if s.is_contiguous() else s.contiguous()
+            count_block(
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget,
+                self.num_finite,
+            )
+            return
         if self.raising:
             if not seeded:
                 self.seed(seg_max, b)

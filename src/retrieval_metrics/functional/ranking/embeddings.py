@@ -417,7 +417,9 @@ def rank_two_ways(
                 )
             )
         if block_size is None:
-            block = square_block(max(a_mat.shape[0], b_mat.shape[0]), elem, memory_budget)
+            block = square_block(
+                max(a_mat.shape[0], b_mat.shape[0]), elem, memory_budget, device
+            )
             # Each block of one side needs the relevant scores of many pairs before it counts
             # its first: half-size blocks when that keeps every such product for its counting.
             half = block // 2 // SEGMENT * SEGMENT

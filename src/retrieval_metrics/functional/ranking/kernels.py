@@ -182,7 +182,11 @@ def count_block(
         # A row whose relevant scores are all equal has no item strictly between them, so
         # every item is below, on or above; other rows need no item in [lowest, highest].
         spread = lowest < highest
-        outside = not bool(spread.any()) or not _any_between(values, lowest, highest, spread)
+        on_cpu = s.device.type == "cpu"
+        # (the shortcuts read a flag on the host: on an accelerator, a wait per row chunk)
+        outside = on_cpu and (
+            not bool(spread.any()) or not _any_between(values, lowest, highest, spread)
+        )
         if outside:
             # Every item lands in bin 0 or in bin m (the row's relevant scores), "<" for the
             # items above the highest, "<=" for those at or above it: two counts per row.
@@ -195,7 +199,7 @@ def count_block(
             hist_le.index_add_(0, first_bin, n_above - n_at_least)
             hist_le.index_add_(0, last_bin, n_at_least - n_above)
             continue
-        if s.device.type == "cpu":
+        if on_cpu:
             _merge_rows(
                 values,
                 seq,
@@ -206,19 +210,19 @@ def count_block(
         lt = torch.searchsorted(seq, values, right=False, out_int32=True)
         at = lt.clamp_max(m - 1).to(torch.int64)
         tie = seq.gather(1, at) == values
-        le = lt
-        if bool(tie.any()):
-            # An item tying the relevant score at position j is "<=" to the run of equal
-            # scores from j to the run's end.
-            le = torch.where(tie, _run_end(seq).gather(1, at).to(torch.int32) + 1, lt)
+        # An item tying the relevant score at position j is "<=" to the run of equal scores
+        # from j to the run's end. (Computed for every item on an accelerator: asking whether
+        # any item ties would wait on the host.)
+        le = torch.where(tie, _run_end(seq).gather(1, at).to(torch.int32) + 1, lt)
         del at, tie
         del outside
         offset = torch.arange(r1 - r0, dtype=torch.int32, device=s.device)[:, None] * width
-        counts_lt = torch.bincount((lt + offset).view(-1), minlength=(r1 - r0) * width)
-        hist_lt[r0 * width : r1 * width] += counts_lt
-        if le is not lt:
-            counts_le = torch.bincount((le + offset).view(-1), minlength=(r1 - r0) * width)
-            hist_le[r0 * width : r1 * width] += counts_le - counts_lt
+        # scatter-added ones, not bincount: bincount sizes its output from the data's maximum,
+        # read on the host
+        ones = torch.ones(lt.numel(), dtype=torch.int64, device=s.device)
+        hist_lt[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), ones)
+        hist_le[r0 * width : r1 * width].index_add_(0, (le + offset).view(-1), ones)
+        hist_le[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), -ones)
 
 
 def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:

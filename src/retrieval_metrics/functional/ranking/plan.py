@@ -19,6 +19,19 @@ if TYPE_CHECKING:
 
 SEGMENT = 64
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+#: The largest blocks by device type: (queries, gallery items) of the one-sided pass, and the
+#: square block of the symmetric pass. The CPU keeps a score block in its caches (2048 gallery
+#: items, up to 1024 queries). A GPU has no cache to fit but waits on the host at every query
+#: block and block pair (each counts with a few data-dependent sizes), so there the memory
+#: budget alone sets the query blocks and the square blocks: fewer of both for the same scores.
+BLOCK_CAPS = {"cpu": (1024, 2048, 2048)}
+DEVICE_BLOCK_CAPS = (2**15, 2048, 2**15)
+
+
+def block_caps(device: torch.device | str | None) -> tuple[int, int, int]:
+    """The largest query, gallery and square blocks for ``device`` (the CPU's by default)."""
+    kind = "cpu" if device is None else torch.device(device).type
+    return BLOCK_CAPS.get(kind, DEVICE_BLOCK_CAPS)
 
 
 def _per_pair_bytes(elem: int) -> int:
@@ -32,13 +45,21 @@ def _per_pair_bytes(elem: int) -> int:
 
 
 def block_sizes(
-    num_q: int, num_g: int, dim: int, max_relevant: int, elem: int, memory_budget: int
+    num_q: int,
+    num_g: int,
+    dim: int,
+    max_relevant: int,
+    elem: int,
+    memory_budget: int,
+    device: torch.device | str | None = None,
 ) -> tuple[int, int]:
-    """Query and gallery block sizes whose scratch fits in ``memory_budget``."""
-    # A gallery block of 2048 keeps the score block in cache for typical query blocks; the query
-    # block is the largest power of two (up to 1024) whose scratch fits.
-    block_g = max(SEGMENT, min(2048, -(-num_g // SEGMENT) * SEGMENT))
-    block_q = 1024
+    """Query and gallery block sizes whose scratch fits in ``memory_budget`` (and, on the CPU,
+    its caches: :data:`BLOCK_CAPS`)."""
+    # On the CPU a gallery block of 2048 keeps the score block in cache for typical query
+    # blocks; the query block is the largest power of two (up to the cap) whose scratch fits.
+    cap_q, cap_g, _ = block_caps(device)
+    block_g = max(SEGMENT, min(cap_g, -(-num_g // SEGMENT) * SEGMENT))
+    block_q = cap_q
     while block_q > 8:
         # Score block (x2 for a cached relevant block and candidate copies), relevant scores,
         # two int64 histograms and the padded gallery block.
@@ -78,9 +99,12 @@ def checked_block_size(block_size: tuple[int, int]) -> tuple[int, int]:
     return block_q, block_g
 
 
-def square_block(num: int, elem: int, memory_budget: int) -> int:
-    """The block of the symmetric pass: a few score blocks of ``block x block`` fit the budget."""
-    block = max(SEGMENT, min(2048, -(-num // SEGMENT) * SEGMENT))
+def square_block(
+    num: int, elem: int, memory_budget: int, device: torch.device | str | None = None
+) -> int:
+    """The block of the symmetric pass: a few score blocks of ``block x block`` fit the budget
+    (and, on the CPU, the cache bound of :data:`BLOCK_CAPS`)."""
+    block = max(SEGMENT, min(block_caps(device)[2], -(-num // SEGMENT) * SEGMENT))
     while block > SEGMENT and 4 * block * block * elem > memory_budget // 2:
         block = max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
     return block

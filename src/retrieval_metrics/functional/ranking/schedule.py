@@ -86,12 +86,15 @@ def blocked_ranking(
         g_mat = g_mat[side.g_perm.to(device)]
     if block_size is None:
         block_q, block_g = block_sizes(
-            num_q, num_g, q_mat.shape[1], side.max_relevant, elem, memory_budget
+            num_q, num_g, q_mat.shape[1], side.max_relevant, elem, memory_budget, device
         )
     else:
         block_q, block_g = checked_block_size(block_size)
     if symmetric and num_q:
-        block = block_g if block_size is not None else square_block(num_g, elem, memory_budget)
+        block = (
+            block_g if block_size is not None
+            else square_block(num_g, elem, memory_budget, device)
+        )
         state = side.state_bytes(block, elem)
         # every query block's state lives to the end: only when they are a fraction of the budget
         symmetric = state <= memory_budget // 4
