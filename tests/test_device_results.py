@@ -3,6 +3,7 @@ the emulated device of emulated_cuda.py, with the CPU's values)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import retrieval_metrics as rm
@@ -45,3 +46,28 @@ def test_image_text_values_live_on_the_metrics_device(fake_cuda):
     value = metric.compute()
     assert value.device.type == "cuda"
     assert torch.equal(value.cpu(), expected.compute())
+
+
+def test_listing_every_relevant_item_keeps_the_reciprocal_rank_exact():
+    """On a device the ranking lists every relevant item (it counts whole blocks) where the CPU
+    stops at the depth the measures need: a query whose relevant items 2, 3 and 4 tie, all of
+    them relevant, must still score exactly 1/2 (the best at rank 2), not 0.49999999999999994
+    from a sum of probabilities of a certain event (consecutive relevant items form one tie
+    group of relevant items only)."""
+    from retrieval_metrics.functional import measures as M
+    from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+
+    def one_query(above, tied):
+        n = len(above)
+        return RankTable(
+            ptr=torch.tensor([0, n]), above=torch.tensor(above), tied=torch.tensor(tied),
+            num_relevant=torch.tensor([6]), gallery_size=torch.tensor([20]),
+            depth=torch.tensor([UNBOUNDED]),
+        )
+
+    listed = one_query([1, 2, 2, 4, 6, 9], [1, 2, 2, 2, 1, 1])
+    for name in ("mrr", "mrr@3"):
+        value = M.retrieval_measures(listed, [name])[name]
+        assert float(value) == 0.5, name
+    # the last relevant item of a group that is all relevant: at its group's end, for certain
+    assert float(M.retrieval_measures(listed, ["minp"])["minp"]) == pytest.approx(6 / 10)

@@ -986,7 +986,7 @@ class RetrievalMetric(RetrievalMetricBase):
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
         # compute(), so that the whole table never exists (on several processes each ranks its
         # share and the per-query values are gathered)
-        chunked = self._on_synced_states(self._parts_in_chunks)
+        chunked = self._chunked_ranking()
         if chunked is None:
             return super().per_query()
         parts, _ = chunked
@@ -994,7 +994,7 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from the per-query parts of the ranking in chunks
-        chunked = self._on_synced_states(self._parts_in_chunks)
+        chunked = self._chunked_ranking()
         if chunked is None:
             return super()._summaries(options)
         parts, queries = chunked
@@ -1048,6 +1048,12 @@ class RetrievalMetric(RetrievalMetricBase):
             options.rank(queries.select(slice(start, stop)), gallery)
             for start, stop in query_chunks(pairs, self.memory_budget)
         )
+
+    def _chunked_ranking(self) -> tuple[M.QueryParts, RankTable] | None:
+        """:meth:`_parts_in_chunks` of the synced states; the kept parts without a new sync."""
+        if self._chunk_parts is not None:
+            return self._chunk_parts
+        return self._on_synced_states(self._parts_in_chunks)
 
     def _parts_in_chunks(self) -> tuple[M.QueryParts, RankTable] | None:
         """Every process's per-query parts and query fields from :meth:`_tables_in_chunks`

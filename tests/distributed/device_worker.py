@@ -5,10 +5,17 @@ The same scenarios as worker.py (a comma-separated list, all on one gloo process
 fresh metric), but the metric is moved to DEVICE (e.g. "cuda": every rank on the same GPU) and
 every tensor a batch feeds is moved there first, so the states that the ranks gather are device
 tensors. Writes ``{scenario: result}`` as JSON.
+
+DEVICE "emulated" is the emulated CUDA device of tests/emulated_cuda.py: the process runs inside
+``emulated_cuda()`` and uses "cuda", so its states and batches are fake-cuda tensors, the gloo
+group reports "nccl", and every collective refuses a host tensor as NCCL does. Two more kinds of
+entries in SCENARIOS come from device_matrix.py: ``matrix:SPLIT`` runs every device-matrix case
+of that split (``{case name: result}``), ``select`` runs SelectOnValidation's sample-id check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -16,8 +23,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/emulated_cuda.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scenarios
 
+import device_matrix
 from scenarios import SCENARIOS, per_query_lists, split_for_rank
 
 
@@ -37,6 +46,10 @@ class OnDevice:
 
 
 def run_scenario(scenario: str, rank: int, world: int, device: torch.device) -> dict:
+    if scenario.startswith("matrix:"):
+        return device_matrix.run_split(scenario.split(":", 1)[1], rank, world, device)
+    if scenario == "select":
+        return device_matrix.select_on_validation(rank, world, device)
     build, feed = SCENARIOS[scenario]
     metric = build().to(device)
     for batch in split_for_rank(scenario, rank, world):
@@ -55,11 +68,22 @@ def run_scenario(scenario: str, rank: int, world: int, device: torch.device) -> 
 
 def main() -> None:
     rank, world, init_file, scenarios, device, out = sys.argv[1:7]
-    rank, world, device = int(rank), int(world), torch.device(device)
+    rank, world = int(rank), int(world)
     torch.set_num_threads(1)
+    emulation: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if device == "emulated":
+        from emulated_cuda import emulated_cuda
+
+        emulation, device = emulated_cuda(), "cuda"
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        payload = {name: run_scenario(name, rank, world, device) for name in scenarios.split(",")}
+        # the emulation starts after the group exists and ends before it is destroyed: it
+        # patches torch.distributed's collectives for its lifetime only
+        with emulation:
+            payload = {
+                name: run_scenario(name, rank, world, torch.device(device))
+                for name in scenarios.split(",")
+            }
         Path(out).write_text(json.dumps(payload))
     finally:
         dist.destroy_process_group()

@@ -439,6 +439,15 @@ def _ragged_expectation(
         )
         out[idx[single]] = harmonic / ts.to(torch.float64)
     idx, t, r, a, lim = idx[~single], t[~single], r[~single], a[~single], lim[~single]
+    full = r == t
+    if bool(full.any()):
+        # Every item of the group relevant: the first is at a + 1 and the last at a + t for
+        # certain; exact, where the sum of the general case rounds its probability of 1.
+        rank = a[full] + (t[full] if from_end else torch.ones_like(a[full]))
+        out[idx[full]] = torch.where(
+            rank <= lim[full], 1.0 / rank.to(torch.float64), torch.zeros((), dtype=torch.float64)
+        )
+        idx, t, r, a, lim = idx[~full], t[~full], r[~full], a[~full], lim[~full]
     if idx.numel() == 0:
         return out
     n_terms = torch.minimum(t - r + 1, torch.div(80 * t + r - 1, r, rounding_mode="floor"))
