@@ -72,11 +72,12 @@ step "device tests (tests/test_devices.py on $DEVICE, tests/test_precision.py)"
 # the CUDA cases skip on a machine without CUDA; -rs lists what was skipped and why
 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_devices.py tests/test_precision.py
 
-step "device matrix (tests/test_device_matrix.py: the emulated device, also beside real CUDA)"
+step "device matrix and host-sync budget (the emulated device, also beside real CUDA)"
 # Not stopping the benchmarks if the emulator and a CUDA build of torch disagree: recorded, and
 # the script exits non-zero at the end.
 MATRIX_STATUS=0
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_device_matrix.py || MATRIX_STATUS=$?
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_device_matrix.py tests/test_device_syncs.py \
+    || MATRIX_STATUS=$?
 
 step "metric classes on $DEVICE (benchmarks/bench_device_classes.py)"
 "$PYTHON" benchmarks/bench_device_classes.py --device "$DEVICE" "${CLASSES_ARGS[@]}" \

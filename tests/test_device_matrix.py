@@ -12,30 +12,22 @@ the same single-process CPU answers. Beside the values each case records where i
 :data:`PER_QUERY_ON_METRIC_DEVICE` turn on the assertion that they are on the metric's device,
 as torchmetrics returns them.
 
-Also here: ``plot()`` of device metrics, SelectOnValidation's sample-id check over device
-metrics (one process and three), and the host-sync budget of one same-source compute(), measured
-with the emulator's sync counter (:func:`measure_compute_syncs`; ``python
-tests/test_device_matrix.py`` prints the measurements at every size, image-text included).
+Also here: ``plot()`` of device metrics and SelectOnValidation's sample-id check over device
+metrics (one process and three). The host-sync budget of compute() is in test_device_syncs.py.
 
 ``DEVICE_MATRIX_FULL=1`` runs the whole cartesian product instead of the representative matrix.
 """
 
 from __future__ import annotations
 
-import collections
 import fnmatch
-import importlib
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
-
-import retrieval_metrics as rm
 
 HERE = Path(__file__).resolve().parent / "distributed"
 sys.path.insert(0, str(HERE))
@@ -43,7 +35,7 @@ sys.path.insert(0, str(HERE))
 import device_matrix as dm  # noqa: E402
 import launch  # noqa: E402
 
-from emulated_cuda import emulated_cuda, fake_cuda_fixture  # noqa: E402, F401
+from emulated_cuda import fake_cuda_fixture  # noqa: E402, F401
 
 #: torchmetrics returns compute()'s results on the metric's device. True: every case asserts it
 #: (one process and several). False: where they live is recorded only.
@@ -250,191 +242,3 @@ def test_plot_of_a_device_metric_draws_the_cpu_figure(name, fake_cuda):
     assert len(lines["cuda"]) == len(lines["cpu"])
     for ours, cpu in zip(lines["cuda"], lines["cpu"], strict=True):
         np.testing.assert_array_equal(ours, cpu)
-
-
-# ------------------------------------------------------------------------ the host-sync budget
-
-SYNC_NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
-
-
-# Where the ranking's two passes live, newest layout first: (module, one-sided, two-sided).
-_PASSES = [
-    ("retrieval_metrics.functional.ranking.schedule", "_one_sided_pass", "two_sided_pass"),
-    ("retrieval_metrics.functional.ranking", "_one_sided_pass", "_two_sided_pass"),
-]
-
-
-class _BlockSpy:
-    """Counts the query blocks (and block products) of the rankings run while it is active,
-    from the arguments of the ranking's two passes. ``found`` is False when neither layout of
-    :data:`_PASSES` is there (the counts stay 0: update _PASSES)."""
-
-    def __init__(self) -> None:
-        self.query_blocks = 0
-        self.products = 0
-        self.found = False
-
-    def __enter__(self) -> _BlockSpy:
-        self._saved = None
-        for module_name, one_name, two_name in _PASSES:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:
-                continue
-            if hasattr(module, one_name) and hasattr(module, two_name):
-                break
-        else:
-            return self
-        one_sided, two_sided = getattr(module, one_name), getattr(module, two_name)
-
-        def one(p, q_mat, g_mat, block_q, mode):
-            rows = -(-q_mat.shape[0] // block_q)
-            self.query_blocks += rows
-            self.products += rows * -(-p.num_g // p.block_g)
-            return one_sided(p, q_mat, g_mat, block_q, mode)
-
-        def two(p_rows, p_cols, a, b, cache_room):
-            block = p_rows.block_g
-            rows, cols = -(-a.shape[0] // block), -(-b.shape[0] // block)
-            if p_cols is None:  # one set against itself: the pairs i <= j
-                self.query_blocks += rows
-                self.products += rows * (rows + 1) // 2
-            else:  # both directions' queries from one product per block pair
-                self.query_blocks += rows + cols
-                self.products += rows * cols
-            return two_sided(p_rows, p_cols, a, b, cache_room)
-
-        # the passes are looked up as module attributes at each call, so patching them here
-        # reaches every caller
-        self._saved = (module, one_name, one_sided, two_name, two_sided)
-        setattr(module, one_name, one)
-        setattr(module, two_name, two)
-        self.found = True
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._saved is not None:
-            module, one_name, one_sided, two_name, two_sided = self._saved
-            setattr(module, one_name, one_sided)
-            setattr(module, two_name, two_sided)
-
-
-def _sync_source() -> str:
-    """The innermost line of the library (src/retrieval_metrics) on the stack: who synced. For
-    a helper of functional/primitives.py (used everywhere), its caller too."""
-    frame = sys._getframe(2)
-    found: list[str] = []
-    while frame is not None and len(found) < 2:
-        path = frame.f_code.co_filename.replace("\\", "/")
-        if "/retrieval_metrics/" in path and "/tests/" not in path:
-            where = path.split("/retrieval_metrics/", 1)[1]
-            found.append(f"{where}:{frame.f_lineno} ({frame.f_code.co_name})")
-            if not where.endswith("primitives.py"):
-                break
-        frame = frame.f_back
-    return " <- ".join(found) or "outside the library"
-
-
-def _measured_compute(metric, emu) -> dict[str, Any]:
-    """compute()'s host syncs (by operator and by library line), query blocks and seconds."""
-    sources: list[str] = []
-    record = emu.record_sync
-
-    def recording(why: str) -> None:
-        record(why)
-        sources.append(_sync_source())
-
-    emu.record_sync = recording  # this instance only, for this compute
-    try:
-        with emu.counting() as log, _BlockSpy() as blocks:
-            start = time.perf_counter()
-            metric.compute()
-            seconds = time.perf_counter() - start
-    finally:
-        del emu.record_sync
-    return {
-        "syncs": len(log),
-        "by_op": collections.Counter(log).most_common(),
-        "by_source": collections.Counter(sources).most_common(),
-        "query_blocks": blocks.query_blocks if blocks.found else None,
-        "block_products": blocks.products,
-        "seconds": seconds,
-    }
-
-
-def measure_compute_syncs(n: int, dim: int = 32, classes: int = 100, seed: int = 0) -> dict:
-    """One same-source RetrievalMetrics(SYNC_NAMES) compute() over ``n`` items on the emulated
-    device (default memory_budget), after its update: its host syncs and query blocks."""
-    gen = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, classes, (n,), generator=gen)
-    emb = torch.randint(-2, 3, (n, dim), generator=gen).float()
-    with emulated_cuda() as emu:
-        metric = rm.RetrievalMetrics(SYNC_NAMES, similarity="dot").to("cuda")
-        metric.update(emb.to("cuda"), labels.to("cuda"))
-        return {"n": n, **_measured_compute(metric, emu)}
-
-
-def measure_crossmodal_syncs(images: int = 5000, per_image: int = 5, dim: int = 32) -> dict:
-    """One CrossModalRetrieval compute() over ``images`` images and ``per_image`` captions each
-    (COCO 5K's shape by default), as (image, caption) pairs, on the emulated device."""
-    gen = torch.Generator().manual_seed(1)
-    image_emb = torch.randint(-2, 3, (images, dim), generator=gen).float()
-    caption_image = torch.arange(images).repeat_interleave(per_image)
-    captions = image_emb[caption_image] + torch.randint(
-        -1, 2, (len(caption_image), dim), generator=gen
-    ).float()
-    with emulated_cuda() as emu:
-        metric = rm.CrossModalRetrieval(similarity="dot").to("cuda")
-        text_ids = torch.arange(len(caption_image))
-        metric.update(*(t.to("cuda") for t in (image_emb[caption_image], captions, caption_image)),
-                      text_ids=text_ids.to("cuda"))
-        return {"n": f"{images} x {len(caption_image)}", **_measured_compute(metric, emu)}
-
-
-# 24,000 items take about a minute on the emulated device (each ATen operator is a Python
-# dispatch there): measured by hand (python tests/test_device_matrix.py), not in the suite
-SUITE_SIZES = (3000, 6000, 12000)
-SYNC_BUDGET = 200
-
-
-@pytest.fixture(scope="module")
-def sync_measurements() -> list[dict]:
-    return [measure_compute_syncs(n) for n in SUITE_SIZES]
-
-
-def test_the_sync_measurement_sees_every_sync_and_block(sync_measurements):
-    """The measurement works: every counted sync has an operator and a source, and the
-    ranking's query blocks are seen (how many depends on the path and on the block sizes the
-    engine picks for the device, not only on the input's size)."""
-    for m in sync_measurements:
-        print(f"n={m['n']}: {m['syncs']} syncs, {m['query_blocks']} query blocks, "
-              f"{m['block_products']} block products, {m['seconds']:.1f} s; {m['by_op']}")
-        assert m["syncs"] == sum(c for _, c in m["by_op"]) == sum(c for _, c in m["by_source"])
-        assert m["query_blocks"] is not None, "the ranking's passes moved: update _PASSES"
-        assert m["query_blocks"] > 0
-
-
-def test_host_syncs_of_compute_stay_within_budget(sync_measurements):
-    """A same-source compute() syncs with the host fewer than SYNC_BUDGET times (at 24,000
-    items, so at every smaller size too) and its syncs grow at most linearly with its query
-    blocks: syncs per query block do not grow with the input."""
-    for m in sync_measurements:
-        assert m["syncs"] < SYNC_BUDGET, (m["n"], m["syncs"], m["by_source"][:8])
-    per_block = [m["syncs"] / m["query_blocks"] for m in sync_measurements]
-    # linear with a constant part: syncs per block fall (or stay) as blocks are added
-    assert all(b <= per_block[0] * 1.1 for b in per_block), per_block
-
-
-def _print_measurement(m: dict, top: int = 8) -> None:
-    print(f"\n{m['n']}: {m['syncs']} host syncs in compute(), {m['query_blocks']} query blocks, "
-          f"{m['block_products']} block products, {m['seconds']:.1f} s on the emulated device")
-    print("  by operator:", ", ".join(f"{op} {c}" for op, c in m["by_op"]))
-    for source, count in m["by_source"][:top]:
-        print(f"  {count:6d}  {source}")
-
-
-if __name__ == "__main__":
-    # the measurements for people: every size, and image-text at COCO 5K's shape
-    for size in (*SUITE_SIZES, 24000):
-        _print_measurement(measure_compute_syncs(size))
-    _print_measurement(measure_crossmodal_syncs())

@@ -41,7 +41,6 @@ __all__ = [
     "DistributedExchange",
     "dedupe_by_id",
     "distributed_ready",
-    "first_by_id",
     "gather_rows",
     "gather_table",
     "query_share",
@@ -219,12 +218,6 @@ def sync_states(states: Mapping[str, Any], group: Any = None) -> tuple[dict[str,
 
 
 # ---------------------------------------------------------------------- dedupe
-
-
-def first_by_id(ids: Tensor) -> Tensor:
-    """Indices of the first occurrence of each id, in ascending id order: repeats are dropped, and
-    the order does not depend on how the data was split over batches or processes."""
-    return dedupe_by_id(ids, "ids")
 
 
 #: Two rows of embeddings under one sample id are the same sample (a padding repeat) when no

@@ -1084,6 +1084,7 @@ class RetrievalMetric(RetrievalMetricBase):
             **{k: options[k] for k in ("empty_queries", "average", "percent", "median")},
         )
         self._warn_if_all_skipped(per_query.num_relevant, stacklevel=4)
+        self._warn_if_cutoffs_reach_gallery({"": per_query})
         if self.all_skipped == "zero" and not bool((per_query.num_relevant > 0).any()):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
         return values
@@ -1138,8 +1139,6 @@ class RetrievalMetric(RetrievalMetricBase):
             table = self.rank_table()
             self._warn_if_cutoffs_reach_gallery({"": table})
             values = self._values(table)
-        else:
-            self._warn_if_cutoffs_reach_gallery({"": self._chunk_parts[1]})
         # on the metric's device, as torchmetrics returns its values (the tables are host data)
         return self._format(
             {k: v.to(device=self.device, dtype=torch.float32) for k, v in values.items()}
