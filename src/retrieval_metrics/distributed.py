@@ -19,7 +19,7 @@ Every metric kind goes through these steps, in this order, and nowhere else:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -182,6 +182,7 @@ class DistributedExchange:
     def __init__(self, group: Any = None) -> None:
         self.group = group
         self.sent = 0
+        self.rank, self.world = rank_and_world(group)
 
     def gather(self, tensors: list[Tensor]) -> list[Tensor]:
         self.sent += sum(t.numel() * t.element_size() for t in tensors)
@@ -198,6 +199,20 @@ class DistributedExchange:
 
     def max(self, tensor: Tensor) -> Tensor:
         return self._reduce(tensor, dist.ReduceOp.MAX)
+
+    def min(self, tensor: Tensor) -> Tensor:
+        return self._reduce(tensor, dist.ReduceOp.MIN)
+
+    def min_async(self, tensor: Tensor) -> Callable[[], Tensor]:
+        out = tensor.to(_collective_device(tensor.device, self.group), copy=True)
+        self.sent += out.numel() * out.element_size()
+        work = dist.all_reduce(out, op=dist.ReduceOp.MIN, group=self.group, async_op=True)
+
+        def result() -> Tensor:
+            work.wait()
+            return out.to(tensor.device)
+
+        return result
 
 
 # ---------------------------------------------------------------------- states
@@ -329,11 +344,16 @@ def rank_queries(
     distributed: bool = True,
 ) -> RankTable:
     """Rank every query against the whole gallery (``None``: same source, the queries
-    themselves), each process its share; the whole table on every process."""
+    themselves), each process its share of the work; the whole table on every process."""
     _, world = rank_and_world(group) if distributed else (0, 1)
     if world == 1:
         # one process ranks the whole set: same source stays stated, for the symmetric pass
         return options.rank(queries, gallery)
+    if gallery is None:
+        # Every process holds the whole set: they share the symmetric pass's block pairs out
+        # (each computes 1 / world of the half product), where ranking a share of the queries
+        # against the whole set would cost each process the half product of one process.
+        return options.rank(queries, None, DistributedExchange(group))
     share = queries.select(query_share(len(queries), group, distributed))
     table = options.rank(share, queries if gallery is None else gallery)
     return gather_table(table, group)

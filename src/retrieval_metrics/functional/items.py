@@ -76,13 +76,16 @@ class RankingOptions:
     depth: int | None = None
     cover_relevant: bool = False
 
-    def rank(self, queries: Items, gallery: Items | None) -> RankTable:
+    def rank(
+        self, queries: Items, gallery: Items | None, exchange: Exchange | None = None
+    ) -> RankTable:
         """Rank ``gallery`` for every query; self-exclusion and relevance by the items' ids.
 
         ``gallery=None`` is same source: the queries ranked against themselves, each never
         retrieving itself. Stated by the caller, never inferred from the two sides holding the
         same tensors: it is what lets the ranking compute each block pair of the symmetric score
-        matrix once for both of its sides."""
+        matrix once for both of its sides. ``exchange``: the processes that all hold these items
+        share the ranking out (see ``rank_embeddings``)."""
         if gallery is None:
             keywords = {f"query_{n}": getattr(queries, n) for n in ITEM_FIELDS[1:]}
             query, gallery_emb = queries.emb, None
@@ -100,6 +103,7 @@ class RankingOptions:
             memory_budget=self.memory_budget,
             depth=self.depth,
             cover_relevant=self.cover_relevant,
+            exchange=exchange,
         )
 
     def rank_two_ways(self, a: Items, b: Items) -> tuple[RankTable, RankTable]:

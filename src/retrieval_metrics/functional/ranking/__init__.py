@@ -42,7 +42,9 @@ The files of the package, in the order a call of :func:`rank_embeddings` reaches
 
 The other input forms and modes: ``scores`` (:func:`rank_scores`, torchmetrics' form),
 ``lists`` (:func:`rank_lists`, ranked lists of ids) and ``sharded``
-(:func:`rank_embeddings_sharded`, a gallery split over processes).
+(:func:`rank_embeddings_sharded`, a gallery split over processes). ``exchange``: the
+:class:`Exchange` through which a ranking split over processes (a sharded gallery, or a same-source
+ranking whose processes share the symmetric pass's block pairs out) reaches the others.
 """
 
 from retrieval_metrics.functional.ranking.embeddings import (
@@ -53,6 +55,7 @@ from retrieval_metrics.functional.ranking.embeddings import (
     rank_two_ways,
     relevant_scores,
 )
+from retrieval_metrics.functional.ranking.exchange import Exchange
 from retrieval_metrics.functional.ranking.lists import rank_lists
 from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
 from retrieval_metrics.functional.ranking.scores import (
@@ -61,7 +64,7 @@ from retrieval_metrics.functional.ranking.scores import (
     rank_checked_scores,
     rank_scores,
 )
-from retrieval_metrics.functional.ranking.sharded import Exchange, rank_embeddings_sharded
+from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
 from retrieval_metrics.functional.ranking.similarity import SIMILARITIES
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 

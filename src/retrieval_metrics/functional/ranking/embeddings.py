@@ -18,6 +18,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.ranking import schedule
+from retrieval_metrics.functional.ranking.exchange import Exchange
 from retrieval_metrics.functional.ranking.plan import (
     DEFAULT_MEMORY_BUDGET,
     SEGMENT,
@@ -65,6 +66,7 @@ def rank_embeddings(
     cover_relevant: bool = False,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int] | None = None,
+    exchange: Exchange | None = None,
 ) -> RankTable:
     """Rank the gallery for every query and record where the relevant items landed.
 
@@ -88,6 +90,11 @@ def rank_embeddings(
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget`` (the gallery block must be a multiple of 64). Results do not depend
             on it.
+        exchange: rank on several processes that all hold these same items, each computing a
+            share of the block products (for ``gallery=None``, a share of the symmetric pass's
+            block pairs); every process returns the whole table, equal to one process's.
+            ``retrieval_metrics.distributed.DistributedExchange`` is the one over
+            ``torch.distributed``; the metric classes use it on synced states.
 
     Returns:
         A :class:`RankTable`, queries in input order.
@@ -131,6 +138,7 @@ def rank_embeddings(
         query_order_key=q_labels,
         gallery_order_key=None if g_labels is None else g_labels[relevance_sets.gallery_index],
         same_source=same_source,
+        exchange=exchange,
     )
     if q_labels is not None:
         table = replace(table, query_class=q_labels)
@@ -243,6 +251,7 @@ def rank_relevance(
     query_order_key: Tensor | None = None,
     gallery_order_key: Tensor | None = None,
     same_source: bool = False,
+    exchange: Exchange | None = None,
 ) -> RankTable:
     """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``.
 
@@ -251,6 +260,8 @@ def rank_relevance(
     relevant items sit in one or two gallery blocks; results come back in input order.
     ``same_source``: ``gallery`` holds the queries themselves (the caller says so), so the score
     matrix is symmetric and each block pair may serve the queries of both of its sides.
+    ``exchange``: several processes hold these items and share the ranking out (see
+    :func:`rank_embeddings`).
     """
     return schedule.blocked_ranking(
         query,
@@ -264,6 +275,7 @@ def rank_relevance(
         query_order_key=query_order_key,
         gallery_order_key=gallery_order_key,
         symmetric=same_source,
+        exchange=exchange,
     )
 
 

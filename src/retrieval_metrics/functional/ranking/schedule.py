@@ -8,6 +8,7 @@ picks a pass: :func:`two_sided_pass` when one product can serve the queries of b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -15,6 +16,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.precision import in_full_fp32
 from retrieval_metrics.functional.ranking.counting import THETA_EVERY, Pass, QueryBlock
+from retrieval_metrics.functional.ranking.exchange import Exchange
 from retrieval_metrics.functional.ranking.kernels import column_segments, segment_maxima
 from retrieval_metrics.functional.ranking.plan import (
     DEFAULT_MEMORY_BUDGET,
@@ -49,7 +51,17 @@ def blocked_ranking(
     mode: str = "table",
     external: tuple[Tensor, Tensor] | None = None,
     symmetric: bool = False,
+    exchange: Exchange | None = None,
 ) -> Any:
+    """Rank ``query`` against the kept gallery of ``relevance_sets`` in blocks (see the package).
+
+    ``exchange``: the processes of ``exchange`` all hold these same items and share the work out,
+    each computing a share of the block products (see :func:`two_sided_pass`, or each its share
+    of the query blocks where the symmetric pass is not taken); every process returns the whole
+    result. Only for ``mode="table"``.
+    """
+    if exchange is not None and (exchange.world == 1 or mode != "table"):
+        exchange = None
     device = query.device
     dtype = score_dtype(query, gallery)
     elem = torch.finfo(dtype).bits // 8
@@ -100,9 +112,11 @@ def blocked_ranking(
         symmetric = state <= memory_budget // 4
         if symmetric:
             room = cache_room(memory_budget - 2 * state, block, dtype)
-            two_sided_pass(side.at(block), None, g_mat, g_mat, room)
+            two_sided_pass(side.at(block), None, g_mat, g_mat, room, exchange)
     if not symmetric:
-        _one_sided_pass(side.at(block_g), q_mat, g_mat, block_q, mode)
+        _one_sided_pass(side.at(block_g), q_mat, g_mat, block_q, mode, exchange)
+        if exchange is not None:
+            _combine_outputs(side.outputs, exchange)
     return side.result(relevance_sets)
 
 
@@ -125,8 +139,14 @@ def _same_key(first: Tensor | None, second: Tensor | None) -> bool:
 
 
 @in_full_fp32  # ranks must not depend on TF32 or the device
-def _one_sided_pass(p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str) -> None:
-    """Each query block against every gallery block in turn (any query and gallery)."""
+def _one_sided_pass(
+    p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str,
+    exchange: Exchange | None = None,
+) -> None:
+    """Each query block against every gallery block in turn (any query and gallery).
+
+    With ``exchange``, this process ranks every ``world``-th query block only (its outputs for
+    the others stay as they start, for :func:`_combine_outputs`)."""
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
@@ -143,7 +163,9 @@ def _one_sided_pass(p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: s
         g_buffer[: stop - start] = g_mat[start:stop]
         return g_buffer
 
-    for q_start in range(0, q_mat.shape[0], block_q):
+    for k, q_start in enumerate(range(0, q_mat.shape[0], block_q)):
+        if exchange is not None and k % exchange.world != exchange.rank:
+            continue
         q_rows = p.order[q_start : q_start + block_q]
         qb = QueryBlock(p, q_rows)
         nb = qb.nb
@@ -203,7 +225,12 @@ def _one_sided_pass(p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: s
 
 @in_full_fp32  # ranks must not depend on TF32 or the device
 def two_sided_pass(
-    p_rows: Pass, p_cols: Pass | None, a: Tensor, b: Tensor, cache_room: int
+    p_rows: Pass,
+    p_cols: Pass | None,
+    a: Tensor,
+    b: Tensor,
+    cache_room: int,
+    exchange: Exchange | None = None,
 ) -> None:
     """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
 
@@ -213,6 +240,12 @@ def two_sided_pass(
     the pairs ``i <= j`` are computed, half of the full product. ``a`` and ``b`` are in
     processing order; block i of queries is block i of the gallery of the other side. Up to
     ``cache_room`` products are kept between reading relevant scores and counting.
+
+    With ``exchange`` (a set ranked against itself on several processes that all hold it), each
+    process computes every ``world``-th block pair only, counting it for both of its sides:
+    ``1 / world`` of the half product. A block's relevant scores are read on the processes that
+    own their pairs and combined before the block counts; at the end the counts are summed and
+    the depth thresholds maximised: every process finishes every query block, whole.
     """
     symmetric = p_cols is None
     p_cols = p_rows if p_cols is None else p_cols
@@ -278,8 +311,52 @@ def two_sided_pass(
         qb.start_counting()
         started.add(id(qb))
 
+    owned = None
+    if exchange is not None:
+        if not symmetric:
+            raise ValueError("the block pairs are shared out for a set ranked against itself only")
+        world, rank = exchange.world, exchange.rank
+
+        def owned(i: int, j: int) -> bool:
+            # the pairs in loop order (j, then i <= j), dealt out in turn: equal shares of the
+            # products, and of the diagonal pairs, which count one side only
+            return (j * (j + 1) // 2 + i) % world == rank
+
+        combining: dict[int, Callable[[], Tensor]] = {}
+
+        def read_shared(k: int) -> None:
+            # Block k's relevant scores from the pairs this process owns (the other processes
+            # read the rest), then their combination is started: one block ahead of the
+            # counting, so that it runs while this process counts the block before.
+            for i, j in sorted(needs_rows[k] - read):
+                if owned(i, j):
+                    keep = len(cache) < cache_room
+                    s = product(i, j, torch.empty_like(scores) if keep else scores)
+                    rows_of[i].read_relevant(s, j)
+                    if i != j:
+                        cols_of[j].read_relevant(s.T, i)
+                    if keep:
+                        cache[(i, j)] = s
+                read.add((i, j))
+            # where another process read a score, this one holds the padding, +inf
+            combining[k] = exchange.min_async(rows_of[k].rel_scores.reshape(-1))
+
+        def start_shared(k: int) -> None:
+            if k + 1 < blocks_a:
+                read_shared(k + 1)
+            qb = rows_of[k]
+            qb.rel_scores.copy_(combining.pop(k)().view_as(qb.rel_scores))
+            qb.start_counting()
+            started.add(id(qb))
+
+        read_shared(0)
+
     for j in range(blocks_b):
+        if owned is not None:
+            start_shared(j)
         for i in range(j + 1) if symmetric else range(blocks_a):
+            if owned is not None and not owned(i, j):
+                continue
             rows, cols = rows_of[i], cols_of[j]
             start(rows, needs_rows[i])
             start(cols, needs_cols[j])
@@ -297,5 +374,41 @@ def two_sided_pass(
                     )
             rows.mask_excluded(s, j)
             rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+    if exchange is not None:
+        _combine_counts(rows_of, exchange)
     for qb in rows_of if symmetric else rows_of + cols_of:
         qb.finish()
+
+
+# The collectives of a ranking shared over processes: one each, over every query block at once.
+
+
+def _combine_counts(blocks: list[QueryBlock], exchange: Exchange) -> None:
+    """The histograms summed over processes, and the highest of their depth thresholds.
+
+    Each process's threshold is a lower bound of every row's depth-th best score, so the highest
+    is one too; and each process counted every item of its pairs at or above its own threshold,
+    so the sums are exact for every relevant score at or above the highest."""
+    hists = [h for qb in blocks for h in (qb.hist_lt, qb.hist_le)]
+    for hist, part in zip(hists, _split_like(exchange.sum(torch.cat(hists)), hists), strict=True):
+        hist.copy_(part)
+    thresholds = [qb.threshold for qb in blocks]
+    combined = exchange.max(torch.cat(thresholds))
+    for qb, part in zip(blocks, _split_like(combined, thresholds), strict=True):
+        qb.threshold = part
+
+
+def _combine_outputs(outputs: tuple[Tensor, ...], exchange: Exchange) -> None:
+    """Above, tied and listed of the query blocks each process ranked, on every process: the
+    others' entries are as they start (0, 0 and listed)."""
+    above, tied, listed = outputs
+    above.copy_(exchange.sum(above))
+    tied.copy_(exchange.sum(tied))
+    listed.copy_(exchange.max((~listed).to(torch.int64)) == 0)
+
+
+def _split_like(flat: Tensor, parts: list[Tensor]) -> list[Tensor]:
+    sizes = [t.numel() for t in parts]
+    return [
+        piece.view(t.shape) for piece, t in zip(flat.split(sizes), parts, strict=True)
+    ]

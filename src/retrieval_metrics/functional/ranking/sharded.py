@@ -14,30 +14,11 @@ from retrieval_metrics.functional.ranking.embeddings import (
     embedding_relevance,
     relevant_scores,
 )
+from retrieval_metrics.functional.ranking.exchange import Exchange
 from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET, block_sizes
 from retrieval_metrics.functional.ranking.similarity import score_dtype
 from retrieval_metrics.functional.ranking.table_build import table_from_items
 from retrieval_metrics.functional.table import RankTable
-
-
-class Exchange:
-    """How the sharded ranking talks to the other shards (no-ops for a single shard).
-
-    ``gather(tensors)`` concatenates each tensor over shards along dimension 0 (shard order);
-    ``sum(tensor)`` and ``max(tensor)`` reduce elementwise over shards. ``sent`` counts the bytes
-    this shard contributed, for the benchmark.
-    """
-
-    sent = 0
-
-    def gather(self, tensors: list[Tensor]) -> list[Tensor]:
-        return tensors
-
-    def sum(self, tensor: Tensor) -> Tensor:
-        return tensor
-
-    def max(self, tensor: Tensor) -> Tensor:
-        return tensor
 
 
 def rank_embeddings_sharded(

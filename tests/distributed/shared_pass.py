@@ -1,0 +1,99 @@
+"""One process of test_shared_pass.py: ``python shared_pass.py RANK WORLD INIT_FILE OUT``.
+
+Every process holds the same items (as after the metric's state sync) and ranks them against
+themselves, through the metric class and through ``rank_embeddings(..., exchange=)``; it writes
+its tables, values and how many block products it computed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+
+import retrieval_metrics as rm
+from retrieval_metrics.distributed import DistributedExchange
+from retrieval_metrics.functional.measures import retrieval_measures
+from retrieval_metrics.functional.ranking import rank_embeddings
+
+NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr", "map"]
+# square blocks of 192 items (plan.square_block for this budget): 8 blocks, 36 block pairs
+# of the half product for the 1,500 items
+BUDGET = 2**22
+
+
+def data(n: int = 1500) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, n // 5, (n,), generator=gen)
+    centres = torch.randn(n // 5, 16, generator=gen)
+    emb = centres[labels] + 0.9 * torch.randn(n, 16, generator=gen)
+    emb[100:160] = emb[40]  # a run of identical rows: ties across blocks
+    return emb, labels
+
+
+def table_lists(table) -> dict:
+    fields = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
+    out = {name: getattr(table, name).tolist() for name in fields}
+    # the measures a depth of 4 (covering the relevant items) is enough for
+    values = retrieval_measures(table, NAMES[:5])
+    out["values"] = {k: float(v) for k, v in values.items()}
+    return out
+
+
+def counted(fn):
+    """fn()'s result and the number of matrix products it computed."""
+    real = torch.mm
+    calls = [0]
+
+    def mm(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    with mock.patch.object(torch, "mm", mm):
+        result = fn()
+    return result, calls[0]
+
+
+def main() -> None:
+    rank, world, init_file, out = sys.argv[1:5]
+    rank, world = int(rank), int(world)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        emb, labels = data()
+        result = {}
+        # the metric class: this rank's share of the updates, with ids
+        metric = rm.RetrievalMetrics(NAMES, memory_budget=BUDGET)
+        idx = torch.arange(len(emb))[rank::world]
+        for chunk in idx.split(200):
+            metric.update(emb[chunk], labels[chunk], ids=chunk)
+        values, products = counted(metric.compute)
+        result["class"] = {
+            "values": {k: float(v) for k, v in values.items()},
+            "per_query": {k: v.tolist() for k, v in metric.per_query().items()},
+            "products": products,
+        }
+        # the functional layer, every process holding every item
+        for name, options in [
+            ("depth", dict(depth=4, cover_relevant=True)),
+            ("full", {}),
+            ("euclidean", dict(similarity="euclidean")),  # no symmetric pass: query blocks shared
+        ]:
+            exchange = DistributedExchange() if world > 1 else None
+            table, products = counted(
+                lambda options=options, exchange=exchange: rank_embeddings(
+                    emb, query_labels=labels, memory_budget=BUDGET, exchange=exchange, **options
+                )
+            )
+            result[name] = {"table": table_lists(table), "products": products}
+        with open(out, "w") as f:
+            json.dump(result, f)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
