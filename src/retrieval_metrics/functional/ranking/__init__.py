@@ -45,6 +45,8 @@ The other input forms and modes: ``scores`` (:func:`rank_scores`, torchmetrics' 
 (:func:`rank_embeddings_sharded`, a gallery split over processes). ``exchange``: the
 :class:`Exchange` through which a ranking split over processes (a sharded gallery, or a same-source
 ranking whose processes share the symmetric pass's block pairs out) reaches the others.
+``reference``: the engine's plain reference (``rank_by_full_sort``: the same block products,
+then a full sort of every score row), which the tests check every fast path against, bit for bit.
 """
 
 from retrieval_metrics.functional.ranking.embeddings import (

@@ -9,6 +9,7 @@ picks a pass: :func:`two_sided_pass` when one product can serve the queries of b
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -69,12 +70,7 @@ def blocked_ranking(
     # blocks can serve the queries of both (see two_sided_pass).
     if symmetric and gallery.shape != query.shape:
         raise ValueError("a same-source ranking ranks the queries against themselves")
-    symmetric = (
-        symmetric
-        and mode == "table"
-        and one_product(similarity, block_size, relevance_sets, gallery.shape[0])
-        and _same_key(query_order_key, gallery_order_key)
-    )
+    num_gallery = gallery.shape[0]
     kept = relevance_sets.gallery_index
     if kept.numel() != gallery.shape[0]:
         gallery = gallery[kept.to(device)]
@@ -96,28 +92,77 @@ def blocked_ranking(
     )
     if side.g_perm is not None:
         g_mat = g_mat[side.g_perm.to(device)]
-    if block_size is None:
-        block_q, block_g = block_sizes(
-            num_q, num_g, q_mat.shape[1], side.max_relevant, elem, memory_budget, device
-        )
+    layout = choose_layout(
+        side,
+        relevance_sets,
+        num_gallery,
+        q_mat.shape[1],
+        similarity=similarity,
+        block_size=block_size,
+        memory_budget=memory_budget,
+        symmetric=symmetric and mode == "table",
+        order_keys=(query_order_key, gallery_order_key),
+        device=device,
+        dtype=dtype,
+    )
+    if layout.symmetric:
+        block = layout.block_g
+        room = cache_room(memory_budget - 2 * side.state_bytes(block, elem), block, dtype)
+        two_sided_pass(side.at(block), None, g_mat, g_mat, room, exchange)
     else:
-        block_q, block_g = checked_block_size(block_size)
-    if symmetric and num_q:
-        block = (
-            block_g if block_size is not None
-            else square_block(num_g, elem, memory_budget, device)
-        )
-        state = side.state_bytes(block, elem)
-        # every query block's state lives to the end: only when they are a fraction of the budget
-        symmetric = state <= memory_budget // 4
-        if symmetric:
-            room = cache_room(memory_budget - 2 * state, block, dtype)
-            two_sided_pass(side.at(block), None, g_mat, g_mat, room, exchange)
-    if not symmetric:
-        _one_sided_pass(side.at(block_g), q_mat, g_mat, block_q, mode, exchange)
+        _one_sided_pass(side.at(layout.block_g), q_mat, g_mat, layout.block_q, mode, exchange)
         if exchange is not None:
             _combine_outputs(side.outputs, exchange)
     return side.result(relevance_sets)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The pass a ranking takes and its blocks: ``symmetric`` (square blocks of ``block_g``)
+    or one-sided (query blocks of ``block_q`` rows, gallery blocks of ``block_g`` items)."""
+
+    symmetric: bool
+    block_q: int
+    block_g: int
+
+
+def choose_layout(
+    side: Side,
+    rel: Relevance,
+    num_gallery: int,
+    dim: int,
+    *,
+    similarity: str,
+    block_size: tuple[int, int] | None,
+    memory_budget: int,
+    symmetric: bool,
+    order_keys: tuple[Tensor | None, Tensor | None],
+    device: torch.device,
+    dtype: torch.dtype,
+) -> Layout:
+    """The symmetric pass for a same-source (``symmetric``) dot product of square blocks, in
+    one processing order, whose query blocks' counting states fit a quarter of the budget (they
+    all live to the end); else the one-sided pass. ``num_gallery``: before the ignore label
+    removed any. The reference path (``reference.py``) takes the same layout."""
+    elem = torch.finfo(dtype).bits // 8
+    num_q, num_g = side.order.numel(), side.num_g
+    if block_size is not None:
+        checked_block_size(block_size)
+    if (
+        symmetric
+        and num_q
+        and one_product(similarity, block_size, rel, num_gallery)
+        and _same_key(*order_keys)
+    ):
+        block = block_size[1] if block_size else square_block(num_g, elem, memory_budget, device)
+        if side.state_bytes(block, elem) <= memory_budget // 4:
+            return Layout(True, block, block)
+    if block_size is not None:
+        return Layout(False, *block_size)
+    block_q, block_g = block_sizes(
+        num_q, num_g, dim, side.max_relevant, elem, memory_budget, device
+    )
+    return Layout(False, block_q, block_g)
 
 
 def one_product(

@@ -1,0 +1,184 @@
+"""The engine's plain reference: the same block products, then a full sort of every score row.
+
+The engine (``schedule``, ``counting``, ``kernels``) never looks at most scores: it prunes
+segments below a threshold, counts the survivors item by item or whole blocks by a batched
+search, and merges histograms. :func:`rank_by_full_sort` does none of that. It computes every
+score, removes each query's exclusions from its row, sorts the row and counts by definition.
+``tests/test_reference_path.py`` checks that every fast path equals it, bit for bit.
+
+Bit for bit needs the same scores, not only the same formula: a float32 product rounds by the
+shape it is computed in, so the scores come from products of the engine's shapes and operands,
+laid out by the engine's own ``schedule.choose_layout``: the one-sided pass multiplies a query
+block (rows in processing order, at least ``PRODUCT_ROWS`` of them, zero rows added) by a
+gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric pass computes
+``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
+read ``S^T``. The layout code (``Side``, ``plan``, ``prepare``) and the table building are the
+engine's own; only the counting is plain. It holds the whole score matrix: meant for tests, not for use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.precision import in_full_fp32
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
+from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.schedule import PRODUCT_ROWS, Layout, choose_layout
+from retrieval_metrics.functional.ranking.side import Side
+from retrieval_metrics.functional.ranking.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.relevance import Relevance
+from retrieval_metrics.functional.table import RankTable
+
+__all__ = ["rank_by_full_sort", "rank_embeddings_by_full_sort"]
+
+
+def _padded(x: Tensor, rows: int) -> Tensor:
+    """``x`` with zero rows added up to ``rows`` (the engine's padding of short blocks)."""
+    if x.shape[0] >= rows:
+        return x
+    return torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])
+
+
+@in_full_fp32  # as the engine's passes: no TF32 or reduced-precision products
+def _blocked_scores(q_mat: Tensor, g_mat: Tensor, order: Tensor, layout: Layout) -> Tensor:
+    """Every score, queries and gallery in processing order, from the engine's products."""
+    num_q, num_g, bq, bg = q_mat.shape[0], g_mat.shape[0], layout.block_q, layout.block_g
+    out = torch.empty(num_q, num_g, dtype=q_mat.dtype)
+    if layout.symmetric:
+        a = g_mat  # the symmetric pass multiplies the gallery matrix by itself
+        blocks = [_padded(a[i : i + bg], bg) for i in range(0, num_g, bg)]
+        for j, bj in enumerate(blocks):
+            for i in range(j + 1):
+                s = torch.mm(blocks[i], bj.T).cpu()
+                rows, cols = slice(i * bg, (i + 1) * bg), slice(j * bg, (j + 1) * bg)
+                h, w = out[rows, cols].shape
+                out[rows, cols] = s[:h, :w]
+                if i < j:  # block j's queries read the columns of the same product
+                    out[cols, rows] = s.T[:w, :h]
+        return out
+    device = q_mat.device
+    for start in range(0, num_q, bq):
+        rows = order[start : start + bq]
+        q_blk = _padded(q_mat[rows.to(device)], PRODUCT_ROWS)
+        for g0 in range(0, num_g, bg):
+            g_blk = _padded(g_mat[g0 : g0 + bg], bg)  # every gallery block bg columns wide
+            s = torch.mm(q_blk, g_blk.T).cpu()
+            out[start : start + rows.numel(), g0 : g0 + bg] = s[: rows.numel(), : num_g - g0]
+    return out
+
+
+def rank_by_full_sort(
+    query: Tensor,
+    gallery: Tensor,
+    relevance_sets: Relevance,
+    *,
+    similarity: str = "cosine",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int] | None = None,
+    query_order_key: Tensor | None = None,
+    gallery_order_key: Tensor | None = None,
+    symmetric: bool = False,
+) -> RankTable:
+    """The table of ``schedule.blocked_ranking`` with the same arguments and ``depth=None``,
+    by a full sort of every score row (see the module docstring).
+
+    Example:
+        >>> from retrieval_metrics.functional.relevance import build_relevance
+        >>> emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+        >>> labels = torch.tensor([0, 0, 1, 1])
+        >>> rel = build_relevance(4, 4, query_labels=labels, gallery_labels=labels,
+        ...                       same_source=True)
+        >>> table = rank_by_full_sort(emb, emb, rel, query_order_key=labels,
+        ...                           gallery_order_key=labels, symmetric=True)
+        >>> table.above.tolist(), table.tied.tolist(), table.gallery_size.tolist()
+        ([0, 0, 0, 0], [1, 1, 1, 1], [3, 3, 3, 3])
+    """
+    if symmetric and gallery.shape != query.shape:
+        raise ValueError("a same-source ranking ranks the queries against themselves")
+    device, dtype = query.device, score_dtype(query, gallery)
+    num_gallery = gallery.shape[0]
+    kept = relevance_sets.gallery_index
+    if kept.numel() != num_gallery:
+        gallery = gallery[kept.to(device)]
+    q_mat, g_mat = prepare(query, gallery, similarity, dtype)
+    # The engine's processing order; rel_index and ex_index are gallery positions in that order.
+    side = Side.make(
+        relevance_sets, q_mat.shape[0], g_mat.shape[0], query_order_key, gallery_order_key,
+        device=device, dtype=dtype, depth=None, cover_relevant=False,
+        memory_budget=memory_budget,
+    )
+    if side.g_perm is not None:
+        g_mat = g_mat[side.g_perm.to(device)]
+    layout = choose_layout(  # the engine's own choice of pass and blocks
+        side, relevance_sets, num_gallery, q_mat.shape[1], similarity=similarity,
+        block_size=block_size, memory_budget=memory_budget, symmetric=symmetric,
+        order_keys=(query_order_key, gallery_order_key), device=device, dtype=dtype,
+    )
+    by_position = _blocked_scores(q_mat, g_mat, side.order, layout)
+    scores = torch.empty_like(by_position)
+    scores[side.order] = by_position  # rows back in input order
+    num_relevant = side.rel_ptr.diff()
+    above = torch.zeros(int(side.rel_ptr[-1]), dtype=torch.int64)
+    tied = torch.zeros_like(above)
+    for q in range(scores.shape[0]):
+        r0, r1 = int(side.rel_ptr[q]), int(side.rel_ptr[q + 1])
+        keep = torch.ones(scores.shape[1], dtype=torch.bool)
+        keep[side.ex_index[int(side.ex_ptr[q]) : int(side.ex_ptr[q + 1])]] = False
+        ranked = torch.sort(scores[q][keep]).values  # ascending; exclusions left out
+        relevant = scores[q][side.rel_index[r0:r1]]
+        at_most = torch.searchsorted(ranked, relevant, right=True)  # items <= each score
+        below = torch.searchsorted(ranked, relevant, right=False)  # items < each score
+        above[r0:r1] = ranked.numel() - at_most
+        tied[r0:r1] = at_most - below
+    gallery_size = side.num_g - side.ex_ptr.diff()
+    return table_from_items(
+        side.rel_ptr, above, tied, torch.ones_like(above, dtype=torch.bool),
+        relevance_sets.query_grades, num_relevant, gallery_size, gallery_size.clone(),
+    )
+
+
+def rank_embeddings_by_full_sort(
+    query: Tensor,
+    gallery: Tensor | None = None,
+    *,
+    similarity: str = "cosine",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    block_size: tuple[int, int] | None = None,
+    **relevance_args: Any,
+) -> RankTable:
+    """:func:`rank_embeddings` with ``depth=None``, by :func:`rank_by_full_sort`: the same
+    keywords (labels, ids, cameras, positions, ``relevant_ids``, ``relevance``, ``radius``,
+    ``ignore_label``), the same relevance sets, order keys and choice of pass.
+
+    Example:
+        >>> from retrieval_metrics.functional.ranking import rank_embeddings
+        >>> emb = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+        >>> labels = torch.tensor([0, 1, 0, 1])
+        >>> ref = rank_embeddings_by_full_sort(emb, query_labels=labels)
+        >>> ref.above.tolist(), ref.tied.tolist()
+        ([2, 1, 2, 1], [1, 1, 1, 1])
+        >>> torch.equal(ref.above, rank_embeddings(emb, query_labels=labels).above)
+        True
+    """
+    defaults = dict.fromkeys(
+        ("query_labels", "gallery_labels", "query_ids", "gallery_ids", "query_cameras",
+         "gallery_cameras", "query_positions", "gallery_positions", "relevant_ids",
+         "ignore_label"),
+    )
+    args = {**defaults, "relevance": "label", "radius": 25.0, **relevance_args}
+    same_source = gallery is None
+    query, gallery, rel, q_labels, g_labels = embedding_relevance(
+        query, gallery, **args, similarity=similarity, depth=None, memory_budget=memory_budget
+    )
+    table = rank_by_full_sort(
+        query, gallery, rel, similarity=similarity, memory_budget=memory_budget,
+        block_size=block_size, query_order_key=q_labels,
+        gallery_order_key=None if g_labels is None else g_labels[rel.gallery_index],
+        symmetric=same_source,
+    )
+    return table if q_labels is None else replace(table, query_class=q_labels)
