@@ -13,7 +13,8 @@ block (rows in processing order, at least ``PRODUCT_ROWS`` of them, zero rows ad
 gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric pass computes
 ``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
 read ``S^T``. The layout code (``Side``, ``plan``, ``prepare``) and the table building are the
-engine's own; only the counting is plain. It holds the whole score matrix: meant for tests, not for use.
+engine's own; only the counting is plain. It holds the whole score matrix: meant for tests, not
+for use.
 """
 
 from __future__ import annotations
