@@ -9,9 +9,11 @@ Every metric kind goes through these steps, in this order, and nowhere else:
 2. :func:`dedupe_by_id`: samples repeated by DistributedSampler (same id, and the same labels,
    cameras, positions and embedding, the embedding to float rounding) are dropped; an id repeated
    with anything different is an error.
-3. :func:`rank_queries`: each process ranks its contiguous share of the queries
-   (:func:`query_share`) against the whole gallery, and the rank tables are gathered in process
-   order (:func:`gather_table`), so every process holds the whole table.
+3. :func:`rank_queries`: for a set ranked against itself, each process computes its share of
+   the symmetric pass's block pairs and the counts are summed (:class:`DistributedExchange`);
+   for a separate gallery, each ranks its contiguous share of the queries (:func:`query_share`)
+   and the rank tables are gathered in process order (:func:`gather_table`). Either way every
+   process holds the whole table.
 4. Or, for a gallery too large for one device, :func:`rank_gallery_sharded`: the gallery stays
    where it is and only queries, relevant scores and counts cross.
 """
