@@ -6,14 +6,19 @@ is split, not how many threads run:
 
 1. Speed-up: a 50,000-item same-source evaluation (D = 128, about 5 items per class), ``compute()``
    of ``RetrievalMetrics`` in 1 process vs 2 processes (each fed half the data through a
-   DistributedSampler-like split with ids). Target: at least 1.7x.
+   DistributedSampler-like split with ids; the 2 processes share the symmetric pass's block
+   pairs out). Target: at least 1.9x. The machine drifts by tens of percent from one minute to
+   the next, so 1 and 2 processes take turns over ``--rounds`` rounds and the ratio is each
+   round's, the median kept. Beside it, the machine's own ceiling in the same rounds: the same
+   number of 2048 x 2048 x 128 products in 1 process vs split over 2 processes running at once
+   (two processes on two cores share caches and memory bandwidth).
 2. Communication in the sharded-gallery mode: bytes each process sends for a fixed query set and
    a fixed set of relevant items, against galleries grown with distractors. Target: independent
    of the gallery size, O(queries x (D + relevant per query)).
 3. One ranking pass: ``RetrievalMetrics`` with 10 metrics vs one ``HitRateAtK`` on the same data,
    in one process. Target: at most 1.1x.
 
-Run:  python benchmarks/bench_distributed.py [--n 50000] [--small]
+Run:  python benchmarks/bench_distributed.py [--n 50000] [--small] [--rounds 3]
 Writes benchmarks/results/bench_distributed.json and prints a table.
 """
 
@@ -23,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -65,7 +71,18 @@ def _worker(rank: int, world: int, init: str, task: dict, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     try:
         result = {}
-        if task["kind"] == "speedup":
+        if task["kind"] == "products":
+            # the ceiling: the same products (and segment maxima) split over the processes
+            a, b = torch.randn(2048, DIM), torch.randn(2048, DIM)
+            scores = torch.empty(2048, 2048)
+            torch.mm(a, b.T, out=scores)
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(task["products"] // world):
+                torch.mm(a, b.T, out=scores)
+                scores.view(2048, 32, 64).amax(2)
+            result["seconds"] = time.perf_counter() - start
+        elif task["kind"] == "speedup":
             emb, labels = make_data(task["n"])
             metric = rm.RetrievalMetrics(NAMES_DDP)
             idx = shard(task["n"], rank, world)
@@ -150,19 +167,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--small", action="store_true", help="quick smoke run (n = 6,000)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds in which 1 and 2 processes take turns (default 3)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" /
                                               "bench_distributed.json"))
     args = parser.parse_args()
     n = 6_000 if args.small else args.n
     report: dict = {"torch": torch.__version__, "n": n, "dim": DIM, "threads_per_process": 1}
 
-    single = run_world(1, {"kind": "speedup", "n": n})[0]
-    double = run_world(2, {"kind": "speedup", "n": n})
-    same = all(d["values"] == single["values"] for d in double)
-    slowest = max(d["seconds"] for d in double)
-    report["speedup"] = {"one_process_s": single["seconds"], "two_processes_s": slowest,
-                         "speedup": single["seconds"] / slowest, "same_values": same,
-                         "values": single["values"]}
+    rounds = []
+    for _ in range(args.rounds):
+        single = run_world(1, {"kind": "speedup", "n": n})[0]
+        double = run_world(2, {"kind": "speedup", "n": n})
+        ceiling = [
+            max(r["seconds"] for r in run_world(w, {"kind": "products", "products": 200}))
+            for w in (1, 2)
+        ]
+        slowest = max(d["seconds"] for d in double)
+        rounds.append({
+            "one_process_s": single["seconds"], "two_processes_s": slowest,
+            "speedup": single["seconds"] / slowest,
+            "same_values": all(d["values"] == single["values"] for d in double),
+            "values": single["values"], "ceiling": ceiling[0] / ceiling[1],
+        })
+    middle = sorted(rounds, key=lambda r: r["speedup"])[len(rounds) // 2]
+    report["speedup"] = dict(
+        middle,
+        same_values=all(r["same_values"] for r in rounds),
+        speedups=[r["speedup"] for r in rounds],
+        ceiling=statistics.median(r["ceiling"] for r in rounds),
+        ceilings=[r["ceiling"] for r in rounds],
+    )
 
     queries = 2_000 if args.small else 5_000
     report["sharded"] = []
@@ -181,7 +216,10 @@ def main() -> None:
     print(f"retrieval-metrics, torch {torch.__version__}, 1 thread per process, n = {n}, D = {DIM}")
     print(f"1 process  compute(): {s['one_process_s']:8.2f} s")
     print(f"2 processes compute(): {s['two_processes_s']:8.2f} s   speed-up {s['speedup']:.2f}x "
-          f"(target >= 1.7x), same values on every rank: {s['same_values']}")
+          f"(target >= 1.9x; median of rounds {[round(x, 2) for x in s['speedups']]}), "
+          f"same values on every rank: {s['same_values']}")
+    print(f"  the machine's ceiling, the same products in 1 vs 2 processes at once: "
+          f"{s['ceiling']:.2f}x (rounds {[round(x, 2) for x in s['ceilings']]})")
     print("sharded gallery, bytes sent per process (queries fixed):")
     for row in report["sharded"]:
         print(f"  {row['queries']} queries x gallery {row['gallery']:>6}: "

@@ -10,6 +10,10 @@ script, on the same machine and load); this script only collects them next to th
   100,000 x 100,000 memory case with its peak RSS against embeddings + budget + 300 MiB.
 * ``bench_crossmodal.json``: 5,000 images x 25,000 captions in both directions, as a ratio to
   one 5,000 x 25,000 ``torch.mm``.
+* ``bench_distributed.json``: the same-source 50,000-item ``compute()`` on 2 gloo processes
+  against 1, beside the machine's ceiling (the same products split over 2 processes).
+* ``bench_stress.json``: degenerate data (identical embeddings, 2 classes of uniform points)
+  through ``RetrievalMetrics``, as a ratio to a blocked product + full sort of every row.
 
 Run after the benchmarks (from the repository root):
 
@@ -151,6 +155,35 @@ def rows_crossmodal(report: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def rows_distributed(report: dict[str, Any]) -> list[list[str]]:
+    speed = report["speedup"]
+    ceiling = speed.get("ceiling")
+    return [
+        [
+            f"same source {report['n']:,} x {report['dim']}, 2 processes vs 1 (1 thread each)",
+            f"{fmt(speed['speedup'])}x faster",
+            ">= 1.9x",
+            f"machine ceiling {fmt(ceiling)}x" if ceiling is not None else "",
+        ]
+    ]
+
+
+def rows_stress(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for case in report["cases"]:
+        if case["case"] not in ("identical", "uniform"):
+            continue
+        rows.append(
+            [
+                f"{case['about']} (RetrievalMetrics)",
+                f"{fmt(case['ours_over_naive'])}x mm + full sort",
+                "<= 2x",
+                "growth within budget" if case["growth_within_bound"] else "growth OVER budget",
+            ]
+        )
+    return rows
+
+
 def main() -> int:
     rows: list[list[str]] = []
     sources = []
@@ -158,18 +191,21 @@ def main() -> int:
         ("bench_inputs", rows_inputs),
         ("bench_ranking", rows_ranking),
         ("bench_crossmodal", rows_crossmodal),
+        ("bench_distributed", rows_distributed),
+        ("bench_stress", rows_stress),
     ):
         report = load(name)
         if report is None:
             rows.append([f"({name}.json missing: run benchmarks/{name}.py)", "", "", ""])
             continue
         rows.extend(build(report))
-        machine = report.get("machine") or {
-            "cpu": report.get("device"),
-            "torch": report.get("torch"),
-        }
+        machine = report.get("machine") or {"cpu": report.get("device") or "cpu"}
         if isinstance(machine, dict):
-            machine = f"{machine.get('cpu', '?')}, torch {machine.get('torch', '?')}"
+            # bench_stress records torch per case, bench_distributed at the top
+            torch_version = machine.get("torch") or report.get("torch")
+            if torch_version is None and report.get("cases"):
+                torch_version = report["cases"][0].get("torch")
+            machine = f"{machine.get('cpu', '?')}, torch {torch_version or '?'}"
         sources.append(f"{name}: {machine}")
     header = ["workload", "ours", "goal", "peers (same run)"]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
