@@ -202,9 +202,6 @@ class DistributedExchange:
     def max(self, tensor: Tensor) -> Tensor:
         return self._reduce(tensor, dist.ReduceOp.MAX)
 
-    def min(self, tensor: Tensor) -> Tensor:
-        return self._reduce(tensor, dist.ReduceOp.MIN)
-
     def min_async(self, tensor: Tensor) -> Callable[[], Tensor]:
         out = tensor.to(_collective_device(tensor.device, self.group), copy=True)
         self.sent += out.numel() * out.element_size()

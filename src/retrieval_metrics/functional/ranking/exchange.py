@@ -17,10 +17,10 @@ class Exchange:
     """Collectives over the processes of one ranking; this base class is a single process.
 
     ``gather(tensors)`` concatenates each tensor over processes along dimension 0 (process
-    order); ``sum``, ``max`` and ``min`` reduce elementwise over processes, and ``min_async``
-    starts the reduction and returns the wait for its result. ``rank`` and
-    ``world`` say which process this is and how many there are. ``sent`` counts the bytes this
-    process contributed, for the benchmarks.
+    order); ``sum`` and ``max`` reduce elementwise over processes, and ``min_async`` starts an
+    elementwise minimum and returns the wait for its result. ``rank`` and ``world`` say which
+    process this is and how many there are. ``sent`` counts the bytes this process contributed,
+    for the benchmarks.
     """
 
     sent = 0
@@ -34,9 +34,6 @@ class Exchange:
         return tensor
 
     def max(self, tensor: Tensor) -> Tensor:
-        return tensor
-
-    def min(self, tensor: Tensor) -> Tensor:
         return tensor
 
     def min_async(self, tensor: Tensor) -> Callable[[], Tensor]:
