@@ -15,7 +15,7 @@ import torch
 
 import retrieval_metrics as rm
 from retrieval_metrics import cli, demo
-from retrieval_metrics.functional.stats import Comparison
+from retrieval_metrics.functional.measures.stats import Comparison
 from retrieval_metrics.plot import Curve, plot_curves
 
 

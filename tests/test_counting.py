@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval_metrics.functional.ranking.kernels import _merge_rows, count_block
+from retrieval_metrics.functional.ranking.engine.kernels import _merge_rows, count_block
 
 
 def _brute(values: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

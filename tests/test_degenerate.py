@@ -36,7 +36,8 @@ from reference import (
 )
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking
-from retrieval_metrics.functional.ranking import counting, rank_embeddings
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.engine import counting
 
 SMALLEST_BUDGET = 2**16
 TIES = ("optimistic", "pessimistic", "expected")
@@ -512,7 +513,7 @@ def test_summary_in_query_chunks(empty_queries):
     """summary() with more relevant pairs than the budget: values, intervals, chance levels and
     counts equal the summary of the whole table."""
     from retrieval_metrics import RetrievalMetrics
-    from retrieval_metrics.functional import stats
+    from retrieval_metrics.functional.measures import stats
 
     rng = _rng(3)
     n = 150

@@ -14,7 +14,7 @@ import torch
 
 import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
-from retrieval_metrics.functional.ranking import counting
+from retrieval_metrics.functional.ranking.engine import counting
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 BUDGET = 200

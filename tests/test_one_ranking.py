@@ -19,7 +19,7 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional import items as I
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking as R
-from retrieval_metrics.functional.ranking import schedule as S
+from retrieval_metrics.functional.ranking.engine import schedule as S
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 

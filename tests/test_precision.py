@@ -13,7 +13,7 @@ import torch
 
 import retrieval_metrics as rm
 from retrieval_metrics.functional import ranking as R
-from retrieval_metrics.functional.precision import full_fp32_products
+from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 
 
 @pytest.fixture

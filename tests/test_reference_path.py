@@ -24,9 +24,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulated_cuda import fake_cuda_fixture, to_fake_cuda  # noqa: F401
-from retrieval_metrics.functional.ranking import counting, rank_embeddings, rank_relevance, schedule
+from retrieval_metrics.functional.ranking import rank_embeddings, rank_relevance
 from retrieval_metrics.functional.ranking import reference as ref
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
+from retrieval_metrics.functional.ranking.engine import counting, schedule
 from retrieval_metrics.functional.ranking.reference import (
     rank_by_full_sort,
     rank_embeddings_by_full_sort,

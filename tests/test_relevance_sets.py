@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval_metrics.functional.relevance import _csr_difference, csr_from_ranges
+from retrieval_metrics.functional.ranking.relevance import _csr_difference, csr_from_ranges
 
 
 def _csr(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,7 @@ import torch
 from scipy.stats import binomtest
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional.stats import (
+from retrieval_metrics.functional.measures.stats import (
     bootstrap_interval,
     mcnemar_exact,
     paired_comparison,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_two_ways
-from retrieval_metrics.functional.ranking import schedule as S
+from retrieval_metrics.functional.ranking.engine import schedule as S
 from test_ranking_reference import check
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")

@@ -811,7 +811,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _print_summary(summary: Any, out: TextIO) -> None:
     """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell."""
-    from retrieval_metrics.functional.stats import Summary
+    from retrieval_metrics.functional.measures.stats import Summary
 
     curves = [r for r in summary.rows if isinstance(r["value"], torch.Tensor) and r["value"].dim()]
     table = Summary(rows=[r for r in summary.rows if r not in curves], level=summary.level)

@@ -51,10 +51,11 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional import stats
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.chunks import PAIR_BYTES, label_pair_counts, query_chunks
 from retrieval_metrics.functional.items import ITEM_FIELDS, Items, RankingOptions
+from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.measures.ties import TIES
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     SIMILARITIES,
@@ -64,7 +65,7 @@ from retrieval_metrics.functional.ranking import (
     rank_checked_scores,
     rank_lists,
 )
-from retrieval_metrics.functional.relevance import (
+from retrieval_metrics.functional.ranking.relevance import (
     canonical_id,
     whole_float_labels,
     whole_float_value,
@@ -77,7 +78,6 @@ from retrieval_metrics.functional.table import (
     table_from_parts,
     table_parts,
 )
-from retrieval_metrics.functional.ties import TIES
 from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 
 __all__ = ["RetrievalMetric", "RetrievalMetricBase", "as_embeddings", "label_codes", "score_copy"]

@@ -36,7 +36,7 @@ from retrieval_metrics.functional.ranking import (
     rank_embeddings,
     rank_relevance,
 )
-from retrieval_metrics.functional.relevance import Relevance, csr_from_ranges
+from retrieval_metrics.functional.ranking.relevance import Relevance, csr_from_ranges
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["EQUALITY", "AccuracyCalculator"]

@@ -29,7 +29,7 @@ from retrieval_metrics.functional.ranking import (
     rank_scores,
     rank_two_ways,
 )
-from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance, encode_labels
 
 __all__ = [
     "RankTable",

@@ -57,9 +57,10 @@ from retrieval_metrics.functional.ranking.embeddings import (
     rank_two_ways,
     relevant_scores,
 )
-from retrieval_metrics.functional.ranking.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.engine.similarity import SIMILARITIES
 from retrieval_metrics.functional.ranking.lists import rank_lists
-from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
@@ -67,7 +68,6 @@ from retrieval_metrics.functional.ranking.scores import (
     rank_scores,
 )
 from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
-from retrieval_metrics.functional.ranking.similarity import SIMILARITIES
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [

@@ -17,19 +17,22 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
-from retrieval_metrics.functional.ranking import schedule
-from retrieval_metrics.functional.ranking.exchange import Exchange
-from retrieval_metrics.functional.ranking.plan import (
+from retrieval_metrics.functional.ranking.engine import schedule
+from retrieval_metrics.functional.ranking.engine.direction import Direction, pairs_with_relevant
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.plan import (
     DEFAULT_MEMORY_BUDGET,
     SEGMENT,
     cache_room,
     checked_block_size,
-    pairs_with_relevant,
     square_block,
 )
-from retrieval_metrics.functional.ranking.side import Side
-from retrieval_metrics.functional.ranking.similarity import SIMILARITIES, prepare, score_dtype
-from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.ranking.engine.similarity import (
+    SIMILARITIES,
+    prepare,
+    score_dtype,
+)
+from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance, encode_labels
 from retrieval_metrics.functional.table import RankTable
 
 
@@ -416,7 +419,7 @@ def rank_two_ways(
             (rel_ba, (b_key, a_key), b_mat.shape[0]),
         ):
             sides.append(
-                Side.make(
+                Direction.make(
                     rel,
                     num,
                     a_mat.shape[0] + b_mat.shape[0] - num,

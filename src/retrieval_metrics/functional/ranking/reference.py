@@ -12,7 +12,7 @@ laid out by the engine's own ``schedule.choose_layout``: the one-sided pass mult
 block (rows in processing order, at least ``PRODUCT_ROWS`` of them, zero rows added) by a
 gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric pass computes
 ``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
-read ``S^T``. The layout code (``Side``, ``plan``, ``prepare``) and the table building are the
+read ``S^T``. The layout code (``Direction``, ``plan``, ``prepare``) and the table building are the
 engine's own; only the counting is plain. It holds the whole score matrix: meant for tests, not
 for use.
 """
@@ -25,14 +25,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.precision import in_full_fp32
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
-from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
-from retrieval_metrics.functional.ranking.schedule import PRODUCT_ROWS, Layout, choose_layout
-from retrieval_metrics.functional.ranking.side import Side
-from retrieval_metrics.functional.ranking.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.engine.direction import Direction
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.engine.schedule import PRODUCT_ROWS, Layout, choose_layout
+from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.table_build import table_from_items
-from retrieval_metrics.functional.relevance import Relevance
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["rank_by_full_sort", "rank_embeddings_by_full_sort"]
@@ -89,7 +89,7 @@ def rank_by_full_sort(
     by a full sort of every score row (see the module docstring).
 
     Example:
-        >>> from retrieval_metrics.functional.relevance import build_relevance
+        >>> from retrieval_metrics.functional.ranking.relevance import build_relevance
         >>> emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
         >>> labels = torch.tensor([0, 0, 1, 1])
         >>> rel = build_relevance(4, 4, query_labels=labels, gallery_labels=labels,
@@ -108,7 +108,7 @@ def rank_by_full_sort(
         gallery = gallery[kept.to(device)]
     q_mat, g_mat = prepare(query, gallery, similarity, dtype)
     # The engine's processing order; rel_index and ex_index are gallery positions in that order.
-    side = Side.make(
+    side = Direction.make(
         relevance_sets, q_mat.shape[0], g_mat.shape[0], query_order_key, gallery_order_key,
         device=device, dtype=dtype, depth=None, cover_relevant=False,
         memory_budget=memory_budget,

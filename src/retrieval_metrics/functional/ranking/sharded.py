@@ -14,9 +14,9 @@ from retrieval_metrics.functional.ranking.embeddings import (
     embedding_relevance,
     relevant_scores,
 )
-from retrieval_metrics.functional.ranking.exchange import Exchange
-from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET, block_sizes
-from retrieval_metrics.functional.ranking.similarity import score_dtype
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, block_sizes
+from retrieval_metrics.functional.ranking.engine.similarity import score_dtype
 from retrieval_metrics.functional.ranking.table_build import table_from_items
 from retrieval_metrics.functional.table import RankTable
 

@@ -14,7 +14,10 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero
-from retrieval_metrics.functional.ranking.plan import SEGMENT
+
+#: Width of the gallery segments whose maxima :func:`segment_maxima` takes: the gallery is cut
+#: into blocks of whole segments.
+SEGMENT = 64
 
 
 def segment_maxima(s: Tensor) -> Tensor:

@@ -6,15 +6,16 @@ What they mean is in the documentation's Definitions page (docs/definitions.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
+from retrieval_metrics.functional.measures import aggregation as A
+from retrieval_metrics.functional.measures import names as N
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
     "Comparison",
@@ -23,7 +24,6 @@ __all__ = [
     "mcnemar_exact",
     "paired_comparison",
     "summarize",
-    "summarize_in_chunks",
     "summarize_query_parts",
     "wilson_interval",
 ]
@@ -224,23 +224,6 @@ def summarize(
     return _summarize([table], names, level, num_bootstrap, seed, options, fields=table)
 
 
-def summarize_in_chunks(
-    tables: Iterable[RankTable],
-    names: Sequence[str],
-    *,
-    level: float = 0.95,
-    num_bootstrap: int = 1000,
-    seed: int = 0,
-    exchange: Callable[[M.QueryParts, RankTable], tuple[M.QueryParts, RankTable]] | None = None,
-    **options,
-) -> Summary:
-    """:func:`summarize` of the queries of several tables taken together, one table at a time
-    (see :func:`~retrieval_metrics.functional.measures.retrieval_measures_in_chunks`, whose
-    ``exchange`` this takes too): only the per-query values are kept, never every relevant pair
-    at once."""
-    return _summarize(tables, names, level, num_bootstrap, seed, options, exchange=exchange)
-
-
 def _summarize(
     tables: Iterable[RankTable],
     names: Sequence[str],
@@ -248,7 +231,6 @@ def _summarize(
     num_bootstrap: int,
     seed: int,
     options: dict,
-    exchange: Callable[[M.QueryParts, RankTable], tuple[M.QueryParts, RankTable]] | None = None,
     fields: RankTable | None = None,
 ) -> Summary:
     """The per-query values of each metric computed once: aggregated into its value and
@@ -261,11 +243,9 @@ def _summarize(
     def picked(*keys: str) -> dict:
         return {k: options[k] for k in keys if k in options}
 
-    parts, queries = M.query_parts_in_chunks(
+    parts, queries = A.query_parts_in_chunks(
         tables, names, **picked("ties", "average", "ap", "divisor", "gain")
     )
-    if exchange is not None:
-        parts, queries = exchange(parts, queries)
     queries = queries if fields is None else fields
     return summarize_query_parts(
         queries, parts, names, level=level, num_bootstrap=num_bootstrap, seed=seed, **options
@@ -274,7 +254,7 @@ def _summarize(
 
 def summarize_query_parts(
     queries: RankTable,
-    parts: M.QueryParts,
+    parts: A.QueryParts,
     names: Sequence[str],
     *,
     level: float = 0.95,
@@ -291,7 +271,7 @@ def summarize_query_parts(
     if unexpected:
         raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
     aggregation = ("empty_queries", "average", "percent", "median")
-    values = M.aggregate_query_parts(
+    values = A.aggregate_query_parts(
         queries, parts, **{k: options[k] for k in aggregation if k in options}
     )
     per_query = {name: value for name, (value, _, _) in parts.items()}
@@ -311,16 +291,16 @@ def _summary(
     """The rows of a summary; ``table`` is read for its per-query fields only."""
     # Ranked lists (depth unbounded) come from an unknown collection: no chance level.
     has_gallery = table.num_queries > 0 and not bool((table.depth == UNBOUNDED).any())
-    chance = M.chance_measures(table, names, **options) if has_gallery else None
+    chance = A.chance_measures(table, names, **options) if has_gallery else None
     skipped = int((table.num_relevant == 0).sum())
     empty_policy = options.get("empty_queries", "skip")
     summary = Summary(level=level)
     for name in names:
-        spec = M.parse_metric(name)
+        spec = N.parse_metric(name)
         per_query = per_query_of[spec.name]
         if per_query.dim() == 1 and empty_policy == "zero":
             fill = 0.0
-            if spec.base in M.RANK_METRICS:
+            if spec.base in N.RANK_METRICS:
                 fill_values = table.gallery_size.to(torch.float64) + 1
                 per_query = torch.where(table.num_relevant == 0, fill_values, per_query)
             else:

@@ -7,17 +7,10 @@ from :func:`square_block`, and how many of those products it may keep from :func
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import torch
 
-from retrieval_metrics.functional.primitives import repeat
+from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
 
-if TYPE_CHECKING:
-    from retrieval_metrics.functional.ranking.side import Side
-
-SEGMENT = 64
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 #: The largest blocks by device type: (queries, gallery items) of the one-sided pass, and the
 #: square block of the symmetric pass. The CPU keeps a score block in its caches (2048 gallery
@@ -116,15 +109,3 @@ def cache_room(room: int, block: int, dtype: torch.dtype) -> int:
     the counting's transients take the other half."""
     elem = torch.finfo(dtype).bits // 8
     return max(0, (room // 2) // (block * block * elem) - 1)
-
-
-def pairs_with_relevant(sides: Sequence[Side], block: int) -> int:
-    """Block pairs holding relevant items of either side (its rows or, transposed, columns)."""
-    keys = []
-    for k, side in enumerate(sides):
-        query_block = torch.empty_like(side.order)
-        query_block[side.order] = torch.arange(side.order.numel()) // block
-        rows = repeat(query_block, side.rel_ptr.diff())
-        cols = side.rel_index // block
-        keys.append(rows * 2**31 + cols if k == 0 else cols * 2**31 + rows)
-    return int(torch.unique(torch.cat(keys)).numel()) if keys else 0

@@ -1,6 +1,6 @@
 """The orders of block products: which score blocks are computed, and who counts them.
 
-:func:`blocked_ranking` lays the ranking out (matrices, :class:`Side`, block sizes) and
+:func:`blocked_ranking` lays the ranking out (matrices, :class:`Direction`, block sizes) and
 picks a pass: :func:`two_sided_pass` when one product can serve the queries of both of its sides
 (a set ranked against itself, or both directions of ``rank_two_ways``), else
 :func:`_one_sided_pass`, each block of queries against every gallery block in turn.
@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.precision import in_full_fp32
-from retrieval_metrics.functional.ranking.counting import THETA_EVERY, Pass, QueryBlock
-from retrieval_metrics.functional.ranking.exchange import Exchange
-from retrieval_metrics.functional.ranking.kernels import column_segments, segment_maxima
-from retrieval_metrics.functional.ranking.plan import (
+from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
+from retrieval_metrics.functional.ranking.engine.direction import Direction
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
+from retrieval_metrics.functional.ranking.engine.plan import (
     DEFAULT_MEMORY_BUDGET,
     SEGMENT,
     block_sizes,
@@ -27,9 +28,8 @@ from retrieval_metrics.functional.ranking.plan import (
     checked_block_size,
     square_block,
 )
-from retrieval_metrics.functional.ranking.side import Side
-from retrieval_metrics.functional.ranking.similarity import prepare, score_dtype
-from retrieval_metrics.functional.relevance import Relevance
+from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.relevance import Relevance
 
 # Query blocks of fewer rows are padded to this many for the product: BLAS computes products of
 # a few rows with other kernels (gemv for one row), whose roundings differ from those of larger
@@ -76,7 +76,7 @@ def blocked_ranking(
         gallery = gallery[kept.to(device)]
     q_mat, g_mat = prepare(query, gallery, similarity, dtype)
     num_q, num_g = q_mat.shape[0], g_mat.shape[0]
-    side = Side.make(
+    side = Direction.make(
         relevance_sets,
         num_q,
         num_g,
@@ -127,7 +127,7 @@ class Layout:
 
 
 def choose_layout(
-    side: Side,
+    side: Direction,
     rel: Relevance,
     num_gallery: int,
     dim: int,

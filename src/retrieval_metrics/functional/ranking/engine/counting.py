@@ -9,13 +9,14 @@ above, tied and listed of its relevant pairs into the outputs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero, repeat
-from retrieval_metrics.functional.ranking.kernels import (
+from retrieval_metrics.functional.ranking.engine.direction import Pass
+from retrieval_metrics.functional.ranking.engine.kernels import (
+    SEGMENT,
     by_block,
     columnwise_max,
     count_block,
@@ -24,48 +25,12 @@ from retrieval_metrics.functional.ranking.kernels import (
     pairs_in_block,
     sort_rows,
 )
-from retrieval_metrics.functional.ranking.plan import SEGMENT
 
 THETA_EVERY = 4
 # Relative costs of the two ways of counting a block (see QueryBlock.count): per item and
 # relevant score copied in the sparse way, per item and search step in the dense way.
 SPARSE_OVERHEAD = 8
 DENSE_OVERHEAD = 8
-
-
-@dataclass
-class Pass:
-    """What every query block of one ranking shares: the gallery's layout and the options.
-
-    ``rel_index`` and ``ex_index`` are gallery positions in processing order; ``rel_ptr`` and
-    ``ex_ptr`` are indexed by the query's input position; queries are processed in ``order``.
-    Query blocks write their results into ``outputs`` (see :meth:`QueryBlock.finish`): in the
-    CSR order of the relevant items, or with ``by_score`` each query's by decreasing score.
-    """
-
-    device: torch.device
-    dtype: torch.dtype
-    num_g: int
-    block_g: int
-    rel_ptr: Tensor
-    rel_index: Tensor
-    ex_ptr: Tensor
-    ex_index: Tensor
-    order: Tensor
-    outputs: tuple[Tensor, ...]
-    depth: int | None
-    cover_relevant: bool
-    memory_budget: int
-    ext_scores: Tensor | None = None
-    by_score: bool = False
-    neg_inf: Tensor = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.neg_inf = torch.tensor(float("-inf"), dtype=self.dtype, device=self.device)
-
-    @property
-    def num_blocks_g(self) -> int:
-        return -(-self.num_g // self.block_g) if self.num_g else 0
 
 
 def _csr_rows(ptr: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:

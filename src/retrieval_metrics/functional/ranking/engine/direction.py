@@ -1,21 +1,58 @@
-"""One direction of a ranking: its relevance in processing order, its outputs and its table."""
+"""One direction of a ranking (queries against a gallery): its relevance in processing order,
+its outputs and its table (:class:`Direction`), and what every query block of it shares
+(:class:`Pass`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import is_identity
-from retrieval_metrics.functional.ranking.counting import Pass
+from retrieval_metrics.functional.primitives import is_identity, repeat
+from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.table_build import table_from_items
-from retrieval_metrics.functional.relevance import Relevance
 
 
 @dataclass
-class Side:
+class Pass:
+    """What every query block of one ranking shares: the gallery's layout and the options.
+
+    ``rel_index`` and ``ex_index`` are gallery positions in processing order; ``rel_ptr`` and
+    ``ex_ptr`` are indexed by the query's input position; queries are processed in ``order``.
+    Query blocks write their results into ``outputs`` (see :meth:`QueryBlock.finish`): in the
+    CSR order of the relevant items, or with ``by_score`` each query's by decreasing score.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    num_g: int
+    block_g: int
+    rel_ptr: Tensor
+    rel_index: Tensor
+    ex_ptr: Tensor
+    ex_index: Tensor
+    order: Tensor
+    outputs: tuple[Tensor, ...]
+    depth: int | None
+    cover_relevant: bool
+    memory_budget: int
+    ext_scores: Tensor | None = None
+    by_score: bool = False
+    neg_inf: Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.neg_inf = torch.tensor(float("-inf"), dtype=self.dtype, device=self.device)
+
+    @property
+    def num_blocks_g(self) -> int:
+        return -(-self.num_g // self.block_g) if self.num_g else 0
+
+
+@dataclass
+class Direction:
     """One direction of a ranking: its relevance in processing order and its outputs.
 
     Queries are processed in ``order`` (input positions); the gallery in the order ``g_perm``
@@ -44,7 +81,7 @@ class Side:
         external: tuple[Tensor, Tensor] | None = None,
         mode: str = "table",
         **options: Any,
-    ) -> Side:
+    ) -> Direction:
         rel_ptr = relevance_sets.relevant_ptr
         rel_index = relevance_sets.relevant_index
         ext_scores = None
@@ -79,7 +116,7 @@ class Side:
         else:
             above = torch.zeros(num_pairs, dtype=torch.int64)
             outputs = (above, torch.zeros_like(above), torch.ones_like(above, dtype=torch.bool))
-        return Side(
+        return Direction(
             rel_ptr=rel_ptr,
             rel_index=rel_index,
             ex_ptr=relevance_sets.excluded_ptr,
@@ -151,3 +188,15 @@ class Side:
             depth_out,
             by_score=self.options["by_score"],
         )
+
+
+def pairs_with_relevant(directions: Sequence[Direction], block: int) -> int:
+    """Block pairs holding relevant items of either side (its rows or, transposed, columns)."""
+    keys = []
+    for k, side in enumerate(directions):
+        query_block = torch.empty_like(side.order)
+        query_block[side.order] = torch.arange(side.order.numel()) // block
+        rows = repeat(query_block, side.rel_ptr.diff())
+        cols = side.rel_index // block
+        keys.append(rows * 2**31 + cols if k == 0 else cols * 2**31 + rows)
+    return int(torch.unique(torch.cat(keys)).numel()) if keys else 0
