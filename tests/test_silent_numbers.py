@@ -15,7 +15,7 @@ import torch
 
 import retrieval_metrics as rm
 from retrieval_metrics.distributed import EMBEDDING_REPEAT_TOLERANCE
-from retrieval_metrics.functional.ranking.relevance import canonical_id
+from retrieval_metrics.functional.ranking.labels import canonical_id
 
 
 def clustered(n: int, classes: int, dim: int = 16, seed: int = 0):

@@ -7,7 +7,7 @@ import torch
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_lists, rank_scores
-from retrieval_metrics.functional.ranking.relevance import encode_labels
+from retrieval_metrics.functional.ranking.labels import encode_labels
 
 EMB = torch.randn(6, 3)
 LABELS = torch.tensor([0, 0, 1, 1, 2, 2])

@@ -29,7 +29,8 @@ from retrieval_metrics.functional.ranking import (
     rank_scores,
     rank_two_ways,
 )
-from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.ranking.labels import encode_labels
+from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 
 __all__ = [
     "RankTable",

@@ -32,7 +32,8 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     prepare,
     score_dtype,
 )
-from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.ranking.labels import encode_labels
+from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 from retrieval_metrics.functional.table import RankTable
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.ranking.relevance import canonical_id
+from retrieval_metrics.functional.ranking.labels import canonical_id
 from retrieval_metrics.functional.ranking.table_build import ideal_from, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
