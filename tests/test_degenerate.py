@@ -397,7 +397,7 @@ def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_sou
     """compute() with more relevant pairs than the budget ranks a chunk of queries at a time;
     its values are those of the whole table, whose per-query values are the reference's."""
     from retrieval_metrics import RetrievalMetrics
-    from retrieval_metrics.functional.chunks import PAIR_BYTES
+    from retrieval_metrics.metrics.chunks import PAIR_BYTES
 
     rng = _rng(seed)
     emb = rng.integers(-3, 4, (n, 3)).astype(np.float64)

@@ -58,3 +58,14 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
                 status = main(shlex.split(line)[1:])
                 captured = capsys.readouterr()
                 assert status == 0, f"docs/{page}: {line}\n{captured.err}"
+
+
+def test_the_option_table_is_the_declared_one():
+    """docs/definitions.md lists every option as functional/options.py declares it."""
+    from retrieval_metrics.functional.options import option_table_markdown
+
+    text = (DOCS / "definitions.md").read_text(encoding="utf-8")
+    assert option_table_markdown() in text, (
+        "docs/definitions.md's option table differs from functional/options.py; paste "
+        "retrieval_metrics.functional.options.option_table_markdown() into its Options section"
+    )

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional import items as I
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking as R
 from retrieval_metrics.functional.ranking.engine import schedule as S
+from retrieval_metrics.metrics import items as I
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 

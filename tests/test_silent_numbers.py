@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics.distributed import EMBEDDING_REPEAT_TOLERANCE
 from retrieval_metrics.functional.ranking.labels import canonical_id
+from retrieval_metrics.metrics.distributed import EMBEDDING_REPEAT_TOLERANCE
 
 
 def clustered(n: int, classes: int, dim: int = 16, seed: int = 0):

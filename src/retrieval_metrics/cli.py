@@ -249,9 +249,10 @@ def _sibling(path: Path, name: str) -> Path:
 
 def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
     """Labels, ids and cameras: integers or strings; floats by the rule of the Python API
-    (:func:`retrieval_metrics.metric.label_codes`): whole numbers their dtype stores exactly."""
+    (:func:`retrieval_metrics.functional.ranking.labels.label_codes`): whole numbers their
+    dtype stores exactly."""
     if arr.dtype.kind == "f":
-        from retrieval_metrics.metric import label_codes
+        from retrieval_metrics.functional.ranking.labels import label_codes
 
         try:
             return label_codes(arr, name).numpy()

@@ -267,7 +267,7 @@ class Plotted:
     """``plot()`` for the metric classes, in torchmetrics' convention (``(fig, ax)``): hit rate
     vs K with its chance curve for metrics that report a curve (CMC, several hit rates), else
     torchmetrics' own plot of the value. A mixin of the front-end classes, so that the core
-    (``retrieval_metrics.metric``) never imports plotting."""
+    (``retrieval_metrics.metrics``) never imports plotting."""
 
     def plot(self, val: Any = None, ax: Any = None) -> Any:
         return plot_metric(self, val, ax)

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.options import OPTIONS
+
 __all__ = [
     "NOT_GIVEN",
     "PROTOCOLS",
@@ -98,12 +100,9 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
     ),
 }
 
-#: The constructor defaults a protocol may replace.
+#: The constructor defaults a protocol may replace (declared in functional/options.py).
 DEFAULTS: dict[str, Any] = {
-    "similarity": "cosine", "ties": "expected", "empty_queries": "skip", "percent": False,
-    "relevance": "label", "radius": 25.0, "ignore_label": None, "average": "macro",
-    "ap": "step", "divisor": "relevant", "gain": "exponential", "median": "vsepp",
-    "nonpositive": "hit", "all_skipped": "nan",
+    name: option.default for name, option in OPTIONS.items() if name != "memory_budget"
 }
 
 

@@ -27,7 +27,7 @@ def tensors_of(rank: int) -> list[torch.Tensor]:
 
 def gathered(rank: int) -> list[dict]:
     """gather_rows of this rank's :func:`tensors_of`, and of tensors empty everywhere, as JSON."""
-    from retrieval_metrics.distributed import gather_rows
+    from retrieval_metrics.metrics.distributed import gather_rows
 
     tensors = gather_rows(tensors_of(rank))
     tensors += gather_rows([torch.zeros(0, 2, dtype=torch.int64), torch.zeros(0)])

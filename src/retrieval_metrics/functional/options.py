@@ -35,9 +35,7 @@ class Option:
     def check(self, value: Any) -> Any:
         """``value`` if it is allowed, else a ValueError naming the option and what it takes."""
         if self.allowed is not None:
-            if isinstance(value, bool) != isinstance(self.allowed[0], bool) or (
-                value not in self.allowed
-            ):
+            if value not in self.allowed:
                 raise ValueError(f"`{self.name}` must be one of {self.allowed}, got {value!r}")
         elif self.valid is not None and not self.valid(value):
             raise ValueError(f"`{self.name}` must be {self.expected}, got {value!r}")
@@ -82,7 +80,7 @@ OPTIONS: dict[str, Option] = {
         Option("empty_queries", "skip", "measures", "queries with no relevant item",
                allowed=("skip", "zero", "error")),
         Option("percent", False, "measures", "report fractions as percentages",
-               allowed=(False, True)),
+               valid=lambda value: isinstance(value, bool), expected="a bool"),
         Option("average", "macro", "measures", "how per-query values are averaged",
                allowed=("macro", "micro", "class")),
         Option("ap", "step", "measures", "average precision: step or trapezoid",

@@ -29,6 +29,7 @@ __all__ = [
     "RankTable",
     "TablePart",
     "concat_tables",
+    "has_part",
     "table_from_parts",
     "table_parts",
 ]
@@ -152,6 +153,15 @@ PRESENT = "present"
 _OPTIONAL = [p.name for p in TABLE_PARTS if p.optional]
 # optional parts whose presence is one dataclass field's (None or not)
 _FIELD_OF = {"num_ideal": "ideal_ptr"}
+
+
+def has_part(present: Tensor | int, name: str) -> Tensor | bool:
+    """Whether the :data:`PRESENT` bitmask ``present`` (one query's int, or a tensor of them:
+    elementwise) says the query's table had the optional part ``name``."""
+    bit = 1 << _OPTIONAL.index(name)
+    if isinstance(present, Tensor):
+        return (present & bit) != 0
+    return bool(present & bit)
 
 
 def _field_value(table: RankTable, part: TablePart) -> Tensor | None:

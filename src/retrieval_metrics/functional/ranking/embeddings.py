@@ -97,7 +97,7 @@ def rank_embeddings(
         exchange: rank on several processes that all hold these same items, each computing a
             share of the block products (for ``gallery=None``, a share of the symmetric pass's
             block pairs); every process returns the whole table, equal to one process's.
-            ``retrieval_metrics.distributed.DistributedExchange`` is the one over
+            ``retrieval_metrics.metrics.distributed.DistributedExchange`` is the one over
             ``torch.distributed``; the metric classes use it on synced states.
 
     Returns:

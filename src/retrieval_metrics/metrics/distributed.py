@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from retrieval_metrics.functional.items import Items, RankingOptions
 from retrieval_metrics.functional.ranking import Exchange
 from retrieval_metrics.functional.table import (
     PRESENT,
@@ -37,6 +36,7 @@ from retrieval_metrics.functional.table import (
     table_from_parts,
     table_parts,
 )
+from retrieval_metrics.metrics.items import Items, RankingOptions
 
 __all__ = [
     "EMBEDDING_REPEAT_TOLERANCE",

@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.metrics.retrieval import RetrievalMetric
 from retrieval_metrics.plot import Plotted
 
 __all__ = [

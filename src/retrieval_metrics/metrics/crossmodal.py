@@ -25,12 +25,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics import distributed as D
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.items import Items, RankingOptions
+from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.table import RankTable, concat_tables
-from retrieval_metrics.metric import RetrievalMetricBase, as_embeddings, label_codes, score_copy
-from retrieval_metrics.metrics import cutoffs
+from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.base import RetrievalMetricBase
+from retrieval_metrics.metrics.inputs import as_embeddings, score_copy
+from retrieval_metrics.metrics.items import Items, RankingOptions
+from retrieval_metrics.metrics.named import cutoffs
 from retrieval_metrics.plot import Plotted
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS
 
@@ -57,7 +59,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         prefix: prepended to every key of ``compute()``.
         kwargs: ``similarity``, ``ties``, ``empty_queries``, ``percent``, ``median``,
             ``memory_budget``, ``protocol`` (see
-            :class:`~retrieval_metrics.metric.RetrievalMetricBase`) and the options of
+            :class:`~retrieval_metrics.metrics.base.RetrievalMetricBase`) and the options of
             ``torchmetrics.Metric``.
 
     ``update(image_embeddings, text_embeddings, image_ids, text_image_ids=None, text_ids=None)``:
