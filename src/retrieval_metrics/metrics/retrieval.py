@@ -24,12 +24,12 @@ from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.forms import (
     FORMS,
-    KINDS,
     Batch,
     FixedGallery,
     InputForm,
     form_of_call,
     form_of_kind,
+    kinds,
 )
 from retrieval_metrics.metrics.items import ITEM_FIELDS, Items, RankingOptions
 
@@ -66,7 +66,7 @@ class RetrievalMetric(RetrievalMetricBase):
             raise ValueError(f"`duplicates` must be one of {DUPLICATES}, got {duplicates!r}")
         self.gallery_sharded = gallery_sharded
         self.duplicates = duplicates
-        self.add_state("form", torch.zeros(len(KINDS), dtype=torch.int64), dist_reduce_fx="max")
+        self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
         self._add_item_states("q")
         self._add_item_states("g")
         for part in TABLE_PARTS:
@@ -156,7 +156,7 @@ class RetrievalMetric(RetrievalMetricBase):
     def _mark(self, kind: str) -> None:
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
         current = self.form.clone()
-        current[KINDS.index(kind)] = 1
+        current[kinds().index(kind)] = 1
         self._form_of_states(current)
         self.form = current
 
@@ -164,7 +164,7 @@ class RetrievalMetric(RetrievalMetricBase):
     def _form_of_states(form: Tensor) -> InputForm | None:
         """The form that reads states marked ``form`` (None for none), refused when they mix
         kinds (across processes too: the bits are reduced with max)."""
-        used = [kind for i, kind in enumerate(KINDS) if int(form[i])]
+        used = [kind for i, kind in enumerate(kinds()) if int(form[i])]
         if len(used) > 1:
             names = [f.description for f in FORMS if f.kind in used]
             raise ValueError(

@@ -4,7 +4,7 @@ The engine (``schedule``, ``counting``, ``kernels``) never looks at most scores:
 segments below a threshold, counts the survivors item by item or whole blocks by a batched
 search, and merges histograms. :func:`rank_by_full_sort` does none of that. It computes every
 score, removes each query's exclusions from its row, sorts the row and counts by definition.
-``tests/test_reference_path.py`` checks that every fast path equals it, bit for bit.
+``tests/ranking/test_reference_path.py`` checks that every fast path equals it, bit for bit.
 
 Bit for bit needs the same scores, not only the same formula: a float32 product rounds by the
 shape it is computed in, so the scores come from products of the engine's shapes and operands,

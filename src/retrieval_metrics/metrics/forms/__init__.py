@@ -15,7 +15,6 @@ from retrieval_metrics.metrics.forms.tables import FixedGallery, PrecomputedRank
 
 __all__ = [
     "FORMS",
-    "KINDS",
     "MISS_BASES",
     "Batch",
     "FixedGallery",
@@ -27,21 +26,42 @@ __all__ = [
     "Scores",
     "form_of_call",
     "form_of_kind",
+    "kinds",
+    "register_form",
+    "unregister_form",
 ]
 
-#: every input form, in the order ``update()`` offers them (a call the first form ``accepts``
-#: among those whose ``arguments`` it passed is that form's)
-FORMS: tuple[InputForm, ...] = (
+#: every input form, in the order ``update()`` offers them (a call is the first form's that
+#: ``accepts`` it among those whose ``arguments`` it passed)
+FORMS: list[InputForm] = [
     FixedGallery(),
     SameSource(),
     QueryGallery(),
     RankedLists(),
     PrecomputedRanks(),
     Scores(),
-)
+]
 
-#: the kinds of state, one bit each in a metric's ``form`` state
-KINDS: tuple[str, ...] = tuple(dict.fromkeys(form.kind for form in FORMS))
+
+def kinds() -> tuple[str, ...]:
+    """The kinds of state of the registered forms, one bit each in a metric's ``form`` state."""
+    return tuple(dict.fromkeys(form.kind for form in FORMS))
+
+
+def register_form(form: InputForm, *, before: type[InputForm] | None = None) -> None:
+    """Offer ``form`` to ``update()`` (before the forms of class ``before``, else last). Register
+    a form before making the metrics that take it: a metric sizes its form state when made."""
+    if any(type(f) is type(form) for f in FORMS):
+        raise ValueError(f"{type(form).__name__} is registered already")
+    at = len(FORMS) if before is None else next(
+        i for i, f in enumerate(FORMS) if isinstance(f, before)
+    )
+    FORMS.insert(at, form)
+
+
+def unregister_form(form_class: type[InputForm]) -> None:
+    """Withdraw the form of class ``form_class`` (the built-in forms stay)."""
+    FORMS[:] = [f for f in FORMS if type(f) is not form_class]
 
 def form_of_call(batch: Batch, metric) -> tuple[InputForm, Batch]:
     """The form of one ``update()`` call, and the batch as it reads it; a ValueError naming the

@@ -32,7 +32,7 @@ from retrieval_metrics.metrics.inputs import (
 if TYPE_CHECKING:
     from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
-__all__ = ["FixedGallery", "PrecomputedRanks", "RankedLists", "append_table"]
+__all__ = ["FixedGallery", "PrecomputedRanks", "RankedLists", "TableStates", "append_table"]
 
 
 def append_table(metric: RetrievalMetric, kind: str, table: RankTable, query_ids: Any) -> None:
@@ -49,7 +49,7 @@ def append_table(metric: RetrievalMetric, kind: str, table: RankTable, query_ids
         metric._append_state(f"t_{name}", value)
 
 
-class _TableStates(InputForm):
+class TableStates(InputForm):
     """The table states, read back as one table (repeated queries dropped by sample id)."""
 
     def table(self, metric: RetrievalMetric) -> RankTable:
@@ -70,7 +70,7 @@ class _TableStates(InputForm):
         return table
 
 
-class RankedLists(_TableStates):
+class RankedLists(TableStates):
     """``update(ranked_ids=[...], relevant_ids=[...])``: ids int or str; a dict of id -> grade
     for graded relevance."""
 
@@ -103,7 +103,7 @@ class PrecomputedRanks(RankedLists):
         append_table(metric, self.kind, table, batch.ids)
 
 
-class FixedGallery(_TableStates):
+class FixedGallery(TableStates):
     """A gallery given once with ``set_gallery``: each ``update(q, q_labels, role="query")`` is
     ranked against it at once (the query embeddings are not stored)."""
 

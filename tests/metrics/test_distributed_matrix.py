@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 sys.path.insert(0, str(HERE))
 
 import launch  # noqa: E402

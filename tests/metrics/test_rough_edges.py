@@ -519,7 +519,7 @@ def test_examples_log_computed_values_with_sync_dist():
     # sync_dist=True, although compute() already returns the same value on every process
     from pathlib import Path
 
-    examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
     found = {path.name: _logged_compute_calls(path) for path in examples}
     assert any(found.values())  # the check looks at something
     unsynced = {name: [line for line, ok in calls if not ok] for name, calls in found.items()}

@@ -18,7 +18,7 @@ import torch
 
 import retrieval_metrics as rm
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 sys.path.insert(0, str(HERE))
 
 import launch  # noqa: E402

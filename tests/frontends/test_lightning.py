@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 
 
 def run_ddp_script(name: str, tmp_path: Path) -> dict:
@@ -40,7 +40,7 @@ def test_ddp_logged_values_equal_single_process(tmp_path):
 
 
 def test_example_module_single_device(tmp_path):
-    example = Path(__file__).resolve().parents[1] / "examples" / "lightning_module.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "lightning_module.py"
     proc = subprocess.run(
         [sys.executable, str(example), "--epochs", "1"],
         capture_output=True,

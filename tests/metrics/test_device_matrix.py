@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 sys.path.insert(0, str(HERE))
 
 import device_matrix as dm  # noqa: E402

@@ -14,7 +14,7 @@ import pytest
 
 from distributed import launch
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 _RUNS: dict[int, list[dict]] = {}
 
 

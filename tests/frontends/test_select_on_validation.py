@@ -32,7 +32,7 @@ from distributed.select_ddp import (
 )
 from retrieval_metrics.lightning import SELECTION_KEY, SelectOnValidation
 
-SCRIPT = Path(__file__).resolve().parent / "distributed" / "select_ddp.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "select_ddp.py"
 MONITOR = "val/map_at_r"
 
 pytestmark = pytest.mark.filterwarnings(

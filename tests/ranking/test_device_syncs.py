@@ -65,7 +65,7 @@ def same_source_syncs() -> dict[int, tuple[int, int, list[str]]]:
 def test_same_source_syncs_are_few_and_grow_with_query_blocks(same_source_syncs):
     """Under the budget at every size, and a few syncs per query block plus a constant: not one
     or more per block pair (the CPU's pruning made 2,565 at 24,000 items; 102 now, measured by
-    hand with ``python tests/test_device_syncs.py``)."""
+    hand with ``python tests/ranking/test_device_syncs.py``)."""
     for n, (syncs, blocks, log) in same_source_syncs.items():
         assert syncs < BUDGET, (n, log)
         assert blocks > 0, n

@@ -4,8 +4,8 @@ VSE++, NetVLAD/VPR, MSLS and the official Market-1501 code cannot be pip-install
 below derives its expected values in comments from the field's evaluation code as quoted in
 research/protocols.md (sections 2, 4.3, 5). Where the field's loop is short it is also written
 here from that description and run on random data. PML's values on T10 are derived by hand too
-(tests/test_peers.py runs PML itself). The peers that are installable are in
-tests/test_field_peers.py.
+(tests/frontends/test_peers.py runs PML itself). The peers that are installable are in
+tests/frontends/test_field_peers.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import retrieval_metrics as rm
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS, apply_protocol
 
 TOL = 1e-6
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fields.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fields.py"
 
 
 def approx(value: float) -> object:
@@ -361,7 +361,7 @@ def test_msls_random_against_apk(seed):
 # old_precision = i / r_i (1 if r_i = 0). Queries without a good match count 0: CMC and mAP are
 # divided by the number of all queries.
 #
-# T13 (same data as tests/test_field_peers.py):
+# T13 (same data as tests/frontends/test_field_peers.py):
 #   q1 (pid 1, cam 0): kept g3 g2 g1 g5 g7 g4 (g0 same cam, g6 junk): good at rows 2, 3:
 #     (0 + 1/3)/2 / 2 + (1/3 + 2/4)/2 / 2 = 1/12 + 5/24 = 7/24.
 #   q2 (pid 2, cam 0): kept g3 g5 g0 g1 g7 g2: good at row 5: (0 + 1/6)/2 = 1/12.
@@ -487,7 +487,7 @@ def test_market1501_official_random(seed, num_q, num_g):
 # Ours averages over the orders of tied items (ties="expected"); PML (faiss) breaks ties by
 # lower gallery index, i.e. i0 first in both ties (a hit for i2, a miss for i3). No tie rule of
 # ours is "by index", so protocol="pml" matches PML only where no tie touches a relevant item
-# (tests/test_peers.py reproduces every PML value with index-broken scores).
+# (tests/frontends/test_peers.py reproduces every PML value with index-broken scores).
 #   precision@1: no query's nearest item is relevant: 0 (PML 0).
 #   r_precision (hits in top 2 / 2): .5, 0, E = .25, .5, .5, 0 -> 1.75/6 = 0.291667 (PML 1/3).
 #   map@r (1/2 sum_{i<=2} P(i) rel(i)): .25, 0, E = .5 * .25 = .125, .25, .25, 0 -> 0.145833

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 sys.path.insert(0, str(HERE))
 
 import launch  # noqa: E402

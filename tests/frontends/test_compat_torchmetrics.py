@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import retrieval_metrics as rm
 import retrieval_metrics.compat.torchmetrics as C
 
-HERE = Path(__file__).resolve().parent / "distributed"
+HERE = Path(__file__).resolve().parents[1] / "distributed"
 
 CLASSES = [
     "RetrievalHitRate",
