@@ -65,7 +65,7 @@ from retrieval_metrics.functional.ranking import (
     rank_checked_scores,
     rank_lists,
 )
-from retrieval_metrics.functional.ranking.relevance import (
+from retrieval_metrics.functional.ranking.labels import (
     canonical_id,
     whole_float_labels,
     whole_float_value,
