@@ -6,7 +6,7 @@ What they mean is in the documentation's Definitions page (docs/definitions.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
@@ -45,6 +45,18 @@ def _normal_quantile(p: float) -> float:
     return math.sqrt(2) * torch.special.erfinv(torch.tensor(2 * p - 1, dtype=torch.float64)).item()
 
 
+def _resamples(n: int, num_bootstrap: int, seed: int) -> Iterator[Tensor]:
+    """The seeded bootstrap resamples of ``n`` queries: ``num_bootstrap`` rows of ``n`` indices
+    drawn with replacement, yielded in chunks of at most 2^22 indices (a ``(b, n)`` tensor each),
+    from one generator seeded with ``seed``: the same draws, in the same order, for every caller
+    (Efron's bootstrap; the percentile interval is read off the resampled statistics)."""
+    gen = torch.Generator().manual_seed(seed)
+    chunk = max(1, 2**22 // n)
+    for start in range(0, num_bootstrap, chunk):
+        b = min(chunk, num_bootstrap - start)
+        yield torch.randint(0, n, (b, n), generator=gen)
+
+
 def bootstrap_interval(
     values: Tensor,
     level: float = 0.95,
@@ -57,12 +69,8 @@ def bootstrap_interval(
     n = v.numel()
     if n == 0:
         return (math.nan, math.nan)
-    gen = torch.Generator().manual_seed(seed)
     stats = []
-    chunk = max(1, 2**22 // n)
-    for start in range(0, num_bootstrap, chunk):
-        b = min(chunk, num_bootstrap - start)
-        idx = torch.randint(0, n, (b, n), generator=gen)
+    for idx in _resamples(n, num_bootstrap, seed):
         sample = v[idx]
         stats.append(sample.mean(1) if statistic == "mean" else sample.median(1).values)
     dist = torch.cat(stats)
@@ -82,12 +90,9 @@ def _bootstrap_curve(
     if n == 0:
         nan = torch.full((width,), math.nan, dtype=torch.float64)
         return (nan, nan.clone())
-    gen = torch.Generator().manual_seed(seed)
     means = []
-    chunk = max(1, 2**22 // n)
-    for start in range(0, num_bootstrap, chunk):
-        b = min(chunk, num_bootstrap - start)
-        idx = torch.randint(0, n, (b, n), generator=gen)
+    for idx in _resamples(n, num_bootstrap, seed):
+        b = idx.shape[0]
         # how often each query was drawn, times its row: the resampled means of every column
         counts = torch.zeros(b, n, dtype=torch.float64).scatter_add_(
             1, idx, torch.ones(b, n, dtype=torch.float64)
@@ -415,14 +420,7 @@ def paired_comparison(
         nan = math.nan
         return Comparison(name, nan, nan, nan, (nan, nan), nan, "none", 0)
     diff = a - b
-    gen = torch.Generator().manual_seed(seed)
-    means = []
-    chunk = max(1, 2**22 // n)
-    for start in range(0, num_bootstrap, chunk):
-        size = min(chunk, num_bootstrap - start)
-        idx = torch.randint(0, n, (size, n), generator=gen)
-        means.append(diff[idx].mean(1))
-    dist = torch.cat(means)
+    dist = torch.cat([diff[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
     alpha = (1 - level) / 2
     interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
     binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())
