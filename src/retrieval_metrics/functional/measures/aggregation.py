@@ -274,15 +274,20 @@ def _per_query_parts(table, names, ties, average, ap, divisor, gain, rows
     return parts
 
 
+def worst_rank_fill(values: Tensor, table: RankTable) -> Tensor:
+    """``values`` (per-query ranks) with each unanswerable query's rank set to the worst rank,
+    ``gallery_size + 1``: after the whole gallery (``empty_queries="zero"`` for a rank)."""
+    worst = table.gallery_size.to(torch.float64) + 1
+    return torch.where(table.num_relevant == 0, worst, values)
+
+
 def _aggregate_parts(table, parts, empty_queries, average, percent, median) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     for name, (values, numerator, denominator) in parts.items():
         spec = parse_metric(name)
         if spec.base in RANK_METRICS:
             if empty_queries == "zero":
-                # An unanswerable query ranks after the whole gallery: the worst possible rank.
-                worst = table.gallery_size.to(torch.float64) + 1
-                values = torch.where(table.num_relevant == 0, worst, values)
+                values = worst_rank_fill(values, table)
             else:
                 values = _empty_fill(values, table, empty_queries, 0.0)
             if spec.base == "median_rank":

@@ -304,12 +304,10 @@ def _summary(
         spec = N.parse_metric(name)
         per_query = per_query_of[spec.name]
         if per_query.dim() == 1 and empty_policy == "zero":
-            fill = 0.0
             if spec.base in N.RANK_METRICS:
-                fill_values = table.gallery_size.to(torch.float64) + 1
-                per_query = torch.where(table.num_relevant == 0, fill_values, per_query)
+                per_query = A.worst_rank_fill(per_query, table)
             else:
-                per_query = torch.where(table.num_relevant == 0, fill, per_query)
+                per_query = torch.where(table.num_relevant == 0, 0.0, per_query)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
         scale = 100.0 if options.get("percent") and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
