@@ -4,6 +4,7 @@
 - :mod:`.per_query`: each measure per query (``hit_rate_per_query``, ``ndcg_per_query``, ...);
 - :mod:`.ties`: the three tie rules in closed form;
 - :mod:`.names`: the measure names ("hit_rate@1", "map@r", "cmc@50", ...) and their parser;
+- :mod:`.options`: :class:`MeasureOptions`, the options of the measures as one object;
 - :mod:`.aggregation`: per-query values -> one number, and :func:`retrieval_measures`;
 - :mod:`.stats`: chance level, intervals, paired comparison, the summary table.
 
@@ -35,9 +36,11 @@ from retrieval_metrics.functional.measures.names import (
     parse_metric,
     suggest_metric,
 )
+from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.measures.per_query import (
     AP_DIVISORS,
     AP_KINDS,
+    SharedTieGroups,
     auroc_per_query,
     average_precision_per_query,
     cmc_per_query,
@@ -63,8 +66,10 @@ __all__ = [
     "MEDIAN_CONVENTIONS",
     "RANK_METRICS",
     "Measure",
+    "MeasureOptions",
     "MetricSpec",
     "QueryParts",
+    "SharedTieGroups",
     "aggregate",
     "aggregate_query_parts",
     "auroc_per_query",

@@ -12,7 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.measures.per_query import (
+    SharedTieGroups,
     average_precision_per_query,
     cmc_per_query,
     expected_hits_per_query,
@@ -49,22 +51,24 @@ class Measure:
 
     Attributes:
         base: the name before "@" ("hit_rate", "map", ...).
-        per_query: ``(table, k, options) -> (Q,)`` values (CMC: ``(Q, K)``); ``options`` holds
-            ``ties``, ``ap``, ``divisor`` and ``gain``.
+        per_query: ``(table, k, options, shared) -> (Q,)`` values (CMC: ``(Q, K)``), NaN for
+            unanswerable queries; ``options`` is the :class:`MeasureOptions` of the call (read
+            ``options.ties``, ``.ap``, ``.divisor``, ``.gain``), ``shared`` the
+            :class:`SharedTieGroups` of the call (or None), to hand to the per-query functions.
         cutoff: "required" (hit_rate@10), "optional" (map, map@100), "none" (minp) or "r"
             (map@r: R = each query's number of relevant items, also accepted beside "optional").
         depth: positions that must be known exactly, from the cut-off: an int, None for the
             whole ranking, or "relevant" for at least m_q positions per query.
-        micro: ``(table, k, ties) -> (numerator, denominator)`` per query for
+        micro: ``(table, k, ties, shared=None) -> (numerator, denominator)`` per query for
             ``average="micro"``, or None where a micro average is not defined.
         rank: a rank (lower is better), aggregated as a median or mean of ranks.
     """
 
     base: str
-    per_query: Callable[[RankTable, Any, dict[str, Any]], Tensor]
+    per_query: Callable[[RankTable, Any, MeasureOptions, SharedTieGroups | None], Tensor]
     cutoff: str = "none"
     depth: Callable[[Any], int | str | None] = lambda k: None
-    micro: Callable[[RankTable, Any, str], tuple[Tensor, Tensor]] | None = None
+    micro: Callable[..., tuple[Tensor, Tensor]] | None = None
     rank: bool = False
 
 
@@ -72,52 +76,64 @@ def _first_only(k: Any) -> int:
     return 1  # only each query's best relevant item, which is always located exactly
 
 
-def _micro_recall(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
-    return expected_hits_per_query(table, k, ties), table.num_relevant.to(torch.float64)
-
-
-def _micro_precision(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
-    hits = expected_hits_per_query(table, k, ties)
-    return hits, torch.full_like(hits, float(k))
-
-
-def _micro_r_precision(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
-    hits = expected_hits_per_query(table, table.num_relevant.clamp_min(1), ties)
+def _micro_recall(
+    table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
+) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, k, ties, shared=shared)
     return hits, table.num_relevant.to(torch.float64)
 
 
-def _average_precision(table: RankTable, k: Any, o: dict[str, Any]) -> Tensor:
+def _micro_precision(
+    table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
+) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, k, ties, shared=shared)
+    return hits, torch.full_like(hits, float(k))
+
+
+def _micro_r_precision(
+    table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
+) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, table.num_relevant.clamp_min(1), ties, shared=shared)
+    return hits, table.num_relevant.to(torch.float64)
+
+
+def _average_precision(
+    table: RankTable, k: Any, o: MeasureOptions, shared: SharedTieGroups | None
+) -> Tensor:
     if k == "r":
-        return map_at_r_per_query(table, o["ties"])
-    return average_precision_per_query(table, k, o["ties"], ap=o["ap"], divisor=o["divisor"])
+        return map_at_r_per_query(table, o.ties, shared=shared)
+    return average_precision_per_query(
+        table, k, o.ties, ap=o.ap, divisor=o.divisor, shared=shared
+    )
 
 
 #: every named measure, by base name
 MEASURES: dict[str, Measure] = {
     m.base: m
     for m in (
-        Measure("hit_rate", lambda t, k, o: hit_rate_per_query(t, k, o["ties"]), "required",
-                _first_only),
-        Measure("recall", lambda t, k, o: recall_per_query(t, k, o["ties"]), "required",
-                lambda k: k, _micro_recall),
-        Measure("precision", lambda t, k, o: precision_per_query(t, k, o["ties"]), "required",
-                lambda k: k, _micro_precision),
-        Measure("r_precision", lambda t, k, o: r_precision_per_query(t, o["ties"]), "none",
-                lambda k: "relevant", _micro_r_precision),
+        Measure("hit_rate", lambda t, k, o, s: hit_rate_per_query(t, k, o.ties, shared=s),
+                "required", _first_only),
+        Measure("recall", lambda t, k, o, s: recall_per_query(t, k, o.ties, shared=s),
+                "required", lambda k: k, _micro_recall),
+        Measure("precision", lambda t, k, o, s: precision_per_query(t, k, o.ties, shared=s),
+                "required", lambda k: k, _micro_precision),
+        Measure("r_precision", lambda t, k, o, s: r_precision_per_query(t, o.ties, shared=s),
+                "none", lambda k: "relevant", _micro_r_precision),
         Measure("map", _average_precision, "optional",
                 lambda k: "relevant" if k == "r" else k),
-        Measure("map_trapezoid",
-                lambda t, k, o: average_precision_per_query(t, None, o["ties"], ap="trapezoid")),
-        Measure("mrr", lambda t, k, o: reciprocal_rank_per_query(t, k, o["ties"]), "optional",
+        Measure("map_trapezoid", lambda t, k, o, s: average_precision_per_query(
+            t, None, o.ties, ap="trapezoid", shared=s)),
+        Measure("mrr", lambda t, k, o, s: reciprocal_rank_per_query(t, k, o.ties, shared=s),
+                "optional", _first_only),
+        Measure("ndcg", lambda t, k, o, s: ndcg_per_query(t, k, o.ties, o.gain, shared=s),
+                "optional", lambda k: k),
+        Measure("cmc", lambda t, k, o, s: cmc_per_query(t, k, o.ties, shared=s), "required",
                 _first_only),
-        Measure("ndcg", lambda t, k, o: ndcg_per_query(t, k, o["ties"], o["gain"]), "optional",
-                lambda k: k),
-        Measure("cmc", lambda t, k, o: cmc_per_query(t, k, o["ties"]), "required", _first_only),
-        Measure("median_rank", lambda t, k, o: first_rank_per_query(t, o["ties"]),
+        Measure("median_rank", lambda t, k, o, s: first_rank_per_query(t, o.ties, shared=s),
                 depth=_first_only, rank=True),
-        Measure("mean_rank", lambda t, k, o: first_rank_per_query(t, o["ties"]),
+        Measure("mean_rank", lambda t, k, o, s: first_rank_per_query(t, o.ties, shared=s),
                 depth=_first_only, rank=True),
-        Measure("minp", lambda t, k, o: minp_per_query(t, o["ties"])),
+        Measure("minp", lambda t, k, o, s: minp_per_query(t, o.ties, shared=s)),
     )
 }
 RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.measures import aggregation as A
 from retrieval_metrics.functional.measures import names as N
+from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
@@ -203,11 +204,6 @@ def _gallery_text(table: RankTable) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-_MEASURE_OPTIONS = (
-    "ties", "empty_queries", "average", "percent", "ap", "divisor", "gain", "median"
-)
-
-
 def summarize(
     table: RankTable,
     names: Sequence[str],
@@ -215,16 +211,20 @@ def summarize(
     level: float = 0.95,
     num_bootstrap: int = 1000,
     seed: int = 0,
-    **options,
+    options: MeasureOptions | None = None,
+    **keywords,
 ) -> Summary:
     """Value, queries counted and skipped, gallery size, chance level and an interval per name.
 
-    Intervals: Wilson's for hit rates without ties to average (every per-query value 0 or 1),
-    otherwise a seeded percentile bootstrap over queries. A CMC curve gets a pointwise interval
-    at each K (two vectors), by the same rule at each K. The chance level is each measure under a
-    uniformly random ranking of the same gallery (``None`` for ranked lists, whose gallery is
-    unknown).
+    The measure options are those of
+    :func:`~retrieval_metrics.functional.measures.retrieval_measures`, one by one
+    (``keywords``) or as ``options``. Intervals: Wilson's for hit rates without ties to average
+    (every per-query value 0 or 1), otherwise a seeded percentile bootstrap over queries. A CMC
+    curve gets a pointwise interval at each K (two vectors), by the same rule at each K. The
+    chance level is each measure under a uniformly random ranking of the same gallery (``None``
+    for ranked lists, whose gallery is unknown).
     """
+    options = MeasureOptions.of(options, **keywords)
     # the whole table, not only its query fields: graded chance levels read its ideal grades
     return _summarize([table], names, level, num_bootstrap, seed, options, fields=table)
 
@@ -235,25 +235,16 @@ def _summarize(
     level: float,
     num_bootstrap: int,
     seed: int,
-    options: dict,
+    options: MeasureOptions,
     fields: RankTable | None = None,
 ) -> Summary:
     """The per-query values of each metric computed once: aggregated into its value and
     resampled for its interval."""
-
-    unexpected = sorted(set(options) - set(_MEASURE_OPTIONS))
-    if unexpected:  # as retrieval_measures' own signature would
-        raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
-
-    def picked(*keys: str) -> dict:
-        return {k: options[k] for k in keys if k in options}
-
-    parts, queries = A.query_parts_in_chunks(
-        tables, names, **picked("ties", "average", "ap", "divisor", "gain")
-    )
+    parts, queries = A.query_parts_in_chunks(tables, names, options=options)
     queries = queries if fields is None else fields
     return summarize_query_parts(
-        queries, parts, names, level=level, num_bootstrap=num_bootstrap, seed=seed, **options
+        queries, parts, names, level=level, num_bootstrap=num_bootstrap, seed=seed,
+        options=options,
     )
 
 
@@ -265,20 +256,16 @@ def summarize_query_parts(
     level: float = 0.95,
     num_bootstrap: int = 1000,
     seed: int = 0,
-    **options,
+    options: MeasureOptions | None = None,
+    **keywords,
 ) -> Summary:
     """:func:`summarize` from per-query parts already computed
     (:func:`~retrieval_metrics.functional.measures.query_parts_in_chunks`, possibly gathered
     from several processes) and their queries' fields: what a metric that has ranked once
-    summarizes from, without ranking again. ``options`` must be those the parts were made
-    with."""
-    unexpected = sorted(set(options) - set(_MEASURE_OPTIONS))
-    if unexpected:
-        raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
-    aggregation = ("empty_queries", "average", "percent", "median")
-    values = A.aggregate_query_parts(
-        queries, parts, **{k: options[k] for k in aggregation if k in options}
-    )
+    summarizes from, without ranking again. The options (``options``, or one by one) must be
+    those the parts were made with."""
+    options = MeasureOptions.of(options, **keywords)
+    values = A.aggregate_query_parts(queries, parts, options=options)
     per_query = {name: value for name, (value, _, _) in parts.items()}
     return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
 
@@ -291,14 +278,14 @@ def _summary(
     level: float,
     num_bootstrap: int,
     seed: int,
-    options: dict,
+    options: MeasureOptions,
 ) -> Summary:
     """The rows of a summary; ``table`` is read for its per-query fields only."""
     # Ranked lists (depth unbounded) come from an unknown collection: no chance level.
     has_gallery = table.num_queries > 0 and not bool((table.depth == UNBOUNDED).any())
-    chance = A.chance_measures(table, names, **options) if has_gallery else None
+    chance = A.chance_measures(table, names, options) if has_gallery else None
     skipped = int((table.num_relevant == 0).sum())
-    empty_policy = options.get("empty_queries", "skip")
+    empty_policy = options.empty_queries
     summary = Summary(level=level)
     for name in names:
         spec = N.parse_metric(name)
@@ -309,7 +296,7 @@ def _summary(
             else:
                 per_query = torch.where(table.num_relevant == 0, 0.0, per_query)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
-        scale = 100.0 if options.get("percent") and spec.higher_is_better else 1.0
+        scale = 100.0 if options.percent and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
             # a curve (CMC): a pointwise interval at each K, two vectors
             if bool(((per_query == 0) | (per_query == 1) | per_query.isnan()).all()):
