@@ -121,8 +121,9 @@ def _nan_like(values: Tensor) -> Tensor:
 def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
     """Median of per-query ranks, NaN entries dropped.
 
-    ``"vsepp"``: floor(median(r - 1)) + 1, as the VSE++ evaluation code computes it; ``"plain"``:
-    the ordinary median (mean of the two middle values for an even count).
+    ``"vsepp"``: floor(median(r - 1)) + 1, as the VSE++ evaluation code computes it (Faghri et
+    al., BMVC 2018; its ``medr``); ``"plain"``: the ordinary median (mean of the two middle
+    values for an even count).
     """
     if convention not in MEDIAN_CONVENTIONS:
         raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
@@ -235,6 +236,7 @@ def chance_measures(
     A query's chance value depends only on its gallery size and number of relevant items (and
     grades), so each distinct pair is computed once.
     """
+    # the chance level is the expected value over random orders: McSherry and Najork's rule
     options = MeasureOptions.of(options, **{k: v for k, v in keywords.items() if k != "ties"})
     options = options.replace(ties="expected")
     if table.ideal_grade is not None or table.num_queries == 0:

@@ -230,7 +230,7 @@ def precision_per_query(
 def r_precision_per_query(
     table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
 ) -> Tensor:
-    """h_q(m_q) / m_q.
+    """h_q(m_q) / m_q: precision at R = m_q, TREC's R-precision (trec_eval's ``Rprec``).
 
     Args:
         table: the rank table.
@@ -258,7 +258,8 @@ def _precision_sum(
 def map_at_r_per_query(
     table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
 ) -> Tensor:
-    """MAP@R (Musgrave et al. 2020): (1/m) sum_{i <= m} P(i) rel(i).
+    """MAP@R: (1/m) sum_{i <= m} P(i) rel(i), average precision cut at R = m_q and divided by R
+    (Musgrave, Belongie and Lim, "A Metric Learning Reality Check", ECCV 2020).
 
     Args:
         table: the rank table.
@@ -282,6 +283,10 @@ def average_precision_per_query(
     shared: SharedTieGroups | None = None,
 ) -> Tensor:
     """Average precision over the whole ranking, or AP@K with a cut-off.
+
+    ``ap="trapezoid"`` is the rule of the official Market-1501 evaluation code (Zheng et al.,
+    ICCV 2015): each relevant item at position p weighs the mean of the precision at p and the
+    precision at p - 1 (1 at the top).
 
     Args:
         table: the rank table.
@@ -428,6 +433,11 @@ def ndcg_per_query(
 ) -> Tensor:
     """DCG@K / IDCG@K with gain 2^g - 1 ("exponential") or g ("linear"); binary grade is 1.
 
+    Discounted cumulated gain of Järvelin and Kekäläinen (ACM TOIS 2002), discount
+    1 / log2(1 + p). Under "expected" ties it is the tie-averaged DCG of McSherry and Najork
+    (ECIR 2008): a tie group's gain spread evenly over its positions, which is the
+    ``gain / size * (discount[hi] - discount[lo])`` below.
+
     Args:
         table: the rank table.
         k: cut-off K; ``None`` is the whole ranking.
@@ -455,6 +465,8 @@ def ndcg_per_query(
     discount[1:] = torch.cumsum(1.0 / torch.log2(1.0 + positions), 0)
     lo = torch.minimum(groups.above, limit).clamp_max(top)
     hi = torch.minimum(end, limit).clamp_max(top)
+    # McSherry and Najork's tie-averaged DCG: the group's gain over its size, times the
+    # discounts of its positions inside the cut-off
     dcg_part = groups.gain / groups.size.to(torch.float64) * (discount[hi] - discount[lo])
     dcg = _query_sum(table, groups, dcg_part)
     if table.ideal_grade is not None and table.ideal_ptr is not None:
@@ -586,7 +598,8 @@ def auroc_per_query(
 def minp_per_query(
     table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
 ) -> Tensor:
-    """mINP (Ye et al.): m_q / rank of the last relevant item; 0 if one was never retrieved.
+    """mINP: m_q / rank of the last relevant item; 0 if one was never retrieved (Ye et al.,
+    "Deep Learning for Person Re-identification: A Survey and Outlook", TPAMI 2021).
 
     Args:
         table: the rank table.

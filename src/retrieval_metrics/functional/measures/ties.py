@@ -87,6 +87,9 @@ def tie_groups(
 ) -> TieGroups:
     """Groups of the table under a tie rule. ``gain`` ("exponential", "linear") maps grades.
 
+    "expected" is McSherry and Najork's rule (ECIR 2008): the measure averaged over every order
+    of the items inside each group of equal scores, in closed form, with no sampling.
+
     ``merge_runs``: join consecutive groups of relevant items only (binary relevance; see
     :func:`_merge_full_runs`, and :func:`_binary_runs` for expected ties); a measure that cuts
     groups by where they start (AUROC@K) keeps them apart."""
