@@ -39,7 +39,9 @@ __all__ = [
     "average_for",
     "depth_for",
     "parse_metric",
+    "register_measure",
     "suggest_metric",
+    "unregister_measure",
 ]
 
 AVERAGES = OPTIONS["average"].allowed
@@ -136,9 +138,76 @@ MEASURES: dict[str, Measure] = {
         Measure("minp", lambda t, k, o, s: minp_per_query(t, o.ties, shared=s)),
     )
 }
+_BUILT_IN = frozenset(MEASURES)
+#: the bases of the measures that are ranks (lower is better); kept up to date in place
 RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}
-_NAME = re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
-                   rf"(@(?P<k>r|\d+))?(/(?P<average>{'|'.join(AVERAGES)}))?$")
+
+
+def _name_pattern() -> re.Pattern[str]:
+    return re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
+                      rf"(@(?P<k>r|\d+))?(/(?P<average>{'|'.join(AVERAGES)}))?$")
+
+
+_NAME = _name_pattern()
+_BASE_RULE = re.compile(r"[a-z_][a-z0-9_]*")
+_CUTOFFS = ("required", "optional", "none")
+
+
+def _names_changed() -> None:
+    """Rebuild what is read off MEASURES: the name pattern and (in place) RANK_METRICS."""
+    global _NAME
+    _NAME = _name_pattern()
+    RANK_METRICS.clear()
+    RANK_METRICS.update(base for base, m in MEASURES.items() if m.rank)
+
+
+def register_measure(measure: Measure) -> Measure:
+    """Add ``measure`` to :data:`MEASURES`: :func:`parse_metric`, :func:`retrieval_measures`
+    and every metric class (``RetrievalMetrics(["my_measure@5"])``) then accept its name.
+
+    ``measure.base`` must be a new lower-case identifier (letters, digits, "_"), and its
+    ``cutoff`` "required", "optional" or "none". Register at import time, before any metric is
+    made; :func:`unregister_measure` removes it.
+
+    >>> from retrieval_metrics.functional.measures import hit_rate_per_query
+    >>> success = Measure(
+    ...     "success", lambda t, k, o, s: hit_rate_per_query(t, k, o.ties, shared=s),
+    ...     "required", depth=lambda k: 1)
+    >>> register_measure(success) is success
+    True
+    >>> parse_metric("success@5").k
+    5
+    >>> unregister_measure("success").base
+    'success'
+    """
+    if not isinstance(measure, Measure):
+        raise TypeError(f"`measure` must be a Measure, got {type(measure).__name__}")
+    base = measure.base
+    if not isinstance(base, str) or _BASE_RULE.fullmatch(base) is None:
+        raise ValueError(
+            f"a measure's name must be a lower-case identifier (a-z, 0-9, _), got {base!r}"
+        )
+    if base in MEASURES:
+        raise ValueError(f"a measure named {base!r} exists already")
+    if measure.cutoff not in _CUTOFFS:
+        raise ValueError(f"`cutoff` must be one of {_CUTOFFS}, got {measure.cutoff!r}")
+    if not callable(measure.per_query) or not callable(measure.depth):
+        raise TypeError("a measure's `per_query` and `depth` must be callables")
+    MEASURES[base] = measure
+    _names_changed()
+    return measure
+
+
+def unregister_measure(base: str) -> Measure:
+    """Remove the measure :func:`register_measure` added under ``base``, and return it (the
+    library's own measures cannot be removed)."""
+    if base in _BUILT_IN:
+        raise ValueError(f"{base!r} is one of the library's measures; it cannot be removed")
+    if base not in MEASURES:
+        raise ValueError(f"no measure named {base!r} was registered")
+    measure = MEASURES.pop(base)
+    _names_changed()
+    return measure
 
 
 @dataclass(frozen=True)
@@ -230,10 +299,12 @@ def parse_metric(name: str) -> MetricSpec:
     match = _NAME.match(name.strip().lower())
     if match is None:
         hint = suggest_metric(name)
+        registered = sorted(set(MEASURES) - _BUILT_IN)
         raise ValueError(
             f"unknown metric {name!r}{': ' + hint if hint else '.'} Known names: hit_rate@K, "
             "recall@K, precision@K, r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, "
-            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp, each optionally with /macro, "
+            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp"
+            f"{''.join(', ' + b for b in registered)}, each optionally with /macro, "
             "/micro or /class"
         )
     base, k = match.group("base"), match.group("k")
