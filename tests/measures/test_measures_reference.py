@@ -80,11 +80,8 @@ def test_every_measure_matches_reference(kind, seed, ties, shared):
     preds, target, indexes = make_case(kind, seed)
     table = rank_scores(preds, target, indexes)
     max_len = int(torch.bincount(indexes).max())
-    if shared:
-        with M._sharing_tie_groups():
-            ours = ours_per_query(table, ties, cmc_len=max_len)
-    else:
-        ours = ours_per_query(table, ties, cmc_len=max_len)
+    cache = M.SharedTieGroups() if shared else None
+    ours = ours_per_query(table, ties, cmc_len=max_len, shared=cache)
     for q in range(table.num_queries):
         sel = indexes == q
         grades = target[sel].numpy().astype(np.float64) if graded else None
@@ -158,14 +155,22 @@ def test_expected_is_between_pessimistic_and_optimistic():
 
 
 def test_a_shared_call_never_mixes_up_tables():
-    """Tables made and dropped one after another inside one shared call (as nested calls over
+    """Tables made and dropped one after another with one shared cache (as a shared call over
     chunks would): each gets its own tie groups and precision sums, though a dropped table's
     id may be given to the next one."""
     names = ["map", "map@r", "r_precision", "mrr", "hit_rate@3"]
+    specs = [M.parse_metric(name) for name in names]
     cases = [random_queries(seed, False) for seed in range(8)]
     expected = [M.retrieval_measures(rank_scores(*case), names) for case in cases]
-    with M._sharing_tie_groups():
-        for case, want in zip(cases, expected, strict=True):
-            got = M.retrieval_measures(rank_scores(*case), names)
-            for name in names:
-                assert float(got[name]) == pytest.approx(float(want[name]), abs=1e-12), name
+    expected_per_query = [
+        [M.per_query_values(rank_scores(*case), spec) for spec in specs] for case in cases
+    ]
+    cache = M.SharedTieGroups()
+    for case, want, want_per_query in zip(cases, expected, expected_per_query, strict=True):
+        table = rank_scores(*case)  # the table before it is dropped: its id may be reused
+        for spec, per_query in zip(specs, want_per_query, strict=True):
+            got_per_query = M.per_query_values(table, spec, shared=cache)
+            torch.testing.assert_close(got_per_query, per_query, rtol=0, atol=1e-12,
+                                       equal_nan=True)
+            got = M.aggregate(got_per_query, table)
+            assert float(got) == pytest.approx(float(want[spec.name]), abs=1e-12), spec.name

@@ -3,7 +3,9 @@
 
 - :mod:`.per_query`: each measure per query (``hit_rate_per_query``, ``ndcg_per_query``, ...);
 - :mod:`.ties`: the three tie rules in closed form;
-- :mod:`.names`: the measure names ("hit_rate@1", "map@r", "cmc@50", ...) and their parser;
+- :mod:`.names`: the measure names ("hit_rate@1", "map@r", "cmc@50", ...), their parser and
+  :func:`register_measure`;
+- :mod:`.options`: :class:`MeasureOptions`, the options of the measures as one object;
 - :mod:`.aggregation`: per-query values -> one number, and :func:`retrieval_measures`;
 - :mod:`.stats`: chance level, intervals, paired comparison, the summary table.
 
@@ -33,11 +35,15 @@ from retrieval_metrics.functional.measures.names import (
     average_for,
     depth_for,
     parse_metric,
+    register_measure,
     suggest_metric,
+    unregister_measure,
 )
+from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.measures.per_query import (
     AP_DIVISORS,
     AP_KINDS,
+    SharedTieGroups,
     auroc_per_query,
     average_precision_per_query,
     cmc_per_query,
@@ -63,8 +69,10 @@ __all__ = [
     "MEDIAN_CONVENTIONS",
     "RANK_METRICS",
     "Measure",
+    "MeasureOptions",
     "MetricSpec",
     "QueryParts",
+    "SharedTieGroups",
     "aggregate",
     "aggregate_query_parts",
     "auroc_per_query",
@@ -90,6 +98,8 @@ __all__ = [
     "r_precision_per_query",
     "recall_per_query",
     "reciprocal_rank_per_query",
+    "register_measure",
     "retrieval_measures",
     "suggest_metric",
+    "unregister_measure",
 ]

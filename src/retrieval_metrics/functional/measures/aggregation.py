@@ -11,15 +11,25 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.measures.names import (
     RANK_METRICS,
     MetricSpec,
     average_for,
     parse_metric,
 )
-from retrieval_metrics.functional.measures.per_query import sharing_tie_groups
-from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.measures.options import (
+    DEFAULT_AP,
+    DEFAULT_AVERAGE,
+    DEFAULT_DIVISOR,
+    DEFAULT_EMPTY_QUERIES,
+    DEFAULT_GAIN,
+    DEFAULT_MEDIAN,
+    DEFAULT_PERCENT,
+    DEFAULT_TIES,
+    MeasureOptions,
+)
+from retrieval_metrics.functional.measures.per_query import SharedTieGroups
+from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.primitives import flat_nonzero, repeat
 from retrieval_metrics.functional.table import RankTable, concat_tables
 
@@ -42,8 +52,7 @@ MEDIAN_CONVENTIONS = OPTIONS["median"].allowed
 
 
 def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: float) -> Tensor:
-    if empty_queries not in EMPTY_QUERIES:
-        raise ValueError(f"`empty_queries` must be one of {EMPTY_QUERIES}, got {empty_queries!r}")
+    check_option("empty_queries", empty_queries)
     empty = table.num_relevant == 0
     if empty_queries == "error" and bool(empty.any()):
         which = flat_nonzero(empty)
@@ -62,9 +71,9 @@ def aggregate(
     values: Tensor,
     table: RankTable,
     *,
-    empty_queries: str = "skip",
-    average: str = "macro",
-    percent: bool = False,
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    average: str = DEFAULT_AVERAGE,
+    percent: bool = DEFAULT_PERCENT,
     numerator: Tensor | None = None,
     denominator: Tensor | None = None,
     fill: float = 0.0,
@@ -76,8 +85,7 @@ def aggregate(
     class's mean; the table needs ``query_class``), "micro" (sum of ``numerator`` over sum of
     ``denominator``, for recall-like metrics). NaN when no query counts.
     """
-    if average not in AVERAGES:
-        raise ValueError(f"`average` must be one of {AVERAGES}, got {average!r}")
+    check_option("average", average)
     values = _empty_fill(values, table, empty_queries, fill)
     counted = ~torch.isnan(values) if values.dim() == 1 else ~torch.isnan(values[:, 0])
     scale = 100.0 if percent else 1.0
@@ -110,11 +118,12 @@ def _nan_like(values: Tensor) -> Tensor:
     return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
 
 
-def median_rank(ranks: Tensor, convention: str = "vsepp") -> Tensor:
+def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
     """Median of per-query ranks, NaN entries dropped.
 
-    ``"vsepp"``: floor(median(r - 1)) + 1, as the VSE++ evaluation code computes it; ``"plain"``:
-    the ordinary median (mean of the two middle values for an even count).
+    ``"vsepp"``: floor(median(r - 1)) + 1, as the VSE++ evaluation code computes it (Faghri et
+    al., BMVC 2018; its ``medr``); ``"plain"``: the ordinary median (mean of the two middle
+    values for an even count).
     """
     if convention not in MEDIAN_CONVENTIONS:
         raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
@@ -161,50 +170,77 @@ def per_query_values(
     table: RankTable,
     spec: MetricSpec,
     *,
-    ties: str = "expected",
-    ap: str = "step",
-    divisor: str = "relevant",
-    gain: str = "exponential",
+    ties: str = DEFAULT_TIES,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    gain: str = DEFAULT_GAIN,
+    options: MeasureOptions | None = None,
+    shared: SharedTieGroups | None = None,
 ) -> Tensor:
-    """Per-query values of one named metric (CMC: a ``(Q, K)`` matrix)."""
-    options = {"ties": ties, "ap": ap, "divisor": divisor, "gain": gain}
-    return spec.measure.per_query(table, spec.k, options)
+    """Per-query values of one named metric (CMC: a ``(Q, K)`` matrix).
+
+    The options are given one by one (``ties``, ``ap``, ``divisor``, ``gain``) or as
+    ``options``; ``shared``: the tie groups of a shared call, or None.
+    """
+    options = MeasureOptions.of(options, ties=ties, ap=ap, divisor=divisor, gain=gain)
+    return _values_of(table, spec, options, shared)
+
+
+def _values_of(
+    table: RankTable, spec: MetricSpec, options: MeasureOptions, shared: SharedTieGroups | None
+) -> Tensor:
+    return spec.measure.per_query(table, spec.k, options, shared)
 
 
 def retrieval_measures(
     table: RankTable,
     names: Sequence[str],
     *,
-    ties: str = "expected",
-    empty_queries: str = "skip",
-    average: str = "macro",
-    percent: bool = False,
-    ap: str = "step",
-    divisor: str = "relevant",
-    gain: str = "exponential",
-    median: str = "vsepp",
+    ties: str = DEFAULT_TIES,
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    average: str = DEFAULT_AVERAGE,
+    percent: bool = DEFAULT_PERCENT,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    gain: str = DEFAULT_GAIN,
+    median: str = DEFAULT_MEDIAN,
+    options: MeasureOptions | None = None,
 ) -> dict[str, Tensor]:
     """Several named metrics from one rank table, as 0-d float64 tensors (CMC: a vector).
+
+    The options are given one by one, or together as ``options`` (a :class:`MeasureOptions`).
+    The measures of one call share their tie groups.
 
     >>> from retrieval_metrics.functional.ranking import rank_lists
     >>> table = rank_lists([["d3", "d7", "d1"], ["d4", "d5"]], [{"d1"}, {"d4", "d6"}])
     >>> {k: round(float(v), 4) for k, v in retrieval_measures(table, ["recall@3", "mrr"]).items()}
     {'recall@3': 0.75, 'mrr': 0.6667}
+    >>> float(retrieval_measures(table, ["recall@3"], options=MeasureOptions(percent=True))[
+    ...     "recall@3"])
+    75.0
     """
-    return _measures(table, names, ties=ties, empty_queries=empty_queries, average=average,
-                     percent=percent, ap=ap, divisor=divisor, gain=gain, median=median)
+    options = MeasureOptions.of(
+        options, ties=ties, empty_queries=empty_queries, average=average, percent=percent, ap=ap,
+        divisor=divisor, gain=gain, median=median,
+    )
+    return _measures(table, names, options)
 
 
-def chance_measures(table: RankTable, names: Sequence[str], **options) -> dict[str, Tensor]:
+def chance_measures(
+    table: RankTable, names: Sequence[str], options: MeasureOptions | None = None, **keywords
+) -> dict[str, Tensor]:
     """The chance level of each named metric on ``table``'s galleries: its
-    value under a uniformly random ranking, aggregated like :func:`retrieval_measures`.
+    value under a uniformly random ranking, aggregated like :func:`retrieval_measures` (whose
+    options it takes, as ``options`` or one by one; the tie rule is always "expected").
 
     A query's chance value depends only on its gallery size and number of relevant items (and
     grades), so each distinct pair is computed once.
     """
-    options = {**options, "ties": "expected"}
+    # the chance level is the expected value over random orders: McSherry and Najork's rule
+    options = MeasureOptions.of(options, **{k: v for k, v in keywords.items() if k != "ties"})
+    options = options.replace(ties="expected")
     if table.ideal_grade is not None or table.num_queries == 0:
-        return _measures(chance_table(table), names, **options)
+        return _measures(chance_table(table), names, options)
     key = torch.stack([table.gallery_size, table.num_relevant], 1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     representative = torch.zeros(unique.shape[0], dtype=torch.int64).scatter_(
@@ -215,78 +251,73 @@ def chance_measures(table: RankTable, names: Sequence[str], **options) -> dict[s
     fields = query_fields(table)
     chance_fields = replace(fields, depth=fields.gallery_size.clone())
     small = chance_table(fields.select(representative))
-    return _measures(chance_fields, names, rows=(small, inverse), **options)
+    return _measures(chance_fields, names, options, rows=(small, inverse))
 
 
 def _measures(
     table: RankTable,
     names: Sequence[str],
-    *,
-    ties: str = "expected",
-    empty_queries: str = "skip",
-    average: str = "macro",
-    percent: bool = False,
-    ap: str = "step",
-    divisor: str = "relevant",
-    gain: str = "exponential",
-    median: str = "vsepp",
+    options: MeasureOptions,
     rows: tuple[RankTable, Tensor] | None = None,
 ) -> dict[str, Tensor]:
     """retrieval_measures; with ``rows=(small, index)``, per-query values are computed on
-    ``small`` and expanded to ``table``'s queries by ``index`` (queries known to be equal)."""
-    if ties not in T.TIES:
-        raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
-    with sharing_tie_groups():
-        return _measures_cached(table, names, ties, empty_queries, average, percent, ap,
-                                divisor, gain, median, rows)
+    ``small`` and expanded to ``table``'s queries by ``index`` (queries known to be equal).
+    The measures share one :class:`SharedTieGroups`, dropped when the call returns."""
+    parts = _per_query_parts(table, names, options, rows, SharedTieGroups())
+    return _aggregate_parts(table, parts, options)
 
 
-def _measures_cached(table, names, ties, empty_queries, average, percent, ap, divisor, gain,
-                     median, rows) -> dict[str, Tensor]:
-    parts = _per_query_parts(table, names, ties, average, ap, divisor, gain, rows)
-    return _aggregate_parts(table, parts, empty_queries, average, percent, median)
-
-
-def _per_query_parts(table, names, ties, average, ap, divisor, gain, rows
-                     ) -> dict[str, tuple[Tensor, Tensor | None, Tensor | None]]:
+def _per_query_parts(
+    table: RankTable,
+    names: Sequence[str],
+    options: MeasureOptions,
+    rows: tuple[RankTable, Tensor] | None,
+    shared: SharedTieGroups | None,
+) -> dict[str, tuple[Tensor, Tensor | None, Tensor | None]]:
     """Each named metric's per-query values, with the micro numerators and denominators where
     the metric is micro-averaged: everything the aggregation needs besides the table's
     per-query fields."""
-    def each_query(fn):
-        return fn(table) if rows is None else fn(rows[0])[rows[1]]
-
+    source = table if rows is None else rows[0]
     parts: dict[str, tuple[Tensor, Tensor | None, Tensor | None]] = {}
     for name in names:
         spec = parse_metric(name)
-        values = each_query(
-            lambda t, spec=spec: per_query_values(t, spec, ties=ties, ap=ap, divisor=divisor,
-                                                  gain=gain)
-        )
+        values = _values_of(source, spec, options, shared)
         numerator = denominator = None
-        if spec.base not in RANK_METRICS and average_for(spec, average) == "micro":
+        if spec.base not in RANK_METRICS and average_for(spec, options.average) == "micro":
             micro = spec.measure.micro
             assert micro is not None  # average_for and parse_metric leave micro where defined
-            if rows is None:
-                numerator, denominator = micro(table, spec.k, ties)
-            else:
-                numerator, denominator = (v[rows[1]] for v in micro(rows[0], spec.k, ties))
+            numerator, denominator = micro(source, spec.k, options.ties, shared)
+        if rows is not None:
+            values = values[rows[1]]
+            if numerator is not None:
+                numerator, denominator = numerator[rows[1]], denominator[rows[1]]
         parts[spec.name] = (values, numerator, denominator)
     return parts
 
 
-def _aggregate_parts(table, parts, empty_queries, average, percent, median) -> dict[str, Tensor]:
+def worst_rank_fill(values: Tensor, table: RankTable) -> Tensor:
+    """``values`` (per-query ranks) with each unanswerable query's rank set to the worst rank,
+    ``gallery_size + 1``: after the whole gallery (``empty_queries="zero"`` for a rank)."""
+    worst = table.gallery_size.to(torch.float64) + 1
+    return torch.where(table.num_relevant == 0, worst, values)
+
+
+def _aggregate_parts(
+    table: RankTable,
+    parts: dict[str, tuple[Tensor, Tensor | None, Tensor | None]],
+    options: MeasureOptions,
+) -> dict[str, Tensor]:
+    empty_queries = options.empty_queries
     out: dict[str, Tensor] = {}
     for name, (values, numerator, denominator) in parts.items():
         spec = parse_metric(name)
         if spec.base in RANK_METRICS:
             if empty_queries == "zero":
-                # An unanswerable query ranks after the whole gallery: the worst possible rank.
-                worst = table.gallery_size.to(torch.float64) + 1
-                values = torch.where(table.num_relevant == 0, worst, values)
+                values = worst_rank_fill(values, table)
             else:
                 values = _empty_fill(values, table, empty_queries, 0.0)
             if spec.base == "median_rank":
-                out[spec.name] = median_rank(values, median)
+                out[spec.name] = median_rank(values, options.median)
             else:
                 counted = values[~torch.isnan(values)]
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
@@ -295,8 +326,8 @@ def _aggregate_parts(table, parts, empty_queries, average, percent, median) -> d
             values,
             table,
             empty_queries=empty_queries,
-            average=average_for(spec, average),
-            percent=percent,
+            average=average_for(spec, options.average),
+            percent=options.percent,
             numerator=numerator,
             denominator=denominator,
         )
@@ -324,25 +355,26 @@ def query_parts_in_chunks(
     tables: Iterable[RankTable],
     names: Sequence[str],
     *,
-    ties: str = "expected",
-    average: str = "macro",
-    ap: str = "step",
-    divisor: str = "relevant",
-    gain: str = "exponential",
+    ties: str = DEFAULT_TIES,
+    average: str = DEFAULT_AVERAGE,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    gain: str = DEFAULT_GAIN,
+    options: MeasureOptions | None = None,
 ) -> tuple[QueryParts, RankTable]:
     """Each named metric's per-query values (and micro numerators and denominators) of the
     queries of several tables, one table at a time, with those queries' fields
     (:func:`query_fields`): what :func:`aggregate_query_parts` turns into values, also after
-    gathering the parts of several processes."""
-    if ties not in T.TIES:
-        raise ValueError(f"`ties` must be one of {T.TIES}, got {ties!r}")
+    gathering the parts of several processes. The options are given one by one or as
+    ``options`` (whose aggregation options are not read here)."""
+    options = MeasureOptions.of(
+        options, ties=ties, average=average, ap=ap, divisor=divisor, gain=gain
+    )
     skeletons: list[RankTable] = []
     chunk_parts: list[dict[str, tuple[Tensor, Tensor | None, Tensor | None]]] = []
     for table in tables:
-        with sharing_tie_groups():  # one chunk's groups at a time
-            chunk_parts.append(
-                _per_query_parts(table, names, ties, average, ap, divisor, gain, None)
-            )
+        # one chunk's groups at a time
+        chunk_parts.append(_per_query_parts(table, names, options, None, SharedTieGroups()))
         skeletons.append(query_fields(table))
     if not skeletons:
         raise ValueError("no rank table was given")
@@ -361,10 +393,16 @@ def query_parts_in_chunks(
 def aggregate_query_parts(
     queries: RankTable,
     parts: QueryParts,
-    empty_queries: str = "skip",
-    average: str = "macro",
-    percent: bool = False,
-    median: str = "vsepp",
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    average: str = DEFAULT_AVERAGE,
+    percent: bool = DEFAULT_PERCENT,
+    median: str = DEFAULT_MEDIAN,
+    *,
+    options: MeasureOptions | None = None,
 ) -> dict[str, Tensor]:
-    """The values of :func:`query_parts_in_chunks`' parts (``queries``: their query fields)."""
-    return _aggregate_parts(queries, parts, empty_queries, average, percent, median)
+    """The values of :func:`query_parts_in_chunks`' parts (``queries``: their query fields),
+    aggregated under the options given one by one or as ``options``."""
+    options = MeasureOptions.of(
+        options, empty_queries=empty_queries, average=average, percent=percent, median=median
+    )
+    return _aggregate_parts(queries, parts, options)

@@ -12,7 +12,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.measures.per_query import (
+    SharedTieGroups,
     average_precision_per_query,
     cmc_per_query,
     expected_hits_per_query,
@@ -37,7 +39,9 @@ __all__ = [
     "average_for",
     "depth_for",
     "parse_metric",
+    "register_measure",
     "suggest_metric",
+    "unregister_measure",
 ]
 
 AVERAGES = OPTIONS["average"].allowed
@@ -49,22 +53,24 @@ class Measure:
 
     Attributes:
         base: the name before "@" ("hit_rate", "map", ...).
-        per_query: ``(table, k, options) -> (Q,)`` values (CMC: ``(Q, K)``); ``options`` holds
-            ``ties``, ``ap``, ``divisor`` and ``gain``.
+        per_query: ``(table, k, options, shared) -> (Q,)`` values (CMC: ``(Q, K)``), NaN for
+            unanswerable queries; ``options`` is the :class:`MeasureOptions` of the call (read
+            ``options.ties``, ``.ap``, ``.divisor``, ``.gain``), ``shared`` the
+            :class:`SharedTieGroups` of the call (or None), to hand to the per-query functions.
         cutoff: "required" (hit_rate@10), "optional" (map, map@100), "none" (minp) or "r"
             (map@r: R = each query's number of relevant items, also accepted beside "optional").
         depth: positions that must be known exactly, from the cut-off: an int, None for the
             whole ranking, or "relevant" for at least m_q positions per query.
-        micro: ``(table, k, ties) -> (numerator, denominator)`` per query for
+        micro: ``(table, k, ties, shared=None) -> (numerator, denominator)`` per query for
             ``average="micro"``, or None where a micro average is not defined.
         rank: a rank (lower is better), aggregated as a median or mean of ranks.
     """
 
     base: str
-    per_query: Callable[[RankTable, Any, dict[str, Any]], Tensor]
+    per_query: Callable[[RankTable, Any, MeasureOptions, SharedTieGroups | None], Tensor]
     cutoff: str = "none"
     depth: Callable[[Any], int | str | None] = lambda k: None
-    micro: Callable[[RankTable, Any, str], tuple[Tensor, Tensor]] | None = None
+    micro: Callable[..., tuple[Tensor, Tensor]] | None = None
     rank: bool = False
 
 
@@ -72,57 +78,136 @@ def _first_only(k: Any) -> int:
     return 1  # only each query's best relevant item, which is always located exactly
 
 
-def _micro_recall(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
-    return expected_hits_per_query(table, k, ties), table.num_relevant.to(torch.float64)
-
-
-def _micro_precision(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
-    hits = expected_hits_per_query(table, k, ties)
-    return hits, torch.full_like(hits, float(k))
-
-
-def _micro_r_precision(table: RankTable, k: Any, ties: str) -> tuple[Tensor, Tensor]:
-    hits = expected_hits_per_query(table, table.num_relevant.clamp_min(1), ties)
+def _micro_recall(
+    table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
+) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, k, ties, shared=shared)
     return hits, table.num_relevant.to(torch.float64)
 
 
-def _average_precision(table: RankTable, k: Any, o: dict[str, Any]) -> Tensor:
+def _micro_precision(
+    table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
+) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, k, ties, shared=shared)
+    return hits, torch.full_like(hits, float(k))
+
+
+def _micro_r_precision(
+    table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
+) -> tuple[Tensor, Tensor]:
+    hits = expected_hits_per_query(table, table.num_relevant.clamp_min(1), ties, shared=shared)
+    return hits, table.num_relevant.to(torch.float64)
+
+
+def _average_precision(
+    table: RankTable, k: Any, o: MeasureOptions, shared: SharedTieGroups | None
+) -> Tensor:
     if k == "r":
-        return map_at_r_per_query(table, o["ties"])
-    return average_precision_per_query(table, k, o["ties"], ap=o["ap"], divisor=o["divisor"])
+        return map_at_r_per_query(table, o.ties, shared=shared)
+    return average_precision_per_query(
+        table, k, o.ties, ap=o.ap, divisor=o.divisor, shared=shared
+    )
 
 
 #: every named measure, by base name
 MEASURES: dict[str, Measure] = {
     m.base: m
     for m in (
-        Measure("hit_rate", lambda t, k, o: hit_rate_per_query(t, k, o["ties"]), "required",
-                _first_only),
-        Measure("recall", lambda t, k, o: recall_per_query(t, k, o["ties"]), "required",
-                lambda k: k, _micro_recall),
-        Measure("precision", lambda t, k, o: precision_per_query(t, k, o["ties"]), "required",
-                lambda k: k, _micro_precision),
-        Measure("r_precision", lambda t, k, o: r_precision_per_query(t, o["ties"]), "none",
-                lambda k: "relevant", _micro_r_precision),
+        Measure("hit_rate", lambda t, k, o, s: hit_rate_per_query(t, k, o.ties, shared=s),
+                "required", _first_only),
+        Measure("recall", lambda t, k, o, s: recall_per_query(t, k, o.ties, shared=s),
+                "required", lambda k: k, _micro_recall),
+        Measure("precision", lambda t, k, o, s: precision_per_query(t, k, o.ties, shared=s),
+                "required", lambda k: k, _micro_precision),
+        Measure("r_precision", lambda t, k, o, s: r_precision_per_query(t, o.ties, shared=s),
+                "none", lambda k: "relevant", _micro_r_precision),
         Measure("map", _average_precision, "optional",
                 lambda k: "relevant" if k == "r" else k),
-        Measure("map_trapezoid",
-                lambda t, k, o: average_precision_per_query(t, None, o["ties"], ap="trapezoid")),
-        Measure("mrr", lambda t, k, o: reciprocal_rank_per_query(t, k, o["ties"]), "optional",
+        Measure("map_trapezoid", lambda t, k, o, s: average_precision_per_query(
+            t, None, o.ties, ap="trapezoid", shared=s)),
+        Measure("mrr", lambda t, k, o, s: reciprocal_rank_per_query(t, k, o.ties, shared=s),
+                "optional", _first_only),
+        Measure("ndcg", lambda t, k, o, s: ndcg_per_query(t, k, o.ties, o.gain, shared=s),
+                "optional", lambda k: k),
+        Measure("cmc", lambda t, k, o, s: cmc_per_query(t, k, o.ties, shared=s), "required",
                 _first_only),
-        Measure("ndcg", lambda t, k, o: ndcg_per_query(t, k, o["ties"], o["gain"]), "optional",
-                lambda k: k),
-        Measure("cmc", lambda t, k, o: cmc_per_query(t, k, o["ties"]), "required", _first_only),
-        Measure("median_rank", lambda t, k, o: first_rank_per_query(t, o["ties"]),
+        Measure("median_rank", lambda t, k, o, s: first_rank_per_query(t, o.ties, shared=s),
                 depth=_first_only, rank=True),
-        Measure("mean_rank", lambda t, k, o: first_rank_per_query(t, o["ties"]),
+        Measure("mean_rank", lambda t, k, o, s: first_rank_per_query(t, o.ties, shared=s),
                 depth=_first_only, rank=True),
-        Measure("minp", lambda t, k, o: minp_per_query(t, o["ties"])),
+        Measure("minp", lambda t, k, o, s: minp_per_query(t, o.ties, shared=s)),
     )
 }
+_BUILT_IN = frozenset(MEASURES)
+#: the bases of the measures that are ranks (lower is better); kept up to date in place
 RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}
-_NAME = re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
-                   rf"(@(?P<k>r|\d+))?(/(?P<average>{'|'.join(AVERAGES)}))?$")
+
+
+def _name_pattern() -> re.Pattern[str]:
+    return re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
+                      rf"(@(?P<k>r|\d+))?(/(?P<average>{'|'.join(AVERAGES)}))?$")
+
+
+_NAME = _name_pattern()
+_BASE_RULE = re.compile(r"[a-z_][a-z0-9_]*")
+_CUTOFFS = ("required", "optional", "none")
+
+
+def _names_changed() -> None:
+    """Rebuild what is read off MEASURES: the name pattern and (in place) RANK_METRICS."""
+    global _NAME
+    _NAME = _name_pattern()
+    RANK_METRICS.clear()
+    RANK_METRICS.update(base for base, m in MEASURES.items() if m.rank)
+
+
+def register_measure(measure: Measure) -> Measure:
+    """Add ``measure`` to :data:`MEASURES`: :func:`parse_metric`, :func:`retrieval_measures`
+    and every metric class (``RetrievalMetrics(["my_measure@5"])``) then accept its name.
+
+    ``measure.base`` must be a new lower-case identifier (letters, digits, "_"), and its
+    ``cutoff`` "required", "optional" or "none". Register at import time, before any metric is
+    made; :func:`unregister_measure` removes it.
+
+    >>> from retrieval_metrics.functional.measures import hit_rate_per_query
+    >>> success = Measure(
+    ...     "success", lambda t, k, o, s: hit_rate_per_query(t, k, o.ties, shared=s),
+    ...     "required", depth=lambda k: 1)
+    >>> register_measure(success) is success
+    True
+    >>> parse_metric("success@5").k
+    5
+    >>> unregister_measure("success").base
+    'success'
+    """
+    if not isinstance(measure, Measure):
+        raise TypeError(f"`measure` must be a Measure, got {type(measure).__name__}")
+    base = measure.base
+    if not isinstance(base, str) or _BASE_RULE.fullmatch(base) is None:
+        raise ValueError(
+            f"a measure's name must be a lower-case identifier (a-z, 0-9, _), got {base!r}"
+        )
+    if base in MEASURES:
+        raise ValueError(f"a measure named {base!r} exists already")
+    if measure.cutoff not in _CUTOFFS:
+        raise ValueError(f"`cutoff` must be one of {_CUTOFFS}, got {measure.cutoff!r}")
+    if not callable(measure.per_query) or not callable(measure.depth):
+        raise TypeError("a measure's `per_query` and `depth` must be callables")
+    MEASURES[base] = measure
+    _names_changed()
+    return measure
+
+
+def unregister_measure(base: str) -> Measure:
+    """Remove the measure :func:`register_measure` added under ``base``, and return it (the
+    library's own measures cannot be removed)."""
+    if base in _BUILT_IN:
+        raise ValueError(f"{base!r} is one of the library's measures; it cannot be removed")
+    if base not in MEASURES:
+        raise ValueError(f"no measure named {base!r} was registered")
+    measure = MEASURES.pop(base)
+    _names_changed()
+    return measure
 
 
 @dataclass(frozen=True)
@@ -214,10 +299,12 @@ def parse_metric(name: str) -> MetricSpec:
     match = _NAME.match(name.strip().lower())
     if match is None:
         hint = suggest_metric(name)
+        registered = sorted(set(MEASURES) - _BUILT_IN)
         raise ValueError(
             f"unknown metric {name!r}{': ' + hint if hint else '.'} Known names: hit_rate@K, "
             "recall@K, precision@K, r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, "
-            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp, each optionally with /macro, "
+            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp"
+            f"{''.join(', ' + b for b in registered)}, each optionally with /macro, "
             "/micro or /class"
         )
     base, k = match.group("base"), match.group("k")

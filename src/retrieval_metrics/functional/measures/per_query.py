@@ -8,20 +8,26 @@ documentation's Definitions page (docs/definitions.md); every tie rule is exact
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.measures import ties as T
-from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.measures.options import (
+    DEFAULT_AP,
+    DEFAULT_DIVISOR,
+    DEFAULT_GAIN,
+    DEFAULT_TIES,
+)
+from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.primitives import flat_nonzero, repeat
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
+    "SharedTieGroups",
     "auroc_per_query",
     "average_precision_per_query",
     "cmc_per_query",
@@ -42,57 +48,57 @@ AP_KINDS = OPTIONS["ap"].allowed
 AP_DIVISORS = OPTIONS["divisor"].allowed
 
 
-# Per shared call (one retrieval_measures call, one chunk of queries): each table's tie groups
-# under each rule, shared by every metric, and the groups' precision sums over the whole ranking
-# (AP, MAP@R and AP@K each cut them). An entry holds its table, so that the table's id, part of
-# the key, cannot be taken by another table while the entry lives.
-_GROUP_CACHE: dict[tuple[Any, ...], tuple[RankTable, Any]] | None = None
+class SharedTieGroups:
+    """What the measures of one shared call (one ``retrieval_measures`` call, one chunk of
+    ``query_parts_in_chunks``) compute once and share: each table's tie groups under each rule,
+    and the groups' precision sums over the whole ranking (AP, MAP@R and AP@K each cut them).
+
+    Made per call and handed down as ``shared=`` to the per-query functions, it is dropped with
+    the call: no two calls, and no two threads, ever read one. Without it (``shared=None``)
+    nothing is kept. An entry holds its table, so that the table's id, part of the key, cannot
+    be taken by another table while the entry lives.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[RankTable, Any]] = {}
+
+    def get(self, table: RankTable, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """The value kept for ``(table, *key)``, made by ``make()`` the first time."""
+        full = (id(table), *key)
+        entry = self._entries.get(full)
+        if entry is None:
+            entry = self._entries[full] = (table, make())
+        return entry[1]
 
 
-def _cached(table: RankTable, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
-    if _GROUP_CACHE is None:
-        return make()
-    key = (id(table), *key)
-    if key not in _GROUP_CACHE:
-        _GROUP_CACHE[key] = (table, make())
-    return _GROUP_CACHE[key][1]
-
-
-def _groups(table: RankTable, ties: str, gain: str | None = None) -> T.TieGroups:
+def _groups(
+    table: RankTable, ties: str, gain: str | None = None, shared: SharedTieGroups | None = None
+) -> T.TieGroups:
     if gain == "linear" or (
         gain == "exponential" and (table.grade is None or bool((table.grade == 1).all()))
     ):
         # Grades of 1 (binary relevance included) give 2^1 - 1 = 1 = the linear gain: the same
         # groups as the measures without a gain, so they are built once.
         gain = None
-    return _cached(table, ("groups", ties, gain), lambda: T.tie_groups(table, ties, gain=gain))
+    if shared is None:
+        return T.tie_groups(table, ties, gain=gain)
+    return shared.get(table, ("groups", ties, gain), lambda: T.tie_groups(table, ties, gain=gain))
 
 
-def _whole_precision_sum(table: RankTable, groups: T.TieGroups, ties: str) -> Tensor | None:
+def _whole_precision_sum(
+    table: RankTable, groups: T.TieGroups, ties: str, shared: SharedTieGroups | None
+) -> Tensor | None:
     """The groups' precision sums without a cut-off, computed once per shared call (None
     outside one: a single measure gains nothing from computing them)."""
-    if _GROUP_CACHE is None:
+    if shared is None:
         return None
 
     def whole() -> Tensor:
         return T.expected_precision_sum(groups, torch.full_like(groups.above, UNBOUNDED))
 
-    return _cached(table, ("precision sums", ties), whole)
-
-
-@contextlib.contextmanager
-def sharing_tie_groups() -> Iterator[None]:
-    """Share tie groups between the measures computed inside (the outermost call owns the cache,
-    so nested calls reuse it and the cache never outlives the call)."""
-    global _GROUP_CACHE
-    outer = _GROUP_CACHE is None
-    if outer:
-        _GROUP_CACHE = {}
-    try:
-        yield
-    finally:
-        if outer:
-            _GROUP_CACHE = None
+    return shared.get(table, ("precision sums", ties), whole)
 
 
 def _cutoff(k: int, name: str = "k") -> int:
@@ -130,99 +136,197 @@ def _as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
     return torch.full((table.num_queries,), _cutoff(k), dtype=torch.int64)
 
 
-def expected_hits_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
-    """E[h_q(K)]: relevant items in the top K (NaN-free; 0 for unanswerable queries)."""
+def expected_hits_per_query(
+    table: RankTable,
+    k: int | Tensor,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """E[h_q(K)]: relevant items in the top K (NaN-free; 0 for unanswerable queries).
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64.
+    """
     cutoff = _as_cutoff(table, k)
     _require_depth(table, cutoff, "a cut-off measure")
-    groups = _groups(table, ties)
+    groups = _groups(table, ties, shared=shared)
     return _query_sum(table, groups, T.expected_hits(groups, cutoff[groups.query]))
 
 
-def hit_rate_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
-    """1[r_q <= K]; under "expected" ties, the probability of a hit in the top K."""
+def hit_rate_per_query(
+    table: RankTable,
+    k: int | Tensor,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """1[r_q <= K]; under "expected" ties, the probability of a hit in the top K.
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     cutoff = _as_cutoff(table, k)
-    q, a, t, r = _groups(table, ties).first_groups()
+    q, a, t, r = _groups(table, ties, shared=shared).first_groups()
     p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, cutoff.index_select(0, q)))
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     out[q] = p
     return _unanswerable_nan(table, out)
 
 
-def recall_per_query(table: RankTable, k: int | Tensor, ties: str = "expected") -> Tensor:
-    """h_q(K) / m_q."""
-    hits = expected_hits_per_query(table, k, ties)
+def recall_per_query(
+    table: RankTable,
+    k: int | Tensor,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """h_q(K) / m_q.
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
+    hits = expected_hits_per_query(table, k, ties, shared=shared)
     return _unanswerable_nan(table, hits / table.num_relevant.clamp_min(1))
 
 
-def precision_per_query(table: RankTable, k: int, ties: str = "expected") -> Tensor:
-    """h_q(K) / K (the divisor stays K when the gallery is smaller)."""
+def precision_per_query(
+    table: RankTable, k: int, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+) -> Tensor:
+    """h_q(K) / K (the divisor stays K when the gallery is smaller).
+
+    Args:
+        table: the rank table.
+        k: cut-off K.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     k = _cutoff(k)
-    return _unanswerable_nan(table, expected_hits_per_query(table, k, ties) / k)
+    hits = expected_hits_per_query(table, k, ties, shared=shared)
+    return _unanswerable_nan(table, hits / k)
 
 
-def r_precision_per_query(table: RankTable, ties: str = "expected") -> Tensor:
-    """h_q(m_q) / m_q."""
+def r_precision_per_query(
+    table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+) -> Tensor:
+    """h_q(m_q) / m_q: precision at R = m_q, TREC's R-precision (trec_eval's ``Rprec``).
+
+    Args:
+        table: the rank table.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     m = table.num_relevant.clamp_min(1)
-    return _unanswerable_nan(table, expected_hits_per_query(table, m, ties) / m)
+    return _unanswerable_nan(table, expected_hits_per_query(table, m, ties, shared=shared) / m)
 
 
-def _precision_sum(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
+def _precision_sum(
+    table: RankTable, cutoff: Tensor, ties: str, shared: SharedTieGroups | None
+) -> Tensor:
     _require_depth(table, cutoff, "average precision")
-    groups = _groups(table, ties)
-    whole = _whole_precision_sum(table, groups, ties)
+    groups = _groups(table, ties, shared=shared)
+    whole = _whole_precision_sum(table, groups, ties, shared)
     return _query_sum(
         table, groups, T.expected_precision_sum(groups, cutoff[groups.query], whole)
     )
 
 
-def map_at_r_per_query(table: RankTable, ties: str = "expected") -> Tensor:
-    """MAP@R (Musgrave et al. 2020): (1/m) sum_{i <= m} P(i) rel(i)."""
+def map_at_r_per_query(
+    table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+) -> Tensor:
+    """MAP@R: (1/m) sum_{i <= m} P(i) rel(i), average precision cut at R = m_q and divided by R
+    (Musgrave, Belongie and Lim, "A Metric Learning Reality Check", ECCV 2020).
+
+    Args:
+        table: the rank table.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     m = table.num_relevant.clamp_min(1)
-    return _unanswerable_nan(table, _precision_sum(table, m, ties) / m)
+    return _unanswerable_nan(table, _precision_sum(table, m, ties, shared) / m)
 
 
 def average_precision_per_query(
     table: RankTable,
     k: int | Tensor | None = None,
-    ties: str = "expected",
-    ap: str = "step",
-    divisor: str = "relevant",
+    ties: str = DEFAULT_TIES,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    *,
+    shared: SharedTieGroups | None = None,
 ) -> Tensor:
     """Average precision over the whole ranking, or AP@K with a cut-off.
 
+    ``ap="trapezoid"`` is the rule of the official Market-1501 evaluation code (Zheng et al.,
+    ICCV 2015): each relevant item at position p weighs the mean of the precision at p and the
+    precision at p - 1 (1 at the top).
+
     Args:
+        table: the rank table.
         k: cut-off, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
         ap: ``"step"`` (torchreid, trec_eval) or ``"trapezoid"`` (official Market-1501 code; only
             without a cut-off).
         divisor: for AP@K, ``"relevant"`` m_q (Manning et al., trec_eval map_cut), ``"min"``
             min(m_q, K) (MSLS), ``"retrieved"`` h_q(K) (torchmetrics; 0/0 = 0).
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
     """
-    if ap not in AP_KINDS:
-        raise ValueError(f"`ap` must be one of {AP_KINDS}, got {ap!r}")
-    if divisor not in AP_DIVISORS:
-        raise ValueError(f"`divisor` must be one of {AP_DIVISORS}, got {divisor!r}")
+    check_option("ap", ap)
+    check_option("divisor", divisor)
     m = table.num_relevant.clamp_min(1).to(torch.float64)
     cutoff = _as_cutoff(table, k)
     if ap == "trapezoid":
         if k is not None:
             raise ValueError('`ap="trapezoid"` is defined over the whole ranking; use k=None')
         _require_depth(table, cutoff, "average precision")
-        groups = _groups(table, ties)
+        groups = _groups(table, ties, shared=shared)
         step = T.expected_precision_sum(
-            groups, cutoff[groups.query], _whole_precision_sum(table, groups, ties)
+            groups, cutoff[groups.query], _whole_precision_sum(table, groups, ties, shared)
         )
         extra = T.expected_trapezoid_extra(groups)
         total = _query_sum(table, groups, 0.5 * (step + extra))
         return _unanswerable_nan(table, total / m)
     if divisor == "retrieved" and k is not None:
-        return _unanswerable_nan(table, _ap_over_retrieved(table, cutoff, ties))
-    total = _precision_sum(table, cutoff, ties)
+        return _unanswerable_nan(table, _ap_over_retrieved(table, cutoff, ties, shared))
+    total = _precision_sum(table, cutoff, ties, shared)
     if k is not None and divisor == "min":
         m = torch.minimum(m, torch.tensor(float(k), dtype=torch.float64))
     return _unanswerable_nan(table, total / m)
 
 
-def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
+def _ap_over_retrieved(
+    table: RankTable, cutoff: Tensor, ties: str, shared: SharedTieGroups | None
+) -> Tensor:
     """E[(sum_{p<=K} rel(p) P(p)) / h(K)], 0 when h(K) = 0, exact under expected ties.
 
     Only the group straddling K makes h(K) random. Conditioning on the number j of its relevant
@@ -230,7 +334,7 @@ def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
     of j relevant items in u positions, and the rest of the numerator is unchanged.
     """
     _require_depth(table, cutoff, "average precision")
-    groups = _groups(table, ties)
+    groups = _groups(table, ties, shared=shared)
     k = cutoff[groups.query]
     end = groups.above + groups.size
     inside = end <= k
@@ -240,7 +344,7 @@ def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
         groups,
         torch.where(
             inside,
-            T.expected_precision_sum(groups, k, _whole_precision_sum(table, groups, ties)),
+            T.expected_precision_sum(groups, k, _whole_precision_sum(table, groups, ties, shared)),
             0.0,
         ),
     )
@@ -275,21 +379,44 @@ def _ap_over_retrieved(table: RankTable, cutoff: Tensor, ties: str) -> Tensor:
 
 
 def reciprocal_rank_per_query(
-    table: RankTable, k: int | Tensor | None = None, ties: str = "expected"
+    table: RankTable,
+    k: int | Tensor | None = None,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
 ) -> Tensor:
-    """1 / r_q; with a cut-off K, 0 when r_q > K. Expected under random order inside ties."""
+    """1 / r_q; with a cut-off K, 0 when r_q > K. Expected under random order inside ties.
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     limit = _as_cutoff(table, k)
-    groups = _groups(table, ties)
+    groups = _groups(table, ties, shared=shared)
     per_group = T.expected_reciprocal_first(groups, limit[groups.query])
     return _unanswerable_nan(table, _query_sum(table, groups, per_group))
 
 
-def first_rank_per_query(table: RankTable, ties: str = "expected") -> Tensor:
+def first_rank_per_query(
+    table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+) -> Tensor:
     """r_q, the rank of the best-ranked relevant item (its expectation under "expected" ties).
 
-    Infinite when no relevant item was retrieved (ranked lists).
+    Args:
+        table: the rank table.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries, infinite when no relevant item was
+        retrieved (ranked lists).
     """
-    groups = _groups(table, ties)
+    groups = _groups(table, ties, shared=shared)
     out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
     first = groups.first_index
     out[groups.query[first]] = T.expected_first_position(groups)[first]
@@ -297,12 +424,33 @@ def first_rank_per_query(table: RankTable, ties: str = "expected") -> Tensor:
 
 
 def ndcg_per_query(
-    table: RankTable, k: int | None = None, ties: str = "expected", gain: str = "exponential"
+    table: RankTable,
+    k: int | None = None,
+    ties: str = DEFAULT_TIES,
+    gain: str = DEFAULT_GAIN,
+    *,
+    shared: SharedTieGroups | None = None,
 ) -> Tensor:
-    """DCG@K / IDCG@K with gain 2^g - 1 ("exponential") or g ("linear"); binary grade is 1."""
+    """DCG@K / IDCG@K with gain 2^g - 1 ("exponential") or g ("linear"); binary grade is 1.
+
+    Discounted cumulated gain of Järvelin and Kekäläinen (ACM TOIS 2002), discount
+    1 / log2(1 + p). Under "expected" ties it is the tie-averaged DCG of McSherry and Najork
+    (ECIR 2008): a tie group's gain spread evenly over its positions, which is the
+    ``gain / size * (discount[hi] - discount[lo])`` below.
+
+    Args:
+        table: the rank table.
+        k: cut-off K; ``None`` is the whole ranking.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        gain: "exponential" (2^g - 1) or "linear" (g).
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     cutoff = _as_cutoff(table, k)
     _require_depth(table, cutoff, "NDCG")
-    groups = _groups(table, ties, gain=gain)
+    groups = _groups(table, ties, gain=gain, shared=shared)
     end = groups.above + groups.size
     limit = cutoff[groups.query]
     top = int(torch.minimum(end, limit).max()) if end.numel() else 0
@@ -317,6 +465,8 @@ def ndcg_per_query(
     discount[1:] = torch.cumsum(1.0 / torch.log2(1.0 + positions), 0)
     lo = torch.minimum(groups.above, limit).clamp_max(top)
     hi = torch.minimum(end, limit).clamp_max(top)
+    # McSherry and Najork's tie-averaged DCG: the group's gain over its size, times the
+    # discounts of its positions inside the cut-off
     dcg_part = groups.gain / groups.size.to(torch.float64) * (discount[hi] - discount[lo])
     dcg = _query_sum(table, groups, dcg_part)
     if table.ideal_grade is not None and table.ideal_ptr is not None:
@@ -333,10 +483,23 @@ def ndcg_per_query(
     return _unanswerable_nan(table, value)
 
 
-def cmc_per_query(table: RankTable, max_rank: int, ties: str = "expected") -> Tensor:
-    """``(Q, max_rank)``: P(r_q <= k) for k = 1..max_rank (rows of NaN for unanswerable)."""
+def cmc_per_query(
+    table: RankTable, max_rank: int, ties: str = DEFAULT_TIES, *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """P(r_q <= k) for k = 1..max_rank: each query's CMC curve.
+
+    Args:
+        table: the rank table.
+        max_rank: the last K of the curve.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q, max_rank)`` float64, rows of NaN for unanswerable queries.
+    """
     max_rank = _cutoff(max_rank, "max_rank")
-    q, a, t, r = _groups(table, ties).first_groups()
+    q, a, t, r = _groups(table, ties, shared=shared).first_groups()
     ks = torch.arange(1, max_rank + 1)
     u = torch.minimum((ks[None, :] - a[:, None]).clamp_min(0), t[:, None])
     p = 1.0 - T.miss_probability(t[:, None].expand_as(u), r[:, None].expand_as(u), u)
@@ -346,16 +509,30 @@ def cmc_per_query(table: RankTable, max_rank: int, ties: str = "expected") -> Te
     return out
 
 
-def fall_out_per_query(table: RankTable, k: int | Tensor | None = None,
-                       ties: str = "expected") -> Tensor:
+def fall_out_per_query(
+    table: RankTable,
+    k: int | Tensor | None = None,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
     """Non-relevant items in the top K over all non-relevant items of the query:
     (min(K, N_q) - h_q(K)) / (N_q - m_q), NaN when every item is relevant. Lower is better.
 
     The table must list every relevant item (the scores form does).
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64.
     """
     n = table.gallery_size
     cutoff = torch.minimum(_as_cutoff(table, k), n)
-    hits = expected_hits_per_query(table, cutoff, ties)
+    hits = expected_hits_per_query(table, cutoff, ties, shared=shared)
     negatives = (n - table.num_relevant).to(torch.float64)
     value = (cutoff.to(torch.float64) - hits) / negatives.clamp_min(1)
     return torch.where(negatives > 0, value, torch.full_like(value, math.nan))
@@ -374,7 +551,7 @@ def auroc_per_query(
     table: RankTable,
     k: int | Tensor | None = None,
     max_fpr: float | None = None,
-    ties: str = "expected",
+    ties: str = DEFAULT_TIES,
 ) -> Tensor:
     """Area under the ROC curve of each query's ranking (its top K with a cut-off), relevant
     items against non-relevant ones; with ``max_fpr``, the McClish-standardised partial area up to
@@ -384,6 +561,15 @@ def auroc_per_query(
     tied pair counts one half), so the full area is the expected one under random order inside
     ties. The table must list every relevant item (the scores form does). A tie group across
     the K-th position counts as inside the top K.
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
+        max_fpr: the false positive rate the partial area stops at, or None for the full area.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+
+    Returns:
+        ``(Q,)`` float64.
     """
     if max_fpr is not None and not (0 < max_fpr <= 1):
         raise ValueError(f"`max_fpr` must be in (0, 1], got {max_fpr!r}")
@@ -409,8 +595,20 @@ def auroc_per_query(
     return torch.where(ok, value, torch.full_like(value, math.nan))
 
 
-def minp_per_query(table: RankTable, ties: str = "expected") -> Tensor:
-    """mINP (Ye et al.): m_q / rank of the last relevant item; 0 if one was never retrieved."""
+def minp_per_query(
+    table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+) -> Tensor:
+    """mINP: m_q / rank of the last relevant item; 0 if one was never retrieved (Ye et al.,
+    "Deep Learning for Person Re-identification: A Survey and Outlook", TPAMI 2021).
+
+    Args:
+        table: the rank table.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
     complete = table.num_listed == table.num_relevant
     unbounded = table.depth == UNBOUNDED
     bad = ~complete & ~unbounded & (table.num_relevant > 0)
@@ -418,7 +616,7 @@ def minp_per_query(table: RankTable, ties: str = "expected") -> Tensor:
         raise ValueError(
             "mINP needs every relevant item's position, but the ranking was truncated by `depth`"
         )
-    groups = _groups(table, ties)
+    groups = _groups(table, ties, shared=shared)
     limit = torch.full((groups.query.numel(),), UNBOUNDED, dtype=torch.int64)
     inv_last = _query_sum(table, groups, T.expected_reciprocal_last(groups, limit))
     value = torch.where(complete, table.num_relevant.to(torch.float64) * inv_last, 0.0)

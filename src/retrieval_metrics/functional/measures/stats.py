@@ -6,7 +6,7 @@ What they mean is in the documentation's Definitions page (docs/definitions.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
@@ -15,6 +15,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.measures import aggregation as A
 from retrieval_metrics.functional.measures import names as N
+from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
@@ -45,6 +46,18 @@ def _normal_quantile(p: float) -> float:
     return math.sqrt(2) * torch.special.erfinv(torch.tensor(2 * p - 1, dtype=torch.float64)).item()
 
 
+def _resamples(n: int, num_bootstrap: int, seed: int) -> Iterator[Tensor]:
+    """The seeded bootstrap resamples of ``n`` queries: ``num_bootstrap`` rows of ``n`` indices
+    drawn with replacement, yielded in chunks of at most 2^22 indices (a ``(b, n)`` tensor each),
+    from one generator seeded with ``seed``: the same draws, in the same order, for every caller
+    (Efron's bootstrap; the percentile interval is read off the resampled statistics)."""
+    gen = torch.Generator().manual_seed(seed)
+    chunk = max(1, 2**22 // n)
+    for start in range(0, num_bootstrap, chunk):
+        b = min(chunk, num_bootstrap - start)
+        yield torch.randint(0, n, (b, n), generator=gen)
+
+
 def bootstrap_interval(
     values: Tensor,
     level: float = 0.95,
@@ -57,12 +70,8 @@ def bootstrap_interval(
     n = v.numel()
     if n == 0:
         return (math.nan, math.nan)
-    gen = torch.Generator().manual_seed(seed)
     stats = []
-    chunk = max(1, 2**22 // n)
-    for start in range(0, num_bootstrap, chunk):
-        b = min(chunk, num_bootstrap - start)
-        idx = torch.randint(0, n, (b, n), generator=gen)
+    for idx in _resamples(n, num_bootstrap, seed):
         sample = v[idx]
         stats.append(sample.mean(1) if statistic == "mean" else sample.median(1).values)
     dist = torch.cat(stats)
@@ -82,12 +91,9 @@ def _bootstrap_curve(
     if n == 0:
         nan = torch.full((width,), math.nan, dtype=torch.float64)
         return (nan, nan.clone())
-    gen = torch.Generator().manual_seed(seed)
     means = []
-    chunk = max(1, 2**22 // n)
-    for start in range(0, num_bootstrap, chunk):
-        b = min(chunk, num_bootstrap - start)
-        idx = torch.randint(0, n, (b, n), generator=gen)
+    for idx in _resamples(n, num_bootstrap, seed):
+        b = idx.shape[0]
         # how often each query was drawn, times its row: the resampled means of every column
         counts = torch.zeros(b, n, dtype=torch.float64).scatter_add_(
             1, idx, torch.ones(b, n, dtype=torch.float64)
@@ -198,11 +204,6 @@ def _gallery_text(table: RankTable) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-_MEASURE_OPTIONS = (
-    "ties", "empty_queries", "average", "percent", "ap", "divisor", "gain", "median"
-)
-
-
 def summarize(
     table: RankTable,
     names: Sequence[str],
@@ -210,16 +211,20 @@ def summarize(
     level: float = 0.95,
     num_bootstrap: int = 1000,
     seed: int = 0,
-    **options,
+    options: MeasureOptions | None = None,
+    **keywords,
 ) -> Summary:
     """Value, queries counted and skipped, gallery size, chance level and an interval per name.
 
-    Intervals: Wilson's for hit rates without ties to average (every per-query value 0 or 1),
-    otherwise a seeded percentile bootstrap over queries. A CMC curve gets a pointwise interval
-    at each K (two vectors), by the same rule at each K. The chance level is each measure under a
-    uniformly random ranking of the same gallery (``None`` for ranked lists, whose gallery is
-    unknown).
+    The measure options are those of
+    :func:`~retrieval_metrics.functional.measures.retrieval_measures`, one by one
+    (``keywords``) or as ``options``. Intervals: Wilson's for hit rates without ties to average
+    (every per-query value 0 or 1), otherwise a seeded percentile bootstrap over queries. A CMC
+    curve gets a pointwise interval at each K (two vectors), by the same rule at each K. The
+    chance level is each measure under a uniformly random ranking of the same gallery (``None``
+    for ranked lists, whose gallery is unknown).
     """
+    options = MeasureOptions.of(options, **keywords)
     # the whole table, not only its query fields: graded chance levels read its ideal grades
     return _summarize([table], names, level, num_bootstrap, seed, options, fields=table)
 
@@ -230,25 +235,16 @@ def _summarize(
     level: float,
     num_bootstrap: int,
     seed: int,
-    options: dict,
+    options: MeasureOptions,
     fields: RankTable | None = None,
 ) -> Summary:
     """The per-query values of each metric computed once: aggregated into its value and
     resampled for its interval."""
-
-    unexpected = sorted(set(options) - set(_MEASURE_OPTIONS))
-    if unexpected:  # as retrieval_measures' own signature would
-        raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
-
-    def picked(*keys: str) -> dict:
-        return {k: options[k] for k in keys if k in options}
-
-    parts, queries = A.query_parts_in_chunks(
-        tables, names, **picked("ties", "average", "ap", "divisor", "gain")
-    )
+    parts, queries = A.query_parts_in_chunks(tables, names, options=options)
     queries = queries if fields is None else fields
     return summarize_query_parts(
-        queries, parts, names, level=level, num_bootstrap=num_bootstrap, seed=seed, **options
+        queries, parts, names, level=level, num_bootstrap=num_bootstrap, seed=seed,
+        options=options,
     )
 
 
@@ -260,20 +256,16 @@ def summarize_query_parts(
     level: float = 0.95,
     num_bootstrap: int = 1000,
     seed: int = 0,
-    **options,
+    options: MeasureOptions | None = None,
+    **keywords,
 ) -> Summary:
     """:func:`summarize` from per-query parts already computed
     (:func:`~retrieval_metrics.functional.measures.query_parts_in_chunks`, possibly gathered
     from several processes) and their queries' fields: what a metric that has ranked once
-    summarizes from, without ranking again. ``options`` must be those the parts were made
-    with."""
-    unexpected = sorted(set(options) - set(_MEASURE_OPTIONS))
-    if unexpected:
-        raise TypeError(f"unexpected keyword argument {unexpected[0]!r}")
-    aggregation = ("empty_queries", "average", "percent", "median")
-    values = A.aggregate_query_parts(
-        queries, parts, **{k: options[k] for k in aggregation if k in options}
-    )
+    summarizes from, without ranking again. The options (``options``, or one by one) must be
+    those the parts were made with."""
+    options = MeasureOptions.of(options, **keywords)
+    values = A.aggregate_query_parts(queries, parts, options=options)
     per_query = {name: value for name, (value, _, _) in parts.items()}
     return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
 
@@ -286,27 +278,25 @@ def _summary(
     level: float,
     num_bootstrap: int,
     seed: int,
-    options: dict,
+    options: MeasureOptions,
 ) -> Summary:
     """The rows of a summary; ``table`` is read for its per-query fields only."""
     # Ranked lists (depth unbounded) come from an unknown collection: no chance level.
     has_gallery = table.num_queries > 0 and not bool((table.depth == UNBOUNDED).any())
-    chance = A.chance_measures(table, names, **options) if has_gallery else None
+    chance = A.chance_measures(table, names, options) if has_gallery else None
     skipped = int((table.num_relevant == 0).sum())
-    empty_policy = options.get("empty_queries", "skip")
+    empty_policy = options.empty_queries
     summary = Summary(level=level)
     for name in names:
         spec = N.parse_metric(name)
         per_query = per_query_of[spec.name]
         if per_query.dim() == 1 and empty_policy == "zero":
-            fill = 0.0
             if spec.base in N.RANK_METRICS:
-                fill_values = table.gallery_size.to(torch.float64) + 1
-                per_query = torch.where(table.num_relevant == 0, fill_values, per_query)
+                per_query = A.worst_rank_fill(per_query, table)
             else:
-                per_query = torch.where(table.num_relevant == 0, fill, per_query)
+                per_query = torch.where(table.num_relevant == 0, 0.0, per_query)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
-        scale = 100.0 if options.get("percent") and spec.higher_is_better else 1.0
+        scale = 100.0 if options.percent and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
             # a curve (CMC): a pointwise interval at each K, two vectors
             if bool(((per_query == 0) | (per_query == 1) | per_query.isnan()).all()):
@@ -415,14 +405,7 @@ def paired_comparison(
         nan = math.nan
         return Comparison(name, nan, nan, nan, (nan, nan), nan, "none", 0)
     diff = a - b
-    gen = torch.Generator().manual_seed(seed)
-    means = []
-    chunk = max(1, 2**22 // n)
-    for start in range(0, num_bootstrap, chunk):
-        size = min(chunk, num_bootstrap - start)
-        idx = torch.randint(0, n, (size, n), generator=gen)
-        means.append(diff[idx].mean(1))
-    dist = torch.cat(means)
+    dist = torch.cat([diff[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
     alpha = (1 - level) / 2
     interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
     binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())

@@ -21,12 +21,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.measures.options import DEFAULT_TIES
+from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["TIES", "TieGroups", "tie_groups"]
 
-TIES = ("expected", "optimistic", "pessimistic")
+TIES: tuple[str, ...] = OPTIONS["ties"].allowed
 _DIRECT_TERMS = 16
 
 
@@ -81,9 +83,12 @@ def _within_run(keys_equal_prev: Tensor, run_id: Tensor) -> Tensor:
 
 
 def tie_groups(
-    table: RankTable, ties: str = "expected", gain: str | None = None, merge_runs: bool = True
+    table: RankTable, ties: str = DEFAULT_TIES, gain: str | None = None, merge_runs: bool = True
 ) -> TieGroups:
     """Groups of the table under a tie rule. ``gain`` ("exponential", "linear") maps grades.
+
+    "expected" is McSherry and Najork's rule (ECIR 2008): the measure averaged over every order
+    of the items inside each group of equal scores, in closed form, with no sampling.
 
     ``merge_runs``: join consecutive groups of relevant items only (binary relevance; see
     :func:`_merge_full_runs`, and :func:`_binary_runs` for expected ties); a measure that cuts
