@@ -1,6 +1,6 @@
 """What each rank of worker.py gives gather_rows: :func:`tensors_of` (every dtype, empty shares,
-odd byte sizes, a dtype that differs between ranks); tests/metrics/test_distributed.py compares every
-rank's result with a concatenation in one process."""
+odd byte sizes, a dtype that differs between ranks); tests/metrics/test_distributed.py compares
+every rank's result with a concatenation in one process."""
 
 from __future__ import annotations
 

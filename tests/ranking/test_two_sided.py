@@ -9,11 +9,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_ranking_reference import check
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_two_ways
 from retrieval_metrics.functional.ranking.engine import schedule as S
-from test_ranking_reference import check
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
 DEPTH_NAMES = ["hit_rate@1", "hit_rate@5", "recall@10", "r_precision", "map@r", "mrr"]
