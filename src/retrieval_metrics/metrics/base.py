@@ -341,18 +341,19 @@ class RetrievalMetricBase(Metric):
             )
         return next(iter(tables.values()))
 
-    def _measure_options(self) -> dict[str, Any]:
-        """The options every measure of this metric is computed with."""
-        return {
-            "ties": self.ties, "empty_queries": self.empty_queries, "average": self.average,
-            "percent": self.percent, "ap": self.ap, "divisor": self.divisor, "gain": self.gain,
-            "median": self.median,
-        }
+    @property
+    def measure_options(self) -> M.MeasureOptions:
+        """The options every measure of this metric is computed with, as one object."""
+        return M.MeasureOptions(
+            ties=self.ties, empty_queries=self.empty_queries, average=self.average,
+            percent=self.percent, ap=self.ap, divisor=self.divisor, gain=self.gain,
+            median=self.median,
+        )
 
     def per_query_options(self) -> dict[str, Any]:
         """The options this metric's per-query values are computed with (tie rule, AP kind,
         AP@K divisor, NDCG gain), as ``functional.per_query_values`` takes them."""
-        return {"ties": self.ties, "ap": self.ap, "divisor": self.divisor, "gain": self.gain}
+        return self.measure_options.per_query_options()
 
     def reset(self) -> None:
         super().reset()
@@ -450,7 +451,7 @@ class RetrievalMetricBase(Metric):
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
         """One measure's per-query values (a kind's input form may apply its own rule)."""
-        return M.per_query_values(table, spec, **self.per_query_options())
+        return M.per_query_values(table, spec, options=self.measure_options)
 
     def refuse_nonpositive(self, what: str) -> None:
         """Raise for ``what`` (a method reading whole rank tables) under nonpositive="miss"."""
@@ -467,7 +468,7 @@ class RetrievalMetricBase(Metric):
         interval (seeded percentile bootstrap over queries). Prints as a table."""
         self.refuse_nonpositive("summary()")
         options = dict(
-            self._measure_options(), level=level, num_bootstrap=num_bootstrap, seed=seed
+            level=level, num_bootstrap=num_bootstrap, seed=seed, options=self.measure_options
         )
         prefix = self.prefix
         rows = []

@@ -250,7 +250,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
     def _fold_values(self, tables: dict[str, RankTable]) -> dict[str, Tensor]:
         out: dict[str, Tensor] = {}
         for direction, table in tables.items():
-            values = M.retrieval_measures(table, self.metric_names(), **self._measure_options())
+            values = M.retrieval_measures(table, self.metric_names(), options=self.measure_options)
             for name, value in values.items():
                 out[f"{direction}{name}"] = value
         scale = 1.0 if self.percent else 100.0

@@ -175,9 +175,16 @@ class RetrievalMetric(RetrievalMetricBase):
         return form_of_kind(used[0]) if used else None
 
     def _input_form(self) -> InputForm:
-        form = self._form_of_states(self.form)
+        """The form of the states: as the ranking found it on the synced states (a process that
+        received nothing reads every process's form), else from this process's bits."""
+        form = self._derived.get("form") or self._form_of_states(self.form)
         if form is None:
             raise ValueError("no data: call `update` before `compute`")
+        return form
+
+    def _synced_form(self) -> InputForm:
+        """:meth:`_input_form` on the synced states, kept for what reads it after the sync."""
+        self._derived["form"] = form = self._input_form()
         return form
 
     def _skip_reason(self) -> str:
@@ -225,7 +232,7 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _build_tables(self) -> dict[str, RankTable]:
         try:
-            table = self._input_form().table(self)
+            table = self._synced_form().table(self)
         finally:
             self._derived.pop("q", None)
             self._derived.pop("g", None)
@@ -242,6 +249,7 @@ class RetrievalMetric(RetrievalMetricBase):
         """Rank the synced states once: the whole table, or every process's per-query parts of
         a ranking a chunk of queries at a time; the deduplicated sides are let go after."""
         try:
+            self._synced_form()
             chunks = self._tables_in_chunks()
             if chunks is None:
                 self._tables = self._build_tables()
@@ -253,9 +261,8 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[M.QueryParts, RankTable]:
         """Every process's per-query parts and query fields of a ranking in chunks."""
-        options = self.per_query_options()
         parts, queries = M.query_parts_in_chunks(
-            chunks, self.metric_names(), average=self.average, **options
+            chunks, self.metric_names(), options=self.measure_options
         )
         exchange = self._query_parts_exchange()
         if exchange is not None:
@@ -296,11 +303,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return [("", stats.summarize_query_parts(queries, parts, self.metric_names(), **options))]
 
     def _values_of_parts(self, parts: M.QueryParts, queries: RankTable) -> dict[str, Tensor]:
-        options = self._measure_options()
-        values = M.aggregate_query_parts(
-            queries, parts,
-            **{k: options[k] for k in ("empty_queries", "average", "percent", "median")},
-        )
+        values = M.aggregate_query_parts(queries, parts, options=self.measure_options)
         self._warn_if_all_skipped(queries.num_relevant, stacklevel=4)
         return values
 

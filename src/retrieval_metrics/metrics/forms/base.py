@@ -88,14 +88,14 @@ class InputForm:
     def values(self, metric: RetrievalMetric, table: RankTable) -> dict[str, Tensor]:
         """compute()'s values from the table: every named measure of the metric."""
         self.refuse_miss_rule(metric)
-        return M.retrieval_measures(table, metric.metric_names(), **metric._measure_options())
+        return M.retrieval_measures(table, metric.metric_names(), options=metric.measure_options)
 
     def per_query_values(
         self, metric: RetrievalMetric, table: RankTable, spec: M.MetricSpec
     ) -> Tensor:
         """One measure's per-query values from the table."""
         self.refuse_miss_rule(metric, [spec.name])
-        return M.per_query_values(table, spec, **metric.per_query_options())
+        return M.per_query_values(table, spec, options=metric.measure_options)
 
     @staticmethod
     def refuse_miss_rule(metric: RetrievalMetric, names: Sequence[str] | None = None) -> None:

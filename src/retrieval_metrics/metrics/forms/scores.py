@@ -100,12 +100,12 @@ class Scores(InputForm):
         other measure reads ``table`` as the other forms do."""
         if metric.nonpositive != "miss":
             return super().values(metric, table)
-        options = metric._measure_options()
+        options = metric.measure_options
         values = {}
         for name in metric.metric_names():
             spec = M.parse_metric(name)
             if spec.base not in MISS_BASES:
-                values.update(M.retrieval_measures(table, [name], **options))
+                values.update(M.retrieval_measures(table, [name], options=options))
                 continue
             miss = metric._miss_table(table)
             numerator = denominator = None
@@ -130,4 +130,4 @@ class Scores(InputForm):
             return M.average_precision_per_query(
                 miss, miss.gallery_size, metric.ties, divisor="retrieved"
             )
-        return M.per_query_values(miss, spec, **metric.per_query_options())
+        return M.per_query_values(miss, spec, options=metric.measure_options)
