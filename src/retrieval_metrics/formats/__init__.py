@@ -1,0 +1,33 @@
+"""Readers of the files evaluations already have.
+
+* :mod:`retrieval_metrics.formats.runs`: runs and judgments (qrels) in TREC, BEIR ``.tsv``, JSON
+  and JSONL, as ranked lists ready for ``update(ranked_ids=..., relevant_ids=...)``.
+
+Every reader raises :class:`FormatError` (a ``ValueError``) naming the file and what was expected.
+"""
+
+from retrieval_metrics.formats.errors import FormatError
+from retrieval_metrics.formats.runs import (
+    RankedLists,
+    order_by_score,
+    ranked_lists,
+    read_qrels,
+    read_ranked_lists,
+    read_run,
+    read_trec_qrels,
+    read_trec_run,
+    trec_eval_order,
+)
+
+__all__ = [
+    "FormatError",
+    "RankedLists",
+    "order_by_score",
+    "ranked_lists",
+    "read_qrels",
+    "read_ranked_lists",
+    "read_run",
+    "read_trec_qrels",
+    "read_trec_run",
+    "trec_eval_order",
+]
