@@ -12,12 +12,13 @@
   qrels), ranx / pytrec_eval JSON (``.json``) or one-question-per-line JSONL (``.jsonl``; a JSONL
   run whose lines carry ``"relevant"`` needs no ``--qrels``). Scored runs are ranked as trec_eval
   ranks them (by score, ties by document id in descending byte order); ``--protocol trec_eval``
-  unless ``--protocol`` says otherwise. The readers are in :mod:`retrieval_metrics.formats`.
+  unless ``--protocol`` says otherwise. The readers are in :mod:`retrieval_metrics.formats.runs`.
 
 Embedding files: ``.npz`` or ``.pt`` (a dict of arrays / tensors) with named arrays ``embeddings``
 (required), ``labels``, ``ids``, ``cameras``, ``positions`` (rename with ``--keys``); a ``.npy``
 (or a ``.pt`` holding one tensor) is the embeddings alone, its other arrays in files beside it
-named ``STEM.labels.npy``, ``STEM.ids.npy``, ...
+named ``STEM.labels.npy``, ``STEM.ids.npy``, ... (read by
+:mod:`retrieval_metrics.formats.embeddings`).
 
 It prints one aligned table per run (value, 95% interval, chance level, queries counted and
 skipped, gallery size), writes them with ``--json`` and draws hit rate vs K with the chance curve
@@ -33,7 +34,6 @@ import math
 import sys
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,13 +42,16 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from retrieval_metrics.formats import read_qrels, read_ranked_lists, read_trec_run
+from retrieval_metrics.formats import (
+    ARRAYS,
+    EmbeddingFile,
+    check_pair,
+    load_items,
+    read_ranked_lists,
+)
 
-__all__ = ["CLIError", "Progress", "load_items", "main", "read_qrels", "read_trec_run"]
+__all__ = ["CLIError", "Progress", "main"]
 
-# the run and qrels readers live in retrieval_metrics.formats; these names stay importable here
-
-ARRAYS = ("embeddings", "labels", "ids", "cameras", "positions")
 EMBEDDING_METRICS = "hit_rate@1,hit_rate@5,hit_rate@10,map@r,r_precision"
 TREC_METRICS = "map,r_precision,mrr,precision@10,recall@100,ndcg@10"
 PROTOCOL_NAMES = (
@@ -180,227 +183,6 @@ class Progress:
                 self._write(final=True)
 
 
-# ---------------------------------------------------------------------------- embedding files
-
-
-def _as_numpy(value: Any, path: Path, name: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        if value.dtype in (torch.bfloat16, torch.float16):
-            value = value.float()
-        return value.numpy()
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, (list, tuple)):
-        try:
-            return np.asarray(value)
-        except ValueError as err:
-            raise CLIError(f"{path}: array {name!r} is not rectangular: {err}") from None
-    raise CLIError(f"{path}: {name!r} is a {type(value).__name__}, not an array, tensor or list")
-
-
-def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
-    """The arrays of one file: a dict of named arrays, or one array."""
-    if not path.exists():
-        raise CLIError(f"{path}: no such file")
-    if path.is_dir():
-        raise CLIError(f"{path}: is a directory, not a .npz, .npy or .pt file")
-    suffix = path.suffix.lower()
-    # numpy reads a file that is not what its name says as a pickle, and refuses with a message
-    # about allow_pickle; name what the file should have been instead
-    if suffix == ".npz" and not zipfile.is_zipfile(path):
-        raise CLIError(
-            f"{path}: not an npz archive (a zip of .npy arrays, as numpy.savez writes); "
-            f"it starts with {_head(path)}"
-        )
-    if suffix == ".npy" and _head(path, raw=True) != b"\x93NUMPY":
-        raise CLIError(
-            f"{path}: not a .npy file (numpy.save's format, which starts with \\x93NUMPY); "
-            f"it starts with {_head(path)}"
-        )
-    try:
-        if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                return {name: data[name] for name in data.files}
-        if suffix == ".npy":
-            return np.load(path, allow_pickle=False)
-        if suffix in (".pt", ".pth"):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-            if isinstance(obj, dict):
-                return {str(k): _as_numpy(v, path, str(k)) for k, v in obj.items()}
-            return _as_numpy(obj, path, "embeddings")
-    except CLIError:
-        raise
-    except Exception as err:
-        raise CLIError(f"{path}: cannot be read as a {suffix} file: {err}") from None
-    raise CLIError(f"{path}: unknown file type {suffix!r}; use .npz, .npy or .pt")
-
-
-def _head(path: Path, raw: bool = False) -> Any:
-    """The first bytes of a file (6, as the .npy magic), or a short printable view of them."""
-    with open(path, "rb") as f:
-        head = f.read(6 if raw else 16)
-    return head if raw else repr(head)
-
-
-def _sibling(path: Path, name: str) -> Path:
-    return path.with_name(f"{path.stem}.{name}{path.suffix}")
-
-
-def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
-    """Labels, ids and cameras: integers or strings; floats by the rule of the Python API
-    (:func:`retrieval_metrics.metric.label_codes`): whole numbers their dtype stores exactly."""
-    if arr.dtype.kind == "f":
-        from retrieval_metrics.metric import label_codes
-
-        try:
-            return label_codes(arr, name).numpy()
-        except ValueError as err:
-            raise CLIError(f"{path}: array {name!r}: {err}") from None
-    if arr.dtype.kind == "b":
-        return arr.astype(np.int64)
-    if arr.dtype.kind not in "iuUS":
-        raise CLIError(
-            f"{path}: array {name!r} has dtype {arr.dtype}; {name} must be integers or strings"
-        )
-    return arr
-
-
-@dataclass
-class Items:
-    """One side of an evaluation, read from a file."""
-
-    path: Path
-    embeddings: np.ndarray
-    labels: np.ndarray | None = None
-    ids: np.ndarray | None = None
-    cameras: np.ndarray | None = None
-    positions: np.ndarray | None = None
-    found: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return int(self.embeddings.shape[0])
-
-
-def load_items(
-    path: str | Path,
-    keys: dict[str, str] | None = None,
-    *,
-    need_labels: bool = True,
-    need_positions: bool = False,
-) -> Items:
-    """Read embeddings and their per-item arrays from a .npz, .npy or .pt file.
-
-    Raises :class:`CLIError` naming the file and the array for a missing file, a missing array,
-    or arrays whose shapes do not match.
-    """
-    path = Path(path)
-    keys = {name: name for name in ARRAYS} | dict(keys or {})
-    content = _read_file(path)
-    if isinstance(content, dict):
-        data = content
-        where = f"{path}"
-    else:
-        data = {keys["embeddings"]: content}
-        for name in ARRAYS[1:]:
-            sibling = _sibling(path, keys[name])
-            if sibling.exists():
-                value = _read_file(sibling)
-                if isinstance(value, dict):
-                    raise CLIError(f"{sibling}: expected one array ({name}), found named arrays")
-                data[keys[name]] = value
-        where = f"{path} (and {_sibling(path, 'NAME')} files beside it)"
-    found = ", ".join(sorted(data)) or "nothing"
-
-    def missing(name: str, why: str) -> CLIError:
-        return CLIError(
-            f"{where}: no array named {keys[name]!r} ({why}); it holds: {found}. "
-            f"Name the array with --keys {name}=NAME"
-        )
-
-    if keys["embeddings"] not in data:
-        raise missing("embeddings", "the embeddings")
-    emb = data[keys["embeddings"]]
-    if emb.dtype.kind not in "fiub":
-        raise CLIError(f"{path}: array {keys['embeddings']!r} has dtype {emb.dtype}, not numbers")
-    if emb.ndim != 2:
-        raise CLIError(
-            f"{path}: array {keys['embeddings']!r} must be 2-D (items x dimensions), got shape "
-            f"{emb.shape}"
-        )
-    if emb.shape[0] == 0:
-        raise CLIError(f"{path}: array {keys['embeddings']!r} has no rows")
-    if emb.dtype.kind != "f":
-        emb = emb.astype(np.float32)
-    if not np.all(np.isfinite(emb)):
-        bad = int((~np.isfinite(emb)).any(axis=1).sum())
-        raise CLIError(
-            f"{path}: array {keys['embeddings']!r} has NaN or infinite values in {bad} rows"
-        )
-    n = emb.shape[0]
-    items = Items(path=path, embeddings=emb, found=sorted(data))
-    for name in ARRAYS[1:]:
-        value = data.get(keys[name])
-        if value is None:
-            continue
-        if name == "positions":
-            if value.ndim != 2 or value.dtype.kind not in "fiu":
-                raise CLIError(
-                    f"{path}: array {keys[name]!r} must be 2-D numbers (items x coordinates), "
-                    f"got shape {value.shape} and dtype {value.dtype}"
-                )
-        else:
-            if value.ndim != 1:
-                raise CLIError(
-                    f"{path}: array {keys[name]!r} must be 1-D (one entry per item), got shape "
-                    f"{value.shape}"
-                )
-            value = _integer_like(value, path, keys[name])
-        if value.shape[0] != n:
-            raise CLIError(
-                f"{path}: array {keys[name]!r} has {value.shape[0]} entries but "
-                f"{keys['embeddings']!r} has {n} rows; they must match (one entry per item)"
-            )
-        setattr(items, name, value)
-    if need_labels and items.labels is None:
-        raise missing("labels", "relevance is by equal labels")
-    if need_positions and items.positions is None:
-        raise missing("positions", 'relevance="radius" needs positions')
-    return items
-
-
-def _check_pair(query: Items, gallery: Items) -> None:
-    dq, dg = query.embeddings.shape[1], gallery.embeddings.shape[1]
-    if dq != dg:
-        raise CLIError(
-            f"{query.path}: embeddings have {dq} dimensions but {gallery.path}'s have {dg}; "
-            "query and gallery must come from the same model"
-        )
-    for name in ("labels", "cameras", "positions", "ids"):
-        q, g = getattr(query, name), getattr(gallery, name)
-        if (q is None) != (g is None) and name in ("labels", "cameras", "positions"):
-            has, lacks = (query, gallery) if q is not None else (gallery, query)
-            raise CLIError(
-                f"{lacks.path}: no array {name!r}, but {has.path} has one; give it in both files "
-                "or in neither"
-            )
-        if name == "positions" and q is not None and g is not None and q.shape[1] != g.shape[1]:
-            raise CLIError(
-                f"{query.path}: positions have {q.shape[1]} coordinates but {gallery.path}'s "
-                f"have {g.shape[1]}"
-            )
-        if (
-            name == "labels"
-            and q is not None
-            and g is not None
-            and (q.dtype.kind in "US") != (g.dtype.kind in "US")
-        ):
-            raise CLIError(
-                f"{query.path} and {gallery.path}: array 'labels' is text in one file and "
-                "numbers in the other, so no label could ever match"
-            )
-
-
 # ---------------------------------------------------------------------------- evaluation
 
 
@@ -446,7 +228,7 @@ def _first_occurrences(ids: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
-def _select(items: Items, index: np.ndarray | slice) -> dict[str, Any]:
+def _select(items: EmbeddingFile, index: np.ndarray | slice) -> dict[str, Any]:
     return {
         name: _tensor(None if getattr(items, name) is None else getattr(items, name)[index])
         for name in ARRAYS
@@ -459,7 +241,10 @@ def _chunks(n: int, parts: int = 20, minimum: int = 2048) -> list[slice]:
 
 
 def evaluate_embeddings(
-    metric: Any, query: Items, gallery: Items | None, progress: Progress | None = None
+    metric: Any,
+    query: EmbeddingFile,
+    gallery: EmbeddingFile | None,
+    progress: Progress | None = None,
 ) -> int:
     """Fill ``metric`` from the arrays: the gallery fixed once, queries ranked in chunks.
 
@@ -684,7 +469,7 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             gallery = load_items(
                 gpath, keys, need_labels=need_labels, need_positions=need_positions
             )
-            _check_pair(query, gallery)
+            check_pair(query, gallery)
         metric = factory()
         label = name_of(i, Path(qpath).stem)
         kind = "same_source" if gallery is None else "query_gallery"
@@ -1028,7 +813,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (CLIError, ValueError) as err:  # ValueError: the library refusing an input
+    # ValueError: the library refusing an input, or a file (formats.FormatError is one)
+    except (CLIError, ValueError) as err:
         print(f"retrieval-metrics: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
