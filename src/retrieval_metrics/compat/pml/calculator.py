@@ -1,50 +1,49 @@
-"""pytorch-metric-learning's ``AccuracyCalculator``, computed on this library's blocked ranking.
-
-An import swap keeps the numbers of code written for pytorch-metric-learning (PML) 2.x::
-
-    # from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
-    from retrieval_metrics.compat.pml import AccuracyCalculator
-
-Same constructor, same ``get_accuracy`` arguments, same keys and values (see
-:class:`AccuracyCalculator` for the few documented differences), without the queries x k
-neighbour matrix PML builds: every key is read from the rank table of
-:func:`~retrieval_metrics.functional.rank_embeddings`, which records where each relevant item
-landed, and PML's ``k`` becomes a cut-off on that table (relevant items ranked beyond ``k`` do not
-count), not a second ranking.
-"""
+"""The ``AccuracyCalculator`` class: PML's constructor, bookkeeping methods and keys, on the
+blocked ranking."""
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.measures import (
-    average_precision_per_query,
-    expected_hits_per_query,
-    reciprocal_rank_per_query,
+from retrieval_metrics.compat.pml.clustering import FaissKMeans, numpy_pair
+from retrieval_metrics.compat.pml.inputs import as_embeddings, as_labels
+from retrieval_metrics.compat.pml.knn import (
+    blocked_knn,
+    fill_index_as_pml_leaves_it,
+    similarity_of,
 )
-from retrieval_metrics.functional.primitives import flat_nonzero, repeat
+from retrieval_metrics.compat.pml.labels import (
+    EQUALITY,
+    LabelCounts,
+    LabelIndex,
+    count_matches,
+    custom_relevance,
+    label_index,
+)
+from retrieval_metrics.compat.pml.measures import (
+    RankedQueries,
+    nan_accuracy,
+    pml_average,
+    pml_per_query,
+    ranked_from_knn,
+)
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking import (
     DEFAULT_MEMORY_BUDGET,
     rank_embeddings,
     rank_relevance,
 )
-from retrieval_metrics.functional.ranking.relevance import Relevance, csr_from_ranges
-from retrieval_metrics.functional.table import RankTable
 
-__all__ = ["EQUALITY", "AccuracyCalculator"]
+__all__ = ["CLUSTERING_KEYS", "RANKED_KEYS", "AccuracyCalculator"]
 
-LOGGER = logging.getLogger(__name__)
-
-#: The default label comparison: labels (or label rows) are equal. PML's ``torch.eq``.
-EQUALITY = torch.eq
+# the package's name, the logger's name before the package was split into modules
+LOGGER = logging.getLogger("retrieval_metrics.compat.pml")
 
 #: The kNN keys this module computes from the rank table (PML's ``requires_knn()`` plus MRR,
 #: which PML leaves out of that list, so that ``include=("mean_reciprocal_rank",)`` crashes there).
@@ -56,397 +55,6 @@ RANKED_KEYS = (
     "mean_reciprocal_rank",
 )
 CLUSTERING_KEYS = ("NMI", "AMI")
-KNN_NAMES = (
-    "FaissKNN() (IndexFlatL2 or IndexFlatIP) or CustomKNN(LpDistance(p=2), CosineSimilarity() "
-    "or DotProductSimilarity())"
-)
-
-
-# ------------------------------------------------------------------------------------- inputs
-
-
-def _as_tensor(x: Any, name: str) -> Tensor:
-    if isinstance(x, Tensor):
-        return x
-    if isinstance(x, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(x))
-    try:
-        return torch.as_tensor(x)
-    except (TypeError, ValueError, RuntimeError) as err:
-        raise ValueError(
-            f"`{name}` must be a torch.Tensor or a numpy array, got {type(x).__name__}"
-        ) from err
-
-
-def _embeddings(x: Any, name: str, device: torch.device) -> Tensor:
-    t = _as_tensor(x, name)
-    if t.dim() != 2:
-        raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(t.shape)}")
-    # PML casts embeddings to float32 (.type(torch.float)); so do we, so that ranks agree.
-    return t.to(device).to(torch.float32)
-
-
-def _labels(x: Any, name: str, device: torch.device) -> Tensor:
-    t = _as_tensor(x, name)
-    if t.dim() == 0:
-        raise ValueError(f"`{name}` must have one label (or label row) per item, got a scalar")
-    if t.is_complex():
-        raise ValueError(f"`{name}` must hold real numbers, got {t.dtype}")
-    # PML compares labels after casting them to float32: integers above 2**24 can merge there,
-    # and they merge here too, so that the numbers stay PML's.
-    return t.to(device).to(torch.float32)
-
-
-def _rows(labels: Tensor) -> Tensor:
-    """Labels as (items, columns): a label is a row, compared whole (PML's multi-column labels)."""
-    return labels.reshape(labels.shape[0], -1)
-
-
-# ------------------------------------------------------------------------------------- labels
-
-
-@dataclass(frozen=True)
-class _LabelIndex:
-    """Labels of queries and reference items as codes into their sorted union of distinct rows.
-
-    Codes follow ``torch.unique``'s order, which is the order of PML's ``return_per_class``
-    lists, so per-class results need no other ordering.
-    """
-
-    query: Tensor  # (Q,) int64 code of each query's label
-    reference: Tensor  # (N,) int64
-    rows: Tensor  # (U, columns) float32, the distinct label rows, sorted
-    shape: tuple[int, ...]  # trailing shape of one label (() for 1-D labels)
-
-    def unique_query_codes(self) -> Tensor:
-        return torch.unique(self.query)
-
-    def labels_of(self, codes: Tensor) -> Tensor:
-        return self.rows[codes].reshape(codes.shape[0], *self.shape)
-
-
-def _label_index(query_labels: Tensor, reference_labels: Tensor) -> _LabelIndex:
-    q, r = _rows(query_labels).cpu(), _rows(reference_labels).cpu()
-    if q.shape[1] != r.shape[1]:
-        raise ValueError(
-            "`query_labels` and `reference_labels` must have the same label shape, got "
-            f"{tuple(query_labels.shape[1:])} and {tuple(reference_labels.shape[1:])}"
-        )
-    rows, codes = torch.unique(torch.cat([q, r]), dim=0, return_inverse=True)
-    shape = tuple(query_labels.shape[1:])
-    return _LabelIndex(codes[: q.shape[0]], codes[q.shape[0] :], rows, shape)
-
-
-def _match_pairs(
-    index: _LabelIndex, fn: Callable[[Tensor, Tensor], Tensor], cell_budget: int = 2**24
-) -> tuple[Tensor, Tensor]:
-    """(query-label code, reference-label code) pairs that ``fn`` says match, sorted.
-
-    ``fn`` is called the way PML calls it on neighbours: the query labels as ``(n, 1, ...)``
-    against reference labels ``(n, m, ...)``, a block of distinct query labels at a time.
-    """
-    uq = index.unique_query_codes()
-    ur = torch.unique(index.reference)
-    ref_labels = index.labels_of(ur)
-    step = max(1, cell_budget // max(1, ur.numel()))
-    pair_q, pair_r = [], []
-    for start in range(0, uq.numel(), step):
-        codes = uq[start : start + step]
-        left = index.labels_of(codes)[:, None]
-        right = ref_labels[None].expand(codes.numel(), *ref_labels.shape)
-        match = torch.as_tensor(fn(left, right)).to(torch.bool).cpu()
-        if match.shape != (codes.numel(), ur.numel()):
-            raise ValueError(
-                "`label_comparison_fn(x, y)` must compare element-wise: for x of shape "
-                f"{tuple(left.shape)} and y of shape {tuple(right.shape)} it must return "
-                f"{(codes.numel(), ur.numel())}, got {tuple(match.shape)}"
-            )
-        i, j = torch.nonzero(match, as_tuple=True)
-        pair_q.append(codes[i])
-        pair_r.append(ur[j])
-    empty = torch.zeros(0, dtype=torch.int64)
-    return (torch.cat(pair_q) if pair_q else empty, torch.cat(pair_r) if pair_r else empty)
-
-
-@dataclass(frozen=True)
-class _Counts:
-    """PML's label bookkeeping: match counts, lone labels, and R of every query."""
-
-    unique_codes: Tensor  # (Uq,) codes of the distinct query labels
-    match_counts: Tensor  # (Uq,) reference items matching each
-    lone: Tensor  # (Uq,) bool
-    not_lone_query_mask: Tensor  # (Q,) bool
-    num_relevant: Tensor  # (Q,) int64, R = matches - int(ref_includes_query)
-    pairs: tuple[Tensor, Tensor] | None  # matching code pairs (custom comparison only)
-
-
-def _count_matches(
-    index: _LabelIndex, ref_includes_query: bool, fn: Callable[[Tensor, Tensor], Tensor]
-) -> _Counts:
-    uq = index.unique_query_codes()
-    per_code = torch.bincount(index.reference, minlength=index.rows.shape[0])
-    pairs = None
-    if fn is EQUALITY:
-        counts = per_code[uq]
-        matches_itself = torch.ones_like(uq, dtype=torch.bool)
-    else:
-        pairs = _match_pairs(index, fn)
-        per_label = torch.zeros(index.rows.shape[0], dtype=torch.int64)
-        per_label.index_add_(0, pairs[0], per_code[pairs[1]])
-        counts = per_label[uq]
-        labels = index.labels_of(uq)
-        matches_itself = torch.as_tensor(fn(labels, labels)).to(torch.bool).cpu().reshape(-1)
-    if ref_includes_query:
-        lone = counts - matches_itself.to(torch.int64) <= 0
-    else:
-        lone = counts == 0
-    code_counts = torch.zeros(index.rows.shape[0], dtype=torch.int64)
-    code_counts[uq] = counts
-    code_lone = torch.zeros(index.rows.shape[0], dtype=torch.bool)
-    code_lone[uq] = lone
-    return _Counts(
-        unique_codes=uq,
-        match_counts=counts,
-        lone=lone,
-        not_lone_query_mask=~code_lone[index.query],
-        num_relevant=code_counts[index.query] - int(ref_includes_query),
-        pairs=pairs,
-    )
-
-
-def _custom_relevance(
-    index: _LabelIndex,
-    pairs: tuple[Tensor, Tensor],
-    queries: Tensor,
-    num_reference: int,
-    ref_includes_query: bool,
-) -> Relevance:
-    """Relevance sets of ``queries`` from matching label-code pairs, self removed by index."""
-    ref_order = torch.sort(index.reference, stable=True).indices
-    sorted_codes = index.reference[ref_order]
-    codes = torch.arange(index.rows.shape[0])
-    code_start = torch.searchsorted(sorted_codes, codes, right=False)
-    code_stop = torch.searchsorted(sorted_codes, codes, right=True)
-    pair_q, pair_r = pairs  # sorted by query code
-    pairs_per_code = torch.bincount(pair_q, minlength=codes.numel())
-    pair_ptr = torch.zeros(codes.numel() + 1, dtype=torch.int64)
-    torch.cumsum(pairs_per_code, 0, out=pair_ptr[1:])
-    # one "rep" per (query, matching reference label): the reference items of that label
-    q_code = index.query[queries]
-    rep_ptr, rep_pair = csr_from_ranges(pair_ptr[:-1][q_code], pair_ptr[1:][q_code])
-    rep_query = repeat(torch.arange(queries.numel()), rep_ptr.diff())
-    ref_code = pair_r[rep_pair]
-    item_ptr, item = csr_from_ranges(code_start[ref_code], code_stop[ref_code], ref_order)
-    item_query = repeat(rep_query, item_ptr.diff())
-    if ref_includes_query:
-        keep = item != queries[item_query]
-        item, item_query = item[keep], item_query[keep]
-    width = max(num_reference, 1)
-    key = torch.sort(item_query * width + item).values  # rows in order, items ascending
-    item_query, item = key // width, key % width
-    ptr = torch.zeros(queries.numel() + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(item_query, minlength=queries.numel()), 0, out=ptr[1:])
-    if ref_includes_query:
-        ex_ptr = torch.arange(queries.numel() + 1, dtype=torch.int64)
-        ex_index = queries.clone()
-    else:
-        ex_ptr = torch.zeros(queries.numel() + 1, dtype=torch.int64)
-        ex_index = torch.zeros(0, dtype=torch.int64)
-    return Relevance(ptr, item, ex_ptr, ex_index, torch.arange(num_reference))
-
-
-# ------------------------------------------------------------------------------------- kNN
-
-
-def _similarity_of(knn_func: Any) -> str:
-    """The ranking a PML kNN object computes, as one of this library's similarities.
-
-    Recognised by class name and attributes, so that pytorch-metric-learning need not be
-    installed; anything else cannot be reproduced by an exact ranking and is refused.
-    """
-    if knn_func is None:
-        return "euclidean"
-    kind = type(knn_func).__name__
-    if kind == "FaissKNN":
-        index = getattr(getattr(knn_func, "index_init_fn", None), "__name__", None)
-        if not getattr(knn_func, "reset_before", True):
-            raise ValueError(
-                "`knn_func` FaissKNN(reset_before=False) searches an index filled beforehand, "
-                "which this AccuracyCalculator cannot see; use reset_before=True (the default)"
-            )
-        if index == "IndexFlatL2":
-            return "euclidean"
-        if index == "IndexFlatIP":
-            return "dot"
-    elif kind == "CustomKNN":
-        distance = getattr(knn_func, "distance", None)
-        if type(distance).__name__ == "BatchedDistance":
-            distance = getattr(distance, "distance", None)
-        name = type(distance).__name__
-        normalized = bool(getattr(distance, "normalize_embeddings", False))
-        power = getattr(distance, "power", 1)
-        if power > 0:
-            # a positive power of a distance or similarity ranks the same
-            if name == "LpDistance" and getattr(distance, "p", None) == 2:
-                return "cosine" if normalized else "euclidean"
-            if name == "CosineSimilarity":
-                return "cosine"
-            if name == "DotProductSimilarity":
-                return "cosine" if normalized else "dot"
-    raise ValueError(
-        f"`knn_func` {knn_func!r} cannot be honoured: this AccuracyCalculator ranks every "
-        f"reference item exactly, by euclidean distance, cosine or dot product, as {KNN_NAMES} "
-        "do. Approximate indexes and other distances are not supported; pass knn_func=None "
-        "(euclidean, PML's default) or use pytorch-metric-learning's own AccuracyCalculator"
-    )
-
-
-def _fill_index_as_pml_leaves_it(knn_func: Any, reference: Tensor) -> None:
-    """``FaissKNN(reset_after=False)`` keeps the reference in its index after a search (PML's
-    InferenceModel-style reuse); leave it so, although the ranking does not use it."""
-    if type(knn_func).__name__ != "FaissKNN" or getattr(knn_func, "reset_after", True):
-        return
-    index = knn_func.index_init_fn(reference.shape[1])
-    index.add(np.ascontiguousarray(reference.detach().cpu().numpy().astype(np.float32)))
-    knn_func.index = index
-
-
-def _blocked_knn(
-    query: Tensor,
-    reference: Tensor,
-    k: int,
-    ref_includes_query: bool,
-    similarity: str,
-    memory_budget: int,
-) -> tuple[Tensor, Tensor]:
-    """Exact k nearest reference items of every query, self removed: (distances, indices).
-
-    Only for metrics a subclass adds (they take PML's ``knn_labels``); a block of queries at a
-    time, ties in index order as faiss returns them. Distances are faiss': squared L2, or the
-    similarity for "dot" and "cosine" (largest first).
-    """
-    num_q, num_r = query.shape[0], reference.shape[0]
-    k = max(0, min(k, num_r - int(ref_includes_query)))
-    if similarity == "cosine":
-        query = torch.nn.functional.normalize(query, dim=1)
-        reference = torch.nn.functional.normalize(reference, dim=1)
-    ref_sq = (reference * reference).sum(1)
-    block = max(1, min(num_q, memory_budget // max(1, 16 * num_r)))
-    distances = torch.empty(num_q, k, device=query.device)
-    indices = torch.empty(num_q, k, dtype=torch.int64, device=query.device)
-    for start in range(0, num_q, block):
-        q = query[start : start + block]
-        product = q @ reference.T
-        if similarity == "euclidean":
-            key = (q * q).sum(1, keepdim=True) + ref_sq[None] - 2 * product
-        else:
-            key = -product
-        if ref_includes_query:
-            rows = torch.arange(q.shape[0], device=q.device)
-            key[rows, rows + start] = math.inf
-        order = torch.sort(key, dim=1, stable=True).indices[:, :k]
-        best = key.gather(1, order)
-        distances[start : start + block] = best if similarity == "euclidean" else -best
-        indices[start : start + block] = order
-    return distances, indices
-
-
-# ------------------------------------------------------------------------------------- measures
-
-
-@dataclass(frozen=True)
-class _Ranked:
-    """The non-lone queries' rank table, PML's cut-off k, and each query's class code."""
-
-    table: RankTable
-    k: int
-    classes: Tensor
-
-
-def _pml_per_query(name: str, ranked: _Ranked) -> Tensor:
-    """PML's per-query value of ``name``, relevant items beyond position k not counting.
-
-    With R the query's relevant count and m = min(R, k): precision_at_1 = rel(1); r_precision =
-    hits in the top m / m; mean_average_precision_at_r = sum of P(i) rel(i) over i <= m, / R;
-    mean_average_precision = the same sum over i <= k, / R; mean_reciprocal_rank = 1 / first
-    relevant position if it is <= k, else 0. Ties count as expected over their orders.
-    """
-    table = ranked.table
-    r = table.num_relevant
-    k = torch.full_like(r, ranked.k)
-    within_r = torch.minimum(r, k)
-    if name == "precision_at_1":
-        return expected_hits_per_query(table, torch.ones_like(r))
-    if name == "r_precision":
-        # PML divides by the relevant positions its k-neighbour list has room for
-        return expected_hits_per_query(table, within_r) / within_r.to(torch.float64)
-    if name == "mean_average_precision_at_r":
-        return average_precision_per_query(table, k=within_r)
-    if name == "mean_average_precision":
-        return average_precision_per_query(table, k=k)
-    if name == "mean_reciprocal_rank":
-        return reciprocal_rank_per_query(table, k=k)
-    raise KeyError(name)
-
-
-def _average(
-    values: Tensor, classes: Tensor, avg_of_avgs: bool, return_per_class: bool
-) -> float | list[float]:
-    """PML's maybe_get_avg_of_avgs: the mean, the mean of class means, or the class means."""
-    values = values.to(torch.float64)
-    if not (avg_of_avgs or return_per_class):
-        return values.mean().item()
-    _, inverse = torch.unique(classes, return_inverse=True)
-    n = int(inverse.max()) + 1 if inverse.numel() else 0
-    sums = torch.zeros(n, dtype=torch.float64).index_add_(0, inverse, values)
-    per_class = sums / torch.bincount(inverse, minlength=n).to(torch.float64)
-    if return_per_class:
-        return per_class.tolist()
-    return per_class.mean().item()
-
-
-def _nan_accuracy(num_labels: int, return_per_class: bool) -> float | list[float]:
-    return [math.nan] * num_labels if return_per_class else math.nan
-
-
-def _ranked_from_knn(
-    knn_labels: Tensor,
-    query_labels: Tensor,
-    not_lone_query_mask: Tensor,
-    ref_includes_query: bool,
-    label_counts: tuple[Any, Any],
-    fn: Callable[[Tensor, Tensor], Tensor],
-) -> _Ranked | None:
-    """A rank table from PML's neighbour labels (``knn_labels``, queries x k), for callers that
-    hand them over as PML's own calculate_* methods receive them."""
-    mask = torch.as_tensor(not_lone_query_mask, device=knn_labels.device).to(torch.bool)
-    if not bool(mask.any()):
-        return None
-    knn_labels, query_labels = knn_labels[mask], query_labels.to(knn_labels.device)[mask]
-    num_q, k = knn_labels.shape[:2]
-    same = torch.as_tensor(fn(query_labels[:, None], knn_labels)).to(torch.bool).cpu()
-    row, col = torch.nonzero(same.reshape(num_q, k), as_tuple=True)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=ptr[1:])
-    unique = torch.as_tensor(label_counts[0]).to(torch.float32).cpu()
-    counts = torch.as_tensor(label_counts[1]).to(torch.int64).cpu()
-    mine = _rows(query_labels.to(torch.float32).cpu())
-    equal = (mine[:, None, :] == _rows(unique)[None]).all(-1)
-    found = equal.any(1)
-    r = torch.where(found, counts[equal.to(torch.int64).argmax(1)], 0) - int(ref_includes_query)
-    table = RankTable(
-        ptr=ptr,
-        above=col.to(torch.int64),
-        tied=torch.ones_like(col, dtype=torch.int64),
-        num_relevant=r,
-        gallery_size=torch.full((num_q,), k, dtype=torch.int64),
-        depth=torch.full((num_q,), k, dtype=torch.int64),
-    )
-    classes = torch.unique(mine, dim=0, return_inverse=True)[1]
-    return _Ranked(table, k, classes)
-
-
-# ------------------------------------------------------------------------------------- class
 
 
 class AccuracyCalculator:
@@ -548,10 +156,10 @@ class AccuracyCalculator:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.similarity = _similarity_of(knn_func)
+        self.similarity = similarity_of(knn_func)
         self.knn_func = knn_func
         self.kmeans_func = (
-            _FaissKMeans(niter=20, gpu=self.device.type == "cuda")
+            FaissKMeans(niter=20, gpu=self.device.type == "cuda")
             if kmeans_func is None
             else kmeans_func
         )
@@ -657,13 +265,13 @@ class AccuracyCalculator:
         """scikit-learn's normalized_mutual_info_score of query labels and k-means clusters."""
         from sklearn.metrics import normalized_mutual_info_score
 
-        return float(normalized_mutual_info_score(*_numpy_pair(query_labels, cluster_labels)))
+        return float(normalized_mutual_info_score(*numpy_pair(query_labels, cluster_labels)))
 
     def calculate_AMI(self, query_labels: Tensor, cluster_labels: Any, **kwargs: Any) -> float:
         """scikit-learn's adjusted_mutual_info_score of query labels and k-means clusters."""
         from sklearn.metrics import adjusted_mutual_info_score
 
-        return float(adjusted_mutual_info_score(*_numpy_pair(query_labels, cluster_labels)))
+        return float(adjusted_mutual_info_score(*numpy_pair(query_labels, cluster_labels)))
 
     def calculate_precision_at_1(self, **kwargs: Any) -> float | list[float]:
         """Whether the nearest reference item (self excluded) is relevant."""
@@ -694,7 +302,7 @@ class AccuracyCalculator:
         not_lone_query_mask: Tensor | None = None,
         ref_includes_query: bool = False,
         knn_labels: Tensor | None = None,
-        ranked: _Ranked | None = None,
+        ranked: RankedQueries | None = None,
         **kwargs: Any,
     ) -> float | list[float]:
         if ranked is None and knn_labels is not None:
@@ -702,7 +310,7 @@ class AccuracyCalculator:
                 raise ValueError(
                     "computing from `knn_labels` needs `query_labels` and `not_lone_query_mask`"
                 )
-            ranked = _ranked_from_knn(
+            ranked = ranked_from_knn(
                 knn_labels,
                 query_labels,
                 not_lone_query_mask,
@@ -711,9 +319,9 @@ class AccuracyCalculator:
                 self.label_comparison_fn,
             )
         if ranked is None:
-            return _nan_accuracy(len(label_counts[0]), self.return_per_class)
-        values = _pml_per_query(name, ranked)
-        return _average(values, ranked.classes, self.avg_of_avgs, self.return_per_class)
+            return nan_accuracy(len(label_counts[0]), self.return_per_class)
+        values = pml_per_query(name, ranked)
+        return pml_average(values, ranked.classes, self.avg_of_avgs, self.return_per_class)
 
     # --------------------------------------------------------------- evaluation
 
@@ -747,10 +355,10 @@ class AccuracyCalculator:
             reference, reference_labels, ref_includes_query = query, query_labels, True
         elif reference_labels is None:
             raise ValueError("`reference_labels` must be given with `reference`")
-        query = _embeddings(query, "query", self.device)
-        reference = _embeddings(reference, "reference", self.device)
-        query_labels = _labels(query_labels, "query_labels", self.device)
-        reference_labels = _labels(reference_labels, "reference_labels", self.device)
+        query = as_embeddings(query, "query", self.device)
+        reference = as_embeddings(reference, "reference", self.device)
+        query_labels = as_labels(query_labels, "query_labels", self.device)
+        reference_labels = as_labels(reference_labels, "reference_labels", self.device)
         if len(query) != len(query_labels) or len(reference) != len(reference_labels):
             raise ValueError(
                 "embeddings and labels must have the same length: got "
@@ -814,8 +422,8 @@ class AccuracyCalculator:
     ) -> dict[str, Any]:
         """The kNN inputs: PML's label bookkeeping, the rank table of the non-lone queries,
         and, only for a subclass's kNN keys, PML's ``knn_labels`` / ``knn_distances``."""
-        index = _label_index(query_labels, reference_labels)
-        counts = _count_matches(index, ref_includes_query, self.label_comparison_fn)
+        index = label_index(query_labels, reference_labels)
+        counts = count_matches(index, ref_includes_query, self.label_comparison_fn)
         unique_labels = index.labels_of(counts.unique_codes).to(query_labels.device)
         label_counts = (unique_labels, counts.match_counts.to(query_labels.device))
         num_k = self.determine_k(counts.match_counts, len(reference), ref_includes_query)
@@ -836,12 +444,12 @@ class AccuracyCalculator:
             ),
             "not_lone_query_mask": mask.to(query_labels.device),
         }
-        _fill_index_as_pml_leaves_it(self.knn_func, reference)
+        fill_index_as_pml_leaves_it(self.knn_func, reference)
         wanted = [x for x in metrics if x in self.requires_knn()]
         if bool(mask.any()) and any(self._own(x) for x in wanted):
             out["ranked"] = self._ranked(query, reference, index, counts, num_k, ref_includes_query)
         if any(not self._own(x) for x in wanted):
-            distances, indices = _blocked_knn(
+            distances, indices = blocked_knn(
                 query, reference, num_k, ref_includes_query, self.similarity, self.memory_budget
             )
             out["knn_labels"] = reference_labels[indices]
@@ -852,11 +460,11 @@ class AccuracyCalculator:
         self,
         query: Tensor,
         reference: Tensor,
-        index: _LabelIndex,
-        counts: _Counts,
+        index: LabelIndex,
+        counts: LabelCounts,
         num_k: int,
         ref_includes_query: bool,
-    ) -> _Ranked:
+    ) -> RankedQueries:
         queries = flat_nonzero(counts.not_lone_query_mask)
         num_r = reference.shape[0]
         # Beyond the ranked items there is nothing to count (PML's faiss would pad with -1).
@@ -889,7 +497,7 @@ class AccuracyCalculator:
                 **ids,
             )
         else:
-            relevance = _custom_relevance(index, counts.pairs, queries, num_r, ref_includes_query)
+            relevance = custom_relevance(index, counts.pairs, queries, num_r, ref_includes_query)
             table = rank_relevance(
                 query[queries.to(query.device)],
                 reference,
@@ -903,33 +511,4 @@ class AccuracyCalculator:
         # R is PML's: match count less one with ref_includes_query (the same as the table's
         # count for label equality; PML's rule for a custom comparison).
         table = replace(table, num_relevant=counts.num_relevant[queries])
-        return _Ranked(table, k, index.query[queries])
-
-
-def _numpy_pair(labels: Any, clusters: Any) -> tuple[np.ndarray, np.ndarray]:
-    def to_numpy(x: Any) -> np.ndarray:
-        return x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
-
-    return to_numpy(labels), to_numpy(clusters)
-
-
-class _FaissKMeans:
-    """faiss k-means as PML's default ``FaissKMeans`` runs it: the same clusters, the same NMI."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.kwargs = kwargs
-
-    def __call__(self, x: Tensor, nmb_clusters: int) -> Tensor:
-        try:
-            import faiss
-        except ImportError as err:
-            raise ImportError(
-                "NMI and AMI cluster the queries with faiss k-means, as pytorch-metric-learning "
-                "does: install faiss-cpu (or faiss-gpu), pass kmeans_func=, or leave them out "
-                'with exclude=("NMI", "AMI")'
-            ) from err
-        data = np.ascontiguousarray(x.detach().cpu().numpy().astype(np.float32))
-        kmeans = faiss.Kmeans(data.shape[1], nmb_clusters, **self.kwargs)
-        kmeans.train(data)
-        _, idxs = kmeans.index.search(data, 1)
-        return torch.as_tensor(idxs[:, 0].astype(np.int64), device=x.device)
+        return RankedQueries(table, k, index.query[queries])

@@ -51,20 +51,24 @@ import json
 import json.decoder
 import json.scanner
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from retrieval_metrics.formats.errors import FormatError
 
 __all__ = [
     "FormatError",
     "RankedLists",
     "order_by_score",
+    "ranked_lists",
     "read_qrels",
     "read_ranked_lists",
     "read_run",
     "read_trec_qrels",
     "read_trec_run",
+    "trec_eval_order",
 ]
 
 BEIR_HEADER = ("query-id", "corpus-id", "score")
@@ -73,11 +77,6 @@ BEIR_HEADER = ("query-id", "corpus-id", "score")
 Lists = dict[str, list[str]]
 #: qid -> docid -> grade
 Qrels = dict[str, dict[str, int]]
-
-
-class FormatError(ValueError):
-    """A file that cannot be read as the format its name says; the message names the file and
-    the line."""
 
 
 @dataclass
@@ -449,14 +448,23 @@ def _jsonl_relevant(value: Any, where: str, qid: str) -> dict[str, int]:
 # ---------------------------------------------------------------------------- public readers
 
 
+def trec_eval_order(scores: Mapping[str, float]) -> list[str]:
+    """One query's document ids by decreasing score, ties by document id in descending byte
+    order (trec_eval's rule; the one place it is written, for the readers here and
+    :func:`retrieval_metrics.protocols.trec_run_to_lists`)."""
+    return sorted(scores, key=lambda doc: (-scores[doc], _descending_bytes(doc)))
+
+
+def _descending_bytes(doc: str) -> tuple[int, ...]:
+    # descending byte order = ascending order of the negated bytes; the trailing 1 puts a longer
+    # id before its prefix, as a descending byte comparison does
+    return (*(-b for b in doc.encode()), 1)
+
+
 def order_by_score(run: dict[str, dict[str, float]]) -> Lists:
     """Each query's documents by decreasing score, ties by document id in descending byte order
     (trec_eval's rule)."""
-    lists = {}
-    for qid, docs in run.items():
-        by_doc = sorted(docs, key=lambda d: d.encode(), reverse=True)
-        lists[qid] = sorted(by_doc, key=lambda d: -docs[d])  # stable: ties keep by_doc's order
-    return lists
+    return {qid: trec_eval_order(docs) for qid, docs in run.items()}
 
 
 def read_run(path: str | Path, *, duplicates: str = "first") -> tuple[Lists, Qrels | None]:
