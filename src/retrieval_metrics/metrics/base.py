@@ -88,6 +88,9 @@ class RetrievalMetricBase(Metric):
     __jit_ignored_attributes__: ClassVar[list[str]] = [
         *Metric.__jit_ignored_attributes__, "_update_signature"
     ]
+    __jit_unused_properties__: ClassVar[list[str]] = [
+        *Metric.__jit_unused_properties__, "measure_options"
+    ]
     is_differentiable = False
     higher_is_better: bool | None = True
     full_state_update = False
