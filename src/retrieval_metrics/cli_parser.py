@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from retrieval_metrics import __version__
+from retrieval_metrics.functional.options import OPTIONS
 
 __all__ = [
     "EMBEDDING_METRICS",
@@ -135,22 +136,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument(
         "--ties",
-        choices=("expected", "optimistic", "pessimistic"),
+        choices=OPTIONS["ties"].allowed,
         help="tied scores: the exact expectation over their orders (default), or relevant "
         "items first / last",
     )
     ev.add_argument(
-        "--similarity", choices=("cosine", "dot", "euclidean"), help="score (default cosine)"
+        "--similarity", choices=OPTIONS["similarity"].allowed, help="score (default cosine)"
     )
     ev.add_argument(
         "--empty-queries",
         dest="empty_queries",
-        choices=("skip", "zero", "error"),
+        choices=OPTIONS["empty_queries"].allowed,
         help="queries with no relevant item: left out (default), scored 0, or an error",
     )
     ev.add_argument(
         "--relevance",
-        choices=("label", "radius"),
+        choices=OPTIONS["relevance"].allowed,
         help="equal labels (default), or positions within --radius metres",
     )
     ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument(
         "--average",
-        choices=("macro", "micro", "class"),
+        choices=OPTIONS["average"].allowed,
         help="over queries (default macro); micro sums hits over relevant items for recall, "
         "precision and r_precision (the other measures stay per query); class: mean over "
         "labels. One name may fix its own: recall@10/micro",
