@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.ranking.labels import canonical_id
 from retrieval_metrics.functional.ranking.table_build import ideal_from, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
@@ -102,12 +103,10 @@ def rank_lists(
         hit_grade.extend(gains[item] for item in found)
     num_q = len(ranked_ids)
     num_rel_t = torch.tensor(num_rel, dtype=torch.int64)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(num_rel_t, 0, out=ptr[1:])
+    ptr = ptr_from_counts(num_rel_t)
     n_items = len(hit_pos)
     row = torch.tensor(hit_query, dtype=torch.int64)
-    item_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=item_ptr[1:])
+    item_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
     ideal = None
     if graded:
         ideal = ideal_from(ptr, torch.tensor(all_grades, dtype=torch.float64))

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import masked
 from retrieval_metrics.functional.ranking.table_build import table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
@@ -71,8 +72,7 @@ def rank_checked_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankT
     binary = not target.is_floating_point() and bool(np.all(grades == 1))
     row = torch.from_numpy(codes[relevant])
     rel_counts = torch.bincount(row, minlength=num_q)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(rel_counts, 0, out=ptr[1:])
+    ptr = ptr_from_counts(rel_counts)
     counts_t = torch.from_numpy(counts)
     return table_from_items(
         ptr,
@@ -107,11 +107,9 @@ def nonpositive_missed(table: RankTable, positive: Tensor) -> RankTable:
     counts = torch.zeros(table.num_queries, dtype=torch.int64).index_add_(
         0, table.item_query, keep.to(torch.int64)
     )
-    ptr = torch.zeros(table.num_queries + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ptr[1:])
     return replace(
         table,
-        ptr=ptr,
+        ptr=ptr_from_counts(counts),
         above=masked(table.above, keep),
         tied=masked(table.tied, keep),
         grade=None if table.grade is None else masked(table.grade, keep),

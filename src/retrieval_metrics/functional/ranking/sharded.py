@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import repeat
+from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
 from retrieval_metrics.functional.ranking.embeddings import (
     count_above,
     embedding_relevance,
@@ -92,13 +92,12 @@ def rank_embeddings_sharded(
         block_size=block,
         order_keys=(q_labels, g_key),
     )
-    local_query = repeat(torch.arange(num_q), rel.num_relevant)
+    local_query = row_of_entries(rel.relevant_ptr)
     all_query, all_scores = exchange.gather([local_query, local_scores.to(torch.float64)])
     order = torch.argsort(all_query, stable=True)
     all_query, all_scores = all_query[order], all_scores[order].to(dtype)
     num_relevant = torch.bincount(all_query, minlength=num_q)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(num_relevant, 0, out=ptr[1:])
+    ptr = ptr_from_counts(num_relevant)
     above, tied = count_above(
         query,
         gallery_shard,

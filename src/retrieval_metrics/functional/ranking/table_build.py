@@ -7,7 +7,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import masked, repeat
+from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.primitives import masked
 from retrieval_metrics.functional.table import RankTable
 
 TABLE_CHUNK = 2**20
@@ -43,8 +44,7 @@ def table_from_items(
         row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
         g = None if g is None else masked(g, listed)
         perm = _lexsort(row, above, None if g is None else -g)
-        new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-        torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+        new_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
         above, tied = above[perm], tied[perm]
         g = None if g is None else g[perm]
     else:
@@ -53,11 +53,10 @@ def table_from_items(
             if g is not None and g is grades:
                 g = g.clone()  # reordered in place below; the caller's grades stay as they are
         else:
-            row = masked(repeat(torch.arange(num_q), ptr.diff()), listed)
+            row = masked(row_of_entries(ptr), listed)
             above, tied = masked(above, listed), masked(tied, listed)
             g = None if g is None else masked(g, listed)
-            new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-            torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+            new_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
             del row
         q0 = num_q if by_score else 0
         while q0 < num_q:
@@ -66,9 +65,7 @@ def table_from_items(
             q1 = min(num_q, max(q1, q0 + 1))
             p1 = int(new_ptr[q1])
             if p1 - p0 > 1:
-                chunk_row = repeat(
-                    torch.arange(q1 - q0), new_ptr[q0 : q1 + 1].diff()
-                )
+                chunk_row = row_of_entries(new_ptr[q0 : q1 + 1])
                 chunk_above = above[p0:p1]
                 perm = _lexsort(chunk_row, chunk_above, None if g is None else -g[p0:p1])
                 above[p0:p1] = chunk_above[perm]
@@ -105,7 +102,7 @@ def _lexsort(row: Tensor, key: Tensor, last: Tensor | None) -> Tensor:
 def ideal_from(ptr: Tensor, grades: Tensor, row: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Each query's grades sorted decreasing (grouped as ``ptr`` says, or by ``row``)."""
     if row is None:
-        row = repeat(torch.arange(ptr.numel() - 1), ptr.diff())
+        row = row_of_entries(ptr)
     g = grades.to(torch.float64)
     perm = torch.from_numpy(np.lexsort(((-g).numpy(), row.numpy())))
     return ptr.clone(), g[perm]

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero, repeat
+from retrieval_metrics.functional.csr import csr_rows
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
@@ -33,17 +34,6 @@ SPARSE_OVERHEAD = 8
 DENSE_OVERHEAD = 8
 
 
-def _csr_rows(ptr: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The entries of CSR rows ``rows``: (row within ``rows``, column in it, position in CSR)."""
-    start, stop = ptr[rows], ptr[rows + 1]
-    counts = stop - start
-    row = repeat(torch.arange(rows.numel()), counts)
-    local_ptr = torch.zeros(rows.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=local_ptr[1:])
-    col = torch.arange(int(local_ptr[-1])) - local_ptr[:-1].index_select(0, row)
-    return row, col, col + start.index_select(0, row)
-
-
 class QueryBlock:
     """One block of queries: its relevant scores, threshold and histograms across the gallery.
 
@@ -58,7 +48,7 @@ class QueryBlock:
         self.p = p
         self.nb = nb = q_rows.numel()
         device = p.device
-        self.r_row, self.r_col, self.r_pos = _csr_rows(p.rel_ptr, q_rows)
+        self.r_row, self.r_col, self.r_pos = csr_rows(p.rel_ptr, q_rows)
         self.r_counts = p.rel_ptr[q_rows + 1] - p.rel_ptr[q_rows]
         r_gal = p.rel_index.index_select(0, self.r_pos)
         if p.num_blocks_g <= 1:
@@ -70,7 +60,7 @@ class QueryBlock:
             self.r_local = r_gal - self.r_block * p.block_g
         self.block_order, self.block_bounds = by_block(self.r_block, p.num_blocks_g)
         # Excluded pairs of this block, by gallery block.
-        e_row, _, e_pos = _csr_rows(p.ex_ptr, q_rows)
+        e_row, _, e_pos = csr_rows(p.ex_ptr, q_rows)
         e_gal = p.ex_index[e_pos]
         e_block = e_gal // p.block_g
         e_order = torch.argsort(e_block, stable=True)
