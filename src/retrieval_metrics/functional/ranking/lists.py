@@ -10,7 +10,11 @@ from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.ranking.labels import canonical_id
-from retrieval_metrics.functional.ranking.table_build import ideal_from, table_from_items
+from retrieval_metrics.functional.ranking.table_build import (
+    ItemResults,
+    ideal_from,
+    table_from_items,
+)
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 # rank_lists: up to this many relevant ids found in one list are located by list.index
@@ -110,15 +114,17 @@ def rank_lists(
     ideal = None
     if graded:
         ideal = ideal_from(ptr, torch.tensor(all_grades, dtype=torch.float64))
-    return table_from_items(
+    items = ItemResults(
         item_ptr,
-        torch.tensor(hit_pos, dtype=torch.int64),
-        torch.ones(n_items, dtype=torch.int64),
-        torch.ones(n_items, dtype=torch.bool),
-        torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
+        above=torch.tensor(hit_pos, dtype=torch.int64),
+        tied=torch.ones(n_items, dtype=torch.int64),
+        grade=torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
+        row=row,
+    )
+    return table_from_items(
+        items,
         num_rel_t,
         torch.tensor(sizes, dtype=torch.int64),
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
         ideal=ideal,
-        row=row,
     )

@@ -32,7 +32,7 @@ from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDG
 from retrieval_metrics.functional.ranking.engine.schedule import PRODUCT_ROWS, Layout, choose_layout
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.relevance import Relevance
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["rank_by_full_sort", "rank_embeddings_by_full_sort"]
@@ -137,10 +137,8 @@ def rank_by_full_sort(
         above[r0:r1] = ranked.numel() - at_most
         tied[r0:r1] = at_most - below
     gallery_size = side.num_g - side.ex_ptr.diff()
-    return table_from_items(
-        side.rel_ptr, above, tied, torch.ones_like(above, dtype=torch.bool),
-        relevance_sets.query_grades, num_relevant, gallery_size, gallery_size.clone(),
-    )
+    items = ItemResults(side.rel_ptr, above, tied, grade=relevance_sets.query_grades)
+    return table_from_items(items, num_relevant, gallery_size, gallery_size.clone())
 
 
 def rank_embeddings_by_full_sort(

@@ -21,7 +21,7 @@ from torch import Tensor
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import masked
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 
@@ -74,17 +74,14 @@ def rank_checked_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankT
     rel_counts = torch.bincount(row, minlength=num_q)
     ptr = ptr_from_counts(rel_counts)
     counts_t = torch.from_numpy(counts)
-    return table_from_items(
+    items = ItemResults(
         ptr,
         torch.from_numpy(above),
         torch.from_numpy(tied),
-        torch.ones(relevant.size, dtype=torch.bool),
-        None if binary else torch.from_numpy(grades),
-        rel_counts,
-        counts_t,
-        counts_t.clone(),
+        grade=None if binary else torch.from_numpy(grades),
         row=row,
     )
+    return table_from_items(items, rel_counts, counts_t, counts_t.clone())
 
 
 def positive_counts(preds: Tensor, indexes: Tensor) -> Tensor:

@@ -17,7 +17,7 @@ from retrieval_metrics.functional.ranking.embeddings import (
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, block_sizes
 from retrieval_metrics.functional.ranking.engine.similarity import score_dtype
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import RankTable
 
 
@@ -113,13 +113,6 @@ def rank_embeddings_sharded(
     local_size = rel.gallery_index.numel() - rel.num_excluded
     gallery_size = exchange.sum(local_size)
     table = table_from_items(
-        ptr,
-        above,
-        tied,
-        torch.ones(above.numel(), dtype=torch.bool),
-        None,
-        num_relevant,
-        gallery_size,
-        gallery_size.clone(),
+        ItemResults(ptr, above, tied), num_relevant, gallery_size, gallery_size.clone()
     )
     return replace(table, query_class=q_labels) if q_labels is not None else table

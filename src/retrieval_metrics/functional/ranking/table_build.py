@@ -3,6 +3,8 @@ sorted by (above, -grade), and the ideal grades of graded relevance."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -14,41 +16,57 @@ from retrieval_metrics.functional.table import RankTable
 TABLE_CHUNK = 2**20
 
 
+@dataclass(frozen=True)
+class ItemResults:
+    """Where each relevant item landed, before the table orders each query's items.
+
+    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``
+    (``ptr`` then only gives the number of queries). ``listed``: False where the item's position
+    is not known (below the depth of the ranking); None when every item is listed. ``grade``:
+    per item, None for binary relevance.
+    """
+
+    ptr: Tensor
+    above: Tensor
+    tied: Tensor
+    listed: Tensor | None = None
+    grade: Tensor | None = None
+    row: Tensor | None = None
+
+
 def table_from_items(
-    ptr: Tensor,
-    above: Tensor,
-    tied: Tensor,
-    listed: Tensor,
-    grades: Tensor | None,
+    items: ItemResults,
     num_relevant: Tensor,
     gallery_size: Tensor,
     depth: Tensor,
+    *,
     ideal: tuple[Tensor, Tensor] | None = None,
-    row: Tensor | None = None,
     by_score: bool = False,
 ) -> RankTable:
     """Sort each query's listed items by (above, -grade) and build the table.
 
-    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``;
-    ``by_score``: grouped and already by decreasing score (binary relevance), nothing to sort.
-    Grouped items are handed over: when every item is listed, ``above`` and ``tied`` are
-    reordered in place and become the table's, a chunk of queries at a time, so that besides the
-    table the scratch stays a few tens of MiB however many relevant pairs there are.
+    ``by_score``: the items are grouped and already by decreasing score (binary relevance),
+    nothing to sort. Grouped items are handed over: when every item is listed, ``above`` and
+    ``tied`` are reordered in place and become the table's, a chunk of queries at a time, so that
+    besides the table the scratch stays a few tens of MiB however many relevant pairs there are.
     """
+    ptr, above, tied, listed = items.ptr, items.above, items.tied, items.listed
+    grades, row = items.grade, items.row
     num_q = ptr.numel() - 1
     if grades is not None and ideal is None:
         ideal = ideal_from(ptr, grades, row)
     g = None if grades is None else grades.to(torch.float64)
     if row is not None:
         # items in any order (the scores form): one sort of all of them
-        row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
-        g = None if g is None else masked(g, listed)
+        if listed is not None:
+            row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
+            g = None if g is None else masked(g, listed)
         perm = _lexsort(row, above, None if g is None else -g)
         new_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
         above, tied = above[perm], tied[perm]
         g = None if g is None else g[perm]
     else:
-        if bool(listed.all()):
+        if listed is None or bool(listed.all()):
             new_ptr = ptr.to(torch.int64, copy=True)
             if g is not None and g is grades:
                 g = g.clone()  # reordered in place below; the caller's grades stay as they are

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.primitives import is_identity, repeat
 from retrieval_metrics.functional.ranking.relevance import Relevance
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 
 
 @dataclass
@@ -179,14 +179,12 @@ class Direction:
             depth_out = num_relevant.clamp_min(depth)
         else:
             depth_out = torch.full((num_q,), depth, dtype=torch.int64)
+        above, tied, listed = self.outputs
+        items = ItemResults(
+            self.rel_ptr, above, tied, listed=listed, grade=relevance_sets.query_grades
+        )
         return table_from_items(
-            self.rel_ptr,
-            *self.outputs,
-            relevance_sets.query_grades,
-            num_relevant,
-            gallery_size,
-            depth_out,
-            by_score=self.options["by_score"],
+            items, num_relevant, gallery_size, depth_out, by_score=self.options["by_score"]
         )
 
 
