@@ -82,7 +82,7 @@ class QueryBlock:
                 self.rel_scores.view(-1).copy_(values)
             else:
                 self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
-        if p.depth is not None:
+        if p.options.depth is not None:
             # Where each relevant item lies, by block and segment, to mask it from the maxima.
             seg_order = torch.argsort(self.r_block, stable=True)
             self.seg_rows = self.r_row[seg_order].to(device)
@@ -148,7 +148,7 @@ class QueryBlock:
 
     def seed(self, seg_max: Tensor, b: int) -> None:
         """Let block ``b``, read before counting starts, raise the first depth threshold."""
-        if self.p.depth is not None:
+        if self.p.options.depth is not None:
             self.pending.append(self._without_relevant(seg_max, b))
 
     def start_counting(self) -> None:
@@ -171,14 +171,14 @@ class QueryBlock:
         self.threshold = torch.where(
             self.has_rel, self.lowest, torch.full_like(self.lowest, float("inf"))
         )
-        if p.depth is not None:
+        if p.options.depth is not None:
             r_counts = self.r_counts
             block_depth = (
-                r_counts.clamp_min(p.depth)
-                if p.cover_relevant
-                else torch.full_like(r_counts, p.depth)
+                r_counts.clamp_min(p.options.depth)
+                if p.options.cover_relevant
+                else torch.full_like(r_counts, p.options.depth)
             )
-            self.top_width = int(block_depth.max()) if nb else p.depth
+            self.top_width = int(block_depth.max()) if nb else p.options.depth
             self.depth_col = (block_depth - 1).to(device)[:, None]
             # A lower bound of each row's depth-th best score, from distinct items: the relevant
             # scores themselves, and the maxima of the segments that hold no relevant item.
@@ -193,7 +193,7 @@ class QueryBlock:
     def _check_raising(self) -> None:
         """Whether the threshold can still rise: it never passes a row's best relevant score, so
         rows with one relevant item (text-to-image), or already there, need no segment maxima."""
-        self.raising = self.p.depth is not None and bool(
+        self.raising = self.p.options.depth is not None and bool(
             (self.has_rel & (self.threshold < self.best)).any()
         )
         if not self.raising:
@@ -236,7 +236,7 @@ class QueryBlock:
             # never rose lists every relevant item: the same values as the CPU's.
             dense = s if s.is_contiguous() else s.contiguous()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
                 self.num_finite,
             )
             return
@@ -257,7 +257,7 @@ class QueryBlock:
         ):
             dense = s if s.is_contiguous() else s.contiguous()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
                 self.num_finite,
             )
         else:
@@ -268,7 +268,7 @@ class QueryBlock:
                 self.rel_sorted,
                 self.hist_lt,
                 self.hist_le,
-                self.p.memory_budget,
+                self.p.options.memory_budget,
                 segment_values,
             )
 
@@ -291,7 +291,7 @@ class QueryBlock:
             # (row, j < m) are those of the CSR entries (row, column j): r_flat.
             dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
             # without a depth every relevant item is listed, as the outputs start
-            written = 3 if self.p.depth is not None else 2
+            written = 3 if self.p.options.depth is not None else 2
             for out, sorted_values in zip(
                 self.p.outputs[:written], (above_sorted, tied_sorted, listed_sorted), strict=False
             ):
