@@ -1,7 +1,9 @@
-"""The ranking's options as one object, and embeddings scanned once.
+"""The ranking's options as one object, its pluggable engine, and embeddings scanned once.
 
 * ``RankingOptions`` holds every option of the ranking, checked once with the messages the
   entry points raise, and goes down whole: the engine's passes hold the very object.
+* Its ``engine`` is pluggable: a toy engine on the plain reference path
+  (``reference.rank_embeddings_by_full_sort``) gives the blocked engine's tables, bit for bit.
 * A metric scans its embeddings for NaN and infinities once, at ``update``; ``compute`` ranks
   them without scanning again. Counted by the calls of the scan, not by the clock.
 """
@@ -15,6 +17,7 @@ import torch
 import retrieval_metrics as rm
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking import (
+    BlockedEngine,
     Items,
     RankingOptions,
     RankTable,
@@ -22,6 +25,8 @@ from retrieval_metrics.functional.ranking import (
 )
 from retrieval_metrics.functional.ranking import embeddings as E
 from retrieval_metrics.functional.ranking.engine import schedule as S
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS
+from retrieval_metrics.functional.ranking.reference import rank_embeddings_by_full_sort
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
 
@@ -47,6 +52,26 @@ def problem(n: int = 300, classes: int = 12, seed: int = 0) -> Items:
     )
 
 
+class FullSortEngine:
+    """A toy engine: the plain reference path (every score, a full sort of every row)."""
+
+    def rank(self, queries, gallery, options, exchange):
+        keys = {f"query_{name}": getattr(queries, name) for name in KEY_FIELDS}
+        if gallery is not None:
+            keys.update({f"gallery_{name}": getattr(gallery, name) for name in KEY_FIELDS})
+        return rank_embeddings_by_full_sort(
+            queries.emb,
+            None if gallery is None else gallery.emb,
+            similarity=options.similarity,
+            memory_budget=options.memory_budget,
+            block_size=options.block_size,
+            relevance=options.relevance,
+            radius=options.radius,
+            ignore_label=options.ignore_label,
+            **keys,
+        )
+
+
 # ------------------------------------------------------------------------------- the options
 
 
@@ -54,6 +79,7 @@ def test_the_defaults_are_the_librarys_and_the_checks_keep_their_messages():
     options = RankingOptions()
     for name in ("relevance", "radius", "ignore_label", "similarity", "memory_budget"):
         assert getattr(options, name) == OPTIONS[name].default, name
+    assert isinstance(options.engine, BlockedEngine)
     for kwargs, match in [
         ({"similarity": "manhattan"}, r"`similarity` must be one of \('cosine', 'dot'"),
         ({"relevance": "cosine"}, '`relevance` must be "label", "radius" or "ids"'),
@@ -85,6 +111,43 @@ def test_the_passes_hold_the_options_object_itself(monkeypatch, same_source):
     else:
         options.rank(items.select(slice(0, 50)), items.select(slice(50, None)))
     assert seen and all(o is options for o in seen)
+
+
+# ------------------------------------------------------------------------------- the engine
+
+
+@pytest.mark.parametrize(
+    "case", ["same source", "same source, ids and cameras", "query/gallery", "ignore label"]
+)
+def test_a_toy_engine_on_the_reference_path_gives_the_same_tables(case):
+    items = problem()
+    keep = {"same source": ("labels",), "query/gallery": ("labels", "ids")}.get(
+        case, ("labels", "ids", "cameras")
+    )
+    items = Items(emb=items.emb, **{name: getattr(items, name) for name in keep})
+    settings = {"ignore_label": 3} if case == "ignore label" else {}
+    blocked = RankingOptions(block_size=(64, 64), **settings)
+    toy = RankingOptions(block_size=(64, 64), engine=FullSortEngine(), **settings)
+    if case.startswith("same source"):
+        queries, gallery = items, None
+    else:
+        queries, gallery = items.select(slice(0, 80)), items.select(slice(80, None))
+    ours = blocked.rank(queries, gallery)
+    assert_same_table(toy.rank(queries, gallery), ours)
+    # and the keyword function is the same ranking
+    assert_same_table(FullSortEngine().rank(queries, gallery, blocked, None), ours)
+
+
+def test_a_toy_engine_ranks_both_directions_and_no_sharded_gallery():
+    items = problem(200)
+    images = Items(emb=items.emb[:60], labels=torch.arange(60))
+    captions = Items(emb=items.emb[60:], labels=torch.arange(140) % 60)
+    blocked = RankingOptions().rank_two_ways(images, captions)
+    toy = RankingOptions(engine=FullSortEngine()).rank_two_ways(images, captions)
+    for ours, theirs in zip(toy, blocked, strict=True):
+        assert_same_table(ours, theirs, query_class=False)
+    with pytest.raises(ValueError, match="blocked engine only"):
+        RankingOptions(engine=FullSortEngine()).rank_sharded(images, captions, None)
 
 
 # ------------------------------------------------------------------------------- one scan

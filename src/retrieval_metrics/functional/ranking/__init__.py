@@ -28,8 +28,8 @@ The files of the package, in the order a call of :func:`rank_embeddings` reaches
 * ``settings`` and ``items``: the options of a ranking as one checked record
   (:class:`RankingSettings`) and each side's per-item keys (:class:`Keys`; :class:`Items` with
   the embeddings); the keyword functions make them at their boundary and hand them down whole;
-* ``options``: :class:`RankingOptions`, the settings with the methods the metric classes call
-  with the items of each side;
+* ``options``: :class:`RankingOptions`, the settings plus the :class:`RankingEngine` that ranks
+  by them (:class:`BlockedEngine` by default), which the metric classes call;
 * ``embeddings``: the entry points for embeddings (:func:`rank_embeddings`,
   :func:`rank_relevance`, :func:`rank_two_ways`), input checks (:func:`check_embeddings`) and the
   relevance sets they rank by (``embedding_relevance``: the engine's ``RankingInput``);
@@ -67,7 +67,12 @@ from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDG
 from retrieval_metrics.functional.ranking.engine.similarity import SIMILARITIES
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items, Keys
 from retrieval_metrics.functional.ranking.lists import rank_lists
-from retrieval_metrics.functional.ranking.options import RankingOptions
+from retrieval_metrics.functional.ranking.options import (
+    BLOCKED_ENGINE,
+    BlockedEngine,
+    RankingEngine,
+    RankingOptions,
+)
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
@@ -79,14 +84,17 @@ from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
+    "BLOCKED_ENGINE",
     "DEFAULT_MEMORY_BUDGET",
     "ITEM_FIELDS",
     "SIMILARITIES",
     "UNBOUNDED",
+    "BlockedEngine",
     "Exchange",
     "Items",
     "Keys",
     "RankTable",
+    "RankingEngine",
     "RankingOptions",
     "RankingSettings",
     "check_embeddings",
