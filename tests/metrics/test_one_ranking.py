@@ -18,18 +18,19 @@ import torch
 import retrieval_metrics as rm
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking as R
+from retrieval_metrics.functional.ranking import options as O
 from retrieval_metrics.functional.ranking.engine import schedule as S
-from retrieval_metrics.metrics import items as I
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 
 
 @pytest.fixture
 def engine_calls(monkeypatch):
-    """Every ranking of embeddings a metric asks for goes through ``rank_embeddings``: count the
-    calls, and which of them took the symmetric pass."""
+    """Every ranking of embeddings a metric asks for goes through its options' engine
+    (``RankingOptions.rank`` -> ``BlockedEngine.rank``): count the calls, and which of them took
+    the symmetric pass."""
     calls = {"rank": 0, "symmetric": 0}
-    original_rank, original_pass = I.rank_embeddings, S.two_sided_pass
+    original_rank, original_pass = O.BlockedEngine.rank, S.two_sided_pass
 
     def rank(*args, **kwargs):
         calls["rank"] += 1
@@ -39,7 +40,7 @@ def engine_calls(monkeypatch):
         calls["symmetric"] += args[1] is None  # the symmetric (same-source) form
         return original_pass(*args, **kwargs)
 
-    monkeypatch.setattr(I, "rank_embeddings", rank)
+    monkeypatch.setattr(O.BlockedEngine, "rank", rank)
     monkeypatch.setattr(S, "two_sided_pass", two_sided)
     return calls
 

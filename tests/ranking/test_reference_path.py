@@ -28,10 +28,12 @@ from retrieval_metrics.functional.ranking import rank_embeddings, rank_relevance
 from retrieval_metrics.functional.ranking import reference as ref
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine import counting, schedule
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.reference import (
     rank_by_full_sort,
     rank_embeddings_by_full_sort,
 )
+from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.table import RankTable
 
 SETTINGS = settings(max_examples=20, deadline=None)
@@ -205,14 +207,15 @@ def test_each_forced_pass_equals_the_reference(args, symmetric):
     similarity, block_size = rest.pop("similarity"), rest.pop("block_size")
     if gallery is None and symmetric and block_size is not None:
         block_size = (block_size[1], block_size[1])  # square: the symmetric pass
-    defaults = dict.fromkeys(
-        ("gallery_labels", "query_ids", "gallery_ids", "query_cameras", "gallery_cameras",
-         "query_positions", "gallery_positions", "relevant_ids", "ignore_label")
+    keys = {
+        side: Keys(**{name: rest.get(f"{side}_{name}") for name in KEY_FIELDS})
+        for side in ("query", "gallery")
+    }
+    inputs = embedding_relevance(
+        query, gallery, keys["query"], keys["gallery"], RankingSettings(memory_budget=2**28)
     )
-    query, gallery, rel, q_key, g_key = embedding_relevance(
-        query, gallery, **{**defaults, **rest}, relevance="label", radius=None,
-        similarity=similarity, depth=None, memory_budget=2**28,
-    )
+    query, gallery, rel = inputs.query, inputs.gallery, inputs.relevance
+    q_key, g_key = inputs.query_key, inputs.gallery_key
     symmetric = symmetric and gallery is query
     kwargs = dict(
         similarity=similarity, block_size=block_size, query_order_key=q_key,

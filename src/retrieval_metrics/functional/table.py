@@ -20,7 +20,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero, repeat
+from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.primitives import flat_nonzero
 
 __all__ = [
     "PRESENT",
@@ -80,9 +81,7 @@ class RankTable:
     @property
     def item_query(self) -> Tensor:
         """Query index of every listed item."""
-        return repeat(
-            torch.arange(self.num_queries, device=self.ptr.device), self.ptr.diff()
-        )
+        return row_of_entries(self.ptr)
 
     @property
     def num_listed(self) -> Tensor:
@@ -97,11 +96,12 @@ class RankTable:
         counts = {"item": parts["num_listed"], "ideal": parts["num_ideal"]}
         picked = {}
         for level, count in counts.items():
-            start = torch.cumsum(count, 0) - count
-            n = count[queries]
-            row = repeat(torch.arange(queries.numel()), n)
-            first = torch.cumsum(n, 0) - n
-            picked[level] = torch.arange(int(n.sum())) - first[row] + start[queries][row]
+            start = ptr_from_counts(count)[:-1]
+            picked_ptr = ptr_from_counts(count[queries])
+            row = row_of_entries(picked_ptr)
+            picked[level] = (
+                torch.arange(int(picked_ptr[-1])) - picked_ptr[:-1][row] + start[queries][row]
+            )
         out = {}
         for part in TABLE_PARTS:
             value = parts[part.name]
@@ -196,12 +196,6 @@ def table_parts(table: RankTable) -> dict[str, Tensor]:
     return out
 
 
-def _ptr(counts: Tensor) -> Tensor:
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ptr[1:])
-    return ptr
-
-
 def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
     """One table from the flat form (the parts of several tables concatenated part by part).
 
@@ -221,8 +215,8 @@ def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
             )
     graded = have["grade"] and have["num_ideal"] and have["ideal_grade"]
     kwargs = {
-        "ptr": _ptr(values["num_listed"]),
-        "ideal_ptr": _ptr(values["num_ideal"]) if graded else None,
+        "ptr": ptr_from_counts(values["num_listed"]),
+        "ideal_ptr": ptr_from_counts(values["num_ideal"]) if graded else None,
     }
     for f in fields(RankTable):
         if f.name in kwargs:

@@ -29,10 +29,10 @@ from torchmetrics.utilities.data import dim_zero_cat
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.options import OPTIONS, check_option
+from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.inputs import num_batches
-from retrieval_metrics.metrics.items import ITEM_FIELDS, Items
 from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 
 __all__ = ["RetrievalMetricBase"]

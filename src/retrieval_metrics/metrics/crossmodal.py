@@ -26,12 +26,13 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.table import RankTable, concat_tables
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.inputs import as_embeddings, score_copy
-from retrieval_metrics.metrics.items import Items, RankingOptions
 from retrieval_metrics.metrics.named import cutoffs
 from retrieval_metrics.plot import Plotted
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS

@@ -29,6 +29,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking import Exchange
+from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.table import (
     PRESENT,
     TABLE_PARTS,
@@ -36,7 +38,6 @@ from retrieval_metrics.functional.table import (
     table_from_parts,
     table_parts,
 )
-from retrieval_metrics.metrics.items import Items, RankingOptions
 
 __all__ = [
     "EMBEDDING_REPEAT_TOLERANCE",

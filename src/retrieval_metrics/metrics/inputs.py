@@ -17,9 +17,9 @@ from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.ranking import check_embeddings
+from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
-from retrieval_metrics.metrics.items import Items
 
 __all__ = ["as_embeddings", "item_tensors", "num_batches", "per_item", "score_copy",
            "table_from_ranks"]

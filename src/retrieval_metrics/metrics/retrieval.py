@@ -19,6 +19,8 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
+from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
@@ -31,7 +33,6 @@ from retrieval_metrics.metrics.forms import (
     form_of_kind,
     kinds,
 )
-from retrieval_metrics.metrics.items import ITEM_FIELDS, Items, RankingOptions
 
 __all__ = ["RetrievalMetric"]
 

@@ -25,19 +25,26 @@ How :func:`rank_embeddings` stays close to the cost of the similarity product:
 
 The files of the package, in the order a call of :func:`rank_embeddings` reaches them:
 
+* ``settings`` and ``items``: the options of a ranking as one checked record
+  (:class:`RankingSettings`) and each side's per-item keys (:class:`Keys`; :class:`Items` with
+  the embeddings); the keyword functions make them at their boundary and hand them down whole;
+* ``options``: :class:`RankingOptions`, the settings plus the :class:`RankingEngine` that ranks
+  by them (:class:`BlockedEngine` by default), which the metric classes call;
 * ``embeddings``: the entry points for embeddings (:func:`rank_embeddings`,
-  :func:`rank_relevance`, :func:`rank_two_ways`, :func:`relevant_scores`, :func:`count_above`),
-  input checks (:func:`check_embeddings`) and the relevance sets they rank by;
-* ``similarity``: embeddings into the two matrices whose product is the score;
-* ``plan``: block sizes from ``memory_budget``;
-* ``schedule``: ``blocked_ranking`` lays the ranking out and runs one pass over the block
-  products, the two-sided one (symmetric, or both directions of :func:`rank_two_ways`) or the
-  one-sided one;
-* ``side``: one direction of a ranking, its relevance in processing order and its outputs;
-* ``counting``: one block of queries across the gallery (relevant scores, depth threshold,
-  histograms);
-* ``kernels``: the tensor routines of the counting (segment maxima, row sorts, counting one score
-  block, numpy on the CPU where it is faster);
+  :func:`rank_relevance`, :func:`rank_two_ways`), input checks (:func:`check_embeddings`) and the
+  relevance sets they rank by (``embedding_relevance``: the engine's ``RankingInput``);
+* ``engine/similarity``: embeddings into the two matrices whose product is the score;
+* ``engine/plan``: block sizes from ``memory_budget``;
+* ``engine/schedule``: ``blocked_table`` (and ``blocked_scores``, ``blocked_counts`` for the
+  sharded gallery) lays the ranking out and runs one pass over the block products, the
+  two-sided one (symmetric) or the one-sided one; ``two_way_ranking`` lays out both directions
+  of :func:`rank_two_ways` for one two-sided pass;
+* ``engine/direction``: one direction of a ranking, its relevance in processing order and its
+  outputs;
+* ``engine/counting``: one block of queries across the gallery (relevant scores, depth
+  threshold, histograms);
+* ``engine/kernels``: the tensor routines of the counting (segment maxima, row sorts, counting
+  one score block, numpy on the CPU where it is faster);
 * ``table_build``: per-item results into a :class:`RankTable`.
 
 The other input forms and modes: ``scores`` (:func:`rank_scores`, torchmetrics' form),
@@ -51,34 +58,47 @@ then a full sort of every score row), which the tests check every fast path agai
 
 from retrieval_metrics.functional.ranking.embeddings import (
     check_embeddings,
-    count_above,
     rank_embeddings,
     rank_relevance,
     rank_two_ways,
-    relevant_scores,
 )
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
 from retrieval_metrics.functional.ranking.engine.similarity import SIMILARITIES
+from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items, Keys
 from retrieval_metrics.functional.ranking.lists import rank_lists
+from retrieval_metrics.functional.ranking.options import (
+    BLOCKED_ENGINE,
+    BlockedEngine,
+    RankingEngine,
+    RankingOptions,
+)
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
     rank_checked_scores,
     rank_scores,
 )
+from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
+    "BLOCKED_ENGINE",
     "DEFAULT_MEMORY_BUDGET",
+    "ITEM_FIELDS",
     "SIMILARITIES",
     "UNBOUNDED",
+    "BlockedEngine",
     "Exchange",
+    "Items",
+    "Keys",
     "RankTable",
+    "RankingEngine",
+    "RankingOptions",
+    "RankingSettings",
     "check_embeddings",
     "concat_tables",
-    "count_above",
     "nonpositive_missed",
     "positive_counts",
     "rank_checked_scores",
@@ -88,5 +108,4 @@ __all__ = [
     "rank_relevance",
     "rank_scores",
     "rank_two_ways",
-    "relevant_scores",
 ]

@@ -16,7 +16,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
+from retrieval_metrics.functional.csr import (
+    csr_difference,
+    csr_from_ranges,
+    csr_keep_columns,
+    ptr_from_counts,
+    row_of_entries,
+)
+from retrieval_metrics.functional.primitives import flat_nonzero, masked
 from retrieval_metrics.functional.ranking.labels import canonical_id
 
 __all__ = [
@@ -61,57 +68,6 @@ class Relevance:
         return self.excluded_ptr.diff()
 
 
-def csr_from_ranges(
-    start: Tensor, stop: Tensor, order: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """CSR whose row ``i`` lists ``order[start[i]:stop[i]]`` (the plain range without ``order``)."""
-    counts = (stop - start).clamp_min(0)
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=start.device)
-    torch.cumsum(counts, 0, out=ptr[1:])
-    total = int(ptr[-1])
-    # one offset per row, repeated: entry k of row i is at start[i] + (k - ptr[i])
-    position = torch.arange(total, device=start.device)
-    position += repeat(start - ptr[:-1], counts, output_size=total)
-    index = order.index_select(0, position) if order is not None else position
-    return ptr, index
-
-
-def _csr_difference(
-    a_ptr: Tensor, a_index: Tensor, b_ptr: Tensor, b_index: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Row-wise set difference A \\ B of two CSR matrices; also returns the mask over A kept.
-
-    A's rows must be sorted ascending (every builder here makes them so). B is small (the query
-    itself, a few same-camera items), A may hold thousands of items per query: each item of B is
-    looked up in A, rather than each item of A in B.
-    """
-    keep = torch.ones(a_index.numel(), dtype=torch.bool, device=a_index.device)
-    if b_index.numel() == 0 or a_index.numel() == 0:
-        return a_ptr, a_index, keep
-    b_row = repeat(
-        torch.arange(b_ptr.numel() - 1, device=b_ptr.device), b_ptr.diff()
-    )
-    # A binary search of each item of B in its row of A, all of B at once: O(|B| log m), and
-    # nothing the size of A besides the mask.
-    lo, hi = a_ptr[b_row], a_ptr[b_row + 1]
-    end = hi  # (the loop rebinds hi, never writes it)
-    while True:
-        active = lo < hi
-        if not bool(active.any()):
-            break
-        mid = torch.where(active, (lo + hi) // 2, lo)
-        below = active & (a_index[mid.clamp_max(a_index.numel() - 1)] < b_index)
-        lo = torch.where(below, mid + 1, lo)
-        hi = torch.where(active & ~below, mid, hi)
-    pos = lo.clamp_max(a_index.numel() - 1)
-    found = (lo < end) & (a_index[pos] == b_index)
-    keep[pos[found]] = False
-    removed = torch.bincount(b_row[found], minlength=a_ptr.numel() - 1)
-    ptr = a_ptr.clone()
-    ptr[1:] -= torch.cumsum(removed, 0)
-    return ptr, masked(a_index, keep), keep
-
-
 def _label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Tensor]:
     order = torch.sort(gallery_labels, stable=True).indices
     sorted_labels = gallery_labels[order]
@@ -137,10 +93,7 @@ def _radius_csr(
         cols.append(c)
     row = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
     col = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.int64)
-    counts = torch.bincount(row, minlength=qp.shape[0])
-    ptr = torch.zeros(qp.shape[0] + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ptr[1:])
-    return ptr, col
+    return ptr_from_counts(torch.bincount(row, minlength=qp.shape[0])), col
 
 
 def _ids_csr(
@@ -269,7 +222,7 @@ def build_relevance(
         start = torch.searchsorted(sorted_ids, query_ids, right=False)
         stop = torch.searchsorted(sorted_ids, query_ids, right=True)
         ptr, index = csr_from_ranges(start, stop, order)
-        ex_rows.append(repeat(torch.arange(num_queries), ptr.diff()))
+        ex_rows.append(row_of_entries(ptr))
         ex_cols.append(index)
     elif same_source:
         ex_rows.append(torch.arange(num_queries))
@@ -280,7 +233,7 @@ def build_relevance(
         if query_labels is None or gallery_labels is None:
             raise ValueError("camera exclusion needs identity labels for queries and gallery items")
         same_ptr, same_index = _label_csr(query_labels, gallery_labels)
-        same_row = repeat(torch.arange(num_queries), same_ptr.diff())
+        same_row = row_of_entries(same_ptr)
         same_cam = query_cameras[same_row] == gallery_cameras[same_index]
         ex_rows.append(same_row[same_cam])
         ex_cols.append(same_index[same_cam])
@@ -294,16 +247,14 @@ def build_relevance(
     if gallery_keep is not None:
         keep_pairs = gallery_keep[cols]
         rows, cols = rows[keep_pairs], cols[keep_pairs]
-    counts = torch.bincount(rows, minlength=num_queries)
-    ex_ptr = torch.zeros(num_queries + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ex_ptr[1:])
+    ex_ptr = ptr_from_counts(torch.bincount(rows, minlength=num_queries))
     ex_index = cols
 
-    rel_ptr, rel_index, kept = _csr_difference(rel_ptr, rel_index, ex_ptr, ex_index)
+    rel_ptr, rel_index, kept = csr_difference(rel_ptr, rel_index, ex_ptr, ex_index)
     if grades is not None:
         grades = masked(grades, kept)
     if gallery_keep is not None:
-        rel_ptr, rel_index, kept = _csr_keep_columns(rel_ptr, rel_index, gallery_keep)
+        rel_ptr, rel_index, kept = csr_keep_columns(rel_ptr, rel_index, gallery_keep)
         if grades is not None:
             grades = masked(grades, kept)
         new_position = torch.cumsum(gallery_keep.to(torch.int64), 0) - 1
@@ -320,12 +271,3 @@ def build_relevance(
         gallery_index=gallery_index.to(device),
         query_grades=grades,
     )
-
-
-def _csr_keep_columns(ptr: Tensor, index: Tensor, keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    row = repeat(torch.arange(ptr.numel() - 1), ptr.diff())
-    mask = keep[index]
-    counts = torch.bincount(masked(row, mask), minlength=ptr.numel() - 1)
-    new_ptr = torch.zeros_like(ptr)
-    torch.cumsum(counts, 0, out=new_ptr[1:])
-    return new_ptr, masked(index, mask), mask

@@ -19,8 +19,9 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import masked
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 
@@ -71,20 +72,16 @@ def rank_checked_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankT
     binary = not target.is_floating_point() and bool(np.all(grades == 1))
     row = torch.from_numpy(codes[relevant])
     rel_counts = torch.bincount(row, minlength=num_q)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(rel_counts, 0, out=ptr[1:])
+    ptr = ptr_from_counts(rel_counts)
     counts_t = torch.from_numpy(counts)
-    return table_from_items(
+    items = ItemResults(
         ptr,
         torch.from_numpy(above),
         torch.from_numpy(tied),
-        torch.ones(relevant.size, dtype=torch.bool),
-        None if binary else torch.from_numpy(grades),
-        rel_counts,
-        counts_t,
-        counts_t.clone(),
+        grade=None if binary else torch.from_numpy(grades),
         row=row,
     )
+    return table_from_items(items, rel_counts, counts_t, counts_t.clone())
 
 
 def positive_counts(preds: Tensor, indexes: Tensor) -> Tensor:
@@ -107,11 +104,9 @@ def nonpositive_missed(table: RankTable, positive: Tensor) -> RankTable:
     counts = torch.zeros(table.num_queries, dtype=torch.int64).index_add_(
         0, table.item_query, keep.to(torch.int64)
     )
-    ptr = torch.zeros(table.num_queries + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ptr[1:])
     return replace(
         table,
-        ptr=ptr,
+        ptr=ptr_from_counts(counts),
         above=masked(table.above, keep),
         tied=masked(table.tied, keep),
         grade=None if table.grade is None else masked(table.grade, keep),

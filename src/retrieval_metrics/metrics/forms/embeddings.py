@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.chunks import PAIR_BYTES, label_pair_counts, query_chunks
 from retrieval_metrics.metrics.forms.base import Batch, InputForm
 from retrieval_metrics.metrics.inputs import as_embeddings, item_tensors, score_copy
-from retrieval_metrics.metrics.items import Items
 
 if TYPE_CHECKING:
     from retrieval_metrics.metrics.retrieval import RetrievalMetric

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero, repeat
+from retrieval_metrics.functional.csr import csr_rows
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
@@ -33,17 +34,6 @@ SPARSE_OVERHEAD = 8
 DENSE_OVERHEAD = 8
 
 
-def _csr_rows(ptr: Tensor, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The entries of CSR rows ``rows``: (row within ``rows``, column in it, position in CSR)."""
-    start, stop = ptr[rows], ptr[rows + 1]
-    counts = stop - start
-    row = repeat(torch.arange(rows.numel()), counts)
-    local_ptr = torch.zeros(rows.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=local_ptr[1:])
-    col = torch.arange(int(local_ptr[-1])) - local_ptr[:-1].index_select(0, row)
-    return row, col, col + start.index_select(0, row)
-
-
 class QueryBlock:
     """One block of queries: its relevant scores, threshold and histograms across the gallery.
 
@@ -58,7 +48,7 @@ class QueryBlock:
         self.p = p
         self.nb = nb = q_rows.numel()
         device = p.device
-        self.r_row, self.r_col, self.r_pos = _csr_rows(p.rel_ptr, q_rows)
+        self.r_row, self.r_col, self.r_pos = csr_rows(p.rel_ptr, q_rows)
         self.r_counts = p.rel_ptr[q_rows + 1] - p.rel_ptr[q_rows]
         r_gal = p.rel_index.index_select(0, self.r_pos)
         if p.num_blocks_g <= 1:
@@ -70,7 +60,7 @@ class QueryBlock:
             self.r_local = r_gal - self.r_block * p.block_g
         self.block_order, self.block_bounds = by_block(self.r_block, p.num_blocks_g)
         # Excluded pairs of this block, by gallery block.
-        e_row, _, e_pos = _csr_rows(p.ex_ptr, q_rows)
+        e_row, _, e_pos = csr_rows(p.ex_ptr, q_rows)
         e_gal = p.ex_index[e_pos]
         e_block = e_gal // p.block_g
         e_order = torch.argsort(e_block, stable=True)
@@ -92,7 +82,7 @@ class QueryBlock:
                 self.rel_scores.view(-1).copy_(values)
             else:
                 self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
-        if p.depth is not None:
+        if p.options.depth is not None:
             # Where each relevant item lies, by block and segment, to mask it from the maxima.
             seg_order = torch.argsort(self.r_block, stable=True)
             self.seg_rows = self.r_row[seg_order].to(device)
@@ -158,7 +148,7 @@ class QueryBlock:
 
     def seed(self, seg_max: Tensor, b: int) -> None:
         """Let block ``b``, read before counting starts, raise the first depth threshold."""
-        if self.p.depth is not None:
+        if self.p.options.depth is not None:
             self.pending.append(self._without_relevant(seg_max, b))
 
     def start_counting(self) -> None:
@@ -181,14 +171,14 @@ class QueryBlock:
         self.threshold = torch.where(
             self.has_rel, self.lowest, torch.full_like(self.lowest, float("inf"))
         )
-        if p.depth is not None:
+        if p.options.depth is not None:
             r_counts = self.r_counts
             block_depth = (
-                r_counts.clamp_min(p.depth)
-                if p.cover_relevant
-                else torch.full_like(r_counts, p.depth)
+                r_counts.clamp_min(p.options.depth)
+                if p.options.cover_relevant
+                else torch.full_like(r_counts, p.options.depth)
             )
-            self.top_width = int(block_depth.max()) if nb else p.depth
+            self.top_width = int(block_depth.max()) if nb else p.options.depth
             self.depth_col = (block_depth - 1).to(device)[:, None]
             # A lower bound of each row's depth-th best score, from distinct items: the relevant
             # scores themselves, and the maxima of the segments that hold no relevant item.
@@ -203,7 +193,7 @@ class QueryBlock:
     def _check_raising(self) -> None:
         """Whether the threshold can still rise: it never passes a row's best relevant score, so
         rows with one relevant item (text-to-image), or already there, need no segment maxima."""
-        self.raising = self.p.depth is not None and bool(
+        self.raising = self.p.options.depth is not None and bool(
             (self.has_rel & (self.threshold < self.best)).any()
         )
         if not self.raising:
@@ -246,7 +236,7 @@ class QueryBlock:
             # never rose lists every relevant item: the same values as the CPU's.
             dense = s if s.is_contiguous() else s.contiguous()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
                 self.num_finite,
             )
             return
@@ -267,7 +257,7 @@ class QueryBlock:
         ):
             dense = s if s.is_contiguous() else s.contiguous()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
                 self.num_finite,
             )
         else:
@@ -278,7 +268,7 @@ class QueryBlock:
                 self.rel_sorted,
                 self.hist_lt,
                 self.hist_le,
-                self.p.memory_budget,
+                self.p.options.memory_budget,
                 segment_values,
             )
 
@@ -301,7 +291,7 @@ class QueryBlock:
             # (row, j < m) are those of the CSR entries (row, column j): r_flat.
             dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
             # without a depth every relevant item is listed, as the outputs start
-            written = 3 if self.p.depth is not None else 2
+            written = 3 if self.p.options.depth is not None else 2
             for out, sorted_values in zip(
                 self.p.outputs[:written], (above_sorted, tied_sorted, listed_sorted), strict=False
             ):

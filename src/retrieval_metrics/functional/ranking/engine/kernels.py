@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import flat_nonzero
 
 #: Width of the gallery segments whose maxima :func:`segment_maxima` takes: the gallery is cut
@@ -53,9 +54,7 @@ def by_block(r_block: Tensor, num_blocks: int) -> tuple[Tensor, Tensor]:
     if num_blocks <= 1:
         return torch.arange(r_block.numel()), torch.tensor([0, r_block.numel()])[: num_blocks + 1]
     order = torch.from_numpy(np.argsort(r_block.cpu().numpy(), kind="stable"))
-    bounds = torch.zeros(num_blocks + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(r_block.cpu(), minlength=num_blocks), 0, out=bounds[1:])
-    return order, bounds
+    return order, ptr_from_counts(torch.bincount(r_block.cpu(), minlength=num_blocks))
 
 
 def pairs_in_block(order: Tensor, bounds: Tensor, b: int) -> Tensor:

@@ -1,27 +1,33 @@
 """The orders of block products: which score blocks are computed, and who counts them.
 
-:func:`blocked_ranking` lays the ranking out (matrices, :class:`Direction`, block sizes) and
-picks a pass: :func:`two_sided_pass` when one product can serve the queries of both of its sides
-(a set ranked against itself, or both directions of ``rank_two_ways``), else
+:func:`blocked_table`, :func:`blocked_scores` and :func:`blocked_counts` (the rank table, the
+relevant pairs' scores, the counts against given scores) share one layout step: matrices,
+:class:`Direction`, block sizes (:func:`choose_layout`), then a pass: :func:`two_sided_pass` when
+one product can serve the queries of both of its sides (a set ranked against itself), else
 :func:`_one_sided_pass`, each block of queries against every gallery block in turn.
+:func:`two_way_ranking` lays out both directions of two sets ranked against each other
+(``rank_two_ways``) for one two-sided pass.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
-from retrieval_metrics.functional.ranking.engine.direction import Direction
+from retrieval_metrics.functional.ranking.engine.direction import (
+    Direction,
+    Mode,
+    RankingInput,
+    pairs_with_relevant,
+)
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
 from retrieval_metrics.functional.ranking.engine.plan import (
-    DEFAULT_MEMORY_BUDGET,
     SEGMENT,
     block_sizes,
     cache_room,
@@ -30,6 +36,8 @@ from retrieval_metrics.functional.ranking.engine.plan import (
 )
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.relevance import Relevance
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.table import RankTable
 
 # Query blocks of fewer rows are padded to this many for the product: BLAS computes products of
 # a few rows with other kernels (gemv for one row), whose roundings differ from those of larger
@@ -37,83 +45,89 @@ from retrieval_metrics.functional.ranking.relevance import Relevance
 PRODUCT_ROWS = 8
 
 
-def blocked_ranking(
-    query: Tensor,
-    gallery: Tensor,
-    relevance_sets: Relevance,
-    *,
-    similarity: str = "cosine",
-    depth: int | None = None,
-    cover_relevant: bool = False,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    block_size: tuple[int, int] | None = None,
-    query_order_key: Tensor | None = None,
-    gallery_order_key: Tensor | None = None,
-    mode: str = "table",
-    external: tuple[Tensor, Tensor] | None = None,
-    symmetric: bool = False,
-    exchange: Exchange | None = None,
-) -> Any:
-    """Rank ``query`` against the kept gallery of ``relevance_sets`` in blocks (see the package).
+def blocked_table(
+    inputs: RankingInput, options: RankingSettings, exchange: Exchange | None = None
+) -> RankTable:
+    """Rank the queries of ``inputs`` against its kept gallery in blocks (see the package).
 
     ``exchange``: the processes of ``exchange`` all hold these same items and share the work out,
     each computing a share of the block products (see :func:`two_sided_pass`, or each its share
     of the query blocks where the symmetric pass is not taken); every process returns the whole
-    result. Only for ``mode="table"``.
+    table.
     """
-    if exchange is not None and (exchange.world == 1 or mode != "table"):
+    if exchange is not None and exchange.world == 1:
         exchange = None
+    return _ranked(inputs, options, "table", exchange=exchange).table(inputs.relevance)
+
+
+def blocked_scores(inputs: RankingInput, options: RankingSettings) -> Tensor:
+    """Scores of every relevant pair, aligned with ``inputs.relevance.relevant_index``.
+
+    Computed with the same blocked products as :func:`blocked_counts`, so that the two agree on
+    ties when given the same ``options.block_size`` (the sharded gallery relies on it).
+    """
+    return _ranked(inputs, options, "scores").scores()
+
+
+def blocked_counts(
+    inputs: RankingInput, options: RankingSettings, thresholds: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """For each score ``thresholds[1][i]`` of query q (CSR pointers ``thresholds[0]``), count
+    the kept, non-excluded gallery items scoring strictly above it and exactly equal to it.
+
+    This is the counting half of the ranking, for scores that come from elsewhere (another
+    process's gallery shard). Returns ``(above, tied)`` aligned with ``thresholds[1]``.
+    """
+    return _ranked(inputs, options, "count", external=thresholds).counts()
+
+
+def _ranked(
+    inputs: RankingInput,
+    options: RankingSettings,
+    mode: Mode,
+    *,
+    external: tuple[Tensor, Tensor] | None = None,
+    exchange: Exchange | None = None,
+) -> Direction:
+    """The one layout step of the three above: matrices, :class:`Direction`, block sizes, then
+    the pass; the direction comes back with its outputs written."""
+    query, gallery, relevance_sets = inputs.query, inputs.gallery, inputs.relevance
     device = query.device
     dtype = score_dtype(query, gallery)
     elem = torch.finfo(dtype).bits // 8
     # Same source (a set ranked against itself): the score matrix is symmetric, so each pair of
     # blocks can serve the queries of both (see two_sided_pass).
-    if symmetric and gallery.shape != query.shape:
+    if inputs.symmetric and gallery.shape != query.shape:
         raise ValueError("a same-source ranking ranks the queries against themselves")
-    num_gallery = gallery.shape[0]
     kept = relevance_sets.gallery_index
     if kept.numel() != gallery.shape[0]:
         gallery = gallery[kept.to(device)]
-    q_mat, g_mat = prepare(query, gallery, similarity, dtype)
-    num_q, num_g = q_mat.shape[0], g_mat.shape[0]
+    q_mat, g_mat = prepare(query, gallery, options.similarity, dtype)
     side = Direction.make(
-        relevance_sets,
-        num_q,
-        num_g,
-        query_order_key,
-        gallery_order_key,
+        inputs,
+        q_mat.shape[0],
+        g_mat.shape[0],
+        options,
         device=device,
         dtype=dtype,
-        depth=depth,
-        cover_relevant=cover_relevant,
-        memory_budget=memory_budget,
         external=external,
         mode=mode,
     )
     if side.g_perm is not None:
         g_mat = g_mat[side.g_perm.to(device)]
     layout = choose_layout(
-        side,
-        relevance_sets,
-        num_gallery,
-        q_mat.shape[1],
-        similarity=similarity,
-        block_size=block_size,
-        memory_budget=memory_budget,
-        symmetric=symmetric and mode == "table",
-        order_keys=(query_order_key, gallery_order_key),
-        device=device,
-        dtype=dtype,
+        side, inputs, q_mat.shape[1], symmetric=inputs.symmetric and mode == "table"
     )
     if layout.symmetric:
         block = layout.block_g
-        room = cache_room(memory_budget - 2 * side.state_bytes(block, elem), block, dtype)
+        budget = options.memory_budget
+        room = cache_room(budget - 2 * side.state_bytes(block, elem), block, dtype)
         two_sided_pass(side.at(block), None, g_mat, g_mat, room, exchange)
     else:
         _one_sided_pass(side.at(layout.block_g), q_mat, g_mat, layout.block_q, mode, exchange)
         if exchange is not None:
             _combine_outputs(side.outputs, exchange)
-    return side.result(relevance_sets)
+    return side
 
 
 @dataclass(frozen=True)
@@ -126,43 +140,99 @@ class Layout:
     block_g: int
 
 
-def choose_layout(
-    side: Direction,
-    rel: Relevance,
-    num_gallery: int,
-    dim: int,
-    *,
-    similarity: str,
-    block_size: tuple[int, int] | None,
-    memory_budget: int,
-    symmetric: bool,
-    order_keys: tuple[Tensor | None, Tensor | None],
-    device: torch.device,
-    dtype: torch.dtype,
-) -> Layout:
+def choose_layout(side: Direction, inputs: RankingInput, dim: int, *, symmetric: bool) -> Layout:
     """The symmetric pass for a same-source (``symmetric``) dot product of square blocks, in
     one processing order, whose query blocks' counting states fit a quarter of the budget (they
-    all live to the end); else the one-sided pass. ``num_gallery``: before the ignore label
-    removed any. The reference path (``reference.py``) takes the same layout."""
-    elem = torch.finfo(dtype).bits // 8
+    all live to the end); else the one-sided pass. ``dim``: the width of the prepared matrices.
+    The reference path (``reference.py``) takes the same layout."""
+    options = side.options
+    block_size, memory_budget = options.block_size, options.memory_budget
+    elem = torch.finfo(side.dtype).bits // 8
     num_q, num_g = side.order.numel(), side.num_g
     if block_size is not None:
         checked_block_size(block_size)
+    # the gallery before the ignore label removed any
+    num_gallery = inputs.gallery.shape[0]
     if (
         symmetric
         and num_q
-        and one_product(similarity, block_size, rel, num_gallery)
-        and _same_key(*order_keys)
+        and one_product(options.similarity, block_size, inputs.relevance, num_gallery)
+        and _same_key(inputs.query_key, inputs.gallery_key)
     ):
-        block = block_size[1] if block_size else square_block(num_g, elem, memory_budget, device)
+        block = (
+            block_size[1] if block_size else square_block(num_g, elem, memory_budget, side.device)
+        )
         if side.state_bytes(block, elem) <= memory_budget // 4:
             return Layout(True, block, block)
     if block_size is not None:
         return Layout(False, *block_size)
     block_q, block_g = block_sizes(
-        num_q, num_g, dim, side.max_relevant, elem, memory_budget, device
+        num_q, num_g, dim, side.max_relevant, elem, memory_budget, side.device
     )
     return Layout(False, block_q, block_g)
+
+
+def two_way_ranking(
+    ab: RankingInput, ba: RankingInput, options: RankingSettings
+) -> tuple[RankTable, RankTable]:
+    """The tables of ``ab`` (rows of ``a`` against ``b``) and ``ba`` (``b`` against ``a``, the
+    same embeddings the other way round), both from one pass over the ``a x b`` products: each
+    block of scores is counted along its rows for the first table and along its columns for the
+    second (image-to-text and text-to-image from one product). ``options.block_size`` (square)
+    sets the blocks.
+
+    Euclidean scores (not one product for both directions), a gallery shortened by an ignore
+    label, or counting states too large for a quarter of the budget: two one-sided passes.
+    """
+    a, b = ab.query, ab.gallery
+    squares = options.block_size
+    if squares is not None:
+        checked_block_size(squares)
+    device = a.device
+    dtype = score_dtype(a, b)
+    elem = torch.finfo(dtype).bits // 8
+    if (
+        a.shape[0]
+        and b.shape[0]
+        and one_product(options.similarity, squares, ab.relevance, b.shape[0])
+        and one_product(options.similarity, squares, ba.relevance, a.shape[0])
+    ):
+        a_mat, b_mat = prepare(a, b.to(device), options.similarity, dtype)
+        num_a, num_b = a_mat.shape[0], b_mat.shape[0]
+        sides = [
+            Direction.make(inputs, num, num_a + num_b - num, options, device=device, dtype=dtype)
+            for inputs, num in ((ab, num_a), (ba, num_b))
+        ]
+        block = squares[0] if squares is not None else _two_way_block(sides, options, dtype, device)
+        state = sum(s.state_bytes(block, elem) for s in sides)
+        if state <= options.memory_budget // 4:
+            # each side's gallery in the other's processing order
+            a_mat = a_mat[sides[1].g_perm.to(device)] if sides[1].g_perm is not None else a_mat
+            b_mat = b_mat[sides[0].g_perm.to(device)] if sides[0].g_perm is not None else b_mat
+            room = cache_room(options.memory_budget - 2 * state, block, dtype)
+            two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat, room)
+            return sides[0].table(ab.relevance), sides[1].table(ba.relevance)
+    return blocked_table(ab, options), blocked_table(ba, options)
+
+
+def _two_way_block(
+    sides: list[Direction], options: RankingSettings, dtype: torch.dtype, device: torch.device
+) -> int:
+    """The square block of the two-way pass from the budget: each block of one side needs the
+    relevant scores of many pairs before it counts its first, so half-size blocks when that
+    keeps every such product for its counting."""
+    elem = torch.finfo(dtype).bits // 8
+    budget = options.memory_budget
+    larger = max(side.order.numel() for side in sides)
+    block = square_block(larger, elem, budget, device)
+    half = block // 2 // SEGMENT * SEGMENT
+    if (
+        half >= 512
+        and pairs_with_relevant(sides, block) > cache_room(budget, block, dtype)
+        and pairs_with_relevant(sides, half) <= cache_room(budget, half, dtype)
+    ):
+        block = half
+    return block
 
 
 def one_product(
@@ -233,10 +303,10 @@ def _one_sided_pass(
         # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
         # early blocks let several times as many candidates through as the later ones.
         read_first = qb.relevant_blocks()
-        cache_room = max(0, (p.memory_budget // 2) // max(1, nb * block_g * elem) - 1)
+        cache_room = max(0, (p.options.memory_budget // 2) // max(1, nb * block_g * elem) - 1)
         if mode == "scores":
             cache_room = 0
-        if p.depth is not None:
+        if p.options.depth is not None:
             extra = min(THETA_EVERY, cache_room) - len(read_first)
             read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
@@ -249,7 +319,7 @@ def _one_sided_pass(
                 s = block_scores(b, scores)
             qb.read_relevant(s, b)
             seg_max = None
-            if p.depth is not None:
+            if p.options.depth is not None:
                 seg_max = segment_maxima(s)
                 qb.seed(seg_max, b)
             if len(cache) < cache_room:
