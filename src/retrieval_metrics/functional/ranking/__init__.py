@@ -23,37 +23,8 @@ How :func:`rank_embeddings` stays close to the cost of the similarity product:
   computes half of the full product. :func:`rank_two_ways` does the same for two sets ranked
   against each other (image-to-text and text-to-image from one product).
 
-The files of the package, in the order a call of :func:`rank_embeddings` reaches them:
-
-* ``settings`` and ``items``: the options of a ranking as one checked record
-  (:class:`RankingSettings`) and each side's per-item keys (:class:`Keys`; :class:`Items` with
-  the embeddings); the keyword functions make them at their boundary and hand them down whole;
-* ``options``: :class:`RankingOptions`, the settings plus the :class:`RankingEngine` that ranks
-  by them (:class:`BlockedEngine` by default), which the metric classes call;
-* ``embeddings``: the entry points for embeddings (:func:`rank_embeddings`,
-  :func:`rank_relevance`, :func:`rank_two_ways`), input checks (:func:`check_embeddings`) and the
-  relevance sets they rank by (``embedding_relevance``: the engine's ``RankingInput``);
-* ``engine/similarity``: embeddings into the two matrices whose product is the score;
-* ``engine/plan``: block sizes from ``memory_budget``;
-* ``engine/schedule``: ``blocked_table`` (and ``blocked_scores``, ``blocked_counts`` for the
-  sharded gallery) lays the ranking out and runs one pass over the block products, the
-  two-sided one (symmetric) or the one-sided one; ``two_way_ranking`` lays out both directions
-  of :func:`rank_two_ways` for one two-sided pass;
-* ``engine/direction``: one direction of a ranking, its relevance in processing order and its
-  outputs;
-* ``engine/counting``: one block of queries across the gallery (relevant scores, depth
-  threshold, histograms);
-* ``engine/kernels``: the tensor routines of the counting (segment maxima, row sorts, counting
-  one score block, numpy on the CPU where it is faster);
-* ``table_build``: per-item results into a :class:`RankTable`.
-
-The other input forms and modes: ``scores`` (:func:`rank_scores`, torchmetrics' form),
-``lists`` (:func:`rank_lists`, ranked lists of ids) and ``sharded``
-(:func:`rank_embeddings_sharded`, a gallery split over processes). ``exchange``: the
-:class:`Exchange` through which a ranking split over processes (a sharded gallery, or a same-source
-ranking whose processes share the symmetric pass's block pairs out) reaches the others.
-``reference``: the engine's plain reference (``rank_by_full_sort``: the same block products,
-then a full sort of every score row), which the tests check every fast path against, bit for bit.
+The files of the package and the call chain from a metric class to the product are mapped once,
+in the documentation's Contributing page (docs/contributing.md).
 """
 
 from retrieval_metrics.functional.ranking.embeddings import (
