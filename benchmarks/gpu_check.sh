@@ -68,15 +68,15 @@ else
 fi
 TAG="${DEVICE%%:*}${SUFFIX}"
 
-step "device tests (tests/test_devices.py on $DEVICE, tests/test_precision.py)"
+step "device tests (tests/metrics/test_devices.py on $DEVICE, tests/ranking/test_precision.py)"
 # the CUDA cases skip on a machine without CUDA; -rs lists what was skipped and why
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_devices.py tests/test_precision.py
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_devices.py tests/ranking/test_precision.py
 
 step "device matrix and host-sync budget (the emulated device, also beside real CUDA)"
 # Not stopping the benchmarks if the emulator and a CUDA build of torch disagree: recorded, and
 # the script exits non-zero at the end.
 MATRIX_STATUS=0
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/test_device_matrix.py tests/test_device_syncs.py \
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_device_matrix.py tests/ranking/test_device_syncs.py \
     || MATRIX_STATUS=$?
 
 step "metric classes on $DEVICE (benchmarks/bench_device_classes.py)"

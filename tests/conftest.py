@@ -17,33 +17,38 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import RankTable
 
 
-def ours_per_query(table: RankTable, ties: str, cmc_len: int | None = None) -> list[dict | None]:
-    """Every per-query value the reference computes, from the library, keyed like the reference.
+def ours_per_query(
+    table: RankTable, ties: str, cmc_len: int | None = None, shared: M.SharedTieGroups | None = None
+) -> list[dict | None]:
+    """Every per-query value the reference computes, from the library, keyed like the reference;
+    with ``shared``, every measure reads the tie groups of that one shared cache.
 
     Unanswerable queries give None, as in the reference.
     """
     cols: dict[str, torch.Tensor] = {}
     for k in KS:
-        cols[f"hit_rate@{k}"] = M.hit_rate_per_query(table, k, ties)
-        cols[f"recall@{k}"] = M.recall_per_query(table, k, ties)
-        cols[f"precision@{k}"] = M.precision_per_query(table, k, ties)
+        cols[f"hit_rate@{k}"] = M.hit_rate_per_query(table, k, ties, shared=shared)
+        cols[f"recall@{k}"] = M.recall_per_query(table, k, ties, shared=shared)
+        cols[f"precision@{k}"] = M.precision_per_query(table, k, ties, shared=shared)
         for divisor in ("relevant", "min", "retrieved"):
             cols[f"ap@{k}/{divisor}"] = M.average_precision_per_query(
-                table, k, ties, divisor=divisor
+                table, k, ties, divisor=divisor, shared=shared
             )
-        cols[f"rr@{k}"] = M.reciprocal_rank_per_query(table, k, ties)
+        cols[f"rr@{k}"] = M.reciprocal_rank_per_query(table, k, ties, shared=shared)
         for gain in ("exponential", "linear"):
-            cols[f"ndcg@{k}/{gain}"] = M.ndcg_per_query(table, k, ties, gain)
-    cols["r_precision"] = M.r_precision_per_query(table, ties)
-    cols["map@r"] = M.map_at_r_per_query(table, ties)
-    cols["ap"] = M.average_precision_per_query(table, None, ties)
-    cols["ap_trapezoid"] = M.average_precision_per_query(table, None, ties, ap="trapezoid")
-    cols["rr"] = M.reciprocal_rank_per_query(table, None, ties)
-    cols["first_rank"] = M.first_rank_per_query(table, ties)
+            cols[f"ndcg@{k}/{gain}"] = M.ndcg_per_query(table, k, ties, gain, shared=shared)
+    cols["r_precision"] = M.r_precision_per_query(table, ties, shared=shared)
+    cols["map@r"] = M.map_at_r_per_query(table, ties, shared=shared)
+    cols["ap"] = M.average_precision_per_query(table, None, ties, shared=shared)
+    cols["ap_trapezoid"] = M.average_precision_per_query(
+        table, None, ties, ap="trapezoid", shared=shared
+    )
+    cols["rr"] = M.reciprocal_rank_per_query(table, None, ties, shared=shared)
+    cols["first_rank"] = M.first_rank_per_query(table, ties, shared=shared)
     for gain in ("exponential", "linear"):
-        cols[f"ndcg/{gain}"] = M.ndcg_per_query(table, None, ties, gain)
-    cols["minp"] = M.minp_per_query(table, ties)
-    cmc = M.cmc_per_query(table, cmc_len, ties) if cmc_len else None
+        cols[f"ndcg/{gain}"] = M.ndcg_per_query(table, None, ties, gain, shared=shared)
+    cols["minp"] = M.minp_per_query(table, ties, shared=shared)
+    cmc = M.cmc_per_query(table, cmc_len, ties, shared=shared) if cmc_len else None
     out: list[dict | None] = []
     for q in range(table.num_queries):
         if int(table.num_relevant[q]) == 0:

@@ -2,14 +2,13 @@
 
 from retrieval_metrics import functional
 from retrieval_metrics.compare import compare
-from retrieval_metrics.crossmodal import CrossModalRetrieval, RSum
 from retrieval_metrics.functional import RankTable, rank_embeddings, rank_lists, rank_scores
 from retrieval_metrics.functional.measures import retrieval_measures
-from retrieval_metrics.metric import RetrievalMetric, RetrievalMetricBase
 from retrieval_metrics.metrics import (
     CMC,
     MINP,
     MRR,
+    CrossModalRetrieval,
     HitRateAtK,
     MAPAtR,
     MeanAveragePrecision,
@@ -18,8 +17,11 @@ from retrieval_metrics.metrics import (
     NDCGAtK,
     PrecisionAtK,
     RecallAtK,
+    RetrievalMetric,
+    RetrievalMetricBase,
     RetrievalMetrics,
     RPrecision,
+    RSum,
 )
 
 __version__ = "0.1.0"

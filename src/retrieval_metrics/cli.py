@@ -12,12 +12,13 @@
   qrels), ranx / pytrec_eval JSON (``.json``) or one-question-per-line JSONL (``.jsonl``; a JSONL
   run whose lines carry ``"relevant"`` needs no ``--qrels``). Scored runs are ranked as trec_eval
   ranks them (by score, ties by document id in descending byte order); ``--protocol trec_eval``
-  unless ``--protocol`` says otherwise. The readers are in :mod:`retrieval_metrics.formats`.
+  unless ``--protocol`` says otherwise. The readers are in :mod:`retrieval_metrics.formats.runs`.
 
 Embedding files: ``.npz`` or ``.pt`` (a dict of arrays / tensors) with named arrays ``embeddings``
 (required), ``labels``, ``ids``, ``cameras``, ``positions`` (rename with ``--keys``); a ``.npy``
 (or a ``.pt`` holding one tensor) is the embeddings alone, its other arrays in files beside it
-named ``STEM.labels.npy``, ``STEM.ids.npy``, ...
+named ``STEM.labels.npy``, ``STEM.ids.npy``, ... (read by
+:mod:`retrieval_metrics.formats.embeddings`).
 
 It prints one aligned table per run (value, 95% interval, chance level, queries counted and
 skipped, gallery size), writes them with ``--json`` and draws hit rate vs K with the chance curve
@@ -33,7 +34,6 @@ import math
 import sys
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,59 +42,16 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from retrieval_metrics.formats import read_qrels, read_ranked_lists, read_trec_run
-
-__all__ = ["CLIError", "Progress", "load_items", "main", "read_qrels", "read_trec_run"]
-
-# the run and qrels readers live in retrieval_metrics.formats; these names stay importable here
-
-ARRAYS = ("embeddings", "labels", "ids", "cameras", "positions")
-EMBEDDING_METRICS = "hit_rate@1,hit_rate@5,hit_rate@10,map@r,r_precision"
-TREC_METRICS = "map,r_precision,mrr,precision@10,recall@100,ndcg@10"
-PROTOCOL_NAMES = (
-    "vsepp",
-    "pml",
-    "torchreid",
-    "market1501_official",
-    "netvlad",
-    "msls",
-    "ann_benchmarks",
-    "trec_eval",
+from retrieval_metrics.cli_parser import EMBEDDING_METRICS, TREC_METRICS, build_parser
+from retrieval_metrics.formats import (
+    ARRAYS,
+    EmbeddingFile,
+    check_pair,
+    load_items,
+    read_ranked_lists,
 )
 
-
-EVALUATE_HELP = """\
-Score saved embeddings or ranked lists (IR, RAG); print one table per run (value, 95% interval,
-chance level, queries counted and skipped, gallery size).
-
-  retrieval-metrics evaluate emb.npz                      same source: every item queries
-                                                          all the others, never itself
-  retrieval-metrics evaluate --query q.npz --gallery g.npz  separate sets (re-id, places)
-  retrieval-metrics evaluate --run run.txt --qrels qrels.txt  TREC (protocol trec_eval)
-  retrieval-metrics evaluate --run run.json --qrels qrels.tsv  ranx/pytrec_eval run, BEIR qrels
-  retrieval-metrics evaluate --run questions.jsonl         JSONL with "retrieved" and "relevant"
-  retrieval-metrics evaluate a.npz b.npz --plot cmc.png   two runs: both curves on one axis
-
-Embedding files: .npz or .pt (a dict of arrays / tensors) with arrays named embeddings
-(required), labels, ids, cameras, positions (rename with --keys). A .npy (or a .pt holding one
-tensor) is the embeddings alone; its other arrays are files beside it: STEM.labels.npy,
-STEM.ids.npy, STEM.cameras.npy, STEM.positions.npy (STEM.labels.pt, ... beside a .pt).
-
-Runs and qrels, by extension:
-  --run    .json   {"qid": {"docid": score}} (ranx, pytrec_eval)
-           .jsonl  {"id": ..., "retrieved": [docid, ...]} per line, in rank order; with
-                   "relevant": [docid, ...] or {"docid": grade} on every line, no --qrels
-           other   TREC run: 'qid Q0 docid rank score tag'
-  --qrels  .tsv    BEIR: header 'query-id corpus-id score', then tab-separated lines
-           .json   {"qid": {"docid": grade}}
-           .jsonl  {"id": ..., "relevant": [docid, ...] or {"docid": grade}} per line
-           other   TREC qrels: 'qid iter docid rel'
-Scored runs are ranked by score, ties by docid in descending byte order (trec_eval's rule), and
-list a document once per query; a JSONL list is taken as given, an id it repeats counted once at
-its first position (--duplicates error refuses it). Grade >= 1 is relevant. Queries: those of the
-run with judgments (trec_eval's default; -c adds the others); a JSONL run with "relevant": every
-line. Queries with no relevant document follow --empty-queries.
-"""
+__all__ = ["CLIError", "Progress", "main"]
 
 
 class CLIError(Exception):
@@ -180,227 +137,6 @@ class Progress:
                 self._write(final=True)
 
 
-# ---------------------------------------------------------------------------- embedding files
-
-
-def _as_numpy(value: Any, path: Path, name: str) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        if value.dtype in (torch.bfloat16, torch.float16):
-            value = value.float()
-        return value.numpy()
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, (list, tuple)):
-        try:
-            return np.asarray(value)
-        except ValueError as err:
-            raise CLIError(f"{path}: array {name!r} is not rectangular: {err}") from None
-    raise CLIError(f"{path}: {name!r} is a {type(value).__name__}, not an array, tensor or list")
-
-
-def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
-    """The arrays of one file: a dict of named arrays, or one array."""
-    if not path.exists():
-        raise CLIError(f"{path}: no such file")
-    if path.is_dir():
-        raise CLIError(f"{path}: is a directory, not a .npz, .npy or .pt file")
-    suffix = path.suffix.lower()
-    # numpy reads a file that is not what its name says as a pickle, and refuses with a message
-    # about allow_pickle; name what the file should have been instead
-    if suffix == ".npz" and not zipfile.is_zipfile(path):
-        raise CLIError(
-            f"{path}: not an npz archive (a zip of .npy arrays, as numpy.savez writes); "
-            f"it starts with {_head(path)}"
-        )
-    if suffix == ".npy" and _head(path, raw=True) != b"\x93NUMPY":
-        raise CLIError(
-            f"{path}: not a .npy file (numpy.save's format, which starts with \\x93NUMPY); "
-            f"it starts with {_head(path)}"
-        )
-    try:
-        if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                return {name: data[name] for name in data.files}
-        if suffix == ".npy":
-            return np.load(path, allow_pickle=False)
-        if suffix in (".pt", ".pth"):
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-            if isinstance(obj, dict):
-                return {str(k): _as_numpy(v, path, str(k)) for k, v in obj.items()}
-            return _as_numpy(obj, path, "embeddings")
-    except CLIError:
-        raise
-    except Exception as err:
-        raise CLIError(f"{path}: cannot be read as a {suffix} file: {err}") from None
-    raise CLIError(f"{path}: unknown file type {suffix!r}; use .npz, .npy or .pt")
-
-
-def _head(path: Path, raw: bool = False) -> Any:
-    """The first bytes of a file (6, as the .npy magic), or a short printable view of them."""
-    with open(path, "rb") as f:
-        head = f.read(6 if raw else 16)
-    return head if raw else repr(head)
-
-
-def _sibling(path: Path, name: str) -> Path:
-    return path.with_name(f"{path.stem}.{name}{path.suffix}")
-
-
-def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
-    """Labels, ids and cameras: integers or strings; floats by the rule of the Python API
-    (:func:`retrieval_metrics.metric.label_codes`): whole numbers their dtype stores exactly."""
-    if arr.dtype.kind == "f":
-        from retrieval_metrics.metric import label_codes
-
-        try:
-            return label_codes(arr, name).numpy()
-        except ValueError as err:
-            raise CLIError(f"{path}: array {name!r}: {err}") from None
-    if arr.dtype.kind == "b":
-        return arr.astype(np.int64)
-    if arr.dtype.kind not in "iuUS":
-        raise CLIError(
-            f"{path}: array {name!r} has dtype {arr.dtype}; {name} must be integers or strings"
-        )
-    return arr
-
-
-@dataclass
-class Items:
-    """One side of an evaluation, read from a file."""
-
-    path: Path
-    embeddings: np.ndarray
-    labels: np.ndarray | None = None
-    ids: np.ndarray | None = None
-    cameras: np.ndarray | None = None
-    positions: np.ndarray | None = None
-    found: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return int(self.embeddings.shape[0])
-
-
-def load_items(
-    path: str | Path,
-    keys: dict[str, str] | None = None,
-    *,
-    need_labels: bool = True,
-    need_positions: bool = False,
-) -> Items:
-    """Read embeddings and their per-item arrays from a .npz, .npy or .pt file.
-
-    Raises :class:`CLIError` naming the file and the array for a missing file, a missing array,
-    or arrays whose shapes do not match.
-    """
-    path = Path(path)
-    keys = {name: name for name in ARRAYS} | dict(keys or {})
-    content = _read_file(path)
-    if isinstance(content, dict):
-        data = content
-        where = f"{path}"
-    else:
-        data = {keys["embeddings"]: content}
-        for name in ARRAYS[1:]:
-            sibling = _sibling(path, keys[name])
-            if sibling.exists():
-                value = _read_file(sibling)
-                if isinstance(value, dict):
-                    raise CLIError(f"{sibling}: expected one array ({name}), found named arrays")
-                data[keys[name]] = value
-        where = f"{path} (and {_sibling(path, 'NAME')} files beside it)"
-    found = ", ".join(sorted(data)) or "nothing"
-
-    def missing(name: str, why: str) -> CLIError:
-        return CLIError(
-            f"{where}: no array named {keys[name]!r} ({why}); it holds: {found}. "
-            f"Name the array with --keys {name}=NAME"
-        )
-
-    if keys["embeddings"] not in data:
-        raise missing("embeddings", "the embeddings")
-    emb = data[keys["embeddings"]]
-    if emb.dtype.kind not in "fiub":
-        raise CLIError(f"{path}: array {keys['embeddings']!r} has dtype {emb.dtype}, not numbers")
-    if emb.ndim != 2:
-        raise CLIError(
-            f"{path}: array {keys['embeddings']!r} must be 2-D (items x dimensions), got shape "
-            f"{emb.shape}"
-        )
-    if emb.shape[0] == 0:
-        raise CLIError(f"{path}: array {keys['embeddings']!r} has no rows")
-    if emb.dtype.kind != "f":
-        emb = emb.astype(np.float32)
-    if not np.all(np.isfinite(emb)):
-        bad = int((~np.isfinite(emb)).any(axis=1).sum())
-        raise CLIError(
-            f"{path}: array {keys['embeddings']!r} has NaN or infinite values in {bad} rows"
-        )
-    n = emb.shape[0]
-    items = Items(path=path, embeddings=emb, found=sorted(data))
-    for name in ARRAYS[1:]:
-        value = data.get(keys[name])
-        if value is None:
-            continue
-        if name == "positions":
-            if value.ndim != 2 or value.dtype.kind not in "fiu":
-                raise CLIError(
-                    f"{path}: array {keys[name]!r} must be 2-D numbers (items x coordinates), "
-                    f"got shape {value.shape} and dtype {value.dtype}"
-                )
-        else:
-            if value.ndim != 1:
-                raise CLIError(
-                    f"{path}: array {keys[name]!r} must be 1-D (one entry per item), got shape "
-                    f"{value.shape}"
-                )
-            value = _integer_like(value, path, keys[name])
-        if value.shape[0] != n:
-            raise CLIError(
-                f"{path}: array {keys[name]!r} has {value.shape[0]} entries but "
-                f"{keys['embeddings']!r} has {n} rows; they must match (one entry per item)"
-            )
-        setattr(items, name, value)
-    if need_labels and items.labels is None:
-        raise missing("labels", "relevance is by equal labels")
-    if need_positions and items.positions is None:
-        raise missing("positions", 'relevance="radius" needs positions')
-    return items
-
-
-def _check_pair(query: Items, gallery: Items) -> None:
-    dq, dg = query.embeddings.shape[1], gallery.embeddings.shape[1]
-    if dq != dg:
-        raise CLIError(
-            f"{query.path}: embeddings have {dq} dimensions but {gallery.path}'s have {dg}; "
-            "query and gallery must come from the same model"
-        )
-    for name in ("labels", "cameras", "positions", "ids"):
-        q, g = getattr(query, name), getattr(gallery, name)
-        if (q is None) != (g is None) and name in ("labels", "cameras", "positions"):
-            has, lacks = (query, gallery) if q is not None else (gallery, query)
-            raise CLIError(
-                f"{lacks.path}: no array {name!r}, but {has.path} has one; give it in both files "
-                "or in neither"
-            )
-        if name == "positions" and q is not None and g is not None and q.shape[1] != g.shape[1]:
-            raise CLIError(
-                f"{query.path}: positions have {q.shape[1]} coordinates but {gallery.path}'s "
-                f"have {g.shape[1]}"
-            )
-        if (
-            name == "labels"
-            and q is not None
-            and g is not None
-            and (q.dtype.kind in "US") != (g.dtype.kind in "US")
-        ):
-            raise CLIError(
-                f"{query.path} and {gallery.path}: array 'labels' is text in one file and "
-                "numbers in the other, so no label could ever match"
-            )
-
-
 # ---------------------------------------------------------------------------- evaluation
 
 
@@ -446,7 +182,7 @@ def _first_occurrences(ids: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
-def _select(items: Items, index: np.ndarray | slice) -> dict[str, Any]:
+def _select(items: EmbeddingFile, index: np.ndarray | slice) -> dict[str, Any]:
     return {
         name: _tensor(None if getattr(items, name) is None else getattr(items, name)[index])
         for name in ARRAYS
@@ -459,7 +195,10 @@ def _chunks(n: int, parts: int = 20, minimum: int = 2048) -> list[slice]:
 
 
 def evaluate_embeddings(
-    metric: Any, query: Items, gallery: Items | None, progress: Progress | None = None
+    metric: Any,
+    query: EmbeddingFile,
+    gallery: EmbeddingFile | None,
+    progress: Progress | None = None,
 ) -> int:
     """Fill ``metric`` from the arrays: the gallery fixed once, queries ranked in chunks.
 
@@ -684,7 +423,7 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             gallery = load_items(
                 gpath, keys, need_labels=need_labels, need_positions=need_positions
             )
-            _check_pair(query, gallery)
+            check_pair(query, gallery)
         metric = factory()
         label = name_of(i, Path(qpath).stem)
         kind = "same_source" if gallery is None else "query_gallery"
@@ -811,7 +550,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def _print_summary(summary: Any, out: TextIO) -> None:
     """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell."""
-    from retrieval_metrics.functional.stats import Summary
+    from retrieval_metrics.functional.measures.stats import Summary
 
     curves = [r for r in summary.rows if isinstance(r["value"], torch.Tensor) and r["value"].dim()]
     table = Summary(rows=[r for r in summary.rows if r not in curves], level=summary.level)
@@ -885,141 +624,11 @@ def cmd_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------- parser
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="retrieval-metrics",
-        description="Exact retrieval metrics: a demo of the protocols, and evaluation of saved "
-        "embeddings or of runs against qrels.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,evaluate}")
-    sub.required = True
-
-    demo = sub.add_parser(
-        "demo",
-        help="run every protocol on generated data and scikit-learn's digits (no download)",
-        description="Image-text 1K vs 5K, the four 'recalls', ties under the three rules, and "
-        "class retrieval where R@1 and MAP@R disagree (generated data and scikit-learn's bundled "
-        "handwritten digits). No arguments, no download, under a minute on 2 CPU cores.",
-    )
-    demo.add_argument("--seed", type=int, default=0, help="seed of the generated data (0)")
-    demo.set_defaults(func=cmd_demo)
-
-    ev = sub.add_parser(
-        "evaluate",
-        help="score saved embeddings (.npz/.npy/.pt) or a run against qrels (TREC, BEIR, JSON, "
-        "JSONL)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=EVALUATE_HELP,
-    )
-    ev.add_argument(
-        "files",
-        nargs="*",
-        metavar="FILE",
-        help="same-source embedding files (every item queries all the others); several FILEs "
-        "are several runs",
-    )
-    ev.add_argument("--query", action="append", metavar="FILE", help="query embeddings")
-    ev.add_argument(
-        "--gallery",
-        action="append",
-        metavar="FILE",
-        help="gallery embeddings (one, or one per --query)",
-    )
-    ev.add_argument(
-        "--run",
-        action="append",
-        metavar="RUN",
-        help="run file: TREC, .json or .jsonl (repeatable)",
-    )
-    ev.add_argument("--qrels", metavar="QRELS", help="qrels file: TREC, BEIR .tsv, .json or .jsonl")
-    ev.add_argument(
-        "--complete",
-        "-c",
-        action="store_true",
-        help="runs: also score judged queries missing from the run, as empty lists "
-        "(trec_eval -c)",
-    )
-    ev.add_argument(
-        "--metrics",
-        metavar="LIST",
-        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for runs {TREC_METRICS})",
-    )
-    ev.add_argument(
-        "--protocol",
-        choices=(*PROTOCOL_NAMES, "none"),
-        metavar="NAME",
-        help=f"a field's official evaluation, one of {', '.join(PROTOCOL_NAMES)} (sets the "
-        "options it fixes); runs default to trec_eval, 'none' turns that off",
-    )
-    ev.add_argument(
-        "--ties",
-        choices=("expected", "optimistic", "pessimistic"),
-        help="tied scores: the exact expectation over their orders (default), or relevant "
-        "items first / last",
-    )
-    ev.add_argument(
-        "--similarity", choices=("cosine", "dot", "euclidean"), help="score (default cosine)"
-    )
-    ev.add_argument(
-        "--empty-queries",
-        dest="empty_queries",
-        choices=("skip", "zero", "error"),
-        help="queries with no relevant item: left out (default), scored 0, or an error",
-    )
-    ev.add_argument(
-        "--relevance",
-        choices=("label", "radius"),
-        help="equal labels (default), or positions within --radius metres",
-    )
-    ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
-    ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
-    ev.add_argument(
-        "--duplicates",
-        choices=("first", "error"),
-        default="first",
-        help="a JSONL list that retrieves an id twice: count it once, at its first position, "
-        "the repeat a non-relevant slot (default, as the Python API), or stop with an error",
-    )
-    ev.add_argument(
-        "--average",
-        choices=("macro", "micro", "class"),
-        help="over queries (default macro); micro sums hits over relevant items for recall, "
-        "precision and r_precision (the other measures stay per query); class: mean over "
-        "labels. One name may fix its own: recall@10/micro",
-    )
-    ev.add_argument("--percent", action="store_true", help="report fractions in percent")
-    ev.add_argument(
-        "--keys",
-        metavar="NAME=ARRAY,...",
-        help="array names in the files, e.g. embeddings=feats,labels=pids,cameras=camids",
-    )
-    ev.add_argument("--name", action="append", metavar="NAME", help="run names, in order")
-    ev.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
-    ev.add_argument("--plot", metavar="OUT.png", help="draw hit rate vs K with the chance curve")
-    ev.add_argument(
-        "--plot-k",
-        dest="plot_k",
-        type=int,
-        metavar="K",
-        help="largest K on the plot (default: the gallery size, at most 100)",
-    )
-    ev.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
-    ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (1000)")
-    ev.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
-    ev.add_argument(
-        "--progress-delay",
-        dest="progress_delay",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
-        help="show a progress bar on stderr after this long (2; negative: never)",
-    )
-    ev.set_defaults(func=cmd_evaluate)
-    return parser
+#: What each subcommand of the parser (:mod:`retrieval_metrics.cli_parser`) runs.
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": cmd_demo,
+    "evaluate": cmd_evaluate,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1027,8 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
-    except (CLIError, ValueError) as err:  # ValueError: the library refusing an input
+        return int(COMMANDS[args.command](args))
+    # ValueError: the library refusing an input, or a file (formats.FormatError is one)
+    except (CLIError, ValueError) as err:
         print(f"retrieval-metrics: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

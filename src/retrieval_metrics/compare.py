@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.stats import Comparison, paired_comparison
-from retrieval_metrics.metric import RetrievalMetricBase
+from retrieval_metrics.functional.measures.stats import Comparison, paired_comparison
+from retrieval_metrics.metrics.base import RetrievalMetricBase
 
 __all__ = ["compare"]
 

@@ -31,8 +31,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from retrieval_metrics.distributed import gather_rows
-from retrieval_metrics.metric import RetrievalMetricBase
+from retrieval_metrics.metrics.base import RetrievalMetricBase
+from retrieval_metrics.metrics.distributed import gather_rows
 
 __all__ = ["SELECTION_KEY", "SelectOnValidation"]
 

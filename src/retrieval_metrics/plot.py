@@ -21,7 +21,12 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.ranking import UNBOUNDED, RankTable
+from retrieval_metrics.functional.measures.options import (
+    DEFAULT_EMPTY_QUERIES,
+    DEFAULT_PERCENT,
+    DEFAULT_TIES,
+)
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = ["Curve", "Plotted", "hit_rate_curve", "plot_curves", "plot_metric", "save_curves"]
 
@@ -52,9 +57,9 @@ def hit_rate_curve(
     max_k: int | None = None,
     *,
     ks: Sequence[int] | None = None,
-    ties: str = "expected",
-    empty_queries: str = "skip",
-    percent: bool = False,
+    ties: str = DEFAULT_TIES,
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    percent: bool = DEFAULT_PERCENT,
     label: str = "",
 ) -> Curve:
     """Hit rate @K (the CMC curve) of a rank table for K = 1..``max_k``, or at the cut-offs ``ks``.
@@ -71,13 +76,14 @@ def hit_rate_curve(
     if not ks or ks[0] < 1:
         raise ValueError(f"cut-offs must be positive ints, got {ks}")
     name = f"cmc@{ks[-1]}"
-    options = {"empty_queries": empty_queries, "percent": percent}
+    options = M.MeasureOptions(ties=ties, empty_queries=empty_queries, percent=percent)
     index = torch.tensor([k - 1 for k in ks])
-    curve = M.retrieval_measures(table, [name], ties=ties, **options)[name]
+    curve = M.retrieval_measures(table, [name], options=options)[name]
     chance = None
     if _known_gallery(table):
+        # a uniformly random ranking's expectation: the expected rule by definition
         chance_curve = M.retrieval_measures(
-            M.chance_table(table), [name], ties="expected", **options
+            M.chance_table(table), [name], options=options.replace(ties="expected")
         )[name]
         chance = [float(v) for v in chance_curve[index]]
     return Curve(
@@ -267,7 +273,7 @@ class Plotted:
     """``plot()`` for the metric classes, in torchmetrics' convention (``(fig, ax)``): hit rate
     vs K with its chance curve for metrics that report a curve (CMC, several hit rates), else
     torchmetrics' own plot of the value. A mixin of the front-end classes, so that the core
-    (``retrieval_metrics.metric``) never imports plotting."""
+    (``retrieval_metrics.metrics``) never imports plotting."""
 
     def plot(self, val: Any = None, ax: Any = None) -> Any:
         return plot_metric(self, val, ax)

@@ -16,6 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.formats import trec_eval_order
+from retrieval_metrics.functional.options import OPTIONS
+
 __all__ = [
     "NOT_GIVEN",
     "PROTOCOLS",
@@ -98,12 +101,9 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
     ),
 }
 
-#: The constructor defaults a protocol may replace.
+#: The constructor defaults a protocol may replace (declared in functional/options.py).
 DEFAULTS: dict[str, Any] = {
-    "similarity": "cosine", "ties": "expected", "empty_queries": "skip", "percent": False,
-    "relevance": "label", "radius": 25.0, "ignore_label": None, "average": "macro",
-    "ap": "step", "divisor": "relevant", "gain": "exponential", "median": "vsepp",
-    "nonpositive": "hit", "all_skipped": "nan",
+    name: option.default for name, option in OPTIONS.items() if name != "memory_budget"
 }
 
 
@@ -146,17 +146,11 @@ def trec_run_to_lists(
     qids = sorted(qrels)
     ranked, relevant = [], []
     for qid in qids:
-        docs = run.get(qid, {})
-        order = sorted(docs.items(), key=lambda d: (-float(d[1]), _neg_bytes(d[0])))
-        ranked.append([doc for doc, _ in order])
+        # compared as floats, whatever number type the run holds (int, numpy, 0-d tensor)
+        scores = {doc: float(score) for doc, score in run.get(qid, {}).items()}
+        ranked.append(trec_eval_order(scores))
         relevant.append({doc: int(g) for doc, g in qrels[qid].items()})
     return ranked, relevant, qids
-
-
-def _neg_bytes(doc: str) -> tuple[int, ...]:
-    # descending byte order = ascending order of the negated bytes, longer strings first on ties
-    raw = doc.encode()
-    return (*(-b for b in raw), 1)
 
 
 def ann_benchmarks_ranks(

@@ -1,4 +1,4 @@
-"""The cases of the device matrix (tests/test_device_matrix.py), for one process and for the
+"""The cases of the device matrix (tests/metrics/test_device_matrix.py), for one process and for the
 processes of device_worker.py.
 
 Every metric class x every input form it takes x ids or none, plus the options that change the

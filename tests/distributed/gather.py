@@ -1,6 +1,6 @@
 """What each rank of worker.py gives gather_rows: :func:`tensors_of` (every dtype, empty shares,
-odd byte sizes, a dtype that differs between ranks); tests/test_distributed.py compares every
-rank's result with a concatenation in one process."""
+odd byte sizes, a dtype that differs between ranks); tests/metrics/test_distributed.py compares
+every rank's result with a concatenation in one process."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def tensors_of(rank: int) -> list[torch.Tensor]:
 
 def gathered(rank: int) -> list[dict]:
     """gather_rows of this rank's :func:`tensors_of`, and of tensors empty everywhere, as JSON."""
-    from retrieval_metrics.distributed import gather_rows
+    from retrieval_metrics.metrics.distributed import gather_rows
 
     tensors = gather_rows(tensors_of(rank))
     tensors += gather_rows([torch.zeros(0, 2, dtype=torch.int64), torch.zeros(0)])

@@ -15,9 +15,9 @@ import torch
 import torch.distributed as dist
 
 import retrieval_metrics as rm
-from retrieval_metrics.distributed import DistributedExchange
 from retrieval_metrics.functional.measures import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.metrics.distributed import DistributedExchange
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr", "map"]
 # square blocks of 192 items (plan.square_block for this budget): 8 blocks, 36 block pairs

@@ -75,7 +75,8 @@ from retrieval_metrics.functional.ranking import (
     rank_checked_scores,
 )
 from retrieval_metrics.functional.table import RankTable
-from retrieval_metrics.metric import RetrievalMetric
+from retrieval_metrics.metrics.forms import Batch, Scores
+from retrieval_metrics.metrics.retrieval import RetrievalMetric
 from retrieval_metrics.plot import Plotted
 
 __all__ = [
@@ -460,7 +461,7 @@ class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
                 "`indexes`, `preds` and `target` must be non-empty and non-scalar tensors"
             )
         preds, target = _check_types(preds, target, self._graded)
-        self._update_scores(preds, target, indexes.flatten())
+        Scores().append(self, Batch(preds=preds, target=target, indexes=indexes.flatten()))
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,6 +1,9 @@
-"""Pure functions, no state: relevance rules, ranking, tie rules and measures."""
+"""Pure functions, no state: ``ranking`` (inputs -> :class:`RankTable`) and ``measures``
+(:class:`RankTable` -> numbers), side by side on ``table.py``; ``options`` declares every option."""
 
 from retrieval_metrics.functional.measures import (
+    Measure,
+    MeasureOptions,
     aggregate,
     auroc_per_query,
     average_precision_per_query,
@@ -19,6 +22,7 @@ from retrieval_metrics.functional.measures import (
     r_precision_per_query,
     recall_per_query,
     reciprocal_rank_per_query,
+    register_measure,
     retrieval_measures,
 )
 from retrieval_metrics.functional.ranking import (
@@ -29,9 +33,12 @@ from retrieval_metrics.functional.ranking import (
     rank_scores,
     rank_two_ways,
 )
-from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.ranking.labels import encode_labels
+from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 
 __all__ = [
+    "Measure",
+    "MeasureOptions",
     "RankTable",
     "Relevance",
     "aggregate",
@@ -59,5 +66,6 @@ __all__ = [
     "rank_two_ways",
     "recall_per_query",
     "reciprocal_rank_per_query",
+    "register_measure",
     "retrieval_measures",
 ]

@@ -20,7 +20,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero, repeat
+from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.primitives import flat_nonzero
 
 __all__ = [
     "PRESENT",
@@ -29,6 +30,7 @@ __all__ = [
     "RankTable",
     "TablePart",
     "concat_tables",
+    "has_part",
     "table_from_parts",
     "table_parts",
 ]
@@ -79,9 +81,7 @@ class RankTable:
     @property
     def item_query(self) -> Tensor:
         """Query index of every listed item."""
-        return repeat(
-            torch.arange(self.num_queries, device=self.ptr.device), self.ptr.diff()
-        )
+        return row_of_entries(self.ptr)
 
     @property
     def num_listed(self) -> Tensor:
@@ -96,11 +96,12 @@ class RankTable:
         counts = {"item": parts["num_listed"], "ideal": parts["num_ideal"]}
         picked = {}
         for level, count in counts.items():
-            start = torch.cumsum(count, 0) - count
-            n = count[queries]
-            row = repeat(torch.arange(queries.numel()), n)
-            first = torch.cumsum(n, 0) - n
-            picked[level] = torch.arange(int(n.sum())) - first[row] + start[queries][row]
+            start = ptr_from_counts(count)[:-1]
+            picked_ptr = ptr_from_counts(count[queries])
+            row = row_of_entries(picked_ptr)
+            picked[level] = (
+                torch.arange(int(picked_ptr[-1])) - picked_ptr[:-1][row] + start[queries][row]
+            )
         out = {}
         for part in TABLE_PARTS:
             value = parts[part.name]
@@ -154,6 +155,15 @@ _OPTIONAL = [p.name for p in TABLE_PARTS if p.optional]
 _FIELD_OF = {"num_ideal": "ideal_ptr"}
 
 
+def has_part(present: Tensor | int, name: str) -> Tensor | bool:
+    """Whether the :data:`PRESENT` bitmask ``present`` (one query's int, or a tensor of them:
+    elementwise) says the query's table had the optional part ``name``."""
+    bit = 1 << _OPTIONAL.index(name)
+    if isinstance(present, Tensor):
+        return (present & bit) != 0
+    return bool(present & bit)
+
+
 def _field_value(table: RankTable, part: TablePart) -> Tensor | None:
     if part.name == "num_listed":
         return table.ptr.diff()
@@ -186,12 +196,6 @@ def table_parts(table: RankTable) -> dict[str, Tensor]:
     return out
 
 
-def _ptr(counts: Tensor) -> Tensor:
-    ptr = torch.zeros(counts.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ptr[1:])
-    return ptr
-
-
 def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
     """One table from the flat form (the parts of several tables concatenated part by part).
 
@@ -211,8 +215,8 @@ def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
             )
     graded = have["grade"] and have["num_ideal"] and have["ideal_grade"]
     kwargs = {
-        "ptr": _ptr(values["num_listed"]),
-        "ideal_ptr": _ptr(values["num_ideal"]) if graded else None,
+        "ptr": ptr_from_counts(values["num_listed"]),
+        "ideal_ptr": ptr_from_counts(values["num_ideal"]) if graded else None,
     }
     for f in fields(RankTable):
         if f.name in kwargs:

@@ -23,62 +23,53 @@ How :func:`rank_embeddings` stays close to the cost of the similarity product:
   computes half of the full product. :func:`rank_two_ways` does the same for two sets ranked
   against each other (image-to-text and text-to-image from one product).
 
-The files of the package, in the order a call of :func:`rank_embeddings` reaches them:
-
-* ``embeddings``: the entry points for embeddings (:func:`rank_embeddings`,
-  :func:`rank_relevance`, :func:`rank_two_ways`, :func:`relevant_scores`, :func:`count_above`),
-  input checks (:func:`check_embeddings`) and the relevance sets they rank by;
-* ``similarity``: embeddings into the two matrices whose product is the score;
-* ``plan``: block sizes from ``memory_budget``;
-* ``schedule``: ``blocked_ranking`` lays the ranking out and runs one pass over the block
-  products, the two-sided one (symmetric, or both directions of :func:`rank_two_ways`) or the
-  one-sided one;
-* ``side``: one direction of a ranking, its relevance in processing order and its outputs;
-* ``counting``: one block of queries across the gallery (relevant scores, depth threshold,
-  histograms);
-* ``kernels``: the tensor routines of the counting (segment maxima, row sorts, counting one score
-  block, numpy on the CPU where it is faster);
-* ``table_build``: per-item results into a :class:`RankTable`.
-
-The other input forms and modes: ``scores`` (:func:`rank_scores`, torchmetrics' form),
-``lists`` (:func:`rank_lists`, ranked lists of ids) and ``sharded``
-(:func:`rank_embeddings_sharded`, a gallery split over processes). ``exchange``: the
-:class:`Exchange` through which a ranking split over processes (a sharded gallery, or a same-source
-ranking whose processes share the symmetric pass's block pairs out) reaches the others.
-``reference``: the engine's plain reference (``rank_by_full_sort``: the same block products,
-then a full sort of every score row), which the tests check every fast path against, bit for bit.
+The files of the package and the call chain from a metric class to the product are mapped once,
+in the documentation's Contributing page (docs/contributing.md).
 """
 
 from retrieval_metrics.functional.ranking.embeddings import (
     check_embeddings,
-    count_above,
     rank_embeddings,
     rank_relevance,
     rank_two_ways,
-    relevant_scores,
 )
-from retrieval_metrics.functional.ranking.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.engine.similarity import SIMILARITIES
+from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items, Keys
 from retrieval_metrics.functional.ranking.lists import rank_lists
-from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.options import (
+    BLOCKED_ENGINE,
+    BlockedEngine,
+    RankingEngine,
+    RankingOptions,
+)
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
     rank_checked_scores,
     rank_scores,
 )
+from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
-from retrieval_metrics.functional.ranking.similarity import SIMILARITIES
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
+    "BLOCKED_ENGINE",
     "DEFAULT_MEMORY_BUDGET",
+    "ITEM_FIELDS",
     "SIMILARITIES",
     "UNBOUNDED",
+    "BlockedEngine",
     "Exchange",
+    "Items",
+    "Keys",
     "RankTable",
+    "RankingEngine",
+    "RankingOptions",
+    "RankingSettings",
     "check_embeddings",
     "concat_tables",
-    "count_above",
     "nonpositive_missed",
     "positive_counts",
     "rank_checked_scores",
@@ -88,5 +79,4 @@ __all__ = [
     "rank_relevance",
     "rank_scores",
     "rank_two_ways",
-    "relevant_scores",
 ]

@@ -1,10 +1,14 @@
 """The entry points for embeddings: inputs checked, relevance decided, then the blocked ranking.
 
-:func:`rank_embeddings` checks its inputs and builds the relevance sets
-(:func:`embedding_relevance`), then :func:`rank_relevance` hands them to the blocked ranking of
-``schedule``. :func:`rank_two_ways` ranks two sets against each other from one pass;
-:func:`relevant_scores` and :func:`count_above` are the two halves of the ranking that the
-sharded gallery (``sharded``) runs on each shard.
+:func:`rank_embeddings`, :func:`rank_two_ways` and :func:`rank_relevance` take keywords; each
+makes one :class:`~retrieval_metrics.functional.ranking.settings.RankingSettings` and one
+:class:`~retrieval_metrics.functional.ranking.items.Keys` per side at its boundary and hands
+them down whole. :func:`embedding_relevance` checks the embeddings and keys and builds the
+relevance sets (a :class:`~retrieval_metrics.functional.ranking.engine.direction.RankingInput`),
+:func:`ranked_table` runs the blocked ranking of ``engine/schedule`` on it, and
+:func:`two_way_tables` ranks two sets against each other from one pass. ``scan=False`` skips the
+scan for NaN and infinities where the caller has made it already (the metric classes, at
+``update``).
 """
 
 from __future__ import annotations
@@ -17,30 +21,30 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
-from retrieval_metrics.functional.ranking import schedule
-from retrieval_metrics.functional.ranking.exchange import Exchange
-from retrieval_metrics.functional.ranking.plan import (
-    DEFAULT_MEMORY_BUDGET,
-    SEGMENT,
-    cache_room,
-    checked_block_size,
-    pairs_with_relevant,
-    square_block,
-)
-from retrieval_metrics.functional.ranking.side import Side
-from retrieval_metrics.functional.ranking.similarity import SIMILARITIES, prepare, score_dtype
-from retrieval_metrics.functional.relevance import Relevance, build_relevance, encode_labels
+from retrieval_metrics.functional.ranking.engine import schedule
+from retrieval_metrics.functional.ranking.engine.direction import RankingInput
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.labels import encode_labels
+from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
+from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.table import RankTable
 
 
-def check_embeddings(name: str, x: Tensor) -> Tensor:
+def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
+    """``x`` if it is a real 2-D tensor of finite values, else a ValueError naming ``name``.
+
+    ``scan=False``: the values are not scanned for NaN and infinities (the caller has done it:
+    the metric classes scan every batch as it arrives); the shape and dtype are checked still.
+    """
     if not isinstance(x, Tensor):
         raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
     if x.is_complex():
         raise ValueError(f"`{name}` must be real, got {x.dtype}")
-    if not all_finite(x):
+    if scan and not all_finite(x):
         raise ValueError(f"`{name}` contains NaN or infinite values")
     return x
 
@@ -93,7 +97,7 @@ def rank_embeddings(
         exchange: rank on several processes that all hold these same items, each computing a
             share of the block products (for ``gallery=None``, a share of the symmetric pass's
             block pairs); every process returns the whole table, equal to one process's.
-            ``retrieval_metrics.distributed.DistributedExchange`` is the one over
+            ``retrieval_metrics.metrics.distributed.DistributedExchange`` is the one over
             ``torch.distributed``; the metric classes use it on synced states.
 
     Returns:
@@ -106,93 +110,63 @@ def rank_embeddings(
         >>> table.above.tolist(), table.num_relevant.tolist()
         ([0, 0, 0, 0], [1, 1, 1, 1])
     """
-    same_source = gallery is None
-    query, gallery, relevance_sets, q_labels, g_labels = embedding_relevance(
-        query,
-        gallery,
-        query_labels=query_labels,
-        gallery_labels=gallery_labels,
-        query_ids=query_ids,
-        gallery_ids=gallery_ids,
-        query_cameras=query_cameras,
-        gallery_cameras=gallery_cameras,
-        query_positions=query_positions,
-        gallery_positions=gallery_positions,
-        relevant_ids=relevant_ids,
+    options = RankingSettings(
         relevance=relevance,
         radius=radius,
         ignore_label=ignore_label,
         similarity=similarity,
-        depth=depth,
         memory_budget=memory_budget,
-    )
-    table = rank_relevance(
-        query,
-        gallery,
-        relevance_sets,
-        similarity=similarity,
         depth=depth,
         cover_relevant=cover_relevant,
-        memory_budget=memory_budget,
         block_size=block_size,
-        query_order_key=q_labels,
-        gallery_order_key=None if g_labels is None else g_labels[relevance_sets.gallery_index],
-        same_source=same_source,
-        exchange=exchange,
     )
-    if q_labels is not None:
-        table = replace(table, query_class=q_labels)
+    query_keys = Keys(query_labels, query_ids, query_cameras, query_positions)
+    gallery_keys = Keys(gallery_labels, gallery_ids, gallery_cameras, gallery_positions)
+    inputs = embedding_relevance(query, gallery, query_keys, gallery_keys, options, relevant_ids)
+    return ranked_table(inputs, options, exchange)
+
+
+def ranked_table(
+    inputs: RankingInput, options: RankingSettings, exchange: Exchange | None = None
+) -> RankTable:
+    """The blocked ranking of ``inputs``, each query's label (its order key) its class."""
+    table = schedule.blocked_table(inputs, options, exchange)
+    if inputs.query_key is not None:
+        table = replace(table, query_class=inputs.query_key)
     return table
 
 
 def embedding_relevance(
     query: Tensor,
     gallery: Tensor | None,
+    query_keys: Keys,
+    gallery_keys: Keys | None,
+    options: RankingSettings,
+    relevant_ids: Sequence[Any] | None = None,
     *,
-    query_labels: Any,
-    gallery_labels: Any,
-    query_ids: Any,
-    gallery_ids: Any,
-    query_cameras: Any,
-    gallery_cameras: Any,
-    query_positions: Any,
-    gallery_positions: Any,
-    relevant_ids: Sequence[Any] | None,
-    relevance: str,
-    radius: float | None,
-    ignore_label: int | None,
-    similarity: str,
-    depth: int | None,
-    memory_budget: int,
-) -> tuple[Tensor, Tensor, Relevance, Tensor | None, Tensor | None]:
+    scan: bool = True,
+) -> RankingInput:
     """Validate the inputs of :func:`rank_embeddings` and decide relevance and exclusions.
 
-    Returns the embeddings, the relevance sets and the int64 query and gallery labels (or None).
+    ``gallery=None`` is same source: the gallery is the queries, its keys the queries' where
+    ``gallery_keys`` leaves them out. Returns the engine's input: the embeddings, the relevance
+    sets and the int64 query and kept-gallery labels (or None) as order keys.
     """
-    query = check_embeddings("query", query)
+    query = check_embeddings("query", query, scan=scan)
     same_source = gallery is None
-    if same_source:
+    if gallery is None:
         gallery = query
-        gallery_labels = query_labels if gallery_labels is None else gallery_labels
-        gallery_ids = query_ids if gallery_ids is None else gallery_ids
-        gallery_cameras = query_cameras if gallery_cameras is None else gallery_cameras
-        gallery_positions = query_positions if gallery_positions is None else gallery_positions
+        gallery_keys = query_keys if gallery_keys is None else gallery_keys.filled_from(query_keys)
     else:
-        gallery = check_embeddings("gallery", gallery)
+        gallery = check_embeddings("gallery", gallery, scan=scan)
         if gallery.shape[1] != query.shape[1]:
             raise ValueError(
                 f"`query` and `gallery` must have the same dimension, got {query.shape[1]} and "
                 f"{gallery.shape[1]}"
             )
+    if gallery_keys is None:
+        gallery_keys = Keys()
     num_q, num_g = query.shape[0], gallery.shape[0]
-    if similarity not in SIMILARITIES:
-        raise ValueError(f"`similarity` must be one of {SIMILARITIES}, got {similarity!r}")
-    if depth is not None and (not isinstance(depth, int) or depth < 1):
-        raise ValueError(f"`depth` must be a positive int or None, got {depth!r}")
-    if not isinstance(memory_budget, int) or memory_budget < 2**16:
-        raise ValueError(
-            f"`memory_budget` must be an int of at least 65536 bytes, got {memory_budget!r}"
-        )
 
     def per_item(name: str, value: Any, n: int) -> Tensor | None:
         if value is None:
@@ -203,17 +177,17 @@ def embedding_relevance(
         return t.cpu()
 
     q_labels = g_labels = None
-    if query_labels is not None or gallery_labels is not None:
-        if query_labels is None or gallery_labels is None:
+    if query_keys.labels is not None or gallery_keys.labels is not None:
+        if query_keys.labels is None or gallery_keys.labels is None:
             raise ValueError("labels must be given for both queries and gallery items")
         q_labels, g_labels = encode_labels(
-            query_labels, gallery_labels, names=("query_labels", "gallery_labels")
+            query_keys.labels, gallery_keys.labels, names=("query_labels", "gallery_labels")
         )
         # the relevance sets are built on the host: keep the host copies per_item returns
         q_labels = per_item("query_labels", q_labels, num_q)
         g_labels = per_item("gallery_labels", g_labels, num_g)
-    q_ids = per_item("query_ids", query_ids, num_q)
-    g_ids = per_item("gallery_ids", gallery_ids, num_g)
+    q_ids = per_item("query_ids", query_keys.ids, num_q)
+    g_ids = per_item("gallery_ids", gallery_keys.ids, num_g)
     if q_ids is not None:
         q_ids = encode_labels(q_ids, names=("query_ids",))[0]
     if g_ids is not None:
@@ -221,21 +195,22 @@ def embedding_relevance(
     relevance_sets = build_relevance(
         num_q,
         num_g,
-        relevance=relevance,
+        relevance=options.relevance,
         query_labels=q_labels,
         gallery_labels=g_labels,
-        query_positions=per_item("query_positions", query_positions, num_q),
-        gallery_positions=per_item("gallery_positions", gallery_positions, num_g),
-        radius=radius,
+        query_positions=per_item("query_positions", query_keys.positions, num_q),
+        gallery_positions=per_item("gallery_positions", gallery_keys.positions, num_g),
+        radius=options.radius,
         relevant_ids=relevant_ids,
         query_ids=q_ids,
         gallery_ids=g_ids,
         same_source=same_source,
-        query_cameras=per_item("query_cameras", query_cameras, num_q),
-        gallery_cameras=per_item("gallery_cameras", gallery_cameras, num_g),
-        ignore_label=ignore_label,
+        query_cameras=per_item("query_cameras", query_keys.cameras, num_q),
+        gallery_cameras=per_item("gallery_cameras", gallery_keys.cameras, num_g),
+        ignore_label=options.ignore_label,
     )
-    return query, gallery, relevance_sets, q_labels, g_labels
+    g_key = None if g_labels is None else g_labels[relevance_sets.gallery_index]
+    return RankingInput(query, gallery, relevance_sets, q_labels, g_key, same_source)
 
 
 def rank_relevance(
@@ -253,7 +228,9 @@ def rank_relevance(
     same_source: bool = False,
     exchange: Exchange | None = None,
 ) -> RankTable:
-    """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``.
+    """Blocked ranking of ``query`` against the kept gallery of ``relevance_sets``: the entry
+    for relevance sets made by the caller (``build_relevance``, or ``compat.pml``'s custom
+    comparison) rather than by the rules of :func:`rank_embeddings`.
 
     ``query_order_key`` and ``gallery_order_key`` (e.g. labels; the latter aligned with the kept
     gallery) only change the order in which items are processed, so that each query block's
@@ -263,80 +240,17 @@ def rank_relevance(
     ``exchange``: several processes hold these items and share the ranking out (see
     :func:`rank_embeddings`).
     """
-    return schedule.blocked_ranking(
-        query,
-        gallery,
-        relevance_sets,
+    options = RankingSettings(
         similarity=similarity,
+        memory_budget=memory_budget,
         depth=depth,
         cover_relevant=cover_relevant,
-        memory_budget=memory_budget,
         block_size=block_size,
-        query_order_key=query_order_key,
-        gallery_order_key=gallery_order_key,
-        symmetric=same_source,
-        exchange=exchange,
     )
-
-
-def relevant_scores(
-    query: Tensor,
-    gallery: Tensor,
-    relevance_sets: Relevance,
-    *,
-    similarity: str = "cosine",
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    block_size: tuple[int, int],
-    order_keys: tuple[Tensor | None, Tensor | None] = (None, None),
-) -> Tensor:
-    """Scores of every relevant pair, aligned with ``relevance_sets.relevant_index``.
-
-    Computed with the same blocked products as :func:`count_above`, so that the two agree on
-    ties when given the same ``block_size`` (the sharded-gallery mode relies on it).
-    """
-    return schedule.blocked_ranking(
-        query,
-        gallery,
-        relevance_sets,
-        similarity=similarity,
-        memory_budget=memory_budget,
-        block_size=block_size,
-        mode="scores",
-        query_order_key=order_keys[0],
-        gallery_order_key=order_keys[1],
+    inputs = RankingInput(
+        query, gallery, relevance_sets, query_order_key, gallery_order_key, same_source
     )
-
-
-def count_above(
-    query: Tensor,
-    gallery: Tensor,
-    relevance_sets: Relevance,
-    thresholds_ptr: Tensor,
-    thresholds: Tensor,
-    *,
-    similarity: str = "cosine",
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    block_size: tuple[int, int],
-    order_keys: tuple[Tensor | None, Tensor | None] = (None, None),
-) -> tuple[Tensor, Tensor]:
-    """For each score ``thresholds[i]`` of query q (CSR ``thresholds_ptr``), count the kept,
-    non-excluded gallery items scoring strictly above it and exactly equal to it.
-
-    This is the counting half of the ranking, for scores that come from elsewhere (another
-    process's gallery shard). Returns ``(above, tied)`` aligned with ``thresholds``.
-    """
-    return schedule.blocked_ranking(
-        query,
-        gallery,
-        relevance_sets,
-        similarity=similarity,
-        memory_budget=memory_budget,
-        block_size=block_size,
-        mode="count",
-        external=(thresholds_ptr, thresholds),
-        query_order_key=order_keys[0],
-        gallery_order_key=order_keys[1],
-    )
+    return schedule.blocked_table(inputs, options, exchange)
 
 
 def rank_two_ways(
@@ -369,89 +283,30 @@ def rank_two_ways(
         >>> i2t.above.tolist(), t2i.above.tolist()
         ([0, 1, 0], [0, 0, 0])
     """
-    common = dict(
-        query_ids=None,
-        gallery_ids=None,
-        query_cameras=None,
-        gallery_cameras=None,
-        query_positions=None,
-        gallery_positions=None,
-        relevant_ids=None,
-        relevance="label",
-        radius=None,
-        ignore_label=None,
+    options = RankingSettings(
         similarity=similarity,
-        depth=depth,
         memory_budget=memory_budget,
-    )
-    a, b, rel_ab, a_key, b_key = embedding_relevance(
-        a, b, query_labels=a_labels, gallery_labels=b_labels, **common
-    )
-    _, _, rel_ba, _, _ = embedding_relevance(
-        b, a, query_labels=b_labels, gallery_labels=a_labels, **common
-    )
-    squares = None if block_size is None else (block_size, block_size)
-    options = dict(
-        similarity=similarity,
         depth=depth,
         cover_relevant=cover_relevant,
-        memory_budget=memory_budget,
-        block_size=squares,
+        block_size=None if block_size is None else (block_size, block_size),
     )
-    if squares is not None:
-        checked_block_size(squares)
-    device = a.device
-    dtype = score_dtype(a, b)
-    elem = torch.finfo(dtype).bits // 8
-    sides = []
-    if (
-        a.shape[0]
-        and b.shape[0]
-        and schedule.one_product(similarity, squares, rel_ab, b.shape[0])
-        and schedule.one_product(similarity, squares, rel_ba, a.shape[0])
-    ):
-        a_mat, b_mat = prepare(a, b.to(device), similarity, dtype)
-        for rel, keys, num in (
-            (rel_ab, (a_key, b_key), a_mat.shape[0]),
-            (rel_ba, (b_key, a_key), b_mat.shape[0]),
-        ):
-            sides.append(
-                Side.make(
-                    rel,
-                    num,
-                    a_mat.shape[0] + b_mat.shape[0] - num,
-                    *keys,
-                    device=device,
-                    dtype=dtype,
-                    depth=depth,
-                    cover_relevant=cover_relevant,
-                    memory_budget=memory_budget,
-                )
-            )
-        if block_size is None:
-            block = square_block(
-                max(a_mat.shape[0], b_mat.shape[0]), elem, memory_budget, device
-            )
-            # Each block of one side needs the relevant scores of many pairs before it counts
-            # its first: half-size blocks when that keeps every such product for its counting.
-            half = block // 2 // SEGMENT * SEGMENT
-            if (
-                half >= 512
-                and pairs_with_relevant(sides, block) > cache_room(memory_budget, block, dtype)
-                and pairs_with_relevant(sides, half) <= cache_room(memory_budget, half, dtype)
-            ):
-                block = half
-        else:
-            block = block_size
-        state = sum(s.state_bytes(block, elem) for s in sides)
-        if state <= memory_budget // 4:
-            a_mat = a_mat[sides[1].g_perm.to(device)] if sides[1].g_perm is not None else a_mat
-            b_mat = b_mat[sides[0].g_perm.to(device)] if sides[0].g_perm is not None else b_mat
-            room = cache_room(memory_budget - 2 * state, block, dtype)
-            schedule.two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat, room)
-            return sides[0].result(rel_ab), sides[1].result(rel_ba)
-    # Euclidean scores (not one product for both directions), or states too large: two passes.
-    return (
-        rank_relevance(a, b, rel_ab, query_order_key=a_key, gallery_order_key=b_key, **options),
-        rank_relevance(b, a, rel_ba, query_order_key=b_key, gallery_order_key=a_key, **options),
-    )
+    return two_way_tables(a, b, a_labels, b_labels, options)
+
+
+def two_way_tables(
+    a: Tensor,
+    b: Tensor,
+    a_labels: Any,
+    b_labels: Any,
+    options: RankingSettings,
+    *,
+    scan: bool = True,
+) -> tuple[RankTable, RankTable]:
+    """:func:`rank_two_ways` on settings: relevance is the same label, whatever
+    ``options.relevance`` and ``options.ignore_label`` say."""
+    options = replace(options, relevance="label", ignore_label=None)
+    a_keys, b_keys = Keys(labels=a_labels), Keys(labels=b_labels)
+    ab = embedding_relevance(a, b, a_keys, b_keys, options, scan=scan)
+    # the embeddings are scanned once, above
+    ba = embedding_relevance(b, a, b_keys, a_keys, options, scan=False)
+    return schedule.two_way_ranking(ab, ba, options)

@@ -8,8 +8,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.ranking.table_build import ideal_from, table_from_items
-from retrieval_metrics.functional.relevance import canonical_id
+from retrieval_metrics.functional.csr import ptr_from_counts
+from retrieval_metrics.functional.ranking.labels import canonical_id
+from retrieval_metrics.functional.ranking.table_build import (
+    ItemResults,
+    ideal_from,
+    table_from_items,
+)
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 # rank_lists: up to this many relevant ids found in one list are located by list.index
@@ -102,24 +107,24 @@ def rank_lists(
         hit_grade.extend(gains[item] for item in found)
     num_q = len(ranked_ids)
     num_rel_t = torch.tensor(num_rel, dtype=torch.int64)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(num_rel_t, 0, out=ptr[1:])
+    ptr = ptr_from_counts(num_rel_t)
     n_items = len(hit_pos)
     row = torch.tensor(hit_query, dtype=torch.int64)
-    item_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=item_ptr[1:])
+    item_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
     ideal = None
     if graded:
         ideal = ideal_from(ptr, torch.tensor(all_grades, dtype=torch.float64))
-    return table_from_items(
+    items = ItemResults(
         item_ptr,
-        torch.tensor(hit_pos, dtype=torch.int64),
-        torch.ones(n_items, dtype=torch.int64),
-        torch.ones(n_items, dtype=torch.bool),
-        torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
+        above=torch.tensor(hit_pos, dtype=torch.int64),
+        tied=torch.ones(n_items, dtype=torch.int64),
+        grade=torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
+        row=row,
+    )
+    return table_from_items(
+        items,
         num_rel_t,
         torch.tensor(sizes, dtype=torch.int64),
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
         ideal=ideal,
-        row=row,
     )

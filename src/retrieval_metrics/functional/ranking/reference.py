@@ -4,7 +4,7 @@ The engine (``schedule``, ``counting``, ``kernels``) never looks at most scores:
 segments below a threshold, counts the survivors item by item or whole blocks by a batched
 search, and merges histograms. :func:`rank_by_full_sort` does none of that. It computes every
 score, removes each query's exclusions from its row, sorts the row and counts by definition.
-``tests/test_reference_path.py`` checks that every fast path equals it, bit for bit.
+``tests/ranking/test_reference_path.py`` checks that every fast path equals it, bit for bit.
 
 Bit for bit needs the same scores, not only the same formula: a float32 product rounds by the
 shape it is computed in, so the scores come from products of the engine's shapes and operands,
@@ -12,7 +12,7 @@ laid out by the engine's own ``schedule.choose_layout``: the one-sided pass mult
 block (rows in processing order, at least ``PRODUCT_ROWS`` of them, zero rows added) by a
 gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric pass computes
 ``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
-read ``S^T``. The layout code (``Side``, ``plan``, ``prepare``) and the table building are the
+read ``S^T``. The layout code (``Direction``, ``plan``, ``prepare``) and the table building are the
 engine's own; only the counting is plain. It holds the whole score matrix: meant for tests, not
 for use.
 """
@@ -25,17 +25,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.precision import in_full_fp32
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
-from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET
-from retrieval_metrics.functional.ranking.schedule import PRODUCT_ROWS, Layout, choose_layout
-from retrieval_metrics.functional.ranking.side import Side
-from retrieval_metrics.functional.ranking.similarity import prepare, score_dtype
-from retrieval_metrics.functional.ranking.table_build import table_from_items
-from retrieval_metrics.functional.relevance import Relevance
+from retrieval_metrics.functional.ranking.engine.direction import Direction, RankingInput
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
+from retrieval_metrics.functional.ranking.engine.schedule import PRODUCT_ROWS, Layout, choose_layout
+from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
+from retrieval_metrics.functional.ranking.relevance import Relevance
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import RankTable
 
-__all__ = ["rank_by_full_sort", "rank_embeddings_by_full_sort"]
+__all__ = ["full_sort_table", "rank_by_full_sort", "rank_embeddings_by_full_sort"]
 
 
 def _padded(x: Tensor, rows: int) -> Tensor:
@@ -85,11 +87,11 @@ def rank_by_full_sort(
     gallery_order_key: Tensor | None = None,
     symmetric: bool = False,
 ) -> RankTable:
-    """The table of ``schedule.blocked_ranking`` with the same arguments and ``depth=None``,
+    """The table of ``schedule.blocked_table`` with the same arguments and ``depth=None``,
     by a full sort of every score row (see the module docstring).
 
     Example:
-        >>> from retrieval_metrics.functional.relevance import build_relevance
+        >>> from retrieval_metrics.functional.ranking.relevance import build_relevance
         >>> emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
         >>> labels = torch.tensor([0, 0, 1, 1])
         >>> rel = build_relevance(4, 4, query_labels=labels, gallery_labels=labels,
@@ -99,27 +101,35 @@ def rank_by_full_sort(
         >>> table.above.tolist(), table.tied.tolist(), table.gallery_size.tolist()
         ([0, 0, 0, 0], [1, 1, 1, 1], [3, 3, 3, 3])
     """
-    if symmetric and gallery.shape != query.shape:
+    options = RankingSettings(
+        similarity=similarity, memory_budget=memory_budget, block_size=block_size
+    )
+    inputs = RankingInput(
+        query, gallery, relevance_sets, query_order_key, gallery_order_key, symmetric
+    )
+    return full_sort_table(inputs, options)
+
+
+def full_sort_table(inputs: RankingInput, options: RankingSettings) -> RankTable:
+    """:func:`rank_by_full_sort` of the engine's input and settings (``options.depth`` unread:
+    every relevant item is located)."""
+    query, gallery, relevance_sets = inputs.query, inputs.gallery, inputs.relevance
+    if inputs.symmetric and gallery.shape != query.shape:
         raise ValueError("a same-source ranking ranks the queries against themselves")
     device, dtype = query.device, score_dtype(query, gallery)
-    num_gallery = gallery.shape[0]
     kept = relevance_sets.gallery_index
-    if kept.numel() != num_gallery:
+    if kept.numel() != gallery.shape[0]:
         gallery = gallery[kept.to(device)]
-    q_mat, g_mat = prepare(query, gallery, similarity, dtype)
+    q_mat, g_mat = prepare(query, gallery, options.similarity, dtype)
     # The engine's processing order; rel_index and ex_index are gallery positions in that order.
-    side = Side.make(
-        relevance_sets, q_mat.shape[0], g_mat.shape[0], query_order_key, gallery_order_key,
-        device=device, dtype=dtype, depth=None, cover_relevant=False,
-        memory_budget=memory_budget,
+    options = replace(options, depth=None, cover_relevant=False)
+    side = Direction.make(
+        inputs, q_mat.shape[0], g_mat.shape[0], options, device=device, dtype=dtype
     )
     if side.g_perm is not None:
         g_mat = g_mat[side.g_perm.to(device)]
-    layout = choose_layout(  # the engine's own choice of pass and blocks
-        side, relevance_sets, num_gallery, q_mat.shape[1], similarity=similarity,
-        block_size=block_size, memory_budget=memory_budget, symmetric=symmetric,
-        order_keys=(query_order_key, gallery_order_key), device=device, dtype=dtype,
-    )
+    # the engine's own choice of pass and blocks
+    layout = choose_layout(side, inputs, q_mat.shape[1], symmetric=inputs.symmetric)
     by_position = _blocked_scores(q_mat, g_mat, side.order, layout)
     scores = torch.empty_like(by_position)
     scores[side.order] = by_position  # rows back in input order
@@ -137,10 +147,8 @@ def rank_by_full_sort(
         above[r0:r1] = ranked.numel() - at_most
         tied[r0:r1] = at_most - below
     gallery_size = side.num_g - side.ex_ptr.diff()
-    return table_from_items(
-        side.rel_ptr, above, tied, torch.ones_like(above, dtype=torch.bool),
-        relevance_sets.query_grades, num_relevant, gallery_size, gallery_size.clone(),
-    )
+    items = ItemResults(side.rel_ptr, above, tied, grade=relevance_sets.query_grades)
+    return table_from_items(items, num_relevant, gallery_size, gallery_size.clone())
 
 
 def rank_embeddings_by_full_sort(
@@ -166,20 +174,17 @@ def rank_embeddings_by_full_sort(
         >>> torch.equal(ref.above, rank_embeddings(emb, query_labels=labels).above)
         True
     """
-    defaults = dict.fromkeys(
-        ("query_labels", "gallery_labels", "query_ids", "gallery_ids", "query_cameras",
-         "gallery_cameras", "query_positions", "gallery_positions", "relevant_ids",
-         "ignore_label"),
+    keys = {
+        side: Keys(**{name: relevance_args.pop(f"{side}_{name}", None) for name in KEY_FIELDS})
+        for side in ("query", "gallery")
+    }
+    relevant_ids = relevance_args.pop("relevant_ids", None)
+    # the rest (relevance, radius, ignore_label) are settings
+    options = RankingSettings(
+        similarity=similarity, memory_budget=memory_budget, block_size=block_size, **relevance_args
     )
-    args = {**defaults, "relevance": "label", "radius": 25.0, **relevance_args}
-    same_source = gallery is None
-    query, gallery, rel, q_labels, g_labels = embedding_relevance(
-        query, gallery, **args, similarity=similarity, depth=None, memory_budget=memory_budget
+    inputs = embedding_relevance(
+        query, gallery, keys["query"], keys["gallery"], options, relevant_ids
     )
-    table = rank_by_full_sort(
-        query, gallery, rel, similarity=similarity, memory_budget=memory_budget,
-        block_size=block_size, query_order_key=q_labels,
-        gallery_order_key=None if g_labels is None else g_labels[rel.gallery_index],
-        symmetric=same_source,
-    )
-    return table if q_labels is None else replace(table, query_class=q_labels)
+    table = full_sort_table(inputs, options)
+    return table if inputs.query_key is None else replace(table, query_class=inputs.query_key)

@@ -1,4 +1,14 @@
-"""Scores per query (torchmetrics' preds / target / indexes form)."""
+"""Scores per query (torchmetrics' preds / target / indexes form).
+
+The ranks are counted inside query groups of a flat list of candidates: for every relevant entry,
+how many entries of its query score strictly higher and how many score exactly the same.
+
+Only relevant entries need a rank, so nothing sorts all pairs by (query, score). The candidates are
+grouped by query (not at all when they already arrive in query order), each query's scores are
+sorted inside its row of a padded matrix (a fast batched sort of short rows), and each relevant
+score is located in its row by a vectorised binary search. Scores are compared in the input dtype,
+so ties stay exactly the ties of the input (-0.0 and 0.0 compare equal, as they do everywhere).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +19,9 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
-from retrieval_metrics.functional.grouped import count_in_groups, group_codes
+from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import masked
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 
@@ -62,20 +72,16 @@ def rank_checked_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankT
     binary = not target.is_floating_point() and bool(np.all(grades == 1))
     row = torch.from_numpy(codes[relevant])
     rel_counts = torch.bincount(row, minlength=num_q)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(rel_counts, 0, out=ptr[1:])
+    ptr = ptr_from_counts(rel_counts)
     counts_t = torch.from_numpy(counts)
-    return table_from_items(
+    items = ItemResults(
         ptr,
         torch.from_numpy(above),
         torch.from_numpy(tied),
-        torch.ones(relevant.size, dtype=torch.bool),
-        None if binary else torch.from_numpy(grades),
-        rel_counts,
-        counts_t,
-        counts_t.clone(),
+        grade=None if binary else torch.from_numpy(grades),
         row=row,
     )
+    return table_from_items(items, rel_counts, counts_t, counts_t.clone())
 
 
 def positive_counts(preds: Tensor, indexes: Tensor) -> Tensor:
@@ -98,13 +104,147 @@ def nonpositive_missed(table: RankTable, positive: Tensor) -> RankTable:
     counts = torch.zeros(table.num_queries, dtype=torch.int64).index_add_(
         0, table.item_query, keep.to(torch.int64)
     )
-    ptr = torch.zeros(table.num_queries + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=ptr[1:])
     return replace(
         table,
-        ptr=ptr,
+        ptr=ptr_from_counts(counts),
         above=masked(table.above, keep),
         tied=masked(table.tied, keep),
         grade=None if table.grade is None else masked(table.grade, keep),
         depth=torch.full_like(table.depth, UNBOUNDED),
     )
+
+
+# ------------------------------------------------------------------ counting in query groups
+
+# A padded row is at most twice as wide as the shortest query it holds; rows narrower than this
+# go in one class anyway (padding a few slots costs less than another pass).
+_MIN_CLASS_WIDTH = 16
+# Entries copied per step when a class of queries is gathered into its padded matrix.
+_CHUNK = 1 << 22
+
+
+def group_codes(indexes: np.ndarray) -> tuple[np.ndarray, int, bool]:
+    """Dense query codes in ascending ``indexes`` order, the number of queries and whether the
+    entries already arrive grouped by query in that order (then no regrouping is needed)."""
+    n = indexes.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), 0, True
+    grouped = n == 1 or bool(np.all(indexes[1:] >= indexes[:-1]))
+    if grouped:
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        np.not_equal(indexes[1:], indexes[:-1], out=new[1:])
+        codes = np.cumsum(new, dtype=np.int64) - 1
+        return codes, int(codes[-1]) + 1, True
+    lo, hi = int(indexes.min()), int(indexes.max())
+    span = hi - lo + 1
+    if span <= 4 * n + 1024:
+        # a presence table over the index range replaces a sort of all entries
+        shifted = indexes - lo
+        present = np.bincount(shifted, minlength=span) > 0
+        code_of = np.cumsum(present, dtype=np.int64) - 1
+        return code_of[shifted], int(code_of[-1]) + 1, False
+    uniq, codes = np.unique(indexes, return_inverse=True)
+    return codes.reshape(-1).astype(np.int64, copy=False), int(uniq.size), False
+
+
+def _grouping_order(codes: np.ndarray) -> np.ndarray:
+    """A stable permutation that groups entries by code."""
+    n = codes.size
+    if n < 2**32:
+        # One values-only sort of (code, position) keys is several times faster than a stable
+        # argsort, and the low half of each sorted key is the permutation.
+        key = (codes << 32) | np.arange(n, dtype=np.int64)
+        key.sort()
+        return key & 0xFFFFFFFF
+    return np.argsort(codes, kind="stable")
+
+
+def _width_classes(counts: np.ndarray) -> np.ndarray:
+    """Per query, a class such that widths within a class differ by at most a factor of two."""
+    _, exponent = np.frexp(counts.astype(np.float64))
+    smallest = int(np.frexp(float(_MIN_CLASS_WIDTH))[1])
+    return np.maximum(exponent, smallest)
+
+
+def _count_sorted_rows(
+    rows_sorted: np.ndarray, row: np.ndarray, value: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Entries of ``rows_sorted[row]`` (ascending) that are > ``value`` and == ``value``.
+
+    A branchless binary search for every value at once: after the loop ``below`` counts the
+    entries < value and ``upto`` those <= value.
+    """
+    width = rows_sorted.shape[1]
+    flat = rows_sorted.reshape(-1)
+    base = row * width
+    below = np.zeros(row.size, dtype=np.int64)
+    upto = np.zeros(row.size, dtype=np.int64)
+    step = 1 << (width.bit_length() - 1)
+    while step:
+        for pos, strict in ((below, True), (upto, False)):
+            cand = pos + step
+            fits = cand <= width
+            probe = flat[base + np.minimum(cand, width) - 1]
+            move = fits & ((probe < value) if strict else (probe <= value))
+            np.copyto(pos, cand, where=move)
+        step >>= 1
+    return width - upto, upto - below
+
+
+def count_in_groups(
+    scores: np.ndarray, codes: np.ndarray, num_q: int, grouped: bool, relevant: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each entry in ``relevant`` (positions into ``scores``): entries of the same query with
+    a strictly higher score (``above``) and with exactly its score, itself included (``tied``).
+
+    Returns ``(above, tied, counts)``, ``counts`` being the entries per query.
+    """
+    counts = np.bincount(codes, minlength=num_q).astype(np.int64)
+    above = np.zeros(relevant.size, dtype=np.int64)
+    tied = np.zeros(relevant.size, dtype=np.int64)
+    if relevant.size == 0:
+        return above, tied, counts
+    in_order = scores if grouped else scores[_grouping_order(codes)]
+    starts = np.cumsum(counts) - counts
+    rel_code = codes[relevant]
+    rel_value = scores[relevant]
+    cls = _width_classes(counts)
+    rel_cls = cls[rel_code]
+    row_in_class = np.zeros(num_q, dtype=np.int64)
+    for c in np.unique(rel_cls):
+        queries = np.flatnonzero(cls == c)
+        row_in_class[queries] = np.arange(queries.size)
+        lengths = counts[queries]
+        width = int(lengths.max())
+        first = int(starts[queries[0]])
+        if int(lengths.min()) == width and int(starts[queries[-1]]) - first == (
+            queries.size - 1
+        ) * width:
+            # the class is a contiguous block of equal rows: a view, no copy
+            matrix = in_order[first : first + queries.size * width].reshape(queries.size, width)
+        else:
+            matrix = _padded(in_order, starts[queries], lengths, width)
+        rows_sorted = np.sort(matrix, axis=1)
+        sel = np.flatnonzero(rel_cls == c)
+        a, t = _count_sorted_rows(rows_sorted, row_in_class[rel_code[sel]], rel_value[sel])
+        above[sel] = a
+        tied[sel] = t
+    return above, tied, counts
+
+
+def _padded(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, width: int) -> np.ndarray:
+    """Rows ``values[starts[i] : starts[i] + lengths[i]]``, padded with -inf to ``width``.
+
+    -inf never equals nor beats a finite score, so padding never counts.
+    """
+    out = np.full((starts.size, width), -np.inf, dtype=values.dtype)
+    flat = out.reshape(-1)
+    rows_per_chunk = max(1, _CHUNK // width)
+    for r0 in range(0, starts.size, rows_per_chunk):
+        s, n = starts[r0 : r0 + rows_per_chunk], lengths[r0 : r0 + rows_per_chunk]
+        row = np.repeat(np.arange(r0, r0 + s.size), n)
+        offset = np.cumsum(n) - n
+        within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(offset, n)
+        flat[row * width + within] = values[np.repeat(s, n) + within]
+    return out

@@ -1,4 +1,6 @@
-"""A gallery sharded over processes."""
+"""A gallery sharded over processes: each shard scores its own relevant items
+(``schedule.blocked_scores``), the scores are exchanged, and each shard counts its items above
+and tied with every one of them (``schedule.blocked_counts``)."""
 
 from __future__ import annotations
 
@@ -8,16 +10,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import repeat
-from retrieval_metrics.functional.ranking.embeddings import (
-    count_above,
-    embedding_relevance,
-    relevant_scores,
-)
-from retrieval_metrics.functional.ranking.exchange import Exchange
-from retrieval_metrics.functional.ranking.plan import DEFAULT_MEMORY_BUDGET, block_sizes
-from retrieval_metrics.functional.ranking.similarity import score_dtype
-from retrieval_metrics.functional.ranking.table_build import table_from_items
+from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
+from retrieval_metrics.functional.ranking.engine import schedule
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, block_sizes
+from retrieval_metrics.functional.ranking.engine.similarity import score_dtype
+from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import RankTable
 
 
@@ -48,27 +49,37 @@ def rank_embeddings_sharded(
     O(queries x (D + relevant per query)), whatever the gallery size; the result equals ranking
     against the whole gallery at once. Self-exclusion works by ids only (positions are local).
     """
-    if relevance not in ("label", "radius"):
-        raise ValueError('the sharded gallery supports relevance="label" or "radius"')
-    query, gallery_shard, rel, q_labels, g_labels = embedding_relevance(
-        query,
-        gallery_shard,
-        query_labels=query_labels,
-        gallery_labels=gallery_labels,
-        query_ids=query_ids,
-        gallery_ids=gallery_ids,
-        query_cameras=query_cameras,
-        gallery_cameras=gallery_cameras,
-        query_positions=query_positions,
-        gallery_positions=gallery_positions,
-        relevant_ids=None,
+    options = RankingSettings(
         relevance=relevance,
         radius=radius,
         ignore_label=ignore_label,
         similarity=similarity,
-        depth=None,
         memory_budget=memory_budget,
     )
+    query_keys = Keys(query_labels, query_ids, query_cameras, query_positions)
+    gallery_keys = Keys(gallery_labels, gallery_ids, gallery_cameras, gallery_positions)
+    return sharded_table(query, gallery_shard, query_keys, gallery_keys, options, exchange)
+
+
+def sharded_table(
+    query: Tensor,
+    gallery_shard: Tensor,
+    query_keys: Keys,
+    gallery_keys: Keys,
+    options: RankingSettings,
+    exchange: Exchange,
+    *,
+    scan: bool = True,
+) -> RankTable:
+    """:func:`rank_embeddings_sharded` on keys and settings (their ``depth``, ``cover_relevant``
+    and ``block_size`` are not read: every relevant item is located, in blocks of the same shape
+    on every shard). ``scan=False``: the embeddings are not scanned for NaN again."""
+    if options.relevance not in ("label", "radius"):
+        raise ValueError('the sharded gallery supports relevance="label" or "radius"')
+    inputs = embedding_relevance(
+        query, gallery_shard, query_keys, gallery_keys, options, scan=scan
+    )
+    query, gallery_shard, rel = inputs.query, inputs.gallery, inputs.relevance
     num_q = query.shape[0]
     dtype = score_dtype(query, gallery_shard)
     elem = torch.finfo(dtype).bits // 8
@@ -79,48 +90,25 @@ def rank_embeddings_sharded(
             dtype=torch.int64,
         )
     )
-    dim = query.shape[1] + (1 if similarity == "euclidean" else 0)
-    block = block_sizes(num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, memory_budget)
-    block = (max(1, min(block[0], 1024)), block[1])
-    g_key = None if g_labels is None else g_labels[rel.gallery_index]
-    local_scores = relevant_scores(
-        query,
-        gallery_shard,
-        rel,
-        similarity=similarity,
-        memory_budget=memory_budget,
-        block_size=block,
-        order_keys=(q_labels, g_key),
+    dim = query.shape[1] + (1 if options.similarity == "euclidean" else 0)
+    block = block_sizes(
+        num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, options.memory_budget
     )
-    local_query = repeat(torch.arange(num_q), rel.num_relevant)
+    block = (max(1, min(block[0], 1024)), block[1])
+    blocked = replace(options, depth=None, cover_relevant=False, block_size=block)
+    local_scores = schedule.blocked_scores(inputs, blocked)
+    local_query = row_of_entries(rel.relevant_ptr)
     all_query, all_scores = exchange.gather([local_query, local_scores.to(torch.float64)])
     order = torch.argsort(all_query, stable=True)
     all_query, all_scores = all_query[order], all_scores[order].to(dtype)
     num_relevant = torch.bincount(all_query, minlength=num_q)
-    ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-    torch.cumsum(num_relevant, 0, out=ptr[1:])
-    above, tied = count_above(
-        query,
-        gallery_shard,
-        rel,
-        ptr,
-        all_scores,
-        similarity=similarity,
-        memory_budget=memory_budget,
-        block_size=block,
-        order_keys=(q_labels, g_key),
-    )
+    ptr = ptr_from_counts(num_relevant)
+    above, tied = schedule.blocked_counts(inputs, blocked, (ptr, all_scores))
     above, tied = exchange.sum(above), exchange.sum(tied)
     local_size = rel.gallery_index.numel() - rel.num_excluded
     gallery_size = exchange.sum(local_size)
     table = table_from_items(
-        ptr,
-        above,
-        tied,
-        torch.ones(above.numel(), dtype=torch.bool),
-        None,
-        num_relevant,
-        gallery_size,
-        gallery_size.clone(),
+        ItemResults(ptr, above, tied), num_relevant, gallery_size, gallery_size.clone()
     )
+    q_labels = inputs.query_key
     return replace(table, query_class=q_labels) if q_labels is not None else table

@@ -3,61 +3,78 @@ sorted by (above, -grade), and the ideal grades of graded relevance."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import masked, repeat
+from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.primitives import masked
 from retrieval_metrics.functional.table import RankTable
 
 TABLE_CHUNK = 2**20
 
 
+@dataclass(frozen=True)
+class ItemResults:
+    """Where each relevant item landed, before the table orders each query's items.
+
+    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``
+    (``ptr`` then only gives the number of queries). ``listed``: False where the item's position
+    is not known (below the depth of the ranking); None when every item is listed. ``grade``:
+    per item, None for binary relevance.
+    """
+
+    ptr: Tensor
+    above: Tensor
+    tied: Tensor
+    listed: Tensor | None = None
+    grade: Tensor | None = None
+    row: Tensor | None = None
+
+
 def table_from_items(
-    ptr: Tensor,
-    above: Tensor,
-    tied: Tensor,
-    listed: Tensor,
-    grades: Tensor | None,
+    items: ItemResults,
     num_relevant: Tensor,
     gallery_size: Tensor,
     depth: Tensor,
+    *,
     ideal: tuple[Tensor, Tensor] | None = None,
-    row: Tensor | None = None,
     by_score: bool = False,
 ) -> RankTable:
     """Sort each query's listed items by (above, -grade) and build the table.
 
-    Items come grouped by query as ``ptr`` says, or in any order with their query in ``row``;
-    ``by_score``: grouped and already by decreasing score (binary relevance), nothing to sort.
-    Grouped items are handed over: when every item is listed, ``above`` and ``tied`` are
-    reordered in place and become the table's, a chunk of queries at a time, so that besides the
-    table the scratch stays a few tens of MiB however many relevant pairs there are.
+    ``by_score``: the items are grouped and already by decreasing score (binary relevance),
+    nothing to sort. Grouped items are handed over: when every item is listed, ``above`` and
+    ``tied`` are reordered in place and become the table's, a chunk of queries at a time, so that
+    besides the table the scratch stays a few tens of MiB however many relevant pairs there are.
     """
+    ptr, above, tied, listed = items.ptr, items.above, items.tied, items.listed
+    grades, row = items.grade, items.row
     num_q = ptr.numel() - 1
     if grades is not None and ideal is None:
         ideal = ideal_from(ptr, grades, row)
     g = None if grades is None else grades.to(torch.float64)
     if row is not None:
         # items in any order (the scores form): one sort of all of them
-        row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
-        g = None if g is None else masked(g, listed)
+        if listed is not None:
+            row, above, tied = masked(row, listed), masked(above, listed), masked(tied, listed)
+            g = None if g is None else masked(g, listed)
         perm = _lexsort(row, above, None if g is None else -g)
-        new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-        torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+        new_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
         above, tied = above[perm], tied[perm]
         g = None if g is None else g[perm]
     else:
-        if bool(listed.all()):
+        if listed is None or bool(listed.all()):
             new_ptr = ptr.to(torch.int64, copy=True)
             if g is not None and g is grades:
                 g = g.clone()  # reordered in place below; the caller's grades stay as they are
         else:
-            row = masked(repeat(torch.arange(num_q), ptr.diff()), listed)
+            row = masked(row_of_entries(ptr), listed)
             above, tied = masked(above, listed), masked(tied, listed)
             g = None if g is None else masked(g, listed)
-            new_ptr = torch.zeros(num_q + 1, dtype=torch.int64)
-            torch.cumsum(torch.bincount(row, minlength=num_q), 0, out=new_ptr[1:])
+            new_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
             del row
         q0 = num_q if by_score else 0
         while q0 < num_q:
@@ -66,9 +83,7 @@ def table_from_items(
             q1 = min(num_q, max(q1, q0 + 1))
             p1 = int(new_ptr[q1])
             if p1 - p0 > 1:
-                chunk_row = repeat(
-                    torch.arange(q1 - q0), new_ptr[q0 : q1 + 1].diff()
-                )
+                chunk_row = row_of_entries(new_ptr[q0 : q1 + 1])
                 chunk_above = above[p0:p1]
                 perm = _lexsort(chunk_row, chunk_above, None if g is None else -g[p0:p1])
                 above[p0:p1] = chunk_above[perm]
@@ -105,7 +120,7 @@ def _lexsort(row: Tensor, key: Tensor, last: Tensor | None) -> Tensor:
 def ideal_from(ptr: Tensor, grades: Tensor, row: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Each query's grades sorted decreasing (grouped as ``ptr`` says, or by ``row``)."""
     if row is None:
-        row = repeat(torch.arange(ptr.numel() - 1), ptr.diff())
+        row = row_of_entries(ptr)
     g = grades.to(torch.float64)
     perm = torch.from_numpy(np.lexsort(((-g).numpy(), row.numpy())))
     return ptr.clone(), g[perm]

@@ -1,0 +1,40 @@
+"""Readers of the files evaluations already have.
+
+* :mod:`retrieval_metrics.formats.runs`: runs and judgments (qrels) in TREC, BEIR ``.tsv``, JSON
+  and JSONL, as ranked lists ready for ``update(ranked_ids=..., relevant_ids=...)``;
+* :mod:`retrieval_metrics.formats.embeddings`: saved embeddings and their per-item arrays
+  (``.npz``, ``.npy``, ``.pt``), as ``retrieval-metrics evaluate`` reads them.
+
+Every reader raises :class:`FormatError` (a ``ValueError``) naming the file and what was expected.
+"""
+
+from retrieval_metrics.formats.embeddings import ARRAYS, EmbeddingFile, check_pair, load_items
+from retrieval_metrics.formats.errors import FormatError
+from retrieval_metrics.formats.runs import (
+    RankedLists,
+    order_by_score,
+    ranked_lists,
+    read_qrels,
+    read_ranked_lists,
+    read_run,
+    read_trec_qrels,
+    read_trec_run,
+    trec_eval_order,
+)
+
+__all__ = [
+    "ARRAYS",
+    "EmbeddingFile",
+    "FormatError",
+    "RankedLists",
+    "check_pair",
+    "load_items",
+    "order_by_score",
+    "ranked_lists",
+    "read_qrels",
+    "read_ranked_lists",
+    "read_run",
+    "read_trec_qrels",
+    "read_trec_run",
+    "trec_eval_order",
+]

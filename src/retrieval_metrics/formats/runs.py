@@ -1,0 +1,573 @@
+"""Read the ranked-list files that IR and RAG evaluations already have.
+
+Runs (what a retriever returned, per query):
+
+* TREC run, ``qid Q0 docid rank score tag`` per line (any extension but the two below);
+* ``.json``: ranx / pytrec_eval / ir_datasets style ``{"qid": {"docid": score, ...}, ...}``;
+* ``.jsonl``: one question per line, ``{"id": ..., "retrieved": [docid, ...]}``, in rank order,
+  optionally with its ``"relevant"`` ids (a list, or a dict docid -> grade), in which case the
+  file needs no qrels. A list may retrieve an id more than once (a retriever that returns two
+  chunks of one document): as in the Python API, the id counts once, at its first position, and
+  each repeat keeps its slot as a non-relevant item (``duplicates="first"``, the default);
+  ``duplicates="error"`` refuses such a line instead.
+
+Judgments (qrels):
+
+* TREC qrels, ``qid iter docid rel`` per line (any extension but the three below);
+* ``.tsv``: BEIR, a header ``query-id  corpus-id  score`` and one tab-separated judgment a line;
+* ``.json``: ``{"qid": {"docid": grade, ...}, ...}``;
+* ``.jsonl``: ``{"id": ..., "relevant": [docid, ...]}`` or with grades as a dict.
+
+Scored runs are ranked as trec_eval ranks them: by decreasing score, ties by document id in
+descending byte order (the file's rank column and its order of lines do not matter); a scored
+run holds one score per document, so a document listed twice for a query is an error, as in
+trec_eval. A ``.jsonl`` list is taken in the order given. A grade >= 1 is relevant; a query whose
+judgments hold no relevant document is unanswerable and follows the metric's ``empty_queries``.
+Ids are compared as text: ``7`` and ``"7"`` are the same document.
+
+Every reader stops at the first bad line with a :class:`FormatError` that names the file, the
+line and what was expected.
+
+Example:
+    >>> import json, pathlib, tempfile
+    >>> import retrieval_metrics as rm
+    >>> from retrieval_metrics.formats import read_ranked_lists
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> lines = [{"id": "q1", "retrieved": ["d3", "d7", "d1"], "relevant": ["d1"]},
+    ...          {"id": "q2", "retrieved": ["d4", "d5"], "relevant": {"d4": 2, "d6": 1}}]
+    >>> _ = (folder / "questions.jsonl").write_text("\\n".join(json.dumps(x) for x in lines))
+    >>> lists = read_ranked_lists(folder / "questions.jsonl")
+    >>> lists.qids
+    ['q1', 'q2']
+    >>> m = rm.RecallAtK(k=3)
+    >>> m.update(ranked_ids=lists.ranked_ids, relevant_ids=lists.relevant_ids)
+    >>> round(float(m.compute()), 4)
+    0.75
+"""
+
+from __future__ import annotations
+
+import json
+import json.decoder
+import json.scanner
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from retrieval_metrics.formats.errors import FormatError
+
+__all__ = [
+    "FormatError",
+    "RankedLists",
+    "order_by_score",
+    "ranked_lists",
+    "read_qrels",
+    "read_ranked_lists",
+    "read_run",
+    "read_trec_qrels",
+    "read_trec_run",
+    "trec_eval_order",
+]
+
+BEIR_HEADER = ("query-id", "corpus-id", "score")
+
+#: qid -> docids in rank order
+Lists = dict[str, list[str]]
+#: qid -> docid -> grade
+Qrels = dict[str, dict[str, int]]
+
+
+@dataclass
+class RankedLists:
+    """Queries ready for ``update(ranked_ids=..., relevant_ids=...)``.
+
+    Attributes:
+        qids: the query ids, sorted.
+        ranked_ids: per query, its document ids in rank order.
+        relevant_ids: per query, its relevant ids: a set, or a dict docid -> grade when any
+            judgment has a grade above 1 (then every query gets a dict).
+        notes: counts of queries left out: ``run_queries_without_qrels`` (not scored) and
+            ``qrels_queries_without_run`` (not scored, or scored as empty lists with
+            ``complete=True``).
+    """
+
+    qids: list[str]
+    ranked_ids: list[list[str]]
+    relevant_ids: list[Any]
+    notes: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.qids)
+
+
+# ---------------------------------------------------------------------------- text lines
+
+
+def _text(path: Path) -> str:
+    if not path.exists():
+        raise FormatError(f"{path}: no such file")
+    if path.is_dir():
+        raise FormatError(f"{path}: is a directory, not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise FormatError(f"{path}: cannot be read as UTF-8 text: {err}") from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) for every line that is not blank."""
+    for lineno, line in enumerate(_text(path).splitlines(), 1):
+        if line.strip():
+            yield lineno, line
+
+
+def _grade(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise FormatError(f"{where}: relevance {text!r} is not an integer") from None
+
+
+def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
+    """A TREC run file (``qid Q0 docid rank score tag`` per line) as qid -> docid -> score.
+
+    The rank column is ignored (trec_eval ranks by score). A document listed twice for one query
+    is an error, as in trec_eval.
+    """
+    path = Path(path)
+    run: dict[str, dict[str, float]] = {}
+    for lineno, line in _lines(path):
+        fields = line.split()
+        where = f"{path}, line {lineno}"
+        if len(fields) != 6:
+            raise FormatError(
+                f"{where}: a run line has 6 fields 'qid Q0 docid rank score tag', got "
+                f"{len(fields)}"
+            )
+        qid, _, doc, _, score, _ = fields
+        try:
+            value = float(score)
+        except ValueError:
+            raise FormatError(f"{where}: score {score!r} is not a number") from None
+        if not math.isfinite(value):
+            raise FormatError(f"{where}: score {score!r} is not finite")
+        docs = run.setdefault(qid, {})
+        if doc in docs:
+            raise FormatError(f"{where}: document {doc!r} listed twice for query {qid!r}")
+        docs[doc] = value
+    if not run:
+        raise FormatError(f"{path}: the run is empty")
+    return run
+
+
+def read_trec_qrels(path: str | Path) -> Qrels:
+    """A TREC qrels file (``qid iter docid rel`` per line) as qid -> docid -> grade."""
+    path = Path(path)
+    qrels: Qrels = {}
+    for lineno, line in _lines(path):
+        fields = line.split()
+        where = f"{path}, line {lineno}"
+        if len(fields) != 4:
+            raise FormatError(
+                f"{where}: a qrels line has 4 fields 'qid iter docid rel', got {len(fields)}"
+            )
+        qid, _, doc, rel = fields
+        qrels.setdefault(qid, {})[doc] = _grade(rel, where)
+    if not qrels:
+        raise FormatError(f"{path}: the qrels are empty")
+    return qrels
+
+
+def _read_beir_qrels(path: Path) -> Qrels:
+    """BEIR qrels: a ``query-id corpus-id score`` header, then tab-separated judgments."""
+    qrels: Qrels = {}
+    first = True
+    for lineno, line in _lines(path):
+        fields = line.rstrip("\r\n").split("\t")
+        where = f"{path}, line {lineno}"
+        if first:
+            first = False
+            if tuple(f.strip().lower() for f in fields) == BEIR_HEADER:
+                continue
+        if len(fields) != 3:
+            raise FormatError(
+                f"{where}: a BEIR qrels line has 3 tab-separated fields 'query-id corpus-id "
+                f"score', got {len(fields)}"
+            )
+        qid, doc, rel = (f.strip() for f in fields)
+        if not qid or not doc:
+            raise FormatError(f"{where}: empty query-id or corpus-id")
+        qrels.setdefault(qid, {})[doc] = _grade(rel, where)
+    if not qrels:
+        raise FormatError(f"{path}: the qrels are empty")
+    return qrels
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+class _LocatingDecoder(json.JSONDecoder):
+    """Decodes like ``json.loads`` and remembers where each object starts and which keys it
+    repeats, so that a bad value can be reported with its line (slow: used only to explain an
+    error the fast decoder's result showed)."""
+
+    def __init__(self) -> None:
+        super().__init__(object_pairs_hook=self._pairs)
+        self.starts: dict[int, int] = {}
+        self.repeated: dict[int, list[str]] = {}
+        self._last: list[str] = []
+        self.parse_object = self._parse_object  # type: ignore[assignment]
+        self.scan_once = json.scanner.py_make_scanner(self)
+
+    def _pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        repeated = []
+        for key, value in pairs:
+            if key in out:
+                repeated.append(key)
+            out[key] = value
+        self._last = repeated
+        return out
+
+    def _parse_object(self, s_and_end: tuple[str, int], *args: Any) -> tuple[Any, int]:
+        obj, end = json.decoder.JSONObject(s_and_end, *args)
+        self.starts[id(obj)] = s_and_end[1] - 1
+        if self._last:
+            self.repeated[id(obj)] = self._last
+            self._last = []
+        return obj, end
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _key_line(text: str, start: int, key: str, nth: int = 1) -> int:
+    """The line of the ``nth`` ``"key"`` after ``start``, the offset of the object that holds it
+    (the object's own line if the key is written with escapes the search does not see)."""
+    for needle in (json.dumps(key, ensure_ascii=False), json.dumps(key)):
+        at = start - 1
+        for _ in range(nth):
+            at = text.find(needle, at + 1)
+            if at < 0:
+                break
+        if at >= 0:
+            return _line_of(text, at)
+    return _line_of(text, start)
+
+
+def _read_nested_json(path: Path, what: str) -> dict[str, dict[str, Any]]:
+    """``{"qid": {"docid": value}}`` with its values checked: scores (``what="run"``) are finite
+    numbers, grades (``"qrels"``) integers. Duplicate keys are refused."""
+    text = _text(path)
+    try:
+        data = json.loads(text, object_pairs_hook=_refuse_repeats)
+    except json.JSONDecodeError as err:
+        raise FormatError(f"{path}, line {err.lineno}: not valid JSON: {err.msg}") from None
+    except _Repeated:
+        data = None  # located below
+    problem = None if data is None else _nested_problem(data, what)
+    if data is not None and problem is None:
+        if not data:
+            raise FormatError(f"{path}: the {what} is empty")
+        return data
+    # Decode again, slowly, to name the line of the first problem.
+    decoder = _LocatingDecoder()
+    located = decoder.decode(text)
+    where, message = _locate_problem(located, decoder, text, what)
+    raise FormatError(f"{path}, line {where}: {message}")
+
+
+class _Repeated(Exception):
+    pass
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Repeated
+    return out
+
+
+def _value_problem(value: Any, what: str) -> str | None:
+    if what == "run":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"score {value!r} is not a number"
+        if not math.isfinite(value):
+            return f"score {value!r} is not finite"
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"relevance {value!r} is not an integer"
+    return None
+
+
+def _expected(what: str) -> str:
+    inner = "score" if what == "run" else "grade"
+    return f'{{"qid": {{"docid": {inner}, ...}}, ...}}'
+
+
+def _nested_problem(data: Any, what: str) -> str | None:
+    if not isinstance(data, dict):
+        return "top"
+    for docs in data.values():
+        if not isinstance(docs, dict):
+            return "query"
+        for value in docs.values():
+            if _value_problem(value, what):
+                return "value"
+    return None
+
+
+def _locate_problem(
+    data: Any, decoder: _LocatingDecoder, text: str, what: str
+) -> tuple[int, str]:
+    if not isinstance(data, dict):
+        return 1, f"the {what} must be a JSON object {_expected(what)}, got a {type(data).__name__}"
+    top = decoder.starts[id(data)]
+    if id(data) in decoder.repeated:
+        qid = decoder.repeated[id(data)][0]
+        return _key_line(text, top, qid, nth=2), f"query {qid!r} appears twice"
+    for qid, docs in data.items():
+        if not isinstance(docs, dict):
+            return _key_line(text, top, qid), (
+                f"query {qid!r} maps to a {type(docs).__name__}, expected an object "
+                f"{{\"docid\": {'score' if what == 'run' else 'grade'}, ...}}"
+            )
+        start = decoder.starts[id(docs)]
+        if id(docs) in decoder.repeated:
+            doc = decoder.repeated[id(docs)][0]
+            line = _key_line(text, start, doc, nth=2)
+            return line, f"document {doc!r} listed twice for query {qid!r}"
+        for doc, value in docs.items():
+            problem = _value_problem(value, what)
+            if problem:
+                return _key_line(text, start, doc), f"query {qid!r}, document {doc!r}: {problem}"
+    raise AssertionError("no problem found on the second decoding")  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------- JSONL
+
+
+def _jsonl_id(value: Any, where: str, name: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise FormatError(f"{where}: {name} {value!r} is not a string or an integer")
+    return str(value)
+
+
+def _read_jsonl(
+    path: Path, need: str, duplicates: str = "first"
+) -> tuple[Lists, Qrels | None]:
+    """One question per line. ``need``: "retrieved" (a run; "relevant" optional, but on every line
+    or on none) or "relevant" (qrels). ``duplicates``: "first" keeps a retrieved list as it is
+    (the metric counts a repeated id once), "error" refuses a list that repeats an id."""
+    lists: Lists = {}
+    qrels: Qrels = {}
+    with_relevant: bool | None = None
+    for lineno, line in _lines(path):
+        where = f"{path}, line {lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise FormatError(f"{where}: not valid JSON: {err.msg}") from None
+        if not isinstance(row, dict):
+            raise FormatError(
+                f'{where}: expected an object {{"id": ..., "{need}": [...]}}, got a '
+                f"{type(row).__name__}"
+            )
+        if "id" not in row:
+            raise FormatError(f'{where}: no "id" (the question\'s id)')
+        qid = _jsonl_id(row["id"], where, '"id"')
+        if qid in lists or qid in qrels:
+            raise FormatError(f"{where}: question {qid!r} appears twice")
+        if need == "retrieved":
+            if "retrieved" not in row:
+                raise FormatError(
+                    f'{where}: no "retrieved" (the document ids in rank order) for question '
+                    f"{qid!r}"
+                )
+            lists[qid] = _jsonl_ranked(row["retrieved"], where, qid, duplicates)
+            has = "relevant" in row
+            if with_relevant is None:
+                with_relevant = has
+            elif has != with_relevant:
+                state = "has" if has else "lacks"
+                other = "lack" if has else "have"
+                raise FormatError(
+                    f'{where}: question {qid!r} {state} "relevant" while the lines above '
+                    f"{other} it; give it on every line (the file is its own qrels) or on none "
+                    "(pass --qrels)"
+                )
+            if not has:
+                continue
+        elif "relevant" not in row:
+            raise FormatError(f'{where}: no "relevant" (the relevant ids) for question {qid!r}')
+        qrels[qid] = _jsonl_relevant(row["relevant"], where, qid)
+    if not lists and not qrels:
+        raise FormatError(f"{path}: no questions")
+    return lists, (qrels if need == "relevant" or with_relevant else None)
+
+
+def _jsonl_ranked(value: Any, where: str, qid: str, duplicates: str) -> list[str]:
+    if not isinstance(value, list):
+        raise FormatError(
+            f'{where}: "retrieved" of question {qid!r} must be a list of ids in rank order, got '
+            f"a {type(value).__name__}"
+        )
+    ranked = [_jsonl_id(v, where, "retrieved id") for v in value]
+    if duplicates == "error" and len(set(ranked)) != len(ranked):
+        seen: set[str] = set()
+        doc = next(d for d in ranked if d in seen or seen.add(d))  # type: ignore[func-returns-value]
+        raise FormatError(
+            f"{where}: question {qid!r} retrieves {doc!r} twice (duplicates='error'; with "
+            "'first' it counts once, at its first position)"
+        )
+    return ranked
+
+
+def _jsonl_relevant(value: Any, where: str, qid: str) -> dict[str, int]:
+    if isinstance(value, dict):
+        out = {}
+        for doc, grade in value.items():
+            if isinstance(grade, bool) or not isinstance(grade, int):
+                raise FormatError(
+                    f"{where}: question {qid!r}, document {doc!r}: relevance {grade!r} is not an "
+                    "integer"
+                )
+            out[str(doc)] = grade
+        return out
+    if not isinstance(value, list):
+        raise FormatError(
+            f'{where}: "relevant" of question {qid!r} must be a list of ids or an object '
+            f"{{id: grade}}, got a {type(value).__name__}"
+        )
+    return {_jsonl_id(v, where, "relevant id"): 1 for v in value}
+
+
+# ---------------------------------------------------------------------------- public readers
+
+
+def trec_eval_order(scores: Mapping[str, float]) -> list[str]:
+    """One query's document ids by decreasing score, ties by document id in descending byte
+    order (trec_eval's rule; the one place it is written, for the readers here and
+    :func:`retrieval_metrics.protocols.trec_run_to_lists`)."""
+    return sorted(scores, key=lambda doc: (-scores[doc], _descending_bytes(doc)))
+
+
+def _descending_bytes(doc: str) -> tuple[int, ...]:
+    # descending byte order = ascending order of the negated bytes; the trailing 1 puts a longer
+    # id before its prefix, as a descending byte comparison does
+    return (*(-b for b in doc.encode()), 1)
+
+
+def order_by_score(run: dict[str, dict[str, float]]) -> Lists:
+    """Each query's documents by decreasing score, ties by document id in descending byte order
+    (trec_eval's rule)."""
+    return {qid: trec_eval_order(docs) for qid, docs in run.items()}
+
+
+def read_run(path: str | Path, *, duplicates: str = "first") -> tuple[Lists, Qrels | None]:
+    """A run file by its extension: ``(lists, qrels)``, lists qid -> docids in rank order.
+
+    ``qrels`` is not None only for a ``.jsonl`` whose lines carry ``"relevant"``. ``duplicates``
+    ("first" or "error") is what a ``.jsonl`` list that repeats an id gets (see the module
+    docstring); a scored run never lists a document twice for one query.
+    """
+    _check_duplicates(duplicates)
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _read_jsonl(path, "retrieved", duplicates)
+    if suffix == ".json":
+        return order_by_score(_read_nested_json(path, "run")), None
+    return order_by_score(read_trec_run(path)), None
+
+
+def read_qrels(path: str | Path) -> Qrels:
+    """A qrels file by its extension: ``.tsv`` BEIR, ``.json``, ``.jsonl``, else TREC."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".tsv":
+        return _read_beir_qrels(path)
+    if suffix == ".json":
+        return _read_nested_json(path, "qrels")
+    if suffix == ".jsonl":
+        qrels = _read_jsonl(path, "relevant")[1]
+        assert qrels is not None
+        return qrels
+    return read_trec_qrels(path)
+
+
+def ranked_lists(
+    lists: Lists, qrels: Qrels, *, complete: bool = False, all_queries: bool = False
+) -> RankedLists:
+    """Pair ranked lists with judgments.
+
+    Queries: those of the run that have judgments (trec_eval's default); ``complete`` adds every
+    judged query missing from the run as an empty list (``trec_eval -c``); ``all_queries`` takes
+    every query of either (a JSONL file that is its own qrels).
+    """
+    if all_queries:
+        qids = sorted(set(lists) | set(qrels))
+    elif complete:
+        qids = sorted(qrels)
+    else:
+        qids = sorted(q for q in lists if q in qrels)
+    graded = any(g > 1 for docs in qrels.values() for g in docs.values())
+    relevant: list[Any] = []
+    for qid in qids:
+        judged = qrels.get(qid, {})
+        if graded:
+            relevant.append({d: g for d, g in judged.items() if g >= 1})
+        else:
+            relevant.append({d for d, g in judged.items() if g >= 1})
+    notes = {
+        "run_queries_without_qrels": sum(1 for q in lists if q not in qrels),
+        "qrels_queries_without_run": sum(1 for q in qrels if q not in lists),
+    }
+    return RankedLists(qids, [list(lists.get(q, [])) for q in qids], relevant, notes)
+
+
+def _check_duplicates(duplicates: str) -> None:
+    if duplicates not in ("first", "error"):
+        raise ValueError(f'`duplicates` must be "first" or "error", got {duplicates!r}')
+
+
+def read_ranked_lists(
+    run: str | Path,
+    qrels: str | Path | None = None,
+    *,
+    complete: bool = False,
+    duplicates: str = "first",
+) -> RankedLists:
+    """Read a run and its judgments (formats by extension, see the module docstring) into
+    queries ready for ``update(ranked_ids=..., relevant_ids=...)``.
+
+    A ``.jsonl`` run whose lines carry ``"relevant"`` is read alone (``qrels`` must be None);
+    every question in it is scored, unanswerable ones included. Otherwise ``qrels`` is required
+    and the queries are those of the run with judgments, plus, with ``complete=True``, the judged
+    queries the run lacks, as empty lists (``trec_eval -c``). ``duplicates``: see :func:`read_run`;
+    give the metric the same value (``RetrievalMetrics(..., duplicates=...)``).
+    """
+    if qrels is None and Path(run).suffix.lower() != ".jsonl":
+        raise FormatError(
+            f"{run}: a run needs judgments: pass a qrels file (TREC, BEIR .tsv, .json or .jsonl), "
+            'or give each line of a .jsonl run its "relevant" ids'
+        )
+    judged = None if qrels is None else read_qrels(qrels)
+    lists, own = read_run(run, duplicates=duplicates)
+    if own is not None:
+        if qrels is not None:
+            raise FormatError(
+                f'{run}: its lines carry "relevant", so it is its own qrels; drop the qrels file '
+                f"{qrels}"
+            )
+        return ranked_lists(lists, own, all_queries=True)
+    if qrels is None:
+        raise FormatError(
+            f'{run}: its lines carry no "relevant" ids; pass a qrels file (TREC, BEIR .tsv, '
+            ".json or .jsonl)"
+        )
+    assert judged is not None
+    return ranked_lists(lists, judged, complete=complete)

@@ -1,0 +1,105 @@
+"""Measures: every metric of the library, from a rank table
+(:class:`~retrieval_metrics.functional.table.RankTable`). No embeddings here.
+
+- :mod:`.per_query`: each measure per query (``hit_rate_per_query``, ``ndcg_per_query``, ...);
+- :mod:`.ties`: the three tie rules in closed form;
+- :mod:`.names`: the measure names ("hit_rate@1", "map@r", "cmc@50", ...), their parser and
+  :func:`register_measure`;
+- :mod:`.options`: :class:`MeasureOptions`, the options of the measures as one object;
+- :mod:`.aggregation`: per-query values -> one number, and :func:`retrieval_measures`;
+- :mod:`.stats`: chance level, intervals, paired comparison, the summary table.
+
+The definitions, with formulas, are in the documentation's Definitions page (docs/definitions.md).
+"""
+
+from retrieval_metrics.functional.measures.aggregation import (
+    EMPTY_QUERIES,
+    MEDIAN_CONVENTIONS,
+    QueryParts,
+    aggregate,
+    aggregate_query_parts,
+    chance_measures,
+    chance_table,
+    median_rank,
+    per_query_values,
+    query_fields,
+    query_parts_in_chunks,
+    retrieval_measures,
+)
+from retrieval_metrics.functional.measures.names import (
+    AVERAGES,
+    MEASURES,
+    RANK_METRICS,
+    Measure,
+    MetricSpec,
+    average_for,
+    depth_for,
+    parse_metric,
+    register_measure,
+    suggest_metric,
+    unregister_measure,
+)
+from retrieval_metrics.functional.measures.options import MeasureOptions
+from retrieval_metrics.functional.measures.per_query import (
+    AP_DIVISORS,
+    AP_KINDS,
+    SharedTieGroups,
+    auroc_per_query,
+    average_precision_per_query,
+    cmc_per_query,
+    expected_hits_per_query,
+    fall_out_per_query,
+    first_rank_per_query,
+    hit_rate_per_query,
+    map_at_r_per_query,
+    minp_per_query,
+    ndcg_per_query,
+    precision_per_query,
+    r_precision_per_query,
+    recall_per_query,
+    reciprocal_rank_per_query,
+)
+
+__all__ = [
+    "AP_DIVISORS",
+    "AP_KINDS",
+    "AVERAGES",
+    "EMPTY_QUERIES",
+    "MEASURES",
+    "MEDIAN_CONVENTIONS",
+    "RANK_METRICS",
+    "Measure",
+    "MeasureOptions",
+    "MetricSpec",
+    "QueryParts",
+    "SharedTieGroups",
+    "aggregate",
+    "aggregate_query_parts",
+    "auroc_per_query",
+    "average_for",
+    "average_precision_per_query",
+    "chance_measures",
+    "chance_table",
+    "cmc_per_query",
+    "depth_for",
+    "expected_hits_per_query",
+    "fall_out_per_query",
+    "first_rank_per_query",
+    "hit_rate_per_query",
+    "map_at_r_per_query",
+    "median_rank",
+    "minp_per_query",
+    "ndcg_per_query",
+    "parse_metric",
+    "per_query_values",
+    "precision_per_query",
+    "query_fields",
+    "query_parts_in_chunks",
+    "r_precision_per_query",
+    "recall_per_query",
+    "reciprocal_rank_per_query",
+    "register_measure",
+    "retrieval_measures",
+    "suggest_metric",
+    "unregister_measure",
+]

@@ -1,0 +1,408 @@
+"""Aggregation: per-query values -> one number (``empty_queries``, ``average``, ``percent``),
+median and mean ranks, chance levels, and :func:`retrieval_measures`, several named measures from
+one rank table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.measures.names import (
+    RANK_METRICS,
+    MetricSpec,
+    average_for,
+    parse_metric,
+)
+from retrieval_metrics.functional.measures.options import (
+    DEFAULT_AP,
+    DEFAULT_AVERAGE,
+    DEFAULT_DIVISOR,
+    DEFAULT_EMPTY_QUERIES,
+    DEFAULT_GAIN,
+    DEFAULT_MEDIAN,
+    DEFAULT_PERCENT,
+    DEFAULT_TIES,
+    MeasureOptions,
+)
+from retrieval_metrics.functional.measures.per_query import SharedTieGroups
+from retrieval_metrics.functional.options import OPTIONS, check_option
+from retrieval_metrics.functional.primitives import flat_nonzero, repeat
+from retrieval_metrics.functional.table import RankTable, concat_tables
+
+__all__ = [
+    "QueryParts",
+    "aggregate",
+    "aggregate_query_parts",
+    "chance_measures",
+    "chance_table",
+    "median_rank",
+    "per_query_values",
+    "query_fields",
+    "query_parts_in_chunks",
+    "retrieval_measures",
+]
+
+EMPTY_QUERIES = OPTIONS["empty_queries"].allowed
+AVERAGES = OPTIONS["average"].allowed
+MEDIAN_CONVENTIONS = OPTIONS["median"].allowed
+
+
+def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: float) -> Tensor:
+    check_option("empty_queries", empty_queries)
+    empty = table.num_relevant == 0
+    if empty_queries == "error" and bool(empty.any()):
+        which = flat_nonzero(empty)
+        shown = which[:10].tolist()
+        raise ValueError(
+            f"{int(empty.sum())} queries have no relevant gallery item (queries {shown}"
+            f"{' ...' if which.numel() > 10 else ''}); pass empty_queries='skip' or 'zero'"
+        )
+    if empty_queries == "zero":
+        fill_value = torch.full_like(values, fill)
+        return torch.where(empty.view(-1, *([1] * (values.dim() - 1))), fill_value, values)
+    return values
+
+
+def aggregate(
+    values: Tensor,
+    table: RankTable,
+    *,
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    average: str = DEFAULT_AVERAGE,
+    percent: bool = DEFAULT_PERCENT,
+    numerator: Tensor | None = None,
+    denominator: Tensor | None = None,
+    fill: float = 0.0,
+) -> Tensor:
+    """Mean over counted queries, as a 0-d float64 tensor (a vector for CMC rows).
+
+    ``empty_queries``: "skip" leaves unanswerable queries out, "zero" scores them ``fill``,
+    "error" raises. ``average``: "macro" (mean over queries), "class" (mean over classes of each
+    class's mean; the table needs ``query_class``), "micro" (sum of ``numerator`` over sum of
+    ``denominator``, for recall-like metrics). NaN when no query counts.
+    """
+    check_option("average", average)
+    values = _empty_fill(values, table, empty_queries, fill)
+    counted = ~torch.isnan(values) if values.dim() == 1 else ~torch.isnan(values[:, 0])
+    scale = 100.0 if percent else 1.0
+    if average == "micro":
+        if numerator is None or denominator is None:
+            raise ValueError('`average="micro"` applies to recall, precision and R-precision only')
+        num = numerator[counted].sum()
+        den = denominator[counted].sum()
+        return (num / den if den > 0 else torch.tensor(math.nan, dtype=torch.float64)) * scale
+    if average == "class":
+        if table.query_class is None:
+            raise ValueError('`average="class"` needs query labels')
+        classes, cls_of = torch.unique(table.query_class[counted], return_inverse=True)
+        if classes.numel() == 0:
+            return _nan_like(values) * scale
+        v = values[counted]
+        sums = torch.zeros((classes.numel(), *v.shape[1:]), dtype=torch.float64).index_add_(
+            0, cls_of, v
+        )
+        counts = torch.bincount(cls_of, minlength=classes.numel()).to(torch.float64)
+        return (sums / counts.view(-1, *([1] * (v.dim() - 1)))).mean(0) * scale
+    if not bool(counted.any()):
+        return _nan_like(values) * scale
+    return values[counted].mean(0) * scale
+
+
+def _nan_like(values: Tensor) -> Tensor:
+    if values.dim() == 1:
+        return torch.tensor(math.nan, dtype=torch.float64)
+    return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
+
+
+def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
+    """Median of per-query ranks, NaN entries dropped.
+
+    ``"vsepp"``: floor(median(r - 1)) + 1, as the VSE++ evaluation code computes it (Faghri et
+    al., BMVC 2018; its ``medr``); ``"plain"``: the ordinary median (mean of the two middle
+    values for an even count).
+    """
+    if convention not in MEDIAN_CONVENTIONS:
+        raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
+    r = ranks[~torch.isnan(ranks)].sort().values
+    n = r.numel()
+    if n == 0:
+        return torch.tensor(math.nan, dtype=torch.float64)
+    mid = (r[(n - 1) // 2] + r[n // 2]) / 2
+    if convention == "vsepp":
+        return torch.floor(mid - 1) + 1
+    return mid
+
+
+def chance_table(table: RankTable) -> RankTable:
+    """The table a uniformly random ranking gives in expectation: one tie group of the whole
+    gallery per query. Any measure of it under ``ties="expected"`` is that measure's chance level
+    (docs/definitions.md, Chance level); for a single relevant item, hit rate @K is K/N.
+    """
+    q = table.num_queries
+    m = table.num_relevant
+    counts = (m > 0).to(torch.int64) * m
+    ptr = torch.zeros(q + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    n = int(ptr[-1])
+    owner = repeat(torch.arange(q), counts)
+    grade = None
+    if table.ideal_grade is not None and table.ideal_ptr is not None:
+        grade = table.ideal_grade.clone()
+    return RankTable(
+        ptr=ptr,
+        above=torch.zeros(n, dtype=torch.int64),
+        tied=table.gallery_size[owner].clone(),
+        num_relevant=m.clone(),
+        gallery_size=table.gallery_size.clone(),
+        depth=table.gallery_size.clone(),
+        grade=grade,
+        ideal_ptr=table.ideal_ptr,
+        ideal_grade=table.ideal_grade,
+        query_class=table.query_class,
+    )
+
+
+def per_query_values(
+    table: RankTable,
+    spec: MetricSpec,
+    *,
+    ties: str = DEFAULT_TIES,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    gain: str = DEFAULT_GAIN,
+    options: MeasureOptions | None = None,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """Per-query values of one named metric (CMC: a ``(Q, K)`` matrix).
+
+    The options are given one by one (``ties``, ``ap``, ``divisor``, ``gain``) or as
+    ``options``; ``shared``: the tie groups of a shared call, or None.
+    """
+    options = MeasureOptions.of(options, ties=ties, ap=ap, divisor=divisor, gain=gain)
+    return _values_of(table, spec, options, shared)
+
+
+def _values_of(
+    table: RankTable, spec: MetricSpec, options: MeasureOptions, shared: SharedTieGroups | None
+) -> Tensor:
+    return spec.measure.per_query(table, spec.k, options, shared)
+
+
+def retrieval_measures(
+    table: RankTable,
+    names: Sequence[str],
+    *,
+    ties: str = DEFAULT_TIES,
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    average: str = DEFAULT_AVERAGE,
+    percent: bool = DEFAULT_PERCENT,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    gain: str = DEFAULT_GAIN,
+    median: str = DEFAULT_MEDIAN,
+    options: MeasureOptions | None = None,
+) -> dict[str, Tensor]:
+    """Several named metrics from one rank table, as 0-d float64 tensors (CMC: a vector).
+
+    The options are given one by one, or together as ``options`` (a :class:`MeasureOptions`).
+    The measures of one call share their tie groups.
+
+    >>> from retrieval_metrics.functional.ranking import rank_lists
+    >>> table = rank_lists([["d3", "d7", "d1"], ["d4", "d5"]], [{"d1"}, {"d4", "d6"}])
+    >>> {k: round(float(v), 4) for k, v in retrieval_measures(table, ["recall@3", "mrr"]).items()}
+    {'recall@3': 0.75, 'mrr': 0.6667}
+    >>> float(retrieval_measures(table, ["recall@3"], options=MeasureOptions(percent=True))[
+    ...     "recall@3"])
+    75.0
+    """
+    options = MeasureOptions.of(
+        options, ties=ties, empty_queries=empty_queries, average=average, percent=percent, ap=ap,
+        divisor=divisor, gain=gain, median=median,
+    )
+    return _measures(table, names, options)
+
+
+def chance_measures(
+    table: RankTable, names: Sequence[str], options: MeasureOptions | None = None, **keywords
+) -> dict[str, Tensor]:
+    """The chance level of each named metric on ``table``'s galleries: its
+    value under a uniformly random ranking, aggregated like :func:`retrieval_measures` (whose
+    options it takes, as ``options`` or one by one; the tie rule is always "expected").
+
+    A query's chance value depends only on its gallery size and number of relevant items (and
+    grades), so each distinct pair is computed once.
+    """
+    # the chance level is the expected value over random orders: McSherry and Najork's rule
+    options = MeasureOptions.of(options, **{k: v for k, v in keywords.items() if k != "ties"})
+    options = options.replace(ties="expected")
+    if table.ideal_grade is not None or table.num_queries == 0:
+        return _measures(chance_table(table), names, options)
+    key = torch.stack([table.gallery_size, table.num_relevant], 1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    representative = torch.zeros(unique.shape[0], dtype=torch.int64).scatter_(
+        0, inverse, torch.arange(table.num_queries)
+    )
+    # The chance table of the representatives only (one item per relevant pair of every query
+    # would be as large as the rank table); the aggregation reads the per-query fields alone.
+    fields = query_fields(table)
+    chance_fields = replace(fields, depth=fields.gallery_size.clone())
+    small = chance_table(fields.select(representative))
+    return _measures(chance_fields, names, options, rows=(small, inverse))
+
+
+def _measures(
+    table: RankTable,
+    names: Sequence[str],
+    options: MeasureOptions,
+    rows: tuple[RankTable, Tensor] | None = None,
+) -> dict[str, Tensor]:
+    """retrieval_measures; with ``rows=(small, index)``, per-query values are computed on
+    ``small`` and expanded to ``table``'s queries by ``index`` (queries known to be equal).
+    The measures share one :class:`SharedTieGroups`, dropped when the call returns."""
+    parts = _per_query_parts(table, names, options, rows, SharedTieGroups())
+    return _aggregate_parts(table, parts, options)
+
+
+def _per_query_parts(
+    table: RankTable,
+    names: Sequence[str],
+    options: MeasureOptions,
+    rows: tuple[RankTable, Tensor] | None,
+    shared: SharedTieGroups | None,
+) -> dict[str, tuple[Tensor, Tensor | None, Tensor | None]]:
+    """Each named metric's per-query values, with the micro numerators and denominators where
+    the metric is micro-averaged: everything the aggregation needs besides the table's
+    per-query fields."""
+    source = table if rows is None else rows[0]
+    parts: dict[str, tuple[Tensor, Tensor | None, Tensor | None]] = {}
+    for name in names:
+        spec = parse_metric(name)
+        values = _values_of(source, spec, options, shared)
+        numerator = denominator = None
+        if spec.base not in RANK_METRICS and average_for(spec, options.average) == "micro":
+            micro = spec.measure.micro
+            assert micro is not None  # average_for and parse_metric leave micro where defined
+            numerator, denominator = micro(source, spec.k, options.ties, shared)
+        if rows is not None:
+            values = values[rows[1]]
+            if numerator is not None:
+                numerator, denominator = numerator[rows[1]], denominator[rows[1]]
+        parts[spec.name] = (values, numerator, denominator)
+    return parts
+
+
+def worst_rank_fill(values: Tensor, table: RankTable) -> Tensor:
+    """``values`` (per-query ranks) with each unanswerable query's rank set to the worst rank,
+    ``gallery_size + 1``: after the whole gallery (``empty_queries="zero"`` for a rank)."""
+    worst = table.gallery_size.to(torch.float64) + 1
+    return torch.where(table.num_relevant == 0, worst, values)
+
+
+def _aggregate_parts(
+    table: RankTable,
+    parts: dict[str, tuple[Tensor, Tensor | None, Tensor | None]],
+    options: MeasureOptions,
+) -> dict[str, Tensor]:
+    empty_queries = options.empty_queries
+    out: dict[str, Tensor] = {}
+    for name, (values, numerator, denominator) in parts.items():
+        spec = parse_metric(name)
+        if spec.base in RANK_METRICS:
+            if empty_queries == "zero":
+                values = worst_rank_fill(values, table)
+            else:
+                values = _empty_fill(values, table, empty_queries, 0.0)
+            if spec.base == "median_rank":
+                out[spec.name] = median_rank(values, options.median)
+            else:
+                counted = values[~torch.isnan(values)]
+                out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
+            continue
+        out[spec.name] = aggregate(
+            values,
+            table,
+            empty_queries=empty_queries,
+            average=average_for(spec, options.average),
+            percent=options.percent,
+            numerator=numerator,
+            denominator=denominator,
+        )
+    return out
+
+
+def query_fields(table: RankTable) -> RankTable:
+    """``table`` without its items: the per-query fields that aggregation reads."""
+    return RankTable(
+        ptr=torch.zeros(table.num_queries + 1, dtype=torch.int64),
+        above=torch.zeros(0, dtype=torch.int64),
+        tied=torch.zeros(0, dtype=torch.int64),
+        num_relevant=table.num_relevant,
+        gallery_size=table.gallery_size,
+        depth=table.depth,
+        query_class=table.query_class,
+        query_id=table.query_id,
+    )
+
+
+QueryParts = dict[str, tuple[Tensor, "Tensor | None", "Tensor | None"]]
+
+
+def query_parts_in_chunks(
+    tables: Iterable[RankTable],
+    names: Sequence[str],
+    *,
+    ties: str = DEFAULT_TIES,
+    average: str = DEFAULT_AVERAGE,
+    ap: str = DEFAULT_AP,
+    divisor: str = DEFAULT_DIVISOR,
+    gain: str = DEFAULT_GAIN,
+    options: MeasureOptions | None = None,
+) -> tuple[QueryParts, RankTable]:
+    """Each named metric's per-query values (and micro numerators and denominators) of the
+    queries of several tables, one table at a time, with those queries' fields
+    (:func:`query_fields`): what :func:`aggregate_query_parts` turns into values, also after
+    gathering the parts of several processes. The options are given one by one or as
+    ``options`` (whose aggregation options are not read here)."""
+    options = MeasureOptions.of(
+        options, ties=ties, average=average, ap=ap, divisor=divisor, gain=gain
+    )
+    skeletons: list[RankTable] = []
+    chunk_parts: list[dict[str, tuple[Tensor, Tensor | None, Tensor | None]]] = []
+    for table in tables:
+        # one chunk's groups at a time
+        chunk_parts.append(_per_query_parts(table, names, options, None, SharedTieGroups()))
+        skeletons.append(query_fields(table))
+    if not skeletons:
+        raise ValueError("no rank table was given")
+    queries = concat_tables(skeletons)
+
+    def joined(parts: list[Tensor | None]) -> Tensor | None:
+        return None if parts[0] is None else torch.cat(parts)  # type: ignore[arg-type]
+
+    parts = {
+        name: tuple(joined([p[name][i] for p in chunk_parts]) for i in range(3))
+        for name in chunk_parts[0]
+    }
+    return parts, queries  # type: ignore[return-value]
+
+
+def aggregate_query_parts(
+    queries: RankTable,
+    parts: QueryParts,
+    empty_queries: str = DEFAULT_EMPTY_QUERIES,
+    average: str = DEFAULT_AVERAGE,
+    percent: bool = DEFAULT_PERCENT,
+    median: str = DEFAULT_MEDIAN,
+    *,
+    options: MeasureOptions | None = None,
+) -> dict[str, Tensor]:
+    """The values of :func:`query_parts_in_chunks`' parts (``queries``: their query fields),
+    aggregated under the options given one by one or as ``options``."""
+    options = MeasureOptions.of(
+        options, empty_queries=empty_queries, average=average, percent=percent, median=median
+    )
+    return _aggregate_parts(queries, parts, options)

@@ -1,0 +1,114 @@
+"""Every option of the library, declared once: its name, allowed values, default and meaning.
+
+The metric classes check their constructor arguments here, :mod:`retrieval_metrics.protocols`
+takes its defaults from here, the functional signatures name these defaults, and the option
+list of the documentation (docs/definitions.md, "Options") is this table, which the docs tests
+compare with it. Add an option here first: scikit-learn's declared validation, without the
+decorator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["OPTIONS", "Option", "check_option", "option_table_markdown"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: ``allowed`` values (a tuple), or a ``valid`` test described by ``expected``.
+
+    ``layer`` says who reads it: "ranking" (the engine and the relevance rules), "measures"
+    (RankTable -> numbers) or "metrics" (the stateful classes' input forms).
+    """
+
+    name: str
+    default: Any
+    layer: str
+    meaning: str
+    allowed: tuple[Any, ...] | None = None
+    valid: Callable[[Any], bool] | None = None
+    expected: str = ""
+
+    def check(self, value: Any) -> Any:
+        """``value`` if it is allowed, else a ValueError naming the option and what it takes."""
+        if self.allowed is not None:
+            if value not in self.allowed:
+                raise ValueError(f"`{self.name}` must be one of {self.allowed}, got {value!r}")
+        elif self.valid is not None and not self.valid(value):
+            raise ValueError(f"`{self.name}` must be {self.expected}, got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        if self.allowed is not None:
+            return ", ".join(f"`{v!r}`" for v in self.allowed)
+        return self.expected
+
+
+def _non_negative_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _optional_int(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _budget(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 2**16
+
+
+OPTIONS: dict[str, Option] = {
+    o.name: o
+    for o in (
+        Option("similarity", "cosine", "ranking", "how a query scores a gallery item",
+               allowed=("cosine", "dot", "euclidean")),
+        Option("relevance", "label", "ranking",
+               "what makes an item relevant: the same label, or a position within `radius`",
+               allowed=("label", "radius")),
+        Option("radius", 25.0, "ranking", "metres for relevance='radius', inclusive",
+               valid=_non_negative_number, expected="a non-negative number"),
+        Option("ignore_label", None, "ranking",
+               "gallery items with this label are removed from every ranking",
+               valid=_optional_int, expected="an int or None"),
+        Option("memory_budget", 256 * 2**20, "ranking",
+               "bytes of scratch memory the ranking may use",
+               valid=_budget, expected="an int >= 65536 bytes"),
+        Option("ties", "expected", "measures", "how equal scores are ordered",
+               allowed=("expected", "optimistic", "pessimistic")),
+        Option("empty_queries", "skip", "measures", "queries with no relevant item",
+               allowed=("skip", "zero", "error")),
+        Option("percent", False, "measures", "report fractions as percentages",
+               valid=lambda value: isinstance(value, bool), expected="a bool"),
+        Option("average", "macro", "measures", "how per-query values are averaged",
+               allowed=("macro", "micro", "class")),
+        Option("ap", "step", "measures", "average precision: step or trapezoid",
+               allowed=("step", "trapezoid")),
+        Option("divisor", "relevant", "measures", "what AP@K divides by: m_q, min(m_q, K) or "
+               "the relevant items retrieved", allowed=("relevant", "min", "retrieved")),
+        Option("gain", "exponential", "measures", "NDCG gain: 2^g - 1 or g",
+               allowed=("exponential", "linear")),
+        Option("median", "vsepp", "measures", "median rank: floor(median(r - 1)) + 1 or the "
+               "plain median", allowed=("vsepp", "plain")),
+        Option("all_skipped", "nan", "measures",
+               "the value when empty_queries='skip' leaves no query", allowed=("nan", "zero")),
+        Option("nonpositive", "hit", "metrics", "whether a relevant item scored <= 0 can be a "
+               "hit (preds/target/indexes form)", allowed=("hit", "miss")),
+    )
+}
+
+
+def check_option(name: str, value: Any) -> Any:
+    """``OPTIONS[name].check(value)``."""
+    return OPTIONS[name].check(value)
+
+
+def option_table_markdown() -> str:
+    """The option list of the documentation, as a markdown table."""
+    rows = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
+    rows += [
+        f"| `{o.name}` | `{o.default!r}` | {o.describe()} | {o.meaning} |"
+        for o in OPTIONS.values()
+    ]
+    return "\n".join(rows)

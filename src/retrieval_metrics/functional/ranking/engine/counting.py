@@ -1,0 +1,306 @@
+"""One block of queries across the gallery: relevant scores, depth threshold and histograms.
+
+A :class:`Pass` holds what every query block of one ranking shares; a :class:`QueryBlock` reads
+its relevant scores, counts every gallery block once (the sparse way, item by item of the
+segments that reach the threshold, or the dense way, the whole block: ``kernels``) and writes
+above, tied and listed of its relevant pairs into the outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.csr import csr_rows
+from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.ranking.engine.direction import Pass
+from retrieval_metrics.functional.ranking.engine.kernels import (
+    SEGMENT,
+    by_block,
+    columnwise_max,
+    count_block,
+    count_candidates,
+    floor_div,
+    pairs_in_block,
+    sort_rows,
+)
+
+THETA_EVERY = 4
+# Relative costs of the two ways of counting a block (see QueryBlock.count): per item and
+# relevant score copied in the sparse way, per item and search step in the dense way.
+SPARSE_OVERHEAD = 8
+DENSE_OVERHEAD = 8
+
+
+class QueryBlock:
+    """One block of queries: its relevant scores, threshold and histograms across the gallery.
+
+    The ranking of a block goes through these steps, whatever the order of the gallery blocks:
+    :meth:`read_relevant` on the blocks that hold relevant items (and :meth:`seed` the depth
+    threshold with any block read early), :meth:`start_counting`, :meth:`count` every gallery
+    block once, :meth:`finish`. Score blocks ``s`` are ``(rows, block_g)``, excluded pairs
+    already at -inf (:meth:`mask_excluded`).
+    """
+
+    def __init__(self, p: Pass, q_rows: Tensor) -> None:
+        self.p = p
+        self.nb = nb = q_rows.numel()
+        device = p.device
+        self.r_row, self.r_col, self.r_pos = csr_rows(p.rel_ptr, q_rows)
+        self.r_counts = p.rel_ptr[q_rows + 1] - p.rel_ptr[q_rows]
+        r_gal = p.rel_index.index_select(0, self.r_pos)
+        if p.num_blocks_g <= 1:
+            # one gallery block (many relevant items per query widen it): nothing to group
+            self.r_block = torch.zeros_like(r_gal)
+            self.r_local = r_gal
+        else:
+            self.r_block = floor_div(r_gal, p.block_g)
+            self.r_local = r_gal - self.r_block * p.block_g
+        self.block_order, self.block_bounds = by_block(self.r_block, p.num_blocks_g)
+        # Excluded pairs of this block, by gallery block.
+        e_row, _, e_pos = csr_rows(p.ex_ptr, q_rows)
+        e_gal = p.ex_index[e_pos]
+        e_block = e_gal // p.block_g
+        e_order = torch.argsort(e_block, stable=True)
+        self.e_row, self.e_gal = e_row[e_order].to(device), e_gal[e_order]
+        self.e_bounds = torch.searchsorted(e_block[e_order], torch.arange(p.num_blocks_g + 1))
+        m_blk = int(self.r_counts.max()) if nb else 0
+        self.rel_scores = torch.full(
+            (nb, max(m_blk, 1)), float("inf"), dtype=p.dtype, device=device
+        )
+        # flat positions in rel_scores: one-dimensional index_select and scatter_ are many times
+        # cheaper than indexing with a (row, column) pair, and there is one per relevant pair
+        self.r_flat = (self.r_row * self.rel_scores.shape[1] + self.r_col).to(device)
+        # Every row as long as the longest (classes of equal size): then r_flat is 0, 1, 2, ...
+        # and reading through it is a copy that can be skipped.
+        self.dense = self.r_flat.numel() == self.rel_scores.numel()
+        if p.ext_scores is not None:
+            values = p.ext_scores.index_select(0, self.r_pos.to(device))
+            if self.dense:
+                self.rel_scores.view(-1).copy_(values)
+            else:
+                self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
+        if p.options.depth is not None:
+            # Where each relevant item lies, by block and segment, to mask it from the maxima.
+            seg_order = torch.argsort(self.r_block, stable=True)
+            self.seg_rows = self.r_row[seg_order].to(device)
+            self.seg_cols = (self.r_local // SEGMENT)[seg_order].to(device)
+            self.seg_bounds = torch.searchsorted(
+                self.r_block[seg_order], torch.arange(p.num_blocks_g + 1)
+            )
+        self.pending: list[Tensor] = []
+
+    def relevant_blocks(self) -> list[int]:
+        if self.p.ext_scores is not None:
+            return []
+        # a count per block, not a sort of every pair (torch.unique)
+        counts = torch.bincount(self.r_block, minlength=self.p.num_blocks_g)
+        return flat_nonzero(counts).tolist()
+
+    def has_excluded(self, b: int) -> bool:
+        return int(self.e_bounds[b + 1]) > int(self.e_bounds[b])
+
+    def mask_excluded(self, s: Tensor, b: int) -> None:
+        lo, hi = int(self.e_bounds[b]), int(self.e_bounds[b + 1])
+        if hi > lo:
+            local = (self.e_gal[lo:hi] - b * self.p.block_g).to(self.p.device)
+            s[self.e_row[lo:hi], local] = self.p.neg_inf
+
+    def read_relevant(self, s: Tensor, b: int) -> None:
+        device = self.p.device
+        if s.is_contiguous():
+            pairs = pairs_in_block(self.block_order, self.block_bounds, b)
+            if pairs.numel():
+                at = self.r_row.index_select(0, pairs) * s.shape[1]
+                at += self.r_local.index_select(0, pairs)
+                pairs = pairs.to(device)
+                self.rel_scores.view(-1).scatter_(
+                    0,
+                    pairs if self.dense else self.r_flat.index_select(0, pairs),
+                    s.reshape(-1).index_select(0, at.to(device)),
+                )
+            return
+        sel = self.r_block == b
+        if bool(sel.any()):
+            rows = self.r_row[sel].to(device)
+            self.rel_scores[rows, self.r_col[sel].to(device)] = s[
+                rows, self.r_local[sel].to(device)
+            ]
+
+    def relevant_values(self) -> Tensor:
+        return self._in_csr_order(self.rel_scores).cpu()
+
+    def _in_csr_order(self, per_row: Tensor) -> Tensor:
+        """The entries of a (rows x longest) array at the block's relevant pairs, in CSR order."""
+        flat = per_row.reshape(-1)
+        return flat if self.dense else flat.index_select(0, self.r_flat.to(flat.device))
+
+    def _without_relevant(self, seg_max: Tensor, b: int) -> Tensor:
+        """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
+        lo, hi = int(self.seg_bounds[b]), int(self.seg_bounds[b + 1])
+        if hi == lo:
+            return seg_max
+        masked = seg_max.clone()
+        masked[self.seg_rows[lo:hi], self.seg_cols[lo:hi]] = self.p.neg_inf
+        return masked
+
+    def seed(self, seg_max: Tensor, b: int) -> None:
+        """Let block ``b``, read before counting starts, raise the first depth threshold."""
+        if self.p.options.depth is not None:
+            self.pending.append(self._without_relevant(seg_max, b))
+
+    def start_counting(self) -> None:
+        p, nb = self.p, self.nb
+        device, dtype = p.device, p.dtype
+        neg_inf = p.neg_inf
+        # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
+        self.rel_scores.add_(0.0)
+        # +inf padding last; the permutation only to write back in CSR order
+        self.rel_sorted, self.rel_perm = sort_rows(self.rel_scores, with_perm=not p.by_score)
+        del self.rel_scores
+        rel_sorted = self.rel_sorted
+        self.has_rel = self.r_counts.to(device) > 0
+        is_finite = rel_sorted.isfinite()
+        self.num_finite = is_finite.sum(1, keepdim=True)
+        finite = torch.where(is_finite, rel_sorted, neg_inf)
+        del is_finite
+        self.best = finite.max(1).values
+        self.lowest = rel_sorted[:, 0]
+        self.threshold = torch.where(
+            self.has_rel, self.lowest, torch.full_like(self.lowest, float("inf"))
+        )
+        if p.options.depth is not None:
+            r_counts = self.r_counts
+            block_depth = (
+                r_counts.clamp_min(p.options.depth)
+                if p.options.cover_relevant
+                else torch.full_like(r_counts, p.options.depth)
+            )
+            self.top_width = int(block_depth.max()) if nb else p.options.depth
+            self.depth_col = (block_depth - 1).to(device)[:, None]
+            # A lower bound of each row's depth-th best score, from distinct items: the relevant
+            # scores themselves, and the maxima of the segments that hold no relevant item.
+            pad = torch.full((nb, self.top_width), float("-inf"), dtype=dtype, device=device)
+            self.top_seg = torch.cat([pad, finite], 1)
+        self._check_raising()
+        self.theta_from_blocks = False
+        self.width = rel_sorted.shape[1] + 1
+        self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
+        self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
+
+    def _check_raising(self) -> None:
+        """Whether the threshold can still rise: it never passes a row's best relevant score, so
+        rows with one relevant item (text-to-image), or already there, need no segment maxima."""
+        self.raising = self.p.options.depth is not None and bool(
+            (self.has_rel & (self.threshold < self.best)).any()
+        )
+        if not self.raising:
+            self.pending = []
+
+    def _raise_threshold(self) -> None:
+        # The threshold may lag behind (any lower bound of the depth-th best score is correct),
+        # so the segment maxima are merged every few blocks only.
+        if self.pending and (len(self.pending) >= THETA_EVERY or not self.theta_from_blocks):
+            self.theta_from_blocks = True
+            merged = torch.cat([self.top_seg, *columnwise_max(self.pending)], 1)
+            self.top_seg = merged.topk(self.top_width, dim=1).values
+            self.pending = []
+            theta = self.top_seg.gather(1, self.depth_col).squeeze(1)
+            self.threshold = torch.where(
+                self.has_rel,
+                torch.minimum(self.best, torch.maximum(self.lowest, theta)),
+                self.threshold,
+            )
+            self._check_raising()
+
+    def count(
+        self,
+        s: Tensor,
+        seg_max: Tensor,
+        b: int,
+        seeded: bool = False,
+        segment_values: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``) to the histograms.
+
+        ``s`` may be a view that is not row-major (the transposed block of the symmetric pass);
+        then ``segment_values`` reads the scores of flat segment indices for the sparse count.
+        """
+        if s.device.type != "cpu":
+            # An accelerator counts the whole block in a few kernels. The pruning's choices
+            # (the threshold's rise, the surviving segments, sparse or dense) each read a
+            # data-dependent size on the host: one wait per block pair, where the product takes
+            # microseconds. Every item counted makes every count exact, and the threshold that
+            # never rose lists every relevant item: the same values as the CPU's.
+            dense = s if s.is_contiguous() else s.contiguous()
+            count_block(
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
+                self.num_finite,
+            )
+            return
+        if self.raising:
+            if not seeded:
+                self.seed(seg_max, b)
+            self._raise_threshold()
+        candidates = flat_nonzero((seg_max >= self.threshold[:, None]).reshape(-1))
+        if candidates.numel() == 0:
+            return
+        nb, width = self.nb, self.width
+        block_g = s.shape[1]
+        # Copying each surviving item's row of relevant scores costs about `width` per item;
+        # searching the whole block costs about log2(width) per item of the block. Weak
+        # models, ties and large classes let nearly every item through: search the block.
+        if candidates.numel() * SEGMENT * (width + SPARSE_OVERHEAD) > nb * block_g * (
+            width.bit_length() + DENSE_OVERHEAD
+        ):
+            dense = s if s.is_contiguous() else s.contiguous()
+            count_block(
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
+                self.num_finite,
+            )
+        else:
+            count_candidates(
+                s,
+                candidates,
+                self.threshold,
+                self.rel_sorted,
+                self.hist_lt,
+                self.hist_le,
+                self.p.options.memory_budget,
+                segment_values,
+            )
+
+    def finish(self) -> None:
+        """Write above, tied and listed of every relevant pair into the outputs (CSR order)."""
+        nb, width = self.nb, self.width
+        hist_le = self.hist_le
+        hist_le += self.hist_lt
+        # above of the j-th smallest relevant score = items with "count below" > j.
+        # As totals minus prefix sums, in place: these are (rows x relevant items) each.
+        prefix_lt = self.hist_lt.view(nb, width).cumsum_(1)
+        prefix_le = hist_le.view(nb, width).cumsum_(1)
+        above_sorted = prefix_lt[:, -1:] - prefix_lt[:, :-1]
+        tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
+        del self.hist_lt, self.hist_le, prefix_lt, prefix_le, hist_le
+        listed_sorted = self.rel_sorted >= self.threshold[:, None]
+        if self.p.by_score:
+            # The j-th smallest of a row's m relevant scores goes to place m - 1 - j of its query
+            # (each row's m scores sort first: the padding is +inf). The flat positions of
+            # (row, j < m) are those of the CSR entries (row, column j): r_flat.
+            dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
+            # without a depth every relevant item is listed, as the outputs start
+            written = 3 if self.p.options.depth is not None else 2
+            for out, sorted_values in zip(
+                self.p.outputs[:written], (above_sorted, tied_sorted, listed_sorted), strict=False
+            ):
+                out.index_copy_(0, dest, self._in_csr_order(sorted_values).cpu())
+            return
+        # Back from sorted order to the CSR order of the relevant items.
+        for out, sorted_values in zip(
+            self.p.outputs, (above_sorted, tied_sorted, listed_sorted), strict=True
+        ):
+            unsorted = torch.empty_like(sorted_values)
+            unsorted.scatter_(1, self.rel_perm, sorted_values)
+            out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())

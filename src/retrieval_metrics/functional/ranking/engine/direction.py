@@ -1,0 +1,243 @@
+"""One direction of a ranking (queries against a gallery): what the engine is given
+(:class:`RankingInput`), its relevance in processing order, its outputs and its table
+(:class:`Direction`), and what every query block of it shares (:class:`Pass`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.primitives import is_identity, repeat
+from retrieval_metrics.functional.ranking.relevance import Relevance
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
+from retrieval_metrics.functional.table import RankTable
+
+#: what a direction's outputs hold (see :class:`Direction`)
+Mode = Literal["table", "scores", "count"]
+
+
+@dataclass(frozen=True)
+class RankingInput:
+    """One direction of a ranking as the engine is given it: ``query`` ``(Q, D)`` against
+    ``gallery`` ``(N, D)``, every gallery item (``relevance.gallery_index`` says which are kept).
+
+    ``query_key`` and ``gallery_key`` (e.g. labels; the latter aligned with the kept gallery)
+    only change the order in which items are processed, so that each query block's relevant
+    items sit in one or two gallery blocks; results come back in input order. ``symmetric``:
+    ``gallery`` holds the queries themselves (the caller says so), so the score matrix is
+    symmetric and each block pair may serve the queries of both of its sides.
+    """
+
+    query: Tensor
+    gallery: Tensor
+    relevance: Relevance
+    query_key: Tensor | None = None
+    gallery_key: Tensor | None = None
+    symmetric: bool = False
+
+
+@dataclass
+class Pass:
+    """What every query block of one ranking shares: the gallery's layout and the options.
+
+    ``rel_index`` and ``ex_index`` are gallery positions in processing order; ``rel_ptr`` and
+    ``ex_ptr`` are indexed by the query's input position; queries are processed in ``order``.
+    Query blocks write their results into ``outputs`` (see :meth:`QueryBlock.finish`): in the
+    CSR order of the relevant items, or with ``by_score`` each query's by decreasing score.
+    ``ext_scores``: given scores that play the part of the relevant items' (a sharded gallery's
+    counting).
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    num_g: int
+    block_g: int
+    rel_ptr: Tensor
+    rel_index: Tensor
+    ex_ptr: Tensor
+    ex_index: Tensor
+    order: Tensor
+    outputs: tuple[Tensor, ...]
+    options: RankingSettings
+    ext_scores: Tensor | None = None
+    by_score: bool = False
+    neg_inf: Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.neg_inf = torch.tensor(float("-inf"), dtype=self.dtype, device=self.device)
+
+    @property
+    def num_blocks_g(self) -> int:
+        return -(-self.num_g // self.block_g) if self.num_g else 0
+
+
+@dataclass
+class Direction:
+    """One direction of a ranking: its relevance in processing order and its outputs.
+
+    Queries are processed in ``order`` (input positions); the gallery in the order ``g_perm``
+    (None: input order), and ``rel_index``/``ex_index`` are positions in that order. ``mode``
+    says what the outputs hold: above, tied and listed of every relevant pair (``"table"``, and
+    ``"count"`` for given scores), or the relevant pairs' scores (``"scores"``).
+    """
+
+    rel_ptr: Tensor
+    rel_index: Tensor
+    ex_ptr: Tensor
+    ex_index: Tensor
+    order: Tensor
+    g_perm: Tensor | None
+    num_g: int
+    outputs: tuple[Tensor, ...]
+    options: RankingSettings
+    device: torch.device
+    dtype: torch.dtype
+    mode: Mode
+    ext_scores: Tensor | None = None
+    by_score: bool = False
+
+    @staticmethod
+    def make(
+        inputs: RankingInput,
+        num_q: int,
+        num_g: int,
+        options: RankingSettings,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        external: tuple[Tensor, Tensor] | None = None,
+        mode: Mode = "table",
+    ) -> Direction:
+        relevance_sets = inputs.relevance
+        query_order_key, gallery_order_key = inputs.query_key, inputs.gallery_key
+        rel_ptr = relevance_sets.relevant_ptr
+        rel_index = relevance_sets.relevant_index
+        ext_scores = None
+        if external is not None:
+            # counting against given scores: they play the part of the relevant items
+            rel_ptr = external[0].cpu()
+            rel_index = torch.zeros(int(rel_ptr[-1]), dtype=torch.int64)
+            ext_scores = external[1].to(device=device, dtype=dtype)
+        ex_index = relevance_sets.excluded_index
+        g_perm = None
+        if gallery_order_key is not None and num_g:
+            # Counts do not depend on gallery order; grouping by label puts each query block's
+            # relevant items in one or two gallery blocks.
+            g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
+            if is_identity(g_perm, num_g):
+                g_perm = None  # already grouped (e.g. captions listed by image): no copy
+        if g_perm is not None:
+            new_position = torch.empty_like(g_perm)
+            new_position[g_perm] = torch.arange(num_g)
+            if external is None:
+                rel_index = new_position[rel_index]
+            ex_index = new_position[ex_index]
+        if query_order_key is not None and num_q:
+            order = torch.sort(query_order_key.cpu(), stable=True).indices
+        else:
+            order = torch.arange(num_q)
+        # One entry per relevant pair: with thousands of relevant items per query these are the
+        # largest allocations of the ranking, so each mode allocates only what it returns.
+        num_pairs = int(rel_ptr[-1]) if num_q else 0
+        if mode == "scores":
+            outputs: tuple[Tensor, ...] = (torch.zeros(num_pairs, dtype=dtype),)
+        else:
+            above = torch.zeros(num_pairs, dtype=torch.int64)
+            outputs = (above, torch.zeros_like(above), torch.ones_like(above, dtype=torch.bool))
+        return Direction(
+            rel_ptr=rel_ptr,
+            rel_index=rel_index,
+            ex_ptr=relevance_sets.excluded_ptr,
+            ex_index=ex_index,
+            order=order,
+            g_perm=g_perm,
+            num_g=num_g,
+            outputs=outputs,
+            options=options,
+            device=device,
+            dtype=dtype,
+            mode=mode,
+            ext_scores=ext_scores,
+            # binary tables want each query's items by decreasing score: written so, they need
+            # no sort afterwards (graded ones also order tied items by grade: CSR order + sort)
+            by_score=mode == "table" and relevance_sets.query_grades is None,
+        )
+
+    @property
+    def max_relevant(self) -> int:
+        return int(self.rel_ptr.diff().max()) if self.order.numel() else 0
+
+    def state_bytes(self, block: int, elem: int) -> int:
+        """Scratch of every query block's counting state at once (the symmetric pass keeps them
+        all), rows padded to the block's longest."""
+        counts = self.rel_ptr.diff()[self.order]
+        n = counts.numel()
+        padded = torch.zeros(-(-n // block) * block, dtype=torch.int64)
+        padded[:n] = counts
+        widths = padded.view(-1, block).amax(1) + 1
+        # per (row, relevant slot): sorted scores and the depth candidates, the sort permutation
+        # and two histogram bins; per relevant pair: its row, column, position, block, offset,
+        # segment and the transients of the last step
+        return int(widths.sum()) * block * (2 * elem + 3 * 8) + int(counts.sum()) * 8 * 8
+
+    def at(self, block_g: int) -> Pass:
+        return Pass(
+            device=self.device,
+            dtype=self.dtype,
+            num_g=self.num_g,
+            block_g=block_g,
+            rel_ptr=self.rel_ptr,
+            rel_index=self.rel_index,
+            ex_ptr=self.ex_ptr,
+            ex_index=self.ex_index,
+            order=self.order,
+            outputs=self.outputs,
+            options=self.options,
+            ext_scores=self.ext_scores,
+            by_score=self.by_score,
+        )
+
+    def table(self, relevance_sets: Relevance) -> RankTable:
+        """The rank table of a ``"table"`` direction, once its pass has run."""
+        num_relevant = self.rel_ptr.diff()
+        gallery_size = self.num_g - self.ex_ptr.diff()
+        depth, num_q = self.options.depth, self.order.numel()
+        if depth is None:
+            depth_out = gallery_size.clone()
+        elif self.options.cover_relevant:
+            depth_out = num_relevant.clamp_min(depth)
+        else:
+            depth_out = torch.full((num_q,), depth, dtype=torch.int64)
+        above, tied, listed = self.outputs
+        items = ItemResults(
+            self.rel_ptr, above, tied, listed=listed, grade=relevance_sets.query_grades
+        )
+        return table_from_items(
+            items, num_relevant, gallery_size, depth_out, by_score=self.by_score
+        )
+
+    def scores(self) -> Tensor:
+        """The relevant pairs' scores of a ``"scores"`` direction, in the CSR order of its
+        relevance sets."""
+        return self.outputs[0]
+
+    def counts(self) -> tuple[Tensor, Tensor]:
+        """Above and tied of every given score of a ``"count"`` direction."""
+        return self.outputs[0], self.outputs[1]
+
+
+def pairs_with_relevant(directions: Sequence[Direction], block: int) -> int:
+    """Block pairs holding relevant items of either side (its rows or, transposed, columns)."""
+    keys = []
+    for k, side in enumerate(directions):
+        query_block = torch.empty_like(side.order)
+        query_block[side.order] = torch.arange(side.order.numel()) // block
+        rows = repeat(query_block, side.rel_ptr.diff())
+        cols = side.rel_index // block
+        keys.append(rows * 2**31 + cols if k == 0 else cols * 2**31 + rows)
+    return int(torch.unique(torch.cat(keys)).numel()) if keys else 0

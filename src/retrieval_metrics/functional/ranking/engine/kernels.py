@@ -1,0 +1,293 @@
+"""The tensor routines of the counting: segment maxima, row sorts, grouping by gallery block,
+and counting one score block into a query block's histograms.
+
+Where numpy is faster on the CPU the routine says so and takes it there (:func:`sort_rows`,
+:func:`count_block` through :func:`_merge_rows`), torch elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.csr import ptr_from_counts
+from retrieval_metrics.functional.primitives import flat_nonzero
+
+#: Width of the gallery segments whose maxima :func:`segment_maxima` takes: the gallery is cut
+#: into blocks of whole segments.
+SEGMENT = 64
+
+
+def segment_maxima(s: Tensor) -> Tensor:
+    return s.view(s.shape[0], s.shape[1] // SEGMENT, SEGMENT).amax(2)
+
+
+def column_segments(s: Tensor) -> Callable[[Tensor], Tensor]:
+    """Scores of flat segment indices of ``s.T`` (row r, segment k: ``s[64k : 64k + 64, r]``)."""
+    num_rows, num_cols = s.shape
+    segments = num_rows // SEGMENT
+    # (column, segment, item) as a strided view: indexing it with (column, segment) pairs reads
+    # the strided items directly, 2x cheaper than building a flat index of every item
+    by_column = s.view(segments, SEGMENT, num_cols).permute(2, 0, 1)
+
+    def values(seg: Tensor) -> Tensor:
+        column = floor_div(seg, segments)
+        return by_column[column, seg - column * segments]
+
+    return values
+
+
+def floor_div(x: Tensor, d: int) -> Tensor:
+    """``x // d`` for non-negative int64 ``x``: a shift when ``d`` is a power of two (segments
+    and the usual blocks), several times cheaper than an integer division on the CPU."""
+    if d & (d - 1) == 0:
+        return x >> (d.bit_length() - 1)
+    return x.div(d, rounding_mode="floor")
+
+
+def by_block(r_block: Tensor, num_blocks: int) -> tuple[Tensor, Tensor]:
+    """The relevant pairs ordered by gallery block (stable) and each block's bounds in that
+    order: one sort instead of one comparison of every pair per block."""
+    if num_blocks <= 1:
+        return torch.arange(r_block.numel()), torch.tensor([0, r_block.numel()])[: num_blocks + 1]
+    order = torch.from_numpy(np.argsort(r_block.cpu().numpy(), kind="stable"))
+    return order, ptr_from_counts(torch.bincount(r_block.cpu(), minlength=num_blocks))
+
+
+def pairs_in_block(order: Tensor, bounds: Tensor, b: int) -> Tensor:
+    """Indices of the relevant pairs whose item lies in gallery block ``b``."""
+    return order[int(bounds[b]) : int(bounds[b + 1])]
+
+
+def sort_rows(x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
+    """``torch.sort(x, dim=1)``; on the CPU by numpy, several times faster on long rows."""
+    if x.device.type != "cpu":
+        values, perm = torch.sort(x, dim=1)
+        return values, perm if with_perm else None
+    if not with_perm:
+        return torch.from_numpy(np.sort(x.numpy(), axis=1)), None
+    perm = np.argsort(x.numpy(), axis=1)
+    return torch.from_numpy(np.take_along_axis(x.numpy(), perm, 1)), torch.from_numpy(perm)
+
+
+def columnwise_max(blocks: list[Tensor]) -> list[Tensor]:
+    """The element-wise maximum of equally shaped segment maxima, as a list of at most one.
+
+    Column j is the best of the j-th segments of all the blocks: still one distinct item per
+    column, so the depth-th best column remains a lower bound of the depth-th best item, and a
+    top-k over it sees a fraction of the columns.
+    """
+    if not blocks:
+        return []
+    merged = blocks[0]
+    for later in blocks[1:]:
+        merged = torch.maximum(merged, later)
+    return [merged]
+
+
+def count_candidates(
+    s: Tensor,
+    candidates: Tensor,
+    threshold: Tensor,
+    rel_sorted: Tensor,
+    hist_lt: Tensor,
+    hist_le: Tensor,
+    memory_budget: int,
+    segment_values: Callable[[Tensor], Tensor] | None = None,
+) -> None:
+    """Add the items of the candidate segments of the score block ``s`` to the histograms.
+
+    ``candidates`` are flat indices of 64-item segments. Each item at or above its row's
+    threshold is searched in a copy of its row of ``rel_sorted``: cheap when few items survive
+    and rows are short (a good model, small classes). ``hist_lt`` gains one count at
+    (row, number of relevant scores strictly below the item), ``hist_le`` the difference of the
+    "<=" and "<" counts for items that tie a relevant score.
+    """
+    nb, segments = s.shape[0], s.shape[1] // SEGMENT
+    width = rel_sorted.shape[1] + 1
+    elem = s.element_size()
+    # Segments are read a chunk at a time (their scores, a flag and an index per item); the
+    # survivors, each copying a row of relevant scores, a sub-chunk at a time.
+    chunk = max(1, (memory_budget // 4) // (SEGMENT * (elem + 1 + 8)))
+    sub = max(1, (memory_budget // 4) // (width * elem + 4 * 8 + 2 * elem))
+    for c0 in range(0, candidates.numel(), chunk):
+        c_seg = candidates[c0 : c0 + chunk]
+        c_row = floor_div(c_seg, segments)
+        # Flat indices throughout: one-dimensional index_select is several times cheaper than
+        # indexing with a (row, column) pair.
+        if segment_values is None:
+            values = s.view(-1, SEGMENT).index_select(0, c_seg)
+        else:
+            values = segment_values(c_seg)
+        # Only items at or above the threshold can move a located relevant item.
+        keep = values >= threshold.index_select(0, c_row)[:, None]
+        hits = flat_nonzero(keep.view(-1))
+        del keep
+        for h0 in range(0, hits.numel(), sub):
+            hit = hits[h0 : h0 + sub]
+            row = c_row.index_select(0, floor_div(hit, SEGMENT))
+            value = (values.view(-1).index_select(0, hit) + 0.0)[:, None]
+            seq = rel_sorted.index_select(0, row)
+            lt = torch.searchsorted(seq, value, right=False)[:, 0]
+            flat = row * width + lt
+            hist_lt += torch.bincount(flat, minlength=nb * width)
+            # Exact ties with a relevant score are rare here: only those need "<=" counted apart.
+            at_lt = seq.gather(1, lt.clamp_max(seq.shape[1] - 1)[:, None])[:, 0]
+            equal = at_lt == value[:, 0]
+            if bool(equal.any()):
+                le = torch.searchsorted(seq[equal], value[equal], right=True)[:, 0]
+                hist_le += torch.bincount(row[equal] * width + le, minlength=nb * width)
+                hist_le -= torch.bincount(flat[equal], minlength=nb * width)
+
+
+def count_block(
+    s: Tensor,
+    rel_sorted: Tensor,
+    hist_lt: Tensor,
+    hist_le: Tensor,
+    memory_budget: int,
+    num_finite: Tensor | None = None,
+) -> None:
+    """Add every item of the score block ``s`` to the histograms of :func:`count_candidates`.
+
+    One batched binary search of each row of scores in its own row of ``rel_sorted``: no copy
+    per item, O(log m) per item whatever survives. Items below a row's threshold land in bins
+    of relevant scores below the threshold, whose counts are never used, so they need no
+    filtering. Rows are taken a few at a time so the scratch stays within the budget.
+
+    Two shortcuts for degenerate data. Where every item of the rows lies below its row's lowest
+    relevant score, above its highest, or on the one score of a row whose relevant scores are
+    all equal (collapsed embeddings), comparisons place every item and nothing is searched. And
+    an item tying a relevant score is counted "<=" from its "<" position and the length of the
+    run of equal relevant scores there, not by a second search.
+    """
+    nb, block_g = s.shape
+    m = rel_sorted.shape[1]
+    width = m + 1
+    elem = s.element_size()
+    # Per item: two int32 positions, an int64 gather index, the relevant score found there and
+    # a few flags; per row: the two histograms bincount returns and the runs of equal scores.
+    per_row = block_g * (2 * 4 + 8 + elem + 4) + 4 * width * 8
+    rows = max(1, (memory_budget // 4) // per_row)
+    if num_finite is None:  # (the query block counts them once for all its gallery blocks)
+        num_finite = rel_sorted.isfinite().sum(1, keepdim=True)
+    for r0 in range(0, nb, rows):
+        r1 = min(nb, r0 + rows)
+        values, seq = s[r0:r1], rel_sorted[r0:r1]
+        # the relevant scores of a row are finite, its padding +inf
+        finite_here = num_finite[r0:r1]
+        lowest = seq[:, :1]
+        highest = seq.gather(1, (finite_here - 1).clamp_min(0))
+        # A row whose relevant scores are all equal has no item strictly between them, so
+        # every item is below, on or above; other rows need no item in [lowest, highest].
+        spread = lowest < highest
+        on_cpu = s.device.type == "cpu"
+        # (the shortcuts read a flag on the host: on an accelerator, a wait per row chunk)
+        outside = on_cpu and (
+            not bool(spread.any()) or not _any_between(values, lowest, highest, spread)
+        )
+        if outside:
+            # Every item lands in bin 0 or in bin m (the row's relevant scores), "<" for the
+            # items above the highest, "<=" for those at or above it: two counts per row.
+            n_above = torch.count_nonzero(values > highest, dim=1)
+            n_at_least = torch.count_nonzero(values >= highest, dim=1)
+            first_bin = torch.arange(r0, r1, device=s.device) * width
+            last_bin = first_bin + finite_here[:, 0]
+            hist_lt.index_add_(0, first_bin, block_g - n_above)
+            hist_lt.index_add_(0, last_bin, n_above)
+            hist_le.index_add_(0, first_bin, n_above - n_at_least)
+            hist_le.index_add_(0, last_bin, n_at_least - n_above)
+            continue
+        if on_cpu:
+            _merge_rows(
+                values,
+                seq,
+                hist_lt[r0 * width : r1 * width].view(r1 - r0, width),
+                hist_le[r0 * width : r1 * width].view(r1 - r0, width),
+            )
+            continue
+        lt = torch.searchsorted(seq, values, right=False, out_int32=True)
+        at = lt.clamp_max(m - 1).to(torch.int64)
+        tie = seq.gather(1, at) == values
+        # An item tying the relevant score at position j is "<=" to the run of equal scores
+        # from j to the run's end. (Computed for every item on an accelerator: asking whether
+        # any item ties would wait on the host.)
+        le = torch.where(tie, _run_end(seq).gather(1, at).to(torch.int32) + 1, lt)
+        del at, tie
+        del outside
+        offset = torch.arange(r1 - r0, dtype=torch.int32, device=s.device)[:, None] * width
+        # scatter-added ones, not bincount: bincount sizes its output from the data's maximum,
+        # read on the host
+        ones = torch.ones(lt.numel(), dtype=torch.int64, device=s.device)
+        hist_lt[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), ones)
+        hist_le[r0 * width : r1 * width].index_add_(0, (le + offset).view(-1), ones)
+        hist_le[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), -ones)
+
+
+def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:
+    """Whether a row with ``spread`` has an item in [``lowest``, ``highest``] of its row.
+
+    One such row is looked at first: where a row's relevant items lie in the block, their own
+    scores are there, so it nearly always answers without a pass over the whole block (several
+    passes over every item, a quarter of the count on a weak model).
+    """
+    first = int(torch.argmax(spread.view(-1).to(torch.uint8)))
+    row = values[first]
+    if bool(((row >= lowest[first]) & (row <= highest[first])).any()):
+        return True
+    return bool(((values >= lowest) & (values <= highest) & spread).any())
+
+
+def _merge_rows(values: Tensor, seq: Tensor, hist_lt: Tensor, hist_le: Tensor) -> None:
+    """The histograms of :func:`count_block` by merging sorted lists, row by row (CPU).
+
+    Each row of scores is sorted once and each relevant score looked up in it: n log n + m log n
+    per row instead of a search per item, and numpy's sort and search are several times faster
+    than a batched ``torch.searchsorted``. With the relevant scores r_0 <= ... <= r_(m-1) of a
+    row, the items with exactly j relevant scores strictly below them are those in
+    (r_(j-1), r_j], so bin j of ``hist_lt`` is #{v <= r_j} - #{v <= r_(j-1)}; "<=" likewise with
+    [r_(j-1), r_j). ``hist_le`` gains the difference of the two, as in :func:`count_block`.
+    """
+    n = values.shape[1]
+    sorted_values = np.sort(values.numpy(), axis=1)
+    rel = seq.numpy()
+    rows, m = rel.shape
+    at_most = np.empty((rows, m + 2), dtype=np.int64)
+    at_most[:, 0] = 0
+    at_most[:, -1] = n
+    for i, (row, scores) in enumerate(zip(sorted_values, rel, strict=True)):
+        at_most[i, 1:-1] = row.searchsorted(scores, "right")
+    # "<" from "<=": minus the items equal to the relevant score, which sit just before. One
+    # such item is the rule (the relevant item itself); rows with more are searched again.
+    found = at_most[:, 1:-1]
+    # The items one and two places before each found position, read from the flat array (many
+    # times cheaper than take_along_axis); clamped to the row's first item where there is none,
+    # which the `found >` tests then ignore.
+    flat = sorted_values.ravel()
+    row_start = (np.arange(rows, dtype=np.int64) * n)[:, None]
+    before = found - 1
+    before += row_start
+    np.maximum(before, row_start, out=before)
+    below = at_most.copy()
+    below[:, 1:-1] -= (found > 0) & (flat.take(before) == rel)
+    before -= 1
+    np.maximum(before, row_start, out=before)
+    for i in np.flatnonzero(((found > 1) & (flat.take(before) == rel)).any(1)):
+        below[i, 1:-1] = sorted_values[i].searchsorted(rel[i], "left")
+    counts_lt = np.diff(at_most, axis=1)
+    hist_lt += torch.from_numpy(counts_lt)
+    hist_le += torch.from_numpy(np.diff(below, axis=1) - counts_lt)
+
+
+def _run_end(seq: Tensor) -> Tensor:
+    """For each position of each ascending row, the last position holding the same value."""
+    m = seq.shape[1]
+    position = torch.arange(m, device=seq.device).expand_as(seq)
+    ends = torch.ones_like(seq, dtype=torch.bool)
+    ends[:, :-1] = seq[:, 1:] != seq[:, :-1]
+    # the first run end at or after each position: a running minimum from the right
+    end_at = torch.where(ends, position, m)
+    return end_at.flip(1).cummin(1).values.flip(1)

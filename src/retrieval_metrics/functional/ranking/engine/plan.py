@@ -1,0 +1,111 @@
+"""Block sizes from the memory budget: how many queries and gallery items one block holds.
+
+The gallery is cut into blocks of whole 64-item segments (:data:`SEGMENT`). The one-sided pass
+takes its query and gallery blocks from :func:`block_sizes`, the two-sided pass its square blocks
+from :func:`square_block`, and how many of those products it may keep from :func:`cache_room`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
+
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
+#: The largest blocks by device type: (queries, gallery items) of the one-sided pass, and the
+#: square block of the symmetric pass. The CPU keeps a score block in its caches (2048 gallery
+#: items, up to 1024 queries). A GPU has no cache to fit but waits on the host at every query
+#: block and block pair (each counts with a few data-dependent sizes), so there the memory
+#: budget alone sets the query blocks and the square blocks: fewer of both for the same scores.
+BLOCK_CAPS = {"cpu": (1024, 2048, 2048)}
+DEVICE_BLOCK_CAPS = (2**15, 2048, 2**15)
+
+
+def block_caps(device: torch.device | str | None) -> tuple[int, int, int]:
+    """The largest query, gallery and square blocks for ``device`` (the CPU's by default)."""
+    kind = "cpu" if device is None else torch.device(device).type
+    return BLOCK_CAPS.get(kind, DEVICE_BLOCK_CAPS)
+
+
+def _per_pair_bytes(elem: int) -> int:
+    """Scratch per (query, relevant item) pair of a query block, all live at once at worst.
+
+    About eight score-sized copies (relevant scores, sorted, masked, the depth candidates) and
+    sixteen int64 (sort permutation, the two histograms, above and tied in sorted and in input
+    order, the pair's row, column, position, gallery index and block, and their transients).
+    """
+    return 8 * elem + 16 * 8
+
+
+def block_sizes(
+    num_q: int,
+    num_g: int,
+    dim: int,
+    max_relevant: int,
+    elem: int,
+    memory_budget: int,
+    device: torch.device | str | None = None,
+) -> tuple[int, int]:
+    """Query and gallery block sizes whose scratch fits in ``memory_budget`` (and, on the CPU,
+    its caches: :data:`BLOCK_CAPS`)."""
+    # On the CPU a gallery block of 2048 keeps the score block in cache for typical query
+    # blocks; the query block is the largest power of two (up to the cap) whose scratch fits.
+    cap_q, cap_g, _ = block_caps(device)
+    block_g = max(SEGMENT, min(cap_g, -(-num_g // SEGMENT) * SEGMENT))
+    block_q = cap_q
+    while block_q > 8:
+        # Score block (x2 for a cached relevant block and candidate copies), relevant scores,
+        # two int64 histograms and the padded gallery block.
+        scratch = (
+            3 * block_q * block_g * elem
+            + block_q * (max_relevant + 1) * (elem + 16 + 8)
+            + block_g * (dim + 1) * elem
+        )
+        if scratch <= memory_budget // 2:
+            break
+        block_q //= 2
+    while block_g > SEGMENT and 3 * block_q * block_g * elem > memory_budget // 2:
+        # Whole segments only: a gallery of 700 starts at 704, and 352 would split one.
+        block_g = max(SEGMENT, block_g // 2 // SEGMENT * SEGMENT)
+    # Thousands of relevant items per query: the per-pair scratch, counted in full, decides.
+    # (Only then: the query block sets how scores round, so ordinary data keeps its blocks.)
+    while block_q > 1 and block_q * (max_relevant + 1) * _per_pair_bytes(elem) > memory_budget // 2:
+        block_q //= 2
+    if max_relevant > block_g // 4:
+        # Each gallery block costs every row a search of its relevant scores in the block's
+        # sorted scores: with thousands of relevant items per query, fewer and wider gallery
+        # blocks cost less (the query blocks are then short, so the score block stays small).
+        wide = -(-num_g // SEGMENT) * SEGMENT
+        while wide > block_g and 3 * min(block_q, num_q) * wide * elem > memory_budget // 2:
+            wide = max(block_g, wide // 2 // SEGMENT * SEGMENT)
+        block_g = max(block_g, wide)
+    return max(1, min(block_q, num_q)), block_g
+
+
+def checked_block_size(block_size: tuple[int, int]) -> tuple[int, int]:
+    block_q, block_g = block_size
+    if block_q < 1 or block_g < SEGMENT or block_g % SEGMENT:
+        raise ValueError(
+            f"`block_size` must be (queries >= 1, gallery items a multiple of {SEGMENT}), "
+            f"got {block_size!r}"
+        )
+    return block_q, block_g
+
+
+def square_block(
+    num: int, elem: int, memory_budget: int, device: torch.device | str | None = None
+) -> int:
+    """The block of the symmetric pass: a few score blocks of ``block x block`` fit the budget
+    (and, on the CPU, the cache bound of :data:`BLOCK_CAPS`)."""
+    block = max(SEGMENT, min(block_caps(device)[2], -(-num // SEGMENT) * SEGMENT))
+    while block > SEGMENT and 4 * block * block * elem > memory_budget // 2:
+        block = max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
+    return block
+
+
+def cache_room(room: int, block: int, dtype: torch.dtype) -> int:
+    """How many square score blocks the two-sided pass keeps between reading and counting:
+    half of ``room`` (the budget less the query blocks' states) less the block being counted;
+    the counting's transients take the other half."""
+    elem = torch.finfo(dtype).bits // 8
+    return max(0, (room // 2) // (block * block * elem) - 1)

@@ -1,0 +1,529 @@
+"""The orders of block products: which score blocks are computed, and who counts them.
+
+:func:`blocked_table`, :func:`blocked_scores` and :func:`blocked_counts` (the rank table, the
+relevant pairs' scores, the counts against given scores) share one layout step: matrices,
+:class:`Direction`, block sizes (:func:`choose_layout`), then a pass: :func:`two_sided_pass` when
+one product can serve the queries of both of its sides (a set ranked against itself), else
+:func:`_one_sided_pass`, each block of queries against every gallery block in turn.
+:func:`two_way_ranking` lays out both directions of two sets ranked against each other
+(``rank_two_ways``) for one two-sided pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
+from retrieval_metrics.functional.ranking.engine.direction import (
+    Direction,
+    Mode,
+    RankingInput,
+    pairs_with_relevant,
+)
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
+from retrieval_metrics.functional.ranking.engine.plan import (
+    SEGMENT,
+    block_sizes,
+    cache_room,
+    checked_block_size,
+    square_block,
+)
+from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.relevance import Relevance
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.table import RankTable
+
+# Query blocks of fewer rows are padded to this many for the product: BLAS computes products of
+# a few rows with other kernels (gemv for one row), whose roundings differ from those of larger
+# blocks, and a score must not depend on the size of the block its query fell in.
+PRODUCT_ROWS = 8
+
+
+def blocked_table(
+    inputs: RankingInput, options: RankingSettings, exchange: Exchange | None = None
+) -> RankTable:
+    """Rank the queries of ``inputs`` against its kept gallery in blocks (see the package).
+
+    ``exchange``: the processes of ``exchange`` all hold these same items and share the work out,
+    each computing a share of the block products (see :func:`two_sided_pass`, or each its share
+    of the query blocks where the symmetric pass is not taken); every process returns the whole
+    table.
+    """
+    if exchange is not None and exchange.world == 1:
+        exchange = None
+    return _ranked(inputs, options, "table", exchange=exchange).table(inputs.relevance)
+
+
+def blocked_scores(inputs: RankingInput, options: RankingSettings) -> Tensor:
+    """Scores of every relevant pair, aligned with ``inputs.relevance.relevant_index``.
+
+    Computed with the same blocked products as :func:`blocked_counts`, so that the two agree on
+    ties when given the same ``options.block_size`` (the sharded gallery relies on it).
+    """
+    return _ranked(inputs, options, "scores").scores()
+
+
+def blocked_counts(
+    inputs: RankingInput, options: RankingSettings, thresholds: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """For each score ``thresholds[1][i]`` of query q (CSR pointers ``thresholds[0]``), count
+    the kept, non-excluded gallery items scoring strictly above it and exactly equal to it.
+
+    This is the counting half of the ranking, for scores that come from elsewhere (another
+    process's gallery shard). Returns ``(above, tied)`` aligned with ``thresholds[1]``.
+    """
+    return _ranked(inputs, options, "count", external=thresholds).counts()
+
+
+def _ranked(
+    inputs: RankingInput,
+    options: RankingSettings,
+    mode: Mode,
+    *,
+    external: tuple[Tensor, Tensor] | None = None,
+    exchange: Exchange | None = None,
+) -> Direction:
+    """The one layout step of the three above: matrices, :class:`Direction`, block sizes, then
+    the pass; the direction comes back with its outputs written."""
+    query, gallery, relevance_sets = inputs.query, inputs.gallery, inputs.relevance
+    device = query.device
+    dtype = score_dtype(query, gallery)
+    elem = torch.finfo(dtype).bits // 8
+    # Same source (a set ranked against itself): the score matrix is symmetric, so each pair of
+    # blocks can serve the queries of both (see two_sided_pass).
+    if inputs.symmetric and gallery.shape != query.shape:
+        raise ValueError("a same-source ranking ranks the queries against themselves")
+    kept = relevance_sets.gallery_index
+    if kept.numel() != gallery.shape[0]:
+        gallery = gallery[kept.to(device)]
+    q_mat, g_mat = prepare(query, gallery, options.similarity, dtype)
+    side = Direction.make(
+        inputs,
+        q_mat.shape[0],
+        g_mat.shape[0],
+        options,
+        device=device,
+        dtype=dtype,
+        external=external,
+        mode=mode,
+    )
+    if side.g_perm is not None:
+        g_mat = g_mat[side.g_perm.to(device)]
+    layout = choose_layout(
+        side, inputs, q_mat.shape[1], symmetric=inputs.symmetric and mode == "table"
+    )
+    if layout.symmetric:
+        block = layout.block_g
+        budget = options.memory_budget
+        room = cache_room(budget - 2 * side.state_bytes(block, elem), block, dtype)
+        two_sided_pass(side.at(block), None, g_mat, g_mat, room, exchange)
+    else:
+        _one_sided_pass(side.at(layout.block_g), q_mat, g_mat, layout.block_q, mode, exchange)
+        if exchange is not None:
+            _combine_outputs(side.outputs, exchange)
+    return side
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The pass a ranking takes and its blocks: ``symmetric`` (square blocks of ``block_g``)
+    or one-sided (query blocks of ``block_q`` rows, gallery blocks of ``block_g`` items)."""
+
+    symmetric: bool
+    block_q: int
+    block_g: int
+
+
+def choose_layout(side: Direction, inputs: RankingInput, dim: int, *, symmetric: bool) -> Layout:
+    """The symmetric pass for a same-source (``symmetric``) dot product of square blocks, in
+    one processing order, whose query blocks' counting states fit a quarter of the budget (they
+    all live to the end); else the one-sided pass. ``dim``: the width of the prepared matrices.
+    The reference path (``reference.py``) takes the same layout."""
+    options = side.options
+    block_size, memory_budget = options.block_size, options.memory_budget
+    elem = torch.finfo(side.dtype).bits // 8
+    num_q, num_g = side.order.numel(), side.num_g
+    if block_size is not None:
+        checked_block_size(block_size)
+    # the gallery before the ignore label removed any
+    num_gallery = inputs.gallery.shape[0]
+    if (
+        symmetric
+        and num_q
+        and one_product(options.similarity, block_size, inputs.relevance, num_gallery)
+        and _same_key(inputs.query_key, inputs.gallery_key)
+    ):
+        block = (
+            block_size[1] if block_size else square_block(num_g, elem, memory_budget, side.device)
+        )
+        if side.state_bytes(block, elem) <= memory_budget // 4:
+            return Layout(True, block, block)
+    if block_size is not None:
+        return Layout(False, *block_size)
+    block_q, block_g = block_sizes(
+        num_q, num_g, dim, side.max_relevant, elem, memory_budget, side.device
+    )
+    return Layout(False, block_q, block_g)
+
+
+def two_way_ranking(
+    ab: RankingInput, ba: RankingInput, options: RankingSettings
+) -> tuple[RankTable, RankTable]:
+    """The tables of ``ab`` (rows of ``a`` against ``b``) and ``ba`` (``b`` against ``a``, the
+    same embeddings the other way round), both from one pass over the ``a x b`` products: each
+    block of scores is counted along its rows for the first table and along its columns for the
+    second (image-to-text and text-to-image from one product). ``options.block_size`` (square)
+    sets the blocks.
+
+    Euclidean scores (not one product for both directions), a gallery shortened by an ignore
+    label, or counting states too large for a quarter of the budget: two one-sided passes.
+    """
+    a, b = ab.query, ab.gallery
+    squares = options.block_size
+    if squares is not None:
+        checked_block_size(squares)
+    device = a.device
+    dtype = score_dtype(a, b)
+    elem = torch.finfo(dtype).bits // 8
+    if (
+        a.shape[0]
+        and b.shape[0]
+        and one_product(options.similarity, squares, ab.relevance, b.shape[0])
+        and one_product(options.similarity, squares, ba.relevance, a.shape[0])
+    ):
+        a_mat, b_mat = prepare(a, b.to(device), options.similarity, dtype)
+        num_a, num_b = a_mat.shape[0], b_mat.shape[0]
+        sides = [
+            Direction.make(inputs, num, num_a + num_b - num, options, device=device, dtype=dtype)
+            for inputs, num in ((ab, num_a), (ba, num_b))
+        ]
+        block = squares[0] if squares is not None else _two_way_block(sides, options, dtype, device)
+        state = sum(s.state_bytes(block, elem) for s in sides)
+        if state <= options.memory_budget // 4:
+            # each side's gallery in the other's processing order
+            a_mat = a_mat[sides[1].g_perm.to(device)] if sides[1].g_perm is not None else a_mat
+            b_mat = b_mat[sides[0].g_perm.to(device)] if sides[0].g_perm is not None else b_mat
+            room = cache_room(options.memory_budget - 2 * state, block, dtype)
+            two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat, room)
+            return sides[0].table(ab.relevance), sides[1].table(ba.relevance)
+    return blocked_table(ab, options), blocked_table(ba, options)
+
+
+def _two_way_block(
+    sides: list[Direction], options: RankingSettings, dtype: torch.dtype, device: torch.device
+) -> int:
+    """The square block of the two-way pass from the budget: each block of one side needs the
+    relevant scores of many pairs before it counts its first, so half-size blocks when that
+    keeps every such product for its counting."""
+    elem = torch.finfo(dtype).bits // 8
+    budget = options.memory_budget
+    larger = max(side.order.numel() for side in sides)
+    block = square_block(larger, elem, budget, device)
+    half = block // 2 // SEGMENT * SEGMENT
+    if (
+        half >= 512
+        and pairs_with_relevant(sides, block) > cache_room(budget, block, dtype)
+        and pairs_with_relevant(sides, half) <= cache_room(budget, half, dtype)
+    ):
+        block = half
+    return block
+
+
+def one_product(
+    similarity: str, block_size: tuple[int, int] | None, rel: Relevance, num_gallery: int
+) -> bool:
+    """Whether one score block can serve both of its sides: a dot product of the same matrices
+    (euclidean scores 2 q.g - |g|^2 differ by side), square blocks, every gallery item kept."""
+    return (
+        similarity in ("cosine", "dot")
+        and (block_size is None or block_size[0] == block_size[1])
+        and rel.gallery_index.numel() == num_gallery
+    )
+
+
+def _same_key(first: Tensor | None, second: Tensor | None) -> bool:
+    if first is None or second is None:
+        return first is None and second is None
+    return first is second or torch.equal(first.cpu(), second.cpu())
+
+
+@in_full_fp32  # ranks must not depend on TF32 or the device
+def _one_sided_pass(
+    p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str,
+    exchange: Exchange | None = None,
+) -> None:
+    """Each query block against every gallery block in turn (any query and gallery).
+
+    With ``exchange``, this process ranks every ``world``-th query block only (its outputs for
+    the others stay as they start, for :func:`_combine_outputs`)."""
+    device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
+    elem = torch.finfo(dtype).bits // 8
+    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
+    scores = torch.empty(max(block_q, PRODUCT_ROWS), block_g, dtype=dtype, device=device)
+    cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
+
+    def gallery_block(b: int) -> Tensor:
+        start, stop = b * block_g, min((b + 1) * block_g, num_g)
+        if stop - start == block_g:
+            return g_mat[start:stop]
+        # The last block is padded to full width so that every block is one product of the same
+        # shape: a pair's score then cannot depend on the block it fell in.
+        g_buffer.zero_()
+        g_buffer[: stop - start] = g_mat[start:stop]
+        return g_buffer
+
+    for k, q_start in enumerate(range(0, q_mat.shape[0], block_q)):
+        if exchange is not None and k % exchange.world != exchange.rank:
+            continue
+        q_rows = p.order[q_start : q_start + block_q]
+        qb = QueryBlock(p, q_rows)
+        nb = qb.nb
+        q_blk = q_mat[q_rows.to(device)]
+        if nb < PRODUCT_ROWS:
+            q_blk = torch.cat([q_blk, q_blk.new_zeros(PRODUCT_ROWS - nb, q_blk.shape[1])])
+
+        def block_scores(
+            b: int, out: Tensor, q_blk: Tensor = q_blk, qb: QueryBlock = qb
+        ) -> Tensor:
+            s = torch.mm(q_blk, gallery_block(b).T, out=out[: q_blk.shape[0]])[: qb.nb]
+            qb.mask_excluded(s, b)
+            width = min(block_g, num_g - b * block_g)
+            if width < block_g:
+                s[:, width:] = p.neg_inf
+            return s
+
+        # Read relevant scores from the blocks that hold them (same products as the counting).
+        # With a depth, the first blocks are read here too (as many as stay cached), so that the
+        # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
+        # early blocks let several times as many candidates through as the later ones.
+        read_first = qb.relevant_blocks()
+        cache_room = max(0, (p.options.memory_budget // 2) // max(1, nb * block_g * elem) - 1)
+        if mode == "scores":
+            cache_room = 0
+        if p.options.depth is not None:
+            extra = min(THETA_EVERY, cache_room) - len(read_first)
+            read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
+        cache: dict[int, tuple[Tensor, Tensor | None]] = {}
+        for b in read_first:
+            if len(cache) < cache_room:
+                if len(cache) == len(cache_buffers):
+                    cache_buffers.append(torch.empty_like(scores))
+                s = block_scores(b, cache_buffers[len(cache)])
+            else:
+                s = block_scores(b, scores)
+            qb.read_relevant(s, b)
+            seg_max = None
+            if p.options.depth is not None:
+                seg_max = segment_maxima(s)
+                qb.seed(seg_max, b)
+            if len(cache) < cache_room:
+                cache[b] = (s, seg_max)
+        if mode == "scores":
+            p.outputs[0][qb.r_pos] = qb.relevant_values()
+            continue
+
+        qb.start_counting()
+        seeded = set(read_first)
+        for b in range(p.num_blocks_g):
+            s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
+            if seg_max is None:
+                seg_max = segment_maxima(s)
+            qb.count(s, seg_max, b, seeded=b in seeded)
+        qb.finish()
+
+
+@in_full_fp32  # ranks must not depend on TF32 or the device
+def two_sided_pass(
+    p_rows: Pass,
+    p_cols: Pass | None,
+    a: Tensor,
+    b: Tensor,
+    cache_room: int,
+    exchange: Exchange | None = None,
+) -> None:
+    """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
+
+    ``S = A_i B_j^T`` gives block i of ``a`` its scores against block j of ``b`` (rows, for
+    ``p_rows``) and block j of ``b`` its scores against block i of ``a`` (columns, ``S^T``, for
+    ``p_cols``). With ``p_cols=None`` it is one set ranked against itself (``a`` is ``b``): only
+    the pairs ``i <= j`` are computed, half of the full product. ``a`` and ``b`` are in
+    processing order; block i of queries is block i of the gallery of the other side. Up to
+    ``cache_room`` products are kept between reading relevant scores and counting.
+
+    With ``exchange`` (a set ranked against itself on several processes that all hold it), each
+    process computes every ``world``-th block pair only, counting it for both of its sides:
+    ``1 / world`` of the half product. A block's relevant scores are read on the processes that
+    own their pairs and combined before the block counts; at the end the counts are summed and
+    the depth thresholds maximised: every process finishes every query block, whole.
+    """
+    symmetric = p_cols is None
+    p_cols = p_rows if p_cols is None else p_cols
+    device, dtype, block = p_rows.device, p_rows.dtype, p_rows.block_g
+    num_a, num_b = a.shape[0], b.shape[0]
+    blocks_a, blocks_b = -(-num_a // block), -(-num_b // block)
+
+    def query_blocks(p: Pass, num_blocks: int) -> list[QueryBlock]:
+        return [QueryBlock(p, p.order[i * block : (i + 1) * block]) for i in range(num_blocks)]
+
+    rows_of = query_blocks(p_rows, blocks_a)
+    cols_of = rows_of if symmetric else query_blocks(p_cols, blocks_b)
+
+    tail_a, tail_b = num_a - (blocks_a - 1) * block, num_b - (blocks_b - 1) * block
+    # The last blocks are padded to full size (zeros, their scores set to -inf below).
+    last_a = torch.zeros(block, a.shape[1], dtype=dtype, device=device)
+    last_a[:tail_a] = a[(blocks_a - 1) * block :]
+    last_b = last_a if symmetric else torch.zeros_like(last_a)
+    last_b[:tail_b] = b[(blocks_b - 1) * block :]
+
+    def block_of(x: Tensor, last: Tensor, i: int, num_blocks: int) -> Tensor:
+        return last if i == num_blocks - 1 else x[i * block : (i + 1) * block]
+
+    def product(i: int, j: int, out: Tensor) -> Tensor:
+        # Every product has the same shape, so a pair's score does not depend on its block.
+        s = torch.mm(block_of(a, last_a, i, blocks_a), block_of(b, last_b, j, blocks_b).T, out=out)
+        if i == blocks_a - 1 and tail_a < block:
+            s[tail_a:] = p_rows.neg_inf
+        if j == blocks_b - 1 and tail_b < block:
+            s[:, tail_b:] = p_rows.neg_inf
+        return s
+
+    # A block starts counting once it has read its relevant scores (its threshold starts at the
+    # lowest), from the products of the pairs that hold them. Those products are kept for the
+    # counting while the budget allows: in the order below a block's pairs are read shortly
+    # before they are counted, so that few are kept at once when relevant items are grouped.
+    def pair(i: int, j: int) -> tuple[int, int]:
+        return (min(i, j), max(i, j)) if symmetric else (i, j)
+
+    needs_rows = [{pair(i, j) for j in qb.relevant_blocks()} for i, qb in enumerate(rows_of)]
+    needs_cols = (
+        needs_rows
+        if symmetric
+        else [{(i, j) for i in qb.relevant_blocks()} for j, qb in enumerate(cols_of)]
+    )
+    cache: dict[tuple[int, int], Tensor] = {}
+    read: set[tuple[int, int]] = set()
+    started: set[int] = set()
+    scores = torch.empty(block, block, dtype=dtype, device=device)
+
+    def start(qb: QueryBlock, needs: set[tuple[int, int]]) -> None:
+        if id(qb) in started:
+            return
+        for i, j in sorted(needs - read):
+            keep = len(cache) < cache_room
+            s = product(i, j, torch.empty_like(scores) if keep else scores)
+            rows_of[i].read_relevant(s, j)
+            if not (symmetric and i == j):
+                cols_of[j].read_relevant(s.T, i)
+            read.add((i, j))
+            if keep:
+                cache[(i, j)] = s
+        qb.start_counting()
+        started.add(id(qb))
+
+    owned = None
+    if exchange is not None:
+        if not symmetric:
+            raise ValueError("the block pairs are shared out for a set ranked against itself only")
+        world, rank = exchange.world, exchange.rank
+
+        def owned(i: int, j: int) -> bool:
+            # the pairs in loop order (j, then i <= j), dealt out in turn: equal shares of the
+            # products, and of the diagonal pairs, which count one side only
+            return (j * (j + 1) // 2 + i) % world == rank
+
+        combining: dict[int, Callable[[], Tensor]] = {}
+
+        def read_shared(k: int) -> None:
+            # Block k's relevant scores from the pairs this process owns (the other processes
+            # read the rest), then their combination is started: one block ahead of the
+            # counting, so that it runs while this process counts the block before.
+            for i, j in sorted(needs_rows[k] - read):
+                if owned(i, j):
+                    keep = len(cache) < cache_room
+                    s = product(i, j, torch.empty_like(scores) if keep else scores)
+                    rows_of[i].read_relevant(s, j)
+                    if i != j:
+                        cols_of[j].read_relevant(s.T, i)
+                    if keep:
+                        cache[(i, j)] = s
+                read.add((i, j))
+            # where another process read a score, this one holds the padding, +inf
+            combining[k] = exchange.min_async(rows_of[k].rel_scores.reshape(-1))
+
+        def start_shared(k: int) -> None:
+            if k + 1 < blocks_a:
+                read_shared(k + 1)
+            qb = rows_of[k]
+            qb.rel_scores.copy_(combining.pop(k)().view_as(qb.rel_scores))
+            qb.start_counting()
+            started.add(id(qb))
+
+        read_shared(0)
+
+    for j in range(blocks_b):
+        if owned is not None:
+            start_shared(j)
+        for i in range(j + 1) if symmetric else range(blocks_a):
+            if owned is not None and not owned(i, j):
+                continue
+            rows, cols = rows_of[i], cols_of[j]
+            start(rows, needs_rows[i])
+            start(cols, needs_cols[j])
+            s = cache.pop((i, j)) if (i, j) in cache else product(i, j, scores)
+            if not (symmetric and i == j):
+                # The columns first: the rows' exclusions are then written into s in place.
+                if cols.has_excluded(i):
+                    st = s.T.contiguous()
+                    cols.mask_excluded(st, i)
+                    cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
+                else:
+                    seg_max = s.view(block // SEGMENT, SEGMENT, block).amax(1).T.contiguous()
+                    cols.count(
+                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s)
+                    )
+            rows.mask_excluded(s, j)
+            rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+    if exchange is not None:
+        _combine_counts(rows_of, exchange)
+    for qb in rows_of if symmetric else rows_of + cols_of:
+        qb.finish()
+
+
+# The collectives of a ranking shared over processes: one each, over every query block at once.
+
+
+def _combine_counts(blocks: list[QueryBlock], exchange: Exchange) -> None:
+    """The histograms summed over processes, and the highest of their depth thresholds.
+
+    Each process's threshold is a lower bound of every row's depth-th best score, so the highest
+    is one too; and each process counted every item of its pairs at or above its own threshold,
+    so the sums are exact for every relevant score at or above the highest."""
+    hists = [h for qb in blocks for h in (qb.hist_lt, qb.hist_le)]
+    for hist, part in zip(hists, _split_like(exchange.sum(torch.cat(hists)), hists), strict=True):
+        hist.copy_(part)
+    thresholds = [qb.threshold for qb in blocks]
+    combined = exchange.max(torch.cat(thresholds))
+    for qb, part in zip(blocks, _split_like(combined, thresholds), strict=True):
+        qb.threshold = part
+
+
+def _combine_outputs(outputs: tuple[Tensor, ...], exchange: Exchange) -> None:
+    """Above, tied and listed of the query blocks each process ranked, on every process: the
+    others' entries are as they start (0, 0 and listed)."""
+    above, tied, listed = outputs
+    above.copy_(exchange.sum(above))
+    tied.copy_(exchange.sum(tied))
+    listed.copy_(exchange.max((~listed).to(torch.int64)) == 0)
+
+
+def _split_like(flat: Tensor, parts: list[Tensor]) -> list[Tensor]:
+    sizes = [t.numel() for t in parts]
+    return [
+        piece.view(t.shape) for piece, t in zip(flat.split(sizes), parts, strict=True)
+    ]

@@ -1,0 +1,181 @@
+"""Labels, ids and cameras as int64 codes that compare like the values given.
+
+One rule for every front end (metric classes, functional layer, command line, files): integers
+are themselves, a string that is the decimal text of an integer is that integer (ids compare as
+text), other strings are strings, and floats are taken only when they hold whole numbers their
+dtype stores exactly. :func:`label_codes` hashes strings (the same code in every process, so
+string labels survive a distributed gather); :func:`encode_labels` numbers them through one
+vocabulary shared by the sets it is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "canonical_id",
+    "encode_labels",
+    "label_codes",
+    "whole_float_labels",
+    "whole_float_value",
+]
+
+
+def whole_float_labels(values: Tensor, name: str) -> Tensor:
+    """Float labels as int64, when every value is a whole number its dtype holds exactly
+    (below 2**24 for float32, 2**53 for float64); otherwise a ValueError naming ``name``.
+
+    The one rule for float labels, ids and cameras, in the functional layer, the metric classes
+    and the command line."""
+    # Every integer of magnitude below 2**(mantissa bits + 1) has its own float; at or above that
+    # bound two labels may already have been rounded into one, so they are refused.
+    bits = round(-math.log2(torch.finfo(values.dtype).eps)) + 1  # 24 for float32, 53 for float64
+    as64 = values.to(torch.float64)
+    bad = ~torch.isfinite(as64) | (as64 != torch.round(as64)) | (as64.abs() >= 2.0**bits)
+    if bool(bad.any()):
+        example = float(as64[bad][0])
+        raise ValueError(
+            f"`{name}` must hold integers or strings; floats are accepted only when they hold "
+            f"whole numbers below 2**{bits} ({values.dtype} stores those exactly), got "
+            f"{example!r}. Labels are compared exactly and never rounded"
+        )
+    return as64.to(torch.int64)
+
+
+_INT64 = 2**63
+
+
+def canonical_id(value: Any) -> Any:
+    """The key a label or id is compared by: ids and labels compare as text, so the integer
+    ``7`` and the string ``"7"`` are one id (as in the command line's files, where a JSON object's
+    keys are always strings), while ``"007"`` and ``"7.0"`` are not ``7``.
+
+    A string that is the plain decimal text of an int64 becomes that int; anything else is
+    returned as it is (numpy integers as Python ints). The one rule of the metric classes, the
+    functional layer and the files.
+
+    >>> canonical_id("7"), canonical_id(7), canonical_id("007"), canonical_id("d7")
+    (7, 7, '007', 'd7')
+    """
+    if isinstance(value, str):
+        digits = value[1:] if value[:1] == "-" else value
+        if digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0"):
+            number = int(value)
+            if -_INT64 <= number < _INT64 and value != "-0":
+                return number
+        return value
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def whole_float_value(value: float, name: str) -> int:
+    """One float label as an int, by the rule of :func:`whole_float_labels`."""
+    return int(whole_float_labels(torch.tensor([float(value)], dtype=torch.float64), name)[0])
+
+
+def encode_labels(*label_sets: Any, names: Sequence[str] | None = None) -> list[Tensor]:
+    """Turn one or several label collections into int64 tensors that compare like the originals.
+
+    Integer tensors and arrays are kept as int64. Strings (or other hashable Python objects) are
+    mapped to integers through one vocabulary shared by all the sets, so equal labels in different
+    sets get equal codes. Floats are taken only when they hold whole numbers their dtype stores
+    exactly (:func:`whole_float_labels`): a float label beyond that may already have merged two
+    distinct integers.
+
+    >>> q, g = encode_labels(["cat", "dog"], ["dog", "dog", "cat"])
+    >>> (q[:, None] == g[None, :]).tolist()
+    [[False, False, True], [True, True, False]]
+    """
+    names = list(names) if names is not None else [f"labels[{i}]" for i in range(len(label_sets))]
+    as_tensors: list[Tensor | None] = []
+    objects: list[list[Any] | None] = []
+    for labels, name in zip(label_sets, names, strict=True):
+        tensor = _numeric_tensor(labels, name)
+        if tensor is not None:
+            if tensor.dim() != 1:
+                raise ValueError(f"`{name}` must be 1-D, got shape {tuple(tensor.shape)}")
+            as_tensors.append(_as_int64(tensor, name))
+            objects.append(None)
+            continue
+        values = _canonical_values(labels, name)
+        if values and all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values
+        ):
+            as_tensors.append(torch.tensor([int(v) for v in values], dtype=torch.int64))
+            objects.append(None)
+            continue
+        as_tensors.append(None)
+        objects.append(values)
+    if all(o is None for o in objects):
+        return [t for t in as_tensors if t is not None]
+    vocabulary: dict[Any, int] = {}
+    encoded = []
+    for values, tensor in zip(objects, as_tensors, strict=True):
+        # an integer tensor beside string labels: its ints compare as text too
+        values = values if values is not None else (tensor.tolist() if tensor is not None else [])
+        codes = [vocabulary.setdefault(v, len(vocabulary)) for v in values]
+        encoded.append(torch.tensor(codes, dtype=torch.int64))
+    return encoded
+
+
+def _numeric_tensor(labels: Any, name: str) -> Tensor | None:
+    """Tensors and numeric arrays as a tensor (no copy of an array), None for anything else;
+    complex values refused."""
+    if isinstance(labels, np.ndarray) and labels.dtype.kind in "iubf":
+        labels = torch.from_numpy(np.ascontiguousarray(labels))
+    if not isinstance(labels, Tensor):
+        return None
+    if labels.is_complex():
+        raise ValueError(f"`{name}` must hold integers or strings, got a {labels.dtype} tensor")
+    return labels
+
+
+def _as_int64(labels: Tensor, name: str) -> Tensor:
+    if labels.is_floating_point():
+        return whole_float_labels(labels, name)
+    return labels.to(torch.int64)
+
+
+def _canonical_values(labels: Any, name: str) -> list[Any]:
+    """A collection of Python values, each as it is compared: whole floats as ints, the decimal
+    text of an int as that int (:func:`canonical_id`)."""
+    if isinstance(labels, np.ndarray):
+        labels = labels.tolist()
+    return [
+        whole_float_value(v, name) if isinstance(v, (float, np.floating)) else canonical_id(v)
+        for v in labels
+    ]
+
+
+def _hash_label(value: Any) -> int:
+    digest = hashlib.blake2b(repr((type(value).__name__, value)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def label_codes(labels: Any, name: str) -> Tensor:
+    """int64 codes that compare like the labels: integers as they are, strings by a 64-bit hash,
+    except a string that is the decimal text of an integer, which is that integer: labels and ids
+    compare as text (``7`` and ``"7"`` are one label; see :func:`canonical_id`).
+
+    Floats are taken when they hold whole numbers their type stores exactly (below 2**24 for
+    float32, 2**53 for float64), the rule the command line applies to the arrays of its files;
+    other floats are refused, since labels are compared exactly. The hash is the same in every
+    process, so string labels survive a distributed gather.
+    """
+    tensor = _numeric_tensor(labels, name)
+    if tensor is not None:
+        return _as_int64(tensor.reshape(-1), name)
+    values = list(labels) if not isinstance(labels, np.ndarray) else labels
+    if any(isinstance(v, bool) for v in values):
+        bad = next(v for v in values if isinstance(v, bool))
+        raise ValueError(f"`{name}` must hold integers or strings, got {bad!r}")
+    codes = [v if isinstance(v, int) else _hash_label(v) for v in _canonical_values(values, name)]
+    return torch.tensor(codes, dtype=torch.int64)

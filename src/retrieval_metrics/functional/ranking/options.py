@@ -1,0 +1,161 @@
+"""The ranking's options as one object, and the engine that ranks by them.
+
+:class:`RankingOptions` is a :class:`~retrieval_metrics.functional.ranking.settings.RankingSettings`
+(every option of the ranking, checked once) plus the :class:`RankingEngine` that ranks by them:
+the metric classes make one and call :meth:`RankingOptions.rank` (or :meth:`~RankingOptions.
+rank_two_ways`, :meth:`~RankingOptions.rank_sharded`) with the items of each side; the object
+goes down whole. The engine is pluggable: :class:`BlockedEngine` (``engine/``, the exact blocked
+ranking) is the default, and any object with the :class:`RankingEngine` method may take its
+place, e.g. one that calls the plain reference path (``reference.py``) or an approximate index.
+
+Items reaching :meth:`RankingOptions.rank` are taken as checked: the metric classes check every
+batch of embeddings as it arrives (``check_embeddings`` at ``update``), so the blocked engine does
+not scan them for NaN and infinities again. ``rank_embeddings`` and the other keyword functions
+check what they are given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from retrieval_metrics.functional.ranking.embeddings import (
+    embedding_relevance,
+    ranked_table,
+    two_way_tables,
+)
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Items, Keys
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.sharded import sharded_table
+from retrieval_metrics.functional.table import RankTable
+
+__all__ = ["BLOCKED_ENGINE", "BlockedEngine", "RankingEngine", "RankingOptions"]
+
+
+class RankingEngine(Protocol):
+    """What ranks the items of a :class:`RankingOptions`.
+
+    ``rank(queries, gallery, options, exchange)`` returns the :class:`RankTable` of every query
+    against ``gallery`` (queries in input order), relevance and exclusions by ``options`` and
+    the items' keys, as ``rank_embeddings`` defines them. ``gallery=None`` is same source: the
+    queries ranked against themselves, each never retrieving itself. ``exchange``: the processes
+    that all hold these items may share the work out (every one returns the whole table); an
+    engine may ignore it and rank everything. The embeddings are checked finite already.
+    """
+
+    def rank(
+        self,
+        queries: Items,
+        gallery: Items | None,
+        options: RankingOptions,
+        exchange: Exchange | None,
+    ) -> RankTable: ...
+
+
+class BlockedEngine:
+    """The library's exact engine: the relevance sets (``embeddings``), then the blocked passes
+    of ``engine/schedule``; also one pass for both directions of two sets (:meth:`rank_two_ways`)
+    and a gallery sharded over processes (:meth:`rank_sharded`)."""
+
+    def __repr__(self) -> str:
+        return "BlockedEngine()"
+
+    def rank(
+        self,
+        queries: Items,
+        gallery: Items | None,
+        options: RankingOptions,
+        exchange: Exchange | None = None,
+    ) -> RankTable:
+        if gallery is None:
+            inputs = embedding_relevance(
+                queries.emb, None, queries.keys, None, options, scan=False
+            )
+        else:
+            query_keys, gallery_keys = _side_keys(queries, gallery)
+            query = queries.emb.to(gallery.emb.device)
+            inputs = embedding_relevance(
+                query, gallery.emb, query_keys, gallery_keys, options, scan=False
+            )
+        return ranked_table(inputs, options, exchange)
+
+    def rank_two_ways(
+        self, a: Items, b: Items, options: RankingOptions
+    ) -> tuple[RankTable, RankTable]:
+        """``b`` ranked for every item of ``a`` and ``a`` for every item of ``b`` (relevant: the
+        same label), both from one pass over the products."""
+        b_emb = b.emb.to(a.emb.device)
+        return two_way_tables(a.emb, b_emb, a.labels, b.labels, options, scan=False)
+
+    def rank_sharded(
+        self, queries: Items, shard: Items, options: RankingOptions, exchange: Exchange
+    ) -> RankTable:
+        """Every query against a gallery split over the processes of ``exchange``."""
+        query_keys, shard_keys = _side_keys(queries, shard)
+        return sharded_table(
+            queries.emb, shard.emb, query_keys, shard_keys, options, exchange, scan=False
+        )
+
+
+#: the default engine of :class:`RankingOptions`
+BLOCKED_ENGINE = BlockedEngine()
+
+
+@dataclass(frozen=True)
+class RankingOptions(RankingSettings):
+    """Every option of the ranking of embeddings (see ``rank_embeddings``) and the ``engine``
+    that ranks by them (the exact blocked one by default)."""
+
+    engine: RankingEngine = BLOCKED_ENGINE
+
+    def rank(
+        self, queries: Items, gallery: Items | None, exchange: Exchange | None = None
+    ) -> RankTable:
+        """Rank ``gallery`` for every query; self-exclusion and relevance by the items' ids.
+
+        ``gallery=None`` is same source: the queries ranked against themselves, each never
+        retrieving itself. Stated by the caller, never inferred from the two sides holding the
+        same tensors: it is what lets the ranking compute each block pair of the symmetric score
+        matrix once for both of its sides. ``exchange``: the processes that all hold these items
+        share the ranking out (see ``rank_embeddings``). The embeddings are taken as checked
+        finite (the metric classes check each batch at ``update``)."""
+        return self.engine.rank(queries, gallery, self, exchange)
+
+    def rank_two_ways(self, a: Items, b: Items) -> tuple[RankTable, RankTable]:
+        """``b`` ranked for every item of ``a`` and ``a`` for every item of ``b`` (relevant: the
+        same label), both from one pass over the products.
+
+        An engine other than the blocked one ranks each direction with its ``rank`` (the same
+        tables: relevance by label only, the ignore label unread)."""
+        if isinstance(self.engine, BlockedEngine):
+            return self.engine.rank_two_ways(a, b, self)
+        labelled = replace(self, relevance="label", ignore_label=None)
+        a = Items(emb=a.emb, labels=a.labels)
+        b = Items(emb=b.emb.to(a.emb.device), labels=b.labels)
+        return self.engine.rank(a, b, labelled, None), self.engine.rank(b, a, labelled, None)
+
+    def rank_sharded(self, queries: Items, shard: Items, exchange: Exchange) -> RankTable:
+        """Rank every query against a gallery split over processes (this one holds ``shard``).
+        The blocked engine's pass: a gallery that stays split needs its scores and counts
+        exchanged between the block products."""
+        if not isinstance(self.engine, BlockedEngine):
+            raise ValueError(
+                f"a gallery sharded over processes is ranked by the blocked engine only, not "
+                f"{self.engine!r}"
+            )
+        return self.engine.rank_sharded(queries, shard, self, exchange)
+
+
+def _side_keys(queries: Items, gallery: Items) -> tuple[Keys, Keys]:
+    """Both sides' keys; an empty gallery (shard) still needs empty per-item tensors where the
+    queries have them."""
+    query_keys, gallery_keys = queries.keys, gallery.keys
+    if len(gallery) == 0:
+        empty = {
+            name: getattr(query_keys, name)[:0]
+            for name in KEY_FIELDS
+            if getattr(query_keys, name) is not None and getattr(gallery_keys, name) is None
+        }
+        gallery_keys = replace(gallery_keys, **empty)
+    return query_keys, gallery_keys

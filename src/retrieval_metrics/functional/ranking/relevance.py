@@ -1,0 +1,273 @@
+"""Relevance rules and exclusions: who is correct for a query, and who is left out of its ranking.
+
+Everything the ranking needs to know about relevance is decided here and nowhere else. The result
+is a :class:`Relevance`: for every query, the gallery items that are relevant to it and the gallery
+items that are excluded from its ranking (they neither help nor compete), both as compressed
+sparse rows (CSR) over gallery indices, plus the gallery items that are removed for every query
+(the ignore label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.csr import (
+    csr_difference,
+    csr_from_ranges,
+    csr_keep_columns,
+    ptr_from_counts,
+    row_of_entries,
+)
+from retrieval_metrics.functional.primitives import flat_nonzero, masked
+from retrieval_metrics.functional.ranking.labels import canonical_id
+
+__all__ = [
+    "Relevance",
+    "build_relevance",
+    "csr_from_ranges",
+]
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """Relevant and excluded gallery items of every query.
+
+    Attributes:
+        relevant_ptr: ``(Q + 1,)`` int64 CSR pointers into ``relevant_index``.
+        relevant_index: gallery indices (into the kept gallery) of each query's relevant items,
+            sorted ascending within a query. Excluded items are never relevant.
+        excluded_ptr: ``(Q + 1,)`` int64 CSR pointers into ``excluded_index``.
+        excluded_index: kept-gallery indices excluded from each query's ranking.
+        gallery_index: ``(N',)`` int64 indices of the kept gallery items in the input gallery (all
+            of them unless an ignore label removed some).
+        query_grades: optional float64 grades aligned with ``relevant_index`` (graded relevance).
+    """
+
+    relevant_ptr: Tensor
+    relevant_index: Tensor
+    excluded_ptr: Tensor
+    excluded_index: Tensor
+    gallery_index: Tensor
+    query_grades: Tensor | None = None
+
+    @property
+    def num_queries(self) -> int:
+        return self.relevant_ptr.numel() - 1
+
+    @property
+    def num_relevant(self) -> Tensor:
+        return self.relevant_ptr.diff()
+
+    @property
+    def num_excluded(self) -> Tensor:
+        return self.excluded_ptr.diff()
+
+
+def _label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Tensor]:
+    order = torch.sort(gallery_labels, stable=True).indices
+    sorted_labels = gallery_labels[order]
+    start = torch.searchsorted(sorted_labels, query_labels, right=False)
+    stop = torch.searchsorted(sorted_labels, query_labels, right=True)
+    # A stable sort keeps equal labels in index order: every row comes out sorted ascending.
+    return csr_from_ranges(start, stop, order)
+
+
+def _radius_csr(
+    query_positions: Tensor, gallery_positions: Tensor, radius: float, block: int = 4096
+) -> tuple[Tensor, Tensor]:
+    rows, cols = [], []
+    qp = query_positions.to(torch.float64)
+    gp = gallery_positions.to(torch.float64)
+    for start in range(0, qp.shape[0], block):
+        # Distances in float64 so that "<= radius" is decided the same way whatever the block.
+        dist = torch.cdist(
+            qp[start : start + block], gp, compute_mode="donot_use_mm_for_euclid_dist"
+        )
+        r, c = torch.nonzero(dist <= radius, as_tuple=True)
+        rows.append(r + start)
+        cols.append(c)
+    row = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.int64)
+    col = torch.cat(cols) if cols else torch.zeros(0, dtype=torch.int64)
+    return ptr_from_counts(torch.bincount(row, minlength=qp.shape[0])), col
+
+
+def _ids_csr(
+    relevant_ids: Sequence[Any], gallery_ids: Tensor | None, num_gallery: int
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """CSR of explicit relevant ids; a dict gives graded relevance (grade <= 0: not relevant)."""
+    if gallery_ids is None:
+        lookup = None
+    else:
+        lookup = {int(v): i for i, v in enumerate(gallery_ids.tolist())}
+    ptr = [0]
+    index: list[int] = []
+    grades: list[float] = []
+    graded = False
+    for q, ids in enumerate(relevant_ids):
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        if isinstance(ids, dict):
+            graded = True
+            items = [(k, float(v)) for k, v in ids.items() if float(v) > 0]
+        else:
+            items = [(k, 1.0) for k in dict.fromkeys(ids)]
+        row = []
+        for item_id, grade in items:
+            if lookup is None:
+                position = int(item_id)
+                if not 0 <= position < num_gallery:
+                    raise ValueError(
+                        f"`relevant_ids[{q}]` names gallery item {item_id!r}, but the gallery has "
+                        f"{num_gallery} items (indices 0..{num_gallery - 1}); pass `gallery_ids` "
+                        "to name items by id"
+                    )
+            else:
+                key = canonical_id(item_id)
+                if not isinstance(key, int) or key not in lookup:
+                    raise ValueError(
+                        f"`relevant_ids[{q}]` names id {item_id!r}, which is not in `gallery_ids`"
+                    )
+                position = lookup[key]
+            row.append((position, grade))
+        row.sort()
+        index.extend(p for p, _ in row)
+        grades.extend(g for _, g in row)
+        ptr.append(len(index))
+    return (
+        torch.tensor(ptr, dtype=torch.int64),
+        torch.tensor(index, dtype=torch.int64),
+        torch.tensor(grades, dtype=torch.float64) if graded else None,
+    )
+
+
+def build_relevance(
+    num_queries: int,
+    num_gallery: int,
+    *,
+    relevance: str = "label",
+    query_labels: Tensor | None = None,
+    gallery_labels: Tensor | None = None,
+    query_positions: Tensor | None = None,
+    gallery_positions: Tensor | None = None,
+    radius: float | None = None,
+    relevant_ids: Sequence[Any] | None = None,
+    query_ids: Tensor | None = None,
+    gallery_ids: Tensor | None = None,
+    same_source: bool = False,
+    query_cameras: Tensor | None = None,
+    gallery_cameras: Tensor | None = None,
+    ignore_label: int | None = None,
+) -> Relevance:
+    """Decide every query's relevant and excluded gallery items (docs/definitions.md, Terms).
+
+    Args:
+        relevance: ``"label"`` (equal labels), ``"radius"`` (position within ``radius``, inclusive)
+            or ``"ids"`` (``relevant_ids[q]``: gallery ids, or a dict id -> grade).
+        query_ids, gallery_ids: sample ids; a gallery item whose id equals the query's id is the
+            query itself and is excluded. With ``same_source`` and no ids, the item at the query's
+            own position is excluded.
+        query_cameras, gallery_cameras: re-identification: items with the query's label *and*
+            camera are excluded.
+        ignore_label: gallery items with this label are removed for every query; a query with this
+            label has no relevant item.
+
+    Labels must already be int64 tensors (see :func:`encode_labels`).
+    """
+    device = torch.device("cpu")
+    gallery_keep = None
+    if ignore_label is not None:
+        if gallery_labels is None:
+            raise ValueError("`ignore_label` needs gallery labels")
+        gallery_keep = gallery_labels != ignore_label
+    if same_source and (query_ids is None) != (gallery_ids is None):
+        raise ValueError("same-source ids must be given for both queries and gallery, or neither")
+
+    if relevance == "label":
+        if query_labels is None or gallery_labels is None:
+            raise ValueError('relevance="label" needs `labels` for queries and gallery items')
+        rel_ptr, rel_index = _label_csr(query_labels, gallery_labels)
+        grades = None
+    elif relevance == "radius":
+        if query_positions is None or gallery_positions is None:
+            raise ValueError('relevance="radius" needs `positions` for queries and gallery items')
+        if radius is None or not radius >= 0:
+            raise ValueError(f"`radius` must be a non-negative number of metres, got {radius!r}")
+        rel_ptr, rel_index = _radius_csr(query_positions, gallery_positions, float(radius))
+        grades = None
+    elif relevance == "ids":
+        if relevant_ids is None:
+            raise ValueError(
+                'relevance="ids" needs `relevant_ids`, one collection of ids per query'
+            )
+        if len(relevant_ids) != num_queries:
+            raise ValueError(
+                f"`relevant_ids` must have one entry per query ({num_queries}), "
+                f"got {len(relevant_ids)}"
+            )
+        rel_ptr, rel_index, grades = _ids_csr(relevant_ids, gallery_ids, num_gallery)
+    else:
+        raise ValueError(f'`relevance` must be "label", "radius" or "ids", got {relevance!r}')
+
+    # Exclusions, as (query, gallery) pairs.
+    ex_rows: list[Tensor] = []
+    ex_cols: list[Tensor] = []
+    if query_ids is not None and gallery_ids is not None:
+        order = torch.sort(gallery_ids).indices
+        sorted_ids = gallery_ids[order]
+        start = torch.searchsorted(sorted_ids, query_ids, right=False)
+        stop = torch.searchsorted(sorted_ids, query_ids, right=True)
+        ptr, index = csr_from_ranges(start, stop, order)
+        ex_rows.append(row_of_entries(ptr))
+        ex_cols.append(index)
+    elif same_source:
+        ex_rows.append(torch.arange(num_queries))
+        ex_cols.append(torch.arange(num_queries))
+    if query_cameras is not None or gallery_cameras is not None:
+        if query_cameras is None or gallery_cameras is None:
+            raise ValueError("`cameras` must be given for both queries and gallery items")
+        if query_labels is None or gallery_labels is None:
+            raise ValueError("camera exclusion needs identity labels for queries and gallery items")
+        same_ptr, same_index = _label_csr(query_labels, gallery_labels)
+        same_row = row_of_entries(same_ptr)
+        same_cam = query_cameras[same_row] == gallery_cameras[same_index]
+        ex_rows.append(same_row[same_cam])
+        ex_cols.append(same_index[same_cam])
+    if ex_rows:
+        rows, cols = torch.cat(ex_rows), torch.cat(ex_cols)
+        key = torch.unique(rows * max(num_gallery, 1) + cols)
+        rows, cols = key // max(num_gallery, 1), key % max(num_gallery, 1)
+    else:
+        rows = cols = torch.zeros(0, dtype=torch.int64)
+
+    if gallery_keep is not None:
+        keep_pairs = gallery_keep[cols]
+        rows, cols = rows[keep_pairs], cols[keep_pairs]
+    ex_ptr = ptr_from_counts(torch.bincount(rows, minlength=num_queries))
+    ex_index = cols
+
+    rel_ptr, rel_index, kept = csr_difference(rel_ptr, rel_index, ex_ptr, ex_index)
+    if grades is not None:
+        grades = masked(grades, kept)
+    if gallery_keep is not None:
+        rel_ptr, rel_index, kept = csr_keep_columns(rel_ptr, rel_index, gallery_keep)
+        if grades is not None:
+            grades = masked(grades, kept)
+        new_position = torch.cumsum(gallery_keep.to(torch.int64), 0) - 1
+        rel_index = new_position[rel_index]
+        ex_index = new_position[ex_index]
+        gallery_index = flat_nonzero(gallery_keep)
+    else:
+        gallery_index = torch.arange(num_gallery)
+    return Relevance(
+        relevant_ptr=rel_ptr.to(device),
+        relevant_index=rel_index.to(device),
+        excluded_ptr=ex_ptr.to(device),
+        excluded_index=ex_index.to(device),
+        gallery_index=gallery_index.to(device),
+        query_grades=grades,
+    )

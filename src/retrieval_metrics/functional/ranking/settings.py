@@ -1,0 +1,69 @@
+"""The values of every option of a ranking of embeddings, in one record checked once.
+
+A :class:`RankingSettings` goes down whole, from the entry point through the relevance rules to
+the engine's passes (``Direction`` and ``Pass`` hold it): nothing below the entry point unpacks
+it into keywords. The keyword functions (``rank_embeddings(similarity=..., depth=...)``) make one
+at their boundary; :class:`~retrieval_metrics.functional.ranking.options.RankingOptions` is the
+same record plus the engine that ranks by it, which the metric classes make.
+
+The defaults are the library's (``functional/options.py``, ``OPTIONS``); the values are checked
+here, once, with the messages the entry points have always raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from retrieval_metrics.functional.options import OPTIONS, check_option
+
+__all__ = ["RELEVANCE_RULES", "RankingSettings"]
+
+#: the relevance rules of a ranking of embeddings: the metric classes' two (``OPTIONS``) and
+#: explicit relevant ids, which the functional layer also takes
+RELEVANCE_RULES = ("label", "radius", "ids")
+
+
+@dataclass(frozen=True)
+class RankingSettings:
+    """Every option of a ranking of embeddings (see ``rank_embeddings``).
+
+    Attributes:
+        relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with relevant ids).
+        radius: metres, inclusive, for ``relevance="radius"``.
+        ignore_label: gallery items with this label are removed from every ranking.
+        similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"``.
+        memory_budget: bytes of scratch memory the ranking may use.
+        depth: locate exactly only the relevant items within the top ``depth`` positions (and
+            each query's best); None: all of them.
+        cover_relevant: with ``depth``, every relevant item within the top max(depth, m_q).
+        block_size: ``(queries, gallery items)`` per block, overriding the choice made from
+            ``memory_budget``; results do not depend on it.
+    """
+
+    relevance: str = OPTIONS["relevance"].default
+    radius: float | None = OPTIONS["radius"].default
+    ignore_label: int | None = OPTIONS["ignore_label"].default
+    similarity: str = OPTIONS["similarity"].default
+    memory_budget: int = OPTIONS["memory_budget"].default
+    depth: int | None = None
+    cover_relevant: bool = False
+    block_size: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        check_option("similarity", self.similarity)
+        if self.relevance not in RELEVANCE_RULES:
+            raise ValueError(
+                f'`relevance` must be "label", "radius" or "ids", got {self.relevance!r}'
+            )
+        if self.relevance == "radius" and (self.radius is None or not self.radius >= 0):
+            raise ValueError(
+                f"`radius` must be a non-negative number of metres, got {self.radius!r}"
+            )
+        depth = self.depth
+        if depth is not None and (not isinstance(depth, int) or depth < 1):
+            raise ValueError(f"`depth` must be a positive int or None, got {depth!r}")
+        budget = self.memory_budget
+        if not isinstance(budget, int) or budget < 2**16:
+            raise ValueError(
+                f"`memory_budget` must be an int of at least 65536 bytes, got {budget!r}"
+            )

@@ -1,0 +1,495 @@
+"""The shared ``Metric`` core of every metric kind: options, states, dedupe, the distributed sync,
+rank tables and everything beyond ``compute()``.
+
+:class:`RetrievalMetricBase` resolves the options (``protocol`` included; each option declared once
+in :mod:`retrieval_metrics.functional.options`), keeps per-item states of any number of sides
+(registered, appended, gathered and deduplicated the same way for every kind), and builds
+``per_query``, ``summary``, ``confidence_interval`` and :func:`retrieval_metrics.compare` on one
+method, :meth:`~RetrievalMetricBase.rank_tables` (``plot`` too, from the front-end classes'
+:class:`retrieval_metrics.plot.Plotted`). A kind says how its states become rank tables: the
+one-direction kind is :class:`~retrieval_metrics.metrics.retrieval.RetrievalMetric`, image-text
+:class:`~retrieval_metrics.metrics.crossmodal.CrossModalRetrieval`.
+
+``compute()``: states are gathered across processes (any number of rows, updates, or none at all
+per rank; :mod:`retrieval_metrics.metrics.distributed`), duplicate samples dropped by id, and the
+ranking shared out, so every process returns the value a single process would.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities.data import dim_zero_cat
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.options import OPTIONS, check_option
+from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.inputs import num_batches
+from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
+
+__all__ = ["RetrievalMetricBase"]
+
+#: the options every metric kind takes, checked against their declarations
+_CHECKED = ("similarity", "ties", "empty_queries", "relevance", "average", "ap", "divisor",
+            "gain", "median", "nonpositive", "all_skipped", "percent", "radius", "ignore_label")
+
+
+class RetrievalMetricBase(Metric):
+    """What every retrieval metric shares: options, states, rank tables and what is built on them.
+
+    Options left out take the library default shown here, or the value that ``protocol`` fixes;
+    an option you pass must agree with the protocol.
+
+    Args:
+        similarity: "cosine" (default), "dot" or "euclidean".
+        ties: "expected" (default), "optimistic" or "pessimistic": how equal scores are ordered
+            (see the definitions page of the documentation).
+        empty_queries: "skip" (default), "zero" or "error" for queries with no relevant item.
+        percent: report fractions as percentages.
+        relevance: "label" (default) or "radius" (with ``positions=`` and ``radius``).
+        radius: metres for ``relevance="radius"``, inclusive (25 by default).
+        ignore_label: gallery items with this label are removed from every ranking.
+        average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
+            and r_precision; the other measures are one score per query and stay macro. A name
+            may fix its own ("recall@10/micro").
+        memory_budget: bytes of scratch memory the ranking may use. With more relevant
+            (query, item) pairs than it holds (few classes of thousands), ``compute()``
+            ranks a chunk of queries at a time and keeps only per-query values.
+        protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
+            "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval",
+            "torchmetrics"; see :mod:`retrieval_metrics.protocols`); it sets the options it
+            fixes.
+        ap: average precision "step" (default) or "trapezoid" (official Market-1501 code).
+        divisor: AP@K divided by "relevant" m_q (default), "min" min(m_q, K) or "retrieved".
+        gain: NDCG gain "exponential" 2^g - 1 (default) or "linear" g.
+        median: median rank "vsepp" floor(median(r - 1)) + 1 (default) or "plain".
+        nonpositive: "hit" (default) or "miss": with "miss", a relevant item scored <= 0 is
+            never a hit of map, mrr, precision and recall (it still counts in m_q), and map
+            without a cut-off divides by the relevant items scored > 0 (torchmetrics' rules; the
+            preds/target/indexes form only).
+        all_skipped: the value when ``empty_queries="skip"`` leaves no query: "nan" (default)
+            or "zero" (torchmetrics).
+        kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
+
+    A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
+    and :meth:`sample_ids`.
+    """
+
+    # TorchScript skips these when a metric is scripted: inferring a type for the update
+    # signature torchmetrics keeps (string annotations here) costs a scripting ~0.3 s
+    __jit_ignored_attributes__: ClassVar[list[str]] = [
+        *Metric.__jit_ignored_attributes__, "_update_signature"
+    ]
+    __jit_unused_properties__: ClassVar[list[str]] = [
+        *Metric.__jit_unused_properties__, "measure_options"
+    ]
+    is_differentiable = False
+    higher_is_better: bool | None = True
+    full_state_update = False
+    plot_lower_bound: float | None = 0.0
+    plot_upper_bound: float | None = 1.0
+    #: put before every reported name (RetrievalMetrics' ``prefix=``)
+    prefix = ""
+
+    def __init__(
+        self,
+        *,
+        similarity: str | None = None,
+        ties: str | None = None,
+        empty_queries: str | None = None,
+        percent: bool | None = None,
+        relevance: str | None = None,
+        radius: float | None = None,
+        ignore_label: int | NotGiven | None = NOT_GIVEN,
+        average: str | None = None,
+        memory_budget: int = OPTIONS["memory_budget"].default,
+        ap: str | None = None,
+        divisor: str | None = None,
+        gain: str | None = None,
+        median: str | None = None,
+        nonpositive: str | None = None,
+        all_skipped: str | None = None,
+        protocol: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        opts = apply_protocol(protocol, {
+            "similarity": similarity, "ties": ties, "empty_queries": empty_queries,
+            "percent": percent, "relevance": relevance, "radius": radius,
+            "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
+            "gain": gain, "median": median, "nonpositive": nonpositive,
+            "all_skipped": all_skipped,
+        })
+        self.protocol = protocol
+        for name in _CHECKED:
+            check_option(name, opts[name])
+        check_option("memory_budget", memory_budget)
+        percent, radius, ignore_label = opts["percent"], opts["radius"], opts["ignore_label"]
+        self.similarity = opts["similarity"]
+        self.ties = opts["ties"]
+        self.empty_queries = opts["empty_queries"]
+        self.percent = percent
+        self.relevance = opts["relevance"]
+        self.radius = float(radius)
+        self.ignore_label = ignore_label
+        self.average = opts["average"]
+        self.memory_budget = memory_budget
+        self.ap = opts["ap"]
+        self.divisor = opts["divisor"]
+        self.gain = opts["gain"]
+        self.median = opts["median"]
+        self.nonpositive = opts["nonpositive"]
+        self.all_skipped = opts["all_skipped"]
+        self.bytes_exchanged = 0
+        self._sync_bytes = 0
+        # The ranking of the current states, shared by compute(), per_query(), summary(),
+        # rank_tables(), compare() and plot() until update() or reset() changes the states: the
+        # whole rank tables, or (ranked a chunk of queries at a time) every process's per-query
+        # parts and query fields.
+        self._tables: dict[str, RankTable] | None = None
+        self._chunk_parts: tuple[M.QueryParts, RankTable] | None = None
+        self._warned_no_ids = False
+        self._warned_forward = False
+        self._warned_cutoffs = False
+
+    # ------------------------------------------------------------------ what a kind provides
+
+    def metric_names(self) -> list[str]:
+        """Named measures this metric reports (see ``functional.parse_metric``)."""
+        raise NotImplementedError
+
+    def _build_tables(self) -> dict[str, RankTable]:
+        """Rank tables from the (synced) states, keyed by the prefix of their measures' names
+        ("" for one direction, "i2t/" and "t2i/" for image-text)."""
+        raise NotImplementedError
+
+    def sample_ids(self) -> dict[str, Tensor]:
+        """The sample ids of the queries this process has received since the last reset, by kind
+        of sample ("query"; "image" and "text" for image-text). Samples given without ids are
+        not listed. :class:`~retrieval_metrics.lightning.SelectOnValidation` compares these
+        between validation and test."""
+        return {}
+
+    def _local_states(self) -> set[str]:
+        """States that stay on their process when syncing (a sharded gallery)."""
+        return set()
+
+    def _skip_reason(self) -> str:
+        """Why a query of this kind can have no relevant item, for the warning of compute()."""
+        return "nothing in the gallery is relevant to it"
+
+    # ------------------------------------------------------------------ states
+
+    def _add_item_states(self, side: str, names: Sequence[str] = ITEM_FIELDS) -> None:
+        for name in names:
+            self.add_state(f"{side}_{name}", [], dist_reduce_fx="cat")
+
+    def _check_width(self, name: str, emb: Tensor) -> None:
+        """Every embedding of a metric (any side, any update) has the width of the first one:
+        checked at update, where the argument can be named, not at compute()'s concatenation."""
+        for state in (n for n in self._defaults if n.endswith("_emb")):
+            value = getattr(self, state)
+            earlier = value[0] if isinstance(value, list) and value else value
+            if isinstance(earlier, Tensor) and earlier.dim() == 2 and earlier.numel():
+                if emb.shape[1] != earlier.shape[1]:
+                    raise ValueError(
+                        f"`{name}` must have {earlier.shape[1]} columns, the width of the "
+                        f"embeddings of the earlier updates, got {emb.shape[1]}"
+                    )
+                return
+
+    def _append_items(self, side: str, items: Items, role: str) -> None:
+        """Append one batch of a side, checking that optional tensors come always or never."""
+        previous = num_batches(getattr(self, f"{side}_emb"))
+        for name in ITEM_FIELDS[1:]:
+            if not hasattr(self, f"{side}_{name}"):
+                if getattr(items, name) is not None:
+                    raise ValueError(f"`{name}` does not apply to {role}")
+                continue
+            before = num_batches(getattr(self, f"{side}_{name}"))
+            if (getattr(items, name) is None and before) or (
+                getattr(items, name) is not None and before != previous
+            ):
+                raise ValueError(f"`{name}` must be given on every update or on none ({role})")
+        for name in ITEM_FIELDS:
+            value = getattr(items, name)
+            if value is not None:
+                self._append_state(f"{side}_{name}", value)
+
+    def _side(self, side: str) -> Items | None:
+        """A side's items as one batch, or None when it has none. A per-item tensor that was
+        never given is None, also after a sync has turned its empty list into an empty tensor."""
+        emb = self._state(f"{side}_emb")
+        if emb is None:
+            return None
+        values = {}
+        for name in ITEM_FIELDS[1:]:
+            value = self._state(f"{side}_{name}") if hasattr(self, f"{side}_{name}") else None
+            values[name] = None if value is None or value.numel() == 0 else value
+        return Items(emb=emb, **values)
+
+    def _deduped(self, side: str, what: str) -> Items | None:
+        """A side's items, one per sample id (ascending ids) when ids were given."""
+        items = self._side(side)
+        if items is None or len(items) == 0:
+            return items
+        if items.ids is None:
+            self._warn_without_ids("`ids=`")
+            return items
+        keep = D.dedupe_by_id(
+            items.ids,
+            what,
+            embeddings=items.emb,
+            labels=items.labels,
+            cameras=items.cameras,
+            positions=items.positions,
+        )
+        return items.select(keep)
+
+    def _warn_without_ids(self, argument: str) -> None:
+        """On several processes, warn once per metric that samples come without ids: the repeats
+        DistributedSampler pads with cannot be told from new samples, and count twice."""
+        _, world = D.rank_and_world(self.process_group)
+        if world > 1 and not self._warned_no_ids:
+            warnings.warn(
+                f"{type(self).__name__}: no {argument} were given, so samples that "
+                "DistributedSampler repeated to even out the processes cannot be detected and "
+                f"are counted twice; pass per-sample ids to `update` ({argument})",
+                UserWarning,
+                stacklevel=5,
+            )
+            self._warned_no_ids = True
+
+    def _append_state(self, name: str, value: Tensor) -> None:
+        state = getattr(self, name)
+        value = value.to(self.device) if isinstance(value, Tensor) else value
+        if isinstance(state, list):
+            state.append(value)
+        else:  # after a sync in a full-state forward the state is one tensor
+            setattr(self, name, torch.cat([state, value]))
+
+    def _state(self, name: str) -> Tensor | None:
+        value = getattr(self, name)
+        if isinstance(value, list):
+            if not value:
+                return None
+            if len(value) == 1 and value[0].dim() == 1:
+                return value[0]  # one batch: read as it is, not copied by a concatenation
+            return dim_zero_cat(value)
+        return value
+
+    def _distributed(self) -> bool:
+        return bool(self._to_sync and self.distributed_available_fn())
+
+    def _several_processes(self) -> bool:
+        return self._distributed() and D.rank_and_world(self.process_group)[1] > 1
+
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        """Gather every state with :func:`retrieval_metrics.metrics.distributed.sync_states` (uneven
+        sizes, empty processes); states reduced otherwise (the input form) are reduced after."""
+        group = process_group or self.process_group
+        local = self._local_states()
+        synced = {name: fx for name, fx in self._reductions.items() if name not in local}
+        # One gather for every state: a reduced state travels as one row per process.
+        states = {
+            name: getattr(self, name) if fx is dim_zero_cat else getattr(self, name)[None]
+            for name, fx in synced.items()
+        }
+        gathered, self._sync_bytes = D.sync_states(states, group)
+        for name, value in gathered.items():
+            fx = synced[name]
+            setattr(self, name, value if fx is dim_zero_cat else fx(value))
+
+    # ------------------------------------------------------------------ rank tables
+
+    def rank_tables(self) -> dict[str, RankTable]:
+        """Every rank table of what all processes have seen so far, keyed by the prefix of the
+        names of its measures ("" for one direction; "i2t/" and "t2i/" for image-text). Queries in
+        a stable order (by sample id when ids were given)."""
+        if self._tables is None:
+            self._tables = self._on_synced_states(self._build_tables)
+        return self._tables
+
+    def _forget_ranking(self) -> None:
+        """The states changed: the ranking shared since the last change no longer holds."""
+        self._tables = None
+        self._chunk_parts = None
+
+    def _on_synced_states(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with the states of every process (synced for the call unless they are)."""
+        if self._is_synced:  # inside compute(): the states already hold every process's rows
+            return fn()
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn,
+            should_sync=self._to_sync,
+            should_unsync=self._should_unsync,
+        ):
+            return fn()
+
+    def rank_table(self) -> RankTable:
+        """The rank table, for a metric that ranks in one direction (see :meth:`rank_tables`)."""
+        tables = self.rank_tables()
+        if len(tables) != 1:
+            raise ValueError(
+                f"{type(self).__name__} ranks in {len(tables)} directions "
+                f"({', '.join(k.rstrip('/') for k in tables)}): use rank_tables()[prefix]"
+            )
+        return next(iter(tables.values()))
+
+    @property
+    def measure_options(self) -> M.MeasureOptions:
+        """The options every measure of this metric is computed with, as one object."""
+        return M.MeasureOptions(
+            ties=self.ties, empty_queries=self.empty_queries, average=self.average,
+            percent=self.percent, ap=self.ap, divisor=self.divisor, gain=self.gain,
+            median=self.median,
+        )
+
+    def per_query_options(self) -> dict[str, Any]:
+        """The options this metric's per-query values are computed with (tie rule, AP kind,
+        AP@K divisor, NDCG gain), as ``functional.per_query_values`` takes them."""
+        return self.measure_options.per_query_options()
+
+    def reset(self) -> None:
+        super().reset()
+        self._forget_ranking()
+
+    def _warn_if_all_skipped(
+        self, num_relevant: Tensor | None = None, stacklevel: int = 3
+    ) -> None:
+        """Warn (once per compute) when ``empty_queries="skip"`` left no query to count, the case
+        where every value is NaN with nothing else to say why. ``num_relevant``: every query's
+        m_q, when the tables were not kept."""
+        if self.empty_queries != "skip" or self.all_skipped == "zero":
+            return
+        if num_relevant is None:
+            counts = [t.num_relevant for t in self.rank_tables().values()]
+        else:
+            counts = [num_relevant]
+        total = sum(c.numel() for c in counts)
+        if total == 0 or any(bool((c > 0).any()) for c in counts):
+            return
+        warnings.warn(
+            f"{type(self).__name__}: all {total} queries were skipped because each has no "
+            f"relevant item ({self._skip_reason()}), so every "
+            'value is NaN; check the labels, or pass empty_queries="zero" to score such queries '
+            'as 0 (or "error" to raise)',
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
+    def _warn_if_cutoffs_reach_gallery(self, fields: dict[str, RankTable]) -> None:
+        """Warn once per metric when a cut-off K is at or above the whole gallery: every
+        answerable query then finds its relevant items within K, so hit rate and recall at K
+        are 1 by construction (a gallery of 3 images reports R@5 = 100). ``fields``: the rank
+        tables (or their query fields) by the prefix of their measures' names."""
+        if self._warned_cutoffs:
+            return
+        found = []
+        for key, table in fields.items():
+            # ranked lists (depth unbounded) come from an unknown collection: a list no longer
+            # than K is no whole gallery
+            sizes = table.gallery_size[table.depth != UNBOUNDED]
+            if sizes.numel() == 0:
+                continue
+            largest = int(sizes.max())
+            for name in self.metric_names():
+                k = M.parse_metric(name).k
+                if isinstance(k, int) and k >= largest:
+                    found.append(f"{key}{name} (gallery of {largest})")
+        if found:
+            warnings.warn(
+                f"{type(self).__name__}: the cut-off reaches the whole gallery for "
+                f"{', '.join(found)}: every query finds what is relevant to it within K, so hit "
+                "rate and recall there are 1 by construction (precision and NDCG are computed "
+                "over the whole gallery); use a larger gallery or a smaller K",
+                UserWarning,
+                stacklevel=4,
+            )
+            self._warned_cutoffs = True
+
+    # Unused by TorchScript, like torchmetrics' own forward: its *args/**kwargs cannot be
+    # compiled, and without the mark torch.jit.script(metric) fails.
+    @torch.jit.unused
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """torchmetrics' ``forward``: add the batch to the state and return the value of the batch
+        alone. A retrieval score of one batch ranks each query against that batch only, so it is
+        almost never what is meant: this warns once per metric object."""
+        if not self._warned_forward:
+            warnings.warn(
+                f"{type(self).__name__} was called on a batch (forward), which returns the "
+                "retrieval score of this batch alone: each query ranked against the few items of "
+                "its own batch, not the whole gallery. To log the epoch's value, call "
+                "`metric.update(...)` in the step and log the metric object (self.log(name, "
+                "metric)) or `metric.compute()` at the end of the epoch",
+                UserWarning,
+                stacklevel=2,
+            )
+            self._warned_forward = True
+        out = super().forward(*args, **kwargs)
+        # the tables were built from the batch alone; they must not stand for the accumulation
+        self._forget_ranking()
+        return out
+
+    # ------------------------------------------------------------------ beyond compute()
+
+    def per_query(self) -> dict[str, Tensor]:
+        """Each query's value of every reported measure (NaN for skipped queries), queries in a
+        stable order (by sample id when ids were given, else the order they arrived in); keys
+        carry the direction for image-text ("i2t/hit_rate@1")."""
+        out = {}
+        for key, table in self.rank_tables().items():
+            for name in self.metric_names():
+                spec = M.parse_metric(name)
+                out[f"{key}{spec.name}"] = self._per_query_values(table, spec).to(self.device)
+        return out
+
+    def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
+        """One measure's per-query values (a kind's input form may apply its own rule)."""
+        return M.per_query_values(table, spec, options=self.measure_options)
+
+    def refuse_nonpositive(self, what: str) -> None:
+        """Raise for ``what`` (a method reading whole rank tables) under nonpositive="miss"."""
+        if self.nonpositive == "miss":
+            raise ValueError(
+                f'{what} is not available with nonpositive="miss" (protocol="torchmetrics"); '
+                "use compute() and per_query()"
+            )
+
+    def summary(
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+    ) -> stats.Summary:
+        """Values with queries counted and skipped, gallery size, chance level and a confidence
+        interval (seeded percentile bootstrap over queries). Prints as a table."""
+        self.refuse_nonpositive("summary()")
+        options = dict(
+            level=level, num_bootstrap=num_bootstrap, seed=seed, options=self.measure_options
+        )
+        prefix = self.prefix
+        rows = []
+        for key, part in self._summaries(options):
+            rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+        return stats.Summary(rows=rows, level=level)
+
+    def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
+        """The summary of each rank table, by the prefix of its measures' names."""
+        return [
+            (key, stats.summarize(table, self.metric_names(), **options))
+            for key, table in self.rank_tables().items()
+        ]
+
+    def confidence_interval(
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+    ) -> dict[str, tuple[float, float]]:
+        """An interval per reported value: Wilson's for hit rates without ties to average, else
+        a seeded percentile bootstrap over queries."""
+        summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
+        return {row["name"]: row["interval"] for row in summary.rows}

@@ -1,0 +1,158 @@
+"""Embeddings in, the metric ranks them at compute(): same source (every item is a query and a
+gallery item, never retrieving itself) and separate query and gallery sets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.table import RankTable
+from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.chunks import PAIR_BYTES, label_pair_counts, query_chunks
+from retrieval_metrics.metrics.forms.base import Batch, InputForm
+from retrieval_metrics.metrics.inputs import as_embeddings, item_tensors, score_copy
+
+if TYPE_CHECKING:
+    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+
+__all__ = ["QueryGallery", "SameSource", "relevance_skip_reason"]
+
+
+def relevance_skip_reason(metric: RetrievalMetric) -> str:
+    """Why an embedding query can have nothing relevant, by the metric's relevance rule."""
+    if metric.relevance == "radius":
+        return f"no gallery item lies within radius={metric.radius:g} m of it"
+    return "no other gallery item has its label, e.g. when every label appears once"
+
+
+class _EmbeddingStates(InputForm):
+    """Embeddings kept in the states (side "q"; the gallery in side "g") and ranked at compute."""
+
+    arguments = ("embeddings",)
+    keywords = ("labels", "role", "ids", "cameras", "positions")
+    call = "`embeddings` (+ labels)"
+    same_source: bool
+
+    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+        emb = as_embeddings("embeddings", batch.embeddings)
+        items = item_tensors(
+            emb, metric.relevance, batch.labels, batch.ids, batch.cameras, batch.positions
+        )
+        metric._check_width("embeddings", emb)
+        metric._mark(self.kind)
+        side = "g" if batch.role == "gallery" else "q"
+        metric._append_items(side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}")
+
+    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
+        """The deduplicated queries and the gallery they are ranked against (None: same
+        source), refused by name where a side is missing or empty."""
+        raise NotImplementedError
+
+    def table(self, metric: RetrievalMetric) -> RankTable:
+        queries, gallery = self.sides(metric)
+        return D.rank_queries(
+            queries, gallery, metric._ranking_options(), metric.process_group,
+            metric._distributed(),
+        )
+
+    def tables_in_chunks(self, metric: RetrievalMetric) -> Iterator[RankTable] | None:
+        """Relevant pairs beyond ``memory_budget`` (thousands of relevant items per query) would
+        make rank tables, relevance sets and tie groups of gigabytes: then a chunk of queries at
+        a time, each reduced to per-query values before the next is ranked. Taken where the pairs
+        can be counted before ranking (label relevance), not for a sharded gallery; on several
+        processes, this process's share of the queries (their parts are gathered after)."""
+        if metric.relevance != "label" or metric.gallery_sharded or metric.nonpositive != "hit":
+            return None
+        queries, gallery = self.sides(metric)
+        gallery = queries if gallery is None else gallery
+        if queries.labels is None or gallery.labels is None:
+            return None
+        pairs = label_pair_counts(queries.labels, gallery.labels)
+        if int(pairs.sum()) * PAIR_BYTES <= metric.memory_budget:
+            return None  # the same decision on every process: the states are synced
+        options = metric._ranking_options()
+        if metric._several_processes():
+            mine = D.query_share(len(queries), metric.process_group, True)
+            queries, pairs = queries.select(mine), pairs[mine]
+            if len(queries) == 0:
+                # nothing to rank here, but empty parts of the right kinds to gather
+                return iter([options.rank(queries, gallery)])
+        return (
+            options.rank(queries.select(slice(start, stop)), gallery)
+            for start, stop in query_chunks(pairs, metric.memory_budget)
+        )
+
+    def skip_reason(self, metric: RetrievalMetric) -> str:
+        return relevance_skip_reason(metric)
+
+
+class SameSource(_EmbeddingStates):
+    """``update(embeddings, labels)``: every item is both a query and a gallery item."""
+
+    kind = "same_source"
+    description = "same-source embeddings"
+
+    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
+        return batch.role is None and metric._gallery is None
+
+    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
+        queries = metric._deduped("q", "`ids`")
+        if queries is None:
+            raise ValueError("no data: call `update` before `compute`")
+        if len(queries) == 0:
+            raise ValueError("no items were given: every update had 0 rows")
+        if queries.ids is None:
+            # self-exclusion by position: name every item by its index
+            queries = queries.with_ids(torch.arange(len(queries)))
+        return queries, None
+
+
+class QueryGallery(_EmbeddingStates):
+    """``update(q, q_labels, role="query")`` and ``update(g, g_labels, role="gallery")``."""
+
+    kind = "query_gallery"
+    description = "query and gallery embeddings"
+
+    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
+        return batch.role is not None and metric._gallery is None
+
+    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
+        queries = metric._deduped("q", "`ids` of the queries")
+        if queries is None:
+            if metric._state("g_emb") is not None:
+                raise ValueError(
+                    "gallery items were given but no queries (update with role='query')"
+                )
+            raise ValueError("no data: call `update` before `compute`")
+        if len(queries) == 0:
+            raise ValueError(
+                "no items were given: every update had 0 rows of query embeddings "
+                "(role='query')"
+            )
+        gallery = metric._deduped("g", "`ids` of the gallery items")
+        if metric.gallery_sharded:
+            return queries, gallery  # this process's shard: it may hold nothing
+        if gallery is None:
+            raise ValueError("queries were given but no gallery (update with role='gallery')")
+        if len(gallery) == 0:
+            raise ValueError(
+                "the gallery is empty: every update with role='gallery' had 0 rows, so no "
+                "query has anything to retrieve"
+            )
+        return queries, gallery
+
+    def table(self, metric: RetrievalMetric) -> RankTable:
+        if not metric.gallery_sharded:
+            return super().table(metric)
+        queries, shard = self.sides(metric)
+        table, sent = D.rank_gallery_sharded(
+            queries, shard, metric._ranking_options(), metric.process_group,
+            metric._distributed(),
+        )
+        # what this process sent: its states and the ranking's relevant scores and counts
+        metric.bytes_exchanged = sent + metric._sync_bytes
+        return table

@@ -1,0 +1,133 @@
+"""torchmetrics' input form: ``update(preds=scores, target=relevance, indexes=query_index)``, and
+its rule that a relevant item scored <= 0 is never a hit (``nonpositive="miss"``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.ranking import (
+    nonpositive_missed,
+    positive_counts,
+    rank_checked_scores,
+)
+from retrieval_metrics.functional.table import RankTable
+from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, InputForm
+
+if TYPE_CHECKING:
+    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+
+__all__ = ["Scores"]
+
+class Scores(InputForm):
+    """Flat ``preds`` (scores), ``target`` (grade, 0 = not relevant) and ``indexes`` (the query
+    of each entry); every entry of a query is one of its ranked candidates."""
+
+    kind = "scores"
+    description = "preds/target/indexes"
+    arguments = ("preds", "target", "indexes")
+    call = "`preds` + `target` + `indexes`"
+
+    def recognise(self, batch: Batch) -> Batch:
+        if batch.indexes is None or batch.embeddings is None or batch.given("preds", "target"):
+            return batch
+        # torchmetrics' call shape, metric(preds, target, indexes=indexes): `indexes` belongs
+        # to the scores form only, so the positional arguments are its preds and target
+        extra = batch.given("role", "ids", "cameras", "positions")
+        if extra:
+            raise ValueError(
+                f"`indexes` is torchmetrics' form (preds, target, indexes), which takes no "
+                f"{extra}; for embeddings leave `indexes` out"
+            )
+        return replace(batch, preds=batch.embeddings, target=batch.labels, embeddings=None,
+                       labels=None)
+
+    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+        if batch.preds is None or batch.target is None or batch.indexes is None:
+            raise ValueError("torchmetrics' form needs `preds`, `target` and `indexes` together")
+        preds, target, indexes = (
+            torch.as_tensor(x) for x in (batch.preds, batch.target, batch.indexes)
+        )
+        if not (preds.shape == target.shape == indexes.shape):
+            raise ValueError(
+                "`preds`, `target` and `indexes` must have the same shape, got "
+                f"{tuple(preds.shape)}, {tuple(target.shape)} and {tuple(indexes.shape)}"
+            )
+        if indexes.is_floating_point():
+            raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
+        # Scores keep their dtype (widening is exact, so ties stay ties): integers and half
+        # precision are stored in the smallest dtype that compares them exactly.
+        if not preds.is_floating_point():
+            preds = preds.to(torch.float64)
+        elif preds.dtype in (torch.float16, torch.bfloat16):
+            preds = preds.to(torch.float32)
+        if not all_finite(preds):
+            raise ValueError("`preds` contains NaN or infinite values")
+        if target.is_complex() or (target.numel() and bool((target < 0).any())):
+            raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
+        metric._mark(self.kind)
+        metric._append_state("s_preds", preds.reshape(-1))
+        # the target's dtype says binary (bool, integers 0/1) or graded (float), as in rank_scores
+        metric._append_state("s_target", target.reshape(-1))
+        metric._append_state("s_indexes", indexes.reshape(-1).to(torch.int64))
+
+    def _states(self, metric: RetrievalMetric) -> tuple[Tensor, Tensor, Tensor]:
+        preds, target, indexes = (
+            metric._state(n) for n in ("s_preds", "s_target", "s_indexes")
+        )
+        return preds.cpu(), target.cpu(), indexes.cpu()
+
+    def table(self, metric: RetrievalMetric) -> RankTable:
+        # every batch was checked by update(): rank without checking the whole again
+        return rank_checked_scores(*self._states(metric))
+
+    def miss_table(self, metric: RetrievalMetric, table: RankTable) -> RankTable:
+        """``table`` with every relevant item scored <= 0 a miss (it still counts in m_q)."""
+        preds, _, indexes = self._states(metric)
+        return nonpositive_missed(table, positive_counts(preds, indexes))
+
+    def skip_reason(self, metric: RetrievalMetric) -> str:
+        return "no `target` of the query is > 0"
+
+    def values(self, metric: RetrievalMetric, table: RankTable) -> dict[str, Tensor]:
+        """Under ``nonpositive="miss"`` (torchmetrics' rule) MAP, MRR, precision and recall read
+        the miss table, MAP over the whole list dividing by the relevant items retrieved; every
+        other measure reads ``table`` as the other forms do."""
+        if metric.nonpositive != "miss":
+            return super().values(metric, table)
+        options = metric.measure_options
+        values = {}
+        for name in metric.metric_names():
+            spec = M.parse_metric(name)
+            if spec.base not in MISS_BASES:
+                values.update(M.retrieval_measures(table, [name], options=options))
+                continue
+            miss = metric._miss_table(table)
+            numerator = denominator = None
+            average = M.average_for(spec, metric.average)
+            if average == "micro" and spec.measure.micro is not None:
+                numerator, denominator = spec.measure.micro(miss, spec.k, metric.ties)
+            values[spec.name] = M.aggregate(
+                self.per_query_values(metric, table, spec), miss,
+                empty_queries=metric.empty_queries, average=average, percent=metric.percent,
+                numerator=numerator, denominator=denominator,
+            )
+        return values
+
+    def per_query_values(
+        self, metric: RetrievalMetric, table: RankTable, spec: M.MetricSpec
+    ) -> Tensor:
+        if metric.nonpositive != "miss" or spec.base not in MISS_BASES:
+            return super().per_query_values(metric, table, spec)
+        miss = metric._miss_table(table)
+        if spec.base == "map" and spec.k is None:
+            # torchmetrics' AP over the whole list divides by the relevant items scored > 0
+            return M.average_precision_per_query(
+                miss, miss.gallery_size, metric.ties, divisor="retrieved"
+            )
+        return M.per_query_values(miss, spec, options=metric.measure_options)

@@ -1,0 +1,144 @@
+"""Forms whose batches arrive as rank tables: each update's queries ranked at once (ranked lists,
+precomputed ranks, queries against a fixed gallery), only their per-query results kept."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from retrieval_metrics.functional.ranking import rank_lists
+from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.table import (
+    PRESENT,
+    TABLE_PARTS,
+    RankTable,
+    has_part,
+    table_from_parts,
+    table_parts,
+)
+from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.forms.base import Batch, InputForm
+from retrieval_metrics.metrics.forms.embeddings import relevance_skip_reason
+from retrieval_metrics.metrics.inputs import (
+    as_embeddings,
+    item_tensors,
+    per_item,
+    score_copy,
+    table_from_ranks,
+)
+
+if TYPE_CHECKING:
+    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+
+__all__ = ["FixedGallery", "PrecomputedRanks", "RankedLists", "TableStates", "append_table"]
+
+
+def append_table(metric: RetrievalMetric, kind: str, table: RankTable, query_ids: Any) -> None:
+    """Append one batch's rank table (with the queries' sample ids, if given) to the states."""
+    metric._mark(kind)
+    if query_ids is not None:
+        qid = per_item("ids", label_codes(query_ids, "ids"), table.num_queries)
+        table = replace(table, query_id=qid)
+    before = metric._state(f"t_{PRESENT}")
+    if before is not None and before.numel() and table.num_queries:
+        if has_part(int(before[0]), "query_id") != (query_ids is not None):
+            raise ValueError("`ids` must be given on every update or on none")
+    for name, value in table_parts(table).items():
+        metric._append_state(f"t_{name}", value)
+
+
+class TableStates(InputForm):
+    """The table states, read back as one table (repeated queries dropped by sample id)."""
+
+    def table(self, metric: RetrievalMetric) -> RankTable:
+        parts = {}
+        for name in [p.name for p in TABLE_PARTS] + [PRESENT]:
+            value = metric._state(f"t_{name}")
+            parts[name] = value if value is not None else torch.zeros(0, dtype=torch.int64)
+        table = table_from_parts(parts)
+        if table.query_id is not None and table.num_queries:
+            keep = D.dedupe_by_id(
+                table.query_id,
+                "`ids` of the queries",
+                relevant_items=table.num_relevant,
+                listed_items=table.num_listed,
+                gallery_size=table.gallery_size,
+            )
+            table = table.select(keep)
+        return table
+
+
+class RankedLists(TableStates):
+    """``update(ranked_ids=[...], relevant_ids=[...])``: ids int or str; a dict of id -> grade
+    for graded relevance."""
+
+    kind = "table"
+    description = "ranked lists / precomputed ranks"
+    arguments = ("ranked_ids", "relevant_ids")
+    keywords = ("ids",)
+    call = "`ranked_ids` + `relevant_ids`"
+
+    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+        if batch.ranked_ids is None or batch.relevant_ids is None:
+            raise ValueError("ranked lists need both `ranked_ids` and `relevant_ids`")
+        table = rank_lists(batch.ranked_ids, batch.relevant_ids, duplicates=metric.duplicates)
+        append_table(metric, self.kind, table, batch.ids)
+
+    def skip_reason(self, metric: RetrievalMetric) -> str:
+        return "its `relevant_ids` are empty, or its `num_relevant` is 0"
+
+
+class PrecomputedRanks(RankedLists):
+    """``update(relevant_ranks=[[1, 4], [2], ...])``: 1-based ranks of each query's relevant
+    items; ``num_relevant=`` may add relevant items that were never retrieved."""
+
+    arguments = ("relevant_ranks",)
+    keywords = ("num_relevant", "ids")
+    call = "`relevant_ranks`"
+
+    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+        table = table_from_ranks(batch.relevant_ranks or [], batch.num_relevant)
+        append_table(metric, self.kind, table, batch.ids)
+
+
+class FixedGallery(TableStates):
+    """A gallery given once with ``set_gallery``: each ``update(q, q_labels, role="query")`` is
+    ranked against it at once (the query embeddings are not stored)."""
+
+    kind = "fixed_gallery"
+    description = "a fixed gallery (set_gallery)"
+    arguments = ("embeddings",)
+    keywords = ("labels", "role", "ids", "cameras", "positions")
+    call = "`embeddings` (+ labels)"
+
+    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
+        return metric._gallery is not None
+
+    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+        gallery = metric._gallery
+        assert gallery is not None  # accepts() chose this form for it
+        emb = as_embeddings("embeddings", batch.embeddings)
+        items = item_tensors(
+            emb, metric.relevance, batch.labels, batch.ids, batch.cameras, batch.positions
+        )
+        if batch.role == "gallery":
+            raise ValueError("a fixed gallery was set with `set_gallery`; update queries only")
+        if emb.shape[1] != gallery.emb.shape[1]:
+            raise ValueError(
+                f"`embeddings` must have {gallery.emb.shape[1]} columns, the width of "
+                f"the gallery given to `set_gallery`, got {emb.shape[1]}"
+            )
+        append_table(metric, self.kind, metric._ranking_options().rank(items, gallery), items.ids)
+
+    @staticmethod
+    def set(metric: RetrievalMetric, embeddings: Any, keys: dict[str, Any]) -> None:
+        emb = as_embeddings("embeddings", embeddings)
+        if emb.shape[0] == 0:
+            raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
+        items = item_tensors(emb, metric.relevance, **keys)
+        metric._gallery = replace(items, emb=score_copy(emb))
+
+    def skip_reason(self, metric: RetrievalMetric) -> str:
+        return relevance_skip_reason(metric)

@@ -1,0 +1,125 @@
+"""What ``update()`` accepts, turned into tensors: embeddings, per-item values and given ranks.
+
+Embeddings and per-item values may be torch tensors or numpy arrays. Labels, ids and cameras are
+integers or strings (:func:`~retrieval_metrics.functional.ranking.labels.label_codes`); floats
+only when they hold whole numbers their dtype stores exactly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.ranking import check_embeddings
+from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+
+__all__ = ["as_embeddings", "item_tensors", "num_batches", "per_item", "score_copy",
+           "table_from_ranks"]
+
+
+def as_embeddings(name: str, value: Any) -> Tensor:
+    """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"`{name}` must hold numbers, got a numpy array of {value.dtype}")
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    elif not isinstance(value, Tensor):
+        raise ValueError(
+            f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
+        )
+    return check_embeddings(name, value)
+
+
+def score_copy(emb: Tensor) -> Tensor:
+    """Detached copy in the dtype the ranking scores in (half precision -> float32)."""
+    dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
+    return emb.detach().to(dtype)
+
+
+def num_batches(state: Any) -> int:
+    """Batches a state holds: a list state's length, or 1 for a non-empty synced tensor."""
+    if isinstance(state, list):
+        return len(state)
+    return int(state.numel() > 0)
+
+
+def per_item(name: str, value: Tensor, n: int) -> Tensor:
+    if value.shape[0] != n:
+        raise ValueError(f"`{name}` must have {n} entries (one per item), got {value.shape[0]}")
+    return value
+
+
+def _positions(positions: Any, n: int) -> Tensor:
+    if isinstance(positions, Tensor) and positions.dtype in (
+        torch.float32, torch.float16, torch.bfloat16
+    ):
+        warnings.warn(
+            f"`positions` arrived as {positions.dtype}, which keeps about 7 significant "
+            "digits (UTM eastings to a few centimetres, enough to move an item across "
+            "the radius); pass float64 positions",
+            UserWarning,
+            stacklevel=6,
+        )
+    pos = torch.as_tensor(positions, dtype=torch.float64)
+    if pos.dim() != 2 or pos.shape[0] != n:
+        raise ValueError(f"`positions` must have shape ({n}, P), got {tuple(pos.shape)}")
+    if not all_finite(pos):
+        raise ValueError("`positions` contains NaN or infinite values")
+    return pos
+
+
+def item_tensors(
+    emb: Tensor, relevance: str, labels: Any, ids: Any, cameras: Any, positions: Any
+) -> Items:
+    """One batch's items: ``emb`` with its labels, ids and cameras as int64 codes and positions
+    as float64, each checked against the batch size; ``relevance`` says which are required."""
+    n = emb.shape[0]
+    codes = {
+        name: None if value is None else per_item(name, label_codes(value, name), n)
+        for name, value in (("labels", labels), ("ids", ids), ("cameras", cameras))
+    }
+    pos = None if positions is None else _positions(positions, n)
+    if relevance == "label" and codes["labels"] is None:
+        raise ValueError('`labels` are needed with relevance="label"')
+    if relevance == "radius" and pos is None:
+        raise ValueError('`positions` are needed with relevance="radius"')
+    return Items(emb=emb, positions=pos, **codes)
+
+
+def table_from_ranks(relevant_ranks: Sequence[Sequence[int]], num_relevant: Any) -> RankTable:
+    """A table from 1-based ranks of each query's relevant items (no ties)."""
+    ranks = [sorted({int(r) for r in row}) for row in relevant_ranks]
+    for q, row in enumerate(ranks):
+        if any(r < 1 for r in row):
+            raise ValueError(f"`relevant_ranks[{q}]` must hold 1-based ranks (>= 1), got {row}")
+    found = torch.tensor([len(r) for r in ranks], dtype=torch.int64)
+    if num_relevant is None:
+        total = found.clone()
+    else:
+        # (on the host, with the ranks: a rank table is host data whatever the metric's device)
+        total = torch.as_tensor(num_relevant, dtype=torch.int64).reshape(-1).cpu()
+        if total.numel() != len(ranks):
+            raise ValueError(
+                f"`num_relevant` must have one entry per query ({len(ranks)}), got {total.numel()}"
+            )
+        if bool((total < found).any()):
+            raise ValueError("`num_relevant` must be at least the number of ranks given per query")
+    ptr = torch.zeros(len(ranks) + 1, dtype=torch.int64)
+    torch.cumsum(found, 0, out=ptr[1:])
+    above = torch.tensor([r - 1 for row in ranks for r in row], dtype=torch.int64)
+    return RankTable(
+        ptr=ptr,
+        above=above,
+        tied=torch.ones_like(above),
+        num_relevant=total,
+        gallery_size=torch.full((len(ranks),), UNBOUNDED, dtype=torch.int64),
+        depth=torch.full((len(ranks),), UNBOUNDED, dtype=torch.int64),
+    )

@@ -1,0 +1,326 @@
+"""The one-direction metric: accumulates any input form, ranks once, reports named measures.
+
+The input forms (embeddings, same source or query and gallery; a fixed gallery; ranked lists;
+precomputed ranks; torchmetrics' preds/target/indexes) are small objects in
+:mod:`retrieval_metrics.metrics.forms`; this class picks the form of each ``update()`` call,
+keeps one bit per kind of state so that forms are never mixed (also across processes), and at
+``compute()`` ranks the synced states once: the whole table, or a chunk of queries at a time
+where the relevant pairs would not fit ``memory_budget``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
+from retrieval_metrics.functional.ranking.options import RankingOptions
+from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
+from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.base import RetrievalMetricBase
+from retrieval_metrics.metrics.forms import (
+    FORMS,
+    Batch,
+    FixedGallery,
+    InputForm,
+    form_of_call,
+    form_of_kind,
+    kinds,
+)
+
+__all__ = ["RetrievalMetric"]
+
+DUPLICATES = ("first", "error")
+
+
+class RetrievalMetric(RetrievalMetricBase):
+    """Base of the one-direction metrics: accumulates any input form, ranks once, reports named
+    measures.
+
+    Args:
+        gallery_sharded: for galleries too large for one device: gallery items given with
+            ``role="gallery"`` stay on the process that received them, the queries are gathered,
+            each process ranks every query against its shard, and only relevant scores and counts
+            cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
+            not repeat items across processes.
+        duplicates: what a ranked list (``ranked_ids=``) that returns an id more than once gets:
+            "first" (default) counts the id once, at its first position, each repeat keeping its
+            slot as a non-relevant item (a retriever that returns one document twice has wasted
+            a slot of its top K); "error" raises. The command line and
+            :func:`retrieval_metrics.formats.read_ranked_lists` take the same option.
+        kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
+    """
+
+    def __init__(
+        self, *, gallery_sharded: bool = False, duplicates: str = "first", **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(gallery_sharded, bool):
+            raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
+        if duplicates not in DUPLICATES:
+            raise ValueError(f"`duplicates` must be one of {DUPLICATES}, got {duplicates!r}")
+        self.gallery_sharded = gallery_sharded
+        self.duplicates = duplicates
+        self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
+        self._add_item_states("q")
+        self._add_item_states("g")
+        for part in TABLE_PARTS:
+            self.add_state(f"t_{part.name}", [], dist_reduce_fx="cat")
+        self.add_state(f"t_{PRESENT}", [], dist_reduce_fx="cat")
+        for name in ("preds", "target", "indexes"):
+            self.add_state(f"s_{name}", [], dist_reduce_fx="cat")
+        self._gallery: Items | None = None
+        # one ranking's derived values, kept until the states change: the deduplicated sides
+        # and the table with torchmetrics' miss rule
+        self._derived = {}  # type: ignore[var-annotated]
+
+    def _format(self, values: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
+        """Turn the named values into what ``compute()`` returns (a 0-d tensor for one value)."""
+        if len(values) == 1:
+            return next(iter(values.values()))
+        return values
+
+    def _local_states(self) -> set[str]:
+        if not self.gallery_sharded:
+            return set()
+        return {f"g_{name}" for name in ITEM_FIELDS}
+
+    def _forget_ranking(self) -> None:
+        super()._forget_ranking()
+        self._derived = {}
+
+    # ------------------------------------------------------------------ inputs
+
+    def set_gallery(
+        self,
+        embeddings: Tensor,
+        labels: Any = None,
+        *,
+        ids: Any = None,
+        cameras: Any = None,
+        positions: Any = None,
+    ) -> None:
+        """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
+        at once and only per-query results are kept (the query embeddings are not stored)."""
+        keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
+        FixedGallery.set(self, embeddings, keys)
+        self._forget_ranking()
+
+    def update(  # type: ignore[override]
+        self,
+        embeddings: Tensor | None = None,
+        labels: Any = None,
+        *,
+        role: str | None = None,
+        ids: Any = None,
+        cameras: Any = None,
+        positions: Any = None,
+        ranked_ids: Sequence[Sequence[Any]] | None = None,
+        relevant_ids: Sequence[Any] | None = None,
+        preds: Tensor | None = None,
+        target: Tensor | None = None,
+        indexes: Tensor | None = None,
+        relevant_ranks: Sequence[Sequence[int]] | None = None,
+        num_relevant: Sequence[int] | Tensor | None = None,
+    ) -> None:
+        """Add one batch, in any one of the input forms (:mod:`retrieval_metrics.metrics.forms`):
+
+        * embeddings, same source: ``update(embeddings, labels)``;
+        * separate sets: ``update(q, q_labels, role="query")`` and ``update(g, g_labels,
+          role="gallery")``, or a fixed gallery given once with :meth:`set_gallery`;
+        * ranked lists: ``update(ranked_ids=[...], relevant_ids=[...])`` (ids int or str; a dict
+          of id -> grade for graded relevance);
+        * torchmetrics' form: ``update(preds=scores, target=relevance, indexes=query_index)``;
+        * precomputed ranks: ``update(relevant_ranks=[[1, 4], [2], ...])`` (1-based ranks of each
+          query's relevant items; ``num_relevant=`` may add relevant items never retrieved).
+
+        Optional per-item values on embedding updates: ``ids=`` (sample ids: duplicates are
+        dropped, self-exclusion uses them), ``cameras=`` (re-id), ``positions=``
+        (``relevance="radius"``).
+        """
+        self._forget_ranking()
+        batch = Batch(
+            embeddings=embeddings, labels=labels, role=role, ids=ids, cameras=cameras,
+            positions=positions, ranked_ids=ranked_ids, relevant_ids=relevant_ids, preds=preds,
+            target=target, indexes=indexes, relevant_ranks=relevant_ranks,
+            num_relevant=num_relevant,
+        )
+        form, batch = form_of_call(batch, self)
+        form.append(self, batch)
+
+    def _mark(self, kind: str) -> None:
+        """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
+        current = self.form.clone()
+        current[kinds().index(kind)] = 1
+        self._form_of_states(current)
+        self.form = current
+
+    @staticmethod
+    def _form_of_states(form: Tensor) -> InputForm | None:
+        """The form that reads states marked ``form`` (None for none), refused when they mix
+        kinds (across processes too: the bits are reduced with max)."""
+        used = [kind for i, kind in enumerate(kinds()) if int(form[i])]
+        if len(used) > 1:
+            names = [f.description for f in FORMS if f.kind in used]
+            raise ValueError(
+                "one metric takes one input form; got "
+                f"{', '.join(dict.fromkeys(names))}. Use a separate metric per form "
+                "(same-source updates cannot be mixed with role='query'/'gallery')"
+            )
+        return form_of_kind(used[0]) if used else None
+
+    def _input_form(self) -> InputForm:
+        """The form of the states: as the ranking found it on the synced states (a process that
+        received nothing reads every process's form), else from this process's bits."""
+        form = self._derived.get("form") or self._form_of_states(self.form)
+        if form is None:
+            raise ValueError("no data: call `update` before `compute`")
+        return form
+
+    def _synced_form(self) -> InputForm:
+        """:meth:`_input_form` on the synced states, kept for what reads it after the sync."""
+        self._derived["form"] = form = self._input_form()
+        return form
+
+    def _skip_reason(self) -> str:
+        form = self._form_of_states(self.form)
+        return form.skip_reason(self) if form is not None else super()._skip_reason()
+
+    def sample_ids(self) -> dict[str, Tensor]:
+        # same-source items are queries too; gallery ids are not listed (validation and test
+        # queries may share one corpus)
+        parts = [self._state("q_ids")]
+        present = self._state(f"t_{PRESENT}")
+        if present is not None and present.numel():
+            parts.append(self._state("t_query_id")[has_part(present, "query_id")])
+        ids = [p.reshape(-1).cpu() for p in parts if p is not None and p.numel()]
+        return {"query": torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64)}
+
+    # ------------------------------------------------------------------ compute
+
+    def _ranking_options(self) -> RankingOptions:
+        depth, cover = M.depth_for(self.metric_names())
+        return RankingOptions(
+            relevance=self.relevance,
+            radius=self.radius,
+            ignore_label=self.ignore_label,
+            similarity=self.similarity,
+            memory_budget=self.memory_budget,
+            depth=depth,
+            cover_relevant=cover,
+        )
+
+    def _deduped(self, side: str, what: str) -> Items | None:
+        # one deduplication per ranking: the chunking decision and the ranking read it alike
+        if side not in self._derived:
+            self._derived[side] = super()._deduped(side, what)
+        return self._derived[side]
+
+    def _miss_table(self, table: RankTable) -> RankTable:
+        """``table`` under torchmetrics' rule (a relevant item scored <= 0 is a miss), built
+        once per ranking from the scores states."""
+        if "miss" not in self._derived:
+            self._derived["miss"] = self._on_synced_states(
+                lambda: self._input_form().miss_table(self, table)
+            )
+        return self._derived["miss"]
+
+    def _build_tables(self) -> dict[str, RankTable]:
+        try:
+            table = self._synced_form().table(self)
+        finally:
+            self._derived.pop("q", None)
+            self._derived.pop("g", None)
+        if table.num_queries == 0:
+            raise ValueError("no items were given: every update had 0 rows (0 queries to score)")
+        return {"": table}
+
+    def _tables_in_chunks(self) -> Iterator[RankTable] | None:
+        """The rank table a chunk of queries at a time, or None where it is ranked whole (the
+        input form decides: ``InputForm.tables_in_chunks``)."""
+        return self._input_form().tables_in_chunks(self)
+
+    def _rank_once(self) -> None:
+        """Rank the synced states once: the whole table, or every process's per-query parts of
+        a ranking a chunk of queries at a time; the deduplicated sides are let go after."""
+        try:
+            self._synced_form()
+            chunks = self._tables_in_chunks()
+            if chunks is None:
+                self._tables = self._build_tables()
+                return
+            self._chunk_parts = self._parts_of(chunks)
+        finally:
+            self._derived.pop("q", None)
+            self._derived.pop("g", None)
+
+    def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[M.QueryParts, RankTable]:
+        """Every process's per-query parts and query fields of a ranking in chunks."""
+        parts, queries = M.query_parts_in_chunks(
+            chunks, self.metric_names(), options=self.measure_options
+        )
+        exchange = self._query_parts_exchange()
+        if exchange is not None:
+            parts, queries = exchange(parts, queries)
+        return parts, queries
+
+    def _ranked(self) -> None:
+        """The ranking of the current states, made once until ``update()`` or ``reset()``."""
+        if self._tables is None and self._chunk_parts is None:
+            self._on_synced_states(self._rank_once)
+
+    def _query_parts_exchange(self) -> Callable[..., Any] | None:
+        """How query chunks ranked on several processes are put together: every process's
+        per-query parts and query fields, in process order (None on one process)."""
+        if not self._several_processes():
+            return None
+        return functools.partial(D.gather_query_parts, group=self.process_group)
+
+    def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
+        return self._input_form().per_query_values(self, table, spec)
+
+    def per_query(self) -> dict[str, Tensor]:
+        # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
+        # compute(), so that the whole table never exists (on several processes each ranks its
+        # share and the per-query values are gathered)
+        self._ranked()
+        if self._chunk_parts is None:
+            return super().per_query()
+        parts, _ = self._chunk_parts
+        return {name: values.to(self.device) for name, (values, _, _) in parts.items()}
+
+    def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
+        # many relevant items per query: from the per-query parts of the ranking in chunks
+        self._ranked()
+        if self._chunk_parts is None:
+            return super()._summaries(options)
+        parts, queries = self._chunk_parts
+        return [("", stats.summarize_query_parts(queries, parts, self.metric_names(), **options))]
+
+    def _values_of_parts(self, parts: M.QueryParts, queries: RankTable) -> dict[str, Tensor]:
+        values = M.aggregate_query_parts(queries, parts, options=self.measure_options)
+        self._warn_if_all_skipped(queries.num_relevant, stacklevel=4)
+        return values
+
+    def compute(self) -> Tensor | dict[str, Tensor]:
+        self._ranked()
+        if self._chunk_parts is not None:
+            parts, fields = self._chunk_parts
+            values = self._values_of_parts(parts, fields)
+        else:
+            self._warn_if_all_skipped()
+            fields = self.rank_table()
+            values = self._input_form().values(self, fields)
+        self._warn_if_cutoffs_reach_gallery({"": fields})
+        if self.all_skipped == "zero" and not bool((fields.num_relevant > 0).any()):
+            values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
+        # on the metric's device, as torchmetrics returns its values (the tables are host data)
+        return self._format(
+            {k: v.to(device=self.device, dtype=torch.float32) for k, v in values.items()}
+        )

@@ -1,0 +1,69 @@
+"""Lightning: the logged values under Trainer(devices=2, strategy="ddp") equal one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1] / "distributed"
+
+
+def run_ddp_script(name: str, tmp_path: Path) -> dict:
+    """``python tests/distributed/NAME OUT ROOT`` (Lightning starts the second process); the JSON
+    that rank 0 wrote."""
+    out = tmp_path / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(HERE / name), str(out), str(tmp_path / "ckpt")],
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=360,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.timeout(400)
+def test_ddp_logged_values_equal_single_process(tmp_path):
+    result = run_ddp_script("lightning_ddp.py", tmp_path)
+    for key, value in result["reference"].items():
+        assert result["logged"][key] == pytest.approx(value, abs=1e-6), key
+    # ModelCheckpoint chose by the logged metric
+    assert result["best_model_path"].endswith(".ckpt")
+    assert result["best_model_score"] >= result["logged"]["val/map_at_r"] - 1e-6
+
+
+def test_example_module_single_device(tmp_path):
+    example = Path(__file__).resolve().parents[2] / "examples" / "lightning_module.py"
+    proc = subprocess.run(
+        [sys.executable, str(example), "--epochs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "val/map_at_r" in proc.stdout and "best checkpoint" in proc.stdout
+
+
+@pytest.mark.timeout(400)
+def test_ddp_rsum_without_ids_selects_the_epoch_one_process_would(tmp_path):
+    result = run_ddp_script("rsum_ddp.py", tmp_path)
+    logged, single = result["logged"], result["single"]
+    assert logged.keys() == single.keys() and len(single) == 4
+    for epoch, value in single.items():
+        assert value == value and 0 < value <= 600  # a real rsum, not NaN
+        assert logged[epoch] == pytest.approx(value, abs=1e-3), epoch
+    # no text_ids on two processes: warned once (the metric object lives through every epoch)
+    assert len(result["no_ids_warnings"]) == 1, result["no_ids_warnings"]
+    assert "RSum" in result["no_ids_warnings"][0]
+    assert "`text_ids=`" in result["no_ids_warnings"][0]
+    best = max(single, key=single.get)
+    assert result["selection"]["epoch"] == int(best)
+    assert result["selection"]["score"] == pytest.approx(single[best], abs=1e-3)

@@ -1,0 +1,358 @@
+"""SelectOnValidation with a real Trainer on CPU: test metrics are those of the selected weights.
+
+The model (tests/distributed/select_ddp.py) learns for two epochs and then un-learns, so the epoch
+with the best validation value is not the last one. Each expected value is computed in plain
+Python on the weights of that epoch (recorded in memory during fit, and read from the checkpoint
+file), never through the callback under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import nn
+from torch.utils.data import DataLoader
+
+from distributed.select_ddp import (
+    ClassData,
+    EpochRecorder,
+    TinyEmbedder,
+    loaders,
+    map_at_r,
+    params_hash,
+)
+from retrieval_metrics.lightning import SELECTION_KEY, SelectOnValidation
+
+SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "select_ddp.py"
+MONITOR = "val/map_at_r"
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning",
+    "ignore:.*does not have many workers.*",
+    "ignore:.*LeafSpec.*",
+    "ignore:Checkpoint directory .* exists and is not empty",
+    "ignore:.*could not find the monitored key",
+)
+
+
+def make_trainer(root: Path, callbacks: list, max_epochs: int = 4, **kwargs) -> L.Trainer:
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=max_epochs,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        **kwargs,
+    )
+
+
+def fit(tmp_path: Path, model: TinyEmbedder | None = None, max_epochs: int = 4, **select_kwargs):
+    """Fit TinyEmbedder with SelectOnValidation; returns (trainer, model, select, recorder)."""
+    L.seed_everything(0, verbose=False)
+    train, val, _, _ = loaders()
+    select_kwargs.setdefault("dirpath", tmp_path / "ckpt")
+    select = SelectOnValidation(monitor=MONITOR, mode="max", **select_kwargs)
+    recorder = EpochRecorder(MONITOR)
+    trainer = make_trainer(tmp_path, [recorder, select], max_epochs=max_epochs)
+    model = TinyEmbedder() if model is None else model
+    trainer.fit(model, train, val)
+    return trainer, model, select, recorder
+
+
+def weights_metric(state_dict: dict, data: ClassData) -> float:
+    model = TinyEmbedder()
+    model.load_state_dict(state_dict)
+    return map_at_r(model, data)
+
+
+def load_file(path: str) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def best_epoch(values: dict[int, float]) -> int:
+    return max(values, key=lambda e: (values[e], -e))  # first of equal values, as ModelCheckpoint
+
+
+# ---------------------------------------------------------------------- the selected weights
+
+
+def test_test_runs_on_weights_of_best_validation_epoch(tmp_path):
+    trainer, model, select, recorder = fit(tmp_path)
+    _, _, test_loader, test_set = loaders()
+    best = best_epoch(recorder.values)
+    last = max(recorder.values)
+    assert best != last, recorder.values  # the schedule makes the last epoch worse
+    expected = weights_metric(recorder.weights[best], test_set)
+    from_file = load_file(select.best_model_path)
+    assert weights_metric(from_file["state_dict"], test_set) == pytest.approx(expected, abs=1e-7)
+    # the module holds the last epoch's weights, which score differently
+    assert map_at_r(model, test_set) != pytest.approx(expected, abs=1e-4)
+
+    # no ckpt_path: the callback loads the selected weights into the module
+    result = trainer.test(model, test_loader, verbose=False)[0]
+    assert result["test/map_at_r"] == pytest.approx(expected, abs=1e-6)
+    assert result["selection/epoch"] == best
+    assert result["selection/step"] == from_file["global_step"]
+    assert result[f"selection/{MONITOR}"] == pytest.approx(recorder.values[best], abs=1e-6)
+    assert params_hash(model) == params_hash(_module(from_file["state_dict"]))
+
+    # ckpt_path="best" runs on the same file and says the same
+    best_result = trainer.test(model, test_loader, ckpt_path="best", verbose=False)[0]
+    assert best_result == pytest.approx(result, abs=1e-7)
+
+    # the record is written into the checkpoint and kept in the callback
+    record = from_file[SELECTION_KEY]
+    assert record["epoch"] == best and record["monitor"] == MONITOR
+    assert record["score"] == pytest.approx(recorder.values[best], abs=1e-6)
+    assert select.selection == record
+    assert select.test_selection == record
+
+
+def _module(state_dict: dict) -> TinyEmbedder:
+    model = TinyEmbedder()
+    model.load_state_dict(state_dict)
+    return model
+
+
+def test_explicit_other_checkpoint_is_honoured_with_a_warning(tmp_path):
+    trainer, model, select, recorder = fit(tmp_path, save_last=True)
+    _, _, test_loader, test_set = loaders()
+    last = max(recorder.values)
+    assert select.last_model_path.endswith("last.ckpt")
+    # last.ckpt holds the last epoch (not a copy of the best, as Lightning 2.6's save_last would)
+    assert load_file(select.last_model_path)["epoch"] == last
+    expected = weights_metric(recorder.weights[last], test_set)
+    with pytest.warns(UserWarning, match="not the checkpoint selected on validation"):
+        result = trainer.test(model, test_loader, ckpt_path="last", verbose=False)[0]
+    assert result["test/map_at_r"] == pytest.approx(expected, abs=1e-6)
+    assert not any(key.startswith("selection/") for key in result)
+    assert select.test_selection is None
+    # the selection made by fit is untouched by testing another file
+    best = best_epoch(recorder.values)
+    again = trainer.test(model, test_loader, verbose=False)[0]
+    assert again["selection/epoch"] == best
+    assert again["test/map_at_r"] == pytest.approx(
+        weights_metric(recorder.weights[best], test_set), abs=1e-6
+    )
+
+
+def test_resume_from_last_keeps_the_selection(tmp_path):
+    _, _, select1, rec1 = fit(tmp_path, max_epochs=3, save_last=True)
+    first_best = select1.best_model_path
+    L.seed_everything(1, verbose=False)
+    train, val, test_loader, test_set = loaders()
+    select2 = SelectOnValidation(
+        monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt", save_last=True
+    )
+    rec2 = EpochRecorder(MONITOR)
+    trainer2 = make_trainer(tmp_path, [rec2, select2], max_epochs=5)
+    model2 = TinyEmbedder()
+    trainer2.fit(model2, train, val, ckpt_path="last")
+    assert sorted(rec2.values) == [3, 4]  # resumed after the third epoch
+    values = {**rec1.values, **rec2.values}
+    weights = {**rec1.weights, **rec2.weights}
+    best = best_epoch(values)
+    assert best < 3  # chosen in the first run, remembered by the second
+    assert select2.best_model_path == first_best
+    result = trainer2.test(model2, test_loader, verbose=False)[0]
+    assert result["selection/epoch"] == best
+    assert result[f"selection/{MONITOR}"] == pytest.approx(values[best], abs=1e-6)
+    assert result["test/map_at_r"] == pytest.approx(
+        weights_metric(weights[best], test_set), abs=1e-6
+    )
+
+    # a fresh Trainer that never fitted: the selected file tests with its record, others warn
+    fresh = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt")
+    trainer3 = make_trainer(tmp_path, [fresh])
+    result3 = trainer3.test(TinyEmbedder(), test_loader, ckpt_path=first_best, verbose=False)[0]
+    assert result3 == pytest.approx(result, abs=1e-6)
+    fresh_last = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt")
+    trainer4 = make_trainer(tmp_path, [fresh_last])
+    with pytest.warns(UserWarning, match="not the checkpoint selected"):
+        result4 = trainer4.test(
+            TinyEmbedder(), test_loader, ckpt_path=select2.last_model_path, verbose=False
+        )[0]
+    assert not any(key.startswith("selection/") for key in result4)
+
+
+# ---------------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize("monitor", ["test/map_at_r", "test_loss", "metrics/test/rsum", "TEST/r1"])
+def test_refuses_a_test_monitor(monitor):
+    with pytest.raises(ValueError, match=r"names a test metric.*validation loop"):
+        SelectOnValidation(monitor=monitor)
+
+
+def test_refuses_options_that_cannot_select():
+    with pytest.raises(ValueError, match="val_check_interval"):
+        SelectOnValidation(monitor=MONITOR, every_n_train_steps=5)
+    with pytest.raises(ValueError, match="save_top_k=1"):
+        SelectOnValidation(monitor=MONITOR, save_top_k=0)
+    with pytest.raises(ValueError, match="validation metric"):
+        SelectOnValidation(monitor=None)
+
+
+def test_refuses_a_monitor_logged_in_training(tmp_path):
+    L.seed_everything(0, verbose=False)
+    train, val, _, _ = loaders()
+    select = SelectOnValidation(monitor="train/loss", mode="min", dirpath=tmp_path / "ckpt")
+    trainer = make_trainer(tmp_path, [select], max_epochs=1)
+    with pytest.raises(ValueError, match=r"not produced in the validation loop.*validation_step"):
+        trainer.fit(TinyEmbedder(), train, val)
+
+
+class TwoValidationSets(TinyEmbedder):
+    """Logs MAP@R of each validation dataloader (keys get `/dataloader_idx_N`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.val_maps = nn.ModuleList([self.val_map, type(self.val_map)()])
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, labels, ids = batch
+        self.val_maps[dataloader_idx].update(self(x), labels, ids=ids)
+        self.log(MONITOR, self.val_maps[dataloader_idx])
+
+
+def test_refuses_a_validation_dataloader_that_is_also_tested(tmp_path):
+    L.seed_everything(0, verbose=False)
+    train, val, test_loader, _ = loaders()
+    monitor = f"{MONITOR}/dataloader_idx_1"
+    select = SelectOnValidation(monitor=monitor, mode="max", dirpath=tmp_path / "ckpt")
+    trainer = make_trainer(tmp_path, [select], max_epochs=2)
+    model = TwoValidationSets()
+    trainer.fit(model, train, [val, test_loader])
+    assert select.best_model_path
+    with pytest.raises(ValueError, match=r"same dataset as the validation dataloader.*separate"):
+        trainer.test(model, test_loader, verbose=False)
+
+
+class LogsTestMetricsWhileFitting(TinyEmbedder):
+    """Evaluates the test split at every validation: its numbers could feed the choice."""
+
+    def __init__(self, test_set: ClassData) -> None:
+        super().__init__()
+        self.test_set = test_set
+
+    def on_validation_epoch_end(self):
+        self.log("test/map_at_r", map_at_r(self, self.test_set))
+
+
+def test_refuses_test_metrics_that_feed_the_choice(tmp_path):
+    L.seed_everything(0, verbose=False)
+    train, val, _, test_set = loaders()
+    select = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt")
+    trainer = make_trainer(tmp_path, [select], max_epochs=1)
+    with pytest.raises(ValueError, match=r"test metrics \['test/map_at_r'\].*after fit"):
+        trainer.fit(LogsTestMetricsWhileFitting(test_set), train, val)
+
+
+class RunsTestDuringFit(Callback):
+    """Runs the test loop inside fit, where its numbers could feed the choice."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        trainer.test(pl_module, self.loader, verbose=False)
+
+
+def test_refuses_a_test_loop_during_fit(tmp_path):
+    L.seed_everything(0, verbose=False)
+    train, val, test_loader, _ = loaders()
+    select = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt")
+    trainer = make_trainer(tmp_path, [RunsTestDuringFit(test_loader), select], max_epochs=1)
+    with pytest.raises(RuntimeError, match=r"test loop ran during fit.*after trainer\.fit"):
+        trainer.fit(TinyEmbedder(), train, val)
+
+
+def test_refuses_validation_and_test_sets_that_share_ids(tmp_path):
+    trainer, model, _, _ = fit(tmp_path, max_epochs=1)
+    # other points, but ids 10000.. as in the validation set: 60 of them are shared
+    shared = DataLoader(ClassData(10, seed=7, id_offset=10_000), batch_size=16)
+    with pytest.raises(ValueError, match=r"60 of the 60 test sample ids.*disjoint"):
+        trainer.test(model, shared, verbose=False)
+    # partly shared: 20 ids in common
+    partial = DataLoader(ClassData(10, seed=7, id_offset=10_040), batch_size=16)
+    with pytest.raises(ValueError, match=r"20 of the 60 test sample ids"):
+        trainer.test(model, partial, verbose=False)
+    # disjoint ids pass
+    _, _, test_loader, _ = loaders()
+    assert "selection/epoch" in trainer.test(model, test_loader, verbose=False)[0]
+
+
+def test_check_ids_false_skips_the_comparison(tmp_path):
+    trainer, model, _, _ = fit(tmp_path, max_epochs=1, check_ids=False)
+    shared = DataLoader(ClassData(10, seed=7, id_offset=10_000), batch_size=16)
+    result = trainer.test(model, shared, verbose=False)[0]
+    assert result["selection/epoch"] == 0
+
+
+def test_warns_when_no_validation_metric_was_logged(tmp_path):
+    L.seed_everything(0, verbose=False)
+    train, _, test_loader, _ = loaders()
+    select = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt")
+    trainer = make_trainer(tmp_path, [select], max_epochs=1)
+    model = TinyEmbedder()
+    with pytest.warns(UserWarning, match="no metric was logged in the validation loop"):
+        trainer.fit(model, train)
+    assert select.best_model_path == ""
+    with pytest.warns(UserWarning, match="has selected no checkpoint"):
+        result = trainer.test(model, test_loader, verbose=False)[0]
+    assert "test/map_at_r" in result
+    assert not any(key.startswith("selection/") for key in result)
+
+
+# ---------------------------------------------------------------------- DDP
+
+
+@pytest.mark.timeout(400)
+def test_ddp_tests_the_selected_weights_on_every_rank(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert result["world_size"] == 2
+    values = {int(e): v for e, v in result["val_by_epoch"].items()}
+    best = best_epoch(values)
+    assert best != max(values)
+    assert result["selection"]["epoch"] == best
+    assert result["test"]["selection/epoch"] == best
+    assert result["test"][f"selection/{MONITOR}"] == pytest.approx(values[best], abs=1e-6)
+
+    # the single-process metric of the best checkpoint's weights, on the whole test set
+    _, _, _, test_set = loaders()
+    state = load_file(result["best_model_path"])["state_dict"]
+    assert result["test"]["test/map_at_r"] == pytest.approx(
+        weights_metric(state, test_set), abs=1e-6
+    )
+    # every rank loaded the same file, and tested exactly those weights
+    assert ranks[0]["best_model_path"] == ranks[1]["best_model_path"]
+    assert ranks[0]["hash"] == ranks[1]["hash"] == params_hash(_module(state))
+    assert ranks[0]["test"] == ranks[1]["test"]
+    # ckpt_path="best" tests the same file and reports the same
+    for rank in ranks:
+        assert rank["test_best"] == pytest.approx(result["test"], abs=1e-7)

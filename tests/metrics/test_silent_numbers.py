@@ -1,0 +1,189 @@
+"""No silent wrong number: inputs that cannot be scored as given are refused or warned about.
+
+Each test is a mistake a user made in a trial of the library that used to give a number with no
+word (ids that restart in every batch, int and str ids, a changing embedding width, torchmetrics'
+positional call, a cut-off as large as the gallery). The multi-process case (image-text without
+``text_ids``) is in test_distributed.py and test_lightning.py.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from retrieval_metrics.functional.ranking.labels import canonical_id
+from retrieval_metrics.metrics.distributed import EMBEDDING_REPEAT_TOLERANCE
+
+
+def clustered(n: int, classes: int, dim: int = 16, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.arange(n) % classes
+    centres = torch.randn(classes, dim, generator=gen)
+    return centres[labels] + 0.5 * torch.randn(n, dim, generator=gen), labels
+
+
+# ---------------------------------------------------------------------- repeated ids
+
+
+def test_ids_that_restart_in_every_batch_raise_even_when_labels_agree():
+    emb, labels = torch.randn(100, 16), torch.arange(100) % 10
+    metric = rm.HitRateAtK(k=1)
+    metric.update(emb[:50], labels[:50], ids=torch.arange(50))
+    metric.update(emb[50:], labels[50:], ids=torch.arange(50))  # same ids, same labels
+    with pytest.raises(ValueError, match=r"`ids`: 50 id\(s\).*embeddings that differ"):
+        metric.compute()
+
+
+def _hit_rate(batches) -> float:
+    metric = rm.HitRateAtK(k=1)
+    for emb, labels, ids in batches:
+        metric.update(emb, labels, ids=ids)
+    return float(metric.compute())
+
+
+def test_identical_repeats_are_dropped_silently():
+    """DistributedSampler pads with the same samples: same id, label and embedding."""
+    emb, labels = clustered(60, 6)
+    ids = torch.arange(60)
+    expected = _hit_rate([(emb, labels, ids)])
+    pad = torch.tensor([0, 1, 2, 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _hit_rate([(emb, labels, ids), (emb[pad], labels[pad], ids[pad])])
+    assert got == expected
+
+
+def test_repeats_within_rounding_are_dropped_and_beyond_it_raise():
+    emb, labels = clustered(60, 6)
+    ids = torch.arange(60)
+    expected = _hit_rate([(emb, labels, ids)])
+    pad = torch.tensor([5, 7])
+    scale = emb[pad].abs().amax(1, keepdim=True)
+    # float16 rounding of a forward pass in another batch: well inside the tolerance
+    rounded = emb[pad].half().float()
+    assert _hit_rate([(emb, labels, ids), (rounded, labels[pad], ids[pad])]) == expected
+    # a coordinate moved by twice the tolerance of its row: another sample under the same id
+    moved = emb[pad].clone()
+    moved[:, 0] += 2 * EMBEDDING_REPEAT_TOLERANCE * scale[:, 0]
+    with pytest.raises(ValueError, match=r"2 id\(s\).*e\.g\. 5, 7"):
+        _hit_rate([(emb, labels, ids), (moved, labels[pad], ids[pad])])
+
+
+def test_image_ids_that_name_different_images_raise():
+    """Image-text: an image arriving once per caption is one gallery item, but two different
+    images under one id (ids that restart per batch) would silently lose one of them."""
+    images, captions = torch.eye(4), torch.eye(4) + 0.1
+    metric = rm.CrossModalRetrieval(k=(1,))
+    metric.update(images[:2], captions[:2], torch.tensor([0, 1]))
+    metric.update(images[2:], captions[2:], torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="`image_ids`"):
+        metric.compute()
+    same = rm.CrossModalRetrieval(k=(1,))  # the same image once per caption is fine
+    same.update(images[[0, 0, 1]], captions[:3], torch.tensor([0, 0, 1]))
+    assert float(same.compute()["rsum"]) > 0
+
+
+# ---------------------------------------------------------------------- id and label types
+
+
+def test_canonical_id_is_the_text_rule():
+    assert [canonical_id(v) for v in ("7", 7, "-3", "0", "007", "7.0", "-0", "d7", " 7")] == [
+        7, 7, -3, 0, "007", "7.0", "-0", "d7", " 7"
+    ]
+    assert canonical_id(str(2**63)) == str(2**63)  # beyond int64: stays text
+
+
+def test_int_and_str_ids_of_ranked_lists_compare_as_text():
+    """SPEC vector 2's q1 with int ranked ids and str relevant ids: the CLI reads both as text
+    and gives RR = 1/3; the API used to give 0."""
+    mixed = rm.MRR()
+    mixed.update(ranked_ids=[[3, 7, 1, 9, 2]], relevant_ids=[{"1"}])
+    assert float(mixed.compute()) == pytest.approx(1 / 3)
+    graded = rm.NDCGAtK(k=3, gain="linear")
+    graded.update(ranked_ids=[["3", 7, 1]], relevant_ids=[{7: 1, "1": 1}])
+    plain = rm.NDCGAtK(k=3, gain="linear")
+    plain.update(ranked_ids=[["3", "7", "1"]], relevant_ids=[{"7": 1, "1": 1}])
+    assert float(graded.compute()) == pytest.approx(float(plain.compute()))
+
+
+def test_duplicates_error_sees_7_and_text_7_as_one_id():
+    metric = rm.MRR(duplicates="error")
+    with pytest.raises(ValueError, match="more than once"):
+        metric.update(ranked_ids=[[7, "7", 1]], relevant_ids=[{1}])
+
+
+def test_int_labels_then_str_labels_compare_as_text():
+    emb, labels = clustered(100, 10)
+    as_ints = rm.HitRateAtK(k=1)
+    as_ints.update(emb, labels)
+    mixed = rm.HitRateAtK(k=1)
+    mixed.update(emb[:50], labels[:50])
+    mixed.update(emb[50:], [str(int(v)) for v in labels[50:]])
+    assert float(mixed.compute()) == float(as_ints.compute())
+    other = rm.HitRateAtK(k=1)  # "07" is not 7: text that differs is another label
+    other.update(emb[:50], labels[:50])
+    other.update(emb[50:], [f"0{int(v)}" for v in labels[50:]])
+    assert float(other.compute()) != float(as_ints.compute())
+
+
+# ---------------------------------------------------------------------- at update()
+
+
+def test_a_changing_embedding_width_is_refused_at_update():
+    metric = rm.HitRateAtK(k=1)
+    metric.update(torch.randn(10, 8), torch.arange(10) % 2)
+    with pytest.raises(ValueError, match=r"`embeddings` must have 8 columns.*got 6"):
+        metric.update(torch.randn(10, 6), torch.arange(10) % 2)
+    split = rm.HitRateAtK(k=1)
+    split.update(torch.randn(10, 8), torch.arange(10) % 2, role="query")
+    with pytest.raises(ValueError, match="`embeddings` must have 8 columns"):
+        split.update(torch.randn(10, 4), torch.arange(10) % 2, role="gallery")
+    fixed = rm.HitRateAtK(k=1)
+    fixed.set_gallery(torch.randn(10, 8), torch.arange(10) % 2)
+    with pytest.raises(ValueError, match="width of the gallery given to `set_gallery`"):
+        fixed.update(torch.randn(3, 5), torch.arange(3) % 2, role="query")
+    pairs = rm.RSum()
+    pairs.update(torch.randn(4, 8), torch.randn(4, 8), torch.arange(4))
+    with pytest.raises(ValueError, match="`image_embeddings` must have 8 columns"):
+        pairs.update(torch.randn(4, 3), torch.randn(4, 3), torch.arange(4, 8))
+
+
+def test_torchmetrics_positional_call_shape_is_the_scores_form():
+    """``metric(preds, target, indexes=indexes)``, as torchmetrics' docs call it."""
+    preds = torch.tensor([0.2, 0.3, 0.5, 0.1, 0.3, 0.5, 0.2])
+    target = torch.tensor([False, False, True, False, True, False, True])
+    indexes = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    positional, keywords = rm.MRR(), rm.MRR()
+    positional.update(preds, target, indexes=indexes)
+    keywords.update(preds=preds, target=target, indexes=indexes)
+    # query 0: relevant at rank 1; query 1: best relevant (0.3) at rank 2
+    assert float(positional.compute()) == pytest.approx((1 + 1 / 2) / 2)
+    assert float(positional.compute()) == float(keywords.compute())
+    with pytest.raises(ValueError, match="takes no \\['ids'\\]"):
+        rm.MRR().update(preds, target, indexes=indexes, ids=torch.arange(7))
+
+
+def test_a_cut_off_reaching_the_whole_gallery_warns_once():
+    images = torch.eye(3)
+    metric = rm.RSum()
+    metric.update(images[[0, 0, 1, 1, 2, 2]], torch.eye(3)[[0, 0, 1, 1, 2, 2]] + 0.1,
+                  torch.tensor([0, 0, 1, 1, 2, 2]))
+    with pytest.warns(UserWarning, match=r"t2i/hit_rate@5 \(gallery of 3\)") as caught:
+        metric.compute()
+    assert sum("reaches the whole gallery" in str(w.message) for w in caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metric.compute()  # once per metric
+
+    small = rm.HitRateAtK(k=(1, 4))
+    small.update(torch.randn(5, 3), torch.tensor([0, 0, 1, 1, 1]))  # same source: 4 others
+    with pytest.warns(UserWarning, match=r"hit_rate@4 \(gallery of 4\)"):
+        small.compute()
+    large = rm.HitRateAtK(k=(1, 4))
+    large.update(torch.randn(6, 3), torch.tensor([0, 0, 1, 1, 1, 0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        large.compute()  # 5 others: K = 4 does not reach them all

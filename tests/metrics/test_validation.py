@@ -1,0 +1,130 @@
+"""Bad input raises a ValueError that names the argument; precision rules for the scores."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.ranking import rank_embeddings, rank_lists, rank_scores
+from retrieval_metrics.functional.ranking.labels import encode_labels
+
+EMB = torch.randn(6, 3)
+LABELS = torch.tensor([0, 0, 1, 1, 2, 2])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"query": torch.randn(6)}, "`query` must be 2-D"),
+        ({"query": torch.full((6, 3), float("nan"))}, "`query` contains NaN"),
+        ({"gallery": torch.randn(4, 5)}, "same dimension"),
+        ({"gallery": torch.tensor([[float("inf"), 0.0, 0.0]])}, "`gallery` contains NaN"),
+        ({"similarity": "manhattan"}, "`similarity` must be one of"),
+        ({"depth": 0}, "`depth` must be a positive int"),
+        ({"memory_budget": 10}, "`memory_budget`"),
+        ({"query_labels": torch.tensor([0, 1])}, "`query_labels` must have 6 entries"),
+        ({"query_labels": torch.tensor([0.5, 1, 1, 2, 2, 3])}, "whole numbers below 2\\*\\*24"),
+        ({"relevance": "cosine"}, "`relevance` must be"),
+        ({"relevance": "radius"}, "needs `positions`"),
+        ({"relevance": "ids"}, "needs `relevant_ids`"),
+        ({"relevance": "ids", "relevant_ids": [[0]]}, "one entry per query"),
+        ({"relevance": "ids", "relevant_ids": [[9]] * 6}, r"relevant_ids\[0\]"),
+        ({"block_size": (4, 100)}, "`block_size`"),
+        ({"query_cameras": torch.zeros(6, dtype=torch.int64), "gallery": EMB,
+          "gallery_labels": LABELS}, "`cameras` must be given for both"),
+    ],
+)
+def test_rank_embeddings_errors_name_the_argument(kwargs, match):
+    args = {"query": EMB, "query_labels": LABELS}
+    args.update(kwargs)
+    query = args.pop("query")
+    gallery = args.pop("gallery", None)
+    if "gallery_labels" not in args and gallery is not None:
+        args["gallery_labels"] = torch.zeros(gallery.shape[0], dtype=torch.int64)
+    with pytest.raises(ValueError, match=match):
+        rank_embeddings(query, gallery, **args)
+
+
+def test_string_labels_compare_exactly_and_large_ints_stay_distinct():
+    q, g = encode_labels(["a", "b"], ["b", "a", "c"])
+    assert (q[:, None] == g[None, :]).tolist() == [[False, True, False], [True, False, False]]
+    big = torch.tensor([2**24, 2**24 + 1, 3, 3])  # float32 would merge the first two
+    emb = torch.tensor([[0.0, 0.0], [10.0, 10.0], [0.0, 0.3], [0.0, 0.5]])
+    table = rank_embeddings(emb, query_labels=big, similarity="euclidean")
+    assert table.num_relevant.tolist() == [0, 0, 1, 1]
+    # an integer tensor beside string labels compares as text, as everywhere: 2 is "2"
+    q, g = encode_labels(torch.tensor([1, 2]), ["2", "a", "1", "01"])
+    assert (q[:, None] == g[None, :]).tolist() == [
+        [False, False, True, False], [True, False, False, False]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [("recall", "needs a cut-off"), ("hit_rate@0", "cut-off must be >= 1"),
+     ("r_precision@5", "takes no cut-off"), ("precision@r", "only map@r"),
+     ("accuracy", "unknown metric")],
+)
+def test_metric_names(name, match):
+    with pytest.raises(ValueError, match=match):
+        M.parse_metric(name)
+
+
+def test_measure_arguments():
+    table = rank_lists([["a", "b"]], [{"a"}])
+    with pytest.raises(ValueError, match="`ties` must be one of"):
+        M.retrieval_measures(table, ["mrr"], ties="random")
+    with pytest.raises(ValueError, match="`k` must be a positive int"):
+        M.hit_rate_per_query(table, 0)
+    with pytest.raises(ValueError, match="`ap` must be one of"):
+        M.average_precision_per_query(table, ap="interpolated")
+    with pytest.raises(ValueError, match="`empty_queries` must be one of"):
+        M.retrieval_measures(table, ["mrr"], empty_queries="drop")
+    with pytest.raises(ValueError, match="`average` must be one of"):
+        M.retrieval_measures(table, ["mrr"], average="weighted")
+
+
+def test_truncated_ranking_refuses_deeper_measures():
+    emb = torch.randn(2000, 4)
+    labels = torch.arange(2000) % 5
+    table = rank_embeddings(emb, query_labels=labels, depth=2)
+    assert bool((table.num_listed < table.num_relevant).any())  # some relevant lie deeper
+    with pytest.raises(ValueError, match="truncated at depth 2"):
+        M.recall_per_query(table, 5)
+    with pytest.raises(ValueError, match="mINP needs every relevant"):
+        M.minp_per_query(table)
+
+
+def test_rank_scores_and_lists_validation():
+    with pytest.raises(ValueError, match="same length"):
+        rank_scores(torch.rand(3), torch.ones(2), torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="`preds` contains NaN"):
+        rank_scores(torch.tensor([float("nan")]), torch.ones(1), torch.zeros(1, dtype=torch.int64))
+    with pytest.raises(ValueError, match="`target` must be non-negative"):
+        rank_scores(torch.rand(1), -torch.ones(1), torch.zeros(1, dtype=torch.int64))
+    with pytest.raises(ValueError, match="one entry per query"):
+        rank_lists([["a"]], [{"a"}, {"b"}])
+    with pytest.raises(ValueError, match=r"`ranked_ids\[0\]` must be a list"):
+        rank_lists(["abc"], [{"a"}])
+
+
+def test_half_precision_is_scored_in_float32():
+    emb = torch.randn(40, 8)
+    labels = torch.arange(40) % 7
+    for dtype in (torch.float16, torch.bfloat16):
+        low = emb.to(dtype)
+        a = rank_embeddings(low, query_labels=labels)
+        b = rank_embeddings(low.float(), query_labels=labels)
+        assert torch.equal(a.above, b.above) and torch.equal(a.tied, b.tied)
+
+
+def test_float64_stays_float64():
+    # 1 + 2^-30 and 1 are equal in float32 but not in float64
+    q = torch.tensor([[1.0]], dtype=torch.float64)
+    g = torch.tensor([[1.0 + 2**-30], [1.0]], dtype=torch.float64)
+    labels = dict(query_labels=torch.tensor([0]), gallery_labels=torch.tensor([1, 0]))
+    t64 = rank_embeddings(q, g, similarity="dot", **labels)
+    t32 = rank_embeddings(q.float(), g.float(), similarity="dot", **labels)
+    assert (t64.above.tolist(), t64.tied.tolist()) == ([1], [1])
+    assert (t32.above.tolist(), t32.tied.tolist()) == ([0], [2])

@@ -1,0 +1,201 @@
+"""The ranking's options as one object, its pluggable engine, and embeddings scanned once.
+
+* ``RankingOptions`` holds every option of the ranking, checked once with the messages the
+  entry points raise, and goes down whole: the engine's passes hold the very object.
+* Its ``engine`` is pluggable: a toy engine on the plain reference path
+  (``reference.rank_embeddings_by_full_sort``) gives the blocked engine's tables, bit for bit.
+* A metric scans its embeddings for NaN and infinities once, at ``update``; ``compute`` ranks
+  them without scanning again. Counted by the calls of the scan, not by the clock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.ranking import (
+    BlockedEngine,
+    Items,
+    RankingOptions,
+    RankTable,
+    rank_embeddings,
+)
+from retrieval_metrics.functional.ranking import embeddings as E
+from retrieval_metrics.functional.ranking.engine import schedule as S
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS
+from retrieval_metrics.functional.ranking.reference import rank_embeddings_by_full_sort
+
+FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
+
+
+def assert_same_table(ours: RankTable, theirs: RankTable, query_class: bool = True) -> None:
+    for name in FIELDS:
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+    if query_class:
+        a, b = ours.query_class, theirs.query_class
+        assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+
+
+def problem(n: int = 300, classes: int = 12, seed: int = 0) -> Items:
+    """Float32 items with exact ties (a few repeated rows), labels, ids and cameras."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(n // 3, 8))
+    emb = torch.tensor(base[rng.integers(0, base.shape[0], n)].astype(np.float32))
+    return Items(
+        emb=emb,
+        labels=torch.tensor(rng.integers(0, classes, n)),
+        ids=torch.arange(n),
+        cameras=torch.tensor(rng.integers(0, 3, n)),
+    )
+
+
+class FullSortEngine:
+    """A toy engine: the plain reference path (every score, a full sort of every row)."""
+
+    def rank(self, queries, gallery, options, exchange):
+        keys = {f"query_{name}": getattr(queries, name) for name in KEY_FIELDS}
+        if gallery is not None:
+            keys.update({f"gallery_{name}": getattr(gallery, name) for name in KEY_FIELDS})
+        return rank_embeddings_by_full_sort(
+            queries.emb,
+            None if gallery is None else gallery.emb,
+            similarity=options.similarity,
+            memory_budget=options.memory_budget,
+            block_size=options.block_size,
+            relevance=options.relevance,
+            radius=options.radius,
+            ignore_label=options.ignore_label,
+            **keys,
+        )
+
+
+# ------------------------------------------------------------------------------- the options
+
+
+def test_the_defaults_are_the_librarys_and_the_checks_keep_their_messages():
+    options = RankingOptions()
+    for name in ("relevance", "radius", "ignore_label", "similarity", "memory_budget"):
+        assert getattr(options, name) == OPTIONS[name].default, name
+    assert isinstance(options.engine, BlockedEngine)
+    for kwargs, match in [
+        ({"similarity": "manhattan"}, r"`similarity` must be one of \('cosine', 'dot'"),
+        ({"relevance": "cosine"}, '`relevance` must be "label", "radius" or "ids"'),
+        ({"relevance": "radius", "radius": -1.0}, "`radius` must be a non-negative number"),
+        ({"depth": 0}, "`depth` must be a positive int or None"),
+        ({"memory_budget": 10}, "`memory_budget` must be an int of at least 65536 bytes"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            RankingOptions(**kwargs)
+
+
+@pytest.mark.parametrize("same_source", [True, False])
+def test_the_passes_hold_the_options_object_itself(monkeypatch, same_source):
+    """No keyword relay, no dict copy: the Pass every query block reads holds the options the
+    caller made (the symmetric pass for same source, the one-sided one else)."""
+    seen = []
+    for name in ("two_sided_pass", "_one_sided_pass"):
+        original = getattr(S, name)
+
+        def spy(p, *args, original=original, **kwargs):
+            seen.append(p.options)
+            return original(p, *args, **kwargs)
+
+        monkeypatch.setattr(S, name, spy)
+    items = problem()
+    options = RankingOptions(depth=3, memory_budget=2**22)
+    if same_source:
+        options.rank(items, None)
+    else:
+        options.rank(items.select(slice(0, 50)), items.select(slice(50, None)))
+    assert seen and all(o is options for o in seen)
+
+
+# ------------------------------------------------------------------------------- the engine
+
+
+@pytest.mark.parametrize(
+    "case", ["same source", "same source, ids and cameras", "query/gallery", "ignore label"]
+)
+def test_a_toy_engine_on_the_reference_path_gives_the_same_tables(case):
+    items = problem()
+    keep = {"same source": ("labels",), "query/gallery": ("labels", "ids")}.get(
+        case, ("labels", "ids", "cameras")
+    )
+    items = Items(emb=items.emb, **{name: getattr(items, name) for name in keep})
+    settings = {"ignore_label": 3} if case == "ignore label" else {}
+    blocked = RankingOptions(block_size=(64, 64), **settings)
+    toy = RankingOptions(block_size=(64, 64), engine=FullSortEngine(), **settings)
+    if case.startswith("same source"):
+        queries, gallery = items, None
+    else:
+        queries, gallery = items.select(slice(0, 80)), items.select(slice(80, None))
+    ours = blocked.rank(queries, gallery)
+    assert_same_table(toy.rank(queries, gallery), ours)
+    # and the keyword function is the same ranking
+    assert_same_table(FullSortEngine().rank(queries, gallery, blocked, None), ours)
+
+
+def test_a_toy_engine_ranks_both_directions_and_no_sharded_gallery():
+    items = problem(200)
+    images = Items(emb=items.emb[:60], labels=torch.arange(60))
+    captions = Items(emb=items.emb[60:], labels=torch.arange(140) % 60)
+    blocked = RankingOptions().rank_two_ways(images, captions)
+    toy = RankingOptions(engine=FullSortEngine()).rank_two_ways(images, captions)
+    for ours, theirs in zip(toy, blocked, strict=True):
+        assert_same_table(ours, theirs, query_class=False)
+    with pytest.raises(ValueError, match="blocked engine only"):
+        RankingOptions(engine=FullSortEngine()).rank_sharded(images, captions, None)
+
+
+# ------------------------------------------------------------------------------- one scan
+
+
+@pytest.fixture
+def scans(monkeypatch):
+    """Counts the scans of embeddings for NaN and infinities (``check_embeddings`` calls
+    ``all_finite`` once per scanned tensor)."""
+    calls = []
+    original = E.all_finite
+
+    def counted(x):
+        calls.append(tuple(x.shape))
+        return original(x)
+
+    monkeypatch.setattr(E, "all_finite", counted)
+    return calls
+
+
+def test_a_metric_scans_its_embeddings_at_update_only(scans):
+    items = problem()
+    metric = rm.RetrievalMetrics(["hit_rate@1"])
+    metric.update(items.emb, items.labels)
+    assert scans == [tuple(items.emb.shape)]  # one scan per update
+    ours = metric.compute()
+    assert len(scans) == 1  # none at compute
+    table = rank_embeddings(items.emb, query_labels=items.labels)
+    assert len(scans) == 2  # the keyword function scans what it is given
+    expected = rm.retrieval_measures(table, ["hit_rate@1"])
+    assert float(ours["hit_rate@1"]) == pytest.approx(float(expected["hit_rate@1"]), abs=1e-6)
+
+
+def test_query_and_gallery_updates_scan_once_each(scans):
+    items = problem()
+    metric = rm.RetrievalMetrics(["hit_rate@1", "map@r"])
+    metric.update(items.emb[:40], items.labels[:40], role="query")
+    metric.update(items.emb[40:], items.labels[40:], role="gallery")
+    metric.update(items.emb[40:60], items.labels[40:60], role="query")
+    assert len(scans) == 3
+    metric.compute()
+    metric.per_query()
+    assert len(scans) == 3
+
+
+def test_non_finite_embeddings_are_still_refused_at_update():
+    metric = rm.RetrievalMetrics(["hit_rate@1"])
+    emb = torch.randn(6, 3)
+    emb[2, 1] = float("nan")
+    with pytest.raises(ValueError, match="`embeddings` contains NaN or infinite values"):
+        metric.update(emb, torch.arange(6) % 2)

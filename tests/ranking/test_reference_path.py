@@ -1,0 +1,370 @@
+"""Every fast path of the ranking engine equals its plain reference, bit for bit.
+
+``ranking/reference.py`` computes the engine's products (same shapes, same operands), then sorts
+every score row and counts by definition. Here the engine (``rank_embeddings``, and
+``rank_relevance`` to force a pass) must give the same ``above``, ``tied``, ``num_relevant``,
+``gallery_size`` and per-query item order: on float32 data with duplicate rows, collapsed
+embeddings, binary codes and one huge class; same source (the symmetric pass) and query/gallery
+(the one-sided pass); several block sizes; with a depth (the listed items are the reference's
+first ones); with exclusions; through the sparse and the dense counting; on the emulated CUDA
+device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emulated_cuda import fake_cuda_fixture, to_fake_cuda  # noqa: F401
+from retrieval_metrics.functional.ranking import rank_embeddings, rank_relevance
+from retrieval_metrics.functional.ranking import reference as ref
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
+from retrieval_metrics.functional.ranking.engine import counting, schedule
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
+from retrieval_metrics.functional.ranking.reference import (
+    rank_by_full_sort,
+    rank_embeddings_by_full_sort,
+)
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.table import RankTable
+
+SETTINGS = settings(max_examples=20, deadline=None)
+KINDS = ("duplicates", "collapsed", "binary", "permuted", "normal")
+# One-sided blocks (several query and gallery blocks at these sizes) and square ones.
+BLOCKS = (None, (1, 64), (3, 64), (8, 128), (64, 64), (128, 128))
+
+
+def embeddings(rng: np.random.Generator, n: int, dim: int, kind: str) -> np.ndarray:
+    """Float32 rows; all but "normal" make many exact ties (or near ties: "permuted")."""
+    if kind == "duplicates":  # a few distinct rows, each repeated
+        base = rng.normal(size=(max(1, n // 4), dim))
+        x = base[rng.integers(0, base.shape[0], n)]
+    elif kind == "collapsed":  # every row the same
+        x = np.repeat(rng.normal(size=(1, dim)), n, axis=0)
+    elif kind == "binary":  # 0/1 codes
+        x = rng.integers(0, 2, size=(n, dim)).astype(np.float64)
+    elif kind == "permuted":
+        # Coordinates of a few rows shuffled, and rows of one repeated value: the scores of a
+        # constant row with the shuffles of one row are equal sums in different orders, so
+        # which of them tie depends on how the product rounds (gemv and gemm differ), and a
+        # reference of other product shapes than the engine's would count other ties.
+        base = rng.normal(size=(3, dim))
+        x = np.stack([rng.permutation(base[i]) for i in rng.integers(0, 3, n)])
+        constant = rng.random(n) < 0.3
+        x[constant] = rng.normal(size=(int(constant.sum()), 1))
+    else:
+        x = rng.normal(size=(n, dim))
+    return x.astype(np.float32)
+
+
+def labels(rng: np.random.Generator, n: int, classes: int, huge: bool) -> torch.Tensor:
+    if huge:  # one class holds most items
+        return torch.tensor(np.where(rng.random(n) < 0.8, 0, rng.integers(1, classes + 1, n)))
+    return torch.tensor(rng.integers(0, classes, n))
+
+
+@st.composite
+def problems(draw: Any) -> dict[str, Any]:
+    """Arguments of rank_embeddings: same source or query/gallery, with or without exclusions."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(KINDS))
+    same_source = draw(st.booleans())
+    n_g = draw(st.integers(1, 260))
+    n_q = n_g if same_source else draw(st.integers(1, 80))
+    dim = draw(st.integers(1, 8))
+    classes = draw(st.integers(1, 15))
+    huge = draw(st.booleans())
+    similarity = draw(st.sampled_from(("cosine", "dot", "euclidean")))
+    args: dict[str, Any] = {
+        "query": torch.tensor(embeddings(rng, n_q, dim, kind)),
+        "gallery": None if same_source else torch.tensor(embeddings(rng, n_g, dim, kind)),
+        "query_labels": labels(rng, n_q, classes, huge),
+        "similarity": similarity,
+        "block_size": draw(st.sampled_from(BLOCKS)),
+    }
+    if not same_source:
+        args["gallery_labels"] = labels(rng, n_g, classes, huge)
+    if draw(st.booleans()):  # sample ids, some shared: each query excludes the items of its id
+        args["query_ids"] = torch.tensor(rng.integers(0, max(1, n_q), n_q))
+        if not same_source:
+            args["gallery_ids"] = torch.tensor(rng.integers(0, max(1, n_q), n_g))
+    return args
+
+
+def split(args: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
+    rest = dict(args)
+    return rest.pop("query"), rest.pop("gallery"), rest
+
+
+def assert_same_table(engine: RankTable, expected: RankTable) -> None:
+    """Equal fields, items of each query in the same order (by decreasing score)."""
+    for name in ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth"):
+        a, b = getattr(engine, name), getattr(expected, name)
+        if not torch.equal(a, b):
+            at = int(torch.nonzero(a != b)[0, 0]) if a.shape == b.shape else 0
+            raise AssertionError(
+                f"{name} differs first at {at} of {a.numel()} (shape {b.numel()} expected): "
+                f"engine {a[at : at + 8].tolist()} reference {b[at : at + 8].tolist()}"
+            )
+    for name in ("grade", "query_class"):
+        a, b = getattr(engine, name), getattr(expected, name)
+        assert (a is None) == (b is None), name
+        assert a is None or torch.equal(a, b), name
+
+
+def assert_prefix(engine: RankTable, expected: RankTable, depth: int, cover: bool) -> None:
+    """With a depth: each query lists the reference's first items (its best one at least, and
+    every item within the top ``depth`` positions), with the reference's above and tied."""
+    for name in ("num_relevant", "gallery_size"):
+        assert torch.equal(getattr(engine, name), getattr(expected, name)), name
+    m = expected.num_relevant
+    want_depth = m.clamp_min(depth) if cover else torch.full_like(m, depth)
+    assert torch.equal(engine.depth, want_depth)
+    for q in range(expected.num_queries):
+        e0, e1 = int(engine.ptr[q]), int(engine.ptr[q + 1])
+        r0, r1 = int(expected.ptr[q]), int(expected.ptr[q + 1])
+        listed = e1 - e0
+        ref_above = expected.above[r0:r1]
+        within = int((ref_above < want_depth[q]).sum())
+        assert listed >= max(within, min(1, r1 - r0)), (q, listed, within)
+        assert torch.equal(engine.above[e0:e1], ref_above[:listed]), q
+        assert torch.equal(engine.tied[e0:e1], expected.tied[r0 : r0 + listed]), q
+
+
+@contextmanager
+def passes_taken() -> Iterator[dict[str, list[Any]]]:
+    """Records the layouts the reference and the engine chose, and the engine's symmetric
+    passes."""
+    seen: dict[str, list[Any]] = {"layouts": [], "engine_layouts": [], "two_sided": []}
+    original_layout, original_pass = schedule.choose_layout, schedule.two_sided_pass
+
+    def recorder(key: str) -> Any:
+        def layout(*args: Any, **kwargs: Any) -> Any:
+            seen[key].append(original_layout(*args, **kwargs))
+            return seen[key][-1]
+
+        return layout
+
+    def two_sided(*args: Any, **kwargs: Any) -> Any:
+        seen["two_sided"].append(args[2].shape)
+        return original_pass(*args, **kwargs)
+
+    with (
+        mock.patch.object(ref, "choose_layout", side_effect=recorder("layouts")),
+        mock.patch.object(schedule, "choose_layout", side_effect=recorder("engine_layouts")),
+        mock.patch.object(schedule, "two_sided_pass", side_effect=two_sided),
+    ):
+        yield seen
+
+
+def check_pass(seen: dict[str, list[Any]]) -> None:
+    """The engine chose the reference's layout, and took the symmetric pass exactly then."""
+    (layout,) = seen["layouts"]
+    assert seen["engine_layouts"] == [layout]
+    assert len(seen["two_sided"]) == int(layout.symmetric), (layout, seen["two_sided"])
+
+
+@contextmanager
+def counting_branches() -> Iterator[dict[str, mock.MagicMock]]:
+    """Counts the sparse (count_candidates) and dense (count_block) counts of the engine."""
+    with (
+        mock.patch.object(
+            counting, "count_candidates", wraps=counting.count_candidates
+        ) as sparse,
+        mock.patch.object(counting, "count_block", wraps=counting.count_block) as dense,
+    ):
+        yield {"sparse": sparse, "dense": dense}
+
+
+# ------------------------------------------------------------------------------- properties
+
+
+@SETTINGS
+@given(problems())
+def test_rank_embeddings_equals_the_reference(args):
+    query, gallery, rest = split(args)
+    with passes_taken() as seen:
+        expected = rank_embeddings_by_full_sort(query, gallery, **rest)
+        engine = rank_embeddings(query, gallery, **rest)
+    check_pass(seen)
+    assert_same_table(engine, expected)
+
+
+@SETTINGS
+@given(problems(), st.booleans())
+def test_each_forced_pass_equals_the_reference(args, symmetric):
+    """rank_relevance with the same flag and blocks as the reference; same source with
+    ``symmetric=False`` is the one-sided pass over a set against itself."""
+    query, gallery, rest = split(args)
+    similarity, block_size = rest.pop("similarity"), rest.pop("block_size")
+    if gallery is None and symmetric and block_size is not None:
+        block_size = (block_size[1], block_size[1])  # square: the symmetric pass
+    keys = {
+        side: Keys(**{name: rest.get(f"{side}_{name}") for name in KEY_FIELDS})
+        for side in ("query", "gallery")
+    }
+    inputs = embedding_relevance(
+        query, gallery, keys["query"], keys["gallery"], RankingSettings(memory_budget=2**28)
+    )
+    query, gallery, rel = inputs.query, inputs.gallery, inputs.relevance
+    q_key, g_key = inputs.query_key, inputs.gallery_key
+    symmetric = symmetric and gallery is query
+    kwargs = dict(
+        similarity=similarity, block_size=block_size, query_order_key=q_key,
+        gallery_order_key=g_key,
+    )
+    with passes_taken() as seen:
+        expected = rank_by_full_sort(query, gallery, rel, symmetric=symmetric, **kwargs)
+        engine = rank_relevance(query, gallery, rel, same_source=symmetric, **kwargs)
+    check_pass(seen)
+    if symmetric and similarity != "euclidean":
+        assert seen["layouts"][0].symmetric
+    assert_same_table(engine, expected)
+
+
+@SETTINGS
+@given(problems(), st.integers(1, 6), st.booleans())
+def test_with_a_depth_the_listed_items_are_the_references_first(args, depth, cover):
+    query, gallery, rest = split(args)
+    expected = rank_embeddings_by_full_sort(query, gallery, **rest)
+    engine = rank_embeddings(query, gallery, depth=depth, cover_relevant=cover, **rest)
+    assert_prefix(engine, expected, depth, cover)
+
+
+# ------------------------------------------------------------------------------- hand cases
+
+
+def clusters(n: int, classes: int, dim: int = 16, noise: float = 0.05, seed: int = 0):
+    """A good model: tight clusters around random centres (float32)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, dim))
+    lab = rng.integers(0, classes, n)
+    x = centres[lab] + noise * rng.normal(size=(n, dim))
+    return torch.tensor(x.astype(np.float32)), torch.tensor(lab)
+
+
+def test_a_good_model_with_a_depth_counts_sparsely_in_both_passes():
+    x, lab = clusters(600, 30)
+    for block_size in ((64, 64), (16, 128)):  # the symmetric pass, then the one-sided one
+        expected = rank_embeddings_by_full_sort(x, query_labels=lab, block_size=block_size)
+        with counting_branches() as calls:
+            engine = rank_embeddings(x, query_labels=lab, depth=3, block_size=block_size)
+        assert_prefix(engine, expected, 3, cover=False)
+        assert calls["sparse"].call_count > 0
+        if block_size[0] == block_size[1]:
+            # some counts read the transposed products (the columns of the symmetric pass)
+            assert any(c.args[7] is not None for c in calls["sparse"].call_args_list)
+    # query/gallery, without a depth: few relevant items per query keep the sparse count
+    q, gallery = x[:100], x[100:]
+    kwargs = dict(query_labels=lab[:100], gallery_labels=lab[100:], block_size=(32, 128))
+    with counting_branches() as calls:
+        engine = rank_embeddings(q, gallery, **kwargs)
+    assert calls["sparse"].call_count > 0
+    assert_same_table(engine, rank_embeddings_by_full_sort(q, gallery, **kwargs))
+
+
+@pytest.mark.parametrize("kind", ["normal", "binary", "collapsed"])
+def test_a_weak_model_with_one_huge_class_counts_densely(kind):
+    rng = np.random.default_rng(1)
+    x = torch.tensor(embeddings(rng, 400, 4, kind))
+    lab = labels(rng, 400, 3, huge=True)
+    for block_size in ((64, 64), (32, 128)):
+        kwargs = dict(query_labels=lab, block_size=block_size, similarity="dot")
+        with counting_branches() as calls:
+            engine = rank_embeddings(x, **kwargs)
+        assert calls["dense"].call_count > 0
+        assert_same_table(engine, rank_embeddings_by_full_sort(x, **kwargs))
+
+
+def test_collapsed_embeddings_tie_everything():
+    x = torch.full((150, 3), 0.25)
+    lab = torch.arange(150) % 4
+    for similarity in ("cosine", "dot", "euclidean"):
+        kwargs = dict(query_labels=lab, similarity=similarity, block_size=(64, 64))
+        expected = rank_embeddings_by_full_sort(x, **kwargs)
+        assert bool((expected.above == 0).all()) and bool((expected.tied == 149).all())
+        assert_same_table(rank_embeddings(x, **kwargs), expected)
+
+
+def test_zero_rows_under_cosine_tie_at_zero():
+    rng = np.random.default_rng(2)
+    x = torch.tensor(embeddings(rng, 130, 3, "duplicates"))
+    x[::7] = 0.0
+    lab = torch.tensor(rng.integers(0, 5, 130))
+    kwargs = dict(query_labels=lab, block_size=(64, 64))
+    assert_same_table(rank_embeddings(x, **kwargs), rank_embeddings_by_full_sort(x, **kwargs))
+
+
+def test_exclusions_ignore_label_and_graded_relevance():
+    rng = np.random.default_rng(3)
+    g = torch.tensor(embeddings(rng, 200, 5, "duplicates"))
+    q = torch.tensor(embeddings(rng, 40, 5, "duplicates"))
+    gl, ql = torch.tensor(rng.integers(0, 6, 200)), torch.tensor(rng.integers(0, 5, 40))
+    cameras = (torch.tensor(rng.integers(0, 3, 40)), torch.tensor(rng.integers(0, 3, 200)))
+    graded = [
+        {int(i): float(rng.integers(1, 4)) for i in rng.choice(200, 6, replace=False)}
+        for _ in range(40)
+    ]
+    cases = [
+        # re-identification: same label and camera excluded, ids shared with gallery items
+        dict(
+            query_labels=ql, gallery_labels=gl, query_cameras=cameras[0],
+            gallery_cameras=cameras[1], query_ids=torch.arange(40),
+            gallery_ids=torch.tensor(rng.integers(0, 60, 200)),
+        ),
+        # an ignore label removes gallery items for every query
+        dict(query_labels=ql, gallery_labels=gl, ignore_label=5),
+        # graded relevance: tied items by decreasing grade
+        dict(relevance="ids", relevant_ids=graded),
+    ]
+    for kwargs in cases:
+        for block_size in (None, (8, 64)):
+            engine = rank_embeddings(q, g, block_size=block_size, **kwargs)
+            expected = rank_embeddings_by_full_sort(q, g, block_size=block_size, **kwargs)
+            assert_same_table(engine, expected)
+    # same source with an ignore label: not every item kept, so the one-sided pass
+    lab = torch.tensor(rng.integers(0, 4, 200))
+    with passes_taken() as seen:
+        expected = rank_embeddings_by_full_sort(g, query_labels=lab, ignore_label=3)
+        engine = rank_embeddings(g, query_labels=lab, ignore_label=3)
+    check_pass(seen)
+    assert not seen["layouts"][0].symmetric
+    assert_same_table(engine, expected)
+
+
+def test_the_reference_catches_a_one_ulp_change():
+    """The comparison is sharp: one score moved by one ulp changes the reference's table."""
+    x, lab = clusters(70, 5, dim=4)
+    x[3] = x[5]  # a tie between items 3 and 5 for every query
+    expected = rank_embeddings_by_full_sort(x, query_labels=lab, similarity="dot")
+    x[3, 0] = torch.nextafter(x[3, 0], torch.tensor(float("inf")))
+    moved = rank_embeddings(x, query_labels=lab, similarity="dot")
+    assert not (
+        torch.equal(moved.above, expected.above) and torch.equal(moved.tied, expected.tied)
+    )
+
+
+@pytest.mark.parametrize("same_source", [True, False])
+def test_on_the_emulated_cuda_device(fake_cuda, same_source):
+    rng = np.random.default_rng(4)
+    x = torch.tensor(embeddings(rng, 260, 6, "duplicates"))
+    lab = labels(rng, 260, 8, huge=False)
+    if same_source:
+        args, kwargs = (to_fake_cuda(x),), dict(query_labels=lab, block_size=(64, 64))
+    else:
+        args = (to_fake_cuda(x[:50]), to_fake_cuda(x[50:]))
+        kwargs = dict(query_labels=lab[:50], gallery_labels=lab[50:])
+    for similarity in ("cosine", "dot"):
+        expected = rank_embeddings_by_full_sort(*args, similarity=similarity, **kwargs)
+        assert_same_table(rank_embeddings(*args, similarity=similarity, **kwargs), expected)
+        # the depth on a device counts every block densely: the listed items are the first
+        engine = rank_embeddings(*args, similarity=similarity, depth=2, **kwargs)
+        assert_prefix(engine, expected, 2, cover=False)

@@ -1,0 +1,68 @@
+"""Same source on several processes: the symmetric pass's block pairs are shared out.
+
+Every process holds the whole set after the state sync; each computes every ``world``-th block
+pair of the half product, counts it for both of its sides, and the counts are summed. These tests
+run 1, 2 and 3 real gloo processes (tests/distributed/shared_pass.py) and check that every
+process gets one process's values and tables, while computing its share of the products only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distributed import launch
+
+HERE = Path(__file__).resolve().parents[1] / "distributed"
+_RUNS: dict[int, list[dict]] = {}
+
+
+def runs(world: int, tmp_path_factory) -> list[dict]:
+    if world not in _RUNS:
+        tmp = tmp_path_factory.mktemp(f"shared{world}")
+        _RUNS[world] = launch.run_workers(HERE / "shared_pass.py", [], world, tmp)
+    return _RUNS[world]
+
+
+def _listed_agree(got: dict, want: dict) -> None:
+    """With a depth, processes may list more relevant items than one process (each raises its
+    threshold from the pairs it saw): a query's items are listed best first, so one list is a
+    prefix of the other, with the same counts; the values are the same."""
+    assert got["values"] == want["values"]
+    for name in ("num_relevant", "gallery_size", "depth"):
+        assert got[name] == want[name], name
+    for q in range(len(want["ptr"]) - 1):
+        a = slice(got["ptr"][q], got["ptr"][q + 1])
+        b = slice(want["ptr"][q], want["ptr"][q + 1])
+        n = min(a.stop - a.start, b.stop - b.start)
+        for field in ("above", "tied"):
+            assert got[field][a][:n] == want[field][b][:n], (q, field)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_process_gets_one_process_values(world, tmp_path_factory):
+    single = runs(1, tmp_path_factory)[0]
+    for rank, got in enumerate(runs(world, tmp_path_factory)):
+        assert got["class"]["values"] == single["class"]["values"], rank
+        assert got["class"]["per_query"] == single["class"]["per_query"], rank
+        assert got["full"]["table"] == single["full"]["table"], rank
+        assert got["euclidean"]["table"] == single["euclidean"]["table"], rank
+        _listed_agree(got["depth"]["table"], single["depth"]["table"])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_each_process_computes_its_share_of_the_products(world, tmp_path_factory):
+    single = runs(1, tmp_path_factory)[0]
+    # 8 square blocks of 192: the 36 pairs of the half product, each computed once
+    assert single["full"]["products"] == 36
+    for case in ("class", "depth", "full"):
+        shares = [got[case]["products"] for got in runs(world, tmp_path_factory)]
+        assert sum(shares) == single[case]["products"], (case, shares)
+        assert max(shares) <= -(-single[case]["products"] // world), (case, shares)
+    # the one-sided pass (euclidean): each process its share of the query blocks
+    shares = [got["euclidean"]["products"] for got in runs(world, tmp_path_factory)]
+    assert sum(shares) == single["euclidean"]["products"]
+    assert max(shares) < single["euclidean"]["products"]
