@@ -190,7 +190,8 @@ def _dcg(grades, k, gain):
 
 
 def reference_ordered(
-    rel_in_order, grades_in_order=None, m=None, gallery_size=None, ideal_grades=None
+    rel_in_order, grades_in_order=None, m=None, gallery_size=None, ideal_grades=None,
+    retrieved=None,
 ):
     """Every per-query metric for one complete ordering, from the definitions.
 
@@ -214,7 +215,11 @@ def reference_ordered(
     "first_rank" (inf if none), "ndcg@K/exponential", "ndcg@K/linear", "ndcg/exponential",
     "ndcg/linear" (no cut-off), "minp" (m / rank of the last relevant item, 0 if a relevant item
     is missing or m = 0), "cmc" (numpy vector of hit rate @k for k = 1..len), "gallery_size",
-    "m". All ratios are 0 when m = 0. K ranges over ``KS``.
+    "m"; and over the whole ordering: "hit_rate", "recall" (h/m), "precision" (h / retrieved,
+    0 when nothing was retrieved), "f1@K" (2 P R / (P + R), P = h(K)/K, R = h(K)/m), "f1" (P =
+    h / retrieved), "granular_rr" (mean of 1/p over the relevant positions, 0 if none),
+    "ndcg/binary" (every relevant item gains 1). ``retrieved``: the distinct items of the
+    ordering (default its length). All ratios are 0 when m = 0. K ranges over ``KS``.
     """
     rel = [1 if int(x) else 0 for x in rel_in_order]
     n = len(rel)
@@ -278,6 +283,18 @@ def reference_ordered(
     for gain in ("exponential", "linear"):
         out[f"ndcg/{gain}"] = ratio(_dcg(grades, full, gain), _dcg(ideal, full, gain))
     out["minp"] = m / positions[-1] if (m > 0 and found == m) else 0.0
+    retrieved = n if retrieved is None else int(retrieved)
+    out["hit_rate"] = 1.0 if found else 0.0
+    out["recall"] = ratio(found, m)
+    out["precision"] = ratio(found, retrieved)
+    for k in KS:
+        p_k, r_k = h(k) / k, ratio(h(k), m)
+        out[f"f1@{k}"] = ratio(2 * p_k * r_k, p_k + r_k)
+    p_all, r_all = ratio(found, retrieved), ratio(found, m)
+    out["f1"] = ratio(2 * p_all * r_all, p_all + r_all)
+    out["granular_rr"] = ratio(sum(1.0 / p for p in positions), len(positions))
+    binary = [1.0 if r else 0.0 for r in rel]
+    out["ndcg/binary"] = ratio(_dcg(binary, full, "linear"), _dcg([1.0] * m, full, "linear"))
     out["cmc"] = np.array([1.0 if h(k) > 0 else 0.0 for k in range(1, n + 1)], dtype=np.float64)
     out["gallery_size"] = int(gallery_size)
     out["m"] = m
@@ -485,4 +502,5 @@ def reference_ranked_list(ranked_ids, relevant, duplicates="first"):
         m=m,
         gallery_size=len(rel),
         ideal_grades=list(graded.values()),
+        retrieved=len(seen),
     )

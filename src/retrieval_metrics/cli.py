@@ -248,8 +248,9 @@ def evaluate_trec(
 def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> Callable[[], Any]:
     import retrieval_metrics as rm
     from retrieval_metrics.functional import measures as M
+    from retrieval_metrics.protocols import library_names
 
-    for name in names:
+    for name in library_names(args.protocol, names):
         try:
             M.parse_metric(name)
         except ValueError as err:
@@ -263,7 +264,7 @@ def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> C
             options[option] = value
     if args.percent:
         options["percent"] = True
-    if trec:
+    if trec and args.duplicates is not None:
         options["duplicates"] = args.duplicates
     protocol = args.protocol
     if protocol is None and trec:
@@ -388,7 +389,11 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                 )
         for i, path in enumerate(runs_trec):
             lists = read_ranked_lists(
-                path, args.qrels, complete=args.complete, duplicates=args.duplicates
+                path,
+                args.qrels,
+                complete=args.complete,
+                # the file refuses repeats itself; counting them (and warning) is the metric's
+                duplicates="error" if args.duplicates == "error" else "first",
             )
             notes: dict[str, Any] = dict(lists.notes)
             notes["complete"] = bool(args.complete)

@@ -30,6 +30,10 @@ PROTOCOL_NAMES = (
     "msls",
     "ann_benchmarks",
     "trec_eval",
+    "llama_index",
+    "haystack",
+    "haystack<3.1",
+    "ragas",
 )
 
 
@@ -158,10 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
     ev.add_argument(
         "--duplicates",
-        choices=("first", "error"),
-        default="first",
+        choices=OPTIONS["duplicates"].allowed,
         help="a JSONL list that retrieves an id twice: count it once, at its first position, "
-        "the repeat a non-relevant slot (default, as the Python API), or stop with an error",
+        "the repeat a non-relevant slot (default, as the Python API), stop with an error, or "
+        "count it once and warn when the id is relevant",
     )
     ev.add_argument(
         "--average",

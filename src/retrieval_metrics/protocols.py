@@ -20,11 +20,13 @@ from retrieval_metrics.formats import trec_eval_order
 from retrieval_metrics.functional.options import OPTIONS
 
 __all__ = [
+    "EVALUATOR_NAMES",
     "NOT_GIVEN",
     "PROTOCOLS",
     "NotGiven",
     "ann_benchmarks_ranks",
     "apply_protocol",
+    "library_names",
     "trec_run_to_lists",
 ]
 
@@ -99,7 +101,63 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "(its NDCG averages them, as ties='expected' does); equal whenever no tie touches a "
         "relevant item",
     ),
+    "llama_index": (
+        {"empty_queries": "error", "empty_lists": "error", "gain": "binary",
+         "duplicates": "warn"},
+        "LlamaIndex RetrieverEvaluator metrics (llama-index-core 0.14): no cut-off, each measure "
+        "over the whole list in its order (name them without @K: hit_rate, mrr, precision, "
+        "recall, ap -> map, ndcg; MRR(use_granular_mrr=True) is granular_mrr and "
+        "HitRate(use_granular_hit_rate=True) is recall), precision over the distinct ids "
+        "retrieved, NDCG with binary gain and an ideal DCG over every expected id (not cut at "
+        "the list's length), an empty list or empty expected ids refused as LlamaIndex raises. "
+        "A list that repeats a relevant id warns: LlamaIndex credits each repeat (AP, NDCG and "
+        "the granular hit rate above 1, its PR #22683); here it counts once",
+    ),
+    "haystack": (
+        {"empty_queries": "zero", "gain": "linear"},
+        "Haystack 3.1+ Document*Evaluators: no cut-off, the whole list in its order "
+        "(DocumentRecallEvaluator single_hit -> hit_rate, multi_hit -> recall; "
+        "DocumentMRREvaluator -> mrr; DocumentMAPEvaluator -> map; DocumentNDCGEvaluator -> "
+        "ndcg, linear gain from the ground-truth documents' scores given as grades, ideal DCG "
+        "over all of them, not cut), a repeated id credited once, at its first position; empty "
+        "ground truth or empty retrieval scores 0 and counts in the mean",
+    ),
+    "haystack<3.1": (
+        {"empty_queries": "zero", "gain": "linear", "divisor": "retrieved",
+         "duplicates": "warn"},
+        "Haystack 2.x to 3.0 Document*Evaluators: as protocol='haystack', except that "
+        "DocumentMAPEvaluator divides by the relevant documents retrieved (one hit at rank 1 "
+        "is 1.0 whatever the ground truth holds). A list that repeats a relevant id warns: "
+        "those versions credit each repeat (NDCG above 1, MAP over repeated hits; fixed in "
+        "3.1 by Haystack PRs #11959 and #12255); here it counts once",
+    ),
+    "ragas": (
+        {"empty_queries": "nan"},
+        "ragas IDBasedContextRecall -> recall and IDBasedContextPrecision -> precision: sets "
+        "of ids compared as text, the whole list, precision over the distinct ids retrieved; a "
+        "value is NaN where its formula divides by zero (recall with no reference id, "
+        "precision with nothing retrieved) and the mean leaves NaNs out (ragas' safe_nanmean)",
+    ),
 }
+
+#: protocol -> (an evaluator's measure name -> the library's), for the names that differ
+EVALUATOR_NAMES: dict[str, dict[str, str]] = {
+    "llama_index": {"ap": "map", "granular_hit_rate": "recall"},
+    "haystack": {"recall_single_hit": "hit_rate", "recall_multi_hit": "recall"},
+    "haystack<3.1": {"recall_single_hit": "hit_rate", "recall_multi_hit": "recall"},
+    "ragas": {"id_based_context_recall": "recall", "id_based_context_precision": "precision"},
+}
+
+
+def library_names(protocol: str | None, names: Sequence[str]) -> list[str]:
+    """``names`` with a protocol's evaluator names replaced by the library's ("ap" is "map"
+    under ``protocol="llama_index"``); other names unchanged.
+
+    >>> library_names("ragas", ["id_based_context_recall", "f1@5"])
+    ['recall', 'f1@5']
+    """
+    renames = EVALUATOR_NAMES.get(protocol or "", {})
+    return [renames.get(str(name).strip().lower(), name) for name in names]
 
 #: The constructor defaults a protocol may replace (declared in functional/options.py).
 DEFAULTS: dict[str, Any] = {

@@ -384,7 +384,8 @@ def test_trec_eval_pytrec_eval(seed, num_q, num_docs, run_len, ties):
 def test_trec_eval_ranx(seed, num_q, num_docs, run_len):
     ranx = pytest.importorskip("ranx")
     run, qrels = random_trec(seed, num_q, num_docs, run_len)
-    names = trec_names((1, 5, 10))
+    # f1@k: ranx's 2PR/(P+R) with P = hits/k (issue 29: equal to ranx on this oracle data)
+    names = [*trec_names((1, 5, 10)), "f1@1", "f1@5", "f1@10"]
     ranx_names = [ranx_key(n) for n in names] + ["ndcg_burges@5", "ndcg_burges@10"]
     run_ranx = {q: d for q, d in run.items() if d}
     with warnings.catch_warnings():
@@ -401,6 +402,24 @@ def test_trec_eval_ranx(seed, num_q, num_docs, run_len):
     got = values(m)
     assert got["ndcg@5"] == approx(float(ref["ndcg_burges@5"]))
     assert got["ndcg@10"] == approx(float(ref["ndcg_burges@10"]))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize(("seed", "num_q", "num_docs", "run_len"), [(4, 20, 60, 20)])
+def test_set_measures_match_pytrec_eval(seed, num_q, num_docs, run_len, ties):
+    """precision, recall and f1 without a cut-off are trec_eval's set_P, set_recall and set_F
+    (beta 1) over every document the run returned, per query and on average."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    run, qrels = random_trec(seed, num_q, num_docs, run_len, ties)
+    ranked, relevant, qids = trec_run_to_lists(run, qrels)
+    m = rm.RetrievalMetrics(["precision", "recall", "f1"], protocol="trec_eval")
+    m.update(ranked_ids=ranked, relevant_ids=relevant)
+    ours = {k: [0.0 if math.isnan(x) else x for x in v.tolist()] for k, v in m.per_query().items()}
+    result = pytrec_eval.RelevanceEvaluator(qrels, {"set_P", "set_recall", "set_F"}).evaluate(run)
+    for name, key in (("precision", "set_P"), ("recall", "set_recall"), ("f1", "set_F")):
+        ref = [result[q][key] if q in result else 0.0 for q in qids]
+        np.testing.assert_allclose(ours[name], ref, atol=1e-9, err_msg=name)
+        assert float(m.compute()[name]) == approx(sum(ref) / len(qids)), name
 
 
 def test_t1_trec_eval_tie_order():

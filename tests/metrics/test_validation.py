@@ -62,7 +62,7 @@ def test_string_labels_compare_exactly_and_large_ints_stay_distinct():
 
 @pytest.mark.parametrize(
     ("name", "match"),
-    [("recall", "needs a cut-off"), ("hit_rate@0", "cut-off must be >= 1"),
+    [("cmc", "needs a cut-off"), ("hit_rate@0", "cut-off must be >= 1"),
      ("r_precision@5", "takes no cut-off"), ("precision@r", "only map@r"),
      ("accuracy", "unknown metric")],
 )

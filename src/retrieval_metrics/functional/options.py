@@ -77,24 +77,30 @@ OPTIONS: dict[str, Option] = {
                valid=_budget, expected="an int >= 65536 bytes"),
         Option("ties", "expected", "measures", "how equal scores are ordered",
                allowed=("expected", "optimistic", "pessimistic")),
-        Option("empty_queries", "skip", "measures", "queries with no relevant item",
-               allowed=("skip", "zero", "error")),
+        Option("empty_queries", "skip", "measures", "queries with no relevant item: left out, "
+               "scored 0, refused, or left out where a measure divides by zero ('nan', ragas)",
+               allowed=("skip", "zero", "error", "nan")),
         Option("percent", False, "measures", "report fractions as percentages",
                valid=lambda value: isinstance(value, bool), expected="a bool"),
         Option("average", "macro", "measures", "how per-query values are averaged",
                allowed=("macro", "micro", "class")),
         Option("ap", "step", "measures", "average precision: step or trapezoid",
                allowed=("step", "trapezoid")),
-        Option("divisor", "relevant", "measures", "what AP@K divides by: m_q, min(m_q, K) or "
+        Option("divisor", "relevant", "measures", "what AP divides by: m_q, min(m_q, K) (AP@K) or "
                "the relevant items retrieved", allowed=("relevant", "min", "retrieved")),
-        Option("gain", "exponential", "measures", "NDCG gain: 2^g - 1 or g",
-               allowed=("exponential", "linear")),
+        Option("gain", "exponential", "measures", "NDCG gain: 2^g - 1, g, or 1 for every "
+               "relevant item", allowed=("exponential", "linear", "binary")),
         Option("median", "vsepp", "measures", "median rank: floor(median(r - 1)) + 1 or the "
                "plain median", allowed=("vsepp", "plain")),
         Option("all_skipped", "nan", "measures",
                "the value when empty_queries='skip' leaves no query", allowed=("nan", "zero")),
         Option("nonpositive", "hit", "metrics", "whether a relevant item scored <= 0 can be a "
                "hit (preds/target/indexes form)", allowed=("hit", "miss")),
+        Option("duplicates", "first", "metrics", "a ranked list that returns an id twice: "
+               "counted once at its first position, refused, or counted once with a warning "
+               "when the id is relevant", allowed=("first", "error", "warn")),
+        Option("empty_lists", "score", "metrics", "a ranked list that returns nothing: scored "
+               "(every relevant id missed) or refused", allowed=("score", "error")),
     )
 }
 

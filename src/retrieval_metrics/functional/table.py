@@ -60,6 +60,10 @@ class RankTable:
             not), sorted decreasing, for the ideal DCG.
         query_class: optional ``(Q,)`` int64 class of each query, for ``average="class"``.
         query_id: optional ``(Q,)`` int64 sample id of each query (dedupe across processes).
+        num_retrieved: optional ``(Q,)`` int64, the distinct items a ranked list returned (a
+            list may repeat an id), for the measures without a cut-off that divide by what was
+            retrieved (precision, F1); ``None`` where every ranked item is distinct
+            (``gallery_size``).
     """
 
     ptr: Tensor
@@ -73,6 +77,7 @@ class RankTable:
     ideal_grade: Tensor | None = None
     query_class: Tensor | None = None
     query_id: Tensor | None = None
+    num_retrieved: Tensor | None = None
 
     @property
     def num_queries(self) -> int:
@@ -86,6 +91,12 @@ class RankTable:
     @property
     def num_listed(self) -> Tensor:
         return self.ptr.diff()
+
+    @property
+    def retrieved(self) -> Tensor:
+        """``(Q,)`` int64, the distinct items each query's ranking returned: ``num_retrieved``
+        where a ranked list may repeat ids, else ``gallery_size``."""
+        return self.gallery_size if self.num_retrieved is None else self.num_retrieved
 
     def select(self, queries: Tensor) -> RankTable:
         """The table restricted to ``queries`` (int64 indices or a boolean mask), in that order."""
@@ -147,6 +158,7 @@ TABLE_PARTS: tuple[TablePart, ...] = (
     TablePart("tied", "item", torch.int64),
     TablePart("grade", "item", torch.float64, optional=True, fill=float("nan")),
     TablePart("ideal_grade", "ideal", torch.float64, optional=True, fill=float("nan")),
+    TablePart("num_retrieved", "query", torch.int64, optional=True),
 )
 #: name of the per-query int64 bitmask saying which optional parts the query's table had
 PRESENT = "present"

@@ -39,7 +39,8 @@ __all__ = ["RetrievalMetricBase"]
 
 #: the options every metric kind takes, checked against their declarations
 _CHECKED = ("similarity", "ties", "empty_queries", "relevance", "average", "ap", "divisor",
-            "gain", "median", "nonpositive", "all_skipped", "percent", "radius", "ignore_label")
+            "gain", "median", "nonpositive", "all_skipped", "percent", "radius", "ignore_label",
+            "duplicates", "empty_lists")
 
 
 class RetrievalMetricBase(Metric):
@@ -52,7 +53,9 @@ class RetrievalMetricBase(Metric):
         similarity: "cosine" (default), "dot" or "euclidean".
         ties: "expected" (default), "optimistic" or "pessimistic": how equal scores are ordered
             (see the definitions page of the documentation).
-        empty_queries: "skip" (default), "zero" or "error" for queries with no relevant item.
+        empty_queries: "skip" (default), "zero" or "error" for queries with no relevant item;
+            "nan" (ragas) leaves out each value whose formula divides by zero (such a query
+            still scores 0 in precision, and a precision over nothing retrieved is left out).
         percent: report fractions as percentages.
         relevance: "label" (default) or "radius" (with ``positions=`` and ``radius``).
         radius: metres for ``relevance="radius"``, inclusive (25 by default).
@@ -69,7 +72,7 @@ class RetrievalMetricBase(Metric):
             fixes.
         ap: average precision "step" (default) or "trapezoid" (official Market-1501 code).
         divisor: AP@K divided by "relevant" m_q (default), "min" min(m_q, K) or "retrieved".
-        gain: NDCG gain "exponential" 2^g - 1 (default) or "linear" g.
+        gain: NDCG gain "exponential" 2^g - 1 (default), "linear" g or "binary" 1.
         median: median rank "vsepp" floor(median(r - 1)) + 1 (default) or "plain".
         nonpositive: "hit" (default) or "miss": with "miss", a relevant item scored <= 0 is
             never a hit of map, mrr, precision and recall (it still counts in m_q), and map
@@ -77,6 +80,15 @@ class RetrievalMetricBase(Metric):
             preds/target/indexes form only).
         all_skipped: the value when ``empty_queries="skip"`` leaves no query: "nan" (default)
             or "zero" (torchmetrics).
+        duplicates: what a ranked list (``ranked_ids=``) that returns an id more than once gets:
+            "first" (default) counts the id once, at its first position, each repeat keeping its
+            slot as a non-relevant item (a retriever that returns one document twice has wasted
+            a slot of its top K); "error" raises; "warn" counts as "first" and warns when a
+            repeated id is relevant (evaluators that credit each repeat differ there). The
+            command line and :func:`retrieval_metrics.formats.read_ranked_lists` take the same
+            option.
+        empty_lists: a ranked list that returns no id: "score" (default: its relevant ids are
+            missed) or "error" (LlamaIndex refuses one).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
@@ -117,6 +129,8 @@ class RetrievalMetricBase(Metric):
         median: str | None = None,
         nonpositive: str | None = None,
         all_skipped: str | None = None,
+        duplicates: str | None = None,
+        empty_lists: str | None = None,
         protocol: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -126,7 +140,7 @@ class RetrievalMetricBase(Metric):
             "percent": percent, "relevance": relevance, "radius": radius,
             "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
             "gain": gain, "median": median, "nonpositive": nonpositive,
-            "all_skipped": all_skipped,
+            "all_skipped": all_skipped, "duplicates": duplicates, "empty_lists": empty_lists,
         })
         self.protocol = protocol
         for name in _CHECKED:
@@ -148,6 +162,8 @@ class RetrievalMetricBase(Metric):
         self.median = opts["median"]
         self.nonpositive = opts["nonpositive"]
         self.all_skipped = opts["all_skipped"]
+        self.duplicates = opts["duplicates"]
+        self.empty_lists = opts["empty_lists"]
         self.bytes_exchanged = 0
         self._sync_bytes = 0
         # The ranking of the current states, shared by compute(), per_query(), summary(),

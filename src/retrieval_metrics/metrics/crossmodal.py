@@ -44,10 +44,10 @@ DIRECTIONS = ("i2t/", "t2i/")
 # reported value is a hit rate or a rank)
 _NOT_APPLICABLE = (
     "relevance", "radius", "ignore_label", "average", "ap", "divisor", "gain", "gallery_sharded",
-    "duplicates",
+    "duplicates", "empty_lists",
 )
 # defaults of the one-direction options that no protocol sets
-_ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False, "duplicates": "first"}
+_ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False}
 
 
 class CrossModalRetrieval(Plotted, RetrievalMetricBase):

@@ -20,6 +20,7 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.metrics.retrieval import RetrievalMetric
 from retrieval_metrics.plot import Plotted
+from retrieval_metrics.protocols import library_names
 
 __all__ = [
     "CMC",
@@ -210,9 +211,14 @@ class RetrievalMetrics(Plotted, RetrievalMetric):
     """Many named metrics from one ranking pass: what a user with several metrics reaches for.
 
     Args:
-        metrics: names like "hit_rate@1", "recall@10", "precision@10", "map@r", "r_precision",
-            "map", "map@100", "mrr", "ndcg@10", "cmc@50", "median_rank", "mean_rank", "minp";
-            a suffix fixes a name's own average, whatever ``average`` says: "recall@10/micro".
+        metrics: names like "hit_rate@1", "recall@10", "precision@10", "f1@10", "map@r",
+            "r_precision", "map", "map@100", "mrr", "ndcg@10", "cmc@50", "median_rank",
+            "mean_rank", "minp", "granular_mrr"; hit rate, recall, precision and F1 without a
+            cut-off cover the whole ranking (a ranked list's every id). A suffix fixes a name's
+            own average, whatever ``average`` says: "recall@10/micro". Under a protocol of an
+            evaluator, its own names are accepted too and reported under the library's
+            (:data:`retrieval_metrics.protocols.EVALUATOR_NAMES`: "ap" is "map" under
+            ``protocol="llama_index"``).
         prefix: prepended to every key of ``compute()`` (e.g. "val/").
 
     Example:
@@ -230,10 +236,18 @@ class RetrievalMetrics(Plotted, RetrievalMetric):
         super().__init__(**kwargs)
         if isinstance(metrics, str) or not metrics:
             raise ValueError("`metrics` must be a non-empty list of metric names")
-        specs = [M.parse_metric(name) for name in metrics]
+        # an evaluator's own names under its protocol ("ap" under "llama_index" is "map")
+        specs = [M.parse_metric(name) for name in library_names(self.protocol, metrics)]
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
-            raise ValueError(f"`metrics` names a metric twice: {names}")
+            renamed = [
+                f"{given!r} is {spec.name!r}" for given, spec in zip(metrics, specs, strict=True)
+                if str(given).strip().lower() != spec.name
+            ]
+            raise ValueError(
+                f"`metrics` names a metric twice: {names}"
+                + (f" ({', '.join(renamed)} under protocol={self.protocol!r})" if renamed else "")
+            )
         if not isinstance(prefix, str):
             raise ValueError(f"`prefix` must be a string, got {prefix!r}")
         self.names = names

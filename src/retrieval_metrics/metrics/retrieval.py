@@ -36,8 +36,6 @@ from retrieval_metrics.metrics.forms import (
 
 __all__ = ["RetrievalMetric"]
 
-DUPLICATES = ("first", "error")
-
 
 class RetrievalMetric(RetrievalMetricBase):
     """Base of the one-direction metrics: accumulates any input form, ranks once, reports named
@@ -49,24 +47,14 @@ class RetrievalMetric(RetrievalMetricBase):
             each process ranks every query against its shard, and only relevant scores and counts
             cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
             not repeat items across processes.
-        duplicates: what a ranked list (``ranked_ids=``) that returns an id more than once gets:
-            "first" (default) counts the id once, at its first position, each repeat keeping its
-            slot as a non-relevant item (a retriever that returns one document twice has wasted
-            a slot of its top K); "error" raises. The command line and
-            :func:`retrieval_metrics.formats.read_ranked_lists` take the same option.
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
-    def __init__(
-        self, *, gallery_sharded: bool = False, duplicates: str = "first", **kwargs: Any
-    ) -> None:
+    def __init__(self, *, gallery_sharded: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
-        if duplicates not in DUPLICATES:
-            raise ValueError(f"`duplicates` must be one of {DUPLICATES}, got {duplicates!r}")
         self.gallery_sharded = gallery_sharded
-        self.duplicates = duplicates
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
         self._add_item_states("q")
         self._add_item_states("g")

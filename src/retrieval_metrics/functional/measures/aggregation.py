@@ -59,7 +59,8 @@ def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: floa
         shown = which[:10].tolist()
         raise ValueError(
             f"{int(empty.sum())} queries have no relevant gallery item (queries {shown}"
-            f"{' ...' if which.numel() > 10 else ''}); pass empty_queries='skip' or 'zero'"
+            f"{' ...' if which.numel() > 10 else ''}); pass empty_queries='skip', 'zero' or "
+            "'nan'"
         )
     if empty_queries == "zero":
         fill_value = torch.full_like(values, fill)
@@ -81,9 +82,11 @@ def aggregate(
     """Mean over counted queries, as a 0-d float64 tensor (a vector for CMC rows).
 
     ``empty_queries``: "skip" leaves unanswerable queries out, "zero" scores them ``fill``,
-    "error" raises. ``average``: "macro" (mean over queries), "class" (mean over classes of each
-    class's mean; the table needs ``query_class``), "micro" (sum of ``numerator`` over sum of
-    ``denominator``, for recall-like metrics). NaN when no query counts.
+    "error" raises, "nan" leaves out every NaN value (the per-query values are then NaN only
+    where a measure's formula divides by zero: precision scores such queries). ``average``:
+    "macro" (mean over queries), "class" (mean over classes of each class's mean; the table
+    needs ``query_class``), "micro" (sum of ``numerator`` over sum of ``denominator``, for
+    recall-like metrics). NaN when no query counts.
     """
     check_option("average", average)
     values = _empty_fill(values, table, empty_queries, fill)

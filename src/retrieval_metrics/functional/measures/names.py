@@ -18,7 +18,9 @@ from retrieval_metrics.functional.measures.per_query import (
     average_precision_per_query,
     cmc_per_query,
     expected_hits_per_query,
+    f1_per_query,
     first_rank_per_query,
+    granular_mrr_per_query,
     hit_rate_per_query,
     map_at_r_per_query,
     minp_per_query,
@@ -88,6 +90,9 @@ def _micro_recall(
 def _micro_precision(
     table: RankTable, k: Any, ties: str, shared: SharedTieGroups | None = None
 ) -> tuple[Tensor, Tensor]:
+    if k is None:  # the whole list: over the distinct items retrieved
+        hits = expected_hits_per_query(table, None, ties, shared=shared)
+        return hits, table.retrieved.to(torch.float64)
     hits = expected_hits_per_query(table, k, ties, shared=shared)
     return hits, torch.full_like(hits, float(k))
 
@@ -114,11 +119,15 @@ MEASURES: dict[str, Measure] = {
     m.base: m
     for m in (
         Measure("hit_rate", lambda t, k, o, s: hit_rate_per_query(t, k, o.ties, shared=s),
-                "required", _first_only),
+                "optional", _first_only),
         Measure("recall", lambda t, k, o, s: recall_per_query(t, k, o.ties, shared=s),
-                "required", lambda k: k, _micro_recall),
-        Measure("precision", lambda t, k, o, s: precision_per_query(t, k, o.ties, shared=s),
-                "required", lambda k: k, _micro_precision),
+                "optional", lambda k: k, _micro_recall),
+        Measure("precision", lambda t, k, o, s: precision_per_query(
+            t, k, o.ties, shared=s, where_defined=o.empty_queries == "nan"),
+                "optional", lambda k: k, _micro_precision),
+        Measure("f1", lambda t, k, o, s: f1_per_query(t, k, o.ties, shared=s), "optional",
+                lambda k: k),
+        Measure("granular_mrr", lambda t, k, o, s: granular_mrr_per_query(t, o.ties, shared=s)),
         Measure("r_precision", lambda t, k, o, s: r_precision_per_query(t, o.ties, shared=s),
                 "none", lambda k: "relevant", _micro_r_precision),
         Measure("map", _average_precision, "optional",
@@ -289,8 +298,10 @@ _MICRO_RULE = (
 
 
 def parse_metric(name: str) -> MetricSpec:
-    """Parse "hit_rate@1", "recall@10", "map@r", "map", "map@100", "mrr", "mrr@10", "ndcg@10",
-    "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid".
+    """Parse "hit_rate@1", "recall@10", "f1@10", "map@r", "map", "map@100", "mrr", "mrr@10",
+    "ndcg@10", "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid",
+    "granular_mrr". Hit rate, recall, precision and F1 without a cut-off are over the whole
+    ranking (a ranked list's every id: trec_eval's set measures).
 
     A name may fix its own average with a suffix: "recall@10/micro", "map@r/class",
     "hit_rate@1/macro" (see :func:`average_for`)."""
@@ -302,8 +313,9 @@ def parse_metric(name: str) -> MetricSpec:
         registered = sorted(set(MEASURES) - _BUILT_IN)
         raise ValueError(
             f"unknown metric {name!r}{': ' + hint if hint else '.'} Known names: hit_rate@K, "
-            "recall@K, precision@K, r_precision, map@r, map, map@K, map_trapezoid, mrr, mrr@K, "
-            "ndcg, ndcg@K, cmc@K, median_rank, mean_rank, minp"
+            "recall@K, precision@K, f1@K (each also without @K: the whole list), r_precision, "
+            "map@r, map, map@K, map_trapezoid, mrr, mrr@K, granular_mrr, ndcg, ndcg@K, cmc@K, "
+            "median_rank, mean_rank, minp"
             f"{''.join(', ' + b for b in registered)}, each optionally with /macro, "
             "/micro or /class"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -32,8 +33,10 @@ __all__ = [
     "average_precision_per_query",
     "cmc_per_query",
     "expected_hits_per_query",
+    "f1_per_query",
     "fall_out_per_query",
     "first_rank_per_query",
+    "granular_mrr_per_query",
     "hit_rate_per_query",
     "map_at_r_per_query",
     "minp_per_query",
@@ -76,7 +79,7 @@ class SharedTieGroups:
 def _groups(
     table: RankTable, ties: str, gain: str | None = None, shared: SharedTieGroups | None = None
 ) -> T.TieGroups:
-    if gain == "linear" or (
+    if gain in ("linear", "binary") or (
         gain == "exponential" and (table.grade is None or bool((table.grade == 1).all()))
     ):
         # Grades of 1 (binary relevance included) give 2^1 - 1 = 1 = the linear gain: the same
@@ -138,7 +141,7 @@ def _as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
 
 def expected_hits_per_query(
     table: RankTable,
-    k: int | Tensor,
+    k: int | Tensor | None,
     ties: str = DEFAULT_TIES,
     *,
     shared: SharedTieGroups | None = None,
@@ -147,7 +150,7 @@ def expected_hits_per_query(
 
     Args:
         table: the rank table.
-        k: cut-off K, or one per query as a ``(Q,)`` tensor.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor; None is the whole ranking.
         ties: the tie rule: "expected", "optimistic" or "pessimistic".
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
@@ -162,7 +165,7 @@ def expected_hits_per_query(
 
 def hit_rate_per_query(
     table: RankTable,
-    k: int | Tensor,
+    k: int | Tensor | None,
     ties: str = DEFAULT_TIES,
     *,
     shared: SharedTieGroups | None = None,
@@ -171,7 +174,8 @@ def hit_rate_per_query(
 
     Args:
         table: the rank table.
-        k: cut-off K, or one per query as a ``(Q,)`` tensor.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor; None is the whole
+            ranking (every id of a ranked list).
         ties: the tie rule: "expected", "optimistic" or "pessimistic".
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
@@ -188,7 +192,7 @@ def hit_rate_per_query(
 
 def recall_per_query(
     table: RankTable,
-    k: int | Tensor,
+    k: int | Tensor | None,
     ties: str = DEFAULT_TIES,
     *,
     shared: SharedTieGroups | None = None,
@@ -197,7 +201,8 @@ def recall_per_query(
 
     Args:
         table: the rank table.
-        k: cut-off K, or one per query as a ``(Q,)`` tensor.
+        k: cut-off K, or one per query as a ``(Q,)`` tensor; None is the whole
+            ranking (every id of a ranked list).
         ties: the tie rule: "expected", "optimistic" or "pessimistic".
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
@@ -209,22 +214,113 @@ def recall_per_query(
 
 
 def precision_per_query(
-    table: RankTable, k: int, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+    table: RankTable,
+    k: int | None = None,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
+    where_defined: bool = False,
 ) -> Tensor:
-    """h_q(K) / K (the divisor stays K when the gallery is smaller).
+    """h_q(K) / K (the divisor stays K when the gallery is smaller); without a cut-off, the
+    relevant items retrieved over the distinct items retrieved (trec_eval's ``set_P``; the
+    whole list's precision of LlamaIndex and ragas).
 
     Args:
         table: the rank table.
-        k: cut-off K.
+        k: cut-off K, or None for the whole ranking.
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+        where_defined: the values of ``empty_queries="nan"``: a query with no relevant item
+            scores 0 (precision does not divide by m_q), and one that retrieved nothing is NaN
+            (0 / 0). Otherwise the first is NaN and the second 0.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
+    if k is None:
+        hits = expected_hits_per_query(table, None, ties, shared=shared)
+        retrieved = _retrieved(table, "precision without a cut-off")
+        empty = math.nan if where_defined else 0.0
+        values = torch.where(retrieved > 0, hits / retrieved.clamp_min(1), empty)
+    else:
+        k = _cutoff(k)
+        values = expected_hits_per_query(table, k, ties, shared=shared) / k
+    return values if where_defined else _unanswerable_nan(table, values)
+
+
+def f1_per_query(
+    table: RankTable,
+    k: int | None = None,
+    ties: str = DEFAULT_TIES,
+    *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """F1@K = 2 P R / (P + R) with P = h_q(K) / K and R = h_q(K) / m_q (ranx's ``f1``), which
+    is 2 h_q(K) / (K + m_q); 0 without a hit. Without a cut-off, P is the precision of the whole
+    list (:func:`precision_per_query`), as trec_eval's ``set_F``. Linear in h_q(K), so its
+    expectation under "expected" ties is exact.
+
+    Args:
+        table: the rank table.
+        k: cut-off K, or None for the whole ranking.
         ties: the tie rule: "expected", "optimistic" or "pessimistic".
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
-    k = _cutoff(k)
-    hits = expected_hits_per_query(table, k, ties, shared=shared)
-    return _unanswerable_nan(table, hits / k)
+    if k is None:
+        hits = expected_hits_per_query(table, None, ties, shared=shared)
+        size = _retrieved(table, "f1 without a cut-off").to(torch.float64)
+    else:
+        k = _cutoff(k)
+        hits = expected_hits_per_query(table, k, ties, shared=shared)
+        size = torch.full_like(hits, float(k))
+    total = size + table.num_relevant.to(torch.float64)
+    return _unanswerable_nan(table, torch.where(hits > 0, 2.0 * hits / total.clamp_min(1), 0.0))
+
+
+def _retrieved(table: RankTable, what: str) -> Tensor:
+    """The distinct items each query retrieved, refused where no list length is known."""
+    retrieved = table.retrieved
+    if bool((retrieved == UNBOUNDED).any()):
+        raise ValueError(
+            f"{what} divides by the items retrieved, which precomputed ranks do not give; use a "
+            "cut-off (precision@K) or ranked lists"
+        )
+    return retrieved.to(torch.float64)
+
+
+def granular_mrr_per_query(
+    table: RankTable, ties: str = DEFAULT_TIES, *, shared: SharedTieGroups | None = None
+) -> Tensor:
+    """LlamaIndex's granular MRR (``MRR(use_granular_mrr=True)``): the mean of 1 / rank over
+    every relevant item retrieved, 0 when none was. Not the MRR of the literature, which is
+    1 / the rank of the first. Under "expected" ties each relevant item's rank is uniform over
+    its group's positions, and the number retrieved does not depend on the order, so the value
+    is exact.
+
+    Args:
+        table: the rank table (the whole ranking: every relevant item located, or a list).
+        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
+    cutoff = _as_cutoff(table, None)
+    _require_depth(table, cutoff, "granular_mrr")
+    groups = _groups(table, ties, shared=shared)
+    # sum of 1/p over a group's positions above+1 .. above+size is H(above+size) - H(above);
+    # its r relevant items share it evenly (r / size each position)
+    end = (groups.above + groups.size).to(torch.float64)
+    harmonic = torch.special.digamma(end + 1) - torch.special.digamma(
+        groups.above.to(torch.float64) + 1
+    )
+    per_group = groups.relevant.to(torch.float64) / groups.size.to(torch.float64) * harmonic
+    found = table.num_listed.to(torch.float64)
+    total = _query_sum(table, groups, per_group)
+    return _unanswerable_nan(table, torch.where(found > 0, total / found.clamp_min(1), 0.0))
 
 
 def r_precision_per_query(
@@ -294,8 +390,9 @@ def average_precision_per_query(
         ties: the tie rule: "expected", "optimistic" or "pessimistic".
         ap: ``"step"`` (torchreid, trec_eval) or ``"trapezoid"`` (official Market-1501 code; only
             without a cut-off).
-        divisor: for AP@K, ``"relevant"`` m_q (Manning et al., trec_eval map_cut), ``"min"``
-            min(m_q, K) (MSLS), ``"retrieved"`` h_q(K) (torchmetrics; 0/0 = 0).
+        divisor: ``"relevant"`` m_q (Manning et al., trec_eval map_cut), ``"min"``
+            min(m_q, K) for AP@K (MSLS), ``"retrieved"`` h_q(K), the relevant items retrieved
+            (torchmetrics; Haystack's MAP before 3.1 over its whole list; 0/0 = 0).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -316,7 +413,7 @@ def average_precision_per_query(
         extra = T.expected_trapezoid_extra(groups)
         total = _query_sum(table, groups, 0.5 * (step + extra))
         return _unanswerable_nan(table, total / m)
-    if divisor == "retrieved" and k is not None:
+    if divisor == "retrieved":
         return _unanswerable_nan(table, _ap_over_retrieved(table, cutoff, ties, shared))
     total = _precision_sum(table, cutoff, ties, shared)
     if k is not None and divisor == "min":
@@ -431,7 +528,8 @@ def ndcg_per_query(
     *,
     shared: SharedTieGroups | None = None,
 ) -> Tensor:
-    """DCG@K / IDCG@K with gain 2^g - 1 ("exponential") or g ("linear"); binary grade is 1.
+    """DCG@K / IDCG@K with gain 2^g - 1 ("exponential"), g ("linear") or 1 for every relevant
+    item whatever its grade ("binary": sentence-transformers, LlamaIndex); binary grade is 1.
 
     Discounted cumulated gain of Järvelin and Kekäläinen (ACM TOIS 2002), discount
     1 / log2(1 + p). Under "expected" ties it is the tie-averaged DCG of McSherry and Najork
@@ -442,12 +540,16 @@ def ndcg_per_query(
         table: the rank table.
         k: cut-off K; ``None`` is the whole ranking.
         ties: the tie rule: "expected", "optimistic" or "pessimistic".
-        gain: "exponential" (2^g - 1) or "linear" (g).
+        gain: "exponential" (2^g - 1), "linear" (g) or "binary" (1).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
+    check_option("gain", gain)
+    if gain == "binary" and table.grade is not None:
+        # every relevant item gains 1: the table read as binary relevance
+        table, gain = replace(table, grade=None, ideal_ptr=None, ideal_grade=None), "linear"
     cutoff = _as_cutoff(table, k)
     _require_depth(table, cutoff, "NDCG")
     groups = _groups(table, ties, gain=gain, shared=shared)

@@ -320,7 +320,11 @@ def _summary(
                 "interval": interval,
                 "chance": None if chance is None else chance[spec.name],
                 "queries": counted,
-                "skipped": 0 if empty_policy == "zero" else skipped,
+                "skipped": (
+                    0 if empty_policy == "zero"
+                    # "nan": a measure scores the queries where its formula is defined
+                    else table.num_queries - counted if empty_policy == "nan" else skipped
+                ),
                 "gallery": _gallery_text(table),
             }
         )

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
+from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.ranking.labels import canonical_id
 from retrieval_metrics.functional.ranking.table_build import (
     ItemResults,
@@ -17,6 +20,7 @@ from retrieval_metrics.functional.ranking.table_build import (
 )
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
+DEFAULT_DUPLICATES: str = OPTIONS["duplicates"].default
 # rank_lists: up to this many relevant ids found in one list are located by list.index
 _INDEX_HITS = 16
 
@@ -25,21 +29,23 @@ def rank_lists(
     ranked_ids: Sequence[Sequence[Any]],
     relevant_ids: Sequence[Any],
     *,
-    duplicates: str = "first",
+    duplicates: str = DEFAULT_DUPLICATES,
 ) -> RankTable:
     """Rank table from each query's ranked list of ids and its relevant ids.
 
     ``relevant_ids[q]`` is a collection of ids, or a dict id -> grade (grade <= 0 is not
     relevant). An id repeated in one list counts once, at its first position; the repeats keep
-    their places as non-relevant slots (``duplicates="error"`` raises instead). Relevant ids the
-    list never returned count in m_q and are never retrieved.
+    their places as non-relevant slots. ``duplicates="error"`` raises instead, and
+    ``duplicates="warn"`` warns when the repeated id is relevant (or ``relevant_ids[q]`` lists
+    an id twice), the case where evaluators that credit every repeat give another number. Relevant
+    ids the list never returned count in m_q and are never retrieved. The table keeps each
+    list's number of distinct ids (``num_retrieved``).
 
     >>> t = rank_lists([["d3", "d7", "d1"]], [{"d1", "d9"}])
-    >>> t.above.tolist(), t.num_relevant.tolist()
-    ([2], [2])
+    >>> t.above.tolist(), t.num_relevant.tolist(), t.num_retrieved.tolist()
+    ([2], [2], [3])
     """
-    if duplicates not in ("first", "error"):
-        raise ValueError(f'`duplicates` must be "first" or "error", got {duplicates!r}')
+    check_option("duplicates", duplicates)
     if isinstance(ranked_ids, (str, bytes)) or isinstance(relevant_ids, (str, bytes)):
         raise ValueError(
             "`ranked_ids` and `relevant_ids` must be sequences with one entry per query"
@@ -49,15 +55,18 @@ def rank_lists(
             f"`ranked_ids` and `relevant_ids` must have one entry per query, got {len(ranked_ids)} "
             f"and {len(relevant_ids)}"
         )
-    # Per query, only the few relevant ids are looked for: one C-level pass over the list
-    # (set intersection) finds which of them it returns, list.index their first positions.
-    # No per-id Python code runs over the ranked ids.
+    # Per query, one C-level pass over the list builds its set of distinct ids (their number is
+    # num_retrieved, and a repeat is a set smaller than the list); the few relevant ids are then
+    # looked up in that set, and list.index finds the first positions of those it holds. No
+    # per-id Python code runs over the ranked ids.
     hit_query: list[int] = []
     hit_pos: list[int] = []
     hit_grade: list[float] = []
     all_grades: list[float] = []
     num_rel: list[int] = []
     sizes: list[int] = []
+    distinct: list[int] = []
+    repeated: list[tuple[int, Any]] = []
     graded = any(isinstance(r, dict) for r in relevant_ids)
     for q, (ranked, relevant) in enumerate(zip(ranked_ids, relevant_ids, strict=True)):
         if isinstance(ranked, Tensor):
@@ -71,29 +80,31 @@ def rank_lists(
         if isinstance(relevant, dict):
             gains = {k: float(v) for k, v in relevant.items() if float(v) > 0}
         else:
+            if not isinstance(relevant, (list, tuple, set, frozenset)):
+                relevant = list(relevant)
             gains = dict.fromkeys(relevant, 1.0)
+            if duplicates == "warn" and len(gains) != len(relevant):
+                repeated.append((q, _first_repeat(relevant)))
         if not isinstance(ranked, (list, tuple)):
             ranked = list(ranked)
-        # Ids compare as text (7 is "7"): a query whose ids are all of one type compares them as
-        # they are; only one that mixes types (ints and strings) is rewritten to canonical ids.
-        kinds = set(map(type, ranked))
-        kinds.update(map(type, gains))
-        if len(kinds) > 1:
+        returned = set(ranked)
+        if gains and _mixes_kinds(ranked, returned, gains):
+            # Ids compare as text (7 is "7"): only a query that mixes types (ints and strings)
+            # is rewritten to canonical ids; one whose ids are of one type compares them as they
+            # are.
             ranked = [canonical_id(item) for item in ranked]
             gains = {canonical_id(item): grade for item, grade in gains.items()}
-        if duplicates == "error" and len(set(ranked)) != len(ranked):
-            seen: set[Any] = set()
-            for item in ranked:
-                if item in seen:
-                    raise ValueError(f"`ranked_ids[{q}]` returns id {item!r} more than once")
-                seen.add(item)
+            returned = set(ranked)
+        if len(returned) != len(ranked) and duplicates != "first":
+            _check_repeats(q, ranked, returned, gains, duplicates, repeated)
         num_rel.append(len(gains))
         sizes.append(len(ranked))
+        distinct.append(len(returned))
         if graded:
             all_grades.extend(gains.values())
         if not gains or not ranked:
             continue
-        found = gains.keys() & ranked  # iterates the list in C, keeps the list's objects
+        found = gains.keys() & returned  # iterates the smaller of the two
         if not found:
             continue
         if len(found) <= _INDEX_HITS:
@@ -105,6 +116,16 @@ def rank_lists(
         hit_query.extend([q] * len(positions))
         hit_pos.extend(positions)
         hit_grade.extend(gains[item] for item in found)
+    if repeated:
+        q, item = repeated[0]
+        warnings.warn(
+            f"{len(repeated)} ranked lists repeat a relevant id (first: query {q}, id {item!r}, "
+            "in `ranked_ids` or `relevant_ids`): each such id counts once, at its first position "
+            '(duplicates="warn"). Evaluators that credit every repeat (LlamaIndex, Haystack '
+            "before 3.1) report other values there, AP and NDCG above 1 among them",
+            UserWarning,
+            stacklevel=2,
+        )
     num_q = len(ranked_ids)
     num_rel_t = torch.tensor(num_rel, dtype=torch.int64)
     ptr = ptr_from_counts(num_rel_t)
@@ -121,10 +142,53 @@ def rank_lists(
         grade=torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
         row=row,
     )
-    return table_from_items(
+    table = table_from_items(
         items,
         num_rel_t,
         torch.tensor(sizes, dtype=torch.int64),
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
         ideal=ideal,
     )
+    return replace(table, num_retrieved=torch.tensor(distinct, dtype=torch.int64))
+
+
+def _mixes_kinds(ranked: list[Any], returned: set[Any], gains: dict[Any, float]) -> bool:
+    """Whether a query's ids are of more than one type (then they are compared as text)."""
+    kinds = set(map(type, gains))
+    if kinds == {str}:
+        try:
+            "".join(ranked)  # one C-level pass that fails on the first id that is not a str
+        except TypeError:
+            return True
+        return False
+    kinds.update(map(type, returned))
+    return len(kinds) > 1
+
+
+def _first_repeat(ids: Sequence[Any]) -> Any:
+    seen: set[Any] = set()
+    for item in ids:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
+def _check_repeats(
+    q: int,
+    ranked: list[Any],
+    returned: set[Any],
+    gains: dict[Any, float],
+    duplicates: str,
+    repeated: list[tuple[int, Any]],
+) -> None:
+    """A list that returns an id more than once, under ``duplicates="error"`` (raise) or
+    ``"warn"`` (note the query when the repeated id is relevant)."""
+    if duplicates == "error":
+        raise ValueError(
+            f"`ranked_ids[{q}]` returns id {_first_repeat(ranked)!r} more than once"
+        )
+    for item in gains.keys() & returned:
+        if ranked.count(item) > 1:
+            repeated.append((q, item))
+            return

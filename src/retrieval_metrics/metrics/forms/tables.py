@@ -83,6 +83,14 @@ class RankedLists(TableStates):
     def append(self, metric: RetrievalMetric, batch: Batch) -> None:
         if batch.ranked_ids is None or batch.relevant_ids is None:
             raise ValueError("ranked lists need both `ranked_ids` and `relevant_ids`")
+        if metric.empty_lists == "error":
+            for q, ranked in enumerate(batch.ranked_ids):
+                if len(ranked) == 0:
+                    raise ValueError(
+                        f"`ranked_ids[{q}]` is empty (empty_lists='error'"
+                        f"{'' if metric.protocol is None else f', protocol={metric.protocol!r}'}"
+                        "): a retriever that returns nothing has no value there"
+                    )
         table = rank_lists(batch.ranked_ids, batch.relevant_ids, duplicates=metric.duplicates)
         append_table(metric, self.kind, table, batch.ids)
 
