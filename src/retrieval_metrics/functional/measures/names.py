@@ -40,6 +40,7 @@ __all__ = [
     "MetricSpec",
     "average_for",
     "depth_for",
+    "divides_by_retrieved",
     "parse_metric",
     "register_measure",
     "suggest_metric",
@@ -352,6 +353,15 @@ def average_for(spec: MetricSpec, average: str) -> str:
     if average == "micro" and spec.measure.micro is None:
         return "macro"
     return average
+
+
+def divides_by_retrieved(names: Iterable[str]) -> bool:
+    """Whether a measure among ``names`` divides by the distinct items a ranked list returned
+    (precision and F1 without a cut-off): the lists' tables must then count them."""
+    return any(
+        spec.k is None and spec.base in ("precision", "f1")
+        for spec in map(parse_metric, names)
+    )
 
 
 def depth_for(names: Iterable[str]) -> tuple[int | None, bool]:

@@ -30,6 +30,7 @@ def rank_lists(
     relevant_ids: Sequence[Any],
     *,
     duplicates: str = DEFAULT_DUPLICATES,
+    distinct: bool = True,
 ) -> RankTable:
     """Rank table from each query's ranked list of ids and its relevant ids.
 
@@ -39,7 +40,9 @@ def rank_lists(
     ``duplicates="warn"`` warns when the repeated id is relevant (or ``relevant_ids[q]`` lists
     an id twice), the case where evaluators that credit every repeat give another number. Relevant
     ids the list never returned count in m_q and are never retrieved. The table keeps each
-    list's number of distinct ids (``num_retrieved``).
+    list's number of distinct ids (``num_retrieved``), which precision and F1 without a cut-off
+    divide by; ``distinct=False`` leaves it out (one set per list fewer), for callers that
+    report neither.
 
     >>> t = rank_lists([["d3", "d7", "d1"]], [{"d1", "d9"}])
     >>> t.above.tolist(), t.num_relevant.tolist(), t.num_retrieved.tolist()
@@ -55,17 +58,18 @@ def rank_lists(
             f"`ranked_ids` and `relevant_ids` must have one entry per query, got {len(ranked_ids)} "
             f"and {len(relevant_ids)}"
         )
-    # Per query, one C-level pass over the list builds its set of distinct ids (their number is
-    # num_retrieved, and a repeat is a set smaller than the list); the few relevant ids are then
-    # looked up in that set, and list.index finds the first positions of those it holds. No
-    # per-id Python code runs over the ranked ids.
+    # Per query, C-level passes over the list only: its set of distinct ids where their number
+    # is wanted or repeats are checked (a repeat is a set smaller than the list), else one
+    # intersection with the few relevant ids; list.index finds the first positions of those it
+    # holds. No per-id Python code runs over the ranked ids.
+    build_set = distinct or duplicates != "first"
     hit_query: list[int] = []
     hit_pos: list[int] = []
     hit_grade: list[float] = []
     all_grades: list[float] = []
     num_rel: list[int] = []
     sizes: list[int] = []
-    distinct: list[int] = []
+    counts: list[int] = []
     repeated: list[tuple[int, Any]] = []
     graded = any(isinstance(r, dict) for r in relevant_ids)
     for q, (ranked, relevant) in enumerate(zip(ranked_ids, relevant_ids, strict=True)):
@@ -87,24 +91,25 @@ def rank_lists(
                 repeated.append((q, _first_repeat(relevant)))
         if not isinstance(ranked, (list, tuple)):
             ranked = list(ranked)
-        returned = set(ranked)
+        returned = set(ranked) if build_set else None
         if gains and _mixes_kinds(ranked, returned, gains):
             # Ids compare as text (7 is "7"): only a query that mixes types (ints and strings)
             # is rewritten to canonical ids; one whose ids are of one type compares them as they
             # are.
             ranked = [canonical_id(item) for item in ranked]
             gains = {canonical_id(item): grade for item, grade in gains.items()}
-            returned = set(ranked)
-        if len(returned) != len(ranked) and duplicates != "first":
-            _check_repeats(q, ranked, returned, gains, duplicates, repeated)
+            returned = set(ranked) if build_set else None
+        if returned is not None:
+            if len(returned) != len(ranked) and duplicates != "first":
+                _check_repeats(q, ranked, returned, gains, duplicates, repeated)
+            counts.append(len(returned))
         num_rel.append(len(gains))
         sizes.append(len(ranked))
-        distinct.append(len(returned))
         if graded:
             all_grades.extend(gains.values())
         if not gains or not ranked:
             continue
-        found = gains.keys() & returned  # iterates the smaller of the two
+        found = gains.keys() & (ranked if returned is None else returned)
         if not found:
             continue
         if len(found) <= _INDEX_HITS:
@@ -149,10 +154,14 @@ def rank_lists(
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
         ideal=ideal,
     )
-    return replace(table, num_retrieved=torch.tensor(distinct, dtype=torch.int64))
+    if not distinct:
+        return table
+    return replace(table, num_retrieved=torch.tensor(counts, dtype=torch.int64))
 
 
-def _mixes_kinds(ranked: list[Any], returned: set[Any], gains: dict[Any, float]) -> bool:
+def _mixes_kinds(
+    ranked: list[Any], returned: set[Any] | None, gains: dict[Any, float]
+) -> bool:
     """Whether a query's ids are of more than one type (then they are compared as text)."""
     kinds = set(map(type, gains))
     if kinds == {str}:
@@ -161,7 +170,7 @@ def _mixes_kinds(ranked: list[Any], returned: set[Any], gains: dict[Any, float])
         except TypeError:
             return True
         return False
-    kinds.update(map(type, returned))
+    kinds.update(map(type, ranked if returned is None else returned))
     return len(kinds) > 1
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.table import (
@@ -91,7 +92,13 @@ class RankedLists(TableStates):
                         f"{'' if metric.protocol is None else f', protocol={metric.protocol!r}'}"
                         "): a retriever that returns nothing has no value there"
                     )
-        table = rank_lists(batch.ranked_ids, batch.relevant_ids, duplicates=metric.duplicates)
+        table = rank_lists(
+            batch.ranked_ids,
+            batch.relevant_ids,
+            duplicates=metric.duplicates,
+            # the distinct ids of each list, only where a measure divides by them
+            distinct=M.divides_by_retrieved(metric.metric_names()),
+        )
         append_table(metric, self.kind, table, batch.ids)
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
