@@ -23,7 +23,9 @@ What it measures (all in one process, on this machine; medians of ``--repeats``,
 * ranked lists: every query's candidates as a ranked list of 100 str ids (by decreasing score,
   ids unique within a list, drawn from a corpus of 1,000,000), its relevant ids a set, plus one
   relevant id per query that the list never returns (so m_q counts it). Ours:
-  ``RetrievalMetrics(NAMES).update(ranked_ids=, relevant_ids=)`` then ``compute()``.
+  ``RetrievalMetrics(NAMES).update(ranked_ids=, relevant_ids=)`` then ``compute()``; and the
+  same lists under each RAG preset (``protocol="llama_index"``, ``"haystack"``, ``"ragas"``)
+  with its evaluator's own measure names (:data:`PRESETS`), whole lists.
 * ranx: ``Qrels.from_dict`` + ``Run.from_dict`` + ``evaluate`` with hit_rate@10, recall@10, map,
   mrr, ndcg@10 on the same lists (scores = the candidates' scores). The first call includes
   numba's compilation (ranx caches compiled code on disk, so "first" is only cold on a fresh
@@ -187,9 +189,19 @@ def ours_scores(preds, target, indexes, repeats: int) -> dict[str, Any]:
     }
 
 
-def ours_lists(ranked, relevant, repeats: int) -> dict[str, Any]:
+#: the RAG presets on the same lists, each with its evaluator's measure names
+PRESETS = {
+    "llama_index": ["hit_rate", "mrr", "precision", "recall", "ap", "ndcg"],
+    "haystack": ["recall_single_hit", "recall_multi_hit", "mrr", "map", "ndcg"],
+    "ragas": ["id_based_context_recall", "id_based_context_precision"],
+}
+
+
+def ours_lists(
+    ranked, relevant, repeats: int, names: list[str] = NAMES, protocol: str | None = None
+) -> dict[str, Any]:
     def once() -> dict[str, torch.Tensor]:
-        metric = RetrievalMetrics(NAMES)
+        metric = RetrievalMetrics(names, protocol=protocol)
         metric.update(ranked_ids=ranked, relevant_ids=relevant)
         return metric.compute()
 
@@ -342,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     say("  running ours, ranked lists ...")
     topk_now()
     results["lists"] = ours_lists(ranked, relevant, args.repeats)
+    for protocol, names in PRESETS.items():
+        say(f"  running ours, ranked lists, protocol={protocol!r} ...")
+        topk_now()
+        results[f"lists_{protocol}"] = ours_lists(
+            ranked, relevant, args.repeats, names, protocol
+        )
     if not args.skip_peers:
         say("  running ranx ...")
         topk_now()
@@ -352,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         "scores_in_order": "ours, scores form, pairs in query order",
         "torchmetrics": "torchmetrics Retrieval* (5 classes), shuffled",
         "lists": "ours, ranked lists of str ids",
+        **{f"lists_{p}": f"  the same, protocol={p!r}" for p in PRESETS},
         "ranx": "ranx (warm; first call below)",
     }
     baseline = median(topk_times)
