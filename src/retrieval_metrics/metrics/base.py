@@ -458,14 +458,18 @@ class RetrievalMetricBase(Metric):
     # ------------------------------------------------------------------ beyond compute()
 
     def per_query(self) -> dict[str, Tensor]:
-        """Each query's value of every reported measure (NaN for skipped queries), queries in a
-        stable order (by sample id when ids were given, else the order they arrived in); keys
-        carry the direction for image-text ("i2t/hit_rate@1")."""
+        """Each query's value of every reported measure as the mean counts it (NaN for skipped
+        queries; 0, or the worst rank, under ``empty_queries="zero"``), queries in a stable
+        order (by sample id when ids were given, else the order they arrived in); keys carry the
+        direction for image-text ("i2t/hit_rate@1")."""
         out = {}
         for key, table in self.rank_tables().items():
             for name in self.metric_names():
                 spec = M.parse_metric(name)
-                out[f"{key}{spec.name}"] = self._per_query_values(table, spec).to(self.device)
+                values = M.counted_values(
+                    self._per_query_values(table, spec), table, spec, self.measure_options
+                )
+                out[f"{key}{spec.name}"] = values.to(self.device)
         return out
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:

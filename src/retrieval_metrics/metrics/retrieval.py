@@ -280,8 +280,13 @@ class RetrievalMetric(RetrievalMetricBase):
         self._ranked()
         if self._chunk_parts is None:
             return super().per_query()
-        parts, _ = self._chunk_parts
-        return {name: values.to(self.device) for name, (values, _, _) in parts.items()}
+        parts, queries = self._chunk_parts
+        return {
+            name: M.counted_values(
+                values, queries, M.parse_metric(name), self.measure_options
+            ).to(self.device)
+            for name, (values, _, _) in parts.items()
+        }
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from the per-query parts of the ranking in chunks

@@ -39,6 +39,7 @@ __all__ = [
     "aggregate_query_parts",
     "chance_measures",
     "chance_table",
+    "counted_values",
     "median_rank",
     "per_query_values",
     "query_fields",
@@ -187,6 +188,19 @@ def per_query_values(
     """
     options = MeasureOptions.of(options, ties=ties, ap=ap, divisor=divisor, gain=gain)
     return _values_of(table, spec, options, shared)
+
+
+def counted_values(
+    values: Tensor, table: RankTable, spec: MetricSpec, options: MeasureOptions
+) -> Tensor:
+    """Per-query ``values`` of ``spec`` as the mean counts them: under ``empty_queries="zero"``
+    a query with nothing relevant is 0 (a rank: the worst rank, gallery size + 1), not NaN;
+    otherwise unchanged (NaN is a query left out). ``table``: the queries' fields."""
+    if options.empty_queries != "zero":
+        return values
+    if spec.base in RANK_METRICS:
+        return worst_rank_fill(values, table)
+    return _empty_fill(values, table, "zero", 0.0)
 
 
 def _values_of(
