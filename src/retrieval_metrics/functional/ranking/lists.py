@@ -154,7 +154,7 @@ def rank_lists(
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
         ideal=ideal,
     )
-    if not distinct:
+    if not distinct or num_q == 0:  # (an empty table has no optional part: see table_from_parts)
         return table
     return replace(table, num_retrieved=torch.tensor(counts, dtype=torch.int64))
 
