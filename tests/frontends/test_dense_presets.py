@@ -299,7 +299,7 @@ def test_query_gallery_embeddings_equal_all_three(seed):
         compare(theirs, values64(metric), names, protocol)
 
 
-def test_same_source_embeddings_equal_sentence_transformers_and_beir():
+def test_same_source_embeddings_equal_all_three():
     """update(embeddings, labels): each item a query against the others (itself removed)."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((30, 8))
@@ -312,11 +312,34 @@ def test_same_source_embeddings_equal_sentence_transformers_and_beir():
              for i in range(30)}
     for protocol, names, theirs in (
         ("beir", BEIR_NAMES, beir_evaluate(qrels, results, digits=None)),
+        ("mteb", MTEB_NAMES, mteb_scores(qrels, results, digits=None)),
         ("sentence_transformers", ST_NAMES,
          st_compute_metrics(results, {k: set(v) for k, v in qrels.items()})),
     ):
         mine = ours(names, protocol, embeddings=torch.tensor(x), labels=torch.tensor(labels))
         compare(theirs, mine, names, protocol)
+
+
+def test_a_query_without_any_relevant_gallery_item():
+    """With labels, such a query has no judgment at all: pytrec_eval (BEIR, MTEB) and
+    sentence-transformers leave it out. The beir and mteb presets count it as 0, as they must a
+    query judged with grade 0 only (which labels cannot express): drop such queries before update,
+    or drop the protocol and pass gain='linear' (empty_queries='skip' is the default)."""
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    g = torch.tensor([[1.0, 0.1], [0.2, 1.0]])
+    q_labels, g_labels = torch.tensor([0, 5]), torch.tensor([0, 1])  # label 5: nothing relevant
+    got = {}
+    for protocol in ("beir", "mteb", "sentence_transformers", None):
+        options = {"protocol": protocol} if protocol else {"gain": "linear"}
+        metric = rm.RetrievalMetrics(["ndcg@10"], **options)
+        metric.update(q, q_labels, role="query")
+        metric.update(g, g_labels, role="gallery")
+        got[protocol] = values64(metric)["ndcg@10"]
+    assert got == {"beir": 0.5, "mteb": 0.5, "sentence_transformers": 1.0, None: 1.0}
+    qrels, results = {"q0": {"g0": 1}}, {"q0": {"g0": 1.0, "g1": 0.2}, "q1": {"g0": 0.1}}
+    assert beir_evaluate(qrels, {"q0": results["q0"]}, ks=(10,))["NDCG@10"] == 1.0
+    # (BEIR's loader keeps only the queries of its qrels; pytrec_eval skips the others)
+    assert _pytrec_means(qrels, results, ("ndcg_cut",), (10,))[("ndcg_cut", 10)] == 1.0
 
 
 # ============================================================================================
