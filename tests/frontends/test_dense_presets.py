@@ -23,6 +23,7 @@ matter; the tie cases are hand-worked below.
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -30,6 +31,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from retrieval_metrics.cli import main
 from retrieval_metrics.protocols import (
     DEFAULTS,
     EVALUATOR_NAMES,
@@ -543,3 +545,41 @@ def test_option_sets():
     # ties are not fixed: no order-free rule is any of the evaluators' orders
     for protocol in ("beir", "mteb", "sentence_transformers"):
         assert apply_protocol(protocol, {})["ties"] == DEFAULTS["ties"] == "expected"
+
+
+# ============================================================================================
+# The command line ranks a run by trec_eval's rule: pytrec_eval's numbers even with ties
+# ============================================================================================
+
+
+def test_command_line_tied_run_equals_beir_and_mteb(tmp_path):
+    """Scores with one decimal (many ties): the command line orders ties by document id
+    descending, pytrec_eval's rule and MTEB's MRR's, so every BEIR pytrec measure and every MTEB
+    measure is theirs; BEIR's MRR@K (insertion order) is left out."""
+    rng = np.random.default_rng(7)
+    qrels, results, run_lines, qrel_lines = {}, {}, [], []
+    for i in range(10):
+        qid = f"q{i}"
+        docs = [f"d{j}" for j in rng.choice(60, size=25, replace=False)]
+        results[qid] = {d: float(np.round(rng.random(), 1)) for d in docs}
+        judged = [f"d{j}" for j in rng.choice(60, size=6, replace=False)]
+        qrels[qid] = {d: int(rng.integers(0, 3)) for d in judged}
+        run_lines += [f"{qid} Q0 {d} {r} {s} dense"
+                      for r, (d, s) in enumerate(results[qid].items(), start=1)]
+        qrel_lines += [f"{qid} 0 {d} {g}" for d, g in qrels[qid].items()]
+    (tmp_path / "run.txt").write_text("\n".join(run_lines) + "\n")
+    (tmp_path / "qrels.txt").write_text("\n".join(qrel_lines) + "\n")
+    ks = (1, 3, 5, 10)
+    for protocol, names, theirs in (
+        ("beir", [f"{m}@{k}" for m in ("NDCG", "MAP", "Recall", "P") for k in ks],
+         beir_evaluate(qrels, results, ks=ks, digits=None)),
+        ("mteb", [f"{m}_at_{k}" for m in ("ndcg", "map", "recall", "precision", "hit_rate",
+                                           "mrr") for k in ks],
+         mteb_scores(qrels, results, ks=ks, digits=None)),
+    ):
+        out = tmp_path / f"{protocol}.json"
+        assert main(["evaluate", "--run", str(tmp_path / "run.txt"), "--qrels",
+                     str(tmp_path / "qrels.txt"), "--protocol", protocol, "--metrics",
+                     ",".join(names), "--json", str(out)]) == 0
+        metrics = json.loads(out.read_text())["runs"][0]["metrics"]
+        compare(theirs, {k: v["value"] for k, v in metrics.items()}, names, protocol)
