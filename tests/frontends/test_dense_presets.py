@@ -586,3 +586,19 @@ def test_command_line_tied_run_equals_beir_and_mteb(tmp_path):
                      ",".join(names), "--json", str(out)]) == 0
         metrics = json.loads(out.read_text())["runs"][0]["metrics"]
         compare(theirs, {k: v["value"] for k, v in metrics.items()}, names, protocol)
+
+
+def test_float32_ties_of_pytrec_eval_item_5():
+    """pytrec_eval (trec_eval 9.0.8) compares scores as float32: 0.1 + 1e-9 and 0.1 are tied
+    there (d2 first by id descending, P@1 = 1) and distinct in float64, where d1 is first (MTEB's
+    MRR, sentence-transformers and the presets: 0). Scores given as float32 are tied here too,
+    then scored as ties='expected' (0.5)."""
+    qrels, results = {"q": {"d1": 0, "d2": 1}}, {"q": {"d1": 0.1 + 1e-9, "d2": 0.1}}
+    assert beir_evaluate(qrels, results, ks=(1,))["P@1"] == 1.0
+    assert mteb_scores(qrels, results, ks=(1,))["mrr_at_1"] == 0.0
+    form = {"preds": torch.tensor([0.1 + 1e-9, 0.1], dtype=torch.float64),
+            "target": torch.tensor([0, 1]), "indexes": torch.tensor([0, 0])}
+    for protocol in ("beir", "mteb", "sentence_transformers"):
+        assert ours(["precision@1"], protocol, **form) == {"precision@1": 0.0}
+    form["preds"] = form["preds"].float()
+    assert ours(["precision@1"], "beir", **form) == {"precision@1": 0.5}
