@@ -34,6 +34,9 @@ PROTOCOL_NAMES = (
     "haystack",
     "haystack<3.1",
     "ragas",
+    "beir",
+    "mteb",
+    "sentence_transformers",
 )
 
 

@@ -10,6 +10,7 @@ asked for. Helpers here turn the inputs of two protocols into the library's inpu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from retrieval_metrics.functional.options import OPTIONS
 
 __all__ = [
     "EVALUATOR_NAMES",
+    "EVALUATOR_REPORTS",
     "NOT_GIVEN",
     "PROTOCOLS",
     "NotGiven",
@@ -138,26 +140,121 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "value is NaN where its formula divides by zero (recall with no reference id, "
         "precision with nothing retrieved) and the mean leaves NaNs out (ragas' safe_nanmean)",
     ),
+    "beir": (
+        {"gain": "linear", "empty_queries": "zero"},
+        "BEIR 2.2 EvaluateRetrieval.evaluate (beir/retrieval/evaluation.py): pytrec_eval "
+        "ndcg_cut (linear gain from the qrels grades, ideal DCG cut at K), map_cut (divided by "
+        "all relevant documents), recall and P (divided by K) at 1, 3, 5, 10, 100, 1000 "
+        "(EVALUATOR_REPORTS['beir']; BEIR's NDCG@K, MAP@K, Recall@K, P@K), a query judged with "
+        "grade 0 only scores 0 and counts (so does a query passed with no judgment at all, "
+        "which BEIR's loader and pytrec_eval leave out: leave it out of update); "
+        "evaluate_custom's MRR@K and Accuracy@K "
+        "(beir/retrieval/custom_metrics.py mrr, top_k_accuracy) are mrr@K and hit_rate@K. BEIR "
+        "rounds every mean to 5 places: the float64 mean (summary()) rounded to 5 places is its "
+        "number (compute() returns float32, as torchmetrics). Ties: pytrec_eval "
+        "orders tied scores (as float32) by document id descending, BEIR's MRR@K and "
+        "Accuracy@K by the run dict's insertion order; no order-free rule reproduces either, so "
+        "ties stay 'expected' here, equal to BEIR whenever no tie touches a relevant document "
+        "(a ranked list keeps its own order: protocols.trec_run_to_lists gives pytrec_eval's). "
+        "ignore_identical_ids=True (BEIR's default) is the qrels input form's; R_cap@K and "
+        "Hole@K have no name here",
+    ),
+    "mteb": (
+        {"gain": "linear", "empty_queries": "zero"},
+        "MTEB 2.x retrieval (mteb/_evaluators/retrieval_metrics.py calculate_retrieval_scores, "
+        "make_score_dict): pytrec_eval ndcg_cut, map_cut, recall, P and success (hit_rate) at 1, "
+        "3, 5, 10, 20, 100, 1000 (EVALUATOR_REPORTS['mteb']; its ndcg_at_K, map_at_K, "
+        "recall_at_K, precision_at_K, hit_rate_at_K), its own mrr_at_K, main score ndcg_at_10, "
+        "and its 'accuracy' key, which is recall_at_1 (not hit rate); linear gain; a query "
+        "judged with grade 0 only scores 0 (MTEB drops only queries with no judgment at all, "
+        "_filter_queries_without_positives: leave those out of update). MTEB rounds the "
+        "pytrec_eval means to 5 places (not mrr_at_K): the float64 mean (summary()) rounded to 5 "
+        "places is its number. Ties: "
+        "pytrec_eval orders tied float32 scores by document id descending, MTEB's MRR tied "
+        "float64 scores likewise; ties stay 'expected' here, equal to MTEB whenever no tie "
+        "touches a relevant document. Its ignore_identical_ids is the qrels input form's",
+    ),
+    "sentence_transformers": (
+        {"gain": "binary", "divisor": "min", "empty_queries": "skip"},
+        "sentence-transformers InformationRetrievalEvaluator.compute_metrics (sentence_"
+        "transformers/sentence_transformer/evaluation/information_retrieval.py): accuracy@K is "
+        "hit_rate@K, precision@K divides by K, recall@K by the relevant documents, MRR@K, NDCG@K "
+        "with binary gain and an ideal DCG over min(m, K), MAP@K divided by min(m, K); queries "
+        "without relevant documents dropped (its __init__); nothing rounded; defaults in "
+        "EVALUATOR_REPORTS['sentence_transformers'], main score ndcg@10. Ties: 6.x orders tied "
+        "scores by ascending corpus id (5.x by its heap), which no order-free rule reproduces; "
+        "ties stay 'expected' here, equal whenever no tie touches a relevant document. "
+        "Identical query and corpus ids are not removed, as in sentence-transformers",
+    ),
 }
 
-#: protocol -> (an evaluator's measure name -> the library's), for the names that differ
+#: protocol -> (an evaluator's measure name -> the library's), for the names that differ. A name
+#: is looked up whole, else by its base before the cut-off ("accuracy@10" -> "hit_rate@10"), and
+#: under these protocols "_at_K" is also read as "@K" (MTEB's "ndcg_at_10" is "ndcg@10").
 EVALUATOR_NAMES: dict[str, dict[str, str]] = {
     "llama_index": {"ap": "map", "granular_hit_rate": "recall"},
     "haystack": {"recall_single_hit": "hit_rate", "recall_multi_hit": "recall"},
     "haystack<3.1": {"recall_single_hit": "hit_rate", "recall_multi_hit": "recall"},
     "ragas": {"id_based_context_recall": "recall", "id_based_context_precision": "precision"},
+    # BEIR's NDCG@K, MAP@K, Recall@K, MRR@K are the library's names once lower-cased
+    "beir": {"p": "precision", "accuracy": "hit_rate"},
+    # MTEB's "accuracy" key is its recall_at_1 (make_score_dict)
+    "mteb": {"accuracy": "recall@1"},
+    "sentence_transformers": {"accuracy": "hit_rate"},
 }
+
+#: protocol -> the library's names of what the evaluator reports by default (its main score
+#: first): ``RetrievalMetrics(EVALUATOR_REPORTS["beir"], protocol="beir")``.
+EVALUATOR_REPORTS: dict[str, list[str]] = {
+    "beir": ["ndcg@10"] + [
+        f"{base}@{k}" for base in ("ndcg", "map", "recall", "precision", "mrr")
+        for k in (1, 3, 5, 10, 100, 1000) if (base, k) != ("ndcg", 10)
+    ],
+    "mteb": ["ndcg@10"] + [
+        f"{base}@{k}" for base in ("ndcg", "map", "recall", "precision", "mrr", "hit_rate")
+        for k in (1, 3, 5, 10, 20, 100, 1000) if (base, k) != ("ndcg", 10)
+    ],
+    "sentence_transformers": ["ndcg@10", "mrr@10", "map@100"] + [
+        f"{base}@{k}" for base in ("hit_rate", "precision", "recall") for k in (1, 3, 5, 10)
+    ],
+}
+
+_SPELLED = re.compile(r"^(?P<base>[a-z][a-z0-9_]*?)(?:(?:@|_at_)(?P<k>\d+|r))?(?P<rest>/\w+)?$")
 
 
 def library_names(protocol: str | None, names: Sequence[str]) -> list[str]:
     """``names`` with a protocol's evaluator names replaced by the library's ("ap" is "map"
-    under ``protocol="llama_index"``); other names unchanged.
+    under ``protocol="llama_index"``, "accuracy@10" is "hit_rate@10" under
+    ``"sentence_transformers"``, "ndcg_at_10" is "ndcg@10" under ``"mteb"``); other names
+    unchanged (the metric classes read names in any case: BEIR's "NDCG@10" is "ndcg@10").
 
     >>> library_names("ragas", ["id_based_context_recall", "f1@5"])
     ['recall', 'f1@5']
+    >>> library_names("beir", ["NDCG@10", "P@10", "Recall@100", "MRR@10", "Accuracy@5"])
+    ['NDCG@10', 'precision@10', 'Recall@100', 'MRR@10', 'hit_rate@5']
+    >>> library_names("mteb", ["ndcg_at_10", "hit_rate_at_5", "accuracy", "map_at_1000"])
+    ['ndcg@10', 'hit_rate@5', 'recall@1', 'map@1000']
+    >>> library_names("sentence_transformers", ["accuracy@1", "map@100", "ndcg@10"])
+    ['hit_rate@1', 'map@100', 'ndcg@10']
     """
     renames = EVALUATOR_NAMES.get(protocol or "", {})
-    return [renames.get(str(name).strip().lower(), name) for name in names]
+    out = []
+    for name in names:
+        text = str(name).strip().lower()
+        match = _SPELLED.match(text) if renames else None
+        if match is None:
+            out.append(name)
+            continue
+        base, k, rest = match.group("base", "k", "rest")
+        new = renames.get(base, base)
+        if k is not None:
+            if "@" in new:  # a whole-name rename ("accuracy" -> "recall@1") takes no cut-off
+                out.append(name)
+                continue
+            new += f"@{k}"
+        new += rest or ""
+        out.append(name if new == text else new)
+    return out
 
 #: The constructor defaults a protocol may replace (declared in functional/options.py).
 DEFAULTS: dict[str, Any] = {

@@ -240,9 +240,10 @@ class RetrievalMetrics(Plotted, RetrievalMetric):
         specs = [M.parse_metric(name) for name in library_names(self.protocol, metrics)]
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
+            twice = {name for name in names if names.count(name) > 1}
             renamed = [
                 f"{given!r} is {spec.name!r}" for given, spec in zip(metrics, specs, strict=True)
-                if str(given).strip().lower() != spec.name
+                if str(given).strip().lower() != spec.name and spec.name in twice
             ]
             raise ValueError(
                 f"`metrics` names a metric twice: {names}"
