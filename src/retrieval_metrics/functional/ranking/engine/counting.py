@@ -236,7 +236,7 @@ class QueryBlock:
             # never rose lists every relevant item: the same values as the CPU's.
             dense = s if s.is_contiguous() else s.contiguous()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
                 self.num_finite,
             )
             return
@@ -257,7 +257,7 @@ class QueryBlock:
         ):
             dense = s if s.is_contiguous() else s.contiguous()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
                 self.num_finite,
             )
         else:
@@ -268,7 +268,7 @@ class QueryBlock:
                 self.rel_sorted,
                 self.hist_lt,
                 self.hist_le,
-                self.p.options.memory_budget,
+                self.p.budget,
                 segment_values,
             )
 
