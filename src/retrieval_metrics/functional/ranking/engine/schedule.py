@@ -425,13 +425,26 @@ def two_sided_pass(
     read: set[tuple[int, int]] = set()
     started: set[int] = set()
     scores = torch.empty(block, block, dtype=dtype, device=device)
+    # Buffers of kept products once counted, for the next ones, and of transposed blocks: the
+    # same few blocks throughout, not a new one per pair (freed blocks of changing neighbours
+    # fragment the heap, and resident memory grows with it).
+    spare: list[Tensor] = []
+    transposed: list[Tensor] = []
+
+    def kept_block() -> Tensor:
+        return spare.pop() if spare else torch.empty_like(scores)
+
+    def transposed_block() -> Tensor:
+        if not transposed:
+            transposed.append(torch.empty_like(scores))
+        return transposed[0]
 
     def start(qb: QueryBlock, needs: set[tuple[int, int]]) -> None:
         if id(qb) in started:
             return
         for i, j in sorted(needs - read):
             keep = len(cache) < cache_room
-            s = product(i, j, torch.empty_like(scores) if keep else scores)
+            s = product(i, j, kept_block() if keep else scores)
             rows_of[i].read_relevant(s, j)
             if not (symmetric and i == j):
                 cols_of[j].read_relevant(s.T, i)
@@ -461,7 +474,7 @@ def two_sided_pass(
             for i, j in sorted(needs_rows[k] - read):
                 if owned(i, j):
                     keep = len(cache) < cache_room
-                    s = product(i, j, torch.empty_like(scores) if keep else scores)
+                    s = product(i, j, kept_block() if keep else scores)
                     rows_of[i].read_relevant(s, j)
                     if i != j:
                         cols_of[j].read_relevant(s.T, i)
@@ -494,16 +507,19 @@ def two_sided_pass(
             if not (symmetric and i == j):
                 # The columns first: the rows' exclusions are then written into s in place.
                 if cols.has_excluded(i):
-                    st = s.T.contiguous()
+                    st = transposed_block().copy_(s.T)
                     cols.mask_excluded(st, i)
                     cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
                 else:
                     seg_max = s.view(block // SEGMENT, SEGMENT, block).amax(1).T.contiguous()
                     cols.count(
-                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s)
+                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s),
+                        buffer=transposed_block(),
                     )
             rows.mask_excluded(s, j)
             rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+            if s is not scores:
+                spare.append(s)
     if exchange is not None:
         _combine_counts(rows_of, exchange)
     for qb in rows_of if symmetric else rows_of + cols_of:
