@@ -314,6 +314,10 @@ def parent_main(args: argparse.Namespace) -> int:
                 if args.before:  # the two libraries take turns: the machine drifts
                     before.append(run_child(case, budget, path, args, args.before))
                 results.append(run_child(case, budget, path, args))
+                # what has run so far, should the rest not (a long run on a loaded machine)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                partial = {"machine": machine, "partial": True, "results": results}
+                Path(args.out).write_text(json.dumps(partial, indent=2) + "\n")
     wall = time.perf_counter() - wall
     torch_version = next((r["torch"] for r in results if "torch" in r), "?")
     method = next((r["method"] for r in results if "method" in r), "?")
