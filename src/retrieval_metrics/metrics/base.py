@@ -63,9 +63,10 @@ class RetrievalMetricBase(Metric):
         average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
             and r_precision; the other measures are one score per query and stay macro. A name
             may fix its own ("recall@10/micro").
-        memory_budget: bytes of scratch memory the ranking may use. With more relevant
-            (query, item) pairs than it holds (few classes of thousands), ``compute()``
-            ranks a chunk of queries at a time and keeps only per-query values.
+        memory_budget: bytes of scratch memory ``compute()`` may use beyond the states: half
+            for the ranking, the rest for the relevant (query, item) pairs held at once. With
+            more pairs than it holds (few classes of thousands), ``compute()`` ranks a chunk of
+            queries at a time and keeps only per-query values.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval",
             "torchmetrics"; see :mod:`retrieval_metrics.protocols`); it sets the options it
@@ -175,6 +176,11 @@ class RetrievalMetricBase(Metric):
         self._warned_no_ids = False
         self._warned_forward = False
         self._warned_cutoffs = False
+
+    def _ranking_budget(self) -> int:
+        """The ranking's half of ``memory_budget``; the relevant pairs held at once (rank
+        tables, relevance sets, tie groups) take the rest (``metrics/chunks.py``)."""
+        return max(2**16, self.memory_budget // 2)
 
     # ------------------------------------------------------------------ what a kind provides
 

@@ -225,7 +225,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         if n < folds:
             raise ValueError(f"`folds={folds}` needs at least {folds} images, got {n}")
         options = RankingOptions(
-            similarity=self.similarity, memory_budget=self.memory_budget, depth=max(self.k)
+            similarity=self.similarity, memory_budget=self._ranking_budget(), depth=max(self.k)
         )
         distributed = self._distributed()
         image_ids = images.ids.cpu()

@@ -199,7 +199,7 @@ class RetrievalMetric(RetrievalMetricBase):
             radius=self.radius,
             ignore_label=self.ignore_label,
             similarity=self.similarity,
-            memory_budget=self.memory_budget,
+            memory_budget=self._ranking_budget(),
             depth=depth,
             cover_relevant=cover,
         )

@@ -90,7 +90,9 @@ def rank_embeddings(
             for hit rate, precision, recall and NDCG with ``depth`` >= their cut-off.
         cover_relevant: with ``depth``, locate exactly every relevant item within the top
             max(depth, m_q) positions (R-precision, MAP@R).
-        memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings.
+        memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings and
+            its outputs (the table, and until it returns the relevance sets and per-pair results
+            it is built from); the normalised copy of the embeddings counts in it.
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget`` (the gallery block must be a multiple of 64). Results do not depend
             on it.

@@ -32,7 +32,8 @@ class RankingSettings:
         radius: metres, inclusive, for ``relevance="radius"``.
         ignore_label: gallery items with this label are removed from every ranking.
         similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"``.
-        memory_budget: bytes of scratch memory the ranking may use.
+        memory_budget: bytes of scratch memory the ranking may use, the prepared (normalised)
+            copy of the embeddings included (see ``engine/plan.py``).
         depth: locate exactly only the relevant items within the top ``depth`` positions (and
             each query's best); None: all of them.
         cover_relevant: with ``depth``, every relevant item within the top max(depth, m_q).

@@ -60,9 +60,12 @@ class _EmbeddingStates(InputForm):
         )
 
     def tables_in_chunks(self, metric: RetrievalMetric) -> Iterator[RankTable] | None:
-        """Relevant pairs beyond ``memory_budget`` (thousands of relevant items per query) would
-        make rank tables, relevance sets and tie groups of gigabytes: then a chunk of queries at
-        a time, each reduced to per-query values before the next is ranked. Taken where the pairs
+        """Relevant pairs beyond ``memory_budget`` at ``PAIR_BYTES`` each (thousands of relevant
+        items per query) would make rank tables, relevance sets and tie groups of gigabytes: then
+        a chunk of queries at a time, each reduced to per-query values before the next is ranked,
+        holding that many. ``PAIR_BYTES`` is several times what a pair takes at the peak (42 to 58
+        bytes measured, every measure at once), so a chunk takes less than a quarter of the
+        budget, and the ranking half of it (``_ranking_budget``). Taken where the pairs
         can be counted before ranking (label relevance), not for a sharded gallery; on several
         processes, this process's share of the queries (their parts are gathered after)."""
         if metric.relevance != "label" or metric.gallery_sharded or metric.nonpositive != "hit":

@@ -222,21 +222,30 @@ class QueryBlock:
         b: int,
         seeded: bool = False,
         segment_values: Callable[[Tensor], Tensor] | None = None,
+        buffer: Tensor | None = None,
     ) -> None:
         """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``) to the histograms.
 
         ``s`` may be a view that is not row-major (the transposed block of the symmetric pass);
-        then ``segment_values`` reads the scores of flat segment indices for the sparse count.
+        then ``segment_values`` reads the scores of flat segment indices for the sparse count,
+        and the dense count copies it row-major into ``buffer`` (at least as large; a new
+        tensor without one).
         """
+
+        def row_major() -> Tensor:
+            if s.is_contiguous():
+                return s
+            return s.contiguous() if buffer is None else buffer[: s.shape[0]].copy_(s)
+
         if s.device.type != "cpu":
             # An accelerator counts the whole block in a few kernels. The pruning's choices
             # (the threshold's rise, the surviving segments, sparse or dense) each read a
             # data-dependent size on the host: one wait per block pair, where the product takes
             # microseconds. Every item counted makes every count exact, and the threshold that
             # never rose lists every relevant item: the same values as the CPU's.
-            dense = s if s.is_contiguous() else s.contiguous()
+            dense = row_major()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
                 self.num_finite,
             )
             return
@@ -255,9 +264,9 @@ class QueryBlock:
         if candidates.numel() * SEGMENT * (width + SPARSE_OVERHEAD) > nb * block_g * (
             width.bit_length() + DENSE_OVERHEAD
         ):
-            dense = s if s.is_contiguous() else s.contiguous()
+            dense = row_major()
             count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.options.memory_budget,
+                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
                 self.num_finite,
             )
         else:
@@ -268,7 +277,7 @@ class QueryBlock:
                 self.rel_sorted,
                 self.hist_lt,
                 self.hist_le,
-                self.p.options.memory_budget,
+                self.p.budget,
                 segment_values,
             )
 

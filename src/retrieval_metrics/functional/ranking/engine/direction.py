@@ -45,6 +45,9 @@ class RankingInput:
 class Pass:
     """What every query block of one ranking shares: the gallery's layout and the options.
 
+    ``budget``: the bytes this pass's kept score blocks and counting may use, its share of
+    ``options.memory_budget`` (see ``plan``; the settings stay as the caller made them).
+
     ``rel_index`` and ``ex_index`` are gallery positions in processing order; ``rel_ptr`` and
     ``ex_ptr`` are indexed by the query's input position; queries are processed in ``order``.
     Query blocks write their results into ``outputs`` (see :meth:`QueryBlock.finish`): in the
@@ -64,6 +67,7 @@ class Pass:
     order: Tensor
     outputs: tuple[Tensor, ...]
     options: RankingSettings
+    budget: int
     ext_scores: Tensor | None = None
     by_score: bool = False
     neg_inf: Tensor = field(init=False)
@@ -185,7 +189,9 @@ class Direction:
         # segment and the transients of the last step
         return int(widths.sum()) * block * (2 * elem + 3 * 8) + int(counts.sum()) * 8 * 8
 
-    def at(self, block_g: int) -> Pass:
+    def at(self, block_g: int, budget: int) -> Pass:
+        """The pass over gallery blocks of ``block_g`` items, its counting and kept blocks
+        within ``budget`` bytes."""
         return Pass(
             device=self.device,
             dtype=self.dtype,
@@ -198,6 +204,7 @@ class Direction:
             order=self.order,
             outputs=self.outputs,
             options=self.options,
+            budget=budget,
             ext_scores=self.ext_scores,
             by_score=self.by_score,
         )

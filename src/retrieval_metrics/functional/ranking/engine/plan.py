@@ -3,6 +3,19 @@
 The gallery is cut into blocks of whole 64-item segments (:data:`SEGMENT`). The one-sided pass
 takes its query and gallery blocks from :func:`block_sizes`, the two-sided pass its square blocks
 from :func:`square_block`, and how many of those products it may keep from :func:`cache_room`.
+
+What ``memory_budget`` covers: every allocation of a ranking beyond its inputs and its outputs
+(the relevance sets, and one above, tied and listed entry per relevant pair: O(relevant pairs),
+what the rank table is made of). Shared out as follows:
+
+* the prepared matrices (the unit rows of cosine: a copy of the embeddings) come first
+  (:func:`pass_budget`); the pass gets the rest;
+* the one-sided pass: its query block's state (relevant scores, histograms, per-pair indices) up
+  to half of that (:func:`block_sizes`), kept score blocks a quarter, the counting's transients a
+  quarter (the pass's ``Pass.budget`` is half of it: the counting kernels take a quarter of
+  theirs for each of their two stages);
+* the two-sided pass: every query block's state twice (they all live to the end), kept and
+  transposed score blocks half of the rest (:func:`cache_room`), the counting the other half.
 """
 
 from __future__ import annotations
@@ -103,9 +116,16 @@ def square_block(
     return block
 
 
+def pass_budget(memory_budget: int, prepared: int) -> int:
+    """What a pass may use once the prepared matrices (``prepared`` bytes) are counted: the rest
+    of ``memory_budget``, and never less than a quarter of it (embeddings too large for the
+    budget exceed it by their copy)."""
+    return max(memory_budget // 4, memory_budget - prepared)
+
+
 def cache_room(room: int, block: int, dtype: torch.dtype) -> int:
     """How many square score blocks the two-sided pass keeps between reading and counting:
-    half of ``room`` (the budget less the query blocks' states) less the block being counted;
-    the counting's transients take the other half."""
+    half of ``room`` (the budget less the query blocks' states) less the block being counted and
+    its transposed copy; the counting's transients take the other half."""
     elem = torch.finfo(dtype).bits // 8
-    return max(0, (room // 2) // (block * block * elem) - 1)
+    return max(0, (room // 2) // (block * block * elem) - 2)

@@ -1,10 +1,11 @@
 """The orders of block products: which score blocks are computed, and who counts them.
 
 :func:`blocked_table`, :func:`blocked_scores` and :func:`blocked_counts` (the rank table, the
-relevant pairs' scores, the counts against given scores) share one layout step: matrices,
-:class:`Direction`, block sizes (:func:`choose_layout`), then a pass: :func:`two_sided_pass` when
-one product can serve the queries of both of its sides (a set ranked against itself), else
-:func:`_one_sided_pass`, each block of queries against every gallery block in turn.
+relevant pairs' scores, the counts against given scores) share one layout step:
+:class:`Direction`, block sizes (:func:`choose_layout`), the matrices in processing order, then a
+pass: :func:`two_sided_pass` when one product can serve the queries of both of its sides (a set
+ranked against itself), else :func:`_one_sided_pass`, each block of queries against every gallery
+block in turn.
 :func:`two_way_ranking` lays out both directions of two sets ranked against each other
 (``rank_two_ways``) for one two-sided pass.
 """
@@ -32,6 +33,7 @@ from retrieval_metrics.functional.ranking.engine.plan import (
     block_sizes,
     cache_room,
     checked_block_size,
+    pass_budget,
     square_block,
 )
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
@@ -89,7 +91,7 @@ def _ranked(
     external: tuple[Tensor, Tensor] | None = None,
     exchange: Exchange | None = None,
 ) -> Direction:
-    """The one layout step of the three above: matrices, :class:`Direction`, block sizes, then
+    """The one layout step of the three above: :class:`Direction`, block sizes, matrices, then
     the pass; the direction comes back with its outputs written."""
     query, gallery, relevance_sets = inputs.query, inputs.gallery, inputs.relevance
     device = query.device
@@ -100,31 +102,38 @@ def _ranked(
     if inputs.symmetric and gallery.shape != query.shape:
         raise ValueError("a same-source ranking ranks the queries against themselves")
     kept = relevance_sets.gallery_index
-    if kept.numel() != gallery.shape[0]:
-        gallery = gallery[kept.to(device)]
-    q_mat, g_mat = prepare(query, gallery, options.similarity, dtype)
+    num_gallery, num_g = gallery.shape[0], kept.numel()
     side = Direction.make(
         inputs,
-        q_mat.shape[0],
-        g_mat.shape[0],
+        query.shape[0],
+        num_g,
         options,
         device=device,
         dtype=dtype,
         external=external,
         mode=mode,
     )
+    dim = query.shape[1] + (options.similarity == "euclidean")  # the prepared matrices' width
+    layout = choose_layout(side, inputs, dim, symmetric=inputs.symmetric and mode == "table")
+    # The gallery's matrix holds the kept items in processing order, gathered once; the symmetric
+    # pass needs no other (its queries are that gallery).
+    rows = None if num_g == num_gallery else kept
     if side.g_perm is not None:
-        g_mat = g_mat[side.g_perm.to(device)]
-    layout = choose_layout(
-        side, inputs, q_mat.shape[1], symmetric=inputs.symmetric and mode == "table"
+        rows = side.g_perm if rows is None else rows.index_select(0, side.g_perm.to(rows.device))
+    q_mat, g_mat = prepare(
+        None if layout.symmetric else query, gallery, options.similarity, dtype, rows
     )
     if layout.symmetric:
         block = layout.block_g
-        budget = options.memory_budget
-        room = cache_room(budget - 2 * side.state_bytes(block, elem), block, dtype)
-        two_sided_pass(side.at(block), None, g_mat, g_mat, room, exchange)
+        # the counting's half: the kernels take a quarter of it per stage
+        room = layout.budget - 2 * side.state_bytes(block, elem)
+        p = side.at(block, room)
+        two_sided_pass(p, None, g_mat, g_mat, cache_room(room, block, dtype), exchange)
     else:
-        _one_sided_pass(side.at(layout.block_g), q_mat, g_mat, layout.block_q, mode, exchange)
+        assert q_mat is not None
+        # kept score blocks and the counting: a quarter of the pass's budget each
+        p = side.at(layout.block_g, layout.budget // 2)
+        _one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange)
         if exchange is not None:
             _combine_outputs(side.outputs, exchange)
     return side
@@ -133,18 +142,22 @@ def _ranked(
 @dataclass(frozen=True)
 class Layout:
     """The pass a ranking takes and its blocks: ``symmetric`` (square blocks of ``block_g``)
-    or one-sided (query blocks of ``block_q`` rows, gallery blocks of ``block_g`` items)."""
+    or one-sided (query blocks of ``block_q`` rows, gallery blocks of ``block_g`` items), and
+    ``budget``, what the pass may use (the memory budget less the prepared matrices)."""
 
     symmetric: bool
     block_q: int
     block_g: int
+    budget: int
 
 
 def choose_layout(side: Direction, inputs: RankingInput, dim: int, *, symmetric: bool) -> Layout:
     """The symmetric pass for a same-source (``symmetric``) dot product of square blocks, in
     one processing order, whose query blocks' counting states fit a quarter of the budget (they
     all live to the end); else the one-sided pass. ``dim``: the width of the prepared matrices.
-    The reference path (``reference.py``) takes the same layout."""
+    The budget counts the prepared matrices first: the gallery's alone for the symmetric pass
+    (one matrix serves both sides), the queries' and the gallery's for the one-sided one. The
+    reference path (``reference.py``) takes the same layout."""
     options = side.options
     block_size, memory_budget = options.block_size, options.memory_budget
     elem = torch.finfo(side.dtype).bits // 8
@@ -159,17 +172,17 @@ def choose_layout(side: Direction, inputs: RankingInput, dim: int, *, symmetric:
         and one_product(options.similarity, block_size, inputs.relevance, num_gallery)
         and _same_key(inputs.query_key, inputs.gallery_key)
     ):
-        block = (
-            block_size[1] if block_size else square_block(num_g, elem, memory_budget, side.device)
-        )
-        if side.state_bytes(block, elem) <= memory_budget // 4:
-            return Layout(True, block, block)
+        budget = pass_budget(memory_budget, num_g * dim * elem)
+        block = block_size[1] if block_size else square_block(num_g, elem, budget, side.device)
+        if side.state_bytes(block, elem) <= budget // 4:
+            return Layout(True, block, block, budget)
+    budget = pass_budget(memory_budget, (num_q + num_g) * dim * elem)
     if block_size is not None:
-        return Layout(False, *block_size)
+        return Layout(False, *block_size, budget)
     block_q, block_g = block_sizes(
-        num_q, num_g, dim, side.max_relevant, elem, memory_budget, side.device
+        num_q, num_g, dim, side.max_relevant, elem, budget, side.device
     )
-    return Layout(False, block_q, block_g)
+    return Layout(False, block_q, block_g, budget)
 
 
 def two_way_ranking(
@@ -197,32 +210,34 @@ def two_way_ranking(
         and one_product(options.similarity, squares, ab.relevance, b.shape[0])
         and one_product(options.similarity, squares, ba.relevance, a.shape[0])
     ):
-        a_mat, b_mat = prepare(a, b.to(device), options.similarity, dtype)
-        num_a, num_b = a_mat.shape[0], b_mat.shape[0]
+        b = b.to(device)
+        num_a, num_b = a.shape[0], b.shape[0]
         sides = [
             Direction.make(inputs, num, num_a + num_b - num, options, device=device, dtype=dtype)
             for inputs, num in ((ab, num_a), (ba, num_b))
         ]
-        block = squares[0] if squares is not None else _two_way_block(sides, options, dtype, device)
+        # the prepared matrices first, then the pass (see plan.py)
+        budget = pass_budget(options.memory_budget, (num_a + num_b) * a.shape[1] * elem)
+        block = squares[0] if squares is not None else _two_way_block(sides, budget, dtype, device)
         state = sum(s.state_bytes(block, elem) for s in sides)
-        if state <= options.memory_budget // 4:
-            # each side's gallery in the other's processing order
-            a_mat = a_mat[sides[1].g_perm.to(device)] if sides[1].g_perm is not None else a_mat
-            b_mat = b_mat[sides[0].g_perm.to(device)] if sides[0].g_perm is not None else b_mat
-            room = cache_room(options.memory_budget - 2 * state, block, dtype)
-            two_sided_pass(sides[0].at(block), sides[1].at(block), a_mat, b_mat, room)
+        if state <= budget // 4:
+            # each set's matrix in the processing order of the side whose gallery it is
+            _, a_mat = prepare(None, a, options.similarity, dtype, sides[1].g_perm)
+            _, b_mat = prepare(None, b, options.similarity, dtype, sides[0].g_perm)
+            room = budget - 2 * state  # the counting's half (see plan.py)
+            passes = sides[0].at(block, room), sides[1].at(block, room)
+            two_sided_pass(*passes, a_mat, b_mat, cache_room(room, block, dtype))
             return sides[0].table(ab.relevance), sides[1].table(ba.relevance)
     return blocked_table(ab, options), blocked_table(ba, options)
 
 
 def _two_way_block(
-    sides: list[Direction], options: RankingSettings, dtype: torch.dtype, device: torch.device
+    sides: list[Direction], budget: int, dtype: torch.dtype, device: torch.device
 ) -> int:
-    """The square block of the two-way pass from the budget: each block of one side needs the
-    relevant scores of many pairs before it counts its first, so half-size blocks when that
-    keeps every such product for its counting."""
+    """The square block of the two-way pass from the pass's ``budget``: each block of one side
+    needs the relevant scores of many pairs before it counts its first, so half-size blocks when
+    that keeps every such product for its counting."""
     elem = torch.finfo(dtype).bits // 8
-    budget = options.memory_budget
     larger = max(side.order.numel() for side in sides)
     block = square_block(larger, elem, budget, device)
     half = block // 2 // SEGMENT * SEGMENT
@@ -303,7 +318,7 @@ def _one_sided_pass(
         # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
         # early blocks let several times as many candidates through as the later ones.
         read_first = qb.relevant_blocks()
-        cache_room = max(0, (p.options.memory_budget // 2) // max(1, nb * block_g * elem) - 1)
+        cache_room = max(0, (p.budget // 2) // max(1, nb * block_g * elem) - 1)
         if mode == "scores":
             cache_room = 0
         if p.options.depth is not None:
@@ -410,13 +425,26 @@ def two_sided_pass(
     read: set[tuple[int, int]] = set()
     started: set[int] = set()
     scores = torch.empty(block, block, dtype=dtype, device=device)
+    # Buffers of kept products once counted, for the next ones, and of transposed blocks: the
+    # same few blocks throughout, not a new one per pair (freed blocks of changing neighbours
+    # fragment the heap, and resident memory grows with it).
+    spare: list[Tensor] = []
+    transposed: list[Tensor] = []
+
+    def kept_block() -> Tensor:
+        return spare.pop() if spare else torch.empty_like(scores)
+
+    def transposed_block() -> Tensor:
+        if not transposed:
+            transposed.append(torch.empty_like(scores))
+        return transposed[0]
 
     def start(qb: QueryBlock, needs: set[tuple[int, int]]) -> None:
         if id(qb) in started:
             return
         for i, j in sorted(needs - read):
             keep = len(cache) < cache_room
-            s = product(i, j, torch.empty_like(scores) if keep else scores)
+            s = product(i, j, kept_block() if keep else scores)
             rows_of[i].read_relevant(s, j)
             if not (symmetric and i == j):
                 cols_of[j].read_relevant(s.T, i)
@@ -446,7 +474,7 @@ def two_sided_pass(
             for i, j in sorted(needs_rows[k] - read):
                 if owned(i, j):
                     keep = len(cache) < cache_room
-                    s = product(i, j, torch.empty_like(scores) if keep else scores)
+                    s = product(i, j, kept_block() if keep else scores)
                     rows_of[i].read_relevant(s, j)
                     if i != j:
                         cols_of[j].read_relevant(s.T, i)
@@ -479,16 +507,19 @@ def two_sided_pass(
             if not (symmetric and i == j):
                 # The columns first: the rows' exclusions are then written into s in place.
                 if cols.has_excluded(i):
-                    st = s.T.contiguous()
+                    st = transposed_block().copy_(s.T)
                     cols.mask_excluded(st, i)
                     cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
                 else:
                     seg_max = s.view(block // SEGMENT, SEGMENT, block).amax(1).T.contiguous()
                     cols.count(
-                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s)
+                        s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s),
+                        buffer=transposed_block(),
                     )
             rows.mask_excluded(s, j)
             rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+            if s is not scores:
+                spare.append(s)
     if exchange is not None:
         _combine_counts(rows_of, exchange)
     for qb in rows_of if symmetric else rows_of + cols_of:

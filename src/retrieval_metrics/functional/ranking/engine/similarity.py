@@ -20,21 +20,24 @@ def score_dtype(*xs: Tensor) -> torch.dtype:
     return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
 
 
-def _unit_rows(x: Tensor) -> Tensor:
+def _unit_rows(x: Tensor, in_place: bool = False) -> Tensor:
     """Rows scaled to unit length; a zero row stays zero, so its cosine with anything is 0.
 
     ``torch.nn.functional.normalize`` divides by max(norm, 1e-12), which leaves rows shorter
     than 1e-12 short and so changes their cosines; dividing by the norm itself keeps cosine
-    independent of scale for every non-zero row.
+    independent of scale for every non-zero row. ``in_place``: ``x`` (a copy the caller owns)
+    becomes the result, the same values as a new tensor would hold. Each row's result depends on
+    that row alone (not on its position), so rows may be gathered before or after.
     """
     norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    out = x / torch.where(norm > 0, norm, torch.ones_like(norm))
     # Squares of float32 entries below ~1e-19 underflow, so the norm of such a row is wrong or
     # 0; those rows are scaled up by their largest entry (in float64) before normalising.
     # (Only the short rows are looked at: a test of every entry costs as much as the scaling.)
     short = flat_nonzero(norm[:, 0] < TINY_NORM)
-    if short.numel():
-        rows = x.index_select(0, short)
+    rows = x.index_select(0, short) if short.numel() else None  # read before x is scaled
+    divisor = torch.where(norm > 0, norm, torch.ones_like(norm))
+    out = x.div_(divisor) if in_place else x / divisor
+    if rows is not None:
         tiny = (rows != 0).any(1)  # zero rows stay zero
         if bool(tiny.any()):
             rows = rows[tiny].to(torch.float64)
@@ -45,19 +48,36 @@ def _unit_rows(x: Tensor) -> Tensor:
 
 
 def prepare(
-    query: Tensor, gallery: Tensor, similarity: str, dtype: torch.dtype
-) -> tuple[Tensor, Tensor]:
-    """Turn embeddings into matrices whose product is the score (larger is better)."""
-    q = query.to(dtype)
-    g = gallery.to(dtype)
+    query: Tensor | None,
+    gallery: Tensor,
+    similarity: str,
+    dtype: torch.dtype,
+    gallery_rows: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor]:
+    """Turn embeddings into matrices whose product is the score (larger is better).
+
+    ``gallery_rows``: the gallery's matrix holds these rows of ``gallery``, in this order (the
+    processing order, with only the kept items), gathered before they are prepared: one copy of
+    the gallery, not one in input order and another in processing order. ``query=None``: the
+    gallery's matrix alone (a set ranked against itself in processing order needs no other);
+    ``gallery is query`` (and no ``gallery_rows``): one prepared matrix serves both.
+    """
+    if similarity not in SIMILARITIES:
+        raise ValueError(f"`similarity` must be one of {SIMILARITIES}, got {similarity!r}")
+    g, owned = gallery, gallery_rows is not None  # the gathered gallery is a copy of ours
+    if gallery_rows is not None:
+        g = gallery.index_select(0, gallery_rows.to(gallery.device))
+    if g.dtype != dtype:
+        g, owned = g.to(dtype), True
+    same = gallery is query and gallery_rows is None
+    q = None if query is None else (g if same else query.to(dtype))
     if similarity == "cosine":
-        q = _unit_rows(q)
-        g = _unit_rows(g)
+        g = _unit_rows(g, in_place=owned)
+        q = g if same else (None if q is None else _unit_rows(q))
     elif similarity == "euclidean":
         # -|q - g|^2 + |q|^2 = 2 q.g - |g|^2 orders the gallery exactly as -|q - g| does, and is
         # one matrix product with one extra column.
-        q = torch.cat([2 * q, -torch.ones_like(q[:, :1])], dim=1)
+        if q is not None:
+            q = torch.cat([2 * q, -torch.ones_like(q[:, :1])], dim=1)
         g = torch.cat([g, (g * g).sum(1, keepdim=True)], dim=1)
-    elif similarity != "dot":
-        raise ValueError(f"`similarity` must be one of {SIMILARITIES}, got {similarity!r}")
-    return q.contiguous(), g.contiguous()
+    return None if q is None else q.contiguous(), g.contiguous()
