@@ -98,14 +98,14 @@ def rank_lists(
                 gains = dict.fromkeys(relevant, 1.0)
         if duplicates == "warn" and not isinstance(relevant, dict) and len(gains) != len(relevant):
             repeated.append((q, _first_repeat(relevant)))
-        returned = set(ranked) if build_set else None
-        if gains and _mixes_kinds(ranked, returned, gains):
+        if gains and _mixes_kinds(ranked, gains):
             # Ids compare as text (7 is "7"): only a query that mixes types (ints and strings)
             # is rewritten to canonical ids; one whose ids are of one type compares them as they
             # are.
             ranked = [canonical_id(item) for item in ranked]
             gains = {canonical_id(item): grade for item, grade in gains.items()}
-            returned = set(ranked) if build_set else None
+        # (after the type check, whose linear pass over the ids makes the set's lookups faster)
+        returned = set(ranked) if build_set else None
         if returned is not None:
             if len(returned) != len(ranked) and duplicates != "first":
                 _check_repeats(q, ranked, returned, gains, duplicates, repeated)
@@ -167,9 +167,7 @@ def rank_lists(
     return replace(table, num_retrieved=torch.tensor(counts, dtype=torch.int64))
 
 
-def _mixes_kinds(
-    ranked: list[Any], returned: set[Any] | None, gains: dict[Any, float]
-) -> bool:
+def _mixes_kinds(ranked: list[Any], gains: dict[Any, float]) -> bool:
     """Whether a query's ids are of more than one type (then they are compared as text)."""
     kinds = set(map(type, gains))
     if kinds == {str}:
@@ -178,7 +176,7 @@ def _mixes_kinds(
         except TypeError:
             return True
         return False
-    kinds.update(map(type, ranked if returned is None else returned))
+    kinds.update(map(type, ranked))
     return len(kinds) > 1
 
 
