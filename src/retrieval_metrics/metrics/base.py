@@ -160,6 +160,25 @@ class RetrievalMetricBase(Metric):
         self._warned_forward = False
         self._warned_cutoffs = False
 
+    # ------------------------------------------------------------------ dtype of the results
+
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> Any:
+        """``set_dtype`` sets the dtype of the results only (:meth:`_result`): the states are
+        the inputs themselves (int64 ids and label codes, float64 positions, embeddings as
+        given), which torchmetrics' conversion would cast to that dtype, rounding 64-bit codes
+        and positions. Moves between devices (``.to``, ``.cuda``) apply to every state."""
+        if self._dtype_convert:
+            exclude_state = tuple(self._defaults)
+            # a value compute() kept is recomputed in the new dtype, not cast from the old one
+            self._computed = None
+        return super()._apply(fn, exclude_state)
+
+    def _result(self, value: Tensor) -> Tensor:
+        """A value as ``compute()`` returns it: on the metric's device, in the metric's dtype
+        (float32 by default; ``metric.set_dtype(torch.float64)`` for float64). The measures are
+        computed in float64, so float64 results carry every digit."""
+        return value.to(device=self.device, dtype=self.dtype)
+
     # ------------------------------------------------------------------ what a kind provides
 
     def metric_names(self) -> list[str]:

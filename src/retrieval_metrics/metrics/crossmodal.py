@@ -278,7 +278,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
         return {
-            f"{self.prefix}{k}": v.to(device=self.device, dtype=torch.float32)
+            f"{self.prefix}{k}": self._result(v)
             for k, v in self.compute_values().items()
         }
 
@@ -288,4 +288,4 @@ class RSum(CrossModalRetrieval):
     image-to-text and text-to-image hit rates @1, @5, @10 in percent (0 to 600)."""
 
     def compute(self) -> Tensor:  # type: ignore[override]
-        return self.compute_values()["rsum"].to(device=self.device, dtype=torch.float32)
+        return self._result(self.compute_values()["rsum"])

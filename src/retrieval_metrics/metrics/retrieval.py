@@ -322,5 +322,5 @@ class RetrievalMetric(RetrievalMetricBase):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
         # on the metric's device, as torchmetrics returns its values (the tables are host data)
         return self._format(
-            {k: v.to(device=self.device, dtype=torch.float32) for k, v in values.items()}
+            {k: self._result(v) for k, v in values.items()}
         )
