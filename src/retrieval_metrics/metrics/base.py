@@ -253,6 +253,14 @@ class RetrievalMetricBase(Metric):
         for name in ITEM_FIELDS[1:]:
             value = self._state(f"{side}_{name}") if hasattr(self, f"{side}_{name}") else None
             values[name] = None if value is None or value.numel() == 0 else value
+            if values[name] is not None and values[name].shape[0] != emb.shape[0]:
+                # each process gives a tensor always or never, so after the sync this is a
+                # tensor given on some processes and not on others: refused on every process
+                raise ValueError(
+                    f"{type(self).__name__}: `{name}` were given on some processes and not on "
+                    f"others ({values[name].shape[0]} of the {emb.shape[0]} items of side "
+                    f"{side!r} have them); give `{name}` on every process or on none"
+                )
         return Items(emb=emb, **values)
 
     def _deduped(self, side: str, what: str) -> Items | None:
@@ -496,7 +504,12 @@ class RetrievalMetricBase(Metric):
         rows = []
         for key, part in self._summaries(options):
             rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
-        return stats.Summary(rows=rows, level=level)
+        return stats.Summary(rows=rows, level=level, notes=self._summary_notes())
+
+    def _summary_notes(self) -> dict[str, int]:
+        """Counts about the data as a whole for :meth:`summary` (a kind's input form may have
+        some: judged documents the corpus lacks, say)."""
+        return {}
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         """The summary of each rank table, by the prefix of its measures' names."""

@@ -19,8 +19,11 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.options import check_option
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
+from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.options import RankingOptions
+from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
@@ -37,6 +40,10 @@ from retrieval_metrics.metrics.forms import (
 __all__ = ["RetrievalMetric"]
 
 DUPLICATES = ("first", "error")
+#: the per-item keys whose kind (integers or strings) every update and process must share
+KIND_KEYS = ("labels", "ids", "cameras")
+KIND_BITS = [(side, key, kind) for side in ("q", "g") for key in KIND_KEYS
+             for kind in ("int", "str")]
 
 
 class RetrievalMetric(RetrievalMetricBase):
@@ -54,13 +61,46 @@ class RetrievalMetric(RetrievalMetricBase):
             slot as a non-relevant item (a retriever that returns one document twice has wasted
             a slot of its top K); "error" raises. The command line and
             :func:`retrieval_metrics.formats.read_ranked_lists` take the same option.
+        qrels: judgments (BEIR, MTEB, TREC): a mapping query id -> collection of document ids,
+            or -> {document id: grade} (as ``retrieval_metrics.formats.read_qrels`` returns
+            it). Queries come with ``update(q, ids=query_ids, role="query")``, the corpus with
+            ``update(d, ids=doc_ids, role="gallery")`` or :meth:`set_gallery`; a grade <= 0 is
+            judged not relevant, a judged document the corpus lacks is relevant and never
+            retrieved. The rules are on the definitions page of the documentation.
+        ignore_identical_ids: with ``qrels``: leave the document whose id is the query's id out
+            of its ranking (BEIR's and MTEB's ``ignore_identical_ids``). None (default): left
+            out, but integer ids that collide are refused (query ids 0..Q-1 and document ids
+            0..N-1 from two counters would drop document i from query i's ranking): say True
+            (a query is a corpus document) or False (the ids are two numberings).
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
     def __init__(
-        self, *, gallery_sharded: bool = False, duplicates: str = "first", **kwargs: Any
+        self,
+        *,
+        gallery_sharded: bool = False,
+        duplicates: str = "first",
+        qrels: Any = None,
+        ignore_identical_ids: bool | None = None,
+        **kwargs: Any,
     ) -> None:
+        if qrels is not None:
+            if kwargs.get("relevance") not in (None, "qrels"):
+                raise ValueError(
+                    f"`qrels` decide relevance: leave `relevance` out (got "
+                    f"relevance={kwargs['relevance']!r})"
+                )
+            kwargs["relevance"] = "qrels"
         super().__init__(**kwargs)
+        check_option("ignore_identical_ids", ignore_identical_ids)
+        self.qrels = None if qrels is None else Judgments.of(qrels)
+        if self.relevance == "qrels" and self.qrels is None:
+            raise ValueError('relevance="qrels" needs the judgments: pass `qrels=`')
+        if self.qrels is None and ignore_identical_ids is not None:
+            raise ValueError("`ignore_identical_ids` applies with `qrels=` only")
+        if self.qrels is not None and gallery_sharded:
+            raise ValueError("`qrels=` with gallery_sharded=True is not supported yet")
+        self.ignore_identical_ids = ignore_identical_ids
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         if duplicates not in DUPLICATES:
@@ -68,6 +108,16 @@ class RetrievalMetric(RetrievalMetricBase):
         self.gallery_sharded = gallery_sharded
         self.duplicates = duplicates
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
+        # what every process must agree on, compared after the sync: the judgments' fingerprint
+        # (one row per process) and whether each side's labels, ids and cameras were integers
+        # or strings (bits reduced with max)
+        fingerprint = 0 if self.qrels is None else self.qrels.fingerprint
+        self.add_state(
+            "qrels_fingerprint", torch.tensor([fingerprint], dtype=torch.int64),
+            dist_reduce_fx="cat",
+        )
+        self.add_state("key_kinds", torch.zeros(len(KIND_BITS), dtype=torch.int64),
+                       dist_reduce_fx="max")
         self._add_item_states("q")
         self._add_item_states("g")
         for part in TABLE_PARTS:
@@ -184,9 +234,43 @@ class RetrievalMetric(RetrievalMetricBase):
         return form
 
     def _synced_form(self) -> InputForm:
-        """:meth:`_input_form` on the synced states, kept for what reads it after the sync."""
+        """:meth:`_input_form` on the synced states, kept for what reads it after the sync;
+        refused on every process where the processes disagree."""
+        self._check_agreement()
         self._derived["form"] = form = self._input_form()
         return form
+
+    def _note_kinds(self, side: str, batch: Batch) -> None:
+        """Record whether this batch's labels, ids and cameras are integers or strings."""
+        current = self.key_kinds.clone()
+        for key in KIND_KEYS:
+            value = getattr(batch, key)
+            if value is not None:
+                current[KIND_BITS.index((side, key, key_kind(value)))] = 1
+        self.key_kinds = current
+
+    def _check_agreement(self) -> None:
+        """What every process (and every update) must agree on, on the synced states: the same
+        judgments, and each side's labels, ids and cameras all integers or all strings."""
+        prints = self.qrels_fingerprint.reshape(-1)
+        if prints.numel() > 1 and bool((prints != prints[0]).any()):
+            raise ValueError(
+                f"{type(self).__name__}: the processes were given different `qrels` "
+                f"({torch.unique(prints).numel()} different judgments among {prints.numel()} "
+                "processes, compared by fingerprint); every process must score against the same "
+                "judgments"
+            )
+        kinds_seen = self.key_kinds.reshape(-1)
+        for side in ("q", "g"):
+            for key in KIND_KEYS:
+                if all(int(kinds_seen[KIND_BITS.index((side, key, k))]) for k in ("int", "str")):
+                    what = {"q": "queries", "g": "gallery items"}[side]
+                    raise ValueError(
+                        f"{type(self).__name__}: `{key}` of the {what} were integers in some "
+                        "updates (or processes) and strings in others; an integer and a string "
+                        'are one id only when the string is its decimal text ("7" is 7), so '
+                        f"such `{key}` never match: give them all as integers or all as strings"
+                    )
 
     def _skip_reason(self) -> str:
         form = self._form_of_states(self.form)
@@ -205,6 +289,15 @@ class RetrievalMetric(RetrievalMetricBase):
     # ------------------------------------------------------------------ compute
 
     def _ranking_options(self) -> RankingOptions:
+        if self.qrels is not None:
+            # every judged document's exact rank in the whole corpus: no depth
+            return RankingOptions(
+                relevance="ids",
+                similarity=self.similarity,
+                memory_budget=self.memory_budget,
+                judgments=self.qrels,
+                ignore_identical_ids=self.ignore_identical_ids is not False,
+            )
         depth, cover = M.depth_for(self.metric_names())
         return RankingOptions(
             relevance=self.relevance,
@@ -302,6 +395,12 @@ class RetrievalMetric(RetrievalMetricBase):
             return super()._summaries(options)
         parts, queries = self._chunk_parts
         return [("", stats.summarize_query_parts(queries, parts, self.metric_names(), **options))]
+
+    def _summary_notes(self) -> dict[str, int]:
+        self._ranked()
+        if self._chunk_parts is not None:
+            return {}
+        return self._input_form().notes(self, self.rank_table())
 
     def _values_of_parts(self, parts: M.QueryParts, queries: RankTable) -> dict[str, Tensor]:
         values = M.aggregate_query_parts(queries, parts, options=self.measure_options)
