@@ -124,6 +124,12 @@ def run(scenario: str, rank: int, world: int) -> dict:
         labels = (t % 3).tolist() if rank == 0 else [f"class{int(v) % 3}" for v in t]
         metric.update(docs[t], labels, ids=t)
         return refused(metric)
+    if scenario == "int_and_string_image_ids":
+        metric = rm.CrossModalRetrieval(k=(1,))
+        t = torch.arange(rank * 4, rank * 4 + 4)
+        ids = t.tolist() if rank == 0 else [f"image{int(v)}" for v in t]
+        metric.update(docs[t], docs[t] + 0.1, ids)
+        return refused(metric)
     raise KeyError(scenario)
 
 

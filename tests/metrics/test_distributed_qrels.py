@@ -1,8 +1,8 @@
 """The qrels form on 1-3 real gloo processes (tests/distributed/qrels_worker.py): queries and
 corpus spread unevenly with DistributedSampler's padding give the one-process values on every
 process; processes that disagree (different qrels, ``ids=`` on some processes only, integer
-labels on one and string labels on another) are refused by name on every process. Every run has
-a timeout and kills its processes on failure (launch.run_workers)."""
+labels or image ids on one and strings on another) are refused by name on every process.
+Every run has a timeout and kills its processes on failure (launch.run_workers)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import qrels_worker  # noqa: E402
 
 SCORED = ["qrels", "qrels_fixed"]
 REFUSED = ["different_qrels", "ids_on_some_processes", "ids_on_some_processes_lists",
-           "int_and_string_labels"]
+           "int_and_string_labels", "int_and_string_image_ids"]
 _RUNS: dict[int, list[dict]] = {}
 
 
@@ -61,6 +61,7 @@ def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_fa
         ("ids_on_some_processes", "`ids` were given on some processes"),
         ("ids_on_some_processes_lists", "with and without ids"),
         ("int_and_string_labels", "`labels` of the queries were integers"),
+        ("int_and_string_image_ids", "`ids` of the images were integers"),
     ],
 )
 def test_processes_that_disagree_are_refused_on_every_process(

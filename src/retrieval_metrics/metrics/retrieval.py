@@ -21,12 +21,11 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.options import check_option
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
-from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.base import RetrievalMetricBase
+from retrieval_metrics.metrics.base import KIND_KEYS, RetrievalMetricBase
 from retrieval_metrics.metrics.forms import (
     FORMS,
     Batch,
@@ -40,10 +39,6 @@ from retrieval_metrics.metrics.forms import (
 __all__ = ["RetrievalMetric"]
 
 DUPLICATES = ("first", "error")
-#: the per-item keys whose kind (integers or strings) every update and process must share
-KIND_KEYS = ("labels", "ids", "cameras")
-KIND_BITS = [(side, key, kind) for side in ("q", "g") for key in KIND_KEYS
-             for kind in ("int", "str")]
 
 
 class RetrievalMetric(RetrievalMetricBase):
@@ -109,15 +104,13 @@ class RetrievalMetric(RetrievalMetricBase):
         self.duplicates = duplicates
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
         # what every process must agree on, compared after the sync: the judgments' fingerprint
-        # (one row per process) and whether each side's labels, ids and cameras were integers
-        # or strings (bits reduced with max)
+        # (one row per process; the kinds of the keys are the base's state)
         fingerprint = 0 if self.qrels is None else self.qrels.fingerprint
         self.add_state(
             "qrels_fingerprint", torch.tensor([fingerprint], dtype=torch.int64),
             dist_reduce_fx="cat",
         )
-        self.add_state("key_kinds", torch.zeros(len(KIND_BITS), dtype=torch.int64),
-                       dist_reduce_fx="max")
+
         self._add_item_states("q")
         self._add_item_states("g")
         for part in TABLE_PARTS:
@@ -242,16 +235,12 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _note_kinds(self, side: str, batch: Batch) -> None:
         """Record whether this batch's labels, ids and cameras are integers or strings."""
-        current = self.key_kinds.clone()
-        for key in KIND_KEYS:
-            value = getattr(batch, key)
-            if value is not None:
-                current[KIND_BITS.index((side, key, key_kind(value)))] = 1
-        self.key_kinds = current
+        self._note_key_kinds(side, {key: getattr(batch, key) for key in KIND_KEYS})
 
     def _check_agreement(self) -> None:
         """What every process (and every update) must agree on, on the synced states: the same
         judgments, and each side's labels, ids and cameras all integers or all strings."""
+        self._check_kinds()
         prints = self.qrels_fingerprint.reshape(-1)
         if prints.numel() > 1 and bool((prints != prints[0]).any()):
             raise ValueError(
@@ -260,17 +249,6 @@ class RetrievalMetric(RetrievalMetricBase):
                 "processes, compared by fingerprint); every process must score against the same "
                 "judgments"
             )
-        kinds_seen = self.key_kinds.reshape(-1)
-        for side in ("q", "g"):
-            for key in KIND_KEYS:
-                if all(int(kinds_seen[KIND_BITS.index((side, key, k))]) for k in ("int", "str")):
-                    what = {"q": "queries", "g": "gallery items"}[side]
-                    raise ValueError(
-                        f"{type(self).__name__}: `{key}` of the {what} were integers in some "
-                        "updates (or processes) and strings in others; an integer and a string "
-                        'are one id only when the string is its decimal text ("7" is 7), so '
-                        f"such `{key}` never match: give them all as integers or all as strings"
-                    )
 
     def _skip_reason(self) -> str:
         form = self._form_of_states(self.form)
