@@ -24,7 +24,7 @@ from retrieval_metrics.functional.csr import (
     row_of_entries,
 )
 from retrieval_metrics.functional.primitives import flat_nonzero, masked
-from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
 from retrieval_metrics.functional.ranking.qrels import Judgments
 
 __all__ = [
@@ -134,7 +134,9 @@ def _ids_csr(
                         "to name items by id"
                     )
             else:
-                key = int(label_codes([item_id], f"relevant_ids[{q}]")[0])
+                key = canonical_id(item_id)
+                if not isinstance(key, int):  # a string id: by its hash, as the gallery's
+                    key = int(label_codes([item_id], f"relevant_ids[{q}]")[0])
                 if key not in lookup:
                     raise ValueError(
                         f"`relevant_ids[{q}]` names id {item_id!r}, which is not in `gallery_ids`"
