@@ -26,7 +26,16 @@ from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts, r
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
-__all__ = ["JudgedRelevance", "Judgments", "with_unretrieved"]
+__all__ = ["JudgedRelevance", "Judgments", "sorted_ids", "with_unretrieved"]
+
+
+def sorted_ids(ids: Tensor) -> tuple[Tensor, Tensor]:
+    """The permutation sorting host int64 ``ids`` and the sorted ids; no sort where they are
+    sorted already (deduplicated states come in ascending id order)."""
+    if ids.numel() < 2 or bool((ids[1:] >= ids[:-1]).all()):
+        return torch.arange(ids.numel()), ids
+    order = torch.from_numpy(np.argsort(ids.numpy(), kind="stable"))
+    return order, ids[order]
 
 
 def _is_integer_id(value: Any) -> bool:
@@ -167,8 +176,7 @@ class Judgments:
         row, docs, grades = row[positive], docs[positive], grades[positive]
         num_q, num_g = query_ids.numel(), gallery_ids.numel()
         if num_g:
-            g_order = torch.argsort(gallery_ids)
-            g_sorted = gallery_ids[g_order]
+            g_order, g_sorted = sorted_ids(gallery_ids)
             at = torch.searchsorted(g_sorted, docs).clamp_max(num_g - 1)
             found = g_sorted[at] == docs
             index = g_order[at]

@@ -25,7 +25,7 @@ from retrieval_metrics.functional.csr import (
 )
 from retrieval_metrics.functional.primitives import flat_nonzero, masked
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
-from retrieval_metrics.functional.ranking.qrels import Judgments
+from retrieval_metrics.functional.ranking.qrels import Judgments, sorted_ids
 
 __all__ = [
     "Relevance",
@@ -156,10 +156,9 @@ def _ids_csr(
 
 def _identical(query_ids: Tensor, gallery_ids: Tensor) -> tuple[Tensor, Tensor]:
     """CSR of the gallery items whose id equals each query's id."""
-    order = torch.sort(gallery_ids).indices
-    sorted_ids = gallery_ids[order]
-    start = torch.searchsorted(sorted_ids, query_ids, right=False)
-    stop = torch.searchsorted(sorted_ids, query_ids, right=True)
+    order, ids = sorted_ids(gallery_ids.cpu())
+    start = torch.searchsorted(ids, query_ids.cpu(), right=False)
+    stop = torch.searchsorted(ids, query_ids.cpu(), right=True)
     return csr_from_ranges(start, stop, order)
 
 
