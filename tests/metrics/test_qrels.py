@@ -223,6 +223,10 @@ def test_what_the_form_refuses():
         rm.MRR(qrels=[["d0"]])
     with pytest.raises(ValueError, match="grade"):
         rm.MRR(qrels={"q": {"d0": "high"}})
+    with pytest.raises(ValueError, match="does not read them"):
+        rm.MRR(qrels={"q": ["d0"]}).update(ranked_ids=[["d0"]], relevant_ids=[{"d0"}])
+    with pytest.raises(ValueError, match="not supported yet"):
+        rm.MRR(qrels={"q": ["d0"]}, gallery_sharded=True)
 
 
 # ------------------------------------------------------------------------- exactness

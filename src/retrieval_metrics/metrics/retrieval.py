@@ -195,6 +195,12 @@ class RetrievalMetric(RetrievalMetricBase):
             num_relevant=num_relevant,
         )
         form, batch = form_of_call(batch, self)
+        if self.qrels is not None and form.kind not in ("qrels", "fixed_gallery"):
+            raise ValueError(
+                f"`qrels=` scores query and corpus embeddings; {form.call} does not read them "
+                "(give ranked lists their judgments as `relevant_ids=`, on a metric without "
+                "`qrels=`)"
+            )
         form.append(self, batch)
 
     def _mark(self, kind: str) -> None:
