@@ -177,6 +177,9 @@ class RetrievalMetric(RetrievalMetricBase):
         * embeddings, same source: ``update(embeddings, labels)``;
         * separate sets: ``update(q, q_labels, role="query")`` and ``update(g, g_labels,
           role="gallery")``, or a fixed gallery given once with :meth:`set_gallery`;
+        * judgments (``qrels=`` on the metric): ``update(q, ids=query_ids, role="query")`` and
+          ``update(d, ids=doc_ids, role="gallery")`` (or :meth:`set_gallery`), ranked against
+          the whole corpus, relevance by the qrels;
         * ranked lists: ``update(ranked_ids=[...], relevant_ids=[...])`` (ids int or str; a dict
           of id -> grade for graded relevance);
         * torchmetrics' form: ``update(preds=scores, target=relevance, indexes=query_index)``;
