@@ -119,3 +119,18 @@ def test_image_text_results_follow_set_dtype():
     rsum.update(images, captions, image_ids)
     assert rsum.compute().dtype == torch.float64
     assert float(rsum.compute()) == float(values["rsum"])
+
+
+def test_the_torchmetrics_compat_classes_follow_set_dtype():
+    from retrieval_metrics.compat.torchmetrics import RetrievalMRR
+
+    preds, target = torch.tensor([0.9, 0.5, 0.2]), torch.tensor([0, 0, 1])
+    indexes = torch.tensor([0, 0, 0])
+    default = RetrievalMRR()
+    default.update(preds, target, indexes=indexes)
+    assert default.compute().dtype == torch.float32
+    metric = RetrievalMRR()
+    metric.set_dtype(torch.float64)
+    metric.update(preds, target, indexes=indexes)
+    value = metric.compute()
+    assert value.dtype == torch.float64 and float(value) == 1 / 3
