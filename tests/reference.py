@@ -504,3 +504,53 @@ def reference_ranked_list(ranked_ids, relevant, duplicates="first"):
         ideal_grades=list(graded.values()),
         retrieved=len(seen),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Judgments (qrels) against a corpus, every document scored
+# --------------------------------------------------------------------------------------------
+
+
+def _canonical(value):
+    """An id as ids compare: the decimal text of an integer is that integer."""
+    if isinstance(value, str) and (value.isdigit() and (value == "0" or value[0] != "0")):
+        return int(value)
+    return int(value) if isinstance(value, (int, np.integer)) else value
+
+
+def reference_judged(scores, query_ids, doc_ids, qrels, ignore_identical_ids=True):
+    """Per query, the ``reference_ordered`` dict of a corpus scored against judgments, or None
+    for a query with nothing relevant.
+
+    ``scores``: the (Q, N) matrix (larger = better, no ties: the order is the sort of the whole
+    row). ``qrels``: query id -> document ids, or -> {document id: grade}; a grade <= 0 is not
+    relevant; a judged document the corpus lacks is relevant and never retrieved (it counts in m
+    and, with its grade, in the ideal DCG); with ``ignore_identical_ids`` the document whose id is
+    the query's is removed first (neither ranked nor relevant).
+    """
+    doc_keys = [_canonical(d) for d in doc_ids]
+    judged = {_canonical(q): v for q, v in qrels.items()}
+    out = []
+    for qi, qid in enumerate(query_ids):
+        key = _canonical(qid)
+        row = judged.get(key, {})
+        grades = dict(row) if isinstance(row, dict) else {d: 1.0 for d in row}
+        grades = {_canonical(d): float(g) for d, g in grades.items() if float(g) > 0}
+        kept = [
+            j for j in range(len(doc_keys)) if not (ignore_identical_ids and doc_keys[j] == key)
+        ]
+        if ignore_identical_ids:
+            grades.pop(key, None)
+        order = sorted(kept, key=lambda j: -float(scores[qi][j]))
+        rel = [1 if doc_keys[j] in grades else 0 for j in order]
+        in_order = [grades.get(doc_keys[j], 0.0) for j in order]
+        m = len(grades)
+        if m == 0:
+            out.append(None)
+            continue
+        out.append(
+            reference_ordered(
+                rel, in_order, m=m, gallery_size=len(kept), ideal_grades=list(grades.values())
+            )
+        )
+    return out

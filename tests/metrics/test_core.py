@@ -160,4 +160,5 @@ def test_crossmodal_refuses_what_does_not_apply():
 
 def test_crossmodal_carries_none_of_the_one_direction_states():
     states = set(rm.RSum()._defaults)
-    assert states == {"img_emb", "img_ids", "txt_emb", "txt_labels", "txt_ids"}
+    # its items, and the base's record of whether each side's ids were integers or strings
+    assert states == {"img_emb", "img_ids", "txt_emb", "txt_labels", "txt_ids", "key_kinds"}

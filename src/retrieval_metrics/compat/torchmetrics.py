@@ -504,10 +504,11 @@ class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
         else:
             fill = 1.0 if self.empty_target_action == "pos" else 0.0
             values = torch.where(empty, fill, values)
-        # torchmetrics aggregates the float32 values of its queries
-        values = values.to(torch.float32)
+        # torchmetrics aggregates its queries' values in its dtype: float32, or what
+        # set_dtype gave it (its states, and so its values, become that dtype)
+        values = values.to(self.dtype)
         if values.numel() == 0:
-            return torch.tensor(0.0, device=device)
+            return torch.tensor(0.0, device=device, dtype=self.dtype)
         return _aggregate(values, self.aggregation).to(device)
 
     def summary(self, *args: Any, **kwargs: Any) -> Any:

@@ -30,12 +30,17 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
+from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.inputs import num_batches
 from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
 
-__all__ = ["RetrievalMetricBase"]
+__all__ = ["KIND_KEYS", "RetrievalMetricBase"]
+
+#: the per-item keys whose kind (integers or strings) every update and process of a side must
+#: share: an integer and a string that is no integer's text never match
+KIND_KEYS = ("labels", "ids", "cameras")
 
 #: the options every metric kind takes, checked against their declarations
 _CHECKED = ("similarity", "ties", "empty_queries", "relevance", "average", "ap", "divisor",
@@ -111,6 +116,8 @@ class RetrievalMetricBase(Metric):
     plot_upper_bound: float | None = 1.0
     #: put before every reported name (RetrievalMetrics' ``prefix=``)
     prefix = ""
+    #: the sides whose keys' kinds are recorded (``_note_key_kinds``), and what they hold
+    kind_sides: ClassVar[dict[str, str]] = {"q": "queries", "g": "gallery items"}
 
     def __init__(
         self,
@@ -167,6 +174,15 @@ class RetrievalMetricBase(Metric):
         self.empty_lists = opts["empty_lists"]
         self.bytes_exchanged = 0
         self._sync_bytes = 0
+        # per side and key, whether integers and strings were given (bits reduced with max)
+        self._kind_bits = [
+            (side, key, kind) for side in self.kind_sides for key in KIND_KEYS
+            for kind in ("int", "str")
+        ]
+        self.add_state(
+            "key_kinds", torch.zeros(len(self._kind_bits), dtype=torch.int64),
+            dist_reduce_fx="max",
+        )
         # The ranking of the current states, shared by compute(), per_query(), summary(),
         # rank_tables(), compare() and plot() until update() or reset() changes the states: the
         # whole rank tables, or (ranked a chunk of queries at a time) every process's per-query
@@ -181,6 +197,25 @@ class RetrievalMetricBase(Metric):
         """The ranking's half of ``memory_budget``; the relevant pairs held at once (rank
         tables, relevance sets, tie groups) take the rest (``metrics/chunks.py``)."""
         return max(2**16, self.memory_budget // 2)
+
+    # ------------------------------------------------------------------ dtype of the results
+
+    def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> Any:
+        """``set_dtype`` sets the dtype of the results only (:meth:`_result`): the states are
+        the inputs themselves (int64 ids and label codes, float64 positions, embeddings as
+        given), which torchmetrics' conversion would cast to that dtype, rounding 64-bit codes
+        and positions. Moves between devices (``.to``, ``.cuda``) apply to every state."""
+        if self._dtype_convert:
+            exclude_state = tuple(self._defaults)
+            # a value compute() kept is recomputed in the new dtype, not cast from the old one
+            self._computed = None
+        return super()._apply(fn, exclude_state)
+
+    def _result(self, value: Tensor) -> Tensor:
+        """A value as ``compute()`` returns it: on the metric's device, in the metric's dtype
+        (float32 by default; ``metric.set_dtype(torch.float64)`` for float64). The measures are
+        computed in float64, so float64 results carry every digit."""
+        return value.to(device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ what a kind provides
 
@@ -213,6 +248,29 @@ class RetrievalMetricBase(Metric):
     def _add_item_states(self, side: str, names: Sequence[str] = ITEM_FIELDS) -> None:
         for name in names:
             self.add_state(f"{side}_{name}", [], dist_reduce_fx="cat")
+
+    def _note_key_kinds(self, side: str, keys: dict[str, Any]) -> None:
+        """Record whether each of ``keys`` (labels, ids, cameras as given) holds integers or
+        strings (:func:`~retrieval_metrics.functional.ranking.labels.key_kind`)."""
+        current = self.key_kinds.clone()
+        for key, value in keys.items():
+            if value is not None:
+                current[self._kind_bits.index((side, key, key_kind(value)))] = 1
+        self.key_kinds = current
+
+    def _check_kinds(self) -> None:
+        """On the synced states: refused, on every process, where a side's labels, ids or
+        cameras were integers in some updates (or processes) and strings in others."""
+        seen = self.key_kinds.reshape(-1)
+        for side, what in self.kind_sides.items():
+            for key in KIND_KEYS:
+                if all(int(seen[self._kind_bits.index((side, key, k))]) for k in ("int", "str")):
+                    raise ValueError(
+                        f"{type(self).__name__}: `{key}` of the {what} were integers in some "
+                        "updates (or processes) and strings in others; an integer and a string "
+                        'are one id only when the string is its decimal text ("7" is 7), so '
+                        f"such `{key}` never match: give them all as integers or all as strings"
+                    )
 
     def _check_width(self, name: str, emb: Tensor) -> None:
         """Every embedding of a metric (any side, any update) has the width of the first one:
@@ -256,6 +314,14 @@ class RetrievalMetricBase(Metric):
         for name in ITEM_FIELDS[1:]:
             value = self._state(f"{side}_{name}") if hasattr(self, f"{side}_{name}") else None
             values[name] = None if value is None or value.numel() == 0 else value
+            if values[name] is not None and values[name].shape[0] != emb.shape[0]:
+                # each process gives a tensor always or never, so after the sync this is a
+                # tensor given on some processes and not on others: refused on every process
+                raise ValueError(
+                    f"{type(self).__name__}: `{name}` were given on some processes and not on "
+                    f"others ({values[name].shape[0]} of the {emb.shape[0]} items of side "
+                    f"{side!r} have them); give `{name}` on every process or on none"
+                )
         return Items(emb=emb, **values)
 
     def _deduped(self, side: str, what: str) -> Items | None:
@@ -503,7 +569,12 @@ class RetrievalMetricBase(Metric):
         rows = []
         for key, part in self._summaries(options):
             rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
-        return stats.Summary(rows=rows, level=level)
+        return stats.Summary(rows=rows, level=level, notes=self._summary_notes())
+
+    def _summary_notes(self) -> dict[str, int]:
+        """Counts about the data as a whole for :meth:`summary` (a kind's input form may have
+        some: judged documents the corpus lacks, say)."""
+        return {}
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         """The summary of each rank table, by the prefix of its measures' names."""

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -77,6 +77,8 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
 
     higher_is_better = True
     plot_upper_bound = None
+    kind_sides: ClassVar[dict[str, str]] = {"img": "images", "txt": "captions"}
+
     def __init__(
         self,
         k: int | Sequence[int] = (1, 5, 10),
@@ -170,6 +172,11 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
                     f"{tid.numel()}"
                 )
         self._check_width("image_embeddings", img)
+        self._note_key_kinds("img", {"ids": image_ids})
+        self._note_key_kinds(
+            "txt", {"labels": image_ids if text_image_ids is None else text_image_ids,
+                    "ids": text_ids},
+        )
         self._append_items(
             "txt", Items(emb=score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
         )
@@ -187,6 +194,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
 
     def _gathered(self) -> tuple[Items, Items]:
         """Images (one per id, ascending ids) and captions (grouped by image, in image order)."""
+        self._check_kinds()
         images, captions = self._side("img"), self._side("txt")
         if images is None or captions is None:
             raise ValueError("no data: call `update` before `compute`")
@@ -278,7 +286,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
         return {
-            f"{self.prefix}{k}": v.to(device=self.device, dtype=torch.float32)
+            f"{self.prefix}{k}": self._result(v)
             for k, v in self.compute_values().items()
         }
 
@@ -288,4 +296,4 @@ class RSum(CrossModalRetrieval):
     image-to-text and text-to-image hit rates @1, @5, @10 in percent (0 to 600)."""
 
     def compute(self) -> Tensor:  # type: ignore[override]
-        return self.compute_values()["rsum"].to(device=self.device, dtype=torch.float32)
+        return self._result(self.compute_values()["rsum"])

@@ -91,6 +91,10 @@ def item_tensors(
         raise ValueError('`labels` are needed with relevance="label"')
     if relevance == "radius" and pos is None:
         raise ValueError('`positions` are needed with relevance="radius"')
+    if relevance == "qrels" and codes["ids"] is None:
+        raise ValueError(
+            "`ids` are needed with `qrels=`: the query ids and the document ids the qrels name"
+        )
     return Items(emb=emb, positions=pos, **codes)
 
 

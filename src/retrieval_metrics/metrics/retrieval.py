@@ -19,11 +19,13 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.options import check_option
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.options import RankingOptions
+from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.base import RetrievalMetricBase
+from retrieval_metrics.metrics.base import KIND_KEYS, RetrievalMetricBase
 from retrieval_metrics.metrics.forms import (
     FORMS,
     Batch,
@@ -47,15 +49,57 @@ class RetrievalMetric(RetrievalMetricBase):
             each process ranks every query against its shard, and only relevant scores and counts
             cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
             not repeat items across processes.
+        qrels: judgments (BEIR, MTEB, TREC): a mapping query id -> collection of document ids,
+            or -> {document id: grade} (as ``retrieval_metrics.formats.read_qrels`` returns
+            it). Queries come with ``update(q, ids=query_ids, role="query")``, the corpus with
+            ``update(d, ids=doc_ids, role="gallery")`` or :meth:`set_gallery`; a grade <= 0 is
+            judged not relevant, a judged document the corpus lacks is relevant and never
+            retrieved. The rules are on the definitions page of the documentation.
+        ignore_identical_ids: with ``qrels``: leave the document whose id is the query's id out
+            of its ranking (BEIR's and MTEB's ``ignore_identical_ids``). None (default): left
+            out, but integer ids that collide are refused (query ids 0..Q-1 and document ids
+            0..N-1 from two counters would drop document i from query i's ranking): say True
+            (a query is a corpus document) or False (the ids are two numberings).
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
-    def __init__(self, *, gallery_sharded: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        gallery_sharded: bool = False,
+        qrels: Any = None,
+        ignore_identical_ids: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if qrels is not None:
+            if kwargs.get("relevance") not in (None, "qrels"):
+                raise ValueError(
+                    f"`qrels` decide relevance: leave `relevance` out (got "
+                    f"relevance={kwargs['relevance']!r})"
+                )
+            kwargs["relevance"] = "qrels"
         super().__init__(**kwargs)
+        check_option("ignore_identical_ids", ignore_identical_ids)
+        self.qrels = None if qrels is None else Judgments.of(qrels)
+        if self.relevance == "qrels" and self.qrels is None:
+            raise ValueError('relevance="qrels" needs the judgments: pass `qrels=`')
+        if self.qrels is None and ignore_identical_ids is not None:
+            raise ValueError("`ignore_identical_ids` applies with `qrels=` only")
+        if self.qrels is not None and gallery_sharded:
+            raise ValueError("`qrels=` with gallery_sharded=True is not supported yet")
+        self.ignore_identical_ids = ignore_identical_ids
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
+        # what every process must agree on, compared after the sync: the judgments' fingerprint
+        # (one row per process; the kinds of the keys are the base's state)
+        fingerprint = 0 if self.qrels is None else self.qrels.fingerprint
+        self.add_state(
+            "qrels_fingerprint", torch.tensor([fingerprint], dtype=torch.int64),
+            dist_reduce_fx="cat",
+        )
+
         self._add_item_states("q")
         self._add_item_states("g")
         for part in TABLE_PARTS:
@@ -122,6 +166,9 @@ class RetrievalMetric(RetrievalMetricBase):
         * embeddings, same source: ``update(embeddings, labels)``;
         * separate sets: ``update(q, q_labels, role="query")`` and ``update(g, g_labels,
           role="gallery")``, or a fixed gallery given once with :meth:`set_gallery`;
+        * judgments (``qrels=`` on the metric): ``update(q, ids=query_ids, role="query")`` and
+          ``update(d, ids=doc_ids, role="gallery")`` (or :meth:`set_gallery`), ranked against
+          the whole corpus, relevance by the qrels;
         * ranked lists: ``update(ranked_ids=[...], relevant_ids=[...])`` (ids int or str; a dict
           of id -> grade for graded relevance);
         * torchmetrics' form: ``update(preds=scores, target=relevance, indexes=query_index)``;
@@ -140,6 +187,12 @@ class RetrievalMetric(RetrievalMetricBase):
             num_relevant=num_relevant,
         )
         form, batch = form_of_call(batch, self)
+        if self.qrels is not None and form.kind not in ("qrels", "fixed_gallery"):
+            raise ValueError(
+                f"`qrels=` scores query and corpus embeddings; {form.call} does not read them "
+                "(give ranked lists their judgments as `relevant_ids=`, on a metric without "
+                "`qrels=`)"
+            )
         form.append(self, batch)
 
     def _mark(self, kind: str) -> None:
@@ -172,9 +225,28 @@ class RetrievalMetric(RetrievalMetricBase):
         return form
 
     def _synced_form(self) -> InputForm:
-        """:meth:`_input_form` on the synced states, kept for what reads it after the sync."""
+        """:meth:`_input_form` on the synced states, kept for what reads it after the sync;
+        refused on every process where the processes disagree."""
+        self._check_agreement()
         self._derived["form"] = form = self._input_form()
         return form
+
+    def _note_kinds(self, side: str, batch: Batch) -> None:
+        """Record whether this batch's labels, ids and cameras are integers or strings."""
+        self._note_key_kinds(side, {key: getattr(batch, key) for key in KIND_KEYS})
+
+    def _check_agreement(self) -> None:
+        """What every process (and every update) must agree on, on the synced states: the same
+        judgments, and each side's labels, ids and cameras all integers or all strings."""
+        self._check_kinds()
+        prints = self.qrels_fingerprint.reshape(-1)
+        if prints.numel() > 1 and bool((prints != prints[0]).any()):
+            raise ValueError(
+                f"{type(self).__name__}: the processes were given different `qrels` "
+                f"({torch.unique(prints).numel()} different judgments among {prints.numel()} "
+                "processes, compared by fingerprint); every process must score against the same "
+                "judgments"
+            )
 
     def _skip_reason(self) -> str:
         form = self._form_of_states(self.form)
@@ -193,6 +265,15 @@ class RetrievalMetric(RetrievalMetricBase):
     # ------------------------------------------------------------------ compute
 
     def _ranking_options(self) -> RankingOptions:
+        if self.qrels is not None:
+            # every judged document's exact rank in the whole corpus: no depth
+            return RankingOptions(
+                relevance="ids",
+                similarity=self.similarity,
+                memory_budget=self.memory_budget,
+                judgments=self.qrels,
+                ignore_identical_ids=self.ignore_identical_ids is not False,
+            )
         depth, cover = M.depth_for(self.metric_names())
         return RankingOptions(
             relevance=self.relevance,
@@ -296,6 +377,12 @@ class RetrievalMetric(RetrievalMetricBase):
         parts, queries = self._chunk_parts
         return [("", stats.summarize_query_parts(queries, parts, self.metric_names(), **options))]
 
+    def _summary_notes(self) -> dict[str, int]:
+        self._ranked()
+        if self._chunk_parts is not None:
+            return {}
+        return self._input_form().notes(self, self.rank_table())
+
     def _values_of_parts(self, parts: M.QueryParts, queries: RankTable) -> dict[str, Tensor]:
         values = M.aggregate_query_parts(queries, parts, options=self.measure_options)
         self._warn_if_all_skipped(queries.num_relevant, stacklevel=4)
@@ -315,5 +402,5 @@ class RetrievalMetric(RetrievalMetricBase):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
         # on the metric's device, as torchmetrics returns its values (the tables are host data)
         return self._format(
-            {k: v.to(device=self.device, dtype=torch.float32) for k, v in values.items()}
+            {k: self._result(v) for k, v in values.items()}
         )

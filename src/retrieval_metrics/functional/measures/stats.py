@@ -115,10 +115,12 @@ def _wilson_curve(values: Tensor, level: float) -> tuple[Tensor, Tensor]:
 
 @dataclass
 class Summary:
-    """What a metric reports beyond its value: one row per measure."""
+    """What a metric reports beyond its value: one row per measure, and ``notes``: counts about
+    the data as a whole, by what they count (e.g. judged documents the corpus lacks)."""
 
     rows: list[dict] = field(default_factory=list)
     level: float = 0.95
+    notes: dict[str, int] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> dict:
         for row in self.rows:
@@ -168,6 +170,7 @@ class Summary:
                     for i, (c, w) in enumerate(zip(line, widths, strict=True))
                 )
             )
+        out += [f"{what}: {count}" for what, count in self.notes.items()]
         return "\n".join(out)
 
     __repr__ = __str__

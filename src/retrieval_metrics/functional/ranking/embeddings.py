@@ -13,7 +13,7 @@ scan for NaN and infinities where the caller has made it already (the metric cla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +26,8 @@ from retrieval_metrics.functional.ranking.engine.direction import RankingInput
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
 from retrieval_metrics.functional.ranking.items import Keys
-from retrieval_metrics.functional.ranking.labels import encode_labels
+from retrieval_metrics.functional.ranking.labels import encode_labels, label_codes
+from retrieval_metrics.functional.ranking.qrels import with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.table import RankTable
@@ -61,7 +62,8 @@ def rank_embeddings(
     gallery_cameras: Any = None,
     query_positions: Any = None,
     gallery_positions: Any = None,
-    relevant_ids: Sequence[Any] | None = None,
+    relevant_ids: Sequence[Any] | Mapping[Any, Any] | None = None,
+    ignore_identical_ids: bool = True,
     relevance: str = "label",
     radius: float | None = 25.0,
     ignore_label: int | None = None,
@@ -81,6 +83,12 @@ def rank_embeddings(
         query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings on any device; half precision is
             scored in float32, float64 in float64.
         relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with ``relevant_ids``).
+        relevant_ids: for ``relevance="ids"``, one collection of gallery ids (or a dict id ->
+            grade) per query; or judgments (qrels), a mapping query id -> gallery ids or ->
+            {gallery id: grade}, read by ``query_ids`` (``gallery_ids`` needed), where a judged
+            id the gallery lacks is relevant and never retrieved. A grade <= 0 is not relevant.
+        ignore_identical_ids: exclude the gallery item whose id equals the query's id (default);
+            False ranks it as any other item.
         similarity: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"``. The cosine of a zero
             vector with anything (a zero vector included) is 0: a zero query ties every gallery
             item, and a zero gallery item ties every item whose cosine with the query is exactly
@@ -121,6 +129,7 @@ def rank_embeddings(
         depth=depth,
         cover_relevant=cover_relevant,
         block_size=block_size,
+        ignore_identical_ids=ignore_identical_ids,
     )
     query_keys = Keys(query_labels, query_ids, query_cameras, query_positions)
     gallery_keys = Keys(gallery_labels, gallery_ids, gallery_cameras, gallery_positions)
@@ -131,8 +140,15 @@ def rank_embeddings(
 def ranked_table(
     inputs: RankingInput, options: RankingSettings, exchange: Exchange | None = None
 ) -> RankTable:
-    """The blocked ranking of ``inputs``, each query's label (its order key) its class."""
+    """The blocked ranking of ``inputs``, each query's label (its order key) its class; judged
+    documents the gallery lacks added as relevant and never retrieved."""
     table = schedule.blocked_table(inputs, options, exchange)
+    relevance_sets = inputs.relevance
+    if relevance_sets.unretrieved is not None and relevance_sets.unretrieved_grades is not None:
+        table = with_unretrieved(
+            table, relevance_sets.unretrieved, relevance_sets.unretrieved_grades,
+            whole_ranking=options.depth is None,
+        )
     if inputs.query_key is not None:
         table = replace(table, query_class=inputs.query_key)
     return table
@@ -188,12 +204,12 @@ def embedding_relevance(
         # the relevance sets are built on the host: keep the host copies per_item returns
         q_labels = per_item("query_labels", q_labels, num_q)
         g_labels = per_item("gallery_labels", g_labels, num_g)
-    q_ids = per_item("query_ids", query_keys.ids, num_q)
-    g_ids = per_item("gallery_ids", gallery_keys.ids, num_g)
-    if q_ids is not None:
-        q_ids = encode_labels(q_ids, names=("query_ids",))[0]
-    if g_ids is not None:
-        g_ids = encode_labels(g_ids, names=("gallery_ids",))[0]
+    # ids compare across the two sides and with judgments' ids: one code for one id
+    # (``label_codes``: integers as they are, strings by a hash)
+    q_ids = per_item("query_ids", _id_codes(query_keys.ids, "query_ids"), num_q)
+    g_ids = per_item("gallery_ids", _id_codes(gallery_keys.ids, "gallery_ids"), num_g)
+    if relevant_ids is None:
+        relevant_ids = options.judgments
     relevance_sets = build_relevance(
         num_q,
         num_g,
@@ -210,9 +226,18 @@ def embedding_relevance(
         query_cameras=per_item("query_cameras", query_keys.cameras, num_q),
         gallery_cameras=per_item("gallery_cameras", gallery_keys.cameras, num_g),
         ignore_label=options.ignore_label,
+        ignore_identical_ids=options.ignore_identical_ids,
     )
     g_key = None if g_labels is None else g_labels[relevance_sets.gallery_index]
     return RankingInput(query, gallery, relevance_sets, q_labels, g_key, same_source)
+
+
+def _id_codes(ids: Any, name: str) -> Tensor | None:
+    if ids is None:
+        return None
+    if isinstance(ids, Tensor) and not ids.is_floating_point() and ids.dim() == 1:
+        return ids.to(torch.int64)
+    return label_codes(ids, name)
 
 
 def rank_relevance(

@@ -22,6 +22,7 @@ from torch import Tensor
 __all__ = [
     "canonical_id",
     "encode_labels",
+    "key_kind",
     "label_codes",
     "whole_float_labels",
     "whole_float_value",
@@ -179,3 +180,18 @@ def label_codes(labels: Any, name: str) -> Tensor:
         raise ValueError(f"`{name}` must hold integers or strings, got {bad!r}")
     codes = [v if isinstance(v, int) else _hash_label(v) for v in _canonical_values(values, name)]
     return torch.tensor(codes, dtype=torch.int64)
+
+
+def key_kind(labels: Any) -> str:
+    """``"str"`` when some of ``labels`` is a string other than an integer's decimal text (it is
+    compared by its hash), else ``"int"``: numbers, tensors and arrays of numbers, and decimal
+    text. Labels of the two kinds never match each other."""
+    if _numeric_tensor(labels, "labels") is not None:
+        return "int"
+    values = labels.tolist() if isinstance(labels, np.ndarray) else labels
+    for v in values:
+        if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):
+            return "str"
+        if not isinstance(v, (str, bytes, int, float, np.integer, np.floating)):
+            return "str"
+    return "int"

@@ -9,7 +9,7 @@ sparse rows (CSR) over gallery indices, plus the gallery items that are removed 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,8 @@ from retrieval_metrics.functional.csr import (
     row_of_entries,
 )
 from retrieval_metrics.functional.primitives import flat_nonzero, masked
-from retrieval_metrics.functional.ranking.labels import canonical_id
+from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
+from retrieval_metrics.functional.ranking.qrels import Judgments, sorted_ids
 
 __all__ = [
     "Relevance",
@@ -46,6 +47,9 @@ class Relevance:
         gallery_index: ``(N',)`` int64 indices of the kept gallery items in the input gallery (all
             of them unless an ignore label removed some).
         query_grades: optional float64 grades aligned with ``relevant_index`` (graded relevance).
+        unretrieved: optional ``(Q,)`` int64, relevant items of each query that are not in the
+            gallery at all (judged documents the corpus lacks): relevant, never retrieved.
+        unretrieved_grades: their grades, grouped by query (float64).
     """
 
     relevant_ptr: Tensor
@@ -54,6 +58,8 @@ class Relevance:
     excluded_index: Tensor
     gallery_index: Tensor
     query_grades: Tensor | None = None
+    unretrieved: Tensor | None = None
+    unretrieved_grades: Tensor | None = None
 
     @property
     def num_queries(self) -> int:
@@ -104,6 +110,7 @@ def _ids_csr(
         lookup = None
     else:
         lookup = {int(v): i for i, v in enumerate(gallery_ids.tolist())}
+    # relevant ids compare with the gallery ids as every id does (``label_codes``)
     ptr = [0]
     index: list[int] = []
     grades: list[float] = []
@@ -128,7 +135,9 @@ def _ids_csr(
                     )
             else:
                 key = canonical_id(item_id)
-                if not isinstance(key, int) or key not in lookup:
+                if not isinstance(key, int):  # a string id: by its hash, as the gallery's
+                    key = int(label_codes([item_id], f"relevant_ids[{q}]")[0])
+                if key not in lookup:
                     raise ValueError(
                         f"`relevant_ids[{q}]` names id {item_id!r}, which is not in `gallery_ids`"
                     )
@@ -143,6 +152,54 @@ def _ids_csr(
         torch.tensor(index, dtype=torch.int64),
         torch.tensor(grades, dtype=torch.float64) if graded else None,
     )
+
+
+def _identical(query_ids: Tensor, gallery_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """CSR of the gallery items whose id equals each query's id."""
+    order, ids = sorted_ids(gallery_ids.cpu())
+    start = torch.searchsorted(ids, query_ids.cpu(), right=False)
+    stop = torch.searchsorted(ids, query_ids.cpu(), right=True)
+    return csr_from_ranges(start, stop, order)
+
+
+def _judged_relevance(
+    judgments: Judgments,
+    num_queries: int,
+    num_gallery: int,
+    query_ids: Tensor | None,
+    gallery_ids: Tensor | None,
+    ignore_identical_ids: bool,
+) -> Relevance:
+    """Relevance by judgments: the queries and the gallery named by their ids; the document whose
+    id is the query's excluded (``ignore_identical_ids``), neither relevant nor ranked."""
+    if query_ids is None or gallery_ids is None:
+        raise ValueError("judgments (qrels) need the ids of the queries and of the gallery items")
+    # the judgment of the query's own id is dropped with the document (in the corpus or not)
+    judged = judgments.relevance(query_ids, gallery_ids, drop_identical=ignore_identical_ids)
+    if ignore_identical_ids:
+        ex_ptr, ex_index = _identical(query_ids, gallery_ids)
+        ex_index = _sorted_rows(ex_ptr, ex_index)
+    else:
+        ex_ptr = torch.zeros(num_queries + 1, dtype=torch.int64)
+        ex_index = torch.zeros(0, dtype=torch.int64)
+    return Relevance(
+        relevant_ptr=judged.ptr,
+        relevant_index=judged.index,
+        excluded_ptr=ex_ptr,
+        excluded_index=ex_index,
+        gallery_index=torch.arange(num_gallery),
+        query_grades=judged.grades,
+        unretrieved=judged.unretrieved,
+        unretrieved_grades=judged.unretrieved_grades,
+    )
+
+
+def _sorted_rows(ptr: Tensor, index: Tensor) -> Tensor:
+    if index.numel() < 2:
+        return index
+    row = row_of_entries(ptr)
+    order = torch.argsort(row * max(int(index.max()) + 1, 1) + index)
+    return index[order]
 
 
 def build_relevance(
@@ -162,15 +219,18 @@ def build_relevance(
     query_cameras: Tensor | None = None,
     gallery_cameras: Tensor | None = None,
     ignore_label: int | None = None,
+    ignore_identical_ids: bool = True,
 ) -> Relevance:
     """Decide every query's relevant and excluded gallery items (docs/definitions.md, Terms).
 
     Args:
         relevance: ``"label"`` (equal labels), ``"radius"`` (position within ``radius``, inclusive)
-            or ``"ids"`` (``relevant_ids[q]``: gallery ids, or a dict id -> grade).
+            or ``"ids"`` (``relevant_ids[q]``: gallery ids, or a dict id -> grade; or judgments,
+            a mapping query id -> document ids or -> {document id: grade} read by the queries'
+            ids, whose documents missing from the gallery are relevant and never retrieved).
         query_ids, gallery_ids: sample ids; a gallery item whose id equals the query's id is the
-            query itself and is excluded. With ``same_source`` and no ids, the item at the query's
-            own position is excluded.
+            query itself and is excluded (unless ``ignore_identical_ids=False``). With
+            ``same_source`` and no ids, the item at the query's own position is excluded.
         query_cameras, gallery_cameras: re-identification: items with the query's label *and*
             camera are excluded.
         ignore_label: gallery items with this label are removed for every query; a query with this
@@ -204,6 +264,11 @@ def build_relevance(
             raise ValueError(
                 'relevance="ids" needs `relevant_ids`, one collection of ids per query'
             )
+        if isinstance(relevant_ids, (Mapping, Judgments)):
+            return _judged_relevance(
+                Judgments.of(relevant_ids), num_queries, num_gallery, query_ids, gallery_ids,
+                ignore_identical_ids,
+            )
         if len(relevant_ids) != num_queries:
             raise ValueError(
                 f"`relevant_ids` must have one entry per query ({num_queries}), "
@@ -217,13 +282,10 @@ def build_relevance(
     ex_rows: list[Tensor] = []
     ex_cols: list[Tensor] = []
     if query_ids is not None and gallery_ids is not None:
-        order = torch.sort(gallery_ids).indices
-        sorted_ids = gallery_ids[order]
-        start = torch.searchsorted(sorted_ids, query_ids, right=False)
-        stop = torch.searchsorted(sorted_ids, query_ids, right=True)
-        ptr, index = csr_from_ranges(start, stop, order)
-        ex_rows.append(row_of_entries(ptr))
-        ex_cols.append(index)
+        if ignore_identical_ids:
+            ptr, index = _identical(query_ids, gallery_ids)
+            ex_rows.append(row_of_entries(ptr))
+            ex_cols.append(index)
     elif same_source:
         ex_rows.append(torch.arange(num_queries))
         ex_cols.append(torch.arange(num_queries))

@@ -13,6 +13,7 @@ here, once, with the messages the entry points have always raised.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from retrieval_metrics.functional.options import OPTIONS, check_option
 
@@ -39,6 +40,11 @@ class RankingSettings:
         cover_relevant: with ``depth``, every relevant item within the top max(depth, m_q).
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget``; results do not depend on it.
+        judgments: for ``relevance="ids"``, judgments (qrels: a mapping query id -> document
+            ids or -> {document id: grade}, or ``Judgments``) read by the queries' ids, where no
+            ``relevant_ids`` are given per query (the metric classes' ``qrels=``).
+        ignore_identical_ids: a gallery item whose id equals the query's id is excluded from
+            its ranking (True, the default); False ranks it as any other item.
     """
 
     relevance: str = OPTIONS["relevance"].default
@@ -49,6 +55,8 @@ class RankingSettings:
     depth: int | None = None
     cover_relevant: bool = False
     block_size: tuple[int, int] | None = None
+    judgments: Any = None
+    ignore_identical_ids: bool = True
 
     def __post_init__(self) -> None:
         check_option("similarity", self.similarity)

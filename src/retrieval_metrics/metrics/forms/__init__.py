@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, InputForm
 from retrieval_metrics.metrics.forms.embeddings import QueryGallery, SameSource
+from retrieval_metrics.metrics.forms.qrels import Qrels
 from retrieval_metrics.metrics.forms.scores import Scores
 from retrieval_metrics.metrics.forms.tables import FixedGallery, PrecomputedRanks, RankedLists
 
@@ -20,6 +21,7 @@ __all__ = [
     "FixedGallery",
     "InputForm",
     "PrecomputedRanks",
+    "Qrels",
     "QueryGallery",
     "RankedLists",
     "SameSource",
@@ -35,6 +37,7 @@ __all__ = [
 #: ``accepts`` it among those whose ``arguments`` it passed)
 FORMS: list[InputForm] = [
     FixedGallery(),
+    Qrels(),
     SameSource(),
     QueryGallery(),
     RankedLists(),

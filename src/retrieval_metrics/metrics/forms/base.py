@@ -110,6 +110,10 @@ class InputForm:
                 "update(preds=, target=, indexes=) only"
             )
 
+    def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+        """Counts about the data as a whole that ``summary()`` reports beside its rows."""
+        return {}
+
     def skip_reason(self, metric: RetrievalMetric) -> str:
         """Why a query of this form can have no relevant item (the warning of compute())."""
         raise NotImplementedError

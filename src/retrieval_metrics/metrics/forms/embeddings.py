@@ -19,13 +19,21 @@ from retrieval_metrics.metrics.inputs import as_embeddings, item_tensors, score_
 if TYPE_CHECKING:
     from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
-__all__ = ["QueryGallery", "SameSource", "relevance_skip_reason"]
+__all__ = ["QRELS_SKIP", "QueryGallery", "SameSource", "relevance_skip_reason"]
+
+#: why a query scored against judgments has nothing relevant
+QRELS_SKIP = (
+    "the qrels judge no document relevant to it (its id is not in `qrels`, or every grade "
+    "it has is <= 0)"
+)
 
 
 def relevance_skip_reason(metric: RetrievalMetric) -> str:
     """Why an embedding query can have nothing relevant, by the metric's relevance rule."""
     if metric.relevance == "radius":
         return f"no gallery item lies within radius={metric.radius:g} m of it"
+    if metric.relevance == "qrels":
+        return QRELS_SKIP
     return "no other gallery item has its label, e.g. when every label appears once"
 
 
@@ -45,6 +53,7 @@ class _EmbeddingStates(InputForm):
         metric._check_width("embeddings", emb)
         metric._mark(self.kind)
         side = "g" if batch.role == "gallery" else "q"
+        metric._note_kinds(side, batch)
         metric._append_items(side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}")
 
     def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:

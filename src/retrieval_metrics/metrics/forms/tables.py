@@ -22,6 +22,7 @@ from retrieval_metrics.functional.table import (
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, InputForm
 from retrieval_metrics.metrics.forms.embeddings import relevance_skip_reason
+from retrieval_metrics.metrics.forms.qrels import check_identical_ids, qrels_notes
 from retrieval_metrics.metrics.inputs import (
     as_embeddings,
     item_tensors,
@@ -99,6 +100,7 @@ class RankedLists(TableStates):
             # the distinct ids of each list, only where a measure divides by them
             distinct=M.divides_by_retrieved(metric.metric_names()),
         )
+        metric._note_kinds("q", batch)
         append_table(metric, self.kind, table, batch.ids)
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
@@ -115,6 +117,7 @@ class PrecomputedRanks(RankedLists):
 
     def append(self, metric: RetrievalMetric, batch: Batch) -> None:
         table = table_from_ranks(batch.relevant_ranks or [], batch.num_relevant)
+        metric._note_kinds("q", batch)
         append_table(metric, self.kind, table, batch.ids)
 
 
@@ -145,6 +148,9 @@ class FixedGallery(TableStates):
                 f"`embeddings` must have {gallery.emb.shape[1]} columns, the width of "
                 f"the gallery given to `set_gallery`, got {emb.shape[1]}"
             )
+        metric._note_kinds("q", batch)
+        if metric.qrels is not None:
+            check_identical_ids(metric, items, gallery)
         append_table(metric, self.kind, metric._ranking_options().rank(items, gallery), items.ids)
 
     @staticmethod
@@ -153,7 +159,17 @@ class FixedGallery(TableStates):
         if emb.shape[0] == 0:
             raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         items = item_tensors(emb, metric.relevance, **keys)
-        metric._gallery = replace(items, emb=score_copy(emb))
+        metric._note_kinds("g", Batch(**{k: v for k, v in keys.items() if k != "positions"}))
+        if metric.qrels is not None and items.ids is not None:
+            # a corpus given once: each document once (repeats that agree dropped)
+            items = items.select(D.dedupe_by_id(
+                items.ids, "`ids` of the gallery items", embeddings=items.emb,
+                labels=items.labels, cameras=items.cameras, positions=items.positions,
+            ))
+        metric._gallery = replace(items, emb=score_copy(items.emb))
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
         return relevance_skip_reason(metric)
+
+    def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+        return {} if metric.qrels is None else qrels_notes(metric, table)

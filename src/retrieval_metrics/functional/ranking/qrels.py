@@ -1,0 +1,224 @@
+"""Judgments (qrels): relevance of a query set against a corpus given as query id -> document ids,
+or -> {document id: grade}, many to many (BEIR, MTEB, TREC).
+
+:class:`Judgments` holds a mapping as three sorted int64 / float64 arrays, ids as the library
+compares them (:func:`~retrieval_metrics.functional.ranking.labels.label_codes`: ``7`` is ``"7"``,
+strings by a hash that is the same in every process), with a fingerprint that processes compare.
+:meth:`Judgments.relevance` turns it into one ranking's relevance sets, given the queries' and the
+corpus's ids: a judged document with a grade > 0 is relevant; one that is not in the corpus is
+relevant and never retrieved (it counts in m_q, as trec_eval counts it), returned as a count and
+its grades per query for :func:`with_unretrieved`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+
+__all__ = ["JudgedRelevance", "Judgments", "sorted_ids", "with_unretrieved"]
+
+
+def sorted_ids(ids: Tensor) -> tuple[Tensor, Tensor]:
+    """The permutation sorting host int64 ``ids`` and the sorted ids; no sort where they are
+    sorted already (deduplicated states come in ascending id order)."""
+    if ids.numel() < 2 or bool((ids[1:] >= ids[:-1]).all()):
+        return torch.arange(ids.numel()), ids
+    order = torch.from_numpy(np.argsort(ids.numpy(), kind="stable"))
+    return order, ids[order]
+
+
+def _is_integer_id(value: Any) -> bool:
+    key = canonical_id(value)
+    return isinstance(key, int) and not isinstance(key, bool)
+
+
+def _grade(value: Any, query: Any, document: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(
+            f"`qrels[{query!r}][{document!r}]` must be a number (a grade), got {value!r}"
+        )
+    grade = float(value)
+    if not math.isfinite(grade):
+        raise ValueError(f"`qrels[{query!r}][{document!r}]` must be finite, got {value!r}")
+    return grade
+
+
+@dataclass(frozen=True, eq=False)
+class JudgedRelevance:
+    """One ranking's relevance from judgments: CSR of the relevant corpus positions of each query
+    (ascending), their grades (None for binary judgments), and per query the relevant judged
+    documents absent from the corpus (``unretrieved``) with their grades grouped by query."""
+
+    ptr: Tensor
+    index: Tensor
+    grades: Tensor | None
+    unretrieved: Tensor
+    unretrieved_grades: Tensor
+
+
+@dataclass(frozen=True, eq=False)
+class Judgments:
+    """A qrels mapping as sorted arrays: ``query`` and ``document`` int64 id codes (sorted by
+    query, then document), ``grade`` float64 (every judgment, grade <= 0 included: judged not
+    relevant). ``graded``: some query was given as {document id: grade} (else every grade is 1).
+    ``integer_ids``: every query and document id is an integer (or its decimal text): the case
+    where ids from two counters can collide. ``fingerprint``: a 63-bit hash of the arrays, equal
+    for equal judgments in every process."""
+
+    query: Tensor
+    document: Tensor
+    grade: Tensor
+    judged: Tensor
+    graded: bool
+    integer_ids: bool
+    fingerprint: int
+
+    @staticmethod
+    def of(qrels: Any) -> Judgments:
+        """``qrels`` (a mapping query id -> collection of document ids, or -> {document id:
+        grade}; or Judgments) as :class:`Judgments`."""
+        if isinstance(qrels, Judgments):
+            return qrels
+        if not isinstance(qrels, Mapping):
+            raise ValueError(
+                "`qrels` must be a mapping query id -> document ids, or -> {document id: "
+                f"grade}}, got {type(qrels).__name__}"
+            )
+        queries: list[Any] = []
+        documents: list[Any] = []
+        grades: list[float] = []
+        graded = False
+        for query, judged in qrels.items():
+            if isinstance(judged, Mapping):
+                graded = True
+                pairs = [(doc, _grade(value, query, doc)) for doc, value in judged.items()]
+            elif isinstance(judged, (str, bytes)) or not hasattr(judged, "__iter__"):
+                raise ValueError(
+                    f"`qrels[{query!r}]` must be a collection of document ids or a mapping "
+                    f"document id -> grade, got {judged!r}"
+                )
+            else:
+                if isinstance(judged, Tensor):
+                    judged = judged.tolist()
+                pairs = [(doc, 1.0) for doc in dict.fromkeys(judged)]
+            queries += [query] * len(pairs)
+            documents += [doc for doc, _ in pairs]
+            grades += [grade for _, grade in pairs]
+        # every judged query, also one whose collection is empty: it was judged (and has nothing
+        # relevant)
+        judged_queries = list(qrels)
+        query_codes = label_codes(judged_queries, "qrels query ids") if judged_queries else None
+        if query_codes is not None and torch.unique(query_codes).numel() != len(judged_queries):
+            raise ValueError(
+                "`qrels` names one query twice (as an int and as its decimal text, e.g. 7 and "
+                '"7", which are one id)'
+            )
+        empty = torch.zeros(0, dtype=torch.int64)
+        q = label_codes(queries, "qrels query ids") if queries else empty
+        d = label_codes(documents, "qrels document ids") if documents else empty
+        g = torch.tensor(grades, dtype=torch.float64)
+        # sorted by query, then document
+        order = torch.from_numpy(np.lexsort((d.numpy(), q.numpy())))
+        q, d, g = q[order], d[order], g[order]
+        if q.numel() > 1:
+            same = (q[1:] == q[:-1]) & (d[1:] == d[:-1])
+            if bool(same.any()):
+                raise ValueError(
+                    "`qrels` judges one document twice for a query (an int id and its decimal "
+                    'text, e.g. 7 and "7", are one id)'
+                )
+        integer_ids = all(_is_integer_id(v) for v in judged_queries) and all(
+            _is_integer_id(v) for v in documents
+        )
+        digest = hashlib.blake2b(digest_size=8)
+        for part in (q, d, g):
+            digest.update(part.numpy().tobytes())
+        digest.update(bytes([graded]))
+        if query_codes is not None:
+            digest.update(torch.sort(query_codes).values.numpy().tobytes())
+        fingerprint = int.from_bytes(digest.digest(), "little") >> 1
+        judged_codes = (
+            torch.sort(query_codes).values if query_codes is not None
+            else torch.zeros(0, dtype=torch.int64)
+        )
+        return Judgments(q, d, g, judged_codes, graded, integer_ids, fingerprint)
+
+    def __len__(self) -> int:
+        return int(self.judged.numel())
+
+    def relevance(
+        self, query_ids: Tensor, gallery_ids: Tensor, *, drop_identical: bool = True
+    ) -> JudgedRelevance:
+        """The relevant corpus positions of each query (``query_ids``: int64 codes) in a corpus
+        of ``gallery_ids`` (int64 codes, each once), and the relevant documents it lacks.
+        ``drop_identical``: a judgment of the document whose id is the query's is dropped (in
+        the corpus or not), as the ranking leaves that document out."""
+        query_ids, gallery_ids = query_ids.cpu(), gallery_ids.cpu()
+        start = torch.searchsorted(self.query, query_ids, right=False)
+        stop = torch.searchsorted(self.query, query_ids, right=True)
+        ptr, entry = csr_from_ranges(start, stop)
+        row = row_of_entries(ptr)
+        docs, grades = self.document[entry], self.grade[entry]
+        positive = grades > 0
+        if drop_identical:
+            positive &= docs != query_ids[row]
+        row, docs, grades = row[positive], docs[positive], grades[positive]
+        num_q, num_g = query_ids.numel(), gallery_ids.numel()
+        if num_g:
+            g_order, g_sorted = sorted_ids(gallery_ids)
+            at = torch.searchsorted(g_sorted, docs).clamp_max(num_g - 1)
+            found = g_sorted[at] == docs
+            index = g_order[at]
+        else:
+            found = torch.zeros_like(docs, dtype=torch.bool)
+            index = torch.zeros_like(docs)
+        f_row, f_index, f_grade = row[found], index[found], grades[found]
+        # each query's positions ascending (rows are grouped already: sort within them)
+        if f_row.numel():
+            order = torch.from_numpy(np.lexsort((f_index.numpy(), f_row.numpy())))
+            f_row, f_index, f_grade = f_row[order], f_index[order], f_grade[order]
+        return JudgedRelevance(
+            ptr=ptr_from_counts(torch.bincount(f_row, minlength=num_q)),
+            index=f_index,
+            grades=f_grade if self.graded else None,
+            unretrieved=torch.bincount(row[~found], minlength=num_q),
+            unretrieved_grades=grades[~found],
+        )
+
+
+def with_unretrieved(
+    table: RankTable, unretrieved: Tensor, grades: Tensor, *, whole_ranking: bool
+) -> RankTable:
+    """``table`` with each query's relevant documents that the corpus lacks (``unretrieved``
+    per query, their ``grades`` grouped by query): they count in m_q and in the ideal DCG, and
+    are never retrieved. ``whole_ranking``: every relevant item in the corpus was located (no
+    depth), so what is unlisted was never retrieved at all (depth ``UNBOUNDED``)."""
+    if unretrieved.numel() == 0 or not bool((unretrieved > 0).any()):
+        return table
+    unretrieved = unretrieved.to(torch.int64)
+    changes: dict[str, Any] = {"num_relevant": table.num_relevant + unretrieved}
+    if whole_ranking:
+        changes["depth"] = torch.where(
+            unretrieved > 0, torch.full_like(table.depth, UNBOUNDED), table.depth
+        )
+    if table.ideal_grade is not None and table.ideal_ptr is not None:
+        num_q = table.num_queries
+        rows = torch.cat([row_of_entries(table.ideal_ptr), row_of_entries(ptr_from_counts(
+            unretrieved))])
+        values = torch.cat([table.ideal_grade, grades.to(torch.float64)])
+        order = torch.from_numpy(np.lexsort(((-values).numpy(), rows.numpy())))
+        counts = torch.bincount(rows, minlength=num_q)
+        changes["ideal_ptr"], changes["ideal_grade"] = ptr_from_counts(counts), values[order]
+    return replace(table, **changes)
+

@@ -1,0 +1,111 @@
+"""Queries and a corpus scored against judgments (qrels), as BEIR, MTEB and sentence-transformers
+score an embedding retriever: ``RetrievalMetrics([...], qrels=qrels)``, then
+``update(q, ids=query_ids, role="query")`` and ``update(d, ids=doc_ids, role="gallery")`` in
+batches, in any order, on any process (or the corpus once with ``set_gallery``).
+
+The states, deduplication, gather and ranking are the query/gallery form's; what this form adds
+is relevance by the judgments (the ranking's ``relevance="ids"`` read by the queries' ids, with
+no depth: every judged document's exact rank in the whole corpus), the refusal of integer ids that
+collide by accident, and the counts ``summary()`` reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import torch
+
+from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.forms.base import Batch
+from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
+
+if TYPE_CHECKING:
+    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+
+__all__ = ["Qrels", "check_identical_ids", "qrels_notes"]
+
+
+def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items) -> None:
+    """Refuse, with ``ignore_identical_ids`` left at None, integer query ids that are also corpus
+    ids: with two counters (queries 0..Q-1, documents 0..N-1) leaving out the document whose id
+    is the query's would silently drop document i from query i's ranking."""
+    judgments = metric.qrels
+    if metric.ignore_identical_ids is not None or judgments is None:
+        return
+    if not judgments.integer_ids or queries.ids is None or gallery.ids is None:
+        return
+    shared = torch.isin(queries.ids.cpu(), gallery.ids.cpu())
+    if bool(shared.any()):
+        example = int(queries.ids.cpu()[shared][0])
+        raise ValueError(
+            f"{type(metric).__name__}: {int(shared.sum())} query ids are also document ids "
+            f"(e.g. {example}), and the ids are integers. A document whose id is the query's is "
+            "left out of its ranking (ignore_identical_ids, as BEIR and MTEB do), which with "
+            "query ids 0..Q-1 and document ids 0..N-1 from two counters drops document i from "
+            "query i's ranking. Say which: ignore_identical_ids=False (two numberings: rank "
+            "every document) or ignore_identical_ids=True (the queries are corpus documents)"
+        )
+
+
+def qrels_notes(metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+    """What ``summary()`` counts about judgments beside its rows: relevant judgments whose
+    document the corpus lacks (relevant, never retrieved), queries given without any judgment
+    (skipped, or scored as ``empty_queries`` says) and judged queries never given."""
+    judgments = metric.qrels
+    assert judgments is not None
+    unretrieved = (table.num_relevant - table.num_listed)[table.depth == UNBOUNDED]
+    given = table.query_id if table.query_id is not None else torch.zeros(0, dtype=torch.int64)
+    judged = torch.isin(given, judgments.judged)
+    return {
+        "judged documents not in the corpus": int(unretrieved.sum()),
+        "queries without judgments": int((~judged).sum()),
+        "judged queries not given": int(len(judgments) - int(judged.sum())),
+    }
+
+
+class Qrels(QueryGallery):
+    """``update(q, ids=query_ids, role="query")`` and ``update(d, ids=doc_ids, role="gallery")``
+    with ``qrels=`` on the metric: relevance by the judgments."""
+
+    kind = "qrels"
+    description = "queries and a corpus with qrels"
+
+    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
+        return metric.qrels is not None and metric._gallery is None
+
+    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+        if batch.role is None:
+            raise ValueError(
+                "with `qrels=`, say which side each update is: role='query' (query embeddings, "
+                "`ids=` their ids in the qrels) or role='gallery' (the corpus, `ids=` its "
+                "document ids)"
+            )
+        if batch.labels is not None or batch.positions is not None:
+            raise ValueError("with `qrels=`, relevance is the judgments': give no `labels` or "
+                             "`positions`")
+        super().append(metric, batch)
+
+    def table(self, metric: RetrievalMetric) -> RankTable:
+        # the queries' ids stay in the table: the judged queries never given are counted by
+        # them, and two retrievers' tables pair their queries by them
+        queries, gallery = self.sides(metric)
+        table = D.rank_queries(
+            queries, gallery, metric._ranking_options(), metric.process_group,
+            metric._distributed(),
+        )
+        return replace(table, query_id=queries.ids.cpu())
+
+    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
+        queries, gallery = super().sides(metric)
+        assert gallery is not None  # (no sharded gallery with qrels)
+        check_identical_ids(metric, queries, gallery)
+        return queries, gallery
+
+    def skip_reason(self, metric: RetrievalMetric) -> str:
+        return QRELS_SKIP
+
+    def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+        return qrels_notes(metric, table)

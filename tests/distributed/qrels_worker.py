@@ -1,0 +1,149 @@
+"""One process of the multi-process qrels tests: ``python qrels_worker.py RANK WORLD INIT_FILE
+SCENARIOS OUT``.
+
+Queries and corpus are spread unevenly over the processes the way DistributedSampler spreads
+them (padding repeats the first items; batch sizes differ per rank), and the refusal scenarios
+give the processes what they must agree on differently; each writes ``{scenario: {"values",
+"notes"} or {"error"}}`` as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scenarios import batches, sampler_indices
+
+import retrieval_metrics as rm
+
+NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10", "map", "ndcg",
+         "r_precision"]
+NUM_Q, NUM_D, DIM = 23, 61, 6
+
+
+def data():
+    """Queries, corpus, string ids (five queries are corpus documents) and graded qrels with
+    documents the corpus lacks, grade-0 judgments and queries without judgments."""
+    g = torch.Generator().manual_seed(11)
+    queries = torch.randn(NUM_Q, DIM, generator=g, dtype=torch.float64)
+    docs = torch.randn(NUM_D, DIM, generator=g, dtype=torch.float64)
+    q_ids = [f"q{i}" for i in range(NUM_Q)]
+    d_ids = [f"d{i}" for i in range(NUM_D)]
+    d_ids[:5] = q_ids[:5]
+    qrels = {}
+    for i, qid in enumerate(q_ids):
+        if i % 7 == 6:
+            continue
+        picked = torch.randperm(NUM_D, generator=g)[: 1 + i % 5].tolist()
+        qrels[qid] = {d_ids[j]: int(torch.randint(0, 4, (1,), generator=g)) for j in picked}
+        if i % 5 == 0:
+            qrels[qid][f"missing-{i}"] = 2
+    qrels["never-given"] = {"d9": 1}
+    return queries, docs, q_ids, d_ids, qrels
+
+
+def feed(metric, rank: int, world: int, fixed: bool = False) -> None:
+    queries, docs, q_ids, d_ids, _ = data()
+    size = 3 + 2 * rank
+    if not fixed:
+        # the corpus over the processes too, padded, in batches of another size
+        for b in batches(sampler_indices(NUM_D, rank, world), 7 + rank):
+            metric.update(docs[b], ids=[d_ids[i] for i in b], role="gallery")
+    for b in batches(sampler_indices(NUM_Q, rank, world), size):
+        metric.update(queries[b], ids=[q_ids[i] for i in b], role="query")
+
+
+def build(fixed: bool = False, qrels=None):
+    _, docs, _, d_ids, default = data()
+    metric = rm.RetrievalMetrics(NAMES, qrels=default if qrels is None else qrels)
+    metric.set_dtype(torch.float64)
+    if fixed:
+        metric.set_gallery(docs, ids=d_ids)
+    return metric
+
+
+def scored(metric) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = metric.compute()
+        notes = metric.summary(num_bootstrap=10).notes
+    return {"values": {k: float(v) for k, v in values.items()}, "notes": notes}
+
+
+def refused(metric) -> dict:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metric.compute()
+    except ValueError as err:
+        return {"error": str(err)}
+    return {"error": None}
+
+
+def run(scenario: str, rank: int, world: int) -> dict:
+    if scenario == "qrels":
+        metric = build()
+        feed(metric, rank, world)
+        return scored(metric)
+    if scenario == "qrels_fixed":
+        metric = build(fixed=True)
+        feed(metric, rank, world, fixed=True)
+        return scored(metric)
+    if scenario == "different_qrels":
+        _, _, _, _, qrels = data()
+        if rank == world - 1:
+            qrels = {**qrels, "q1": {"d2": 1}}
+        metric = build(qrels=qrels)
+        feed(metric, rank, world)
+        return refused(metric)
+    docs = data()[1]
+    if scenario == "ids_on_some_processes":
+        metric = rm.RetrievalMetrics(["mrr"])
+        t = torch.arange(rank * 10, rank * 10 + 10)
+        labels = t % 3
+        if rank == 0:
+            metric.update(docs[t], labels, ids=t)
+        else:
+            metric.update(docs[t], labels)
+        return refused(metric)
+    if scenario == "ids_on_some_processes_lists":
+        metric = rm.RetrievalMetrics(["mrr"])
+        ids = [rank] if rank == 0 else None
+        metric.update(ranked_ids=[["a", "b"]], relevant_ids=[{"b"}], ids=ids)
+        return refused(metric)
+    if scenario == "int_and_string_labels":
+        metric = rm.RetrievalMetrics(["mrr"])
+        t = torch.arange(rank * 10, rank * 10 + 10)
+        labels = (t % 3).tolist() if rank == 0 else [f"class{int(v) % 3}" for v in t]
+        metric.update(docs[t], labels, ids=t)
+        return refused(metric)
+    if scenario == "int_and_string_image_ids":
+        metric = rm.CrossModalRetrieval(k=(1,))
+        t = torch.arange(rank * 4, rank * 4 + 4)
+        ids = t.tolist() if rank == 0 else [f"image{int(v)}" for v in t]
+        metric.update(docs[t], docs[t] + 0.1, ids)
+        return refused(metric)
+    raise KeyError(scenario)
+
+
+def main() -> None:
+    rank, world, init_file, scenarios, out = sys.argv[1:6]
+    rank, world = int(rank), int(world)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        payload = {name: run(name, rank, world) for name in scenarios.split(",")}
+        Path(out).write_text(json.dumps(payload))
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The qrels form on 1-3 real gloo processes (tests/distributed/qrels_worker.py): queries and
+corpus spread unevenly with DistributedSampler's padding give the one-process values on every
+process; processes that disagree (different qrels, ``ids=`` on some processes only, integer
+labels or image ids on one and strings on another) are refused by name on every process.
+Every run has a timeout and kills its processes on failure (launch.run_workers)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1] / "distributed"
+sys.path.insert(0, str(HERE))
+
+import launch  # noqa: E402
+import qrels_worker  # noqa: E402
+
+SCORED = ["qrels", "qrels_fixed"]
+REFUSED = ["different_qrels", "ids_on_some_processes", "ids_on_some_processes_lists",
+           "int_and_string_labels", "int_and_string_image_ids"]
+_RUNS: dict[int, list[dict]] = {}
+
+
+def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
+    if world not in _RUNS:
+        names = SCORED + (REFUSED if world > 1 else [])
+        tmp = tmp_path_factory.mktemp(f"qrels_world{world}")
+        _RUNS[world] = launch.run_workers(HERE / "qrels_worker.py", [",".join(names)], world, tmp)
+    return [by_scenario[scenario] for by_scenario in _RUNS[world]]
+
+
+def one_process(fixed: bool) -> dict:
+    metric = qrels_worker.build(fixed=fixed)
+    qrels_worker.feed(metric, 0, 1, fixed=fixed)
+    return qrels_worker.scored(metric)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("scenario", SCORED)
+def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_factory):
+    expected = one_process(fixed=scenario == "qrels_fixed")
+    assert expected["notes"]["judged documents not in the corpus"] > 0
+    assert expected["notes"]["queries without judgments"] > 0
+    for rank, result in enumerate(results_of(scenario, world, tmp_path_factory)):
+        assert result["notes"] == expected["notes"], f"{scenario} rank {rank}/{world}"
+        for name, value in expected["values"].items():
+            assert result["values"][name] == pytest.approx(value, abs=1e-12), (
+                f"{scenario} rank {rank}/{world}: {name}"
+            )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize(
+    ("scenario", "named"),
+    [
+        ("different_qrels", "different `qrels`"),
+        ("ids_on_some_processes", "`ids` were given on some processes"),
+        ("ids_on_some_processes_lists", "with and without ids"),
+        ("int_and_string_labels", "`labels` of the queries were integers"),
+        ("int_and_string_image_ids", "`ids` of the images were integers"),
+    ],
+)
+def test_processes_that_disagree_are_refused_on_every_process(
+    scenario, named, world, tmp_path_factory
+):
+    for rank, result in enumerate(results_of(scenario, world, tmp_path_factory)):
+        assert result["error"] is not None and named in result["error"], (
+            f"{scenario} rank {rank}/{world}: {result['error']}"
+        )

@@ -1,0 +1,319 @@
+"""The qrels input form: queries and a corpus scored against judgments (docs/definitions.md,
+"Judgments"), each rule on a hand-worked case, and every measure against a brute-force reference
+that scores every document (``reference_judged``), on the host and on the emulated CUDA device."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from emulated_cuda import fake_cuda_fixture  # noqa: F401
+from reference import reference_judged
+from retrieval_metrics.formats import read_qrels
+
+# Four documents on the unit circle and a query at angle 0: cosine order d0, d1, d2, d3.
+ANGLES = {"d0": 0.1, "d1": 0.5, "d2": 1.0, "d3": 2.0, "d4": 2.5}
+
+
+def _unit(angle: float) -> list[float]:
+    return [math.cos(angle), math.sin(angle)]
+
+
+def _corpus(names=("d0", "d1", "d2", "d3")):
+    return torch.tensor([_unit(ANGLES[n]) for n in names], dtype=torch.float64), list(names)
+
+
+def _metric(names, qrels, **options):
+    m = rm.RetrievalMetrics(names, qrels=qrels, **options)
+    m.set_dtype(torch.float64)
+    return m
+
+
+def test_hand_worked_values_with_a_missing_document_and_grades():
+    docs, doc_ids = _corpus()
+    # q1 finds d0 d1 d2 d3 in that order; judged: d1 (grade 2), d3 (1), dx (3, not in corpus)
+    qrels = {"q1": {"d1": 2, "d3": 1, "dx": 3}}
+    m = _metric(["recall@2", "mrr", "map", "ndcg@4", "precision@2", "r_precision"], qrels,
+                gain="linear")
+    m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q1"], role="query")
+    m.update(docs, ids=doc_ids, role="gallery")
+    values = {k: float(v) for k, v in m.compute().items()}
+    # ranks of the relevant documents: 2 and 4; dx is relevant and never retrieved: m = 3
+    assert values["recall@2"] == pytest.approx(1 / 3, abs=1e-15)
+    assert values["mrr"] == pytest.approx(1 / 2, abs=1e-15)
+    assert values["map"] == pytest.approx((1 / 2 + 2 / 4) / 3, abs=1e-15)
+    assert values["precision@2"] == pytest.approx(1 / 2, abs=1e-15)
+    assert values["r_precision"] == pytest.approx(1 / 3, abs=1e-15)
+    dcg = 2 / math.log2(3) + 1 / math.log2(5)
+    idcg = 3 / math.log2(2) + 2 / math.log2(3) + 1 / math.log2(4)  # dx's grade 3 included
+    assert values["ndcg@4"] == pytest.approx(dcg / idcg, abs=1e-15)
+    summary = m.summary()
+    assert summary.notes["judged documents not in the corpus"] == 1
+    assert "judged documents not in the corpus: 1" in str(summary)
+
+
+def test_exponential_gain_is_the_default():
+    docs, doc_ids = _corpus()
+    m = _metric(["ndcg@2"], {"q": {"d0": 2, "d1": 3}})
+    m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q"], role="query")
+    m.update(docs, ids=doc_ids, role="gallery")
+    dcg = 3 / 1 + 7 / math.log2(3)
+    idcg = 7 / 1 + 3 / math.log2(3)
+    assert float(m.compute()["ndcg@2"]) == pytest.approx(dcg / idcg, abs=1e-15)
+
+
+def test_grade_zero_is_not_relevant_and_ids_compare_as_text():
+    docs = torch.tensor([_unit(ANGLES[n]) for n in ("d0", "d1", "d2")], dtype=torch.float64)
+    # integer ids 10, 11, 12; qrels name them as text and as ints; 10 is judged grade 0
+    qrels = {"7": {10: 0, "11": 1}, 8: {"10": -1}}
+    m = _metric(["mrr", "recall@1"], qrels)
+    m.update(torch.tensor([_unit(0.0), _unit(0.0)], dtype=torch.float64), ids=[7, "8"],
+             role="query")
+    m.update(docs, ids=torch.tensor([10, 11, 12]), role="gallery")
+    values = m.compute()
+    # query 7: only 11 relevant, ranked 2nd; query 8: nothing relevant (skipped)
+    assert float(values["mrr"]) == 0.5 and float(values["recall@1"]) == 0.0
+    rows = m.summary().as_dict()
+    assert rows["mrr"]["queries"] == 1 and rows["mrr"]["skipped"] == 1
+
+
+def test_queries_without_judgments_and_judged_queries_never_given():
+    docs, doc_ids = _corpus()
+    qrels = {"q1": ["d0"], "q2": ["d2"], "q3": ["d1"], "q4": []}
+    queries = torch.tensor([_unit(0.0), _unit(0.0), _unit(0.0)], dtype=torch.float64)
+    m = _metric(["hit_rate@1"], qrels)
+    m.update(queries, ids=["q1", "q2", "unjudged"], role="query")
+    m.update(docs, ids=doc_ids, role="gallery")
+    assert float(m.compute()["hit_rate@1"]) == 0.5  # q1 hits, q2 misses; "unjudged" skipped
+    notes = m.summary().notes
+    assert notes["queries without judgments"] == 1
+    assert notes["judged queries not given"] == 2  # q3, and q4 (judged with nothing)
+    assert notes["judged documents not in the corpus"] == 0
+    zero = _metric(["hit_rate@1"], qrels, empty_queries="zero")
+    zero.update(queries, ids=["q1", "q2", "unjudged"], role="query")
+    zero.update(docs, ids=doc_ids, role="gallery")
+    assert float(zero.compute()["hit_rate@1"]) == pytest.approx(1 / 3, abs=1e-15)
+
+
+def test_all_skipped_warns_with_the_qrels_reason():
+    docs, doc_ids = _corpus()
+    m = _metric(["mrr"], {"other": ["d0"]})
+    m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q"], role="query")
+    m.update(docs, ids=doc_ids, role="gallery")
+    with pytest.warns(UserWarning, match="qrels judge no document relevant"):
+        assert math.isnan(float(m.compute()["mrr"]))
+
+
+def test_identical_string_ids_are_left_out_by_default():
+    docs, _ = _corpus()
+    # the query is corpus document "a" itself (ArguAna style): it is not ranked, so the
+    # relevant "b" (2nd by score) is first
+    ids = ["a", "b", "c", "d"]
+    m = _metric(["mrr", "recall@1"], {"a": ["b", "a"]})
+    m.update(torch.tensor([_unit(ANGLES["d0"])], dtype=torch.float64), ids=["a"], role="query")
+    m.update(docs, ids=ids, role="gallery")
+    values = m.compute()
+    assert float(values["mrr"]) == 1.0 and float(values["recall@1"]) == 1.0
+    kept = _metric(["mrr", "recall@1"], {"a": ["b", "a"]}, ignore_identical_ids=False)
+    kept.update(torch.tensor([_unit(ANGLES["d0"])], dtype=torch.float64), ids=["a"],
+                role="query")
+    kept.update(docs, ids=ids, role="gallery")
+    values = kept.compute()
+    assert float(values["mrr"]) == 1.0 and float(values["recall@1"]) == 0.5
+
+
+def test_integer_ids_from_two_counters_are_refused_by_name():
+    docs, _ = _corpus()
+    queries = torch.tensor([_unit(ANGLES["d0"]), _unit(ANGLES["d3"])], dtype=torch.float64)
+    qrels = {0: [0], 1: [3]}  # query i's document is d0 / d3: ids from two counters
+    m = _metric(["mrr"], qrels)
+    m.update(queries, ids=torch.arange(2), role="query")
+    m.update(docs, ids=torch.arange(4), role="gallery")
+    with pytest.raises(ValueError, match="ignore_identical_ids=False"):
+        m.compute()
+    two = _metric(["mrr"], qrels, ignore_identical_ids=False)
+    two.update(queries, ids=torch.arange(2), role="query")
+    two.update(docs, ids=torch.arange(4), role="gallery")
+    assert float(two.compute()["mrr"]) == 1.0
+    same = _metric(["mrr"], qrels, ignore_identical_ids=True)
+    same.update(queries, ids=torch.arange(2), role="query")
+    same.update(docs, ids=torch.arange(4), role="gallery")
+    # query 0's only relevant document is itself: left out, nothing relevant (skipped); query
+    # 1 loses document 1 from its ranking and finds its document 3 first
+    assert float(same.compute()["mrr"]) == 1.0
+    assert same.summary().as_dict()["mrr"]["skipped"] == 1
+    # the fixed gallery refuses alike
+    fixed = _metric(["mrr"], qrels)
+    fixed.set_gallery(docs, ids=torch.arange(4))
+    with pytest.raises(ValueError, match="ignore_identical_ids"):
+        fixed.update(queries, ids=torch.arange(2), role="query")
+
+
+def test_batches_in_any_order_repeats_and_the_fixed_gallery_agree():
+    torch.manual_seed(0)
+    queries, docs = torch.randn(6, 8, dtype=torch.float64), torch.randn(20, 8, dtype=torch.float64)
+    q_ids = [f"q{i}" for i in range(6)]
+    d_ids = [f"d{i}" for i in range(20)]
+    qrels = {f"q{i}": {f"d{(3 * i + j) % 20}": j + 1 for j in range(3)} for i in range(6)}
+    names = ["ndcg@10", "recall@5", "map@10", "mrr@10"]
+    whole = _metric(names, qrels)
+    whole.update(queries, ids=q_ids, role="query")
+    whole.update(docs, ids=d_ids, role="gallery")
+    expected = whole.compute()
+    mixed = _metric(names, qrels)
+    mixed.update(docs[10:], ids=d_ids[10:], role="gallery")
+    mixed.update(queries[3:], ids=q_ids[3:], role="query")
+    mixed.update(docs[:12], ids=d_ids[:12], role="gallery")  # d10, d11 repeated (padding)
+    mixed.update(queries[:4], ids=q_ids[:4], role="query")  # q3 repeated
+    fixed = _metric(names, qrels)
+    fixed.set_gallery(docs, ids=d_ids)
+    fixed.update(queries[:2], ids=q_ids[:2], role="query")
+    fixed.update(queries[2:], ids=q_ids[2:], role="query")
+    for other in (mixed, fixed):
+        values = other.compute()
+        for name in names:
+            assert float(values[name]) == pytest.approx(float(expected[name]), abs=1e-12)
+    # an id given twice with different embeddings is refused, as for every form
+    bad = _metric(names, qrels)
+    bad.update(queries, ids=q_ids, role="query")
+    bad.update(docs, ids=d_ids, role="gallery")
+    bad.update(docs[:1] + 1, ids=d_ids[:1], role="gallery")
+    with pytest.raises(ValueError, match="id"):
+        bad.compute()
+
+
+def test_single_measure_classes_and_read_qrels(tmp_path):
+    path = tmp_path / "qrels.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\t2\n", encoding="utf-8")
+    qrels = read_qrels(path)
+    docs, doc_ids = _corpus()
+    for cls, kwargs, expected in (
+        (rm.RecallAtK, {"k": 2}, 0.5),
+        (rm.MRR, {}, 0.5),
+        (rm.HitRateAtK, {"k": 1}, 0.0),
+        (rm.NDCGAtK, {"k": 3, "gain": "linear"},
+         (1 / math.log2(3) + 2 / math.log2(4)) / (2 + 1 / math.log2(3))),
+    ):
+        m = cls(qrels=qrels, **kwargs)
+        m.set_dtype(torch.float64)
+        m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q1"], role="query")
+        m.update(docs, ids=doc_ids, role="gallery")
+        assert float(m.compute()) == pytest.approx(expected, abs=1e-15), cls.__name__
+
+
+def test_what_the_form_refuses():
+    q = torch.tensor([_unit(0.0)], dtype=torch.float64)
+    with pytest.raises(ValueError, match="role"):
+        rm.MRR(qrels={"q": ["d0"]}).update(q, ids=["q"])
+    with pytest.raises(ValueError, match="`ids` are needed"):
+        rm.MRR(qrels={"q": ["d0"]}).update(q, role="query")
+    with pytest.raises(ValueError, match="labels"):
+        rm.MRR(qrels={"q": ["d0"]}).update(q, torch.tensor([0]), ids=["q"], role="query")
+    with pytest.raises(ValueError, match="relevance"):
+        rm.MRR(qrels={"q": ["d0"]}, relevance="label")
+    with pytest.raises(ValueError, match="qrels"):
+        rm.MRR(relevance="qrels")
+    with pytest.raises(ValueError, match="qrels"):
+        rm.MRR(ignore_identical_ids=True)
+    with pytest.raises(ValueError, match="qrels"):
+        rm.MRR(qrels=[["d0"]])
+    with pytest.raises(ValueError, match="grade"):
+        rm.MRR(qrels={"q": {"d0": "high"}})
+    with pytest.raises(ValueError, match="does not read them"):
+        rm.MRR(qrels={"q": ["d0"]}).update(ranked_ids=[["d0"]], relevant_ids=[{"d0"}])
+    with pytest.raises(ValueError, match="not supported yet"):
+        rm.MRR(qrels={"q": ["d0"]}, gallery_sharded=True)
+
+
+# ------------------------------------------------------------------------- exactness
+
+
+REFERENCE_KEYS = {
+    "hit_rate@{k}": "hit_rate@{k}",
+    "recall@{k}": "recall@{k}",
+    "precision@{k}": "precision@{k}",
+    "map@{k}": "ap@{k}/relevant",
+    "mrr@{k}": "rr@{k}",
+    "ndcg@{k}": "ndcg@{k}/exponential",
+}
+WHOLE_KEYS = {"map": "ap", "mrr": "rr", "ndcg": "ndcg/exponential", "r_precision":
+              "r_precision", "map@r": "map@r", "minp": "minp"}
+
+
+def _random_case(seed: int, integer_ids: bool):
+    g = torch.Generator().manual_seed(seed)
+    num_q, num_d, dim = 23, 61, 6
+    queries = torch.randn(num_q, dim, generator=g, dtype=torch.float64)
+    docs = torch.randn(num_d, dim, generator=g, dtype=torch.float64)
+    if integer_ids:
+        q_ids = list(range(100, 100 + num_q))
+        d_ids = list(range(110, 110 + num_d))  # queries 110..122 are also documents
+    else:
+        q_ids = [f"q{i}" for i in range(num_q)]
+        d_ids = [f"d{i}" for i in range(num_d)]
+        d_ids[:5] = q_ids[:5]  # five queries are corpus documents (identical ids)
+    qrels = {}
+    for i, qid in enumerate(q_ids):
+        if i % 7 == 6:
+            continue  # a query without judgments
+        count = int(torch.randint(1, 6, (1,), generator=g))
+        picked = torch.randperm(num_d, generator=g)[:count].tolist()
+        judged = {d_ids[j]: int(torch.randint(-1, 4, (1,), generator=g)) for j in picked}
+        if i % 5 == 0:
+            judged[f"missing-{i}"] = 2  # a judged document the corpus lacks
+        if i % 4 == 0:
+            judged[qid] = 1  # its own id judged too
+        qrels[qid] = judged
+    qrels["never-given"] = {d_ids[0]: 1}
+    return queries, docs, q_ids, d_ids, qrels
+
+
+def _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, names):
+    q = torch.nn.functional.normalize(queries, dim=1)
+    d = torch.nn.functional.normalize(docs, dim=1)
+    scores = (q @ d.T).tolist()
+    per_query = [r for r in reference_judged(scores, q_ids, d_ids, qrels) if r is not None]
+    assert per_query
+    for name in names:
+        base, _, k = name.partition("@")
+        if k and k != "r":
+            key = REFERENCE_KEYS[f"{base}@{{k}}"].format(k=k)
+        else:
+            key = WHOLE_KEYS[name]
+        expected = math.fsum(r[key] for r in per_query) / len(per_query)
+        assert float(values[name]) == pytest.approx(expected, abs=1e-9), name
+
+
+NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10", "map", "mrr",
+         "ndcg", "r_precision", "map@r", "minp", "recall@20", "ndcg@3"]
+
+
+@pytest.mark.parametrize("integer_ids", [False, True])
+def test_every_measure_equals_the_reference_that_scores_every_document(integer_ids):
+    queries, docs, q_ids, d_ids, qrels = _random_case(1, integer_ids)
+    m = rm.RetrievalMetrics(NAMES, qrels=qrels, ignore_identical_ids=True)
+    m.set_dtype(torch.float64)
+    # batches, queries and corpus interleaved, with repeats
+    m.update(docs[:30], ids=d_ids[:30], role="gallery")
+    m.update(queries[:10], ids=q_ids[:10], role="query")
+    m.update(docs[25:], ids=d_ids[25:], role="gallery")
+    m.update(queries[8:], ids=q_ids[8:], role="query")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = m.compute()
+    _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, NAMES)
+
+
+def test_every_measure_equals_the_reference_on_the_emulated_device(fake_cuda):
+    queries, docs, q_ids, d_ids, qrels = _random_case(2, False)
+    m = rm.RetrievalMetrics(NAMES, qrels=qrels).to("cuda")
+    m.set_dtype(torch.float64)
+    m.update(queries.to("cuda"), ids=q_ids, role="query")
+    m.update(docs.to("cuda"), ids=d_ids, role="gallery")
+    values = m.compute()
+    assert all(v.device.type == "cuda" for v in values.values())
+    _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, NAMES)

@@ -1,0 +1,136 @@
+"""``metric.set_dtype(torch.float64)`` gives float64 results on every metric class and input form
+(the measures are computed in float64, so every digit is there); float32 stays the default, and
+the states (int64 ids and label codes, float64 positions, embeddings) keep their dtype."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import retrieval_metrics as rm
+
+
+def _ranked_lists(metric):
+    # docs/definitions.md test vector 2
+    metric.update(
+        ranked_ids=[["d3", "d7", "d1", "d9", "d2"], ["d4", "d5", "d8", "d6", "d0"],
+                    ["d2", "d0", "d5", "d1", "d3"]],
+        relevant_ids=[{"d1"}, {"d4", "d6"}, {"d8"}],
+    )
+
+
+def _ranks(metric):
+    metric.update(relevant_ranks=[[3]])
+
+
+def _scores(metric):
+    # one query, relevant item third of four
+    metric.update(preds=torch.tensor([0.9, 0.5, 0.2, 0.1]), target=torch.tensor([0, 0, 1, 0]),
+                  indexes=torch.tensor([0, 0, 0, 0]))
+
+
+def _same_source(metric):
+    # items 0, 1 of class 0 find each other first; items 2 and 3 of class 1 find each other
+    # third (cosines: 3 scores 0.894 and 0.845 with 0 and 1; 2 scores 0.0995 and 0 with 1, 0)
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [1.0, -0.5]])
+    metric.update(emb, torch.tensor([0, 0, 1, 1]))
+
+
+CASES = [
+    # (metric class, options, feed, name of the value, exact float64 value)
+    (rm.MRR, {}, _ranks, None, 1 / 3),
+    (rm.MRR, {}, _scores, None, 1 / 3),
+    (rm.RetrievalMetrics, {"metrics": ["mrr", "precision@3"]}, _ranked_lists, "mrr",
+     (1 / 3 + 1 + 0) / 3),
+    (rm.RetrievalMetrics, {"metrics": ["mrr", "precision@3"]}, _ranked_lists, "precision@3",
+     (1 / 3 + 1 / 3 + 0) / 3),
+    (rm.PrecisionAtK, {"k": 3}, _scores, None, 1 / 3),
+    (rm.NDCGAtK, {"k": 3, "gain": "linear"}, _scores, None, 1 / 2),
+]
+
+
+@pytest.mark.parametrize(("cls", "options", "feed", "name", "expected"), CASES)
+def test_float64_results_are_exact_and_float32_stays_the_default(
+    cls, options, feed, name, expected
+):
+    default = cls(**options)
+    feed(default)
+    value = default.compute()
+    value = value if name is None else value[name]
+    assert value.dtype == torch.float32
+    assert float(value) == float(torch.tensor(expected, dtype=torch.float32))
+    if expected in (1 / 3, 4 / 9, 2 / 9):
+        assert float(value) != expected  # float32 cannot hold it
+
+    metric = cls(**options)
+    metric.set_dtype(torch.float64)
+    feed(metric)
+    value = metric.compute()
+    value = value if name is None else value[name]
+    assert value.dtype == torch.float64
+    # to float64 rounding (NDCG's discounts are differences of a cumulative sum)
+    assert float(value) == pytest.approx(expected, rel=1e-15, abs=1e-15)
+
+
+def test_set_dtype_after_the_updates_and_for_embeddings():
+    metric = rm.RetrievalMetrics(["mrr", "hit_rate@1"])
+    _same_source(metric)
+    metric.set_dtype(torch.float64)
+    values = metric.compute()
+    assert all(v.dtype == torch.float64 for v in values.values())
+    assert float(values["mrr"]) == pytest.approx((1 + 1 + 1 / 3 + 1 / 3) / 4, abs=1e-15)
+    assert float(values["hit_rate@1"]) == 0.5
+
+
+def test_set_dtype_keeps_the_states_as_given():
+    # 64-bit ids would be rounded by a float64 cast (2**60 + 1 is no float64)
+    ids = torch.arange(4) + 2**60
+    metric = rm.HitRateAtK(k=1)
+    metric.update(torch.eye(4), torch.tensor([0, 0, 1, 1]), ids=ids)
+    metric.set_dtype(torch.float64)
+    metric.update(torch.eye(4)[:1], torch.tensor([0]), ids=ids[:1])  # a padding repeat
+    assert metric.q_ids[0].dtype == torch.int64 and torch.equal(metric.q_ids[0], ids)
+    assert metric.q_emb[0].dtype == torch.float32
+    assert metric.compute().dtype == torch.float64
+    metric.set_dtype(torch.float16)
+    assert metric.compute().dtype == torch.float16
+    assert metric.q_labels[0].dtype == torch.int64
+
+
+def test_image_text_results_follow_set_dtype():
+    images = torch.eye(3)
+    # image 2's caption (1, 0, 0.5) is beaten by caption 1 (0, 1, 1); caption 1 ties images 1
+    # and 2 (hit with probability 1/2), caption 2 finds image 0 first
+    captions = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 0.5]])
+    image_ids = torch.tensor([0, 1, 2])
+    cm = rm.CrossModalRetrieval(k=(1,))
+    cm.update(images, captions, image_ids)
+    assert all(v.dtype == torch.float32 for v in cm.compute().values())
+    cm = rm.CrossModalRetrieval(k=(1,))
+    cm.set_dtype(torch.float64)
+    cm.update(images, captions, image_ids)
+    values = cm.compute()
+    assert all(v.dtype == torch.float64 for v in values.values())
+    assert float(values["i2t/hit_rate@1"]) == 2 / 3
+    assert float(values["t2i/hit_rate@1"]) == 1 / 2
+    assert float(values["rsum"]) == pytest.approx(100 * (2 / 3 + 1 / 2), abs=1e-12)
+    rsum = rm.RSum(k=(1,))
+    rsum.set_dtype(torch.float64)
+    rsum.update(images, captions, image_ids)
+    assert rsum.compute().dtype == torch.float64
+    assert float(rsum.compute()) == float(values["rsum"])
+
+
+def test_the_torchmetrics_compat_classes_follow_set_dtype():
+    from retrieval_metrics.compat.torchmetrics import RetrievalMRR
+
+    preds, target = torch.tensor([0.9, 0.5, 0.2]), torch.tensor([0, 0, 1])
+    indexes = torch.tensor([0, 0, 0])
+    default = RetrievalMRR()
+    default.update(preds, target, indexes=indexes)
+    assert default.compute().dtype == torch.float32
+    metric = RetrievalMRR()
+    metric.set_dtype(torch.float64)
+    metric.update(preds, target, indexes=indexes)
+    value = metric.compute()
+    assert value.dtype == torch.float64 and float(value) == 1 / 3

@@ -1,0 +1,73 @@
+"""The functional layer's relevance by judgments: ``rank_embeddings(relevance="ids",
+relevant_ids=qrels)`` with a mapping read by the query ids, judged documents the gallery lacks
+relevant and never retrieved (m, ideal DCG, depth unbounded), identical ids left out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from retrieval_metrics.functional import retrieval_measures
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.qrels import Judgments
+from retrieval_metrics.functional.table import UNBOUNDED
+
+
+def _unit(angle):
+    return [math.cos(angle), math.sin(angle)]
+
+
+GALLERY = torch.tensor([_unit(a) for a in (0.1, 0.5, 1.0, 2.0)], dtype=torch.float64)
+QUERY = torch.tensor([_unit(0.0), _unit(2.1)], dtype=torch.float64)
+
+
+def test_a_mapping_is_read_by_query_ids_with_documents_the_gallery_lacks():
+    qrels = {"q1": {"d1": 2, "d3": 1, "dx": 3, "d0": 0}, "q2": ["d3", "q2"]}
+    table = rank_embeddings(
+        QUERY, GALLERY, query_ids=["q1", "q2"], gallery_ids=["d0", "d1", "d2", "q2"],
+        relevance="ids", relevant_ids=qrels,
+    )
+    # q1: d1 at rank 2; d3 and dx are not in this gallery (relevant, never retrieved); d0 grade 0
+    # q2: "q2" is the query's own id: left out of ranking and judgments; d3 absent
+    assert table.num_relevant.tolist() == [3, 1]
+    assert table.above.tolist() == [1]
+    assert table.gallery_size.tolist() == [4, 3]
+    assert table.depth.tolist() == [UNBOUNDED, UNBOUNDED]
+    assert table.ideal_grade.tolist() == [3.0, 2.0, 1.0, 1.0]
+    values = retrieval_measures(table, ["recall@4", "mrr", "ndcg"], gain="linear")
+    assert float(values["recall@4"]) == pytest.approx((1 / 3 + 0) / 2, abs=1e-15)
+    dcg = 2 / math.log2(3)
+    idcg = 3 + 2 / math.log2(3) + 1 / math.log2(4)
+    assert float(values["ndcg"]) == pytest.approx((dcg / idcg + 0) / 2, abs=1e-15)
+
+
+def test_identical_ids_kept_when_asked_and_string_ids_in_sequences():
+    qrels = {"q2": ["q2"]}
+    kept = rank_embeddings(
+        QUERY[1:], GALLERY, query_ids=["q2"], gallery_ids=["d0", "d1", "d2", "q2"],
+        relevance="ids", relevant_ids=qrels, ignore_identical_ids=False,
+    )
+    assert kept.num_relevant.tolist() == [1] and kept.above.tolist() == [0]
+    # one collection per query, naming string gallery ids
+    per_query = rank_embeddings(
+        QUERY, GALLERY, gallery_ids=["d0", "d1", "d2", "d3"], relevance="ids",
+        relevant_ids=[["d1"], {"d3": 2}],
+    )
+    assert per_query.above.tolist() == [1, 0]
+
+
+def test_judgments_fingerprint_and_refusals():
+    a = Judgments.of({"q": {"d": 1}, 7: ["x"]})
+    assert a.fingerprint == Judgments.of({7: ["x"], "q": {"d": 1}}).fingerprint
+    assert a.fingerprint != Judgments.of({"q": {"d": 2}, 7: ["x"]}).fingerprint
+    assert Judgments.of({"7": ["1"]}).integer_ids and not a.integer_ids
+    with pytest.raises(ValueError, match="one query twice"):
+        Judgments.of({7: ["a"], "7": ["b"]})
+    with pytest.raises(ValueError, match="twice"):
+        Judgments.of({"q": {1: 1, "1": 2}})
+    with pytest.raises(ValueError, match="finite"):
+        Judgments.of({"q": {"d": float("nan")}})
+    with pytest.raises(ValueError, match="collection"):
+        Judgments.of({"q": "d1"})
