@@ -44,10 +44,10 @@ DIRECTIONS = ("i2t/", "t2i/")
 # reported value is a hit rate or a rank)
 _NOT_APPLICABLE = (
     "relevance", "radius", "ignore_label", "average", "ap", "divisor", "gain", "gallery_sharded",
-    "duplicates", "empty_lists",
+    "duplicates", "empty_lists", "ignore_identical_ids",
 )
 # defaults of the one-direction options that no protocol sets
-_ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False}
+_ONE_DIRECTION_DEFAULTS = {"gallery_sharded": False, "ignore_identical_ids": None}
 
 
 class CrossModalRetrieval(Plotted, RetrievalMetricBase):
