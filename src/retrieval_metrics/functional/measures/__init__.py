@@ -46,12 +46,10 @@ from retrieval_metrics.functional.measures.per_query import (
     AP_DIVISORS,
     AP_KINDS,
     SharedTieGroups,
-    auroc_per_query,
     average_precision_per_query,
     cmc_per_query,
     expected_hits_per_query,
     f1_per_query,
-    fall_out_per_query,
     first_rank_per_query,
     granular_mrr_per_query,
     hit_rate_per_query,
@@ -63,6 +61,7 @@ from retrieval_metrics.functional.measures.per_query import (
     recall_per_query,
     reciprocal_rank_per_query,
 )
+from retrieval_metrics.functional.measures.roc import auroc_per_query, fall_out_per_query
 
 __all__ = [
     "AP_DIVISORS",
