@@ -83,8 +83,9 @@ CROSSMODAL = {
     "CrossModalRetrieval": lambda **kw: rm.CrossModalRetrieval(k=(1, 5), prefix="val/", **kw),
     "RSum": lambda **kw: rm.RSum(k=(1, 5, 10), **kw),
 }
-FORMS = ["same_source", "query_gallery", "fixed_gallery", "sharded_gallery", "ranked_lists",
-         "relevant_ranks", "scores"]
+FORMS = ["same_source", "query_gallery", "fixed_gallery", "sharded_gallery", "qrels",
+         "sharded_qrels", "ranked_lists", "relevant_ranks", "scores"]
+IDS_ONLY = matrix.IDS_ONLY  # judgments name queries and documents by id
 CROSS_FORMS = ["pairs", "separate_lists"]
 EMBEDDING_FORMS = ("same_source", "query_gallery", "fixed_gallery", "sharded_gallery")
 #: constructor options of each option name ("" is the plain case; "cameras" is an update input)
@@ -154,6 +155,8 @@ EXTRA_CASES = {
     ("RetrievalMetrics", "query_gallery", True, ""),
     ("RetrievalMetrics", "fixed_gallery", True, ""),
     ("RetrievalMetrics", "sharded_gallery", True, ""),
+    ("RetrievalMetrics", "qrels", True, ""),
+    ("RetrievalMetrics", "sharded_qrels", True, ""),
     ("RetrievalMetrics", "ranked_lists", True, ""),
     ("RetrievalMetrics", "relevant_ranks", False, ""),
     ("RetrievalMetrics", "scores", False, ""),
@@ -165,7 +168,7 @@ EXTRA_CASES = {
     ("CrossModalRetrieval", "pairs", True, ""),
     ("CrossModalRetrieval", "separate_lists", False, "folds"),
 }
-_COMPARABLE = (*EMBEDDING_FORMS, *CROSS_FORMS)
+_COMPARABLE = (*EMBEDDING_FORMS, *IDS_ONLY, *CROSS_FORMS)
 #: DEVICE_MATRIX_FULL=1 in the environment (workers inherit it): the whole cartesian product of
 #: classes, forms and ids instead of the representative selection
 FULL = os.environ.get("DEVICE_MATRIX_FULL") == "1"
@@ -181,11 +184,12 @@ def _plain_cases(full: bool) -> list[tuple[str, str, bool, str]]:
     """
     if full:
         out = [(c, f, ids, "") for c in CLASSES for f in FORMS for ids in (True, False)
-               if not (f == "scores" and ids)]
+               if not (f == "scores" and ids) and not (f in IDS_ONLY and not ids)]
         return out + [(c, f, ids, "") for c in CROSSMODAL for f in CROSS_FORMS
                       for ids in (True, False)]
     out = [("RetrievalMetrics", f, ids, "") for f in FORMS for ids in (True, False)
-           if not (f == "scores" and ids)]
+           if not (f == "scores" and ids) and not (f in IDS_ONLY and not ids)]
+    out += [("NDCGAtK", "qrels", True, ""), ("RecallAtK", "sharded_qrels", True, "")]
     others = [c for c in CLASSES if c != "RetrievalMetrics"]
     tables = ("ranked_lists", "relevant_ranks", "scores")
     for i, cls in enumerate(others):
@@ -230,6 +234,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "same_source", False, ""),
         ("RetrievalMetrics", "fixed_gallery", False, ""),
         ("RetrievalMetrics", "sharded_gallery", True, ""),
+        ("RetrievalMetrics", "qrels", True, ""),
         ("RetrievalMetrics", "relevant_ranks", True, ""),
         ("RetrievalMetrics", "scores", False, ""),
         ("RetrievalMetrics", "same_source", False, "chunked"),
@@ -256,6 +261,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "same_source", False, "ignore_label"),
         ("MeanAveragePrecision", "sharded_gallery", True, "cameras"),
         ("NDCGAtK", "sharded_gallery", True, "radius"),
+        ("RetrievalMetrics", "sharded_qrels", True, ""),
         ("MedianRank", "query_gallery", True, "chunked"),
         ("MRR", "fixed_gallery", False, ""),
         ("CrossModalRetrieval", "pairs", False, ""),
@@ -264,6 +270,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "same_source", True, "radius"),
         ("RetrievalMetrics", "fixed_gallery", True, ""),
         ("RetrievalMetrics", "ranked_lists", True, ""),
+        ("RecallAtK", "sharded_qrels", True, ""),
         ("RetrievalMetrics", "same_source", True, "chunked"),
         ("RetrievalMetrics", "query_gallery", True, "cameras"),
         ("CrossModalRetrieval", "pairs", True, "folds"),
@@ -358,8 +365,11 @@ def build(case: Case, device: Any, alt: bool = False):
     if case.cls in CROSSMODAL:
         metric = CROSSMODAL[case.cls](similarity="dot", **options)
     else:
+        if case.form in IDS_ONLY:
+            options["qrels"] = matrix.QRELS
         metric = CLASSES[case.cls](
-            similarity="dot", gallery_sharded=case.form == "sharded_gallery", **options
+            similarity="dot", gallery_sharded=case.form in ("sharded_gallery", "sharded_qrels"),
+            **options,
         )
     metric = metric.to(device)
     if case.form == "fixed_gallery":
@@ -378,6 +388,11 @@ def feed(metric, case: Case, item: tuple[str, list[int]], device: Any, alt: bool
         kwargs = _embedding_kwargs(case, "query", t, alt)
     elif form in ("query_gallery", "sharded_gallery"):
         kwargs = {**_embedding_kwargs(case, role, t, alt), "role": role}
+    elif form in IDS_ONLY:
+        # relevance by the judgments: embeddings and ids only
+        embedding_kwargs = _embedding_kwargs(case, role, t, alt)
+        kwargs = {"embeddings": embedding_kwargs["embeddings"], "ids": embedding_kwargs["ids"],
+                  "role": role}
     elif form == "fixed_gallery":
         kwargs = {**_embedding_kwargs(case, "query", t, alt), "role": "query"}
     elif form == "ranked_lists":

@@ -45,8 +45,10 @@ CROSSMODAL = {
     "RSum": lambda: rm.RSum(k=(1, 5, 10)),
 }
 # forms of the one-direction classes; "scores" carries no sample ids
-FORMS = ["same_source", "query_gallery", "fixed_gallery", "sharded_gallery", "ranked_lists",
-         "relevant_ranks", "scores"]
+FORMS = ["same_source", "query_gallery", "fixed_gallery", "sharded_gallery", "qrels",
+         "sharded_qrels", "ranked_lists", "relevant_ranks", "scores"]
+# forms that need sample ids (judgments name queries and documents by id)
+IDS_ONLY = ("qrels", "sharded_qrels")
 CROSS_FORMS = ["pairs", "separate_lists"]
 SPLITS = {"even": 2, "uneven_empty": 3, "padded": 3}
 
@@ -67,6 +69,14 @@ NUM_QUERIES = {"same_source": 41, "pairs": 36, "separate_lists": 12}
 LISTS = [[f"d{(q * 7 + i * 3) % 30}" for i in range(8)] for q in range(17)]
 RELEVANT = [{f"d{(q * 5) % 30}", f"d{(q * 11) % 30}", "d1"} for q in range(17)]
 RANKS = [sorted({1 + (q * 3 + j * 5) % 12 for j in range(1 + q % 3)}) for q in range(17)]
+# graded judgments of the query/gallery sets by id (queries 0..16, documents 1000..1036): grade-0
+# judgments, documents the corpus lacks (2000 + q), queries without judgments (q % 6 == 5)
+QRELS = {
+    q: {1000 + (q * 5 + j * 7) % 37: (q + j) % 4 for j in range(1 + q % 4)}
+    | ({2000 + q: 2} if q % 4 == 1 else {})
+    for q in range(17)
+    if q % 6 != 5
+}
 IMAGES = _embeddings(12, 3)[0]
 CAPTION_IMAGE = torch.arange(12).repeat_interleave(3)  # 3 captions per image
 CAPTIONS = IMAGES[CAPTION_IMAGE] + 1.1 * torch.randn(
@@ -88,7 +98,7 @@ def _scores(idx):
 def cases() -> list[tuple[str, str, bool]]:
     """(class, form, with ids) for every combination a class takes."""
     out = [(c, f, ids) for c in CLASSES for f in FORMS for ids in (True, False)
-           if not (f == "scores" and ids)]
+           if not (f == "scores" and ids) and not (f in IDS_ONLY and not ids)]
     out += [(c, f, ids) for c in CROSSMODAL for f in CROSS_FORMS for ids in (True, False)]
     return out
 
@@ -100,7 +110,10 @@ def case_name(cls: str, form: str, ids: bool) -> str:
 def build(cls: str, form: str, ids: bool):
     if cls in CROSSMODAL:
         return CROSSMODAL[cls]()
-    metric = CLASSES[cls](gallery_sharded=form == "sharded_gallery")
+    sharded = form in ("sharded_gallery", "sharded_qrels")
+    if form in IDS_ONLY:
+        return CLASSES[cls](gallery_sharded=sharded, qrels=QRELS)
+    metric = CLASSES[cls](gallery_sharded=sharded)
     if form == "fixed_gallery":
         metric.set_gallery(GALLERY[0], GALLERY[1], ids=1000 + torch.arange(37) if ids else None)
     return metric
@@ -119,6 +132,11 @@ def feed(metric, form: str, ids: bool, item) -> None:
         else:
             metric.update(GALLERY[0][t], GALLERY[1][t], role="gallery",
                           ids=1000 + t if ids else None)
+    elif form in IDS_ONLY:
+        if role == "query":
+            metric.update(QUERY[0][t], role="query", ids=t)
+        else:
+            metric.update(GALLERY[0][t], role="gallery", ids=1000 + t)
     elif form == "fixed_gallery":
         metric.update(QUERY[0][t], QUERY[1][t], role="query", ids=sid)
     elif form == "ranked_lists":
@@ -144,7 +162,7 @@ def feed(metric, form: str, ids: bool, item) -> None:
 
 def _num_items(form: str) -> tuple[int, int]:
     """(queries or samples, gallery items given with role='gallery')."""
-    if form in ("query_gallery", "sharded_gallery"):
+    if form in ("query_gallery", "sharded_gallery", *IDS_ONLY):
         return 17, 37
     return NUM_QUERIES.get(form, 17), 0
 
@@ -172,9 +190,12 @@ def share(split: str, form: str, rank: int, world: int) -> list[tuple[str, list[
         mine = _contiguous(n_query, rank, [0, 0.7, 1, 1])
     out = [("query", mine[i : i + size]) for i in range(0, len(mine), size)]
     if n_gallery:
-        # gallery items never repeat across processes (a sharded gallery must not); uneven
-        cuts = [0, 0.7, 1] if world == 2 else [0, 0.7, 1, 1]
-        mine = _contiguous(n_gallery, rank, cuts)
+        if split == "padded":
+            # the sampler's repeats land on two processes, a sharded gallery's too: by ids
+            mine = _padded(n_gallery, rank, world)
+        else:
+            cuts = [0, 0.7, 1] if world == 2 else [0, 0.7, 1, 1]
+            mine = _contiguous(n_gallery, rank, cuts)
         out += [("gallery", mine[i : i + 7]) for i in range(0, len(mine), 7)]
     return out
 

@@ -50,6 +50,7 @@ def data():
 
 
 def feed(metric, rank: int, world: int, fixed: bool = False) -> None:
+    """This process's share: the corpus (unless ``fixed``) and the queries, in batches."""
     queries, docs, q_ids, d_ids, _ = data()
     size = 3 + 2 * rank
     if not fixed:
@@ -60,9 +61,11 @@ def feed(metric, rank: int, world: int, fixed: bool = False) -> None:
         metric.update(queries[b], ids=[q_ids[i] for i in b], role="query")
 
 
-def build(fixed: bool = False, qrels=None):
+def build(fixed: bool = False, qrels=None, sharded: bool = False):
     _, docs, _, d_ids, default = data()
-    metric = rm.RetrievalMetrics(NAMES, qrels=default if qrels is None else qrels)
+    metric = rm.RetrievalMetrics(
+        NAMES, qrels=default if qrels is None else qrels, gallery_sharded=sharded
+    )
     metric.set_dtype(torch.float64)
     if fixed:
         metric.set_gallery(docs, ids=d_ids)
@@ -96,6 +99,21 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric = build(fixed=True)
         feed(metric, rank, world, fixed=True)
         return scored(metric)
+    if scenario == "qrels_sharded":
+        # each process keeps its part of the corpus; the sampler's padding puts a few documents
+        # on two processes, dropped by their ids
+        metric = build(sharded=True)
+        feed(metric, rank, world)
+        return scored(metric)
+    if scenario == "sharded_integer_ids_collide":
+        # integer ids from two counters: only the last process's shard holds document 0, the id
+        # of query 0; every process refuses
+        queries, docs = data()[:2]
+        metric = rm.RetrievalMetrics(["mrr"], qrels={0: [5], 1: [6]}, gallery_sharded=True)
+        metric.update(queries[:2], ids=[0, 1], role="query")
+        d = [5, 6] if rank < world - 1 else [0, 7]
+        metric.update(docs[d], ids=d, role="gallery")
+        return refused(metric)
     if scenario == "different_qrels":
         _, _, _, _, qrels = data()
         if rank == world - 1:

@@ -1,6 +1,7 @@
 """The qrels form on 1-3 real gloo processes (tests/distributed/qrels_worker.py): queries and
 corpus spread unevenly with DistributedSampler's padding give the one-process values on every
-process; processes that disagree (different qrels, ``ids=`` on some processes only, integer
+process, the corpus also kept split (``gallery_sharded=True``, the sampler's repeats dropped
+by id); processes that disagree (different qrels, ``ids=`` on some processes only, integer
 labels or image ids on one and strings on another) are refused by name on every process.
 Every run has a timeout and kills its processes on failure (launch.run_workers)."""
 
@@ -17,9 +18,9 @@ sys.path.insert(0, str(HERE))
 import launch  # noqa: E402
 import qrels_worker  # noqa: E402
 
-SCORED = ["qrels", "qrels_fixed"]
-REFUSED = ["different_qrels", "ids_on_some_processes", "ids_on_some_processes_lists",
-           "int_and_string_labels", "int_and_string_image_ids"]
+SCORED = ["qrels", "qrels_fixed", "qrels_sharded"]
+REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
+           "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
 _RUNS: dict[int, list[dict]] = {}
 
 
@@ -58,6 +59,7 @@ def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_fa
     ("scenario", "named"),
     [
         ("different_qrels", "different `qrels`"),
+        ("sharded_integer_ids_collide", "query ids are also document ids"),
         ("ids_on_some_processes", "`ids` were given on some processes"),
         ("ids_on_some_processes_lists", "with and without ids"),
         ("int_and_string_labels", "`labels` of the queries were integers"),

@@ -14,6 +14,8 @@ import retrieval_metrics as rm
 from emulated_cuda import fake_cuda_fixture  # noqa: F401
 from reference import reference_judged
 from retrieval_metrics.formats import read_qrels
+from retrieval_metrics.functional.ranking import Exchange
+from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
 
 # Four documents on the unit circle and a query at angle 0: cosine order d0, d1, d2, d3.
 ANGLES = {"d0": 0.1, "d1": 0.5, "d2": 1.0, "d3": 2.0, "d4": 2.5}
@@ -225,8 +227,10 @@ def test_what_the_form_refuses():
         rm.MRR(qrels={"q": {"d0": "high"}})
     with pytest.raises(ValueError, match="does not read them"):
         rm.MRR(qrels={"q": ["d0"]}).update(ranked_ids=[["d0"]], relevant_ids=[{"d0"}])
-    with pytest.raises(ValueError, match="not supported yet"):
-        rm.MRR(qrels={"q": ["d0"]}, gallery_sharded=True)
+    # a sharded gallery takes judgments, not per-query lists of ids that a shard may not hold
+    with pytest.raises(ValueError, match="judgments"):
+        rank_embeddings_sharded(torch.eye(2), torch.eye(2), Exchange(), relevance="ids",
+                                query_ids=[0, 1], gallery_ids=[0, 1])
 
 
 # ------------------------------------------------------------------------- exactness
@@ -292,10 +296,13 @@ NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10"
          "ndcg", "r_precision", "map@r", "minp", "recall@20", "ndcg@3"]
 
 
+@pytest.mark.parametrize("sharded", [False, True])
 @pytest.mark.parametrize("integer_ids", [False, True])
-def test_every_measure_equals_the_reference_that_scores_every_document(integer_ids):
+def test_every_measure_equals_the_reference_that_scores_every_document(integer_ids, sharded):
     queries, docs, q_ids, d_ids, qrels = _random_case(1, integer_ids)
-    m = rm.RetrievalMetrics(NAMES, qrels=qrels, ignore_identical_ids=True)
+    m = rm.RetrievalMetrics(
+        NAMES, qrels=qrels, ignore_identical_ids=True, gallery_sharded=sharded
+    )
     m.set_dtype(torch.float64)
     # batches, queries and corpus interleaved, with repeats
     m.update(docs[:30], ids=d_ids[:30], role="gallery")
@@ -308,12 +315,50 @@ def test_every_measure_equals_the_reference_that_scores_every_document(integer_i
     _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, NAMES)
 
 
-def test_every_measure_equals_the_reference_on_the_emulated_device(fake_cuda):
+@pytest.mark.parametrize("sharded", [False, True])
+def test_every_measure_equals_the_reference_on_the_emulated_device(fake_cuda, sharded):
     queries, docs, q_ids, d_ids, qrels = _random_case(2, False)
-    m = rm.RetrievalMetrics(NAMES, qrels=qrels).to("cuda")
+    m = rm.RetrievalMetrics(NAMES, qrels=qrels, gallery_sharded=sharded).to("cuda")
     m.set_dtype(torch.float64)
     m.update(queries.to("cuda"), ids=q_ids, role="query")
     m.update(docs.to("cuda"), ids=d_ids, role="gallery")
     values = m.compute()
     assert all(v.device.type == "cuda" for v in values.values())
     _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, NAMES)
+
+
+# pytrec_eval's names of our measures (trec_eval's: linear gain; recall and P at a cut-off; AP
+# over every relevant judgment; relevance level 1)
+PYTREC = {"ndcg_cut_10": "ndcg@10", "map_cut_10": "map@10", "recall_10": "recall@10",
+          "P_5": "precision@5", "map": "map", "ndcg": "ndcg", "Rprec": "r_precision",
+          "recip_rank": "mrr"}
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_every_measure_equals_pytrec_eval_on_the_full_score_matrix(sharded):
+    """trec_eval (pytrec_eval) run on every document's score: the same numbers to 1e-9 (scores
+    without ties; the identical ids popped from the run, as BEIR does, and from the judgments,
+    as ``ignore_identical_ids`` leaves them out of both)."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    queries, docs, q_ids, d_ids, qrels = _random_case(3, False)
+    scores = (torch.nn.functional.normalize(queries, dim=1)
+              @ torch.nn.functional.normalize(docs, dim=1).T)
+    run = {q: {d: float(scores[i, j]) for j, d in enumerate(d_ids) if d != q}
+           for i, q in enumerate(q_ids)}
+    judged = {q: {d: g for d, g in v.items() if d != q} for q, v in qrels.items()}
+    # trec_eval scores only the queries of the run that have a relevant judgment
+    scored = {q for q, v in judged.items() if q in run and any(g > 0 for g in v.values())}
+    per_query = pytrec_eval.RelevanceEvaluator(
+        {q: judged[q] for q in scored}, set(PYTREC)
+    ).evaluate({q: run[q] for q in scored})
+    m = rm.RetrievalMetrics(list(PYTREC.values()), qrels=qrels, gain="linear",
+                            gallery_sharded=sharded)
+    m.set_dtype(torch.float64)
+    m.update(queries, ids=q_ids, role="query")
+    m.update(docs, ids=d_ids, role="gallery")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = m.compute()
+    for theirs, ours in PYTREC.items():
+        expected = math.fsum(r[theirs] for r in per_query.values()) / len(per_query)
+        assert float(values[ours]) == pytest.approx(expected, abs=1e-9), ours

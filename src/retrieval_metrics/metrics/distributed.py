@@ -42,6 +42,7 @@ from retrieval_metrics.functional.table import (
 __all__ = [
     "EMBEDDING_REPEAT_TOLERANCE",
     "DistributedExchange",
+    "dedupe_across_shards",
     "dedupe_by_id",
     "distributed_ready",
     "gather_rows",
@@ -293,6 +294,62 @@ def dedupe_by_id(
                 "padding, are dropped"
             )
     return order[first]
+
+
+def dedupe_across_shards(shard: Items, what: str, group: Any = None) -> tuple[Items, int]:
+    """This process's gallery shard without the items whose id a lower-ranked process holds.
+
+    A gallery that stays split over processes is deduplicated within each process by the states'
+    dedupe; the samples DistributedSampler repeats to even out the processes land on two
+    processes, and would count twice. Only the ids travel (8 bytes an item, on every process the
+    same answer); the rows of the ids held by several processes are then compared with
+    :func:`dedupe_by_id`'s rule, so a repeat that is not the same sample is refused on every
+    process alike. Returns the shard and the bytes this process sent."""
+    rank, world = rank_and_world(group)
+    if world == 1 or shard.ids is None:
+        return shard, 0
+    local_ids = shard.ids.cpu()
+    sent = local_ids.numel() * 12
+    all_ids, all_rank = gather_rows(
+        [local_ids, torch.full_like(local_ids, rank, dtype=torch.int32)], group
+    )
+    all_ids, all_rank = all_ids.cpu(), all_rank.cpu().to(torch.int64)
+    # the ids held by more than one process (each process holds an id once: deduped states)
+    order = torch.argsort(all_ids, stable=True)
+    sorted_ids = all_ids[order]
+    repeated = torch.zeros_like(sorted_ids, dtype=torch.bool)
+    if sorted_ids.numel() > 1:
+        same = sorted_ids[1:] == sorted_ids[:-1]
+        repeated[1:] |= same
+        repeated[:-1] |= same
+    shared = torch.unique(sorted_ids[repeated])
+    if shared.numel() == 0:
+        return shard, sent
+    mine = torch.isin(local_ids, shared)
+    rows = shard.select(mine)
+    key_names = ("labels", "cameras", "positions")
+    # the same list on every process: a key this process lacks travels as an empty tensor
+    fields = [rows.emb, rows.ids] + [
+        torch.zeros(0, dtype=torch.int64) if getattr(rows, name) is None else getattr(rows, name)
+        for name in key_names
+    ]
+    gathered = gather_rows(fields, group)
+    sent += sum(t.numel() * t.element_size() for t in fields)
+    emb, ids = gathered[0], gathered[1]
+    keys = {
+        name: key if key.shape[0] == ids.shape[0] else None
+        for name, key in zip(key_names, gathered[2:], strict=True)
+    }
+    dedupe_by_id(ids, what, embeddings=emb, **keys)  # raises where a repeat is another sample
+    # keep each shared id on the lowest rank that holds it
+    first_rank = torch.full((shared.numel(),), world, dtype=torch.int64)
+    at = torch.searchsorted(shared, all_ids)
+    held = torch.isin(all_ids, shared)
+    first_rank.scatter_reduce_(0, at[held], all_rank[held], reduce="amin")
+    owner = first_rank[torch.searchsorted(shared, local_ids[mine])]
+    keep = torch.ones_like(local_ids, dtype=torch.bool)
+    keep[mine] = owner == rank
+    return shard.select(keep), sent
 
 
 # ---------------------------------------------------------------------- ranking

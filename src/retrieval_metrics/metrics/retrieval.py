@@ -47,8 +47,10 @@ class RetrievalMetric(RetrievalMetricBase):
         gallery_sharded: for galleries too large for one device: gallery items given with
             ``role="gallery"`` stay on the process that received them, the queries are gathered,
             each process ranks every query against its shard, and only relevant scores and counts
-            cross between processes. Same values; self-exclusion needs ``ids=``; the shards must
-            not repeat items across processes.
+            cross between processes (and the gallery ids, 8 bytes an item, so that an item two
+            processes hold, DistributedSampler's padding, counts once). Same values, with
+            ``qrels=`` too; self-exclusion needs ``ids=``; without ids the shards must not repeat
+            items across processes.
         qrels: judgments (BEIR, MTEB, TREC): a mapping query id -> collection of document ids,
             or -> {document id: grade} (as ``retrieval_metrics.formats.read_qrels`` returns
             it). Queries come with ``update(q, ids=query_ids, role="query")``, the corpus with
@@ -85,8 +87,6 @@ class RetrievalMetric(RetrievalMetricBase):
             raise ValueError('relevance="qrels" needs the judgments: pass `qrels=`')
         if self.qrels is None and ignore_identical_ids is not None:
             raise ValueError("`ignore_identical_ids` applies with `qrels=` only")
-        if self.qrels is not None and gallery_sharded:
-            raise ValueError("`qrels=` with gallery_sharded=True is not supported yet")
         self.ignore_identical_ids = ignore_identical_ids
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
@@ -270,7 +270,7 @@ class RetrievalMetric(RetrievalMetricBase):
             return RankingOptions(
                 relevance="ids",
                 similarity=self.similarity,
-                memory_budget=self.memory_budget,
+                memory_budget=self._ranking_budget(),
                 judgments=self.qrels,
                 ignore_identical_ids=self.ignore_identical_ids is not False,
             )

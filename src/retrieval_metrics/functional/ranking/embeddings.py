@@ -27,7 +27,7 @@ from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import encode_labels, label_codes
-from retrieval_metrics.functional.ranking.qrels import with_unretrieved
+from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.table import RankTable
@@ -146,12 +146,24 @@ def ranked_table(
     relevance_sets = inputs.relevance
     if relevance_sets.unretrieved is not None and relevance_sets.unretrieved_grades is not None:
         table = with_unretrieved(
-            table, relevance_sets.unretrieved, relevance_sets.unretrieved_grades,
+            table, relevance_sets.unretrieved, ideal=judged_ideal_of(relevance_sets),
             whole_ranking=options.depth is None,
         )
     if inputs.query_key is not None:
         table = replace(table, query_class=inputs.query_key)
     return table
+
+
+def judged_ideal_of(relevance_sets: Relevance) -> tuple[Tensor, Tensor] | None:
+    """The ideal grades of graded judgments (every relevant grade of each query, those of the
+    documents the corpus lacks included); None for binary ones."""
+    if relevance_sets.query_grades is None or relevance_sets.unretrieved is None:
+        return None
+    assert relevance_sets.unretrieved_grades is not None
+    return judged_ideal(
+        relevance_sets.relevant_ptr, relevance_sets.query_grades, relevance_sets.unretrieved,
+        relevance_sets.unretrieved_grades,
+    )
 
 
 def embedding_relevance(
@@ -206,8 +218,8 @@ def embedding_relevance(
         g_labels = per_item("gallery_labels", g_labels, num_g)
     # ids compare across the two sides and with judgments' ids: one code for one id
     # (``label_codes``: integers as they are, strings by a hash)
-    q_ids = per_item("query_ids", _id_codes(query_keys.ids, "query_ids"), num_q)
-    g_ids = per_item("gallery_ids", _id_codes(gallery_keys.ids, "gallery_ids"), num_g)
+    q_ids = per_item("query_ids", id_codes(query_keys.ids, "query_ids"), num_q)
+    g_ids = per_item("gallery_ids", id_codes(gallery_keys.ids, "gallery_ids"), num_g)
     if relevant_ids is None:
         relevant_ids = options.judgments
     relevance_sets = build_relevance(
@@ -232,7 +244,9 @@ def embedding_relevance(
     return RankingInput(query, gallery, relevance_sets, q_labels, g_key, same_source)
 
 
-def _id_codes(ids: Any, name: str) -> Tensor | None:
+def id_codes(ids: Any, name: str) -> Tensor | None:
+    """Sample ids as the int64 codes every id compares by (``label_codes``); int64 tensors as
+    they are."""
     if ids is None:
         return None
     if isinstance(ids, Tensor) and not ids.is_floating_point() and ids.dim() == 1:

@@ -7,7 +7,7 @@ strings by a hash that is the same in every process), with a fingerprint that pr
 :meth:`Judgments.relevance` turns it into one ranking's relevance sets, given the queries' and the
 corpus's ids: a judged document with a grade > 0 is relevant; one that is not in the corpus is
 relevant and never retrieved (it counts in m_q, as trec_eval counts it), returned as a count and
-its grades per query for :func:`with_unretrieved`.
+its grades per query for :func:`judged_ideal` and :func:`with_unretrieved`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from torch import Tensor
 
 from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts, row_of_entries
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
+from retrieval_metrics.functional.ranking.table_build import ideal_from
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
-__all__ = ["JudgedRelevance", "Judgments", "sorted_ids", "with_unretrieved"]
+__all__ = ["JudgedRelevance", "Judgments", "judged_ideal", "sorted_ids", "with_unretrieved"]
 
 
 def sorted_ids(ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -197,28 +198,38 @@ class Judgments:
         )
 
 
+def judged_ideal(
+    relevant_ptr: Tensor, grades: Tensor, unretrieved: Tensor, unretrieved_grades: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Every relevant grade of each query, decreasing: those of its relevant documents in the
+    corpus (``grades``, grouped as ``relevant_ptr`` says) and of those the corpus lacks
+    (``unretrieved`` per query, ``unretrieved_grades`` grouped by query)."""
+    rows = torch.cat([row_of_entries(relevant_ptr), row_of_entries(ptr_from_counts(unretrieved))])
+    values = torch.cat([grades.to(torch.float64), unretrieved_grades.to(torch.float64)])
+    counts = torch.bincount(rows, minlength=relevant_ptr.numel() - 1)
+    return ideal_from(ptr_from_counts(counts), values, rows)
+
+
 def with_unretrieved(
-    table: RankTable, unretrieved: Tensor, grades: Tensor, *, whole_ranking: bool
+    table: RankTable,
+    unretrieved: Tensor,
+    *,
+    ideal: tuple[Tensor, Tensor] | None,
+    whole_ranking: bool,
 ) -> RankTable:
     """``table`` with each query's relevant documents that the corpus lacks (``unretrieved``
-    per query, their ``grades`` grouped by query): they count in m_q and in the ideal DCG, and
-    are never retrieved. ``whole_ranking``: every relevant item in the corpus was located (no
-    depth), so what is unlisted was never retrieved at all (depth ``UNBOUNDED``)."""
-    if unretrieved.numel() == 0 or not bool((unretrieved > 0).any()):
-        return table
-    unretrieved = unretrieved.to(torch.int64)
-    changes: dict[str, Any] = {"num_relevant": table.num_relevant + unretrieved}
-    if whole_ranking:
-        changes["depth"] = torch.where(
-            unretrieved > 0, torch.full_like(table.depth, UNBOUNDED), table.depth
-        )
-    if table.ideal_grade is not None and table.ideal_ptr is not None:
-        num_q = table.num_queries
-        rows = torch.cat([row_of_entries(table.ideal_ptr), row_of_entries(ptr_from_counts(
-            unretrieved))])
-        values = torch.cat([table.ideal_grade, grades.to(torch.float64)])
-        order = torch.from_numpy(np.lexsort(((-values).numpy(), rows.numpy())))
-        counts = torch.bincount(rows, minlength=num_q)
-        changes["ideal_ptr"], changes["ideal_grade"] = ptr_from_counts(counts), values[order]
-    return replace(table, **changes)
-
+    per query): they count in m_q and are never retrieved; ``ideal`` (:func:`judged_ideal`, None
+    for binary judgments) holds every relevant grade, theirs included. ``whole_ranking``: every
+    relevant item in the corpus was located (no depth), so what is unlisted was never retrieved
+    at all (depth ``UNBOUNDED``)."""
+    changes: dict[str, Any] = {}
+    if ideal is not None:
+        changes["ideal_ptr"], changes["ideal_grade"] = ideal
+    if unretrieved.numel() and bool((unretrieved > 0).any()):
+        unretrieved = unretrieved.to(torch.int64)
+        changes["num_relevant"] = table.num_relevant + unretrieved
+        if whole_ranking:
+            changes["depth"] = torch.where(
+                unretrieved > 0, torch.full_like(table.depth, UNBOUNDED), table.depth
+            )
+    return replace(table, **changes) if changes else table

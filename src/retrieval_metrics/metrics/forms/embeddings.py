@@ -161,10 +161,26 @@ class QueryGallery(_EmbeddingStates):
         if not metric.gallery_sharded:
             return super().table(metric)
         queries, shard = self.sides(metric)
-        table, sent = D.rank_gallery_sharded(
+        return self.sharded_table(metric, queries, shard)
+
+    def sharded_table(
+        self, metric: RetrievalMetric, queries: Items, shard: Items | None
+    ) -> RankTable:
+        """Every query against the gallery that stays split over the processes (this one holds
+        ``shard``, or nothing): the items that a lower-ranked process also holds (sampler
+        padding) dropped, by their ids."""
+        sent = 0
+        if metric._distributed():
+            if shard is None:  # this process holds no gallery items, but joins the collectives
+                shard = queries.select(torch.zeros(0, dtype=torch.int64))
+            shard, sent = D.dedupe_across_shards(
+                shard, "`ids` of the gallery items", metric.process_group
+            )
+        table, ranked = D.rank_gallery_sharded(
             queries, shard, metric._ranking_options(), metric.process_group,
             metric._distributed(),
         )
-        # what this process sent: its states and the ranking's relevant scores and counts
-        metric.bytes_exchanged = sent + metric._sync_bytes
+        # what this process sent: its states, the shard's ids and the ranking's relevant
+        # scores and counts
+        metric.bytes_exchanged = sent + ranked + metric._sync_bytes
         return table

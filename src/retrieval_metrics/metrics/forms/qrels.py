@@ -28,16 +28,24 @@ if TYPE_CHECKING:
 __all__ = ["Qrels", "check_identical_ids", "qrels_notes"]
 
 
-def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items) -> None:
+def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> None:
     """Refuse, with ``ignore_identical_ids`` left at None, integer query ids that are also corpus
     ids: with two counters (queries 0..Q-1, documents 0..N-1) leaving out the document whose id
-    is the query's would silently drop document i from query i's ranking."""
+    is the query's would silently drop document i from query i's ranking. A sharded corpus
+    (``gallery``: this process's shard, or None) is checked on every shard, and refused on every
+    process alike."""
     judgments = metric.qrels
     if metric.ignore_identical_ids is not None or judgments is None:
         return
-    if not judgments.integer_ids or queries.ids is None or gallery.ids is None:
+    if not judgments.integer_ids or queries.ids is None:
         return
-    shared = torch.isin(queries.ids.cpu(), gallery.ids.cpu())
+    if gallery is None or gallery.ids is None:
+        shared = torch.zeros(len(queries), dtype=torch.bool)
+    else:
+        shared = torch.isin(queries.ids.cpu(), gallery.ids.cpu())
+    if metric.gallery_sharded and metric._distributed():
+        # (the queries are every process's: one shard's collision is every process's refusal)
+        shared = D.gather_rows([shared[None]], metric.process_group)[0].any(0)
     if bool(shared.any()):
         example = int(queries.ids.cpu()[shared][0])
         raise ValueError(
@@ -92,15 +100,18 @@ class Qrels(QueryGallery):
         # the queries' ids stay in the table: the judged queries never given are counted by
         # them, and two retrievers' tables pair their queries by them
         queries, gallery = self.sides(metric)
-        table = D.rank_queries(
-            queries, gallery, metric._ranking_options(), metric.process_group,
-            metric._distributed(),
-        )
+        if metric.gallery_sharded:
+            table = self.sharded_table(metric, queries, gallery)
+        else:
+            assert gallery is not None
+            table = D.rank_queries(
+                queries, gallery, metric._ranking_options(), metric.process_group,
+                metric._distributed(),
+            )
         return replace(table, query_id=queries.ids.cpu())
 
     def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
         queries, gallery = super().sides(metric)
-        assert gallery is not None  # (no sharded gallery with qrels)
         check_identical_ids(metric, queries, gallery)
         return queries, gallery
 
