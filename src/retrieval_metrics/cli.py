@@ -563,7 +563,8 @@ def _describe(run: Run) -> str:
         return f"{run.files[0]} against {run.files[1]}: {run.num_queries} queries"
     if run.kind == "qrels":
         ignored = run.notes.get("query_file_queries_without_qrels")
-        tail = f" ({ignored} queries without judgments ignored)" if ignored else ""
+        many = "query" if ignored == 1 else "queries"
+        tail = f" ({ignored} {many} of the file without judgments ignored)" if ignored else ""
         return (
             f"{run.files[0]} against {run.files[1]}, judged by {run.files[2]}: "
             f"{run.num_queries} queries{tail}"
