@@ -44,8 +44,9 @@ PROTOCOL_NAMES = (
 
 
 EVALUATE_HELP = """\
-Score saved embeddings or ranked lists (IR, RAG); print one table per run (value, 95% interval,
-chance level, queries counted and skipped, gallery size).
+Score saved embeddings, ranked lists (IR, RAG), or query and corpus embeddings against qrels;
+print one table per run (value, 95% interval, chance level, queries counted and skipped, gallery
+size).
 
   retrieval-metrics evaluate emb.npz                      same source: every item queries
                                                           all the others, never itself
