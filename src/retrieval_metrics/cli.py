@@ -8,6 +8,10 @@
 * ``evaluate FILE``: same source (every item queries all the others, never itself);
 * ``evaluate --query Q --gallery G``: separate query and gallery sets (re-id, place recognition,
   a fixed index); repeat the pair to compare runs;
+* ``evaluate --query Q --gallery CORPUS --qrels QRELS``: queries and a corpus judged by qrels (a
+  dense retriever, as BEIR and MTEB score one), by the ids in both files; the queries without
+  judgments are left out (as BEIR's loader and trec_eval leave them), and the notes of
+  ``summary()`` (judged documents not in the corpus, ...) are printed under each table;
 * ``evaluate --run RUN --qrels QRELS``: a run and its judgments, in TREC, BEIR (``.tsv``
   qrels), ranx / pytrec_eval JSON (``.json``) or one-question-per-line JSONL (``.jsonl``; a JSONL
   run whose lines carry ``"relevant"`` needs no ``--qrels``). Scored runs are ranked as trec_eval
@@ -22,7 +26,7 @@ named ``STEM.labels.npy``, ``STEM.ids.npy``, ... (read by
 
 It prints one aligned table per run (value, 95% interval, chance level, queries counted and
 skipped, gallery size), writes them with ``--json`` and draws hit rate vs K with the chance curve
-(all runs on one axis) with ``--plot``.
+(all runs on one axis; recall vs K for embeddings judged by qrels) with ``--plot``.
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from retrieval_metrics.cli_parser import EMBEDDING_METRICS, TREC_METRICS, build_parser
+from retrieval_metrics.cli_parser import (
+    EMBEDDING_METRICS,
+    QRELS_METRICS,
+    TREC_METRICS,
+    build_parser,
+)
 from retrieval_metrics.formats import (
     ARRAYS,
     EmbeddingFile,
     check_pair,
     load_items,
+    read_qrels,
     read_ranked_lists,
 )
 
@@ -245,7 +255,9 @@ def evaluate_trec(
     return len(qids)
 
 
-def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> Callable[[], Any]:
+def _metric_factory(
+    args: argparse.Namespace, names: list[str], trec: bool, qrels: dict[str, Any] | None = None
+) -> Callable[[], Any]:
     import retrieval_metrics as rm
     from retrieval_metrics.functional import measures as M
     from retrieval_metrics.protocols import library_names
@@ -266,6 +278,15 @@ def _metric_factory(args: argparse.Namespace, names: list[str], trec: bool) -> C
         options["percent"] = True
     if trec and args.duplicates is not None:
         options["duplicates"] = args.duplicates
+    if args.ignore_identical_ids is not None:
+        if qrels is None:
+            raise CLIError(
+                "--ignore-identical-ids applies to embeddings judged by qrels: --query, "
+                "--gallery and --qrels"
+            )
+        options["ignore_identical_ids"] = args.ignore_identical_ids == "true"
+    if qrels is not None:
+        options["qrels"] = qrels
     protocol = args.protocol
     if protocol is None and trec:
         protocol = "trec_eval"
@@ -347,14 +368,22 @@ def _effective_options(metric: Any) -> dict[str, Any]:
         "gain",
         "median",
     )
-    return {name: getattr(metric, name) for name in names if hasattr(metric, name)}
+    out = {name: getattr(metric, name) for name in names if hasattr(metric, name)}
+    if getattr(metric, "qrels", None) is not None:
+        out["ignore_identical_ids"] = metric.ignore_identical_ids
+    return out
 
 
 def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
     files, queries, galleries = args.files or [], args.query or [], args.gallery or []
     runs_trec = args.run or []
-    sources = sum(bool(x) for x in (files, queries or galleries, runs_trec or args.qrels))
+    sources = sum(bool(x) for x in (files, queries or galleries, runs_trec))
     if sources == 0:
+        if args.qrels is not None:
+            raise CLIError(
+                "--qrels needs what it judges: --run RUN (TREC, .json or .jsonl), or --query "
+                "Q --gallery CORPUS (embeddings with their ids)"
+            )
         raise CLIError(
             "nothing to evaluate: give embedding FILEs, --query and --gallery, or --run and "
             "--qrels (see retrieval-metrics evaluate --help)"
@@ -363,11 +392,24 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         raise CLIError(
             "give one kind of input: embedding FILEs, --query/--gallery pairs, or --run/--qrels"
         )
-    trec = bool(runs_trec or args.qrels)
+    if files and args.qrels is not None:
+        raise CLIError(
+            "--qrels with same-source FILEs is not supported: give the queries and the corpus "
+            "as --query Q --gallery CORPUS, with the qrels' query ids and document ids in them"
+        )
+    trec = bool(runs_trec)
+    judged = args.qrels is not None and not trec  # embeddings judged by qrels
+    if judged and args.complete:
+        raise CLIError(
+            "--complete scores the judged queries a run lacks as empty lists; with --query and "
+            "--gallery a judged query that is not in the query file has no embedding to rank"
+        )
+    qrels = read_qrels(args.qrels) if judged else None
     names = [n.strip() for n in (args.metrics or "").split(",") if n.strip()]
     if not names:
-        names = (TREC_METRICS if trec else EMBEDDING_METRICS).split(",")
-    factory = _metric_factory(args, names, trec)
+        default = TREC_METRICS if trec else QRELS_METRICS if judged else EMBEDDING_METRICS
+        names = default.split(",")
+    factory = _metric_factory(args, names, trec, qrels)
     probe = factory()
     keys = _parse_keys(args.keys)
     need_labels = probe.relevance == "label"
@@ -379,8 +421,6 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
 
     runs: list[Run] = []
     if trec:
-        if not runs_trec:
-            raise CLIError("--qrels needs a run: --run RUN (TREC, .json or .jsonl)")
         for path in runs_trec:
             if args.qrels is None and Path(path).suffix.lower() != ".jsonl":
                 raise CLIError(
@@ -421,6 +461,12 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                 "gallery for all, or one per query file"
             )
         pairs = list(zip(queries, galleries, strict=True))
+    if judged:
+        assert qrels is not None
+        for i, (qpath, gpath) in enumerate(pairs):
+            label = name_of(i, Path(qpath).stem)
+            runs.append(_judged_run(args, factory, keys, qpath, gpath, qrels, label))
+        return runs, trec
     for i, (qpath, gpath) in enumerate(pairs):
         query = load_items(qpath, keys, need_labels=need_labels, need_positions=need_positions)
         gallery = None
@@ -447,11 +493,82 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
     return runs, trec
 
 
+def _judged_run(
+    args: argparse.Namespace,
+    factory: Callable[[], Any],
+    keys: dict[str, str],
+    qpath: str,
+    gpath: str,
+    qrels: dict[str, Any],
+    label: str,
+) -> Run:
+    """One retriever: query embeddings and a corpus, judged by ``qrels`` through their ids."""
+    why = f"--qrels {args.qrels} judges queries and documents by their ids"
+    query = _ids_only(load_items(qpath, keys, need_labels=False, need_ids=why))
+    gallery = _ids_only(load_items(gpath, keys, need_labels=False, need_ids=why))
+    check_pair(query, gallery)
+    assert query.ids is not None and gallery.ids is not None
+    # the queries of the qrels only: BEIR's loader keeps those, trec_eval scores those, and a
+    # query without judgments would count as 0 under the presets that score empty queries 0
+    query_ids = query.ids.astype(str)
+    keep = np.isin(query_ids, np.asarray(list(qrels), dtype=str))
+    if not keep.any():
+        raise CLIError(
+            f"{qpath}: none of its {len(query)} query ids has judgments in {args.qrels} "
+            f"(ids {_examples(query_ids)}; judged {_examples(list(qrels))})"
+        )
+    documents = {d for docs in qrels.values() for d in docs}
+    doc_ids = gallery.ids.astype(str)
+    if not np.isin(doc_ids, np.asarray(sorted(documents), dtype=str)).any():
+        raise CLIError(
+            f"{gpath}: none of its {len(gallery)} document ids is judged in {args.qrels} "
+            f"(ids {_examples(doc_ids)}; judged {_examples(sorted(documents))})"
+        )
+    ignored = int(np.unique(query_ids[~keep]).size)
+    if ignored:
+        index = np.flatnonzero(keep)
+        query.embeddings, query.ids = query.embeddings[index], query.ids[index]
+    metric = factory()
+    run_ = Run(label, "qrels", [str(qpath), str(gpath), str(args.qrels)], metric, len(query))
+    run_.notes = {"query_file_queries_without_qrels": ignored}
+    # the table orders the queries by id: two runs pair when they score the same set
+    run_.queries_key = _digest(*(q.encode() for q in sorted(set(query_ids[keep].tolist()))))
+    with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
+        try:
+            evaluate_embeddings(metric, query, gallery, bar)
+            return _summarize(run_, args, bar)
+        except ValueError as err:
+            hint = ""
+            if "ignore_identical_ids" in str(err):
+                hint = " (on the command line: --ignore-identical-ids false or true)"
+            raise CLIError(f"{qpath} / {gpath}: {err}{hint}") from None
+
+
+def _ids_only(items: EmbeddingFile) -> EmbeddingFile:
+    """The embeddings and ids of a file judged by qrels (relevance is the judgments': labels,
+    cameras and positions are not read)."""
+    items.labels = items.cameras = items.positions = None
+    return items
+
+
+def _examples(ids: Any, n: int = 3) -> str:
+    shown = [str(x) for x in list(ids)[:n]]
+    return ", ".join(repr(x) for x in shown) + (", ..." if len(ids) > n else "")
+
+
 def _describe(run: Run) -> str:
     if run.kind == "same_source":
         return f"{run.files[0]}: {run.num_queries} items, each queries all the others"
     if run.kind == "query_gallery":
         return f"{run.files[0]} against {run.files[1]}: {run.num_queries} queries"
+    if run.kind == "qrels":
+        ignored = run.notes.get("query_file_queries_without_qrels")
+        many = "query" if ignored == 1 else "queries"
+        tail = f" ({ignored} {many} of the file without judgments ignored)" if ignored else ""
+        return (
+            f"{run.files[0]} against {run.files[1]}, judged by {run.files[2]}: "
+            f"{run.num_queries} queries{tail}"
+        )
     notes = run.notes
     extra = []
     if notes.get("run_queries_without_qrels"):
@@ -474,6 +591,8 @@ def _options_line(metric: Any, trec: bool = False, scored: bool = False) -> str:
         if trec
         else ["protocol", "similarity", "ties", "empty_queries"]
     )
+    if getattr(metric, "qrels", None) is not None:
+        shown += ["gain", "ignore_identical_ids"]
     line = ", ".join(f"{k}={opts[k]}" for k in shown if k in opts and opts[k] is not None)
     return line + ("; scored runs ranked by score, ties by docid descending" if scored else "")
 
@@ -516,17 +635,30 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         }
         if run.notes:
             entry["notes"] = run.notes
+        if summary.notes:  # counts about the data as summary() gives them (judgments)
+            entry["summary_notes"] = dict(summary.notes)
         if args.plot:
-            from retrieval_metrics.plot import hit_rate_curve
+            from retrieval_metrics.plot import hit_rate_curve, measure_curve
 
-            curve = hit_rate_curve(
-                metric.rank_table(),
-                args.plot_k,
-                ties=metric.ties,
-                empty_queries=metric.empty_queries,
-                percent=metric.percent,
-                label=run.name,
-            )
+            if run.kind == "qrels":
+                # several judged documents per query: the share of them found by K (BEIR's
+                # Recall@K), the measure a first stage feeding a reranker is chosen by
+                curve = measure_curve(
+                    metric.rank_table(),
+                    "recall",
+                    args.plot_k,
+                    options=metric.measure_options,
+                    label=run.name,
+                )
+            else:
+                curve = hit_rate_curve(
+                    metric.rank_table(),
+                    args.plot_k,
+                    ties=metric.ties,
+                    empty_queries=metric.empty_queries,
+                    percent=metric.percent,
+                    label=run.name,
+                )
             if run.kind == "trec":
                 curve.chance = None  # the collection a run was drawn from is unknown
             curves.append(curve)
@@ -537,8 +669,10 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.plot:
         from retrieval_metrics.plot import save_curves
 
+        what = "recall" if all(run.kind == "qrels" for run in runs) else "hit rate"
+        dashed = " (dashed: chance)" if any(c.chance is not None for c in curves) else ""
         try:
-            save_curves(curves, args.plot, title="hit rate vs K (dashed: chance)")
+            save_curves(curves, args.plot, title=f"{what} vs K{dashed}")
         except ModuleNotFoundError as err:
             raise CLIError(f"--plot: {err}") from None
         except (OSError, ValueError) as err:
@@ -554,7 +688,8 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _print_summary(summary: Any, out: TextIO) -> None:
-    """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell."""
+    """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell; the
+    summary's notes (counts about the judgments) last."""
     from retrieval_metrics.functional.measures.stats import Summary
 
     curves = [r for r in summary.rows if isinstance(r["value"], torch.Tensor) and r["value"].dim()]
@@ -574,6 +709,8 @@ def _print_summary(summary: Any, out: TextIO) -> None:
         if chance is not None:
             cells = "  ".join(f"@{k} {float(chance[k - 1]):.4f}" for k in ks)
             print(f"{'chance:':<{width + 1}}  {cells}", file=out)
+    for what, count in summary.notes.items():  # e.g. judged documents not in the corpus
+        print(f"{what}: {count}", file=out)
 
 
 def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str, Any] | None:

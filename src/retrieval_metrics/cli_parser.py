@@ -15,12 +15,15 @@ __all__ = [
     "EMBEDDING_METRICS",
     "EVALUATE_HELP",
     "PROTOCOL_NAMES",
+    "QRELS_METRICS",
     "TREC_METRICS",
     "build_parser",
 ]
 
 EMBEDDING_METRICS = "hit_rate@1,hit_rate@5,hit_rate@10,map@r,r_precision"
 TREC_METRICS = "map,r_precision,mrr,precision@10,recall@100,ndcg@10"
+#: queries and a corpus judged by qrels (a dense retriever, as BEIR and MTEB score one)
+QRELS_METRICS = "ndcg@10,recall@100,map@100,mrr@10"
 PROTOCOL_NAMES = (
     "vsepp",
     "pml",
@@ -41,12 +44,17 @@ PROTOCOL_NAMES = (
 
 
 EVALUATE_HELP = """\
-Score saved embeddings or ranked lists (IR, RAG); print one table per run (value, 95% interval,
-chance level, queries counted and skipped, gallery size).
+Score saved embeddings, ranked lists (IR, RAG), or query and corpus embeddings against qrels;
+print one table per run (value, 95% interval, chance level, queries counted and skipped, gallery
+size).
 
   retrieval-metrics evaluate emb.npz                      same source: every item queries
                                                           all the others, never itself
   retrieval-metrics evaluate --query q.npz --gallery g.npz  separate sets (re-id, places)
+  retrieval-metrics evaluate --query q.npz --gallery corpus.npz --qrels qrels.tsv --protocol beir
+                                                          a dense retriever against judgments
+  retrieval-metrics evaluate --query a.npz --query b.npz --gallery corpus.npz --qrels qrels.tsv
+                                                          two query encoders, one corpus
   retrieval-metrics evaluate --run run.txt --qrels qrels.txt  TREC (protocol trec_eval)
   retrieval-metrics evaluate --run run.json --qrels qrels.tsv  ranx/pytrec_eval run, BEIR qrels
   retrieval-metrics evaluate --run questions.jsonl         JSONL with "retrieved" and "relevant"
@@ -56,6 +64,20 @@ Embedding files: .npz or .pt (a dict of arrays / tensors) with arrays named embe
 (required), labels, ids, cameras, positions (rename with --keys). A .npy (or a .pt holding one
 tensor) is the embeddings alone; its other arrays are files beside it: STEM.labels.npy,
 STEM.ids.npy, STEM.cameras.npy, STEM.positions.npy (STEM.labels.pt, ... beside a .pt).
+
+Embeddings judged by qrels (--query/--gallery with --qrels): the query file's ids are the
+qrels' query ids, the gallery file's ids its document ids (an 'ids' array in both, integers or
+strings; other arrays are not read). Every judged document gets its exact rank in the whole
+corpus. Queries of the file without judgments are left out, as BEIR's loader and trec_eval leave
+them (the count is printed); a query judged with grade 0 only follows --empty-queries. Below each
+table: judged documents not in the corpus (relevant, never retrieved), queries without
+judgments, judged queries not given. Default metrics: ndcg@10,recall@100,map@100,mrr@10;
+--protocol beir, mteb or sentence_transformers gives those evaluators' numbers (default: the
+library's options). Two retrievers (two --query files and one --gallery, or two --query/--gallery
+pairs, e.g. two models) get the paired test when they score the same queries. --plot draws recall
+vs K (BEIR's Recall@K) for each, with the chance level when every judged document is in the
+corpus. A document whose id is the query's is left out of its ranking, as BEIR does; integer ids
+that collide are refused unless --ignore-identical-ids says true or false.
 
 Runs and qrels, by extension:
   --run    .json   {"qid": {"docid": score}} (ranx, pytrec_eval)
@@ -121,7 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN",
         help="run file: TREC, .json or .jsonl (repeatable)",
     )
-    ev.add_argument("--qrels", metavar="QRELS", help="qrels file: TREC, BEIR .tsv, .json or .jsonl")
+    ev.add_argument(
+        "--qrels",
+        metavar="QRELS",
+        help="qrels file: TREC, BEIR .tsv, .json or .jsonl; judges --run files, or --query and "
+        "--gallery embeddings by their ids",
+    )
     ev.add_argument(
         "--complete",
         "-c",
@@ -132,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--metrics",
         metavar="LIST",
-        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for runs {TREC_METRICS})",
+        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for runs "
+        f"{TREC_METRICS}; for embeddings with --qrels {QRELS_METRICS})",
     )
     ev.add_argument(
         "--protocol",
@@ -162,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="equal labels (default), or positions within --radius metres",
     )
     ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
+    ev.add_argument(
+        "--ignore-identical-ids",
+        dest="ignore_identical_ids",
+        choices=("true", "false"),
+        help="embeddings with --qrels: leave the document whose id is the query's out of its "
+        "ranking (true: the queries are corpus documents, as BEIR) or rank every document "
+        "(false: two numberings); by default left out, and integer ids that collide refused",
+    )
     ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
     ev.add_argument(
         "--duplicates",
@@ -185,7 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--name", action="append", metavar="NAME", help="run names, in order")
     ev.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
-    ev.add_argument("--plot", metavar="OUT.png", help="draw hit rate vs K with the chance curve")
+    ev.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="draw hit rate vs K with the chance curve, every run on one axis; embeddings with "
+        "--qrels: recall vs K (chance shown when every judged document is in the corpus)",
+    )
     ev.add_argument(
         "--plot-k",
         dest="plot_k",

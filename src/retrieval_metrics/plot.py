@@ -7,7 +7,8 @@ series over steps). A metric that reports a curve (``CMC``, ``HitRateAtK`` with 
 with the curve a uniformly random ranking of the same gallery would give beside it (image-text:
 one curve per direction). Everything else is drawn by torchmetrics' own plot.
 
-The command line's ``--plot`` draws one curve per run on one axis (:func:`plot_curves`).
+The command line's ``--plot`` draws one curve per run on one axis (:func:`plot_curves`): hit rate
+vs K, or for queries and a corpus judged by qrels recall vs K (:func:`measure_curve`).
 matplotlib is an extra: ``pip install "retrieval-metrics[plot]"``.
 """
 
@@ -28,28 +29,58 @@ from retrieval_metrics.functional.measures.options import (
 )
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
-__all__ = ["Curve", "Plotted", "hit_rate_curve", "plot_curves", "plot_metric", "save_curves"]
+__all__ = [
+    "Curve",
+    "Plotted",
+    "hit_rate_curve",
+    "measure_curve",
+    "plot_curves",
+    "plot_metric",
+    "save_curves",
+]
 
 _MISSING = "plots need matplotlib: pip install matplotlib (or retrieval-metrics[plot])"
 _FIGSIZE = (7.6, 4.4)  # inches: wider than matplotlib's 6.4 for the legend beside the axes
 
 
+#: The y-axis label of each measure a curve may hold.
+_AXIS_LABELS = {"hit_rate": "hit rate @K (CMC)", "recall": "recall @K"}
+
+
 @dataclass
 class Curve:
-    """Hit rate at each cut-off K, with the chance level at the same K (``None`` if unknown)."""
+    """A measure at each cut-off K (hit rate unless ``measure`` says otherwise), with the chance
+    level at the same K (``None`` if unknown)."""
 
     k: list[int]
     values: list[float]
     chance: list[float] | None = None
     label: str = ""
     percent: bool = False
+    measure: str = "hit_rate"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "hit_rate": self.values, "chance": self.chance}
+        return {"k": self.k, self.measure: self.values, "chance": self.chance}
 
 
 def _known_gallery(table: RankTable) -> bool:
-    return table.num_queries > 0 and bool((table.gallery_size != UNBOUNDED).all())
+    """Whether a uniformly random ranking of the table's galleries is defined, by summary()'s
+    rule: every gallery known, and no relevant item outside it (a ranked list of an unknown
+    collection; a judged document the corpus lacks)."""
+    return (
+        table.num_queries > 0
+        and bool((table.gallery_size != UNBOUNDED).all())
+        and not bool((table.depth == UNBOUNDED).any())
+    )
+
+
+def _log_ks(max_k: int, points: int = 40) -> list[int]:
+    """About ``points`` cut-offs from 1 to ``max_k``, evenly spaced on a log axis (every K at
+    the low end, where they are dense)."""
+    ks = {*range(1, min(max_k, 10) + 1), max_k}
+    for i in range(points):
+        ks.add(round(max_k ** (i / (points - 1))))
+    return sorted(ks)
 
 
 def hit_rate_curve(
@@ -95,6 +126,54 @@ def hit_rate_curve(
     )
 
 
+def measure_curve(
+    table: RankTable,
+    measure: str = "recall",
+    max_k: int | None = None,
+    *,
+    ks: Sequence[int] | None = None,
+    options: M.MeasureOptions | None = None,
+    label: str = "",
+) -> Curve:
+    """A measure with a cut-off (``"recall"``, ``"hit_rate"``, ``"precision"``, ...) at K = 1 ..
+    ``max_k`` (about 40 Ks spaced on a log axis), or at the cut-offs ``ks``.
+
+    The values are ``retrieval_measures(table, [f"{measure}@{k}", ...], options=options)``: a
+    metric's own ``measure_options`` give the values its ``compute()`` reports at those K.
+    ``max_k`` defaults to the largest gallery, capped at 100. The chance level is the measure under
+    a uniformly random ranking of the same galleries (as ``summary()`` gives it), ``None`` when
+    that is not defined: ranked lists of an unknown collection, or a judged document the corpus
+    lacks (the random ranking could not retrieve it either, but the level would be another
+    number than summary()'s).
+    """
+    options = options if options is not None else M.MeasureOptions()
+    if ks is None:
+        if max_k is None:
+            sizes = table.gallery_size[table.gallery_size != UNBOUNDED]
+            max_k = min(100, int(sizes.max())) if sizes.numel() else 100
+        ks = _log_ks(max(1, int(max_k)))
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ValueError(f"cut-offs must be positive ints, got {ks}")
+    names = [f"{measure}@{k}" for k in ks]
+    for name in names:
+        if M.parse_metric(name).k is None:  # pragma: no cover - a measure without a cut-off
+            raise ValueError(f"{measure!r} has no cut-off to plot against K")
+    values = M.retrieval_measures(table, names, options=options)
+    chance = None
+    if _known_gallery(table):
+        levels = M.chance_measures(table, names, options)
+        chance = [float(levels[n]) for n in names]
+    return Curve(
+        k=ks,
+        values=[float(values[n]) for n in names],
+        chance=chance,
+        label=label,
+        percent=bool(options.percent),
+        measure=measure,
+    )
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib.pyplot as plt
@@ -106,7 +185,8 @@ def _pyplot() -> Any:
 def plot_curves(
     curves: Sequence[Curve], ax: Any = None, title: str | None = None
 ) -> tuple[Any, Any]:
-    """Draw hit rate vs K for each curve, its chance curve dashed in the same colour, on one axis.
+    """Draw each curve's measure (hit rate, recall) vs K, its chance curve dashed in the same
+    colour, on one axis.
 
     K is on a log axis, ticked at the Ks (at 1, 2, 5, 10, ... for a long CMC curve). The legend
     sits outside the axes, to their right, so that it hides no curve; a figure made here has
@@ -126,7 +206,7 @@ def plot_curves(
     chances = {(tuple(c.k), tuple(c.chance)) for c in curves if c.chance is not None}
     shared = len(curves) > 1 and len(chances) == 1 and all(c.chance is not None for c in curves)
     for i, c in enumerate(curves):
-        label = c.label or "hit rate @K"
+        label = c.label or _AXIS_LABELS.get(c.measure, f"{c.measure} @K")
         marker = "o" if len(c.k) <= 12 else None
         (line,) = ax.plot(c.k, c.values, marker=marker, label=label, color=f"C{i}")
         if shared and c.chance is not None:
@@ -148,7 +228,10 @@ def plot_curves(
     ax.set_xticks(ticks, labels=[str(t) for t in ticks])
     ax.minorticks_off()
     ax.set_xlabel("K")
-    ax.set_ylabel("hit rate @K (CMC)" + (" %" if percent else ""))
+    measures = {c.measure for c in curves}
+    (first,) = measures if len(measures) == 1 else ("",)
+    axis = _AXIS_LABELS.get(first, f"{first} @K") if first else "value @K"
+    ax.set_ylabel(axis + (" %" if percent else ""))
     top = 100.0 if percent else 1.0
     ax.set_ylim(-0.02 * top, 1.02 * top)
     ax.grid(True, alpha=0.4)

@@ -5,10 +5,14 @@
   ```py are shown only (they need hardware the tests do not have, e.g. several GPUs).
 * ``mkdocs build --strict`` is part of the test command (README and .ci/run); here a test only
   checks that every page is in the navigation, so a new page is not silently left out.
+* The images the pages show are drawn by the build (tools/docs_images.py, a mkdocs hook) with a
+  page's own ``--plot`` line; here every image shown has such a line, and the line writes a PNG
+  when its page runs.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 from pathlib import Path
@@ -27,6 +31,24 @@ def blocks(page: str) -> list[tuple[str, str]]:
 
 
 RUNNABLE = [p for p in PAGES if any(lang == "python" for lang, _ in blocks(p))]
+
+
+def docs_images():
+    """tools/docs_images.py, the mkdocs hook that draws the pages' images."""
+    spec = importlib.util.spec_from_file_location("docs_images", ROOT / "tools" / "docs_images.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_image_shown_is_drawn_by_a_page_command():
+    hook = docs_images()
+    assert "tools/docs_images.py" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    shown = hook.referenced_images(DOCS)
+    assert "cli-qrels-compare.png" in shown
+    assert set(shown) <= set(hook.plot_commands(DOCS))
+    assert not (DOCS / "images").exists(), "docs images are drawn by the build, not committed"
 
 
 def test_every_page_is_in_the_navigation():
@@ -58,6 +80,11 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
                 status = main(shlex.split(line)[1:])
                 captured = capsys.readouterr()
                 assert status == 0, f"docs/{page}: {line}\n{captured.err}"
+    # the images the build draws with this page's lines (tools/docs_images.py)
+    hook = docs_images()
+    for name, (where, _line) in hook.plot_commands(DOCS).items():
+        if where == page and name in hook.referenced_images(DOCS):
+            assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_the_option_table_is_the_declared_one():

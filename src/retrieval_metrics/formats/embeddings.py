@@ -68,7 +68,7 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     try:
         if suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
-                return {name: data[name] for name in data.files}
+                return {name: _npz_array(data, name, path) for name in data.files}
         if suffix == ".npy":
             return np.load(path, allow_pickle=False)
         if suffix in (".pt", ".pth"):
@@ -81,6 +81,21 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     except Exception as err:
         raise FormatError(f"{path}: cannot be read as a {suffix} file: {err}") from None
     raise FormatError(f"{path}: unknown file type {suffix!r}; use .npz, .npy or .pt")
+
+
+def _npz_array(data: Any, name: str, path: Path) -> np.ndarray:
+    """One array of an open .npz; an object array (Python strings saved from a list of str with
+    dtype=object) named with the fix, since numpy only says it would need pickle."""
+    try:
+        return data[name]
+    except ValueError as err:
+        if "allow_pickle" not in str(err):
+            raise
+        raise FormatError(
+            f"{path}: array {name!r} holds Python objects (dtype=object), which numpy reads only "
+            "by unpickling; save strings as a numpy unicode array, e.g. "
+            f"np.savez(..., {name}=np.array(ids, dtype=str))"
+        ) from None
 
 
 def _head(path: Path, raw: bool = False) -> Any:
@@ -105,7 +120,16 @@ def _integer_like(arr: np.ndarray, path: Path, name: str) -> np.ndarray:
             raise FormatError(f"{path}: array {name!r}: {err}") from None
     if arr.dtype.kind == "b":
         return arr.astype(np.int64)
-    if arr.dtype.kind not in "iuUS":
+    if arr.dtype.kind == "S":
+        # bytes (np.bytes_, as h5py and older scripts save text): as text, so that b"d1" is the
+        # id "d1" of a qrels file, and labels of one file match the str labels of another
+        try:
+            return np.char.decode(arr, "utf-8")
+        except UnicodeDecodeError as err:
+            raise FormatError(
+                f"{path}: array {name!r} holds bytes that are not UTF-8: {err}"
+            ) from None
+    if arr.dtype.kind not in "iuU":
         raise FormatError(
             f"{path}: array {name!r} has dtype {arr.dtype}; {name} must be integers or strings"
         )
@@ -135,8 +159,12 @@ def load_items(
     *,
     need_labels: bool = True,
     need_positions: bool = False,
+    need_ids: str | None = None,
 ) -> EmbeddingFile:
     """Read embeddings and their per-item arrays from a .npz, .npy or .pt file.
+
+    ``need_ids``, when given, says why the ``ids`` array is required (e.g. judgments read by
+    id); labels, ids and cameras stored as bytes are read as text (UTF-8).
 
     Raises :class:`FormatError` naming the file and the array for a missing file, a missing array,
     or arrays whose shapes do not match.
@@ -215,6 +243,8 @@ def load_items(
         raise missing("labels", "relevance is by equal labels")
     if need_positions and items.positions is None:
         raise missing("positions", 'relevance="radius" needs positions')
+    if need_ids is not None and items.ids is None:
+        raise missing("ids", need_ids)
     return items
 
 
