@@ -115,7 +115,8 @@ class SelectOnValidation(ModelCheckpoint):
       could feed the choice);
     * a ``trainer.test`` whose dataloader holds the dataset of the validation dataloader that
       produced the monitor (e.g. ``monitor="val/map_at_r/dataloader_idx_1"`` with that dataloader
-      also passed to ``trainer.test``);
+      also passed to ``trainer.test``); a validation dataloader whose batches only fed the
+      metrics' gallery (``role="gallery"``: a corpus) may be tested again, beside other queries;
     * validation and test data that share sample ids: the ids that every metric of this library in
       the LightningModule received in the validation loops of ``fit`` (``metric.sample_ids()``:
       query ids given with ``ids=``; image ids and ``text_ids`` of image-text metrics) are compared
@@ -219,6 +220,11 @@ class SelectOnValidation(ModelCheckpoint):
         self._val_keys: set[str] = set()
         self._val_ids = torch.zeros(0, dtype=torch.int64)
         self._val_datasets: list[Any] = []
+        # validation dataloaders whose batches fed only the metrics' gallery (a corpus that
+        # validation and test queries may share), by index; see _note_what_the_batch_fed
+        self._corpus_loaders: set[int] = set()
+        self._fed: dict[int, set[str]] = {}
+        self._rows_before: list[tuple[int, int]] = []
         self._validated_step: int | None = None
         self._snapshot: dict[str, Any] = {}
         # per-stage bookkeeping
@@ -285,6 +291,17 @@ class SelectOnValidation(ModelCheckpoint):
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start_id_collection(pl_module)
+        self._fed = {}
+
+    def on_validation_batch_start(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._rows_before = [m._rows_by_side() for m in self._metrics]
 
     def on_validation_batch_end(
         self,
@@ -295,7 +312,20 @@ class SelectOnValidation(ModelCheckpoint):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
+        self._note_what_the_batch_fed(dataloader_idx)
         self._collect_ids()
+
+    def _note_what_the_batch_fed(self, dataloader_idx: int) -> None:
+        """Record whether the batch added only gallery items to the metrics (a corpus) or
+        anything else (queries, or nothing this callback can see, which could feed the
+        monitor)."""
+        after = [m._rows_by_side() for m in self._metrics]
+        if len(after) != len(self._rows_before):
+            return
+        queries = any(a[0] > b[0] for a, b in zip(after, self._rows_before, strict=True))
+        gallery = any(a[1] > b[1] for a, b in zip(after, self._rows_before, strict=True))
+        fed = "gallery" if gallery and not queries else "other"
+        self._fed.setdefault(dataloader_idx, set()).add(fed)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
@@ -309,6 +339,7 @@ class SelectOnValidation(ModelCheckpoint):
                 self._val_datasets = [
                     _dataset_of(dl) for dl in _flatten_loaders(trainer.val_dataloaders)
                 ]
+                self._corpus_loaders = {i for i, fed in self._fed.items() if fed == {"gallery"}}
         self._batch_ids, self._latest = [], {}
         super().on_validation_end(trainer, pl_module)
 
@@ -543,9 +574,12 @@ class SelectOnValidation(ModelCheckpoint):
         }
 
     def _monitored_val_datasets(self) -> list[Any]:
+        """The datasets of the validation dataloaders that fed the monitor; a dataloader whose
+        batches only fed the metrics' gallery (a corpus) is left out: validation and test
+        queries may be ranked against one corpus."""
         match = _DATALOADER_SUFFIX.search(self.monitor or "")
         if match is None:
-            return list(self._val_datasets)
+            return [d for i, d in enumerate(self._val_datasets) if i not in self._corpus_loaders]
         index = int(match.group(1))
         return [self._val_datasets[index]] if index < len(self._val_datasets) else []
 
