@@ -29,7 +29,8 @@ order; the values are equal whenever no tie touches a relevant document. The cor
 are held until the call ends (sentence-transformers holds one chunk, unless given
 ``corpus_embeddings``). Judgments are read as sentence-transformers reads them: a document id is
 relevant when it is in the query's ``relevant_docs`` entry (grades are not read), compared with
-Python's ``==``.
+Python's ``==``. A cut-off listed twice (``accuracy_at_k=[1, 1]``) is one value here, where
+sentence-transformers adds each query's hit (and reciprocal rank) once per listing.
 
 sentence-transformers is an optional dependency, imported when an evaluator is constructed:
 ``pip install "retrieval-metrics[sentence-transformers]"``.
@@ -225,8 +226,12 @@ class InformationRetrievalEvaluator:
             left out, as sentence-transformers does.
         corpus_chunk_size: documents encoded per ``encode_document`` call (and per gallery
             update). The values do not depend on it.
-        mrr_at_k, ndcg_at_k, accuracy_at_k, precision_recall_at_k, map_at_k: the cut-offs of
-            each measure (non-empty lists of positive ints; sentence-transformers' defaults).
+        mrr_at_k: the cut-offs of MRR (each of these five: a non-empty list of positive ints;
+            sentence-transformers' defaults).
+        ndcg_at_k: the cut-offs of NDCG; ``primary_metric`` is at the largest.
+        accuracy_at_k: the cut-offs of accuracy (the hit rate: a relevant document in the top K).
+        precision_recall_at_k: the cut-offs of precision and recall.
+        map_at_k: the cut-offs of MAP (divided by min(relevant, K), as theirs).
         show_progress_bar: passed to the model's encode calls; also a bar over corpus chunks.
         batch_size: passed to the model's encode calls.
         name: prefix of every key (``{name}_``), of ``primary_metric`` and of the CSV file name.
@@ -239,8 +244,10 @@ class InformationRetrievalEvaluator:
             at every call ("cosine" for a model without one).
         main_score_function: the score function whose NDCG is ``primary_metric``; None: the
             score function with the best NDCG at the largest cut-off.
-        query_prompt, query_prompt_name, corpus_prompt, corpus_prompt_name: passed to the
-            model's encode calls.
+        query_prompt: passed to the model's ``encode_query`` calls.
+        query_prompt_name: passed to the model's ``encode_query`` calls.
+        corpus_prompt: passed to the model's ``encode_document`` calls.
+        corpus_prompt_name: passed to the model's ``encode_document`` calls.
         write_predictions: must stay False: this evaluator builds no top-k lists to write.
         memory_budget: bytes of scratch memory the ranking may use (the library's option).
 
