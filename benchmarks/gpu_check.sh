@@ -10,7 +10,9 @@
 #      debug mode -> benchmarks/results/gpu.json;
 #   3. benchmarks/bench_ranking.py --device cuda (the functional path beside the classes, and
 #      the 100k memory case; the CPU peers are skipped: they say nothing about the device);
-#   4. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512).
+#   4. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512);
+#   5. benchmarks/bench_qrels.py --device cuda: dense retrieval against qrels through the classes,
+#      a 1,000,000 x 768 corpus in batches and 7,000 queries, beside one product on the device.
 # Results land in benchmarks/results/ (gpu.json, *_cuda.*); each step's log is printed as it runs.
 #
 # The GPU machine has torch with CUDA, lightning, torchmetrics, numpy, pytest and hypothesis but
@@ -59,11 +61,13 @@ if [[ "$SMALL" == 1 ]]; then
     RANKING_ARGS=(--small --rounds 1)
     CROSSMODAL_ARGS=(--images 500 --repeats 1)
     CLASSES_ARGS=(--small --repeats 1)
+    QRELS_ARGS=(--docs 20000 --dim 64 --queries 100)
     SUFFIX=_smoke
 else
     RANKING_ARGS=()
     CROSSMODAL_ARGS=()
     CLASSES_ARGS=()
+    QRELS_ARGS=(--docs 1000000 --dim 768 --queries 7000)
     SUFFIX=
 fi
 TAG="${DEVICE%%:*}${SUFFIX}"
@@ -95,4 +99,8 @@ step "image-text benchmark on $DEVICE"
 if [[ "$MATRIX_STATUS" != 0 ]]; then
     fail "the device matrix failed (exit $MATRIX_STATUS); the benchmarks above ran"
 fi
+step "qrels benchmark on $DEVICE (1,000,000 x 768 corpus, 7,000 queries)"
+"$PYTHON" benchmarks/bench_qrels.py --device "$DEVICE" "${QRELS_ARGS[@]}" --paths product classes \
+    --out "$RESULTS/bench_qrels_$TAG"
+
 step "done: results in $RESULTS/gpu$SUFFIX.json and $RESULTS/*_$TAG.*"

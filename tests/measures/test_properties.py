@@ -174,7 +174,7 @@ DEPTH_NAMES = [
 ]
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
     many_block_problems(),
     st.sampled_from([["hit_rate@1"], ["recall@10", "map@r"], DEPTH_NAMES]),

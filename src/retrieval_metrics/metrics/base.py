@@ -341,7 +341,10 @@ class RetrievalMetricBase(Metric):
         return Items(emb=emb, **values)
 
     def _deduped(self, side: str, what: str) -> Items | None:
-        """A side's items, one per sample id (ascending ids) when ids were given."""
+        """A side's items, one per sample id when ids were given: queries in ascending id order
+        (the order of ``per_query()`` whatever the batches and processes), gallery items in the
+        order they came, so that a gallery without repeats is ranked as it is held, not copied
+        into another order (the values do not depend on the gallery's order)."""
         items = self._side(side)
         if items is None or len(items) == 0:
             return items
@@ -356,6 +359,8 @@ class RetrievalMetricBase(Metric):
             cameras=items.cameras,
             positions=items.positions,
         )
+        if side == "g":
+            keep = torch.sort(keep).values
         return items.select(keep)
 
     def _warn_without_ids(self, argument: str) -> None:
@@ -385,9 +390,13 @@ class RetrievalMetricBase(Metric):
         if isinstance(value, list):
             if not value:
                 return None
-            if len(value) == 1 and value[0].dim() == 1:
+            if len(value) == 1 and value[0].dim() >= 1:
                 return value[0]  # one batch: read as it is, not copied by a concatenation
-            return dim_zero_cat(value)
+            joined = dim_zero_cat(value)
+            # the state becomes its one concatenation: the batches are freed (a corpus is not
+            # held twice while it is ranked) and the next read needs no copy
+            setattr(self, name, [joined])
+            return joined
         return value
 
     def _distributed(self) -> bool:

@@ -1,0 +1,333 @@
+"""Dense retrieval against judgments at BEIR's scale, through the metric classes.
+
+The case: a corpus of 1,000,000 x 384 float32 embeddings (str ids "doc-N"), 1,000 queries, 1-5
+judged documents each (graded 1-2; every other query's first judged document is its query's
+nearest neighbour plus noise, the rest random: a middling model), every BEIR measure at 1, 3, 5,
+10, 100 and 1000 (``protocols.EVALUATOR_REPORTS["beir"]``: NDCG, MAP, recall, P, MRR).
+
+Paths, each in its own subprocess (this script again with ``--only``), so that each peak starts
+from a small process:
+
+* ``classes``: ``RetrievalMetrics(names, qrels=qrels, protocol="beir")``, the corpus given in
+  batches of 50,000 with ``update(..., role="gallery")`` as an encoder would produce them (each
+  batch a new tensor, nothing else kept), the queries likewise, then ``compute()``. Timed:
+  every update and the compute. Peak: VmHWM above the resident size before the first batch.
+* ``product``: one 1,000 x 1,000,000 product of the same embeddings (in corpus blocks of
+  100,000 so as not to hold 4 GB of scores), and the square-GEMM rate of this machine (a 4096^3
+  float32 matmul); the reference time is ``2 Q N D / rate``.
+* ``sentence_transformers``: their ``InformationRetrievalEvaluator`` on the same embeddings
+  (``corpus_embeddings`` given; queries encoded by a model that looks their rows up), cut-offs
+  1..1000 as above (skipped without sentence-transformers).
+* ``faiss``: ``IndexFlatIP`` over the normalised corpus, exact top-100 search of the queries
+  (skipped without faiss).
+
+Bounds checked (the issue's): classes time <= 1.2 x the GEMM-rate product time, classes peak <=
+2 x corpus + 1 GiB. Ratios against the other paths of the same run.
+
+Run on a quiet machine (about 5 minutes on 2 cores, sentence-transformers' evaluator most of
+it; up to 3 GiB per process):
+
+    python benchmarks/bench_qrels.py
+    python benchmarks/bench_qrels.py --docs 100000 --queries 200     # a quick look
+    python benchmarks/bench_qrels.py --device cuda --dim 768 --queries 7000 --paths product classes
+
+Writes ``benchmarks/results/bench_qrels.json`` and ``.txt``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from measuring import MIB, cpu_model, current_rss_mib, peak_rss_mib  # noqa: E402
+
+RESULTS = HERE / "results"
+BATCH = 50_000
+CUTOFFS = (1, 3, 5, 10, 100, 1000)
+TIME_BOUND, MEMORY_BOUND_GIB = 1.2, 1.0
+PATHS = ("product", "classes", "sentence_transformers", "faiss")
+
+
+def corpus_batches(args):
+    """The corpus in batches (start, embeddings), each batch generated from its own seed."""
+    import torch
+
+    for start in range(0, args.docs, BATCH):
+        n = min(BATCH, args.docs - start)
+        g = torch.Generator().manual_seed(1000 + start // BATCH)
+        yield start, torch.randn(n, args.dim, generator=g)
+
+
+def judgments(args):
+    """Per query its judged documents {doc index: grade}; the nearest-neighbour target of the
+    even queries is the first."""
+    import torch
+
+    g = torch.Generator().manual_seed(7)
+    counts = torch.randint(1, 6, (args.queries,), generator=g)
+    docs = torch.randint(0, args.docs, (int(counts.sum()),), generator=g)
+    grades = torch.randint(1, 3, (int(counts.sum()),), generator=g)
+    out, at = [], 0
+    for c in counts.tolist():
+        out.append(dict(zip(docs[at : at + c].tolist(), grades[at : at + c].tolist(),
+                            strict=True)))
+        at += c
+    return out
+
+
+def queries_for(args, judged, batches=None):
+    """Queries: even ones near their first judged document (noise of the same norm), odd ones
+    random. Needs the target rows: collected from ``batches`` (or regenerated)."""
+    import torch
+
+    targets = {next(iter(j)): q for q, j in enumerate(judged) if q % 2 == 0}
+    rows = {}
+    for start, emb in batches if batches is not None else corpus_batches(args):
+        for doc, q in targets.items():
+            if start <= doc < start + emb.shape[0]:
+                rows[q] = emb[doc - start]
+    g = torch.Generator().manual_seed(3)
+    queries = torch.randn(args.queries, args.dim, generator=g)
+    for q, row in rows.items():
+        queries[q] = row + queries[q]
+    return queries
+
+
+def names():
+    return [f"{m}@{k}" for m in ("ndcg", "map", "recall", "precision") for k in CUTOFFS] + [
+        f"mrr@{k}" for k in CUTOFFS
+    ]
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_classes(args) -> dict:
+    import torch
+
+    import retrieval_metrics as rm
+
+    judged = judgments(args)
+    qrels = {f"q{q}": {f"doc-{d}": g for d, g in j.items()} for q, j in enumerate(judged)}
+    queries = queries_for(args, judged)
+    metric = rm.RetrievalMetrics(names(), qrels=qrels, protocol="beir").to(args.device)
+    before = current_rss_mib()
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        device_before = torch.cuda.memory_allocated()
+    update_s = 0.0
+    for start, emb in corpus_batches(args):
+        ids = [f"doc-{i}" for i in range(start, start + emb.shape[0])]
+        emb = emb.to(args.device)  # as an encoder on the device returns it
+        _sync(args.device)
+        t0 = time.perf_counter()
+        metric.update(emb, ids=ids, role="gallery")
+        _sync(args.device)
+        update_s += time.perf_counter() - t0
+        del emb
+    t0 = time.perf_counter()
+    for q0 in range(0, args.queries, 250):
+        q = queries[q0 : q0 + 250].to(args.device, copy=True)
+        metric.update(q, ids=[f"q{i}" for i in range(q0, q0 + q.shape[0])], role="query")
+    _sync(args.device)
+    update_s += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    values = metric.compute()
+    _sync(args.device)
+    compute_s = time.perf_counter() - t0
+    out = {
+        "seconds": update_s + compute_s,
+        "update_s": update_s,
+        "compute_s": compute_s,
+        "peak_above_mib": peak_rss_mib() - before,
+        "values": {k: round(float(v), 6) for k, v in values.items()},
+        "threads": torch.get_num_threads(),
+    }
+    if args.device.startswith("cuda"):
+        # on the device the corpus lives in device memory: its peak is the one bounded
+        out["host_peak_above_mib"] = out["peak_above_mib"]
+        out["peak_above_mib"] = (torch.cuda.max_memory_allocated() - device_before) / MIB
+    return out
+
+
+def run_product(args) -> dict:
+    import torch
+
+    device = args.device
+    a = torch.randn(4096, 4096, device=device)
+    b = torch.randn(4096, 4096, device=device)
+    (a @ b).sum()  # warm
+    times = []
+    for _ in range(3):
+        _sync(device)
+        t0 = time.perf_counter()
+        a @ b
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    rate = 2 * 4096**3 / sorted(times)[1]
+    del a, b
+    judged = judgments(args)
+    batches = list(corpus_batches(args))
+    queries = queries_for(args, judged, batches).to(device)
+    corpus = torch.cat([emb for _, emb in batches]).to(device)
+    del batches
+    _sync(device)
+    t0 = time.perf_counter()
+    for g0 in range(0, args.docs, 100_000):
+        queries @ corpus[g0 : g0 + 100_000].T
+    _sync(device)
+    product_s = time.perf_counter() - t0
+    flops = 2 * args.queries * args.docs * args.dim
+    return {"gemm_rate_gflops": rate / 1e9, "product_s": product_s,
+            "product_at_rate_s": flops / rate}
+
+
+def run_sentence_transformers(args) -> dict:
+    try:
+        from sentence_transformers.sentence_transformer.evaluation import (
+            InformationRetrievalEvaluator,
+        )
+    except ImportError:
+        return {"skipped": "sentence-transformers is not installed"}
+    import torch
+    from sentence_transformers.util import cos_sim
+
+    judged = judgments(args)
+    batches = list(corpus_batches(args))
+    queries = queries_for(args, judged, batches)
+    corpus = torch.cat([emb for _, emb in batches])
+    del batches
+
+    class Lookup:
+        """A model whose query 'texts' are row numbers of the precomputed query embeddings."""
+
+        similarity_fn_name = "cosine"
+
+        def encode_query(self, texts, **kwargs):
+            return queries[[int(t) for t in texts]]
+
+        encode = encode_query
+
+    evaluator = InformationRetrievalEvaluator(
+        queries={f"q{q}": str(q) for q in range(args.queries)},
+        corpus={f"doc-{d}": "" for d in range(args.docs)},
+        relevant_docs={f"q{q}": {f"doc-{d}" for d, g in j.items() if g > 0}
+                       for q, j in enumerate(judged)},
+        mrr_at_k=list(CUTOFFS), ndcg_at_k=list(CUTOFFS), accuracy_at_k=list(CUTOFFS),
+        precision_recall_at_k=list(CUTOFFS), map_at_k=list(CUTOFFS),
+        show_progress_bar=False,
+        score_functions={"cosine": cos_sim},
+    )
+    before = current_rss_mib()
+    t0 = time.perf_counter()
+    evaluator.compute_all_metrics(Lookup(), corpus_embeddings=corpus)
+    return {"seconds": time.perf_counter() - t0, "peak_above_mib": peak_rss_mib() - before}
+
+
+def run_faiss(args) -> dict:
+    try:
+        import faiss
+    except ImportError:
+        return {"skipped": "faiss is not installed"}
+    import torch
+
+    judged = judgments(args)
+    batches = list(corpus_batches(args))
+    queries = queries_for(args, judged, batches)
+    index = faiss.IndexFlatIP(args.dim)
+    for _, emb in batches:
+        index.add(torch.nn.functional.normalize(emb, dim=1).numpy())
+    del batches
+    q = torch.nn.functional.normalize(queries, dim=1).numpy()
+    t0 = time.perf_counter()
+    index.search(q, 100)
+    return {"seconds": time.perf_counter() - t0, "threads": faiss.omp_get_max_threads()}
+
+
+def child(args) -> None:
+    result = globals()[f"run_{args.only}"](args)
+    print("RESULT " + json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda: the classes "
+                        "and the product on the device (the peers stay on the CPU)")
+    parser.add_argument("--out", type=Path, help="results stem (default "
+                        "benchmarks/results/bench_qrels, _DEVICE added off the CPU)")
+    parser.add_argument("--only", choices=PATHS, help=argparse.SUPPRESS)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    if args.only:
+        child(args)
+        return
+    results = {}
+    for path in args.paths:
+        cmd = [sys.executable, __file__, "--only", path, "--docs", str(args.docs), "--dim",
+               str(args.dim), "--queries", str(args.queries), "--device", args.device]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            raise SystemExit(f"{path} failed:\n{proc.stderr[-3000:]}")
+        results[path] = json.loads(lines[-1][len("RESULT "):])
+        print(path, {k: v for k, v in results[path].items() if k != "values"}, flush=True)
+    corpus_mib = args.docs * args.dim * 4 / MIB
+    lines = [
+        f"bench_qrels: corpus {args.docs:,} x {args.dim} float32 ({corpus_mib:,.0f} MiB), "
+        f"{args.queries:,} queries, 1-5 judged each, {len(names())} BEIR measures "
+        f"(protocol='beir'); {cpu_model()}; device {args.device}",
+    ]
+    summary = {"docs": args.docs, "dim": args.dim, "queries": args.queries, "device": args.device,
+               "corpus_mib": corpus_mib, "results": results}
+    if "classes" in results and "product" in results:
+        cls, prod = results["classes"], results["product"]
+        time_ratio = cls["seconds"] / prod["product_at_rate_s"]
+        memory_bound = 2 * corpus_mib + MEMORY_BOUND_GIB * 1024
+        summary["time_ratio"] = time_ratio
+        summary["memory_bound_mib"] = memory_bound
+        lines += [
+            f"square GEMM {prod['gemm_rate_gflops']:.0f} GFLOP/s: one product at that rate "
+            f"{prod['product_at_rate_s']:.2f} s (measured in blocks: {prod['product_s']:.2f} s)",
+            f"classes: {cls['seconds']:.2f} s (updates {cls['update_s']:.2f} s, compute "
+            f"{cls['compute_s']:.2f} s) = {time_ratio:.2f} x the product at the GEMM rate "
+            f"(bound {TIME_BOUND}): {'PASS' if time_ratio <= TIME_BOUND else 'FAIL'}",
+            f"classes peak above start {cls['peak_above_mib']:,.0f} MiB (bound 2 x corpus + 1 GiB "
+            f"= {memory_bound:,.0f} MiB): "
+            f"{'PASS' if cls['peak_above_mib'] <= memory_bound else 'FAIL'}",
+        ]
+        for peer in ("sentence_transformers", "faiss"):
+            other = results.get(peer, {})
+            if "seconds" in other:
+                lines.append(f"{peer}: {other['seconds']:.2f} s; classes / {peer} = "
+                             f"{cls['seconds'] / other['seconds']:.2f}")
+            elif other:
+                lines.append(f"{peer}: {other['skipped']}")
+        lines.append("values: " + json.dumps(cls["values"]))
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        stem = args.out or RESULTS / (
+            "bench_qrels" + ("" if args.device == "cpu" else f"_{args.device.split(':')[0]}")
+        )
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        stem.with_suffix(".json").write_text(json.dumps(summary, indent=1))
+        stem.with_suffix(".txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
