@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two test processes share the cores: one thread each, not two each on two cores
+    torch.set_num_threads(1)
 
 from reference import KS
 from retrieval_metrics.functional import measures as M

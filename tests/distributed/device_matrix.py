@@ -258,10 +258,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "scores", False, "miss"),
         ("RetrievalMetrics", "same_source", False, "ignore_label"),
         ("MeanAveragePrecision", "sharded_gallery", True, "cameras"),
-        ("NDCGAtK", "sharded_gallery", True, "radius"),
         ("RetrievalMetrics", "sharded_qrels", True, ""),
-        ("MedianRank", "query_gallery", True, "chunked"),
-        ("MRR", "fixed_gallery", False, ""),
         ("CrossModalRetrieval", "pairs", False, ""),
     ],
     "padded": [

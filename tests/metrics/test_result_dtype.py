@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from emulated_cuda import fake_cuda_fixture  # noqa: F401
 
 
 def _ranked_lists(metric):
@@ -134,3 +135,18 @@ def test_the_torchmetrics_compat_classes_follow_set_dtype():
     metric.update(preds, target, indexes=indexes)
     value = metric.compute()
     assert value.dtype == torch.float64 and float(value) == 1 / 3
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_move_to_a_device_keeps_set_dtype(device, request):
+    """``.to(device)`` after ``set_dtype`` (as Lightning moves a module's metrics at setup)
+    keeps float64 results; torchmetrics' own move resets them to float32."""
+    if device == "cuda":
+        request.getfixturevalue("fake_cuda")
+    metric = rm.MRR()
+    metric.set_dtype(torch.float64)
+    metric = metric.to(device)
+    metric.update(ranked_ids=[[1, 2, 3]], relevant_ids=[{3}])
+    value = metric.compute()
+    assert value.dtype == torch.float64 and value.device.type == device
+    assert float(value) == 1 / 3

@@ -209,7 +209,14 @@ class RetrievalMetricBase(Metric):
             exclude_state = tuple(self._defaults)
             # a value compute() kept is recomputed in the new dtype, not cast from the old one
             self._computed = None
-        return super()._apply(fn, exclude_state)
+        dtype = self._dtype
+        out = super()._apply(fn, exclude_state)
+        if not self._dtype_convert:
+            # torchmetrics reads the new dtype off a float32 probe, so a move (`.to(device)`,
+            # Lightning's at setup) would undo set_dtype(torch.float64); a probe in the set
+            # dtype keeps it, and still follows a dtype conversion
+            self._dtype = fn(torch.zeros(1, dtype=dtype)).dtype
+        return out
 
     def _result(self, value: Tensor) -> Tensor:
         """A value as ``compute()`` returns it: on the metric's device, in the metric's dtype
@@ -338,7 +345,18 @@ class RetrievalMetricBase(Metric):
                     f"others ({values[name].shape[0]} of the {emb.shape[0]} items of side "
                     f"{side!r} have them); give `{name}` on every process or on none"
                 )
+        self._keep_joined(side, {"emb": emb, **values})
         return Items(emb=emb, **values)
+
+    def _keep_joined(self, side: str, joined: dict[str, Tensor | None]) -> None:
+        """Hold a side's list states as their one concatenation from now on: the batches are
+        freed (a corpus is not held twice while it is ranked) and the next read copies nothing.
+        Every state of the side at once, so that each still counts as many batches as the
+        embeddings (what ``update`` checks)."""
+        for name, value in joined.items():
+            state = getattr(self, f"{side}_{name}", None)
+            if isinstance(state, list) and len(state) > 1 and value is not None:
+                setattr(self, f"{side}_{name}", [value])
 
     def _deduped(self, side: str, what: str) -> Items | None:
         """A side's items, one per sample id when ids were given: queries in ascending id order
@@ -392,11 +410,7 @@ class RetrievalMetricBase(Metric):
                 return None
             if len(value) == 1 and value[0].dim() >= 1:
                 return value[0]  # one batch: read as it is, not copied by a concatenation
-            joined = dim_zero_cat(value)
-            # the state becomes its one concatenation: the batches are freed (a corpus is not
-            # held twice while it is ranked) and the next read needs no copy
-            setattr(self, name, [joined])
-            return joined
+            return dim_zero_cat(value)
         return value
 
     def _distributed(self) -> bool:
