@@ -368,3 +368,39 @@ def test_on_the_emulated_cuda_device(fake_cuda, same_source):
         # the depth on a device counts every block densely: the listed items are the first
         engine = rank_embeddings(*args, similarity=similarity, depth=2, **kwargs)
         assert_prefix(engine, expected, 2, cover=False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+def test_relevant_scores_read_from_gathered_rows_equal_the_reference(kind, similarity):
+    """Relevant items in more gallery blocks than the budget keeps: their scores come from
+    products of the same shape over their gathered rows (not from their blocks, which would
+    be computed twice). Bit for bit the reference's table, ties of duplicate, collapsed,
+    binary and permuted rows included."""
+    rng = np.random.default_rng(5)
+    query = torch.tensor(embeddings(rng, 70, 8, kind))
+    gallery = torch.tensor(embeddings(rng, 700, 8, kind))
+    rest = dict(
+        query_labels=labels(rng, 70, 9, False), gallery_labels=labels(rng, 700, 9, False),
+        similarity=similarity, block_size=(64, 64), memory_budget=2**16,
+    )
+    expected = rank_embeddings_by_full_sort(query, gallery, **rest)
+    with mock.patch.object(schedule, "_read_gathered", wraps=schedule._read_gathered) as read:
+        engine = rank_embeddings(query, gallery, **rest)
+    assert read.call_count >= 1
+    assert_same_table(engine, expected)
+
+
+def test_gathered_relevant_scores_on_the_emulated_cuda_device(fake_cuda):
+    rng = np.random.default_rng(6)
+    query = to_fake_cuda(torch.tensor(embeddings(rng, 40, 6, "duplicates")))
+    gallery = to_fake_cuda(torch.tensor(embeddings(rng, 500, 6, "duplicates")))
+    rest = dict(
+        query_labels=labels(rng, 40, 7, False), gallery_labels=labels(rng, 500, 7, False),
+        block_size=(64, 64), memory_budget=2**16,
+    )
+    expected = rank_embeddings_by_full_sort(query, gallery, **rest)
+    with mock.patch.object(schedule, "_read_gathered", wraps=schedule._read_gathered) as read:
+        engine = rank_embeddings(query, gallery, **rest)
+    assert read.call_count >= 1
+    assert_same_table(engine, expected)

@@ -129,6 +129,16 @@ class QueryBlock:
                 rows, self.r_local[sel].to(device)
             ]
 
+    def read_pairs(self, s: Tensor, pairs: Tensor, columns: Tensor) -> None:
+        """The relevant scores of the block's pairs ``pairs`` (indices of its relevant pairs),
+        read from ``s`` at their rows and at ``columns``."""
+        device = self.p.device
+        values = s[self.r_row.index_select(0, pairs).to(device), columns.to(device)]
+        pairs = pairs.to(device)
+        self.rel_scores.view(-1).scatter_(
+            0, pairs if self.dense else self.r_flat.index_select(0, pairs), values
+        )
+
     def relevant_values(self) -> Tensor:
         return self._in_csr_order(self.rel_scores).cpu()
 

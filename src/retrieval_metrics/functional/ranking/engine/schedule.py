@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
 from retrieval_metrics.functional.ranking.engine.direction import (
     Direction,
@@ -324,6 +325,15 @@ def _one_sided_pass(
         if p.options.depth is not None:
             extra = min(THETA_EVERY, cache_room) - len(read_first)
             read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
+        if p.options.depth is None and len(read_first) > cache_room + 1:
+            # Relevant items in more blocks than stay cached (a few relevant items per query
+            # over a large gallery, as with judgments): reading them from their blocks would
+            # compute those products twice, once here and once to count. Their gallery rows
+            # are gathered into blocks of the same shape instead, one product per block_g
+            # relevant items: a product of one shape scores a pair alike whichever column
+            # holds it (what the padded last block relies on too).
+            _read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first[cache_room:])
+            read_first = read_first[:cache_room]
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
         for b in read_first:
             if len(cache) < cache_room:
@@ -351,6 +361,29 @@ def _one_sided_pass(
                 seg_max = segment_maxima(s)
             qb.count(s, seg_max, b, seeded=b in seeded)
         qb.finish()
+
+
+def _read_gathered(
+    qb: QueryBlock, q_blk: Tensor, g_mat: Tensor, g_buffer: Tensor, out: Tensor,
+    blocks: list[int],
+) -> None:
+    """The relevant scores of query block ``qb`` that lie in gallery ``blocks``, from products
+    of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the blocks' shape)."""
+    block_g = g_buffer.shape[0]
+    in_blocks = torch.isin(qb.r_block, torch.tensor(blocks, dtype=qb.r_block.dtype))
+    pairs = flat_nonzero(in_blocks)
+    if pairs.numel() == 0:
+        return
+    gallery_rows = qb.r_block[pairs] * block_g + qb.r_local[pairs]
+    unique_rows, column = torch.unique(gallery_rows, return_inverse=True)
+    device = g_buffer.device
+    for c0 in range(0, unique_rows.numel(), block_g):
+        chunk = unique_rows[c0 : c0 + block_g]
+        g_buffer.zero_()
+        g_buffer[: chunk.numel()] = g_mat[chunk.to(device)]
+        s = torch.mm(q_blk, g_buffer.T, out=out[: q_blk.shape[0]])[: qb.nb]
+        here = (column >= c0) & (column < c0 + block_g)
+        qb.read_pairs(s, pairs[here], column[here] - c0)
 
 
 @in_full_fp32  # ranks must not depend on TF32 or the device
