@@ -36,8 +36,6 @@ import hashlib
 import json
 import math
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +50,8 @@ from retrieval_metrics.cli_parser import (
     TREC_METRICS,
     build_parser,
 )
+from retrieval_metrics.cli_progress import Progress
+from retrieval_metrics.cli_summary import number, print_summary, summary_json
 from retrieval_metrics.formats import (
     ARRAYS,
     EmbeddingFile,
@@ -69,82 +69,6 @@ class CLIError(Exception):
 
 
 # ---------------------------------------------------------------------------- progress bar
-
-
-class Progress:
-    """A progress bar on stderr that appears only once the work has run for ``delay`` seconds.
-
-    A background thread redraws it (so it also moves during one long step); nothing is written
-    for work that finishes sooner. ``delay < 0`` turns it off.
-    """
-
-    def __init__(
-        self,
-        total: int,
-        label: str,
-        *,
-        delay: float = 2.0,
-        stream: TextIO | None = None,
-        width: int = 28,
-    ) -> None:
-        self.total = max(1, int(total))
-        self.label = label
-        self.delay = delay
-        self.stream = stream if stream is not None else sys.stderr
-        self.width = width
-        self.done = 0
-        self.drawn = False
-        self._start = 0.0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> Progress:
-        self._start = time.monotonic()
-        if self.delay >= 0:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def advance(self, n: int = 1) -> None:
-        with self._lock:
-            self.done = min(self.total, self.done + n)
-
-    def phase(self, label: str, total: int = 1) -> None:
-        """Go on with the next step of the same work under a new label (a bar already shown
-        gets its final state and its own line)."""
-        with self._lock:
-            if self.drawn:
-                self._write(final=True)
-                self.drawn = False
-            self.label, self.total, self.done = label, max(1, int(total)), 0
-
-    def _run(self) -> None:
-        if self._stop.wait(self.delay):
-            return
-        tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        while True:
-            with self._lock:
-                self._write(final=False)
-            if self._stop.wait(0.25 if tty else 5.0):
-                return
-
-    def _write(self, final: bool) -> None:
-        elapsed = time.monotonic() - self._start
-        filled = round(self.width * self.done / self.total)
-        bar = "#" * filled + "." * (self.width - filled)
-        line = f"\r{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s"
-        self.stream.write(line + ("\n" if final else ""))
-        self.stream.flush()
-        self.drawn = True
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        if self.drawn:
-            with self._lock:
-                self._write(final=True)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -316,40 +240,6 @@ def _parse_keys(text: str | None) -> dict[str, str]:
             )
         keys[name] = value
     return keys
-
-
-def _gallery_value(text: str) -> int | list[int] | None:
-    if text == "-":
-        return None
-    if "-" in text:
-        lo, hi = text.split("-", 1)
-        return [int(lo), int(hi)]
-    return int(text)
-
-
-def _number(x: Any) -> Any:
-    if x is None:
-        return None
-    if isinstance(x, torch.Tensor):
-        if x.dim() > 0:
-            return [_number(v) for v in x.tolist()]
-        x = x.item()
-    x = float(x)
-    return None if math.isnan(x) else x
-
-
-def _summary_json(summary: Any) -> dict[str, Any]:
-    out = {}
-    for row in summary.rows:
-        out[row["name"]] = {
-            "value": _number(row["value"]),
-            "interval": [_number(v) for v in row["interval"]],
-            "chance": _number(row["chance"]),
-            "queries": int(row["queries"]),
-            "skipped": int(row["skipped"]),
-            "gallery_size": _gallery_value(str(row["gallery"])),
-        }
-    return out
 
 
 def _effective_options(metric: Any) -> dict[str, Any]:
@@ -625,13 +515,13 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(file=out)
         print(f"== {run.name}: {_describe(run)}", file=out)
         print(f"   {_options_line(metric, trec, _scored(run))}", file=out)
-        _print_summary(summary, out)
+        print_summary(summary, out)
         entry: dict[str, Any] = {
             "name": run.name,
             "kind": run.kind,
             "files": run.files,
             "queries": run.num_queries,
-            "metrics": _summary_json(summary),
+            "metrics": summary_json(summary),
         }
         if run.notes:
             entry["notes"] = run.notes
@@ -687,32 +577,6 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
-def _print_summary(summary: Any, out: TextIO) -> None:
-    """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell; the
-    summary's notes (counts about the judgments) last."""
-    from retrieval_metrics.functional.measures.stats import Summary
-
-    curves = [r for r in summary.rows if isinstance(r["value"], torch.Tensor) and r["value"].dim()]
-    table = Summary(rows=[r for r in summary.rows if r not in curves], level=summary.level)
-    if table.rows:
-        print(table, file=out)
-    for row in curves:
-        values, chance = row["value"], row["chance"]
-        (lo, hi), ks = row["interval"], [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-                                          if k <= values.numel()]
-        level = f"{int(summary.level * 100)}% interval"
-        width = max(len(row["name"]), len(level))
-        cells = "  ".join(f"@{k} {float(values[k - 1]):.4f}" for k in ks)
-        print(f"{row['name'] + ':':<{width + 1}}  {cells}", file=out)
-        cells = "  ".join(f"@{k} [{float(lo[k - 1]):.4f}, {float(hi[k - 1]):.4f}]" for k in ks)
-        print(f"{level + ':':<{width + 1}}  {cells}", file=out)
-        if chance is not None:
-            cells = "  ".join(f"@{k} {float(chance[k - 1]):.4f}" for k in ks)
-            print(f"{'chance:':<{width + 1}}  {cells}", file=out)
-    for what, count in summary.notes.items():  # e.g. judged documents not in the corpus
-        print(f"{what}: {count}", file=out)
-
-
 def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str, Any] | None:
     """Paired comparison of two runs scored on the same queries (rm.compare), when it applies."""
     try:
@@ -735,9 +599,9 @@ def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str
         print(f"   {row}", file=out)
     return {
         name: {
-            "difference": _number(r.difference),
-            "interval": [_number(v) for v in r.interval],
-            "p_value": _number(r.p_value),
+            "difference": number(r.difference),
+            "interval": [number(v) for v in r.interval],
+            "p_value": number(r.p_value),
             "test": r.test,
             "queries": r.queries,
         }

@@ -224,7 +224,7 @@ class SelectOnValidation(ModelCheckpoint):
         # validation and test queries may share), by index; see _note_what_the_batch_fed
         self._corpus_loaders: set[int] = set()
         self._fed: dict[int, set[str]] = {}
-        self._rows_before: list[tuple[int, int]] = []
+        self._batches_before: list[tuple[int, int]] = []
         self._validated_step: int | None = None
         self._snapshot: dict[str, Any] = {}
         # per-stage bookkeeping
@@ -301,7 +301,7 @@ class SelectOnValidation(ModelCheckpoint):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._rows_before = [m._rows_by_side() for m in self._metrics]
+        self._batches_before = [m._batches_by_side() for m in self._metrics]
 
     def on_validation_batch_end(
         self,
@@ -319,11 +319,11 @@ class SelectOnValidation(ModelCheckpoint):
         """Record whether the batch added only gallery items to the metrics (a corpus) or
         anything else (queries, or nothing this callback can see, which could feed the
         monitor)."""
-        after = [m._rows_by_side() for m in self._metrics]
-        if len(after) != len(self._rows_before):
+        after = [m._batches_by_side() for m in self._metrics]
+        if len(after) != len(self._batches_before):
             return
-        queries = any(a[0] > b[0] for a, b in zip(after, self._rows_before, strict=True))
-        gallery = any(a[1] > b[1] for a, b in zip(after, self._rows_before, strict=True))
+        queries = any(a[0] > b[0] for a, b in zip(after, self._batches_before, strict=True))
+        gallery = any(a[1] > b[1] for a, b in zip(after, self._batches_before, strict=True))
         fed = "gallery" if gallery and not queries else "other"
         self._fed.setdefault(dataloader_idx, set()).add(fed)
 

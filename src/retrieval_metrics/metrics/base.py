@@ -242,20 +242,20 @@ class RetrievalMetricBase(Metric):
         between validation and test."""
         return {}
 
-    def _rows_by_side(self) -> tuple[int, int]:
-        """(rows of every list state but the gallery's, rows of the gallery's) this process
-        holds: what :class:`~retrieval_metrics.lightning.SelectOnValidation` reads to tell a
-        dataloader that feeds only a corpus (``role="gallery"``) from one that feeds queries."""
+    def _batches_by_side(self) -> tuple[int, int]:
+        """(batches in every list state but the gallery's, batches in the gallery's) this
+        process holds: what :class:`~retrieval_metrics.lightning.SelectOnValidation` reads
+        around each validation batch to tell a dataloader that feeds only a corpus
+        (``role="gallery"``) from one that feeds queries. Entries, not rows: read twice a batch,
+        it must not walk every batch held."""
         other = gallery = 0
         for name in self._defaults:
             value = getattr(self, name)
-            if not isinstance(value, list):
-                continue
-            rows = sum(int(t.shape[0]) if t.dim() else 1 for t in value)
-            if name.startswith("g_"):
-                gallery += rows
-            else:
-                other += rows
+            if isinstance(value, list):
+                if name.startswith("g_"):
+                    gallery += len(value)
+                else:
+                    other += len(value)
         return other, gallery
 
     def _local_states(self) -> set[str]:
