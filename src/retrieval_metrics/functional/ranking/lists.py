@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -20,9 +21,19 @@ from retrieval_metrics.functional.ranking.table_build import (
 )
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
+try:  # the compiled loop over lists of str ids (setup.py builds it; optional)
+    from retrieval_metrics.functional.ranking import _str_lists
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _str_lists = None
+
 DEFAULT_DUPLICATES: str = OPTIONS["duplicates"].default
 # rank_lists: up to this many relevant ids found in one list are located by list.index
 _INDEX_HITS = 16
+# the compiled pass's status bits of a query (_str_lists.c): left to the Python loop; under
+# duplicates="warn", its relevant ids list an id twice / its list returns a relevant id twice
+_LEFT, _RELEVANT_TWICE, _RETURNED_TWICE = 1, 2, 4
+# ... and its per-query parts, then (query, position) of each hit
+_NUM_RELEVANT, _NUM_DISTINCT, _LIST_SIZE, _HIT_QUERY, _HIT_POSITION = range(5)
 
 
 def rank_lists(
@@ -58,21 +69,130 @@ def rank_lists(
             f"`ranked_ids` and `relevant_ids` must have one entry per query, got {len(ranked_ids)} "
             f"and {len(relevant_ids)}"
         )
+    graded = any(issubclass(kind, dict) for kind in set(map(type, relevant_ids)))
+    found = _Found(graded)
+    left: Iterable[int] = range(len(ranked_ids))
+    if _str_lists is not None and duplicates != "error" and not graded:
+        # lists of str ids: one C pass per list (see _str_lists.c); it leaves the rest here
+        warn = duplicates == "warn"
+        parts = _str_lists.match(ranked_ids, relevant_ids, distinct, warn)
+        left = found.take_compiled(parts, ranked_ids, relevant_ids)
+    _match_in_python(found, ranked_ids, relevant_ids, left, duplicates, distinct)
+    repeated = sorted(found.repeated, key=lambda note: note[0])  # (stable: a query's in order)
+    if repeated:
+        q, item = repeated[0]
+        warnings.warn(
+            f"{len(repeated)} ranked lists repeat a relevant id (first: query {q}, id {item!r}, "
+            "in `ranked_ids` or `relevant_ids`): each such id counts once, at its first position "
+            '(duplicates="warn"). Evaluators that credit every repeat (LlamaIndex, Haystack '
+            "before 3.1) report other values there, AP and NDCG above 1 among them",
+            UserWarning,
+            stacklevel=2,
+        )
+    num_q = len(ranked_ids)
+    num_rel = found.per_query(found.num_rel, _NUM_RELEVANT)
+    ptr = ptr_from_counts(num_rel)
+    row, above, grade = found.hits()
+    item_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
+    ideal = None
+    if graded:
+        ideal = ideal_from(ptr, torch.tensor(found.all_grades, dtype=torch.float64))
+    items = ItemResults(
+        item_ptr, above=above, tied=torch.ones(len(above), dtype=torch.int64), grade=grade, row=row
+    )
+    table = table_from_items(
+        items,
+        num_rel,
+        found.per_query(found.sizes, _LIST_SIZE),
+        torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
+        ideal=ideal,
+    )
+    if not distinct or num_q == 0:  # (an empty table has no optional part: see table_from_parts)
+        return table
+    return replace(table, num_retrieved=found.per_query(found.counts, _NUM_DISTINCT))
+
+
+class _Found:
+    """What the matching found, per query and per hit: from the compiled pass (every query,
+    as tensors) and from the Python loop (the queries it was left, ascending, as lists)."""
+
+    def __init__(self, graded: bool) -> None:
+        self.graded = graded
+        # the compiled pass's num_relevant, num_distinct, list_size, hit_query, hit_position
+        self.compiled: tuple[Tensor, ...] | None = None
+        self.queries: list[int] = []  # the Python loop's queries
+        self.num_rel: list[int] = []
+        self.counts: list[int] = []
+        self.sizes: list[int] = []
+        self.hit_query: list[int] = []
+        self.hit_pos: list[int] = []
+        self.hit_grade: list[float] = []
+        self.all_grades: list[float] = []
+        self.repeated: list[tuple[int, Any]] = []
+
+    def take_compiled(
+        self, parts: tuple[bytes, ...], ranked_ids: Sequence[Any], relevant_ids: Sequence[Any]
+    ) -> list[int]:
+        """Keep the compiled pass's results; the queries it left to the Python loop. Where it
+        saw a repeat under duplicates="warn", the note the Python loop would have made is made
+        here (its id is named only in the warning)."""
+        status_bytes, *numbers = parts
+        self.compiled = tuple(
+            torch.from_numpy(np.frombuffer(part, dtype=np.int64).copy()) for part in numbers
+        )
+        status = np.frombuffer(status_bytes, dtype=np.uint8)
+        for q in np.flatnonzero(status & (_RELEVANT_TWICE | _RETURNED_TWICE)).tolist():
+            ranked, relevant = ranked_ids[q], relevant_ids[q]
+            if status[q] & _RELEVANT_TWICE:
+                self.repeated.append((q, _first_repeat(relevant)))
+            if status[q] & _RETURNED_TWICE:
+                gains = dict.fromkeys(relevant, 1.0)
+                _check_repeats(q, ranked, set(ranked), gains, "warn", self.repeated)
+        return np.flatnonzero(status & _LEFT).tolist()
+
+    def per_query(self, values: list[int], part: int) -> Tensor:
+        """A per-query count of every query: the compiled pass's (its ``part``), with the
+        Python loop's ``values`` in the queries that loop ranked."""
+        python = torch.tensor(values, dtype=torch.int64)
+        if self.compiled is None:
+            return python
+        out = self.compiled[part].clone()
+        out[torch.tensor(self.queries, dtype=torch.int64)] = python
+        return out
+
+    def hits(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(query, first position, grade) of every hit, queries ascending."""
+        row = torch.tensor(self.hit_query, dtype=torch.int64)
+        above = torch.tensor(self.hit_pos, dtype=torch.int64)
+        grade = torch.tensor(self.hit_grade, dtype=torch.float64) if self.graded else None
+        if self.compiled is not None:  # (never graded: the compiled pass takes sets of ids)
+            row = torch.cat([self.compiled[_HIT_QUERY], row])
+            above = torch.cat([self.compiled[_HIT_POSITION], above])
+            if self.hit_query:
+                order = torch.argsort(row, stable=True)
+                row, above = row[order], above[order]
+        return row, above, grade
+
+
+def _match_in_python(
+    found: _Found,
+    ranked_ids: Sequence[Sequence[Any]],
+    relevant_ids: Sequence[Any],
+    queries: Iterable[int],
+    duplicates: str,
+    distinct: bool,
+) -> None:
+    """Match each query of ``queries`` (ascending), whatever its ids, into ``found``."""
     # Per query, C-level passes over the list only: its set of distinct ids where their number
     # is wanted or repeats are checked (a repeat is a set smaller than the list), else one
     # intersection with the few relevant ids; list.index finds the first positions of those it
     # holds. No per-id Python code runs over the ranked ids.
     build_set = distinct or duplicates != "first"
-    hit_query: list[int] = []
-    hit_pos: list[int] = []
-    hit_grade: list[float] = []
-    all_grades: list[float] = []
-    num_rel: list[int] = []
-    sizes: list[int] = []
-    counts: list[int] = []
-    repeated: list[tuple[int, Any]] = []
-    graded = any(isinstance(r, dict) for r in relevant_ids)
-    for q, (ranked, relevant) in enumerate(zip(ranked_ids, relevant_ids, strict=True)):
+    graded = found.graded
+    repeated = found.repeated
+    for q in queries:
+        ranked, relevant = ranked_ids[q], relevant_ids[q]
+        found.queries.append(q)
         if type(ranked) is not list:  # (the checks below cost a tenth of a list's time)
             if isinstance(ranked, Tensor):
                 ranked = ranked.tolist()
@@ -100,8 +220,8 @@ def rank_lists(
             repeated.append((q, _first_repeat(relevant)))
         if gains and _mixes_kinds(ranked, gains):
             # Ids compare as text (7 is "7"): only a query that mixes types (ints and strings)
-            # is rewritten to canonical ids; one whose ids are of one type compares them as they
-            # are.
+            # is rewritten to canonical ids; one whose ids are of one type compares them as
+            # they are.
             ranked = [canonical_id(item) for item in ranked]
             gains = {canonical_id(item): grade for item, grade in gains.items()}
         # (after the type check, whose linear pass over the ids makes the set's lookups faster)
@@ -109,62 +229,27 @@ def rank_lists(
         if returned is not None:
             if len(returned) != len(ranked) and duplicates != "first":
                 _check_repeats(q, ranked, returned, gains, duplicates, repeated)
-            counts.append(len(returned))
-        num_rel.append(len(gains))
-        sizes.append(len(ranked))
+            found.counts.append(len(returned))
+        found.num_rel.append(len(gains))
+        found.sizes.append(len(ranked))
         if graded:
-            all_grades.extend(gains.values())
+            found.all_grades.extend(gains.values())
         if not gains or not ranked:
             continue
-        found = gains.keys() & (ranked if returned is None else returned)
-        if not found:
+        hits = gains.keys() & (ranked if returned is None else returned)
+        if not hits:
             continue
-        if len(found) <= _INDEX_HITS:
-            positions = [ranked.index(item) for item in found]
+        if len(hits) <= _INDEX_HITS:
+            positions = [ranked.index(item) for item in hits]
         else:
             # many hits: one dict of first positions (later repeats are overwritten by earlier)
             first = dict(zip(reversed(ranked), range(len(ranked) - 1, -1, -1), strict=True))
-            positions = [first[item] for item in found]
-        hit_query.extend([q] * len(positions))
-        hit_pos.extend(positions)
+            positions = [first[item] for item in hits]
+        found.hit_query.extend([q] * len(positions))
+        found.hit_pos.extend(positions)
         if graded:
-            hit_grade.extend(gains[item] for item in found)
-    if repeated:
-        q, item = repeated[0]
-        warnings.warn(
-            f"{len(repeated)} ranked lists repeat a relevant id (first: query {q}, id {item!r}, "
-            "in `ranked_ids` or `relevant_ids`): each such id counts once, at its first position "
-            '(duplicates="warn"). Evaluators that credit every repeat (LlamaIndex, Haystack '
-            "before 3.1) report other values there, AP and NDCG above 1 among them",
-            UserWarning,
-            stacklevel=2,
-        )
-    num_q = len(ranked_ids)
-    num_rel_t = torch.tensor(num_rel, dtype=torch.int64)
-    ptr = ptr_from_counts(num_rel_t)
-    n_items = len(hit_pos)
-    row = torch.tensor(hit_query, dtype=torch.int64)
-    item_ptr = ptr_from_counts(torch.bincount(row, minlength=num_q))
-    ideal = None
-    if graded:
-        ideal = ideal_from(ptr, torch.tensor(all_grades, dtype=torch.float64))
-    items = ItemResults(
-        item_ptr,
-        above=torch.tensor(hit_pos, dtype=torch.int64),
-        tied=torch.ones(n_items, dtype=torch.int64),
-        grade=torch.tensor(hit_grade, dtype=torch.float64) if graded else None,
-        row=row,
-    )
-    table = table_from_items(
-        items,
-        num_rel_t,
-        torch.tensor(sizes, dtype=torch.int64),
-        torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
-        ideal=ideal,
-    )
-    if not distinct or num_q == 0:  # (an empty table has no optional part: see table_from_parts)
-        return table
-    return replace(table, num_retrieved=torch.tensor(counts, dtype=torch.int64))
+            found.hit_grade.extend(gains[item] for item in hits)
+
 
 
 def _mixes_kinds(ranked: list[Any], gains: dict[Any, float]) -> bool:
