@@ -1,7 +1,14 @@
-"""The one compiled part: the ranked-lists form's loop over str ids (lists.py falls back to its
-Python loop where it is not built, so a failed compile still installs the package)."""
+"""The compiled parts, both optional: the ranked-lists form's loop over str ids and the CPU's
+count of a score block's rows against few relevant scores. Each module has a Python path that
+runs where it is not built (lists.py, engine/kernels.py), so a failed compile still installs the
+package with the same values."""
+
+import sys
 
 from setuptools import Extension, setup
+
+# the counting loops are written for the compiler's vectorizer
+OPTIMIZE = [] if sys.platform == "win32" else ["-O3"]
 
 setup(
     ext_modules=[
@@ -9,6 +16,12 @@ setup(
             "retrieval_metrics.functional.ranking._str_lists",
             ["src/retrieval_metrics/functional/ranking/_str_lists.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "retrieval_metrics.functional.ranking.engine._count",
+            ["src/retrieval_metrics/functional/ranking/engine/_count.c"],
+            extra_compile_args=OPTIMIZE,
+            optional=True,
+        ),
     ]
 )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.engine import kernels
 from retrieval_metrics.functional.ranking.engine.kernels import _merge_rows, count_block
 
 
@@ -33,24 +36,79 @@ def _brute(values: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     st.integers(1, 12),
     st.integers(1, 6),
     st.booleans(),
+    st.sampled_from([np.float32, np.float64]),
     st.integers(0, 2**31 - 1),
 )
-def test_block_counts_every_item(rows, n, m, distinct, collapsed, seed):
-    """The merge of sorted rows and the whole-block count (with its shortcut for rows whose
-    items all lie outside the relevant scores) against a count by comparison."""
+def test_block_counts_every_item(rows, n, m, distinct, collapsed, dtype, seed):
+    """The merge of sorted rows, the whole-block count (with its shortcut for rows whose items
+    all lie outside the relevant scores) and the compiled count against a count by comparison."""
     rng = np.random.default_rng(seed)
     # few distinct values: ties between items, between relevant scores, and across the two
-    values = rng.integers(0, distinct, (rows, n)).astype(np.float32)
+    values = rng.integers(0, distinct, (rows, n)).astype(dtype)
+    # an excluded pair's -inf, and -0.0 (which ties 0.0)
+    values[rng.random((rows, n)) < 0.1] = -np.inf
+    values[values == 0] = rng.choice([0.0, -0.0], int((values == 0).sum()))
     if collapsed:  # collapsed embeddings: every relevant score of a row equal
-        rel = np.repeat(rng.integers(0, distinct, (rows, 1)), m, axis=1).astype(np.float32)
+        rel = np.repeat(rng.integers(0, distinct, (rows, 1)), m, axis=1).astype(dtype)
     else:
-        rel = np.sort(rng.integers(0, distinct, (rows, m)).astype(np.float32), axis=1)
+        rel = np.sort(rng.integers(0, distinct, (rows, m)).astype(dtype), axis=1)
     rel[:, m - rng.integers(0, m) :] = np.inf  # rows padded with +inf, as the ranking pads them
     lt, le = _brute(values, rel)
     merged = torch.zeros(2, rows, m + 1, dtype=torch.int64)
     _merge_rows(torch.from_numpy(values), torch.from_numpy(rel), merged[0], merged[1])
-    whole = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
-    count_block(torch.from_numpy(values), torch.from_numpy(rel), whole[0], whole[1], 2**16)
-    for got in (merged.view(2, rows, m + 1), whole.view(2, rows, m + 1)):
+    counted = [merged.view(2, rows, m + 1)]
+    for compiled in (True, False):
+        whole = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
+        with _compiled_count(compiled):
+            count_block(torch.from_numpy(values), torch.from_numpy(rel), whole[0], whole[1], 2**16)
+        counted.append(whole.view(2, rows, m + 1))
+    if kernels._count is not None:
+        direct = torch.zeros(2, rows, m + 1, dtype=torch.int64)
+        finite = np.isfinite(rel).sum(1, keepdims=True).astype(np.int64)
+        kernels._count.count_rows(values, rel, finite, direct[0].numpy(), direct[1].numpy())
+        counted.append(direct)
+    for got in counted:
         np.testing.assert_array_equal(got[0].numpy(), lt)
         np.testing.assert_array_equal(got[1].numpy(), le)
+
+
+class _compiled_count:
+    """Within it, count_block uses the compiled count or not (where it is built)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __enter__(self) -> None:
+        self.saved = kernels._count
+        if not self.on:
+            kernels._count = None
+
+    def __exit__(self, *exc: object) -> None:
+        kernels._count = self.saved
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean", "dot"])
+def test_the_ranking_gives_the_same_table_with_and_without_the_compiled_count(metric):
+    """A whole ranking (several query and gallery blocks, sparse and dense counts, ties from
+    duplicated and collapsed rows) gives the same table bit for bit either way."""
+    g = torch.Generator().manual_seed(3)
+    gallery = torch.randn(3000, 16, generator=g)
+    gallery[:200] = gallery[0]  # collapsed: a large group of identical rows
+    gallery[200:400] = torch.sign(gallery[200:400])  # binary codes full of ties
+    labels = torch.randint(0, 40, (3000,), generator=g)
+    queries, q_labels = gallery[::7] + 0.01 * torch.randn(429, 16, generator=g), labels[::7]
+    tables = []
+    for compiled in (True, False):
+        with _compiled_count(compiled):
+            tables.append(
+                rank_embeddings(
+                    queries,
+                    gallery,
+                    query_labels=q_labels,
+                    gallery_labels=labels,
+                    similarity=metric,
+                    memory_budget=2**20,
+                )
+            )
+    for name in ("ptr", "above", "tied", "num_relevant", "gallery_size"):
+        assert torch.equal(getattr(tables[0], name), getattr(tables[1], name)), name

@@ -2,7 +2,8 @@
 and counting one score block into a query block's histograms.
 
 Where numpy is faster on the CPU the routine says so and takes it there (:func:`sort_rows`,
-:func:`count_block` through :func:`_merge_rows`), torch elsewhere.
+:func:`count_block` through :func:`_merge_rows`), torch elsewhere; on the CPU, rows with few
+relevant scores are counted by the compiled ``_count`` module where it is built (setup.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,16 @@ from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import flat_nonzero
+
+try:  # count_block's compiled loop for the CPU (setup.py builds it; optional)
+    from retrieval_metrics.functional.ranking.engine import _count
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _count = None
+
+#: The compiled count compares each item with each relevant score of its row (two compares a
+#: score, a few relevant scores a pass, in vector registers): up to this many relevant scores a
+#: row it beats the sort of the row that the Python path does.
+COMPILED_MAX_RELEVANT = 128
 
 #: Width of the gallery segments whose maxima :func:`segment_maxima` takes: the gallery is cut
 #: into blocks of whole segments.
@@ -181,13 +192,22 @@ def count_block(
     nb, block_g = s.shape
     m = rel_sorted.shape[1]
     width = m + 1
+    if num_finite is None:  # (the query block counts them once for all its gallery blocks)
+        num_finite = rel_sorted.isfinite().sum(1, keepdim=True)
+    if compiled_counts(s, num_finite):
+        _count.count_rows(
+            s.contiguous().numpy(),
+            rel_sorted.contiguous().numpy(),
+            num_finite.contiguous().numpy(),
+            hist_lt.view(nb, width).numpy(),
+            hist_le.view(nb, width).numpy(),
+        )
+        return
     elem = s.element_size()
     # Per item: two int32 positions, an int64 gather index, the relevant score found there and
     # a few flags; per row: the two histograms bincount returns and the runs of equal scores.
     per_row = block_g * (2 * 4 + 8 + elem + 4) + 4 * width * 8
     rows = max(1, stage_bytes(memory_budget, s.device) // per_row)
-    if num_finite is None:  # (the query block counts them once for all its gallery blocks)
-        num_finite = rel_sorted.isfinite().sum(1, keepdim=True)
     for r0 in range(0, nb, rows):
         r1 = min(nb, r0 + rows)
         values, seq = s[r0:r1], rel_sorted[r0:r1]
@@ -253,6 +273,17 @@ def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor
     if bool(((row >= lowest[first]) & (row <= highest[first])).any()):
         return True
     return bool(((values >= lowest) & (values <= highest) & spread).any())
+
+
+def compiled_counts(s: Tensor, num_finite: Tensor) -> bool:
+    """Whether :func:`count_block` counts the block ``s`` with the compiled loop: on the CPU, in
+    float32 or float64, with at most :data:`COMPILED_MAX_RELEVANT` relevant scores a row."""
+    return (
+        _count is not None
+        and s.device.type == "cpu"
+        and s.dtype in (torch.float32, torch.float64)
+        and (num_finite.numel() == 0 or int(num_finite.max()) <= COMPILED_MAX_RELEVANT)
+    )
 
 
 def _merge_rows(values: Tensor, seq: Tensor, hist_lt: Tensor, hist_le: Tensor) -> None:
