@@ -220,3 +220,24 @@ def test_rank_lists_many_hits_use_first_positions():
     assert table.above.tolist() == list(range(30))
     assert float(M.minp_per_query(table)[0]) == pytest.approx(30 / 30)
     assert math.isclose(float(M.recall_per_query(table, 30)[0]), 1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2000), st.integers(1, 50), st.integers(0, 2**31 - 1))
+def test_grouping_by_query_is_the_stable_sort_with_and_without_the_compiled_one(n, q, seed):
+    """The scores form groups entries by query with a counting sort in C (_group.c) where it is
+    built: the same permutation as the stable sort of the Python path."""
+    from retrieval_metrics.functional.ranking import scores as S
+
+    codes = np.random.default_rng(seed).integers(0, q, n).astype(np.int64)
+    expected = np.argsort(codes, kind="stable")
+    saved = S._group
+    try:
+        S._group = None
+        np.testing.assert_array_equal(S._grouping_order(codes, q), expected)
+    finally:
+        S._group = saved
+    np.testing.assert_array_equal(S._grouping_order(codes, q), expected)
+    if S._group is not None and n:
+        with pytest.raises(ValueError, match="out of range"):
+            S._group.stable_order(codes, int(codes.max()), np.empty(n, dtype=np.int64))

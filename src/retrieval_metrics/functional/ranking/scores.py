@@ -24,6 +24,11 @@ from retrieval_metrics.functional.primitives import masked
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
+try:  # the compiled grouping of entries by query (setup.py builds it; optional)
+    from retrieval_metrics.functional.ranking import _group
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _group = None
+
 
 def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
     """Rank table from flat ``preds`` (scores), ``target`` (relevance grade, 0 = not relevant) and
@@ -148,9 +153,14 @@ def group_codes(indexes: np.ndarray) -> tuple[np.ndarray, int, bool]:
     return codes.reshape(-1).astype(np.int64, copy=False), int(uniq.size), False
 
 
-def _grouping_order(codes: np.ndarray) -> np.ndarray:
-    """A stable permutation that groups entries by code."""
+def _grouping_order(codes: np.ndarray, num_q: int) -> np.ndarray:
+    """A stable permutation that groups entries by code (codes in 0 .. num_q - 1)."""
     n = codes.size
+    if _group is not None:
+        # a counting sort: two linear passes (_group.c)
+        order = np.empty(n, dtype=np.int64)
+        _group.stable_order(np.ascontiguousarray(codes, dtype=np.int64), num_q, order)
+        return order
     if n < 2**32:
         # One values-only sort of (code, position) keys is several times faster than a stable
         # argsort, and the low half of each sorted key is the permutation.
@@ -205,7 +215,7 @@ def count_in_groups(
     tied = np.zeros(relevant.size, dtype=np.int64)
     if relevant.size == 0:
         return above, tied, counts
-    in_order = scores if grouped else scores[_grouping_order(codes)]
+    in_order = scores if grouped else scores[_grouping_order(codes, num_q)]
     starts = np.cumsum(counts) - counts
     rel_code = codes[relevant]
     rel_value = scores[relevant]
