@@ -37,6 +37,7 @@ Writes ``benchmarks/results/bench_qrels.json`` and ``.txt``.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -293,7 +294,8 @@ def main() -> None:
         f"(protocol='beir'); {cpu_model()}; device {args.device}",
     ]
     summary = {"docs": args.docs, "dim": args.dim, "queries": args.queries, "device": args.device,
-               "corpus_mib": corpus_mib, "results": results}
+               "corpus_mib": corpus_mib, "results": results,
+               "machine": {"cpu": cpu_model(), "torch": importlib.metadata.version("torch")}}
     if "classes" in results and "product" in results:
         cls, prod = results["classes"], results["product"]
         time_ratio = cls["seconds"] / prod["product_at_rate_s"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -362,3 +363,21 @@ def test_every_measure_equals_pytrec_eval_on_the_full_score_matrix(sharded):
     for theirs, ours in PYTREC.items():
         expected = math.fsum(r[theirs] for r in per_query.values()) / len(per_query)
         assert float(values[ours]) == pytest.approx(expected, abs=1e-9), ours
+
+
+def test_numpy_str_ids_match_the_judgments_of_python_str_ids():
+    """Ids taken one by one from a numpy array are np.str_: they must find their judgments (a
+    python-str qrels mapping) as str ids do, not count as documents missing from the corpus."""
+    docs, doc_ids = _corpus()
+    qrels = {"q1": {"d1": 2, "d3": 1}}
+    values = []
+    for as_numpy in (False, True):
+        m = _metric(["mrr", "ndcg@4"], qrels)
+        q_ids = [np.array(["q1"])[0]] if as_numpy else ["q1"]
+        g_ids = list(np.array(doc_ids)) if as_numpy else doc_ids
+        m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=q_ids, role="query")
+        m.update(docs, ids=g_ids, role="gallery")
+        values.append({k: float(v) for k, v in m.compute().items()})
+        assert m.summary().notes.get("judged documents not in the corpus", 0) == 0
+    assert values[0] == values[1]
+    assert values[0]["mrr"] == pytest.approx(1 / 2, abs=1e-15)

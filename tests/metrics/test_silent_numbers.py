@@ -96,6 +96,22 @@ def test_canonical_id_is_the_text_rule():
     assert canonical_id(str(2**63)) == str(2**63)  # beyond int64: stays text
 
 
+def test_str_ids_get_the_codes_of_the_general_rule():
+    """label_codes' path for lists of python strings against the rule it writes out: the decimal
+    text of an int64 is that int, any other string the 64-bit hash of (type name, value); numpy
+    strings (ids taken one by one from an array) get the codes of their text."""
+    import numpy as np
+
+    from retrieval_metrics.functional.ranking.labels import _hash_label, label_codes
+
+    values = ["doc-1", "7", "-3", "007", "", "-", "-0", "d'q", 'a"b', "ü", "\n", str(2**63), "0"]
+    rule = [c if isinstance(c := canonical_id(v), int) else _hash_label(c) for v in values]
+    assert label_codes(values, "ids").tolist() == rule
+    assert label_codes([np.str_(v) for v in values], "ids").tolist() == rule
+    assert label_codes(np.array(values), "ids").tolist() == rule
+    assert label_codes([*values, 5], "ids").tolist() == [*rule, 5]  # the general path
+
+
 def test_int_and_str_ids_of_ranked_lists_compare_as_text():
     """SPEC vector 2's q1 with int ranked ids and str relevant ids: the CLI reads both as text
     and gives RR = 1/3; the API used to give 0."""

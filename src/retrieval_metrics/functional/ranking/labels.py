@@ -59,13 +59,15 @@ def canonical_id(value: Any) -> Any:
     keys are always strings), while ``"007"`` and ``"7.0"`` are not ``7``.
 
     A string that is the plain decimal text of an int64 becomes that int; anything else is
-    returned as it is (numpy integers as Python ints). The one rule of the metric classes, the
-    functional layer and the files.
+    returned as it is (numpy integers as Python ints, numpy strings as Python strings). The one
+    rule of the metric classes, the functional layer and the files.
 
     >>> canonical_id("7"), canonical_id(7), canonical_id("007"), canonical_id("d7")
     (7, 7, '007', 'd7')
     """
     if isinstance(value, str):
+        if type(value) is not str:  # numpy's str (an id taken from an array) is its text
+            value = str(value)
         digits = value[1:] if value[:1] == "-" else value
         if digits.isascii() and digits.isdigit() and (digits == "0" or digits[0] != "0"):
             number = int(value)
@@ -161,6 +163,27 @@ def _hash_label(value: Any) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
+_DECIMAL_START = frozenset("-0123456789")
+
+
+def _str_codes(values: list[str]) -> list[int]:
+    """label_codes of python strings: :func:`_hash_label` of each (its repr written out, which
+    is the tuple's), the decimal text of an int64 as that int. A million corpus ids go through
+    here once; the general path costs three times as much an id."""
+    blake2b, from_bytes = hashlib.blake2b, int.from_bytes
+    codes: list[int] = []
+    append = codes.append
+    for v in values:
+        if v[:1] in _DECIMAL_START:
+            number = canonical_id(v)
+            if isinstance(number, int):
+                append(number)
+                continue
+        digest = blake2b(("('str', " + repr(v) + ")").encode(), digest_size=8).digest()
+        append(from_bytes(digest, "little", signed=True))
+    return codes
+
+
 def label_codes(labels: Any, name: str) -> Tensor:
     """int64 codes that compare like the labels: integers as they are, strings by a 64-bit hash,
     except a string that is the decimal text of an integer, which is that integer: labels and ids
@@ -175,6 +198,8 @@ def label_codes(labels: Any, name: str) -> Tensor:
     if tensor is not None:
         return _as_int64(tensor.reshape(-1), name)
     values = list(labels) if not isinstance(labels, np.ndarray) else labels
+    if not isinstance(values, np.ndarray) and set(map(type, values)) == {str}:
+        return torch.tensor(_str_codes(values), dtype=torch.int64)
     if any(isinstance(v, bool) for v in values):
         bad = next(v for v in values if isinstance(v, bool))
         raise ValueError(f"`{name}` must hold integers or strings, got {bad!r}")
