@@ -121,6 +121,10 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "count_rows: the shapes do not fit");
         goto finally;
     }
+    if (n > INT32_MAX) { /* the counters of a pass are 32-bit */
+        PyErr_SetString(PyExc_ValueError, "count_rows: rows of 2**31 items or more");
+        goto finally;
+    }
     int64_t *at_most = (int64_t *)malloc((size_t)(2 * (m + 1)) * sizeof(int64_t));
     if (at_most == NULL) {
         PyErr_NoMemory();

@@ -277,11 +277,13 @@ def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor
 
 def compiled_counts(s: Tensor, num_finite: Tensor) -> bool:
     """Whether :func:`count_block` counts the block ``s`` with the compiled loop: on the CPU, in
-    float32 or float64, with at most :data:`COMPILED_MAX_RELEVANT` relevant scores a row."""
+    float32 or float64, with at most :data:`COMPILED_MAX_RELEVANT` relevant scores a row (and
+    rows shorter than its 32-bit counters)."""
     return (
         _count is not None
         and s.device.type == "cpu"
         and s.dtype in (torch.float32, torch.float64)
+        and s.shape[1] < 2**31
         and (num_finite.numel() == 0 or int(num_finite.max()) <= COMPILED_MAX_RELEVANT)
     )
 
