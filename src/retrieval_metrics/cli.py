@@ -35,6 +35,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -650,6 +651,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("retrieval-metrics: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output left (`... | head`): stop quietly, as other commands do. The
+        # output is pointed at devnull so that the interpreter's last flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE, what a shell reports for a command its pipe stopped
 
 
 if __name__ == "__main__":  # pragma: no cover

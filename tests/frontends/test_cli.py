@@ -74,6 +74,24 @@ def assert_matches_summary(json_metrics: dict, summary) -> None:
 # ------------------------------------------------------------------------- subprocess runs
 
 
+def test_a_reader_that_leaves_stops_the_command_quietly(tmp_path):
+    """`retrieval-metrics evaluate ... | head`: once the pipe's reader is gone, the command ends
+    with 141 (128 + SIGPIPE), not a BrokenPipeError traceback."""
+    emb, labels = class_data(0)
+    np.savez(tmp_path / "a.npz", embeddings=emb, labels=labels)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "retrieval_metrics", "evaluate", "a.npz", "--metrics", "mrr"],
+        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc.stdout.close()  # the reader leaves before the first line
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
+
+
 def test_same_source_npz_json_and_plot_match_python_api(tmp_path):
     emb, labels = class_data(0)
     emb_b, _ = class_data(0, noise=1.6)
