@@ -136,3 +136,14 @@ def test_the_compiled_loop_stops_once_every_relevant_id_is_found():
             rank_lists(ranked, relevant, distinct=distinct),
             python_loop_table(ranked, relevant, distinct=distinct),
         )
+
+
+def test_collections_that_are_not_sequences_are_read_once():
+    """dict.values() of lists: the compiled loop reads it, and the Python loop is handed the query
+    it leaves (an int among the ids) from the same collection, read once into a list."""
+    ranked = {"a": ["x", 7, "y"], "b": ["p", "q"]}
+    relevant = {"a": {"y"}, "b": {"q"}}
+    table = rank_lists(ranked.values(), relevant.values())
+    assert table.above.tolist() == [2, 1]
+    assert table.num_relevant.tolist() == [1, 1]
+    assert_same_table(table, python_loop_table(list(ranked.values()), list(relevant.values())))

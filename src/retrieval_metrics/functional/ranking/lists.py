@@ -60,6 +60,12 @@ def rank_lists(
     ([2], [2], [3])
     """
     check_option("duplicates", duplicates)
+    # (the loops below index them: a sized collection that is not a sequence, dict.values()
+    # say, is read once into a list)
+    if not isinstance(ranked_ids, (Sequence, Tensor, np.ndarray)):
+        ranked_ids = list(ranked_ids)
+    if not isinstance(relevant_ids, (Sequence, Tensor, np.ndarray)):
+        relevant_ids = list(relevant_ids)
     if isinstance(ranked_ids, (str, bytes)) or isinstance(relevant_ids, (str, bytes)):
         raise ValueError(
             "`ranked_ids` and `relevant_ids` must be sequences with one entry per query"
