@@ -257,7 +257,6 @@ def _match_in_python(
             found.hit_grade.extend(gains[item] for item in hits)
 
 
-
 def _mixes_kinds(ranked: list[Any], gains: dict[Any, float]) -> bool:
     """Whether a query's ids are of more than one type (then they are compared as text)."""
     kinds = set(map(type, gains))

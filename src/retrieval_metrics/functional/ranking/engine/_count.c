@@ -38,7 +38,9 @@
             at_most[j] = le0; at_most[j + 1] = le1; at_most[j + 2] = le2; at_most[j + 3] = le3; \
             below[j] = lt0; below[j + 1] = lt1; below[j + 2] = lt2; below[j + 3] = lt3;        \
         }                                                                                      \
-        for (; j < f; j++) {                                                                   \
+        /* the rest one at a time, and the padding once: its scores are all +inf */          \
+        const Py_ssize_t last = f < m ? f + 1 : f;                                             \
+        for (; j < last; j++) {                                                                \
             const T t = r[j];                                                                  \
             int32_t le = 0, lt = 0;                                                            \
             for (Py_ssize_t k = 0; k < n; k++) {                                               \
@@ -48,17 +50,9 @@
             at_most[j] = le;                                                                   \
             below[j] = lt;                                                                     \
         }                                                                                      \
-        if (f < m) { /* the padding: every score of the padding is +inf */                     \
-            int32_t le = 0, lt = 0;                                                            \
-            const T t = r[f];                                                                  \
-            for (Py_ssize_t k = 0; k < n; k++) {                                               \
-                le += v[k] <= t;                                                               \
-                lt += v[k] < t;                                                                \
-            }                                                                                  \
-            for (Py_ssize_t p = f; p < m; p++) {                                               \
-                at_most[p] = le;                                                               \
-                below[p] = lt;                                                                 \
-            }                                                                                  \
+        for (Py_ssize_t p = last; p < m; p++) {                                                \
+            at_most[p] = at_most[f];                                                           \
+            below[p] = below[f];                                                               \
         }                                                                                      \
     }
 
