@@ -175,15 +175,16 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "touches a relevant document. Its ignore_identical_ids is the qrels input form's",
     ),
     "sentence_transformers": (
-        {"gain": "binary", "divisor": "min", "empty_queries": "skip"},
+        {"gain": "binary", "divisor": "min", "empty_queries": "skip", "ties": "id"},
         "sentence-transformers InformationRetrievalEvaluator.compute_metrics (sentence_"
         "transformers/sentence_transformer/evaluation/information_retrieval.py): accuracy@K is "
         "hit_rate@K, precision@K divides by K, recall@K by the relevant documents, MRR@K, NDCG@K "
         "with binary gain and an ideal DCG over min(m, K), MAP@K divided by min(m, K); queries "
         "without relevant documents dropped (its __init__); nothing rounded; defaults in "
         "EVALUATOR_REPORTS['sentence_transformers'], main score ndcg@10. Ties: 6.x orders tied "
-        "scores by ascending corpus id (5.x by its heap), which no order-free rule reproduces; "
-        "ties stay 'expected' here, equal whenever no tie touches a relevant document. "
+        "scores by ascending corpus id (Python's order of the ids as given), and so does "
+        "ties='id' here (5.x ordered them by its heap); ties='id' needs the corpus given with "
+        "`ids=` and gathered (not gallery_sharded). "
         "Identical query and corpus ids are not removed, as in sentence-transformers",
     ),
 }

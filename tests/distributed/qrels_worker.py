@@ -28,12 +28,16 @@ NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10"
 NUM_Q, NUM_D, DIM = 23, 61, 6
 
 
-def data():
+def data(tied: bool = False):
     """Queries, corpus, string ids (five queries are corpus documents) and graded qrels with
-    documents the corpus lacks, grade-0 judgments and queries without judgments."""
+    documents the corpus lacks, grade-0 judgments and queries without judgments. ``tied``: the
+    corpus is 8 distinct documents repeated under other ids (scores tie, relevant with
+    relevant and with others)."""
     g = torch.Generator().manual_seed(11)
     queries = torch.randn(NUM_Q, DIM, generator=g, dtype=torch.float64)
     docs = torch.randn(NUM_D, DIM, generator=g, dtype=torch.float64)
+    if tied:
+        docs = docs[torch.arange(NUM_D) % 8]
     q_ids = [f"q{i}" for i in range(NUM_Q)]
     d_ids = [f"d{i}" for i in range(NUM_D)]
     d_ids[:5] = q_ids[:5]
@@ -49,9 +53,9 @@ def data():
     return queries, docs, q_ids, d_ids, qrels
 
 
-def feed(metric, rank: int, world: int, fixed: bool = False) -> None:
+def feed(metric, rank: int, world: int, fixed: bool = False, tied: bool = False) -> None:
     """This process's share: the corpus (unless ``fixed``) and the queries, in batches."""
-    queries, docs, q_ids, d_ids, _ = data()
+    queries, docs, q_ids, d_ids, _ = data(tied)
     size = 3 + 2 * rank
     if not fixed:
         # the corpus over the processes too, padded, in batches of another size
@@ -61,10 +65,11 @@ def feed(metric, rank: int, world: int, fixed: bool = False) -> None:
         metric.update(queries[b], ids=[q_ids[i] for i in b], role="query")
 
 
-def build(fixed: bool = False, qrels=None, sharded: bool = False):
-    _, docs, _, d_ids, default = data()
+def build(fixed: bool = False, qrels=None, sharded: bool = False, ties: str = "expected"):
+    """The metric; ``ties="id"`` ranks the tied corpus of ``data(tied=True)``."""
+    _, docs, _, d_ids, default = data(tied=ties == "id")
     metric = rm.RetrievalMetrics(
-        NAMES, qrels=default if qrels is None else qrels, gallery_sharded=sharded
+        NAMES, qrels=default if qrels is None else qrels, gallery_sharded=sharded, ties=ties
     )
     metric.set_dtype(torch.float64)
     if fixed:
@@ -98,6 +103,11 @@ def run(scenario: str, rank: int, world: int) -> dict:
     if scenario == "qrels_fixed":
         metric = build(fixed=True)
         feed(metric, rank, world, fixed=True)
+        return scored(metric)
+    if scenario in ("qrels_ties_by_id", "qrels_fixed_ties_by_id"):
+        fixed = scenario == "qrels_fixed_ties_by_id"
+        metric = build(fixed=fixed, ties="id")
+        feed(metric, rank, world, fixed=fixed, tied=True)
         return scored(metric)
     if scenario == "qrels_sharded":
         # each process keeps its part of the corpus; the sampler's padding puts a few documents

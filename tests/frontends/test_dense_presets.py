@@ -371,8 +371,10 @@ def test_ndcg_ideal_cut_at_k_item_2():
 def test_ties_item_5():
     """Scores {d1: 0.5, d2: 0.5}, d2 relevant. pytrec_eval (BEIR's and MTEB's P@1, NDCG@1) puts
     d2 first (doc id descending): 1.0; sentence-transformers 6.x puts d1 first (ascending): 0.0;
-    BEIR's MRR@1 keeps insertion order (d1 first): 0.0. The presets keep ties='expected': the
-    mean over the two orders, 0.5, for each of them."""
+    BEIR's MRR@1 keeps insertion order (d1 first): 0.0. BEIR's and MTEB's presets keep
+    ties='expected': the mean over the two orders, 0.5. sentence-transformers' sets ties='id':
+    with the documents' ids (embeddings and a gallery with ids=) its 0.0; scores without ids
+    have nothing to order by, refused where a tie touches a relevant item."""
     form = {"preds": torch.tensor([0.5, 0.5]), "target": torch.tensor([0, 1]),
             "indexes": torch.tensor([0, 0])}
     qrels, results = {"q": {"d1": 0, "d2": 1}}, {"q": {"d1": 0.5, "d2": 0.5}}
@@ -381,9 +383,16 @@ def test_ties_item_5():
     assert mteb_scores(qrels, results, ks=(1,))["mrr_at_1"] == 1.0
     assert st_compute_metrics(results, {"q": {"d2"}}, {"precision": (1,)}) == {
         "precision@1": 0.0}
-    for protocol in ("beir", "mteb", "sentence_transformers"):
+    for protocol in ("beir", "mteb"):
         assert ours(["precision@1", "mrr@1"], protocol, **form) == {
             "precision@1": 0.5, "mrr@1": 0.5}
+    with pytest.raises(ValueError, match="ties='id' orders tied items by their gallery ids"):
+        ours(["precision@1"], "sentence_transformers", **form)
+    m = rm.RetrievalMetrics(["precision@1", "mrr@10"], qrels={"q": ["d2"]},
+                            protocol="sentence_transformers")
+    m.update(torch.tensor([[1.0, 0.0]]), ids=["q"], role="query")
+    m.update(torch.tensor([[1.0, 1.0], [1.0, 1.0]]), ids=["d2", "d1"], role="gallery")
+    assert {k: float(v) for k, v in m.compute().items()} == {"precision@1": 0.0, "mrr@10": 0.5}
     # a tie that touches no relevant item changes nothing: equal to all of them
     form = {"preds": torch.tensor([0.9, 0.5, 0.5]), "target": torch.tensor([1, 0, 0]),
             "indexes": torch.tensor([0, 0, 0])}
@@ -544,9 +553,9 @@ def test_option_sets():
     assert PROTOCOLS["beir"][0] == {"gain": "linear", "empty_queries": "zero"}
     assert PROTOCOLS["mteb"][0] == {"gain": "linear", "empty_queries": "zero"}
     assert PROTOCOLS["sentence_transformers"][0] == {
-        "gain": "binary", "divisor": "min", "empty_queries": "skip"}
-    # ties are not fixed: no order-free rule is any of the evaluators' orders
-    for protocol in ("beir", "mteb", "sentence_transformers"):
+        "gain": "binary", "divisor": "min", "empty_queries": "skip", "ties": "id"}
+    # pytrec_eval's order (descending id of float32 scores) is no rule here: ties not fixed
+    for protocol in ("beir", "mteb"):
         assert apply_protocol(protocol, {})["ties"] == DEFAULTS["ties"] == "expected"
 
 

@@ -1,8 +1,9 @@
 """The qrels form on 1-3 real gloo processes (tests/distributed/qrels_worker.py): queries and
 corpus spread unevenly with DistributedSampler's padding give the one-process values on every
 process, the corpus also kept split (``gallery_sharded=True``, the sampler's repeats dropped
-by id); processes that disagree (different qrels, ``ids=`` on some processes only, integer
-labels or image ids on one and strings on another) are refused by name on every process.
+by id), and tied documents placed by id (``ties="id"``); processes that disagree (different
+qrels, ``ids=`` on some processes only, integer labels or image ids on one and strings on
+another) are refused by name on every process.
 Every run has a timeout and kills its processes on failure (launch.run_workers)."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ sys.path.insert(0, str(HERE))
 import launch  # noqa: E402
 import qrels_worker  # noqa: E402
 
-SCORED = ["qrels", "qrels_fixed", "qrels_sharded"]
+SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fixed_ties_by_id"]
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
            "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
 _RUNS: dict[int, list[dict]] = {}
@@ -32,9 +33,9 @@ def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     return [by_scenario[scenario] for by_scenario in _RUNS[world]]
 
 
-def one_process(fixed: bool) -> dict:
-    metric = qrels_worker.build(fixed=fixed)
-    qrels_worker.feed(metric, 0, 1, fixed=fixed)
+def one_process(fixed: bool, ties: str = "expected") -> dict:
+    metric = qrels_worker.build(fixed=fixed, ties=ties)
+    qrels_worker.feed(metric, 0, 1, fixed=fixed, tied=ties == "id")
     return qrels_worker.scored(metric)
 
 
@@ -42,7 +43,14 @@ def one_process(fixed: bool) -> dict:
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("scenario", SCORED)
 def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_factory):
-    expected = one_process(fixed=scenario == "qrels_fixed")
+    by_id = scenario.endswith("ties_by_id")
+    fixed = scenario in ("qrels_fixed", "qrels_fixed_ties_by_id")
+    expected = one_process(fixed=fixed, ties="id" if by_id else "expected")
+    if by_id:  # the ties touch relevant documents: their order changes the values
+        metric = qrels_worker.build(fixed=fixed)
+        qrels_worker.feed(metric, 0, 1, fixed=fixed, tied=True)
+        shared = qrels_worker.scored(metric)
+        assert shared["values"]["mrr@10"] != pytest.approx(expected["values"]["mrr@10"])
     assert expected["notes"]["judged documents not in the corpus"] > 0
     assert expected["notes"]["queries without judgments"] > 0
     for rank, result in enumerate(results_of(scenario, world, tmp_path_factory)):

@@ -23,9 +23,9 @@ or ``score_functions`` made of ``sentence_transformers.util.cos_sim``, ``dot_sco
 "dot" and "euclidean". Any other callable (a Manhattan distance, a lambda) cannot be handed to the
 ranking and is refused by name; so is ``write_predictions=True`` (no top-k lists to write).
 
-Differences: tied scores are ranked in random order, in expectation (the library's
-``ties="expected"``), where sentence-transformers 6.x puts tied documents in ascending corpus-id
-order; the values are equal whenever no tie touches a relevant document. The corpus embeddings
+Tied scores are ranked as sentence-transformers 6.x ranks them: tied documents in ascending
+corpus-id order (the protocol's ``ties="id"``; corpus ids that Python cannot sort, such as ints
+mixed with strs, are refused). Differences: the corpus embeddings
 are held until the call ends (sentence-transformers holds one chunk, unless given
 ``corpus_embeddings``). Judgments are read as sentence-transformers reads them: a document id is
 relevant when it is in the query's ``relevant_docs`` entry (grades are not read), compared with
@@ -530,12 +530,28 @@ class InformationRetrievalEvaluator:
         }
         return list(dict.fromkeys(f"{base}@{k}" for base, ks in cutoffs.items() for k in ks))
 
-    def _qrels(self) -> dict[int, list[int]]:
-        """The judgments by position: query i (of ``queries_ids``) -> the corpus positions of its
-        relevant documents, and for each one the corpus lacks an id beyond the corpus (relevant,
-        never retrieved), so that ids of any type are compared as sentence-transformers
-        compares them (Python's ``in``)."""
-        position = {cid: i for i, cid in enumerate(self.corpus_ids)}
+    def _corpus_places(self) -> list[int]:
+        """Each corpus document's place in ``sorted(corpus_ids)``: the ids the ranking is given,
+        so that ties="id" puts tied documents in sentence-transformers' order (ascending corpus
+        id) whatever the ids' type, and ids of any type are compared as sentence-transformers
+        compares them (Python's ``==``)."""
+        try:
+            order = sorted(range(len(self.corpus_ids)), key=self.corpus_ids.__getitem__)
+        except TypeError as err:
+            raise ValueError(
+                "the corpus ids cannot be sorted (sentence-transformers orders tied documents "
+                f"by ascending corpus id): {err}"
+            ) from err
+        places = [0] * len(order)
+        for place, i in enumerate(order):
+            places[i] = place
+        return places
+
+    def _qrels(self, places: list[int]) -> dict[int, list[int]]:
+        """The judgments by place (:meth:`_corpus_places`): query i (of ``queries_ids``) -> the
+        places of its relevant documents, and for each one the corpus lacks an id beyond the
+        corpus (relevant, never retrieved)."""
+        position = {cid: places[i] for i, cid in enumerate(self.corpus_ids)}
         absent = len(self.corpus_ids)
         qrels: dict[int, list[int]] = {}
         for i, qid in enumerate(self.queries_ids):
@@ -594,7 +610,9 @@ class InformationRetrievalEvaluator:
             name: _resolved_similarity(name, self._similarity_of[name])
             for name in self.score_functions
         }
-        qrels = self._qrels()
+        places = self._corpus_places()
+        qrels = self._qrels(places)
+        place_ids = torch.tensor(places, dtype=torch.int64)
         names = self._metric_names()
         rankers = {}
         for sim in dict.fromkeys(similarity.values()):
@@ -628,7 +646,7 @@ class InformationRetrievalEvaluator:
                 chunk = corpus_embeddings[start:stop]
             chunk = _dense_rows(chunk, stop - start, "the corpus embeddings")
             for metric in rankers.values():
-                metric.update(chunk, ids=torch.arange(start, stop), role="gallery")
+                metric.update(chunk, ids=place_ids[start:stop], role="gallery")
 
         computed = {}
         for sim, metric in rankers.items():

@@ -80,8 +80,10 @@ OPTIONS: dict[str, Option] = {
         Option("memory_budget", 256 * 2**20, "ranking",
                "bytes of scratch memory the ranking may use",
                valid=_budget, expected="an int >= 65536 bytes"),
-        Option("ties", "expected", "measures", "how equal scores are ordered",
-               allowed=("expected", "optimistic", "pessimistic")),
+        Option("ties", "expected", "measures", "how equal scores are ordered: averaged over "
+               "every order, relevant first or last, or by ascending gallery id (a ranking "
+               "of embeddings with gallery ids: sentence-transformers' order)",
+               allowed=("expected", "optimistic", "pessimistic", "id")),
         Option("empty_queries", "skip", "measures", "queries with no relevant item: left out, "
                "scored 0, refused, or left out where a measure divides by zero ('nan', ragas)",
                allowed=("skip", "zero", "error", "nan")),

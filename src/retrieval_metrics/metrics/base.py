@@ -56,8 +56,9 @@ class RetrievalMetricBase(Metric):
 
     Args:
         similarity: "cosine" (default), "dot" or "euclidean".
-        ties: "expected" (default), "optimistic" or "pessimistic": how equal scores are ordered
-            (see the definitions page of the documentation).
+        ties: "expected" (default), "optimistic", "pessimistic" or "id" (tied gallery items
+            in ascending order of their ``ids=``, as sentence-transformers 6.x): how equal
+            scores are ordered (see the definitions page of the documentation).
         empty_queries: "skip" (default), "zero" or "error" for queries with no relevant item;
             "nan" (ragas) leaves out each value whose formula divides by zero (such a query
             still scores 0 in precision, and a precision over nothing retrieved is left out).

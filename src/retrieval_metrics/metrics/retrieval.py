@@ -91,6 +91,12 @@ class RetrievalMetric(RetrievalMetricBase):
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
+        if gallery_sharded and self.ties == "id":
+            raise ValueError(
+                "ties='id' (tied items by ascending gallery id) is not available with "
+                "gallery_sharded=True: each shard would need the others' ids to place its ties; "
+                "gather the gallery (gallery_sharded=False) or choose another `ties`"
+            )
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
         # what every process must agree on, compared after the sync: the judgments' fingerprint
         # (one row per process; the kinds of the keys are the base's state)

@@ -149,7 +149,8 @@ def expected_hits_per_query(
     Args:
         table: the rank table.
         k: cut-off K, or one per query as a ``(Q,)`` tensor; None is the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -174,7 +175,8 @@ def hit_rate_per_query(
         table: the rank table.
         k: cut-off K, or one per query as a ``(Q,)`` tensor; None is the whole
             ranking (every id of a ranked list).
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -201,7 +203,8 @@ def recall_per_query(
         table: the rank table.
         k: cut-off K, or one per query as a ``(Q,)`` tensor; None is the whole
             ranking (every id of a ranked list).
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -226,7 +229,8 @@ def precision_per_query(
     Args:
         table: the rank table.
         k: cut-off K, or None for the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
         where_defined: the values of ``empty_queries="nan"``: a query with no relevant item
             scores 0 (precision does not divide by m_q), and one that retrieved nothing is NaN
@@ -261,7 +265,8 @@ def f1_per_query(
     Args:
         table: the rank table.
         k: cut-off K, or None for the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -300,7 +305,8 @@ def granular_mrr_per_query(
 
     Args:
         table: the rank table (the whole ranking: every relevant item located, or a list).
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -328,7 +334,8 @@ def r_precision_per_query(
 
     Args:
         table: the rank table.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -357,7 +364,8 @@ def map_at_r_per_query(
 
     Args:
         table: the rank table.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -385,7 +393,8 @@ def average_precision_per_query(
     Args:
         table: the rank table.
         k: cut-off, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         ap: ``"step"`` (torchreid, trec_eval) or ``"trapezoid"`` (official Market-1501 code; only
             without a cut-off).
         divisor: ``"relevant"`` m_q (Manning et al., trec_eval map_cut), ``"min"``
@@ -485,7 +494,8 @@ def reciprocal_rank_per_query(
     Args:
         table: the rank table.
         k: cut-off K, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -504,7 +514,8 @@ def first_rank_per_query(
 
     Args:
         table: the rank table.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -537,7 +548,8 @@ def ndcg_per_query(
     Args:
         table: the rank table.
         k: cut-off K; ``None`` is the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         gain: "exponential" (2^g - 1), "linear" (g) or "binary" (1).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
@@ -592,7 +604,8 @@ def cmc_per_query(
     Args:
         table: the rank table.
         max_rank: the last K of the curve.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -617,7 +630,8 @@ def minp_per_query(
 
     Args:
         table: the rank table.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:

@@ -37,7 +37,8 @@ def fall_out_per_query(
     Args:
         table: the rank table.
         k: cut-off K, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
         shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
 
     Returns:
@@ -79,7 +80,8 @@ def auroc_per_query(
         table: the rank table.
         k: cut-off K, or one per query as a ``(Q,)`` tensor; ``None`` is the whole ranking.
         max_fpr: the false positive rate the partial area stops at, or None for the full area.
-        ties: the tie rule: "expected", "optimistic" or "pessimistic".
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id" (a table ranked
+            with ties by id).
 
     Returns:
         ``(Q,)`` float64.

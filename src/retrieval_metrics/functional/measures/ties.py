@@ -7,6 +7,8 @@ A rank table lists each relevant item with ``above`` (items scoring strictly hig
 * ``"expected"``: one group per distinct score that holds relevant items.
 * ``"optimistic"`` / ``"pessimistic"``: every relevant item becomes a group of size 1 at the first
   (last) free position of its tie group, so the same formulas give the deterministic values.
+* ``"id"``: the ranking already placed tied items by ascending id (``tie_order``), so every
+  group has size 1; a table with ties left is refused.
 
 The functions below are the exact expectations over the random order inside groups (McSherry and
 Najork, ECIR 2008), derived by linearity of expectation; with groups of size 1 they reduce to the
@@ -95,6 +97,17 @@ def tie_groups(
     groups by where they start (AUROC@K) keeps them apart."""
     if ties not in TIES:
         raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
+    if ties == "id":
+        # The ranking placed tied items by id (rank_embeddings(ties_by_id=True), the metric
+        # classes under ties="id"): nothing is left to share a place, and any rule agrees.
+        if bool((table.tied != 1).any()):
+            raise ValueError(
+                "ties='id' orders tied items by their gallery ids, and a relevant item ties "
+                "items that have none to order by: give queries and a gallery (role='query' / "
+                "'gallery') with the gallery's `ids=` (rank_embeddings(..., ties_by_id=True) in "
+                "the functional layer), or choose another `ties`"
+            )
+        ties = "expected"
     if gain not in ("exponential", "linear", None):
         raise ValueError(f'`gain` must be "exponential" or "linear", got {gain!r}')
     item_query = table.item_query

@@ -30,6 +30,7 @@ from retrieval_metrics.functional.ranking.labels import encode_labels, label_cod
 from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 from retrieval_metrics.functional.table import RankTable
 
 
@@ -73,6 +74,7 @@ def rank_embeddings(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int] | None = None,
     exchange: Exchange | None = None,
+    ties_by_id: bool = False,
 ) -> RankTable:
     """Rank the gallery for every query and record where the relevant items landed.
 
@@ -109,6 +111,10 @@ def rank_embeddings(
             block pairs); every process returns the whole table, equal to one process's.
             ``retrieval_metrics.metrics.distributed.DistributedExchange`` is the one over
             ``torch.distributed``; the metric classes use it on synced states.
+        ties_by_id: place gallery items that tie a relevant item's score in ascending order of
+            ``gallery_ids`` as given (Python's order: strings by code point, integers by
+            value), as sentence-transformers 6.x does, instead of letting them share their
+            places; the table then has no ties (every ``tied`` is 1). Needs ``gallery``.
 
     Returns:
         A :class:`RankTable`, queries in input order.
@@ -132,7 +138,12 @@ def rank_embeddings(
         ignore_identical_ids=ignore_identical_ids,
     )
     query_keys = Keys(query_labels, query_ids, query_cameras, query_positions)
-    gallery_keys = Keys(gallery_labels, gallery_ids, gallery_cameras, gallery_positions)
+    if ties_by_id and gallery_ids is None:
+        raise ValueError("`ties_by_id=True` orders tied gallery items by `gallery_ids`: give them")
+    gallery_keys = Keys(
+        gallery_labels, gallery_ids, gallery_cameras, gallery_positions,
+        gallery_ids if ties_by_id else None,
+    )
     inputs = embedding_relevance(query, gallery, query_keys, gallery_keys, options, relevant_ids)
     return ranked_table(inputs, options, exchange)
 
@@ -241,7 +252,21 @@ def embedding_relevance(
         ignore_identical_ids=options.ignore_identical_ids,
     )
     g_key = None if g_labels is None else g_labels[relevance_sets.gallery_index]
-    return RankingInput(query, gallery, relevance_sets, q_labels, g_key, same_source)
+    tie_key = None
+    if gallery_keys.order is not None:
+        if same_source:
+            raise ValueError(
+                "ties ordered by id (ties='id') need queries ranked against a gallery of their "
+                "own (role='query' and role='gallery'), not same-source items"
+            )
+        rows = gallery_keys.order
+        if not (isinstance(rows, Tensor) and rows.dtype == torch.uint8 and rows.dim() == 2):
+            rows = id_order_rows(rows, "gallery ids")
+        rows = per_item("gallery ids", rows, num_g)
+        tie_key = order_ranks(rows.index_select(0, relevance_sets.gallery_index))
+    return RankingInput(
+        query, gallery, relevance_sets, q_labels, g_key, same_source, tie_key=tie_key
+    )
 
 
 def id_codes(ids: Any, name: str) -> Tensor | None:

@@ -19,7 +19,7 @@ from retrieval_metrics.functional.primitives import is_identity
 __all__ = ["ITEM_FIELDS", "KEY_FIELDS", "Items", "Keys"]
 
 #: the per-item tensors a side may carry, embeddings first
-ITEM_FIELDS = ("emb", "labels", "ids", "cameras", "positions")
+ITEM_FIELDS = ("emb", "labels", "ids", "cameras", "positions", "order")
 #: the per-item keys: every item field but the embeddings
 KEY_FIELDS = ITEM_FIELDS[1:]
 
@@ -28,13 +28,16 @@ KEY_FIELDS = ITEM_FIELDS[1:]
 class Keys:
     """One side's per-item keys: ``labels`` (relevance by label, classes), ``ids`` (sample ids:
     an item never retrieves its own id), ``cameras`` (re-identification: same label and camera
-    excluded) and ``positions`` (``(n, P)``, relevance by radius). Each is None or holds one
-    entry per item, in any form the keyword functions take; they are checked when ranked."""
+    excluded), ``positions`` (``(n, P)``, relevance by radius) and ``order`` (a gallery's ids
+    as given, or their rows of ``tie_order.id_order_rows``: tied items in ascending order of
+    them, ``ties="id"``). Each is None or holds one entry per item, in any form the keyword
+    functions take; they are checked when ranked."""
 
     labels: Any = None
     ids: Any = None
     cameras: Any = None
     positions: Any = None
+    order: Any = None
 
     def filled_from(self, other: Keys) -> Keys:
         """These keys, each one missing here taken from ``other`` (a same-source gallery takes
@@ -50,13 +53,15 @@ class Keys:
 @dataclass(frozen=True)
 class Items:
     """One side's items: ``emb`` ``(n, D)`` and optional per-item ``labels``, ``ids``,
-    ``cameras`` (int64) and ``positions`` (``(n, P)`` float64)."""
+    ``cameras`` (int64), ``positions`` (``(n, P)`` float64) and ``order`` (``(n, 64)`` uint8:
+    the ids as given, ordered for ``ties="id"``)."""
 
     emb: Tensor
     labels: Tensor | None = None
     ids: Tensor | None = None
     cameras: Tensor | None = None
     positions: Tensor | None = None
+    order: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.emb.shape[0])

@@ -146,6 +146,13 @@ def full_sort_table(inputs: RankingInput, options: RankingSettings) -> RankTable
         below = torch.searchsorted(ranked, relevant, right=False)  # items < each score
         above[r0:r1] = ranked.numel() - at_most
         tied[r0:r1] = at_most - below
+        if side.tie_key is not None:
+            # ties by key: the tied items of a smaller key come first, none shares a place
+            key = side.tie_key.cpu()
+            rel_key = key[side.rel_index[r0:r1]]
+            equal = scores[q][keep][None, :] == relevant[:, None]
+            above[r0:r1] += (equal & (key[keep][None, :] < rel_key[:, None])).sum(1)
+            tied[r0:r1] = 1
     gallery_size = side.num_g - side.ex_ptr.diff()
     items = ItemResults(side.rel_ptr, above, tied, grade=relevance_sets.query_grades)
     return table_from_items(items, num_relevant, gallery_size, gallery_size.clone())

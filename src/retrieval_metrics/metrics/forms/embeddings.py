@@ -8,8 +8,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
 from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.chunks import PAIR_BYTES, label_pair_counts, query_chunks
@@ -51,10 +53,20 @@ class _EmbeddingStates(InputForm):
             emb, metric.relevance, batch.labels, batch.ids, batch.cameras, batch.positions
         )
         metric._check_width("embeddings", emb)
-        metric._mark(self.kind)
         side = "g" if batch.role == "gallery" else "q"
+        if metric.ties == "id":
+            items = replace(items, order=self.tie_order(batch, side))
+        metric._mark(self.kind)
         metric._note_kinds(side, batch)
         metric._append_items(side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}")
+
+    def tie_order(self, batch: Batch, side: str) -> Tensor | None:
+        """Under ties="id", a separate gallery's ids as given, in rows that sort as Python sorts
+        them (the codes ids compare by do not keep that order: ``"7"`` is ``7``). Items without
+        them keep their ties, which compute() refuses where one touches a relevant item."""
+        if side != "g" or batch.role is None or batch.ids is None:
+            return None
+        return id_order_rows(batch.ids, "ids")
 
     def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
         """The deduplicated queries and the gallery they are ranked against (None: same

@@ -11,6 +11,7 @@ import torch
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import (
     PRESENT,
     TABLE_PARTS,
@@ -159,6 +160,9 @@ class FixedGallery(TableStates):
         if emb.shape[0] == 0:
             raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         items = item_tensors(emb, metric.relevance, **keys)
+        if metric.ties == "id" and keys.get("ids") is not None:
+            # ties by id (see QueryGallery.tie_order)
+            items = replace(items, order=id_order_rows(keys["ids"], "ids"))
         metric._note_kinds("g", Batch(**{k: v for k, v in keys.items() if k != "positions"}))
         if metric.qrels is not None and items.ids is not None:
             # a corpus given once: each document once (repeats that agree dropped)

@@ -82,6 +82,13 @@ class QueryBlock:
                 self.rel_scores.view(-1).copy_(values)
             else:
                 self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
+        self.before: Tensor | None = None
+        if p.tie_key is not None:
+            # each relevant pair's tie key where its score will be (+inf padding: never tied)
+            keys = p.tie_key.index_select(0, r_gal.to(device))
+            self.rel_keys = torch.zeros(self.rel_scores.shape, dtype=torch.int64, device=device)
+            self.rel_keys.view(-1).scatter_(0, self.r_flat, keys)
+            self.before = torch.zeros_like(self.rel_keys)
         if p.options.depth is not None:
             # Where each relevant item lies, by block and segment, to mask it from the maxima.
             seg_order = torch.argsort(self.r_block, stable=True)
@@ -169,6 +176,9 @@ class QueryBlock:
         self.rel_scores.add_(0.0)
         # +inf padding last; the permutation only to write back in CSR order
         self.rel_sorted, self.rel_perm = sort_rows(self.rel_scores, with_perm=not p.by_score)
+        if self.before is not None:
+            # the tie-key count compares with the scores where the keys are
+            self.rel_unsorted = self.rel_scores
         del self.rel_scores
         rel_sorted = self.rel_sorted
         self.has_rel = self.r_counts.to(device) > 0
@@ -239,8 +249,59 @@ class QueryBlock:
         ``s`` may be a view that is not row-major (the transposed block of the symmetric pass);
         then ``segment_values`` reads the scores of flat segment indices for the sparse count,
         and the dense count copies it row-major into ``buffer`` (at least as large; a new
-        tensor without one).
+        tensor without one). With a tie key, also the tied items of a smaller key.
         """
+        if self.before is None:
+            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+            return
+        rows = None
+        if s.device.type == "cpu":
+            # Only the rows where this block ties a relevant score: an item tied with one lands
+            # in a lower bin of hist_lt than of hist_le, which changes their difference (the
+            # lowest such bin loses what no other item can give back), so the rows whose
+            # difference moved are exactly those. An accelerator compares every row instead of
+            # waiting for this test.
+            gap = self.hist_le - self.hist_lt
+            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+            moved = (self.hist_le - self.hist_lt).ne_(gap).view(self.nb, self.width).any(1)
+            if not bool(moved.any()):
+                return
+            rows = flat_nonzero(moved)
+        else:
+            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+        self._count_before(s, b, rows)
+
+    def _count_before(self, s: Tensor, b: int, rows: Tensor | None) -> None:
+        """Per relevant pair of ``rows`` (None: every row), the items of block ``b`` with its
+        exact score and a smaller tie key. The relevant item itself has its own key, not a
+        smaller one; an excluded item scores -inf, a relevant score is finite."""
+        p = self.p
+        start = b * p.block_g
+        width = min(p.block_g, p.num_g - start)
+        keys = p.tie_key[start : start + width]
+        scores, values, rel_keys = s[:, :width], self.rel_unsorted, self.rel_keys
+        if rows is not None:
+            scores = scores.index_select(0, rows)
+            values, rel_keys = values.index_select(0, rows), rel_keys.index_select(0, rows)
+        counts = torch.empty_like(rel_keys)
+        for j in range(values.shape[1]):
+            tied = scores == values[:, j : j + 1]
+            tied &= keys < rel_keys[:, j : j + 1]
+            counts[:, j] = tied.sum(1)
+        if rows is None:
+            self.before += counts
+        else:
+            self.before.index_add_(0, rows, counts)
+
+    def _count_items(
+        self,
+        s: Tensor,
+        seg_max: Tensor,
+        b: int,
+        seeded: bool,
+        segment_values: Callable[[Tensor], Tensor] | None,
+        buffer: Tensor | None,
+    ) -> None:
 
         def row_major() -> Tensor:
             if s.is_contiguous():
@@ -317,8 +378,11 @@ class QueryBlock:
                 out.index_copy_(0, dest, self._in_csr_order(sorted_values).cpu())
             return
         # Back from sorted order to the CSR order of the relevant items.
+        if self.before is not None:
+            # (counted where the scores were read: in CSR layout already)
+            self.p.outputs[3].scatter_(0, self.r_pos, self._in_csr_order(self.before).cpu())
         for out, sorted_values in zip(
-            self.p.outputs, (above_sorted, tied_sorted, listed_sorted), strict=True
+            self.p.outputs[:3], (above_sorted, tied_sorted, listed_sorted), strict=True
         ):
             unsorted = torch.empty_like(sorted_values)
             unsorted.scatter_(1, self.rel_perm, sorted_values)

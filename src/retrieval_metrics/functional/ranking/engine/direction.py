@@ -39,6 +39,7 @@ class RankingInput:
     query_key: Tensor | None = None
     gallery_key: Tensor | None = None
     symmetric: bool = False
+    tie_key: Tensor | None = None
 
 
 @dataclass
@@ -53,7 +54,9 @@ class Pass:
     Query blocks write their results into ``outputs`` (see :meth:`QueryBlock.finish`): in the
     CSR order of the relevant items, or with ``by_score`` each query's by decreasing score.
     ``ext_scores``: given scores that play the part of the relevant items' (a sharded gallery's
-    counting).
+    counting). ``tie_key``: the gallery's tie order in processing order (on ``device``); with
+    it each query block also counts, per relevant pair, the tied items of a smaller key, into
+    the fourth output.
     """
 
     device: torch.device
@@ -70,6 +73,7 @@ class Pass:
     budget: int
     ext_scores: Tensor | None = None
     by_score: bool = False
+    tie_key: Tensor | None = None
     neg_inf: Tensor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -104,6 +108,7 @@ class Direction:
     mode: Mode
     ext_scores: Tensor | None = None
     by_score: bool = False
+    tie_key: Tensor | None = None
 
     @staticmethod
     def make(
@@ -141,6 +146,16 @@ class Direction:
             if external is None:
                 rel_index = new_position[rel_index]
             ex_index = new_position[ex_index]
+        tie_key = inputs.tie_key
+        if tie_key is not None:
+            if external is not None or inputs.symmetric:
+                raise ValueError(
+                    "ties ordered by id (ties='id') need queries ranked against a gallery of "
+                    "their own, on one process's gallery or gathered (not same-source items, "
+                    "not a sharded gallery)"
+                )
+            tie_key = tie_key.cpu() if g_perm is None else tie_key.cpu()[g_perm]
+            tie_key = tie_key.to(device)
         if query_order_key is not None and num_q:
             order = torch.sort(query_order_key.cpu(), stable=True).indices
         else:
@@ -153,6 +168,8 @@ class Direction:
         else:
             above = torch.zeros(num_pairs, dtype=torch.int64)
             outputs = (above, torch.zeros_like(above), torch.ones_like(above, dtype=torch.bool))
+            if tie_key is not None:
+                outputs += (torch.zeros_like(above),)  # tied items of a smaller key
         return Direction(
             rel_ptr=rel_ptr,
             rel_index=rel_index,
@@ -168,8 +185,10 @@ class Direction:
             mode=mode,
             ext_scores=ext_scores,
             # binary tables want each query's items by decreasing score: written so, they need
-            # no sort afterwards (graded ones also order tied items by grade: CSR order + sort)
-            by_score=mode == "table" and relevance_sets.query_grades is None,
+            # no sort afterwards (graded ones also order tied items by grade, and ties ordered
+            # by key by their places: CSR order + sort)
+            by_score=mode == "table" and relevance_sets.query_grades is None and tie_key is None,
+            tie_key=tie_key,
         )
 
     @property
@@ -207,6 +226,7 @@ class Direction:
             budget=budget,
             ext_scores=self.ext_scores,
             by_score=self.by_score,
+            tie_key=self.tie_key,
         )
 
     def table(self, relevance_sets: Relevance) -> RankTable:
@@ -220,7 +240,12 @@ class Direction:
             depth_out = num_relevant.clamp_min(depth)
         else:
             depth_out = torch.full((num_q,), depth, dtype=torch.int64)
-        above, tied, listed = self.outputs
+        above, tied, listed = self.outputs[:3]
+        if self.tie_key is not None:
+            # Ties ordered by key: each relevant item has a place of its own, after the items
+            # above it and the tied items of a smaller key; it shares it with nobody.
+            above = above + self.outputs[3]
+            tied = torch.ones_like(tied)
         items = ItemResults(
             self.rel_ptr, above, tied, listed=listed, grade=relevance_sets.query_grades
         )

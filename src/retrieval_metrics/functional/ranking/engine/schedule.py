@@ -578,11 +578,11 @@ def _combine_counts(blocks: list[QueryBlock], exchange: Exchange) -> None:
 
 
 def _combine_outputs(outputs: tuple[Tensor, ...], exchange: Exchange) -> None:
-    """Above, tied and listed of the query blocks each process ranked, on every process: the
-    others' entries are as they start (0, 0 and listed)."""
-    above, tied, listed = outputs
-    above.copy_(exchange.sum(above))
-    tied.copy_(exchange.sum(tied))
+    """Above, tied, listed (and the tied items of a smaller key) of the query blocks each
+    process ranked, on every process: the others' entries are as they start (0, 0, listed, 0)."""
+    above, tied, listed = outputs[:3]
+    for counts in (above, tied, *outputs[3:]):
+        counts.copy_(exchange.sum(counts))
     listed.copy_(exchange.max((~listed).to(torch.int64)) == 0)
 
 
