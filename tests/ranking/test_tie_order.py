@@ -154,3 +154,17 @@ def test_refused_by_name():
     shared = rank_embeddings(x, x, query_labels=[0, 1], gallery_labels=[0, 0])
     with pytest.raises(ValueError, match="ties='id'"):
         tie_groups(shared, "id")
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [["d10", "é", "", "x" * 63], [3, -(2**63), 2**63 - 1], torch.tensor([4, -1, 0]),
+     np.array([9, -9], dtype=np.int32), ["mixed", 7]],
+)
+def test_every_form_of_ids_gives_the_rows_of_the_one_rule(ids):
+    """The joined paths (all str, all int, tensors, arrays) write what the per-id rule writes."""
+    from retrieval_metrics.functional.ranking.tie_order import ORDER_WIDTH, _row
+
+    values = ids.tolist() if hasattr(ids, "tolist") else ids
+    one_by_one = [list(_row(v, "ids", i).ljust(ORDER_WIDTH, b"\x00")) for i, v in enumerate(values)]
+    assert id_order_rows(ids, "ids").tolist() == one_by_one

@@ -56,17 +56,54 @@ def id_order_rows(ids: Any, name: str) -> Tensor:
     """``(n, ORDER_WIDTH)`` uint8 rows of ``ids`` (a sequence, array or int tensor of ids as
     given) whose byte order is the ids' Python order."""
     if isinstance(ids, Tensor):
-        if ids.is_floating_point() or ids.dim() != 1:
+        if ids.is_floating_point() or ids.is_complex() or ids.dim() != 1:
             raise ValueError(f"`{name}` must be a 1-D integer tensor or a sequence of ids")
+        ids = ids.cpu().numpy()
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" and ids.dtype != np.uint64:
+        return _integer_rows(ids.astype(np.int64).reshape(-1))
+    if isinstance(ids, np.ndarray):
         ids = ids.tolist()
-    elif isinstance(ids, np.ndarray):
-        ids = ids.tolist()
+    ids = list(ids)
+    if all(type(v) is str for v in ids):
+        return _text_rows(ids, name)
+    if all(type(v) is int for v in ids):
+        try:
+            return _integer_rows(np.array(ids, dtype=np.int64))
+        except OverflowError:
+            pass  # the loop below names the id
     rows = [_row(value, name, at) for at, value in enumerate(ids)]
     out = np.zeros((len(rows), ORDER_WIDTH), dtype=np.uint8)
     if rows:
         joined = np.frombuffer(b"".join(row.ljust(ORDER_WIDTH, b"\x00") for row in rows), np.uint8)
         out[:] = joined.reshape(len(rows), ORDER_WIDTH)
     return torch.from_numpy(out)
+
+
+def _integer_rows(values: np.ndarray) -> Tensor:
+    """:func:`_row` of int64 ``values``, every one at once."""
+    out = np.zeros((values.shape[0], ORDER_WIDTH), dtype=np.uint8)
+    out[:, 0] = _INT
+    flipped = values.view(np.uint64) ^ np.uint64(_SIGN)
+    out[:, 1:9] = flipped.astype(">u8").view(np.uint8).reshape(-1, 8)
+    return torch.from_numpy(out)
+
+
+def _text_rows(ids: list[str], name: str) -> Tensor:
+    """:func:`_row` of Python strings, joined in one buffer (a third of the loop's time on a
+    million ids); an id it refuses is named by :func:`_row`."""
+    encoded = [v.encode("utf-8") for v in ids]
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    too_long = np.flatnonzero(lengths >= ORDER_WIDTH)
+    if too_long.size:
+        _row(ids[int(too_long[0])], name, int(too_long[0]))
+    if b"\x00" in b"".join(encoded):
+        at = next(i for i, text in enumerate(encoded) if b"\x00" in text)
+        _row(ids[at], name, at)
+    width = ORDER_WIDTH - 1
+    joined = bytearray(b"".join(b"\x02" + text.ljust(width, b"\x00") for text in encoded))
+    if not joined:
+        return torch.zeros(0, ORDER_WIDTH, dtype=torch.uint8)
+    return torch.frombuffer(joined, dtype=torch.uint8).view(len(ids), ORDER_WIDTH)
 
 
 def order_ranks(rows: Tensor, name: str = "gallery ids") -> Tensor:
