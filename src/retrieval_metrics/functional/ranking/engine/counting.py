@@ -256,14 +256,15 @@ class QueryBlock:
             return
         rows = None
         if s.device.type == "cpu":
-            # Only the rows where this block ties a relevant score: an item tied with one lands
-            # in a lower bin of hist_lt than of hist_le, which changes their difference (the
-            # lowest such bin loses what no other item can give back), so the rows whose
-            # difference moved are exactly those. An accelerator compares every row instead of
-            # waiting for this test.
-            gap = self.hist_le - self.hist_lt
+            # Only the rows where this block ties a relevant score. While counting, hist_le
+            # holds each item's "<=" bin minus its "<" bin (finish adds hist_lt back): nothing
+            # for an item that ties no relevant score, and for one that does a -1 in a lower bin
+            # than its +1, so the lowest such bin of a row loses what no item gives back. The
+            # rows whose hist_le moved are exactly those. An accelerator compares every row
+            # instead of waiting for this test.
+            before = self.hist_le.clone()
             self._count_items(s, seg_max, b, seeded, segment_values, buffer)
-            moved = (self.hist_le - self.hist_lt).ne_(gap).view(self.nb, self.width).any(1)
+            moved = self.hist_le.ne(before).view(self.nb, self.width).any(1)
             if not bool(moved.any()):
                 return
             rows = flat_nonzero(moved)
