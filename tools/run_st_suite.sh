@@ -19,6 +19,10 @@
 # test_metrics_are_independent_of_corpus_chunk_size). It downloads
 # sentence-transformers-testing/stsb-bert-tiny-safetensors from the Hugging Face Hub (defined in
 # their tests/conftest.py, which is not copied), and this script must run offline.
+# STAND_IN=1 runs them too, with an offline stand-in for that fixture written to the scratch
+# directory's conftest.py: a model whose embedding of a text is a sum of one seeded random
+# vector per word (equal texts, equal rows: the duplicates of the chunk-size test tie bit for
+# bit), with encode / encode_query / encode_document and cosine similarity.
 set -euo pipefail
 
 src="${1:?usage: tools/run_st_suite.sh SOURCE [pytest args...]}"
@@ -72,6 +76,49 @@ import retrieval_metrics.compat.sentence_transformers as compat
 print(f"sentence-transformers {sentence_transformers.__version__}, compat from {compat.__file__}")
 PY
 name="$(basename "$test_file")"
+if [ "${STAND_IN:-0}" = 1 ]; then
+  cat > "$work/conftest.py" <<'PY'
+import zlib
+
+import pytest
+import torch
+from sentence_transformers.util.similarity import SimilarityFunction
+
+
+class _Card:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+class StandInModel:
+    """Offline stand-in for stsb-bert-tiny: a sum of one seeded vector per word."""
+
+    similarity_fn_name = "cosine"
+    model_card_data = _Card()
+
+    def __init__(self):
+        self.similarity = SimilarityFunction.to_similarity_fn("cosine")
+
+    def _row(self, text):
+        row = torch.zeros(32)
+        for word in text.lower().split():
+            g = torch.Generator().manual_seed(zlib.crc32(word.strip(".?,!").encode()))
+            row += torch.randn(32, generator=g)
+        return row
+
+    def encode(self, sentences, **kwargs):
+        texts = [sentences] if isinstance(sentences, str) else list(sentences)
+        return torch.stack([self._row(t) for t in texts])
+
+    encode_query = encode_document = encode
+
+
+@pytest.fixture
+def stsb_bert_tiny_model():
+    return StandInModel()
+PY
+  exec python -m pytest -p no:cacheprovider -q -rfEs -o addopts="" --rootdir "$work" "$name" "$@"
+fi
 exec python -m pytest -p no:cacheprovider -q -rfEs -o addopts="" --rootdir "$work" "$name" \
   --deselect "$name::test_simple" \
   --deselect "$name::test_metrics_are_independent_of_corpus_chunk_size" "$@"

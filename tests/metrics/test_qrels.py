@@ -381,3 +381,55 @@ def test_numpy_str_ids_match_the_judgments_of_python_str_ids():
         assert m.summary().notes.get("judged documents not in the corpus", 0) == 0
     assert values[0] == values[1]
     assert values[0]["mrr"] == pytest.approx(1 / 2, abs=1e-15)
+
+
+def _tied_case():
+    """12 queries, a corpus of 5 distinct rows under 60 str ids (scores tie in groups of 12),
+    graded judgments, a judged document the corpus lacks."""
+    g = torch.Generator().manual_seed(8)
+    rows = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    docs = rows[torch.randint(0, 5, (60,), generator=g)]
+    queries = torch.randn(12, 4, generator=g, dtype=torch.float64)
+    d_ids = [f"d{int(v)}" for v in torch.randperm(600, generator=g)[:60]]
+    qrels = {f"q{i}": {d_ids[int(j)]: 1 + int(j) % 2 for j in torch.randperm(60, generator=g)[:4]}
+             for i in range(12)}
+    qrels["q0"]["not-in-corpus"] = 2
+    return queries, docs, [f"q{i}" for i in range(12)], d_ids, qrels
+
+
+def _by_id_reference(queries, docs, q_ids, d_ids, qrels, k=10):
+    """NDCG@k (linear gain) and MRR by sorting every document by (-score, id) in Python."""
+    scores = (torch.nn.functional.normalize(queries, dim=1)
+              @ torch.nn.functional.normalize(docs, dim=1).T)
+    ndcg, mrr = [], []
+    for i, q in enumerate(q_ids):
+        order = sorted(range(len(d_ids)), key=lambda j: (-float(scores[i, j]), d_ids[j]))
+        grades = [qrels[q].get(d_ids[j], 0) for j in order]
+        dcg = sum(g / math.log2(r + 2) for r, g in enumerate(grades[:k]))
+        ideal = sorted(qrels[q].values(), reverse=True)
+        ndcg.append(dcg / sum(g / math.log2(r + 2) for r, g in enumerate(ideal[:k])))
+        mrr.append(next((1 / (r + 1) for r, g in enumerate(grades) if g > 0), 0.0))
+    return {"ndcg@10": sum(ndcg) / len(ndcg), "mrr": sum(mrr) / len(mrr)}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_ties_by_id_equal_a_python_sort_by_score_then_id(device, request):
+    """ties="id" through the class, on the CPU and the emulated CUDA device: each query's
+    documents sorted by (-score, id) in Python give the same NDCG@10 and MRR; the tie rule
+    matters here (the expected rule's values differ)."""
+    if device == "cuda":
+        request.getfixturevalue("fake_cuda")
+    queries, docs, q_ids, d_ids, qrels = _tied_case()
+    expected = _by_id_reference(queries, docs, q_ids, d_ids, qrels)
+    values = {}
+    for ties in ("id", "expected"):
+        m = rm.RetrievalMetrics(["ndcg@10", "mrr"], qrels=qrels, gain="linear", ties=ties)
+        m = m.to(device)
+        m.set_dtype(torch.float64)
+        m.update(docs[:25].to(device), ids=d_ids[:25], role="gallery")
+        m.update(queries.to(device), ids=q_ids, role="query")
+        m.update(docs[25:].to(device), ids=d_ids[25:], role="gallery")
+        values[ties] = {k: float(v) for k, v in m.compute().items()}
+    for name, value in expected.items():
+        assert values["id"][name] == pytest.approx(value, abs=1e-12), name
+        assert values["expected"][name] != pytest.approx(value, abs=1e-6), name
