@@ -98,6 +98,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "chunked": {"memory_budget": SMALLEST_BUDGET},
     "miss": {"nonpositive": "miss"},
     "folds": {"folds": 2},
+    # tied gallery items by ascending id: the id rows travel as a uint8 state
+    "ties_id": {"ties": "id"},
 }
 
 
@@ -145,6 +147,9 @@ OPTION_CASES = [
     ("CrossModalRetrieval", "pairs", True, "folds"),
     ("CrossModalRetrieval", "separate_lists", False, "folds"),
     ("RSum", "pairs", False, "folds"),
+    ("RetrievalMetrics", "qrels", True, "ties_id"),
+    ("MRR", "fixed_gallery", True, "ties_id"),
+    ("NDCGAtK", "query_gallery", True, "ties_id"),
 ]
 # summary() and compare() on a case of every form, of every option that changes the ranking's
 # path, and of image-text ("miss" refuses both by design; compare() needs a second model's
@@ -259,6 +264,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "same_source", False, "ignore_label"),
         ("MeanAveragePrecision", "sharded_gallery", True, "cameras"),
         ("RetrievalMetrics", "sharded_qrels", True, ""),
+        ("NDCGAtK", "query_gallery", True, "ties_id"),
         ("CrossModalRetrieval", "pairs", False, ""),
     ],
     "padded": [
@@ -266,6 +272,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "fixed_gallery", True, ""),
         ("RetrievalMetrics", "ranked_lists", True, ""),
         ("RecallAtK", "sharded_qrels", True, ""),
+        ("RetrievalMetrics", "qrels", True, "ties_id"),
         ("RetrievalMetrics", "same_source", True, "chunked"),
         ("RetrievalMetrics", "query_gallery", True, "cameras"),
         ("CrossModalRetrieval", "pairs", True, "folds"),
