@@ -12,6 +12,8 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import retrieval_metrics as rm
 from retrieval_metrics.functional.ranking.labels import canonical_id
@@ -110,6 +112,25 @@ def test_str_ids_get_the_codes_of_the_general_rule():
     assert label_codes([np.str_(v) for v in values], "ids").tolist() == rule
     assert label_codes(np.array(values), "ids").tolist() == rule
     assert label_codes([*values, 5], "ids").tolist() == [*rule, 5]  # the general path
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from("0123456789-a\x00\u00fc\U0001f600"), max_size=24)
+                | st.text(max_size=8), min_size=1, max_size=40))
+def test_str_codes_of_a_batch_are_each_strings_own(values):
+    """The vectorised path (code points a column at a time, numbers parsed in numpy) gives each
+    string the code it gets alone, whatever strings share its batch: decimal text of an int64 as
+    that int (by Python's int), any other string by its hash; strings that differ by a trailing
+    NUL differ."""
+    from retrieval_metrics.functional.ranking.labels import _hash_label, label_codes
+
+    alone = [c if isinstance(c := canonical_id(v), int) else _hash_label(c) for v in values]
+    assert label_codes(values, "ids").tolist() == alone
+    for v in values:
+        if isinstance(c := canonical_id(v), int):
+            assert c == int(v)
+        elif isinstance(canonical_id(v + "\x00"), str):
+            assert _hash_label(v) != _hash_label(v + "\x00")
 
 
 def test_int_and_str_ids_of_ranked_lists_compare_as_text():
