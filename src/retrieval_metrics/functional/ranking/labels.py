@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -167,24 +167,27 @@ def _hash_label(value: Any) -> int:
     return int.from_bytes(digest, "little", signed=True)
 
 
-_DECIMAL_START = frozenset("-0123456789")
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _HASH_CHUNK = 1 << 16  # strings per numpy array: bounds the fixed-width copy of long ids
 
 
-def _code_points(part: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The strings' UTF-32 code points, ``(n, width)`` uint32 zero-padded to an even width,
-    and their lengths (taken from Python: numpy's fixed-width strings drop trailing NULs)."""
-    lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
-    width = max(int(lengths.max()), 1)
-    width += width % 2  # whole 64-bit words
-    points = np.array(part, dtype=f"<U{width}").view(np.uint32).reshape(len(part), width)
-    return points, lengths
+def _code_point_chunks(values: list[str]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """The strings, :data:`_HASH_CHUNK` at a time: each chunk's start, its UTF-32 code points
+    ``(n, width)`` uint32 zero-padded to an even width, and its lengths (taken from Python:
+    numpy's fixed-width strings drop trailing NULs)."""
+    for start in range(0, len(values), _HASH_CHUNK):
+        part = values[start : start + _HASH_CHUNK]
+        lengths = np.fromiter(map(len, part), dtype=np.int64, count=len(part))
+        width = max(int(lengths.max()), 1)
+        width += width % 2  # whole 64-bit words
+        points = np.array(part, dtype=f"<U{width}").view(np.uint32).reshape(len(part), width)
+        yield start, points, lengths
 
 
 def _hash_points(points: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The 64-bit hash of each row of :func:`_code_points` (see :func:`_text_hashes`)."""
+    """The 64-bit hash of each row of a :func:`_code_point_chunks` chunk (see
+    :func:`_text_hashes`)."""
     words = points.view(np.uint64)
     word_counts = (lengths + 1) // 2
     shared = int(word_counts.min())
@@ -212,9 +215,8 @@ def _text_hashes(values: list[str]) -> np.ndarray:
     finaliser to spread the bits. The same in every process and on every platform.
     """
     out = np.empty(len(values), dtype=np.int64)
-    for start in range(0, len(values), _HASH_CHUNK):
-        part = values[start : start + _HASH_CHUNK]
-        out[start : start + len(part)] = _hash_points(*_code_points(part))
+    for start, points, lengths in _code_point_chunks(values):
+        out[start : start + len(lengths)] = _hash_points(points, lengths)
     return out
 
 
@@ -241,20 +243,18 @@ def _str_codes(values: list[str]) -> Tensor:
     """label_codes of python strings: the decimal text of an int64 as that int, any other
     string its :func:`_text_hashes` code."""
     codes = np.empty(len(values), dtype=np.int64)
-    for start in range(0, len(values), _HASH_CHUNK):
-        part = values[start : start + _HASH_CHUNK]
-        points, lengths = _code_points(part)
+    for start, points, lengths in _code_point_chunks(values):
         chunk = _hash_points(points, lengths)
         first = points[:, 0]
-        numeric = np.flatnonzero(((first >= 48) & (first <= 57)) | (first == 45))
+        numeric = np.flatnonzero(((first >= ord("0")) & (first <= ord("9"))) | (first == ord("-")))
         if len(numeric):
             plain, numbers = _plain_decimals(points[numeric], lengths[numeric])
             chunk[numeric[plain]] = numbers[plain]
             # the other ids that start like a number ("-", 19 digits, "0x") are read in Python
             for i in numeric[~plain].tolist():
-                if isinstance(number := canonical_id(part[i]), int):
+                if isinstance(number := canonical_id(values[start + i]), int):
                     chunk[i] = number
-        codes[start : start + len(part)] = chunk
+        codes[start : start + len(lengths)] = chunk
     return torch.from_numpy(codes)
 
 
