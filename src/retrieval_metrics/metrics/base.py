@@ -31,6 +31,7 @@ from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.labels import key_kind
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.inputs import num_batches
@@ -328,10 +329,24 @@ class RetrievalMetricBase(Metric):
             if value is not None:
                 self._append_state(f"{side}_{name}", value)
 
-    def _side(self, side: str) -> Items | None:
+    def _side(self, side: str, batched: bool = False) -> Items | None:
         """A side's items as one batch, or None when it has none. A per-item tensor that was
-        never given is None, also after a sync has turned its empty list into an empty tensor."""
-        emb = self._state(f"{side}_emb")
+        never given is None, also after a sync has turned its empty list into an empty tensor.
+
+        ``batched``: embeddings held as several batches of one dtype and device are handed on
+        as they are (:class:`RowBatches`, which the ranking reads a block at a time) instead of
+        joined: a corpus is then never copied."""
+        held = getattr(self, f"{side}_emb")
+        emb: Tensor | RowBatches | None
+        if (
+            batched
+            and isinstance(held, list)
+            and len(held) > 1
+            and len({(b.dtype, b.device) for b in held}) == 1
+        ):
+            emb = RowBatches(held)
+        else:
+            emb = self._state(f"{side}_emb")
         if emb is None:
             return None
         values = {}
@@ -346,7 +361,8 @@ class RetrievalMetricBase(Metric):
                     f"others ({values[name].shape[0]} of the {emb.shape[0]} items of side "
                     f"{side!r} have them); give `{name}` on every process or on none"
                 )
-        self._keep_joined(side, {"emb": emb, **values})
+        if not isinstance(emb, RowBatches):
+            self._keep_joined(side, {"emb": emb, **values})
         return Items(emb=emb, **values)
 
     def _keep_joined(self, side: str, joined: dict[str, Tensor | None]) -> None:
@@ -359,12 +375,13 @@ class RetrievalMetricBase(Metric):
             if isinstance(state, list) and len(state) > 1 and value is not None:
                 setattr(self, f"{side}_{name}", [value])
 
-    def _deduped(self, side: str, what: str) -> Items | None:
+    def _deduped(self, side: str, what: str, batched: bool = False) -> Items | None:
         """A side's items, one per sample id when ids were given: queries in ascending id order
         (the order of ``per_query()`` whatever the batches and processes), gallery items in the
         order they came, so that a gallery without repeats is ranked as it is held, not copied
-        into another order (the values do not depend on the gallery's order)."""
-        items = self._side(side)
+        into another order (the values do not depend on the gallery's order). ``batched``: see
+        :meth:`_side`."""
+        items = self._side(side, batched)
         if items is None or len(items) == 0:
             return items
         if items.ids is None:

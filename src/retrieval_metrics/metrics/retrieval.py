@@ -291,10 +291,10 @@ class RetrievalMetric(RetrievalMetricBase):
             cover_relevant=cover,
         )
 
-    def _deduped(self, side: str, what: str) -> Items | None:
+    def _deduped(self, side: str, what: str, batched: bool = False) -> Items | None:
         # one deduplication per ranking: the chunking decision and the ranking read it alike
         if side not in self._derived:
-            self._derived[side] = super()._deduped(side, what)
+            self._derived[side] = super()._deduped(side, what, batched)
         return self._derived[side]
 
     def _miss_table(self, table: RankTable) -> RankTable:

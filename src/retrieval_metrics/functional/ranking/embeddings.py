@@ -29,6 +29,7 @@ from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import encode_labels, label_codes
 from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 from retrieval_metrics.functional.table import RankTable
@@ -39,14 +40,16 @@ def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
 
     ``scan=False``: the values are not scanned for NaN and infinities (the caller has done it:
     the metric classes scan every batch as it arrives); the shape and dtype are checked still.
+    The metric classes also pass a corpus held in batches (:class:`RowBatches`) as it is.
     """
-    if not isinstance(x, Tensor):
+    if not isinstance(x, (Tensor, RowBatches)):
         raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
     if x.is_complex():
         raise ValueError(f"`{name}` must be real, got {x.dtype}")
-    if scan and not all_finite(x):
+    parts = x.batches if isinstance(x, RowBatches) else [x]
+    if scan and not all(all_finite(part) for part in parts):
         raise ValueError(f"`{name}` contains NaN or infinite values")
     return x
 
@@ -179,7 +182,7 @@ def judged_ideal_of(relevance_sets: Relevance) -> tuple[Tensor, Tensor] | None:
 
 def embedding_relevance(
     query: Tensor,
-    gallery: Tensor | None,
+    gallery: Tensor | RowBatches | None,
     query_keys: Keys,
     gallery_keys: Keys | None,
     options: RankingSettings,

@@ -15,6 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import is_identity
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 __all__ = ["ITEM_FIELDS", "KEY_FIELDS", "Items", "Keys"]
 
@@ -54,9 +55,10 @@ class Keys:
 class Items:
     """One side's items: ``emb`` ``(n, D)`` and optional per-item ``labels``, ``ids``,
     ``cameras`` (int64), ``positions`` (``(n, P)`` float64) and ``order`` (``(n, 64)`` uint8:
-    the ids as given, ordered for ``ties="id"``)."""
+    the ids as given, ordered for ``ties="id"``). A gallery's ``emb`` may be the batches it
+    was updated in (:class:`RowBatches`), which the ranking reads without joining them."""
 
-    emb: Tensor
+    emb: Tensor | RowBatches
     labels: Tensor | None = None
     ids: Tensor | None = None
     cameras: Tensor | None = None

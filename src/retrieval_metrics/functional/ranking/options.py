@@ -26,6 +26,7 @@ from retrieval_metrics.functional.ranking.embeddings import (
 )
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Items, Keys
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.sharded import sharded_table
 from retrieval_metrics.functional.table import RankTable
@@ -119,7 +120,14 @@ class RankingOptions(RankingSettings):
         same tensors: it is what lets the ranking compute each block pair of the symmetric score
         matrix once for both of its sides. ``exchange``: the processes that all hold these items
         share the ranking out (see ``rank_embeddings``). The embeddings are taken as checked
-        finite (the metric classes check each batch at ``update``)."""
+        finite (the metric classes check each batch at ``update``). A gallery held in batches
+        (:class:`RowBatches`) goes to the blocked engine as it is, to any other joined."""
+        if (
+            not isinstance(self.engine, BlockedEngine)
+            and gallery is not None
+            and isinstance(gallery.emb, RowBatches)
+        ):
+            gallery = replace(gallery, emb=gallery.emb.joined())
         return self.engine.rank(queries, gallery, self, exchange)
 
     def rank_two_ways(self, a: Items, b: Items) -> tuple[RankTable, RankTable]:

@@ -157,7 +157,10 @@ class QueryGallery(_EmbeddingStates):
                 "no items were given: every update had 0 rows of query embeddings "
                 "(role='query')"
             )
-        gallery = metric._deduped("g", "`ids` of the gallery items")
+        # held as updated, not joined (a sharded gallery's rows travel: one tensor)
+        gallery = metric._deduped(
+            "g", "`ids` of the gallery items", batched=not metric.gallery_sharded
+        )
         if metric.gallery_sharded:
             return queries, gallery  # this process's shard: it may hold nothing
         if gallery is None:

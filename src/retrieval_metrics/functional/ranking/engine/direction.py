@@ -13,6 +13,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.primitives import is_identity, repeat
 from retrieval_metrics.functional.ranking.relevance import Relevance
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import RankTable
@@ -30,11 +31,13 @@ class RankingInput:
     only change the order in which items are processed, so that each query block's relevant
     items sit in one or two gallery blocks; results come back in input order. ``symmetric``:
     ``gallery`` holds the queries themselves (the caller says so), so the score matrix is
-    symmetric and each block pair may serve the queries of both of its sides.
+    symmetric and each block pair may serve the queries of both of its sides. ``gallery`` may
+    be held in batches (:class:`RowBatches`, a corpus updated in batches): the ranking reads it
+    a block at a time where it can, and joins it where it cannot.
     """
 
     query: Tensor
-    gallery: Tensor
+    gallery: Tensor | RowBatches
     relevance: Relevance
     query_key: Tensor | None = None
     gallery_key: Tensor | None = None

@@ -1,8 +1,10 @@
 """Block sizes from the memory budget: how many queries and gallery items one block holds.
 
-The gallery is cut into blocks of whole 64-item segments (:data:`SEGMENT`). The one-sided pass
-takes its query and gallery blocks from :func:`block_sizes`, the two-sided pass its square blocks
-from :func:`square_block`, and how many of those products it may keep from :func:`cache_room`.
+The gallery is cut into blocks of whole 64-item segments (:data:`SEGMENT`), and of whole
+:data:`PRODUCT_COLUMNS` where the budget allows (every column of a product then rounds alike).
+The one-sided pass takes its query and gallery blocks from :func:`block_sizes`, the two-sided
+pass its square blocks from :func:`square_block`, and how many of those products it may keep
+from :func:`cache_room`.
 
 What ``memory_budget`` covers: every allocation of a ranking beyond its inputs and its outputs
 (the relevance sets, and one above, tied and listed entry per relevant pair: O(relevant pairs),
@@ -25,13 +27,36 @@ import torch
 from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+
+#: Gallery blocks (and the square blocks) are whole multiples of this many items wherever the
+#: budget allows blocks that wide. A BLAS kernel computes a product in panels of a few columns
+#: and rows, and a last, narrower panel of another kernel, which rounds differently: MKL's
+#: double-precision kernel on AVX2 takes 12 columns a panel, so in a block of 64 columns the last
+#: 4 scored an item otherwise than the first 60, and identical documents in a block's last
+#: columns stopped tying with their copies elsewhere (the values then depended on where items
+#: fell). 192 is a multiple of the segment (64) and of the panel widths of 4, 6, 8, 12, 16, 24,
+#: 32, 48 and 96 columns: no panel is left narrower.
+PRODUCT_COLUMNS = 192
 #: The largest blocks by device type: (queries, gallery items) of the one-sided pass, and the
-#: square block of the symmetric pass. The CPU keeps a score block in its caches (2048 gallery
+#: square block of the symmetric pass. The CPU keeps a score block in its caches (2112 gallery
 #: items, up to 1024 queries). A GPU has no cache to fit but waits on the host at every query
 #: block and block pair (each counts with a few data-dependent sizes), so there the memory
 #: budget alone sets the query blocks and the square blocks: fewer of both for the same scores.
-BLOCK_CAPS = {"cpu": (1024, 2048, 2048)}
-DEVICE_BLOCK_CAPS = (2**15, 2048, 2**15)
+BLOCK_CAPS = {"cpu": (1024, 11 * PRODUCT_COLUMNS, 11 * PRODUCT_COLUMNS)}
+DEVICE_BLOCK_CAPS = (2**15, 11 * PRODUCT_COLUMNS, 170 * PRODUCT_COLUMNS)
+
+
+def whole_blocks(n: int) -> int:
+    """The width of a block that holds ``n`` items: whole :data:`PRODUCT_COLUMNS`."""
+    return max(PRODUCT_COLUMNS, -(-n // PRODUCT_COLUMNS) * PRODUCT_COLUMNS)
+
+
+def halved(block: int) -> int:
+    """About half of ``block``, in whole :data:`PRODUCT_COLUMNS` while that is possible, then
+    in whole segments (a budget too small for wider blocks)."""
+    if block > PRODUCT_COLUMNS:
+        return max(PRODUCT_COLUMNS, block // 2 // PRODUCT_COLUMNS * PRODUCT_COLUMNS)
+    return max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
 
 
 def block_caps(device: torch.device | str | None) -> tuple[int, int, int]:
@@ -61,10 +86,10 @@ def block_sizes(
 ) -> tuple[int, int]:
     """Query and gallery block sizes whose scratch fits in ``memory_budget`` (and, on the CPU,
     its caches: :data:`BLOCK_CAPS`)."""
-    # On the CPU a gallery block of 2048 keeps the score block in cache for typical query
+    # On the CPU a gallery block of 2112 keeps the score block in cache for typical query
     # blocks; the query block is the largest power of two (up to the cap) whose scratch fits.
     cap_q, cap_g, _ = block_caps(device)
-    block_g = max(SEGMENT, min(cap_g, -(-num_g // SEGMENT) * SEGMENT))
+    block_g = min(cap_g, whole_blocks(num_g))
     block_q = cap_q
     while block_q > 8:
         # Score block (x2 for a cached relevant block and candidate copies), relevant scores,
@@ -78,8 +103,8 @@ def block_sizes(
             break
         block_q //= 2
     while block_g > SEGMENT and 3 * block_q * block_g * elem > memory_budget // 2:
-        # Whole segments only: a gallery of 700 starts at 704, and 352 would split one.
-        block_g = max(SEGMENT, block_g // 2 // SEGMENT * SEGMENT)
+        # Whole panels (then segments) only: a gallery of 700 starts at 768.
+        block_g = halved(block_g)
     # Thousands of relevant items per query: the per-pair scratch, counted in full, decides.
     # (Only then: the query block sets how scores round, so ordinary data keeps its blocks.)
     while block_q > 1 and block_q * (max_relevant + 1) * _per_pair_bytes(elem) > memory_budget // 2:
@@ -88,9 +113,9 @@ def block_sizes(
         # Each gallery block costs every row a search of its relevant scores in the block's
         # sorted scores: with thousands of relevant items per query, fewer and wider gallery
         # blocks cost less (the query blocks are then short, so the score block stays small).
-        wide = -(-num_g // SEGMENT) * SEGMENT
+        wide = whole_blocks(num_g)
         while wide > block_g and 3 * min(block_q, num_q) * wide * elem > memory_budget // 2:
-            wide = max(block_g, wide // 2 // SEGMENT * SEGMENT)
+            wide = max(block_g, halved(wide))
         block_g = max(block_g, wide)
     return max(1, min(block_q, num_q)), block_g
 
@@ -110,9 +135,9 @@ def square_block(
 ) -> int:
     """The block of the symmetric pass: a few score blocks of ``block x block`` fit the budget
     (and, on the CPU, the cache bound of :data:`BLOCK_CAPS`)."""
-    block = max(SEGMENT, min(block_caps(device)[2], -(-num // SEGMENT) * SEGMENT))
+    block = min(block_caps(device)[2], whole_blocks(num))
     while block > SEGMENT and 4 * block * block * elem > memory_budget // 2:
-        block = max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
+        block = halved(block)
     return block
 
 

@@ -34,11 +34,18 @@ from retrieval_metrics.functional.ranking.engine.plan import (
     block_sizes,
     cache_room,
     checked_block_size,
+    halved,
     pass_budget,
     square_block,
 )
-from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.engine.similarity import (
+    gallery_in_blocks,
+    prepare,
+    prepare_query,
+    score_dtype,
+)
 from retrieval_metrics.functional.ranking.relevance import Relevance
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.table import RankTable
 
@@ -115,15 +122,23 @@ def _ranked(
         mode=mode,
     )
     dim = query.shape[1] + (options.similarity == "euclidean")  # the prepared matrices' width
-    layout = choose_layout(side, inputs, dim, symmetric=inputs.symmetric and mode == "table")
     # The gallery's matrix holds the kept items in processing order, gathered once; the symmetric
     # pass needs no other (its queries are that gallery).
     rows = None if num_g == num_gallery else kept
     if side.g_perm is not None:
         rows = side.g_perm if rows is None else rows.index_select(0, side.g_perm.to(rows.device))
-    q_mat, g_mat = prepare(
-        None if layout.symmetric else query, gallery, options.similarity, dtype, rows
+    # a gallery held in batches, all of it kept in the order held: read a block at a time
+    g_blocks = gallery_in_blocks(gallery, options.similarity, dtype, rows)
+    layout = choose_layout(
+        side, inputs, dim, symmetric=inputs.symmetric and mode == "table",
+        gallery_copied=g_blocks is None,
     )
+    if g_blocks is not None:
+        q_mat, g_mat = prepare_query(query, options.similarity, dtype), g_blocks
+    else:
+        q_mat, g_mat = prepare(
+            None if layout.symmetric else query, gallery, options.similarity, dtype, rows
+        )
     if layout.symmetric:
         block = layout.block_g
         # the counting's half: the kernels take a quarter of it per stage
@@ -152,13 +167,17 @@ class Layout:
     budget: int
 
 
-def choose_layout(side: Direction, inputs: RankingInput, dim: int, *, symmetric: bool) -> Layout:
+def choose_layout(
+    side: Direction, inputs: RankingInput, dim: int, *, symmetric: bool,
+    gallery_copied: bool = True,
+) -> Layout:
     """The symmetric pass for a same-source (``symmetric``) dot product of square blocks, in
     one processing order, whose query blocks' counting states fit a quarter of the budget (they
     all live to the end); else the one-sided pass. ``dim``: the width of the prepared matrices.
     The budget counts the prepared matrices first: the gallery's alone for the symmetric pass
-    (one matrix serves both sides), the queries' and the gallery's for the one-sided one. The
-    reference path (``reference.py``) takes the same layout."""
+    (one matrix serves both sides), the queries' and the gallery's for the one-sided one (the
+    queries' alone where the gallery is read in blocks from its batches: not
+    ``gallery_copied``). The reference path (``reference.py``) takes the same layout."""
     options = side.options
     block_size, memory_budget = options.block_size, options.memory_budget
     elem = torch.finfo(side.dtype).bits // 8
@@ -177,7 +196,7 @@ def choose_layout(side: Direction, inputs: RankingInput, dim: int, *, symmetric:
         block = block_size[1] if block_size else square_block(num_g, elem, budget, side.device)
         if side.state_bytes(block, elem) <= budget // 4:
             return Layout(True, block, block, budget)
-    budget = pass_budget(memory_budget, (num_q + num_g) * dim * elem)
+    budget = pass_budget(memory_budget, (num_q + num_g * gallery_copied) * dim * elem)
     if block_size is not None:
         return Layout(False, *block_size, budget)
     block_q, block_g = block_sizes(
@@ -241,7 +260,7 @@ def _two_way_block(
     elem = torch.finfo(dtype).bits // 8
     larger = max(side.order.numel() for side in sides)
     block = square_block(larger, elem, budget, device)
-    half = block // 2 // SEGMENT * SEGMENT
+    half = halved(block)
     if (
         half >= 512
         and pairs_with_relevant(sides, block) > cache_room(budget, block, dtype)
@@ -271,13 +290,15 @@ def _same_key(first: Tensor | None, second: Tensor | None) -> bool:
 
 @in_full_fp32  # ranks must not depend on TF32 or the device
 def _one_sided_pass(
-    p: Pass, q_mat: Tensor, g_mat: Tensor, block_q: int, mode: str,
+    p: Pass, q_mat: Tensor, g_mat: Tensor | RowBatches, block_q: int, mode: str,
     exchange: Exchange | None = None,
 ) -> None:
     """Each query block against every gallery block in turn (any query and gallery).
 
-    With ``exchange``, this process ranks every ``world``-th query block only (its outputs for
-    the others stay as they start, for :func:`_combine_outputs`)."""
+    ``g_mat``: the gallery's prepared matrix, or its batches read a block at a time
+    (:func:`~retrieval_metrics.functional.ranking.engine.similarity.gallery_in_blocks`): the
+    same products either way. With ``exchange``, this process ranks every ``world``-th query
+    block only (its outputs for the others stay as they start, for :func:`_combine_outputs`)."""
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
@@ -287,11 +308,16 @@ def _one_sided_pass(
     def gallery_block(b: int) -> Tensor:
         start, stop = b * block_g, min((b + 1) * block_g, num_g)
         if stop - start == block_g:
+            if isinstance(g_mat, RowBatches):
+                return g_mat.rows(start, stop, g_buffer)
             return g_mat[start:stop]
         # The last block is padded to full width so that every block is one product of the same
         # shape: a pair's score then cannot depend on the block it fell in.
         g_buffer.zero_()
-        g_buffer[: stop - start] = g_mat[start:stop]
+        if isinstance(g_mat, RowBatches):
+            g_mat.rows(start, stop, g_buffer, copy=True)
+        else:
+            g_buffer[: stop - start] = g_mat[start:stop]
         return g_buffer
 
     for k, q_start in enumerate(range(0, q_mat.shape[0], block_q)):
@@ -364,7 +390,7 @@ def _one_sided_pass(
 
 
 def _read_gathered(
-    qb: QueryBlock, q_blk: Tensor, g_mat: Tensor, g_buffer: Tensor, out: Tensor,
+    qb: QueryBlock, q_blk: Tensor, g_mat: Tensor | RowBatches, g_buffer: Tensor, out: Tensor,
     blocks: list[int],
 ) -> None:
     """The relevant scores of query block ``qb`` that lie in gallery ``blocks``, from products
@@ -380,7 +406,9 @@ def _read_gathered(
     for c0 in range(0, unique_rows.numel(), block_g):
         chunk = unique_rows[c0 : c0 + block_g]
         g_buffer.zero_()
-        g_buffer[: chunk.numel()] = g_mat[chunk.to(device)]
+        # (the host index for batches: they find each row's batch on the host)
+        g_buffer[: chunk.numel()] = g_mat[chunk if isinstance(g_mat, RowBatches) else
+                                          chunk.to(device)]
         s = torch.mm(q_blk, g_buffer.T, out=out[: q_blk.shape[0]])[: qb.nb]
         here = (column >= c0) & (column < c0 + block_g)
         qb.read_pairs(s, pairs[here], column[here] - c0)

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 TINY_NORM = 2.0**-60
@@ -47,9 +48,42 @@ def _unit_rows(x: Tensor, in_place: bool = False) -> Tensor:
     return out
 
 
+def gallery_in_blocks(
+    gallery: Tensor | RowBatches,
+    similarity: str,
+    dtype: torch.dtype,
+    gallery_rows: Tensor | None = None,
+) -> RowBatches | None:
+    """The gallery's prepared matrix read a block at a time from the batches the gallery is held
+    in, where that needs no copy of them: every item kept in the order held (no
+    ``gallery_rows``), already in the scoring dtype, scored by dot product (the rows as they
+    are) or cosine (each row divided by its norm as it is read: the values of
+    :func:`_unit_rows`). None where :func:`prepare` makes the matrix."""
+    if not isinstance(gallery, RowBatches) or gallery_rows is not None or gallery.dtype != dtype:
+        return None
+    if similarity == "dot":
+        return gallery
+    if similarity != "cosine":
+        return None
+    norm = gallery.row_norms()
+    # a zero row stays zero (divided by 1); a non-zero row too short for its squares (its norm
+    # wrong or 0) is rescaled by _unit_rows, on a joined copy
+    short = flat_nonzero(norm[:, 0] < TINY_NORM)
+    if short.numel() and bool((gallery[short] != 0).any()):
+        return None
+    return gallery.divided(torch.where(norm > 0, norm, torch.ones_like(norm)))
+
+
+def prepare_query(query: Tensor, similarity: str, dtype: torch.dtype) -> Tensor:
+    """The queries' matrix of :func:`prepare` alone (beside a gallery read in blocks)."""
+    q, _ = prepare(query, query[:0], similarity, dtype)
+    assert q is not None
+    return q
+
+
 def prepare(
     query: Tensor | None,
-    gallery: Tensor,
+    gallery: Tensor | RowBatches,
     similarity: str,
     dtype: torch.dtype,
     gallery_rows: Tensor | None = None,
@@ -60,12 +94,16 @@ def prepare(
     processing order, with only the kept items), gathered before they are prepared: one copy of
     the gallery, not one in input order and another in processing order. ``query=None``: the
     gallery's matrix alone (a set ranked against itself in processing order needs no other);
-    ``gallery is query`` (and no ``gallery_rows``): one prepared matrix serves both.
+    ``gallery is query`` (and no ``gallery_rows``): one prepared matrix serves both. A gallery
+    held in :class:`RowBatches` is gathered into one matrix here (:func:`gallery_in_blocks`
+    says where it need not be).
     """
     if similarity not in SIMILARITIES:
         raise ValueError(f"`similarity` must be one of {SIMILARITIES}, got {similarity!r}")
     g, owned = gallery, gallery_rows is not None  # the gathered gallery is a copy of ours
-    if gallery_rows is not None:
+    if isinstance(gallery, RowBatches):
+        g, owned = gallery.joined() if gallery_rows is None else gallery[gallery_rows], True
+    elif gallery_rows is not None:
         g = gallery.index_select(0, gallery_rows.to(gallery.device))
     if g.dtype != dtype:
         g, owned = g.to(dtype), True

@@ -1,0 +1,66 @@
+"""Copies of one document tie wherever they fall in a block's product.
+
+A BLAS kernel computes a product in panels of columns and computes a last, narrower panel with
+another kernel that rounds differently (MKL's float64 kernel on AVX2: panels of 12 columns, so
+the last 4 columns of a 64-column block scored a document otherwise than the first 60). The
+engine's gallery blocks are whole multiples of ``plan.PRODUCT_COLUMNS`` where the budget allows,
+so that no panel is narrower; here copies of a document, spread over every column of several
+blocks, must all tie, and each query's relevant copies sit exactly after the copies of the
+documents it scores strictly higher (counted from the distinct documents' scores in numpy).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.engine.plan import (
+    PRODUCT_COLUMNS,
+    SEGMENT,
+    block_sizes,
+    square_block,
+)
+
+Q = 200
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+@pytest.mark.parametrize("n", [61, 700, 5000])
+def test_copies_of_a_document_tie_wherever_they_fall(dtype, similarity, n):
+    g = torch.Generator().manual_seed(n)
+    # (the last panel rounds otherwise in about half of its entries: many queries, so that
+    # every label's queries meet some)
+    distinct = torch.randn(8, 16, generator=g, dtype=dtype)
+    docs = distinct[torch.arange(n) % 8]
+    queries = torch.randn(Q, 16, generator=g, dtype=dtype)
+    labels_q, labels_g = torch.arange(Q) % 8, torch.arange(n) % 8
+    table = rank_embeddings(queries, docs, query_labels=labels_q, gallery_labels=labels_g,
+                            similarity=similarity)
+    copies = np.bincount(labels_g.numpy(), minlength=8)
+    x = distinct.numpy().astype(np.float64)
+    if similarity == "cosine":
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+    scores = queries.numpy().astype(np.float64) @ x.T  # (Q, 8): distinct documents apart
+    for q in range(Q):
+        mine = int(labels_q[q])
+        higher = scores[q] > scores[q, mine]
+        assert not np.isclose(scores[q], scores[q, mine])[~np.eye(8, dtype=bool)[mine]].any()
+        lo, hi = int(table.ptr[q]), int(table.ptr[q + 1])
+        assert hi - lo == copies[mine]
+        assert table.tied[lo:hi].tolist() == [copies[mine]] * copies[mine], (q, n)
+        assert table.above[lo:hi].tolist() == [int(copies[higher].sum())] * copies[mine]
+
+
+def test_blocks_are_whole_product_panels_where_the_budget_allows():
+    for num_g in (61, 700, 5000, 10**6):
+        for budget in (2**20, 16 * 2**20, 256 * 2**20):
+            _, block_g = block_sizes(100, num_g, 384, 5, 4, budget)
+            assert block_g % SEGMENT == 0
+            if 3 * 100 * PRODUCT_COLUMNS * 4 <= budget // 2:
+                assert block_g % PRODUCT_COLUMNS == 0, (num_g, budget, block_g)
+            block = square_block(num_g, 4, budget)
+            if 4 * PRODUCT_COLUMNS**2 * 4 <= budget // 2:
+                assert block % PRODUCT_COLUMNS == 0, (num_g, budget, block)

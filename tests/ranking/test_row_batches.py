@@ -1,0 +1,229 @@
+"""A gallery held in the batches it was updated in is ranked without joining them, bit for bit.
+
+``RowBatches`` reads blocks of rows (a view of one batch, or a copy across a batch edge), rows by
+index, and the cosine's unit rows (each row divided by its norm as it is read). Here each is held
+to the joined tensor's rows and to ``_unit_rows`` of it, bit for bit; the ranking of a gallery in
+batches to the ranking of the joined gallery (every table field, block edges falling inside and
+across batches, every similarity, with the label order that gathers the gallery, very short and
+zero rows, on the emulated CUDA device); and the metric classes to one batch, with the corpus'
+batches never joined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_reference_path import assert_same_table, problems
+
+import retrieval_metrics as rm
+from emulated_cuda import fake_cuda_fixture, to_fake_cuda  # noqa: F401
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, ranked_table
+from retrieval_metrics.functional.ranking.engine.similarity import _unit_rows
+from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.settings import RankingSettings
+
+
+def cut(x: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """``x`` in batches of ``sizes`` (the last takes the rest; empty batches allowed)."""
+    out, at = [], 0
+    for n in sizes:
+        out.append(x[at : at + n].clone())
+        at += n
+    out.append(x[at:].clone())
+    return out
+
+
+@st.composite
+def batched(draw: Any) -> tuple[torch.Tensor, list[int]]:
+    n = draw(st.integers(1, 300))
+    dim = draw(st.integers(1, 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = torch.tensor(rng.normal(size=(n, dim)).astype(np.float32))
+    if draw(st.booleans()):  # zero rows and rows too short for their squares
+        x[rng.random(n) < 0.2] = 0.0
+        x[rng.random(n) < 0.1] *= 1e-30
+    sizes = draw(st.lists(st.integers(0, 120), max_size=6))
+    return x, sizes
+
+
+@settings(max_examples=60, deadline=None)
+@given(batched(), st.data())
+def test_rows_and_unit_rows_equal_the_joined_tensors(case, data):
+    x, sizes = case
+    m = RowBatches(cut(x, sizes))
+    n = x.shape[0]
+    assert m.shape == x.shape and len(m) == n
+    assert torch.equal(m.joined(), x)
+    start = data.draw(st.integers(0, n - 1))
+    stop = data.draw(st.integers(start + 1, n))
+    out = torch.full((stop - start + 3, x.shape[1]), float("nan"))
+    for copy in (False, True):
+        assert torch.equal(m.rows(start, stop, out, copy=copy), x[start:stop])
+    index = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), max_size=40)),
+                         dtype=torch.int64)
+    assert torch.equal(m.index_select(0, index), x[index])
+    mask = torch.rand(n) < 0.5
+    assert torch.equal(m[mask], x[mask]) and torch.equal(m[1::3], x[1::3])
+    # read divided by the norms: _unit_rows of the joined rows wherever no row is too short
+    norm = m.row_norms()
+    assert torch.equal(norm, torch.linalg.vector_norm(x, dim=1, keepdim=True))
+    unit = m.divided(torch.where(norm > 0, norm, torch.ones_like(norm)))
+    expected = _unit_rows(x)
+    fine = ~((norm[:, 0] < 2.0**-60) & (x != 0).any(1))
+    assert torch.equal(unit.rows(start, stop, out)[fine[start:stop]],
+                       expected[start:stop][fine[start:stop]])
+    assert torch.equal(unit.index_select(0, index)[fine[index]], expected[index][fine[index]])
+
+
+def ranked(query, gallery, keys, settings_):
+    inputs = embedding_relevance(query, gallery, keys[0], keys[1], settings_)
+    return ranked_table(inputs, settings_)
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(), st.lists(st.integers(0, 90), max_size=5), st.booleans(), st.booleans())
+def test_a_gallery_in_batches_ranks_as_the_joined_gallery(args, sizes, by_label, short_rows):
+    """Every table field equal, whether the engine reads the batches a block at a time (cosine,
+    dot; every item kept in the order held) or gathers them (labels order the gallery,
+    euclidean scores, very short rows)."""
+    if args["gallery"] is None:  # a separate gallery: the form a corpus comes in
+        args = {**args, "gallery": args["query"].flip(0).contiguous(),
+                "gallery_labels": args["query_labels"].flip(0)}
+        args.pop("gallery_ids", None), args.pop("query_ids", None)
+    gallery = args["gallery"].clone()
+    if short_rows:
+        gallery[::7] *= 1e-30
+    options = RankingSettings(similarity=args["similarity"], block_size=args["block_size"])
+    keys = (
+        Keys(labels=args["query_labels"] if by_label else None, ids=args.get("query_ids")),
+        Keys(labels=args["gallery_labels"] if by_label else None, ids=args.get("gallery_ids")),
+    )
+    if not by_label:  # relevance by ids: each query's relevant items, no order key
+        n_g = gallery.shape[0]
+        options = RankingSettings(
+            similarity=args["similarity"], block_size=args["block_size"], relevance="ids",
+            ignore_identical_ids=False,
+        )
+        rng = np.random.default_rng(len(sizes) + n_g)
+        judged = [list(rng.integers(0, n_g, rng.integers(0, 4))) for _ in args["query"]]
+        keys = (Keys(), Keys(ids=torch.arange(n_g)))
+        whole = embedding_relevance(args["query"], gallery, keys[0], keys[1], options, judged)
+        parts = embedding_relevance(
+            args["query"], RowBatches(cut(gallery, sizes)), keys[0], keys[1], options, judged
+        )
+        assert_same_table(ranked_table(parts, options), ranked_table(whole, options))
+        return
+    whole = ranked(args["query"], gallery, keys, options)
+    parts = ranked(args["query"], RowBatches(cut(gallery, sizes)), keys, options)
+    assert_same_table(parts, whole)
+
+
+def test_blocks_are_read_from_the_batches_not_a_joined_copy():
+    """Cosine and dot over batches never join them; euclidean (an extra column) and a gallery
+    gathered into label order do, and give the same table."""
+    g = torch.randn(500, 6)
+    q = torch.randn(40, 6)
+    batches = cut(g, [130, 0, 200, 64])
+    for similarity in ("cosine", "dot"):
+        expected = rank_embeddings(q, g, query_labels=torch.arange(40) % 5,
+                                   gallery_labels=torch.arange(500) % 5,
+                                   similarity=similarity, block_size=(16, 128))
+        with mock.patch.object(RowBatches, "joined", side_effect=AssertionError("joined")):
+            options = RankingSettings(similarity=similarity, block_size=(16, 128),
+                                      relevance="ids", ignore_identical_ids=False)
+            judged = [[i, i + 100, i + 333] for i in range(40)]
+            keys = (Keys(), Keys(ids=torch.arange(500)))
+            parts = embedding_relevance(q, RowBatches(batches), *keys, options, judged)
+            whole = embedding_relevance(q, g, *keys, options, judged)
+            assert_same_table(ranked_table(parts, options), ranked_table(whole, options))
+        parts = ranked(q, RowBatches(batches),
+                       (Keys(labels=torch.arange(40) % 5), Keys(labels=torch.arange(500) % 5)),
+                       RankingSettings(similarity=similarity, block_size=(16, 128)))
+        assert_same_table(parts, expected)
+
+
+def _qrels_case(n_docs: int = 700, n_q: int = 30, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    docs = torch.randn(n_docs, 8, generator=g)
+    docs[100:140] = docs[100]  # a run of identical documents: ties
+    queries = torch.randn(n_q, 8, generator=g)
+    queries[::3] = docs[100] + 0.01 * queries[::3]
+    qrels = {f"q{i}": {f"d{(7 * i) % n_docs}": 2, f"d{100 + i}": 1, "missing": 1}
+             for i in range(n_q)}
+    return docs, queries, qrels
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+def test_the_metric_ranks_its_corpus_batches_as_one_batch(similarity):
+    docs, queries, qrels = _qrels_case()
+    names = ["ndcg@10", "recall@100", "map@100", "mrr@10", "precision@5"]
+
+    def scored(sizes):
+        m = rm.RetrievalMetrics(names, qrels=qrels, similarity=similarity)
+        for part, ids in zip(cut(docs, sizes), cut(torch.arange(len(docs)), sizes), strict=True):
+            if len(ids):  # (an empty list of ids has no type to check the others' against)
+                m.update(part, ids=[f"d{i}" for i in ids.tolist()], role="gallery")
+        m.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+        return m, m.compute()
+
+    _, one = scored([])
+    m, several = scored([64, 100, 0, 300, 17])
+    assert {k: float(v) for k, v in several.items()} == {k: float(v) for k, v in one.items()}
+    # the states still hold the batches as updated: nothing joined them
+    assert len(m.g_emb) == 5 and all(isinstance(b, torch.Tensor) for b in m.g_emb)
+    assert m.compute().keys() == one.keys()
+
+
+def test_the_metric_does_not_join_a_cosine_corpus():
+    docs, queries, qrels = _qrels_case()
+    m = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels)
+    for part in range(0, len(docs), 128):
+        m.update(docs[part : part + 128],
+                 ids=[f"d{i}" for i in range(part, min(part + 128, len(docs)))], role="gallery")
+    m.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+    with mock.patch.object(RowBatches, "joined", side_effect=AssertionError("joined")), \
+            mock.patch("torch.cat", side_effect=_no_large_cat(docs.numel())):
+        value = m.compute()["ndcg@10"]
+    expected = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels)
+    expected.update(docs, ids=[f"d{i}" for i in range(len(docs))], role="gallery")
+    expected.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+    assert float(value) == float(expected.compute()["ndcg@10"])
+
+
+def _no_large_cat(corpus_numel: int):
+    real = torch.cat
+
+    def cat(tensors, *args, **kwargs):
+        out = real(tensors, *args, **kwargs)
+        assert out.numel() < corpus_numel, "the corpus was joined"
+        return out
+
+    return cat
+
+
+def test_batches_on_the_emulated_device(fake_cuda):
+    docs, queries, qrels = _qrels_case(seed=1)
+    names = ["ndcg@10", "recall@100", "map@100"]
+    cpu = rm.RetrievalMetrics(names, qrels=qrels)
+    cpu.update(docs, ids=[f"d{i}" for i in range(len(docs))], role="gallery")
+    cpu.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+    device = rm.RetrievalMetrics(names, qrels=qrels).to("cuda")
+    for part in range(0, len(docs), 150):
+        chunk = to_fake_cuda(docs[part : part + 150])
+        device.update(chunk, ids=[f"d{i}" for i in range(part, part + chunk.shape[0])],
+                      role="gallery")
+    device.update(to_fake_cuda(queries), ids=[f"q{i}" for i in range(len(queries))],
+                  role="query")
+    got = device.compute()
+    assert all(v.device.type == "cuda" for v in got.values())
+    assert {k: float(v) for k, v in got.items()} == {
+        k: float(v) for k, v in cpu.compute().items()
+    }
