@@ -8,10 +8,12 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retrieval_metrics.functional import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
-from retrieval_metrics.functional.ranking.qrels import Judgments
+from retrieval_metrics.functional.ranking.qrels import Judgments, sorted_ids
 from retrieval_metrics.functional.table import UNBOUNDED
 
 
@@ -71,3 +73,17 @@ def test_judgments_fingerprint_and_refusals():
         Judgments.of({"q": {"d": float("nan")}})
     with pytest.raises(ValueError, match="collection"):
         Judgments.of({"q": "d1"})
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-5, 60), min_size=0, max_size=300),
+       st.lists(st.integers(-8, 70), max_size=12))
+def test_ids_looked_up_among_a_few_are_found_as_in_the_whole_sort(ids, among):
+    """``sorted_ids(ids, among=...)`` (the corpus looked up in a few judged ids) finds every id
+    of ``among`` at the positions, in the order, that the sort of every id gives."""
+    ids, among = torch.tensor(ids, dtype=torch.int64), torch.tensor(among, dtype=torch.int64)
+    whole_order, whole = sorted_ids(ids)
+    order, some = sorted_ids(ids, among=among)
+    assert torch.equal(some, ids[order]) and bool((some[1:] >= some[:-1]).all())
+    for value in among.tolist():
+        assert torch.equal(order[some == value], whole_order[whole == value]), value

@@ -30,11 +30,24 @@ from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 __all__ = ["JudgedRelevance", "Judgments", "judged_ideal", "sorted_ids", "with_unretrieved"]
 
 
-def sorted_ids(ids: Tensor) -> tuple[Tensor, Tensor]:
+def sorted_ids(ids: Tensor, among: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The permutation sorting host int64 ``ids`` and the sorted ids; no sort where they are
-    sorted already (deduplicated states come in ascending id order)."""
+    sorted already (deduplicated states come in ascending id order).
+
+    ``among``: only the positions whose id is one of these are wanted (the rest may be left
+    out): where they are few beside ``ids`` (a few thousand judged documents in a corpus of a
+    million), the ids are looked up in them instead of all sorted. A search in the sorted
+    result finds every id of ``among`` as it would in the whole sort."""
     if ids.numel() < 2 or bool((ids[1:] >= ids[:-1]).all()):
         return torch.arange(ids.numel()), ids
+    if among is not None and among.numel() * 8 < ids.numel():
+        wanted = torch.unique(among)
+        if wanted.numel() == 0:
+            return torch.zeros(0, dtype=torch.int64), ids[:0]
+        at = torch.searchsorted(wanted, ids).clamp_max(wanted.numel() - 1)
+        kept = torch.nonzero(wanted[at] == ids).view(-1)
+        order = kept[torch.from_numpy(np.argsort(ids[kept].numpy(), kind="stable"))]
+        return order, ids[order]
     order = torch.from_numpy(np.argsort(ids.numpy(), kind="stable"))
     return order, ids[order]
 
@@ -176,14 +189,15 @@ class Judgments:
             positive &= docs != query_ids[row]
         row, docs, grades = row[positive], docs[positive], grades[positive]
         num_q, num_g = query_ids.numel(), gallery_ids.numel()
-        if num_g:
-            g_order, g_sorted = sorted_ids(gallery_ids)
-            at = torch.searchsorted(g_sorted, docs).clamp_max(num_g - 1)
-            found = g_sorted[at] == docs
-            index = g_order[at]
-        else:
-            found = torch.zeros_like(docs, dtype=torch.bool)
-            index = torch.zeros_like(docs)
+        found = torch.zeros_like(docs, dtype=torch.bool)
+        index = torch.zeros_like(docs)
+        if num_g and docs.numel():
+            # (the corpus ids looked up in the judged ones, where those are few)
+            g_order, g_sorted = sorted_ids(gallery_ids, among=docs)
+            if g_sorted.numel():
+                at = torch.searchsorted(g_sorted, docs).clamp_max(g_sorted.numel() - 1)
+                found = g_sorted[at] == docs
+                index = g_order[at]
         f_row, f_index, f_grade = row[found], index[found], grades[found]
         # each query's positions ascending (rows are grouped already: sort within them)
         if f_row.numel():

@@ -156,7 +156,7 @@ def _ids_csr(
 
 def _identical(query_ids: Tensor, gallery_ids: Tensor) -> tuple[Tensor, Tensor]:
     """CSR of the gallery items whose id equals each query's id."""
-    order, ids = sorted_ids(gallery_ids.cpu())
+    order, ids = sorted_ids(gallery_ids.cpu(), among=query_ids.cpu())
     start = torch.searchsorted(ids, query_ids.cpu(), right=False)
     stop = torch.searchsorted(ids, query_ids.cpu(), right=True)
     return csr_from_ranges(start, stop, order)

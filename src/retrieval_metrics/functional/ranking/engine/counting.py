@@ -28,6 +28,11 @@ from retrieval_metrics.functional.ranking.engine.kernels import (
 )
 
 THETA_EVERY = 4
+#: Once a block of a query block was counted the dense way, the next ones are counted so
+#: without their segment maxima (a weak model lets most items through everywhere), and every
+#: this-many-th block looks at its maxima again: a pass over each block fewer. Which way a block
+#: is counted changes the time only; both count every item that matters exactly.
+DENSE_RECHECK = 16
 # Relative costs of the two ways of counting a block (see QueryBlock.count): per item and
 # relevant score copied in the sparse way, per item and search step in the dense way.
 SPARSE_OVERHEAD = 8
@@ -98,6 +103,15 @@ class QueryBlock:
                 self.r_block[seg_order], torch.arange(p.num_blocks_g + 1)
             )
         self.pending: list[Tensor] = []
+        self.went_dense = False
+
+    def reads_segment_maxima(self, b: int) -> bool:
+        """Whether counting gallery block ``b`` needs its segment maxima: to raise the depth
+        threshold, and on the CPU to choose between the sparse and the dense count (see
+        :data:`DENSE_RECHECK`). An accelerator counts every block whole and needs none."""
+        if self.p.device.type != "cpu":
+            return False
+        return self.raising or not self.went_dense or b % DENSE_RECHECK == 0
 
     def relevant_blocks(self) -> list[int]:
         if self.p.ext_scores is not None:
@@ -238,13 +252,14 @@ class QueryBlock:
     def count(
         self,
         s: Tensor,
-        seg_max: Tensor,
+        seg_max: Tensor | None,
         b: int,
         seeded: bool = False,
         segment_values: Callable[[Tensor], Tensor] | None = None,
         buffer: Tensor | None = None,
     ) -> None:
-        """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``) to the histograms.
+        """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``: None where
+        :meth:`reads_segment_maxima` says they are not needed) to the histograms.
 
         ``s`` may be a view that is not row-major (the transposed block of the symmetric pass);
         then ``segment_values`` reads the scores of flat segment indices for the sparse count,
@@ -297,7 +312,7 @@ class QueryBlock:
     def _count_items(
         self,
         s: Tensor,
-        seg_max: Tensor,
+        seg_max: Tensor | None,
         b: int,
         seeded: bool,
         segment_values: Callable[[Tensor], Tensor] | None,
@@ -321,11 +336,18 @@ class QueryBlock:
                 self.num_finite,
             )
             return
+        if seg_max is None:  # a block after a dense one (see DENSE_RECHECK)
+            count_block(
+                row_major(), self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
+                self.num_finite,
+            )
+            return
         if self.raising:
             if not seeded:
                 self.seed(seg_max, b)
             self._raise_threshold()
         candidates = flat_nonzero((seg_max >= self.threshold[:, None]).reshape(-1))
+        self.went_dense = False
         if candidates.numel() == 0:
             return
         nb, width = self.nb, self.width
@@ -336,6 +358,7 @@ class QueryBlock:
         if candidates.numel() * SEGMENT * (width + SPARSE_OVERHEAD) > nb * block_g * (
             width.bit_length() + DENSE_OVERHEAD
         ):
+            self.went_dense = True
             dense = row_major()
             count_block(
                 dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,

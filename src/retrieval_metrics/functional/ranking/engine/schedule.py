@@ -383,7 +383,7 @@ def _one_sided_pass(
         seeded = set(read_first)
         for b in range(p.num_blocks_g):
             s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
-            if seg_max is None:
+            if seg_max is None and qb.reads_segment_maxima(b):
                 seg_max = segment_maxima(s)
             qb.count(s, seg_max, b, seeded=b in seeded)
         qb.finish()
