@@ -1,7 +1,8 @@
-"""The compiled parts, all optional: the ranked-lists form's loop over str ids, the scores form's
-grouping of entries by query, and the CPU's count of a score block's rows against few relevant
-scores. Each module has a Python path that runs where it is not built (lists.py, scores.py,
-engine/kernels.py), so a failed compile still installs the package with the same values."""
+"""The compiled parts, all optional: the ranked-lists form's loop over str ids, the codes of str
+ids, the scores form's grouping of entries by query, and the CPU's count of a score block's rows
+against few relevant scores. Each module has a Python path that runs where it is not built
+(lists.py, labels.py, scores.py, engine/kernels.py), so a failed compile still installs the
+package with the same values."""
 
 import sys
 
@@ -15,6 +16,11 @@ setup(
         Extension(
             "retrieval_metrics.functional.ranking._str_lists",
             ["src/retrieval_metrics/functional/ranking/_str_lists.c"],
+            optional=True,
+        ),
+        Extension(
+            "retrieval_metrics.functional.ranking._labels",
+            ["src/retrieval_metrics/functional/ranking/_labels.c"],
             optional=True,
         ),
         Extension(
