@@ -383,6 +383,24 @@ def test_numpy_str_ids_match_the_judgments_of_python_str_ids():
     assert values[0]["mrr"] == pytest.approx(1 / 2, abs=1e-15)
 
 
+def test_an_empty_batch_of_str_ids_is_no_integer_batch():
+    """An update with no rows and ``ids=[]`` (a process or a loader's last batch left empty)
+    has ids of no kind: beside str ids it is neither refused as integers nor counted."""
+    docs, doc_ids = _corpus()
+    qrels = {"q1": {"d1": 2, "d3": 1}}
+    values = []
+    for empty_first in (False, True):
+        m = _metric(["mrr", "ndcg@4"], qrels)
+        if empty_first:
+            m.update(docs[:0], ids=[], role="gallery")
+            m.update(torch.zeros(0, docs.shape[1], dtype=torch.float64), ids=[], role="query")
+        m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q1"], role="query")
+        m.update(docs, ids=doc_ids, role="gallery")
+        values.append({k: float(v) for k, v in m.compute().items()})
+    assert values[0] == values[1]
+    assert values[0]["mrr"] == pytest.approx(1 / 2, abs=1e-15)
+
+
 def _tied_case():
     """12 queries, a corpus of 5 distinct rows under 60 str ids (scores tie in groups of 12),
     graded judgments, a judged document the corpus lacks."""

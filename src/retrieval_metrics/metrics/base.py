@@ -279,7 +279,8 @@ class RetrievalMetricBase(Metric):
         strings (:func:`~retrieval_metrics.functional.ranking.labels.key_kind`)."""
         current = self.key_kinds.clone()
         for key, value in keys.items():
-            if value is not None:
+            # an empty batch's keys (ids=[]) have no kind: they agree with either
+            if value is not None and not _empty(value):
                 current[self._kind_bits.index((side, key, key_kind(value)))] = 1
         self.key_kinds = current
 
@@ -647,3 +648,13 @@ class RetrievalMetricBase(Metric):
         a seeded percentile bootstrap over queries."""
         summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
         return {row["name"]: row["interval"] for row in summary.rows}
+
+
+def _empty(value: Any) -> bool:
+    """Whether per-item keys as given hold no entry (an empty list, array or tensor)."""
+    if isinstance(value, Tensor):
+        return value.numel() == 0
+    try:
+        return len(value) == 0
+    except TypeError:
+        return False
