@@ -169,16 +169,15 @@ def test_the_metric_ranks_its_corpus_batches_as_one_batch(similarity):
     def scored(sizes):
         m = rm.RetrievalMetrics(names, qrels=qrels, similarity=similarity)
         for part, ids in zip(cut(docs, sizes), cut(torch.arange(len(docs)), sizes), strict=True):
-            if len(ids):  # (an empty list of ids has no type to check the others' against)
-                m.update(part, ids=[f"d{i}" for i in ids.tolist()], role="gallery")
+            m.update(part, ids=[f"d{i}" for i in ids.tolist()], role="gallery")
         m.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
         return m, m.compute()
 
     _, one = scored([])
     m, several = scored([64, 100, 0, 300, 17])
     assert {k: float(v) for k, v in several.items()} == {k: float(v) for k, v in one.items()}
-    # the states still hold the batches as updated: nothing joined them
-    assert len(m.g_emb) == 5 and all(isinstance(b, torch.Tensor) for b in m.g_emb)
+    # the states still hold the batches as updated (the empty one too): nothing joined them
+    assert len(m.g_emb) == 6 and all(isinstance(b, torch.Tensor) for b in m.g_emb)
     assert m.compute().keys() == one.keys()
 
 
