@@ -100,7 +100,7 @@ if [[ "$MATRIX_STATUS" != 0 ]]; then
     fail "the device matrix failed (exit $MATRIX_STATUS); the benchmarks above ran"
 fi
 step "qrels benchmark on $DEVICE (1,000,000 x 768 corpus, 7,000 queries)"
-"$PYTHON" benchmarks/bench_qrels.py --device "$DEVICE" "${QRELS_ARGS[@]}" --paths product classes \
+"$PYTHON" benchmarks/bench_qrels.py --device "$DEVICE" "${QRELS_ARGS[@]}" --paths product classes --repeat 1 \
     --out "$RESULTS/bench_qrels_$TAG"
 
 step "done: results in $RESULTS/gpu$SUFFIX.json and $RESULTS/*_$TAG.*"
