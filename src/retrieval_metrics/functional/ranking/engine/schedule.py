@@ -127,8 +127,11 @@ def _ranked(
     rows = None if num_g == num_gallery else kept
     if side.g_perm is not None:
         rows = side.g_perm if rows is None else rows.index_select(0, side.g_perm.to(rows.device))
-    # a gallery held in batches, all of it kept in the order held: read a block at a time
-    g_blocks = gallery_in_blocks(gallery, options.similarity, dtype, rows)
+    # a gallery held in batches, all of it kept in the order held: read a block at a time (by
+    # the one-sided pass; a set ranked against itself is one matrix)
+    g_blocks = None if inputs.symmetric else gallery_in_blocks(
+        gallery, options.similarity, dtype, rows
+    )
     layout = choose_layout(
         side, inputs, dim, symmetric=inputs.symmetric and mode == "table",
         gallery_copied=g_blocks is None,
