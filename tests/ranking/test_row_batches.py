@@ -6,7 +6,7 @@ to the joined tensor's rows and to ``_unit_rows`` of it, bit for bit; the rankin
 batches to the ranking of the joined gallery (every table field, block edges falling inside and
 across batches, every similarity, with the label order that gathers the gallery, very short and
 zero rows, on the emulated CUDA device); and the metric classes to one batch, with the corpus'
-batches never joined.
+batches never joined and its unit rows never made whole.
 """
 
 from __future__ import annotations
@@ -195,6 +195,30 @@ def test_the_metric_does_not_join_a_cosine_corpus():
     expected.update(docs, ids=[f"d{i}" for i in range(len(docs))], role="gallery")
     expected.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
     assert float(value) == float(expected.compute()["ndcg@10"])
+
+
+@pytest.mark.parametrize("batches", [1, 3])
+def test_the_metric_never_normalises_a_copy_of_its_corpus(batches):
+    """One batch or several: the corpus' unit rows are read block by block, never made whole."""
+    from retrieval_metrics.functional.ranking.engine import similarity
+
+    docs, queries, qrels = _qrels_case()
+    m = rm.RetrievalMetrics(["ndcg@10", "map@100"], qrels=qrels)
+    for part in torch.tensor_split(torch.arange(len(docs)), batches):
+        m.update(docs[part], ids=[f"d{i}" for i in part.tolist()], role="gallery")
+    m.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+    real = similarity._unit_rows
+
+    def small_only(x, *args, **kwargs):
+        assert x.shape[0] < len(docs), "the corpus was normalised whole"
+        return real(x, *args, **kwargs)
+
+    with mock.patch.object(similarity, "_unit_rows", small_only):
+        got = {k: float(v) for k, v in m.compute().items()}
+    expected = rm.RetrievalMetrics(["ndcg@10", "map@100"], qrels=qrels)
+    expected.set_gallery(docs, ids=[f"d{i}" for i in range(len(docs))])
+    expected.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+    assert got == {k: float(v) for k, v in expected.compute().items()}
 
 
 def _no_large_cat(corpus_numel: int):

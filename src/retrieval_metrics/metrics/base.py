@@ -334,18 +334,20 @@ class RetrievalMetricBase(Metric):
         """A side's items as one batch, or None when it has none. A per-item tensor that was
         never given is None, also after a sync has turned its empty list into an empty tensor.
 
-        ``batched``: embeddings held as several batches of one dtype and device are handed on
-        as they are (:class:`RowBatches`, which the ranking reads a block at a time) instead of
-        joined: a corpus is then never copied."""
+        ``batched``: embeddings held as batches of one dtype and device (one batch, or the
+        tensor a sync gathered, included) are handed on as they are (:class:`RowBatches`, which
+        the ranking reads a block at a time) instead of joined: a corpus is then never copied,
+        neither joined nor normalised."""
         held = getattr(self, f"{side}_emb")
+        parts = held if isinstance(held, list) else [held]
         emb: Tensor | RowBatches | None
         if (
             batched
-            and isinstance(held, list)
-            and len(held) > 1
-            and len({(b.dtype, b.device) for b in held}) == 1
+            and parts
+            and all(isinstance(b, Tensor) and b.dim() == 2 for b in parts)
+            and len({(b.dtype, b.device) for b in parts}) == 1
         ):
-            emb = RowBatches(held)
+            emb = RowBatches(parts)
         else:
             emb = self._state(f"{side}_emb")
         if emb is None:
