@@ -221,6 +221,32 @@ def test_the_metric_never_normalises_a_copy_of_its_corpus(batches):
     assert got == {k: float(v) for k, v in expected.compute().items()}
 
 
+def test_a_fixed_gallery_is_not_normalised_again_at_each_query_update():
+    """set_gallery's corpus: every query update ranks against it from its one batch, with the
+    values of the query/gallery form."""
+    from retrieval_metrics.functional.ranking.engine import similarity
+
+    docs, queries, qrels = _qrels_case(seed=2)
+    doc_ids = [f"d{i}" for i in range(len(docs))]
+    fixed = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels)
+    fixed.set_gallery(docs, ids=doc_ids)
+    real = similarity._unit_rows
+
+    def small_only(x, *args, **kwargs):
+        assert x.shape[0] < len(docs), "the corpus was normalised whole"
+        return real(x, *args, **kwargs)
+
+    with mock.patch.object(similarity, "_unit_rows", small_only):
+        for q0 in range(0, len(queries), 7):
+            q1 = min(q0 + 7, len(queries))
+            fixed.update(queries[q0:q1], ids=[f"q{i}" for i in range(q0, q1)], role="query")
+    got = {k: float(v) for k, v in fixed.compute().items()}
+    batched = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels)
+    batched.update(docs, ids=doc_ids, role="gallery")
+    batched.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
+    assert got == {k: float(v) for k, v in batched.compute().items()}
+
+
 def _no_large_cat(corpus_numel: int):
     real = torch.cat
 

@@ -11,6 +11,7 @@ import torch
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import (
     PRESENT,
@@ -170,7 +171,9 @@ class FixedGallery(TableStates):
                 items.ids, "`ids` of the gallery items", embeddings=items.emb,
                 labels=items.labels, cameras=items.cameras, positions=items.positions,
             ))
-        metric._gallery = replace(items, emb=score_copy(items.emb))
+        # held as one batch: each query update's ranking reads it a block at a time (for cosine,
+        # divided by the norms as read), never a normalised copy of the corpus per update
+        metric._gallery = replace(items, emb=RowBatches([score_copy(items.emb)]))
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
         return relevance_skip_reason(metric)
