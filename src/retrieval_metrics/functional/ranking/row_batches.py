@@ -53,6 +53,7 @@ class RowBatches:
         self.shape = torch.Size((self._starts[-1], first.shape[1]))
         self.dtype, self.device = first.dtype, first.device
         self.divisor = divisor
+        self._norms: Tensor | None = None
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -67,9 +68,6 @@ class RowBatches:
     def is_complex(self) -> bool:
         return self.dtype.is_complex
 
-    def element_size(self) -> int:
-        return self.batches[0].element_size()
-
     def joined(self) -> Tensor:
         """The rows as one tensor (a copy)."""
         out = torch.cat(self.batches)
@@ -77,9 +75,12 @@ class RowBatches:
 
     def row_norms(self) -> Tensor:
         """Each row's Euclidean norm, ``(N, 1)``, batch by batch (a row's norm depends on that
-        row alone, whichever batch or joined matrix holds it)."""
-        norms = [torch.linalg.vector_norm(b, dim=1, keepdim=True) for b in self.batches]
-        return torch.cat(norms) if len(norms) > 1 else norms[0]
+        row alone, whichever batch or joined matrix holds it). Computed once: a fixed gallery is
+        ranked at every query update."""
+        if self._norms is None:
+            norms = [torch.linalg.vector_norm(b, dim=1, keepdim=True) for b in self.batches]
+            self._norms = torch.cat(norms) if len(norms) > 1 else norms[0]
+        return self._norms
 
     def divided(self, divisor: Tensor) -> RowBatches:
         """These rows read divided by ``divisor`` (``(N, 1)``, one entry a row)."""
@@ -130,10 +131,3 @@ class RowBatches:
         elif index.dtype == torch.bool:
             index = index.cpu().nonzero().view(-1)
         return self.index_select(0, index)
-
-    def to(self, device: torch.device | str) -> RowBatches:
-        if self.batches[0].to(device) is self.batches[0]:
-            return self  # already there
-        divisor = None if self.divisor is None else self.divisor.to(device)
-        return RowBatches([b.to(device) for b in self.batches], divisor)
-

@@ -32,7 +32,8 @@
 #endif
 
 #define DEFINE_COUNTS(NAME, T)                                                                  \
-    VECTOR_CLONES static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m,         \
+    VECTOR_CLONES                                                                              \
+    static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m,         \
                      int64_t *at_most, int64_t *below) {                                       \
         Py_ssize_t j = 0;                                                                      \
         for (; j + GROUP <= f; j += GROUP) {                                                   \

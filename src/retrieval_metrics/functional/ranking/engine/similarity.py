@@ -21,6 +21,18 @@ def score_dtype(*xs: Tensor) -> torch.dtype:
     return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
 
 
+def _short_rows(norm: Tensor) -> Tensor:
+    """Indices of the rows whose ``(N, 1)`` norm is below :data:`TINY_NORM`: zero rows, and
+    rows whose squares underflow (their norm wrong or 0)."""
+    return flat_nonzero(norm[:, 0] < TINY_NORM)
+
+
+def _divisor(norm: Tensor) -> Tensor:
+    """What each row is divided by for its unit row: its norm, 1 for a zero row (which stays
+    zero)."""
+    return torch.where(norm > 0, norm, torch.ones_like(norm))
+
+
 def _unit_rows(x: Tensor, in_place: bool = False) -> Tensor:
     """Rows scaled to unit length; a zero row stays zero, so its cosine with anything is 0.
 
@@ -34,9 +46,9 @@ def _unit_rows(x: Tensor, in_place: bool = False) -> Tensor:
     # Squares of float32 entries below ~1e-19 underflow, so the norm of such a row is wrong or
     # 0; those rows are scaled up by their largest entry (in float64) before normalising.
     # (Only the short rows are looked at: a test of every entry costs as much as the scaling.)
-    short = flat_nonzero(norm[:, 0] < TINY_NORM)
+    short = _short_rows(norm)
     rows = x.index_select(0, short) if short.numel() else None  # read before x is scaled
-    divisor = torch.where(norm > 0, norm, torch.ones_like(norm))
+    divisor = _divisor(norm)
     out = x.div_(divisor) if in_place else x / divisor
     if rows is not None:
         tiny = (rows != 0).any(1)  # zero rows stay zero
@@ -66,12 +78,12 @@ def gallery_in_blocks(
     if similarity != "cosine":
         return None
     norm = gallery.row_norms()
-    # a zero row stays zero (divided by 1); a non-zero row too short for its squares (its norm
-    # wrong or 0) is rescaled by _unit_rows, on a joined copy
-    short = flat_nonzero(norm[:, 0] < TINY_NORM)
+    # _unit_rows' division; a non-zero row too short for its squares is rescaled by it instead,
+    # on a joined copy
+    short = _short_rows(norm)
     if short.numel() and bool((gallery[short] != 0).any()):
         return None
-    return gallery.divided(torch.where(norm > 0, norm, torch.ones_like(norm)))
+    return gallery.divided(_divisor(norm))
 
 
 def prepare_query(query: Tensor, similarity: str, dtype: torch.dtype) -> Tensor:
