@@ -25,6 +25,7 @@ __all__ = [
     "EVALUATOR_REPORTS",
     "NOT_GIVEN",
     "PROTOCOLS",
+    "RUN_DEPTH",
     "NotGiven",
     "ann_benchmarks_ranks",
     "apply_protocol",
@@ -219,6 +220,15 @@ EVALUATOR_REPORTS: dict[str, list[str]] = {
         f"{base}@{k}" for base in ("hit_rate", "precision", "recall") for k in (1, 3, 5, 10)
     ],
 }
+
+#: protocol -> the depth of the run its evaluator scores, for queries ranked against a corpus
+#: with judgments (``qrels=``): BEIR and MTEB retrieve the top 1000 documents by default (more
+#: where a cut-off asks), sentence-transformers as many as its largest cut-off. Under these
+#: protocols the ranking locates the judged documents within that depth (the largest of it and
+#: the metrics' cut-offs), and a query whose judged documents all lie deeper stops being ranked
+#: once that is known: every value is the whole ranking's. Without one of them, every judged
+#: document's exact rank in the whole corpus is located (``rank_table()`` holds them all).
+RUN_DEPTH: dict[str, int] = {"beir": 1000, "mteb": 1000, "sentence_transformers": 1}
 
 _SPELLED = re.compile(r"^(?P<base>[a-z][a-z0-9_]*?)(?:(?:@|_at_)(?P<k>\d+|r))?(?P<rest>/\w+)?$")
 

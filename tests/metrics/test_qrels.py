@@ -451,3 +451,70 @@ def test_ties_by_id_equal_a_python_sort_by_score_then_id(device, request):
     for name, value in expected.items():
         assert values["id"][name] == pytest.approx(value, abs=1e-12), name
         assert values["expected"][name] != pytest.approx(value, abs=1e-6), name
+
+
+# the options each evaluator's protocol sets, given without it (the whole ranking's values)
+PROTOCOL_OPTIONS = {
+    "beir": dict(gain="linear", empty_queries="zero"),
+    "sentence_transformers": dict(gain="binary", divisor="min", empty_queries="skip", ties="id"),
+}
+
+
+@pytest.mark.parametrize("protocol", ["beir", "sentence_transformers"])
+def test_a_protocols_run_depth_gives_the_whole_rankings_values(protocol):
+    """Under an evaluator's protocol the ranking locates the judged documents within its run's
+    depth (1000 for BEIR, the largest cut-off for sentence-transformers) and drops the queries
+    with none there from the products: a weak model (most queries far from what is judged),
+    graded judgments, documents missing from the corpus and identical ids give every value and
+    note of the ranking of the whole corpus, and some queries did leave early."""
+    from unittest import mock
+
+    from retrieval_metrics.functional.ranking.engine import counting
+    from retrieval_metrics.protocols import EVALUATOR_REPORTS
+
+    g = torch.Generator().manual_seed(11)
+    num_q, num_d, dim = 150, 3000, 8
+    docs = torch.randn(num_d, dim, generator=g, dtype=torch.float64)
+    queries = torch.randn(num_q, dim, generator=g, dtype=torch.float64)
+    d_ids = [f"d{i}" for i in range(num_d)]
+    q_ids = [f"q{i}" for i in range(num_q)]
+    d_ids[:4] = q_ids[:4]  # queries that are corpus documents
+    qrels = {}
+    for i, qid in enumerate(q_ids):
+        picked = torch.randperm(num_d, generator=g)[: 1 + i % 4].tolist()
+        qrels[qid] = {d_ids[j]: 1 + (i + j) % 3 for j in picked}
+        if i % 3 == 0:  # a third of the queries near a judged document: found in the top ranks
+            queries[i] = docs[picked[0]] + 0.05 * torch.randn(dim, generator=g,
+                                                              dtype=torch.float64)
+        if i % 10 == 0:
+            qrels[qid]["missing"] = 2
+    names = EVALUATOR_REPORTS[protocol]
+    drop_finished = counting.QueryBlock.drop_finished
+    results = {}
+    for preset in (protocol, None):
+        options = {"protocol": preset} if preset else PROTOCOL_OPTIONS[protocol]
+        m = rm.RetrievalMetrics(names, qrels=qrels, ignore_identical_ids=True, **options)
+        m.set_dtype(torch.float64)
+        m.update(docs[:1700], ids=d_ids[:1700], role="gallery")
+        m.update(queries, ids=q_ids, role="query")
+        m.update(docs[1700:], ids=d_ids[1700:], role="gallery")
+        dropped = []
+
+        def recording(block, dropped=dropped):
+            kept = drop_finished(block)
+            dropped.append(kept is not None)
+            return kept
+
+        with mock.patch.object(counting.QueryBlock, "drop_finished", recording):
+            values = m.compute()
+        results[preset] = (values, m.summary().notes, any(dropped), m.rank_table())
+    (values, notes, dropped, table), (whole, whole_notes, whole_dropped, whole_table) = (
+        results.values()
+    )
+    for name in names:
+        assert float(values[name]) == pytest.approx(float(whole[name]), abs=1e-12), name
+    assert dict(notes) == dict(whole_notes)
+    assert dict(notes)["judged documents not in the corpus"] == 15
+    assert bool((whole_table.depth > 1000).all()) and bool((table.depth < num_d).all())
+    assert int(table.num_listed.sum()) < int(whole_table.num_listed.sum())
+    assert dropped and not whole_dropped

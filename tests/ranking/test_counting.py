@@ -70,6 +70,19 @@ def test_block_counts_every_item(rows, n, m, distinct, collapsed, dtype, seed):
     for got in counted:
         np.testing.assert_array_equal(got[0].numpy(), lt)
         np.testing.assert_array_equal(got[1].numpy(), le)
+    if kernels._count is not None:
+        # relevant scores passed over (those a ranking's depth left behind): the bins after
+        # them, and each row's total, stay exact
+        first = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
+        partial = torch.zeros(2, rows, m + 1, dtype=torch.int64)
+        kernels._count.count_rows(
+            values, rel, finite, partial[0].numpy(), partial[1].numpy(), first
+        )
+        for i in range(rows):
+            after = min(int(first[i, 0]), int(finite[i, 0])) + 1
+            np.testing.assert_array_equal(partial[0, i, after:].numpy(), lt[i, after:])
+            np.testing.assert_array_equal(partial[1, i, after:].numpy(), le[i, after:])
+            assert int(partial[0, i].sum()) == n
 
 
 class _compiled_count:

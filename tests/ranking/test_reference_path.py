@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emulated_cuda import fake_cuda_fixture, to_fake_cuda  # noqa: F401
+from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_relevance
 from retrieval_metrics.functional.ranking import reference as ref
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
@@ -404,3 +405,67 @@ def test_gathered_relevant_scores_on_the_emulated_cuda_device(fake_cuda):
         engine = rank_embeddings(query, gallery, **rest)
     assert read.call_count >= 1
     assert_same_table(engine, expected)
+
+
+def assert_within_depth(engine: RankTable, expected: RankTable, depth: int) -> None:
+    """Without ``locate_first``: each query lists a prefix of the reference's items holding every
+    item within the top ``depth`` positions (its best one only if it is there), with the
+    reference's above and tied; the measures whose cut-offs are at most ``depth`` are the
+    reference's."""
+    for name in ("num_relevant", "gallery_size"):
+        assert torch.equal(getattr(engine, name), getattr(expected, name)), name
+    assert torch.equal(engine.depth, torch.full_like(expected.num_relevant, depth))
+    for q in range(expected.num_queries):
+        e0, e1 = int(engine.ptr[q]), int(engine.ptr[q + 1])
+        r0, r1 = int(expected.ptr[q]), int(expected.ptr[q + 1])
+        listed = e1 - e0
+        within = int((expected.above[r0:r1] < depth).sum())
+        assert within <= listed <= r1 - r0, (q, listed, within)
+        assert torch.equal(engine.above[e0:e1], expected.above[r0 : r0 + listed]), q
+        assert torch.equal(engine.tied[e0:e1], expected.tied[r0 : r0 + listed]), q
+    names = [f"{base}@{k}" for base in ("hit_rate", "recall", "ndcg", "map", "mrr", "precision")
+             for k in sorted({1, depth})]
+    options = M.MeasureOptions(empty_queries="zero")
+    got = M.retrieval_measures(engine, names, options=options)
+    want = M.retrieval_measures(expected, names, options=options)
+    for name in names:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-12, msg=name)
+
+
+@SETTINGS
+@given(problems(), st.integers(1, 6))
+def test_without_locate_first_the_items_within_the_depth_are_the_references(args, depth):
+    """``locate_first=False`` (the qrels form under an evaluator's protocol): rows whose relevant
+    items all lie deeper stop being ranked, and those within the depth are still exact."""
+    query, gallery, rest = split(args)
+    expected = rank_embeddings_by_full_sort(query, gallery, **rest)
+    engine = rank_embeddings(query, gallery, depth=depth, locate_first=False, **rest)
+    assert_within_depth(engine, expected, depth)
+
+
+def test_finished_queries_leave_the_products():
+    """A weak model (half the queries far from everything relevant): the rows whose relevant
+    items all lie below the depth are dropped from the products once their counts show it,
+    and what is listed is the reference's. Every one of those rows is still multiplied in the
+    pass that keeps every row."""
+    g = torch.Generator().manual_seed(5)
+    gallery = torch.randn(6000, 16, generator=g)
+    relevant = [[int(i) for i in torch.randint(0, 6000, (3,), generator=g)] for _ in range(96)]
+    query = torch.randn(96, 16, generator=g)
+    for q in range(0, 96, 2):  # the even queries near their first relevant item
+        query[q] = gallery[relevant[q][0]] + 0.1 * torch.randn(16, generator=g)
+    # (a small budget: few score blocks kept between reading relevant scores and counting)
+    args = dict(relevance="ids", relevant_ids=relevant, block_size=(96, 192), memory_budget=2**20)
+    expected = rank_embeddings_by_full_sort(query, gallery, **args)
+    rows = {}
+    for locate_first in (True, False):
+        with mock.patch.object(schedule.torch, "mm", wraps=torch.mm) as mm:
+            engine = rank_embeddings(
+                query, gallery, depth=10, locate_first=locate_first, **args
+            )
+        rows[locate_first] = sum(call.args[0].shape[0] for call in mm.call_args_list)
+    assert_within_depth(engine, expected, 10)
+    blocks = -(-6000 // 192)
+    assert rows[True] >= 96 * blocks
+    # the odd queries (48) leave within the first blocks: well under three quarters remain
+    assert rows[False] < 0.75 * 96 * blocks, rows

@@ -64,6 +64,8 @@ class RankTable:
             list may repeat an id), for the measures without a cut-off that divide by what was
             retrieved (precision, F1); ``None`` where every ranked item is distinct
             (``gallery_size``).
+        num_absent: optional ``(Q,)`` int64, the relevant items of judgments (qrels) that the
+            gallery lacks: counted in ``num_relevant``, never retrieved, whatever the depth.
     """
 
     ptr: Tensor
@@ -78,6 +80,7 @@ class RankTable:
     query_class: Tensor | None = None
     query_id: Tensor | None = None
     num_retrieved: Tensor | None = None
+    num_absent: Tensor | None = None
 
     @property
     def num_queries(self) -> int:
@@ -159,6 +162,7 @@ TABLE_PARTS: tuple[TablePart, ...] = (
     TablePart("grade", "item", torch.float64, optional=True, fill=float("nan")),
     TablePart("ideal_grade", "ideal", torch.float64, optional=True, fill=float("nan")),
     TablePart("num_retrieved", "query", torch.int64, optional=True),
+    TablePart("num_absent", "query", torch.int64, optional=True),
 )
 #: name of the per-query int64 bitmask saying which optional parts the query's table had
 PRESENT = "present"

@@ -379,7 +379,7 @@ def gather_query_parts(
     tables, a few numbers per query whatever the number of relevant pairs."""
     names = list(parts)
     tensors = [t for name in names for t in parts[name] if t is not None]
-    fields = ["num_relevant", "gallery_size", "depth", "query_class", "query_id"]
+    fields = ["num_relevant", "gallery_size", "depth", "query_class", "query_id", "num_absent"]
     present = [f for f in fields if getattr(queries, f) is not None]
     gathered = gather_rows(tensors + [getattr(queries, f) for f in present], group)
     it = iter(gathered)

@@ -35,6 +35,7 @@ from retrieval_metrics.metrics.forms import (
     form_of_kind,
     kinds,
 )
+from retrieval_metrics.protocols import RUN_DEPTH
 
 __all__ = ["RetrievalMetric"]
 
@@ -272,11 +273,18 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _ranking_options(self) -> RankingOptions:
         if self.qrels is not None:
-            # every judged document's exact rank in the whole corpus: no depth
+            # Every judged document's exact rank in the whole corpus; under an evaluator's
+            # protocol, within the depth of the run it scores (RUN_DEPTH), where every measure
+            # has a cut-off: queries with no judged document there stop early, and the values
+            # are the whole ranking's.
+            run = RUN_DEPTH.get(self.protocol or "")
+            cutoff = M.cutoff_depth(self.metric_names())
             return RankingOptions(
                 relevance="ids",
                 similarity=self.similarity,
                 memory_budget=self._ranking_budget(),
+                depth=None if run is None or cutoff is None else max(run, cutoff),
+                locate_first=False,
                 judgments=self.qrels,
                 ignore_identical_ids=self.ignore_identical_ids is not False,
             )

@@ -362,6 +362,7 @@ def query_fields(table: RankTable) -> RankTable:
         depth=table.depth,
         query_class=table.query_class,
         query_id=table.query_id,
+        num_absent=table.num_absent,
     )
 
 

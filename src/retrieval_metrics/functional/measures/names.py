@@ -39,6 +39,7 @@ __all__ = [
     "Measure",
     "MetricSpec",
     "average_for",
+    "cutoff_depth",
     "depth_for",
     "divides_by_retrieved",
     "parse_metric",
@@ -362,6 +363,31 @@ def divides_by_retrieved(names: Iterable[str]) -> bool:
         spec.k is None and spec.base in ("precision", "f1")
         for spec in map(parse_metric, names)
     )
+
+
+#: built-in measures that read no position below their cut-off K (hit rate, MRR and CMC
+#: included: with a cut-off they need each query's best relevant item only within the top K)
+_WITHIN_CUTOFF = frozenset({"hit_rate", "recall", "precision", "f1", "map", "mrr", "ndcg", "cmc"})
+
+
+def cutoff_depth(names: Iterable[str]) -> int | None:
+    """The ranking depth that serves all ``names`` without locating any query's best relevant
+    item below it (a ranking with ``locate_first=False``): their largest cut-off, where each is
+    a built-in measure at an integer cut-off that reads no position below it; None (the whole
+    ranking) where one is not.
+
+    >>> cutoff_depth(["ndcg@10", "recall@100", "mrr@10"]), cutoff_depth(["ndcg@10", "mrr"])
+    (100, None)
+    """
+    depth = 1
+    for name in names:
+        spec = parse_metric(name)
+        if spec.base not in _WITHIN_CUTOFF or spec.base not in _BUILT_IN:
+            return None
+        if not isinstance(spec.k, int):
+            return None
+        depth = max(depth, spec.k)
+    return depth
 
 
 def depth_for(names: Iterable[str]) -> tuple[int | None, bool]:

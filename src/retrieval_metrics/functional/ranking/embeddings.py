@@ -74,6 +74,7 @@ def rank_embeddings(
     similarity: str = "cosine",
     depth: int | None = None,
     cover_relevant: bool = False,
+    locate_first: bool = True,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     block_size: tuple[int, int] | None = None,
     exchange: Exchange | None = None,
@@ -103,6 +104,10 @@ def rank_embeddings(
             for hit rate, precision, recall and NDCG with ``depth`` >= their cut-off.
         cover_relevant: with ``depth``, locate exactly every relevant item within the top
             max(depth, m_q) positions (R-precision, MAP@R).
+        locate_first: with ``depth``, also locate each query's best relevant item wherever it
+            lies (default: MRR, CMC and the ranks without a cut-off read it). False when every
+            measure has a cut-off of at most ``depth``: a query whose relevant items all lie
+            deeper then lists none, and on the CPU stops being ranked once that is known.
         memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings and
             its outputs (the table, and until it returns the relevance sets and per-pair results
             it is built from); the normalised copy of the embeddings counts in it.
@@ -137,6 +142,7 @@ def rank_embeddings(
         memory_budget=memory_budget,
         depth=depth,
         cover_relevant=cover_relevant,
+        locate_first=locate_first,
         block_size=block_size,
         ignore_identical_ids=ignore_identical_ids,
     )

@@ -235,8 +235,8 @@ def with_unretrieved(
     per query): they count in m_q and are never retrieved; ``ideal`` (:func:`judged_ideal`, None
     for binary judgments) holds every relevant grade, theirs included. ``whole_ranking``: every
     relevant item in the corpus was located (no depth), so what is unlisted was never retrieved
-    at all (depth ``UNBOUNDED``)."""
-    changes: dict[str, Any] = {}
+    at all (depth ``UNBOUNDED``). Their number per query is the table's ``num_absent``."""
+    changes: dict[str, Any] = {"num_absent": unretrieved.to(torch.int64)}
     if ideal is not None:
         changes["ideal_ptr"], changes["ideal_grade"] = ideal
     if unretrieved.numel() and bool((unretrieved > 0).any()):

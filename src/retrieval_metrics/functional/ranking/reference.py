@@ -9,7 +9,7 @@ score, removes each query's exclusions from its row, sorts the row and counts by
 Bit for bit needs the same scores, not only the same formula: a float32 product rounds by the
 shape it is computed in, so the scores come from products of the engine's shapes and operands,
 laid out by the engine's own ``schedule.choose_layout``: the one-sided pass multiplies a query
-block (rows in processing order, at least ``PRODUCT_ROWS`` of them, zero rows added) by a
+block (rows in processing order, zero rows added up to a multiple of ``PRODUCT_ROWS``) by a
 gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric pass computes
 ``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
 read ``S^T``. The layout code (``Direction``, ``plan``, ``prepare``) and the table building are the
@@ -29,7 +29,7 @@ from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine.direction import Direction, RankingInput
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
-from retrieval_metrics.functional.ranking.engine.schedule import PRODUCT_ROWS, Layout, choose_layout
+from retrieval_metrics.functional.ranking.engine.schedule import Layout, choose_layout, product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.relevance import Relevance
@@ -67,7 +67,7 @@ def _blocked_scores(q_mat: Tensor, g_mat: Tensor, order: Tensor, layout: Layout)
     device = q_mat.device
     for start in range(0, num_q, bq):
         rows = order[start : start + bq]
-        q_blk = _padded(q_mat[rows.to(device)], PRODUCT_ROWS)
+        q_blk = product_rows(q_mat[rows.to(device)])
         for g0 in range(0, num_g, bg):
             g_blk = _padded(g_mat[g0 : g0 + bg], bg)  # every gallery block bg columns wide
             s = torch.mm(q_blk, g_blk.T).cpu()

@@ -36,8 +36,13 @@ class RankingSettings:
         memory_budget: bytes of scratch memory the ranking may use, the prepared (normalised)
             copy of the embeddings included (see ``engine/plan.py``).
         depth: locate exactly only the relevant items within the top ``depth`` positions (and
-            each query's best); None: all of them.
+            each query's best, unless ``locate_first`` is False); None: all of them.
         cover_relevant: with ``depth``, every relevant item within the top max(depth, m_q).
+        locate_first: with ``depth``, also locate each query's best relevant item wherever it
+            lies (what MRR, CMC and the ranks without a cut-off read). False: a query whose
+            relevant items all lie below the depth has none listed, and on the CPU it stops
+            being ranked once that is known (measures whose cut-offs are at most the depth
+            need no more).
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget``; results do not depend on it.
         judgments: for ``relevance="ids"``, judgments (qrels: a mapping query id -> document
@@ -54,6 +59,7 @@ class RankingSettings:
     memory_budget: int = OPTIONS["memory_budget"].default
     depth: int | None = None
     cover_relevant: bool = False
+    locate_first: bool = True
     block_size: tuple[int, int] | None = None
     judgments: Any = None
     ignore_identical_ids: bool = True

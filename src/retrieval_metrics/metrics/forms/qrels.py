@@ -4,9 +4,10 @@ score an embedding retriever: ``RetrievalMetrics([...], qrels=qrels)``, then
 batches, in any order, on any process (or the corpus once with ``set_gallery``).
 
 The states, deduplication, gather and ranking are the query/gallery form's; what this form adds
-is relevance by the judgments (the ranking's ``relevance="ids"`` read by the queries' ids, with
-no depth: every judged document's exact rank in the whole corpus), the refusal of integer ids that
-collide by accident, and the counts ``summary()`` reports.
+is relevance by the judgments (the ranking's ``relevance="ids"`` read by the queries' ids: every
+judged document's exact rank in the whole corpus, or under an evaluator's protocol within the
+depth of its run, ``protocols.RUN_DEPTH``), the refusal of integer ids that collide by accident,
+and the counts ``summary()`` reports.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from retrieval_metrics.functional.ranking.items import Items
-from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch
 from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
@@ -64,11 +65,11 @@ def qrels_notes(metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
     (skipped, or scored as ``empty_queries`` says) and judged queries never given."""
     judgments = metric.qrels
     assert judgments is not None
-    unretrieved = (table.num_relevant - table.num_listed)[table.depth == UNBOUNDED]
+    absent = table.num_absent
     given = table.query_id if table.query_id is not None else torch.zeros(0, dtype=torch.int64)
     judged = torch.isin(given, judgments.judged)
     return {
-        "judged documents not in the corpus": int(unretrieved.sum()),
+        "judged documents not in the corpus": 0 if absent is None else int(absent.sum()),
         "queries without judgments": int((~judged).sum()),
         "judged queries not given": int(len(judgments) - int(judged.sum())),
     }

@@ -33,9 +33,14 @@
 
 #define DEFINE_COUNTS(NAME, T)                                                                  \
     VECTOR_CLONES                                                                              \
-    static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m,         \
-                     int64_t *at_most, int64_t *below) {                                       \
+    static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t j0, Py_ssize_t f,        \
+                     Py_ssize_t m, int64_t *at_most, int64_t *below) {                         \
+        /* the relevant scores before j0 are not counted: 0 items at or below them */         \
         Py_ssize_t j = 0;                                                                      \
+        for (; j < j0; j++) {                                                                  \
+            at_most[j] = 0;                                                                    \
+            below[j] = 0;                                                                      \
+        }                                                                                      \
         for (; j + GROUP <= f; j += GROUP) {                                                   \
             const T r0 = r[j], r1 = r[j + 1], r2 = r[j + 2], r3 = r[j + 3];                    \
             int32_t le0 = 0, le1 = 0, le2 = 0, le3 = 0, lt0 = 0, lt1 = 0, lt2 = 0, lt3 = 0;   \
@@ -91,17 +96,20 @@ static int get_buffer(PyObject *obj, Py_buffer *view, const char *name, const ch
 }
 
 PyDoc_STRVAR(count_rows_doc,
-             "count_rows(values, seq, num_finite, hist_lt, hist_le)\n\n"
+             "count_rows(values, seq, num_finite, hist_lt, hist_le, first=None)\n\n"
              "Add each row of values (rows x n, float32 or float64, C-contiguous) to its row of "
              "the histograms (rows x (m + 1), int64, in place), with seq (rows x m, the values' "
              "dtype) each row's relevant scores ascending, +inf padded after num_finite[row] "
-             "(rows x 1, int64) of them.");
+             "(rows x 1, int64) of them. first (rows x 1, int64): a row's relevant scores before "
+             "first[row] are passed over (taken as if every item lay above them): the bins after "
+             "first[row], and each row's total, are its counts.");
 
 static PyObject *count_rows(PyObject *self, PyObject *args) {
-    PyObject *values_obj, *seq_obj, *finite_obj, *lt_obj, *le_obj;
-    if (!PyArg_ParseTuple(args, "OOOOO", &values_obj, &seq_obj, &finite_obj, &lt_obj, &le_obj))
+    PyObject *values_obj, *seq_obj, *finite_obj, *lt_obj, *le_obj, *first_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "OOOOO|O", &values_obj, &seq_obj, &finite_obj, &lt_obj, &le_obj,
+                          &first_obj))
         return NULL;
-    Py_buffer values, seq, finite, hist_lt, hist_le;
+    Py_buffer values, seq, finite, hist_lt, hist_le, first;
     int got = 0;
     PyObject *result = NULL;
     if (get_buffer(values_obj, &values, "values", NULL, 2, 0) < 0) goto finally;
@@ -119,10 +127,15 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
     got = 4;
     if (get_buffer(le_obj, &hist_le, "hist_le", "i8", 2, 1) < 0) goto finally;
     got = 5;
+    if (first_obj != Py_None) {
+        if (get_buffer(first_obj, &first, "first", "i8", 2, 0) < 0) goto finally;
+        got = 6;
+    }
     Py_ssize_t rows = values.shape[0], n = values.shape[1], m = seq.shape[1];
     if (seq.shape[0] != rows || finite.shape[0] != rows || finite.shape[1] != 1 ||
         hist_lt.shape[0] != rows || hist_lt.shape[1] != m + 1 || hist_le.shape[0] != rows ||
-        hist_le.shape[1] != m + 1) {
+        hist_le.shape[1] != m + 1 ||
+        (got == 6 && (first.shape[0] != rows || first.shape[1] != 1))) {
         PyErr_SetString(PyExc_ValueError, "count_rows: the shapes do not fit");
         goto finally;
     }
@@ -137,18 +150,22 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
     }
     int64_t *below = at_most + (m + 1);
     const int64_t *fin = (const int64_t *)finite.buf;
+    const int64_t *from = got == 6 ? (const int64_t *)first.buf : NULL;
     int64_t *lt = (int64_t *)hist_lt.buf, *le = (int64_t *)hist_le.buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < rows; i++) {
         Py_ssize_t f = (Py_ssize_t)fin[i];
         if (f > m) f = m;
         if (f < 0) f = 0;
+        Py_ssize_t j0 = from ? (Py_ssize_t)from[i] : 0;
+        if (j0 > f) j0 = f;
+        if (j0 < 0) j0 = 0;
         if (is_double)
             counts_double((const double *)values.buf + i * n, n, (const double *)seq.buf + i * m,
-                          f, m, at_most, below);
+                          j0, f, m, at_most, below);
         else
             counts_float((const float *)values.buf + i * n, n, (const float *)seq.buf + i * m,
-                         f, m, at_most, below);
+                         j0, f, m, at_most, below);
         at_most[m] = n;
         below[m] = n;
         int64_t prev_le = 0, prev_lt = 0;
@@ -167,6 +184,7 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
     Py_INCREF(Py_None);
     result = Py_None;
 finally:
+    if (got >= 6) PyBuffer_Release(&first);
     if (got >= 5) PyBuffer_Release(&hist_le);
     if (got >= 4) PyBuffer_Release(&hist_lt);
     if (got >= 3) PyBuffer_Release(&finite);

@@ -20,6 +20,7 @@ from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
     by_block,
     columnwise_max,
+    compiled_for,
     count_block,
     count_candidates,
     floor_div,
@@ -37,6 +38,9 @@ DENSE_RECHECK = 16
 # relevant score copied in the sparse way, per item and search step in the dense way.
 SPARSE_OVERHEAD = 8
 DENSE_OVERHEAD = 8
+#: Finished rows are dropped from a query block's products (QueryBlock.drop_finished) once
+#: there are this many: a product's shortest block of rows (schedule.PRODUCT_ROWS).
+DROP_AT_LEAST = 8
 
 
 class QueryBlock:
@@ -104,12 +108,25 @@ class QueryBlock:
             )
         self.pending: list[Tensor] = []
         self.went_dense = False
+        # Rows still ranked (local rows of the block; None: all of them), and what finish reads
+        # of the whole block once rows are dropped (see drop_finished).
+        self.kept: Tensor | None = None
+        self._whole: tuple[int, Tensor, Tensor | None] | None = None
+        options = p.options
+        self.pruning = (
+            options.depth is not None and not options.locate_first and device.type == "cpu"
+        )
 
     def reads_segment_maxima(self, b: int) -> bool:
         """Whether counting gallery block ``b`` needs its segment maxima: to raise the depth
         threshold, and on the CPU to choose between the sparse and the dense count (see
-        :data:`DENSE_RECHECK`). An accelerator counts every block whole and needs none."""
+        :data:`DENSE_RECHECK`). An accelerator counts every block whole and needs none, nor does
+        a ranking that lets finished rows go (``pruning``) with the compiled count: its counts
+        raise the threshold (:meth:`_raise_by_counts`), and a pass of the compiled count over
+        the relevant scores still counted costs about what the maxima cost."""
         if self.p.device.type != "cpu":
+            return False
+        if self.pruning and self.compiled:
             return False
         return self.raising or not self.went_dense or b % DENSE_RECHECK == 0
 
@@ -221,15 +238,26 @@ class QueryBlock:
         self._check_raising()
         self.theta_from_blocks = False
         self.width = rel_sorted.shape[1] + 1
+        self.compiled = compiled_for(device, dtype, self.num_finite)
+        # per row, its relevant scores (ascending) that depth counted items beat already: no
+        # longer counted (see _raise_by_counts)
+        self.first = (
+            torch.zeros((nb, 1), dtype=torch.int64, device=device) if self.pruning else None
+        )
         self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
         self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
 
     def _check_raising(self) -> None:
         """Whether the threshold can still rise: it never passes a row's best relevant score, so
-        rows with one relevant item (text-to-image), or already there, need no segment maxima."""
-        self.raising = self.p.options.depth is not None and bool(
-            (self.has_rel & (self.threshold < self.best)).any()
+        rows with one relevant item (text-to-image), or already there, need no segment maxima.
+        Without ``locate_first`` it may pass it: then the row is finished (see
+        :meth:`drop_finished`)."""
+        below = (
+            self.threshold < self.best
+            if self.p.options.locate_first
+            else self.threshold <= self.best
         )
+        self.raising = self.p.options.depth is not None and bool((self.has_rel & below).any())
         if not self.raising:
             self.pending = []
 
@@ -242,12 +270,105 @@ class QueryBlock:
             self.top_seg = merged.topk(self.top_width, dim=1).values
             self.pending = []
             theta = self.top_seg.gather(1, self.depth_col).squeeze(1)
+            raised = torch.maximum(self.lowest, theta)
+            if self.p.options.locate_first:
+                raised = torch.minimum(self.best, raised)
+            # (the counts may have raised it further: _raise_by_counts)
             self.threshold = torch.where(
-                self.has_rel,
-                torch.minimum(self.best, torch.maximum(self.lowest, theta)),
-                self.threshold,
+                self.has_rel, torch.maximum(self.threshold, raised), self.threshold
             )
             self._check_raising()
+
+    def _raise_by_counts(self) -> None:
+        """Raise each row's threshold to its lowest relevant score that fewer than depth
+        counted items beat (+inf where depth items beat them all: the row is finished).
+
+        Exact however the gallery continues: the items counted above a relevant score only
+        grow, and one that depth items beat lies below the depth for good. The histograms have
+        that count at hand (the items with more than j relevant scores below them beat the j-th
+        lowest), and since it falls as the scores rise, the scores beaten form a prefix of each
+        row, whose length ``first`` the compiled count then passes over.
+        """
+        hist = self.hist_lt.view(self.nb, self.width)
+        above = hist.flip(1).cumsum(1).flip(1)[:, 1:]
+        first = (above > self.depth_col).sum(1, keepdim=True)
+        m = self.rel_sorted.shape[1]
+        lowest_left = self.rel_sorted.gather(1, first.clamp_max(m - 1))[:, 0]
+        lowest_left = torch.where(first[:, 0] < m, lowest_left, torch.inf)
+        self.threshold = torch.where(
+            self.has_rel, torch.maximum(self.threshold, lowest_left), self.threshold
+        )
+        self.first = first
+
+    def drop_finished(self) -> Tensor | None:
+        """Stop ranking the rows that are finished: without ``locate_first``, those whose
+        threshold passed their best relevant score (depth items score above every relevant item
+        of theirs: none is listed, whatever the rest of the gallery holds) and those without
+        relevant items. Returns the local rows kept (the pass multiplies only those from now
+        on; they index the rows as they were before this call), or None where nothing is
+        dropped: fewer than a product's rows (``PRODUCT_ROWS``) of the block are finished."""
+        if not self.pruning or self.nb == 0:
+            return None
+        finished = self.threshold > self.best  # (rows without relevant items: +inf > -inf)
+        done = int(finished.sum())
+        if done == 0 or done < min(self.nb, DROP_AT_LEAST):
+            return None
+        keep = flat_nonzero(~finished)
+        self._keep_rows(keep)
+        return keep
+
+    def _keep_rows(self, keep: Tensor) -> None:
+        """Shorten every per-row state of the counting to the rows ``keep``."""
+        if self._whole is None:
+            # finish writes every row of the block: what it reads of the dropped ones
+            self._whole = (self.nb, self.rel_sorted, self.rel_perm)
+            self.kept = keep
+        else:
+            assert self.kept is not None
+            self.kept = self.kept.index_select(0, keep)
+        old_nb = self.nb
+        at = keep.to(self.p.device)
+        for name in (
+            "rel_sorted", "rel_perm", "has_rel", "num_finite", "best", "lowest", "threshold",
+            "depth_col", "top_seg", "rel_unsorted", "rel_keys", "before", "first",
+        ):
+            value = getattr(self, name, None)
+            if isinstance(value, Tensor):
+                setattr(self, name, value.index_select(0, at))
+        self.pending = [maxima.index_select(0, at) for maxima in self.pending]
+        self.hist_lt = self.hist_lt.view(old_nb, self.width).index_select(0, at).view(-1)
+        self.hist_le = self.hist_le.view(old_nb, self.width).index_select(0, at).view(-1)
+        self.nb = keep.numel()
+        # the excluded pairs and the relevant items' segments: rows renumbered, dropped rows' gone
+        new_row = torch.full((old_nb,), -1, dtype=torch.int64)
+        new_row[keep] = torch.arange(keep.numel())
+        self.e_row, self.e_bounds, self.e_gal = _renumbered(
+            new_row, self.e_row, self.e_bounds, self.e_gal
+        )
+        if self.p.options.depth is not None:
+            self.seg_rows, self.seg_bounds, self.seg_cols = _renumbered(
+                new_row, self.seg_rows, self.seg_bounds, self.seg_cols
+            )
+
+    def _whole_block(self) -> None:
+        """Back to every row of the block for finish: a dropped row lists none of its
+        relevant items (threshold +inf) and counted nothing."""
+        if self._whole is None or self.kept is None:
+            return
+        nb, rel_sorted, rel_perm = self._whole
+        at = self.kept.to(self.p.device)
+
+        def spread(rows: Tensor, fill: float) -> Tensor:
+            whole = torch.full((nb, *rows.shape[1:]), fill, dtype=rows.dtype, device=rows.device)
+            return whole.index_copy_(0, at, rows)
+
+        self.hist_lt = spread(self.hist_lt.view(self.nb, self.width), 0).view(-1)
+        self.hist_le = spread(self.hist_le.view(self.nb, self.width), 0).view(-1)
+        self.threshold = spread(self.threshold, float("inf"))
+        if self.before is not None:
+            self.before = spread(self.before, 0)
+        self.rel_sorted, self.rel_perm, self.nb = rel_sorted, rel_perm, nb
+        self._whole = self.kept = None
 
     def count(
         self,
@@ -266,6 +387,19 @@ class QueryBlock:
         and the dense count copies it row-major into ``buffer`` (at least as large; a new
         tensor without one). With a tie key, also the tied items of a smaller key.
         """
+        self._count_block(s, seg_max, b, seeded, segment_values, buffer)
+        if self.pruning:
+            self._raise_by_counts()
+
+    def _count_block(
+        self,
+        s: Tensor,
+        seg_max: Tensor | None,
+        b: int,
+        seeded: bool,
+        segment_values: Callable[[Tensor], Tensor] | None,
+        buffer: Tensor | None,
+    ) -> None:
         if self.before is None:
             self._count_items(s, seg_max, b, seeded, segment_values, buffer)
             return
@@ -336,10 +470,10 @@ class QueryBlock:
                 self.num_finite,
             )
             return
-        if seg_max is None:  # a block after a dense one (see DENSE_RECHECK)
+        if seg_max is None:  # a block after a dense one (see DENSE_RECHECK), or pruning
             count_block(
                 row_major(), self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
-                self.num_finite,
+                self.num_finite, self.first,
             )
             return
         if self.raising:
@@ -362,7 +496,7 @@ class QueryBlock:
             dense = row_major()
             count_block(
                 dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
-                self.num_finite,
+                self.num_finite, self.first,
             )
         else:
             count_candidates(
@@ -378,6 +512,7 @@ class QueryBlock:
 
     def finish(self) -> None:
         """Write above, tied and listed of every relevant pair into the outputs (CSR order)."""
+        self._whole_block()
         nb, width = self.nb, self.width
         hist_le = self.hist_le
         hist_le += self.hist_lt
@@ -411,3 +546,19 @@ class QueryBlock:
             unsorted = torch.empty_like(sorted_values)
             unsorted.scatter_(1, self.rel_perm, sorted_values)
             out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())
+
+
+def _renumbered(
+    new_row: Tensor, rows: Tensor, bounds: Tensor, other: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Entries grouped by gallery block (``bounds``) with their query block ``rows`` (and a
+    second field ``other``), less those of dropped rows (``new_row`` -1), rows renumbered."""
+    mapped = new_row.index_select(0, rows.cpu())
+    keep = mapped >= 0
+    before = torch.zeros(keep.numel() + 1, dtype=torch.int64)
+    torch.cumsum(keep, 0, out=before[1:])
+    return (
+        mapped[keep].to(rows.device),
+        before.index_select(0, bounds),
+        other[keep.to(other.device)],
+    )

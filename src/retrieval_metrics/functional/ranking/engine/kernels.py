@@ -175,8 +175,14 @@ def count_block(
     hist_le: Tensor,
     memory_budget: int,
     num_finite: Tensor | None = None,
+    first: Tensor | None = None,
 ) -> None:
     """Add every item of the score block ``s`` to the histograms of :func:`count_candidates`.
+
+    ``first`` (``(rows, 1)`` int64, or None): per row, the relevant scores before ``first``
+    need no counts (they lie below the depth for good): the compiled count passes them over,
+    and only the row's bins after ``first`` (what the items above them sum) are exact. The other
+    ways count them all.
 
     One batched binary search of each row of scores in its own row of ``rel_sorted``: no copy
     per item, O(log m) per item whatever survives. Items below a row's threshold land in bins
@@ -201,6 +207,7 @@ def count_block(
             num_finite.contiguous().numpy(),
             hist_lt.view(nb, width).numpy(),
             hist_le.view(nb, width).numpy(),
+            None if first is None else first.contiguous().numpy(),
         )
         return
     elem = s.element_size()
@@ -279,11 +286,16 @@ def compiled_counts(s: Tensor, num_finite: Tensor) -> bool:
     """Whether :func:`count_block` counts the block ``s`` with the compiled loop: on the CPU, in
     float32 or float64, with at most :data:`COMPILED_MAX_RELEVANT` relevant scores a row (and
     rows shorter than its 32-bit counters)."""
+    return s.shape[1] < 2**31 and compiled_for(s.device, s.dtype, num_finite)
+
+
+def compiled_for(device: torch.device, dtype: torch.dtype, num_finite: Tensor) -> bool:
+    """Whether score blocks on ``device`` of ``dtype`` whose rows hold ``num_finite`` relevant
+    scores are counted by the compiled loop (rows shorter than 2**31 items)."""
     return (
         _count is not None
-        and s.device.type == "cpu"
-        and s.dtype in (torch.float32, torch.float64)
-        and s.shape[1] < 2**31
+        and device.type == "cpu"
+        and dtype in (torch.float32, torch.float64)
         and (num_finite.numel() == 0 or int(num_finite.max()) <= COMPILED_MAX_RELEVANT)
     )
 

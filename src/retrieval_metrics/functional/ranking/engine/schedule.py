@@ -49,10 +49,26 @@ from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.table import RankTable
 
-# Query blocks of fewer rows are padded to this many for the product: BLAS computes products of
-# a few rows with other kernels (gemv for one row), whose roundings differ from those of larger
-# blocks, and a score must not depend on the size of the block its query fell in.
+# Query blocks are padded to a multiple of this many rows for the product: BLAS computes
+# products of a few rows with other kernels (gemv for one row), and a last, shorter panel of rows
+# with another kernel again (MKL's double precision on AVX2: 4 rows a panel), whose roundings
+# differ; a score must not depend on the size of the block its query fell in, nor on which rows
+# of its block are still ranked (QueryBlock.drop_finished).
 PRODUCT_ROWS = 8
+
+
+def product_row_count(n: int) -> int:
+    """The rows of the product of ``n`` query rows: a whole multiple of :data:`PRODUCT_ROWS`."""
+    return max(PRODUCT_ROWS, -(-n // PRODUCT_ROWS) * PRODUCT_ROWS)
+
+
+def product_rows(x: Tensor) -> Tensor:
+    """The query rows ``x`` as one product takes them: zero rows added up to
+    :func:`product_row_count`."""
+    rows = product_row_count(x.shape[0])
+    if rows == x.shape[0]:
+        return x
+    return torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])
 
 
 def blocked_table(
@@ -305,7 +321,7 @@ def _one_sided_pass(
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
-    scores = torch.empty(max(block_q, PRODUCT_ROWS), block_g, dtype=dtype, device=device)
+    scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
 
     def gallery_block(b: int) -> Tensor:
@@ -329,14 +345,15 @@ def _one_sided_pass(
         q_rows = p.order[q_start : q_start + block_q]
         qb = QueryBlock(p, q_rows)
         nb = qb.nb
-        q_blk = q_mat[q_rows.to(device)]
-        if nb < PRODUCT_ROWS:
-            q_blk = torch.cat([q_blk, q_blk.new_zeros(PRODUCT_ROWS - nb, q_blk.shape[1])])
+        q_blk = product_rows(q_mat[q_rows.to(device)])
+        # the rows still ranked, as one product takes them (fewer once rows finish)
+        ranked = [q_blk]
 
         def block_scores(
-            b: int, out: Tensor, q_blk: Tensor = q_blk, qb: QueryBlock = qb
+            b: int, out: Tensor, ranked: list[Tensor] = ranked, qb: QueryBlock = qb
         ) -> Tensor:
-            s = torch.mm(q_blk, gallery_block(b).T, out=out[: q_blk.shape[0]])[: qb.nb]
+            rows = ranked[0]
+            s = torch.mm(rows, gallery_block(b).T, out=out[: rows.shape[0]])[: qb.nb]
             qb.mask_excluded(s, b)
             width = min(block_g, num_g - b * block_g)
             if width < block_g:
@@ -351,10 +368,7 @@ def _one_sided_pass(
         cache_room = max(0, (p.budget // 2) // max(1, nb * block_g * elem) - 1)
         if mode == "scores":
             cache_room = 0
-        if p.options.depth is not None:
-            extra = min(THETA_EVERY, cache_room) - len(read_first)
-            read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
-        if p.options.depth is None and len(read_first) > cache_room + 1:
+        if len(read_first) > cache_room + 1:
             # Relevant items in more blocks than stay cached (a few relevant items per query
             # over a large gallery, as with judgments): reading them from their blocks would
             # compute those products twice, once here and once to count. Their gallery rows
@@ -363,6 +377,9 @@ def _one_sided_pass(
             # holds it (what the padded last block relies on too).
             _read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first[cache_room:])
             read_first = read_first[:cache_room]
+        if p.options.depth is not None:
+            extra = min(THETA_EVERY, cache_room) - len(read_first)
+            read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
         for b in read_first:
             if len(cache) < cache_room:
@@ -384,11 +401,25 @@ def _one_sided_pass(
 
         qb.start_counting()
         seeded = set(read_first)
-        for b in range(p.num_blocks_g):
-            s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
-            if seg_max is None and qb.reads_segment_maxima(b):
-                seg_max = segment_maxima(s)
-            qb.count(s, seg_max, b, seeded=b in seeded)
+        for b in range(-1, p.num_blocks_g):
+            if b >= 0:
+                s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
+                if seg_max is None and qb.reads_segment_maxima(b):
+                    seg_max = segment_maxima(s)
+                qb.count(s, seg_max, b, seeded=b in seeded)
+            kept = qb.drop_finished()
+            if kept is not None:
+                # finished rows are multiplied no more: the products and the kept blocks
+                # shrink to the rows still ranked
+                assert qb.kept is not None
+                ranked[0] = product_rows(q_mat[q_rows.index_select(0, qb.kept).to(device)])
+                on = kept.to(device)
+                cache = {
+                    key: (held.index_select(0, on), None if m is None else m.index_select(0, on))
+                    for key, (held, m) in cache.items()
+                }
+                if qb.nb == 0:
+                    break
         qb.finish()
 
 
