@@ -69,6 +69,21 @@ class CLIError(Exception):
     """A user error: printed as one line, exit status 2."""
 
 
+def _check_plot_depth(table: Any, plot_k: int | None, protocol: str | None) -> None:
+    """Refuse a ``--plot-k`` below the depth an evaluator's protocol ranked judgments to."""
+    if plot_k is None:
+        return
+    unlisted = (table.num_listed < table.num_relevant) & ~table.beyond_gallery
+    short = unlisted & (table.depth < plot_k)
+    if bool(short.any()):
+        depth = int(table.depth[short].min())
+        raise CLIError(
+            f"--plot-k {plot_k} reaches below the {depth} documents that --protocol {protocol} "
+            f"ranks to (the depth of its evaluator's run); give --plot-k {depth} or less, or "
+            "leave --protocol out to rank every judged document in the whole corpus"
+        )
+
+
 # ---------------------------------------------------------------------------- progress bar
 
 
@@ -534,6 +549,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if run.kind == "qrels":
                 # several judged documents per query: the share of them found by K (BEIR's
                 # Recall@K), the measure a first stage feeding a reranker is chosen by
+                _check_plot_depth(metric.rank_table(), args.plot_k, metric.protocol)
                 curve = measure_curve(
                     metric.rank_table(),
                     "recall",

@@ -70,7 +70,7 @@ def _known_gallery(table: RankTable) -> bool:
     return (
         table.num_queries > 0
         and bool((table.gallery_size != UNBOUNDED).all())
-        and not bool((table.depth == UNBOUNDED).any())
+        and not bool(table.beyond_gallery.any())
     )
 
 

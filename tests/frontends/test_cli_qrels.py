@@ -331,3 +331,22 @@ def test_integer_ids_that_collide_need_the_option(tmp_path, capsys):
     assert got["options"]["ignore_identical_ids"] is False
     # two numberings: query 0 ranks d0 d1 .. (d1 2nd), query 1 ranks d2 d1 d3 d0 (d0 4th)
     assert values(got["runs"][0]) == pytest.approx({"mrr@10": (1 / 2 + 1 / 4) / 2}, abs=1e-9)
+
+
+def test_a_plot_below_the_protocols_run_depth_is_refused_by_name(tmp_path, capsys):
+    """sentence-transformers' protocol ranks to its largest cut-off (10 here): a recall curve to
+    50 would read positions it did not rank, and the command says so instead of plotting."""
+    queries, query_ids, corpus, doc_ids, qrels = random_case(4)
+    np.savez(tmp_path / "q.npz", embeddings=queries, ids=query_ids)
+    np.savez(tmp_path / "c.npz", embeddings=corpus, ids=doc_ids)
+    write_qrels(tmp_path / "qrels.tsv", qrels)
+    common = ["--query", str(tmp_path / "q.npz"), "--gallery", str(tmp_path / "c.npz"),
+              "--qrels", str(tmp_path / "qrels.tsv"), "--metrics", "recall@10",
+              "--protocol", "sentence_transformers", "--plot", str(tmp_path / "r.png")]
+    status, _, err = evaluate(tmp_path, capsys, *common, "--plot-k", "50")
+    assert status == 2
+    assert "--plot-k 50 reaches below the 10 documents" in err and "sentence_transformers" in err
+    assert not (tmp_path / "r.png").exists()
+    status, _, err = evaluate(tmp_path, capsys, *common, "--plot-k", "10")
+    assert status == 0, err
+    assert (tmp_path / "r.png").exists()

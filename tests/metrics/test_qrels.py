@@ -507,12 +507,15 @@ def test_a_protocols_run_depth_gives_the_whole_rankings_values(protocol):
 
         with mock.patch.object(counting.QueryBlock, "drop_finished", recording):
             values = m.compute()
-        results[preset] = (values, m.summary().notes, any(dropped), m.rank_table())
-    (values, notes, dropped, table), (whole, whole_notes, whole_dropped, whole_table) = (
+        results[preset] = (values, m.summary(), any(dropped), m.rank_table())
+    (values, summary, dropped, table), (whole, whole_summary, whole_dropped, whole_table) = (
         results.values()
     )
     for name in names:
         assert float(values[name]) == pytest.approx(float(whole[name]), abs=1e-12), name
+        # no chance level: the random ranking could not retrieve the missing documents either
+        assert summary[name]["chance"] is None and whole_summary[name]["chance"] is None
+    notes, whole_notes = summary.notes, whole_summary.notes
     assert dict(notes) == dict(whole_notes)
     assert dict(notes)["judged documents not in the corpus"] == 15
     assert bool((whole_table.depth > 1000).all()) and bool((table.depth < num_d).all())

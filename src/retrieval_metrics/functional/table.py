@@ -96,6 +96,16 @@ class RankTable:
         return self.ptr.diff()
 
     @property
+    def beyond_gallery(self) -> Tensor:
+        """``(Q,)`` bool: relevant items lie outside the query's ranked gallery, where no
+        ranking of it reaches them: a ranked list of an unknown collection (depth
+        ``UNBOUNDED``), or judged documents the gallery lacks (``num_absent``)."""
+        outside = self.depth == UNBOUNDED
+        if self.num_absent is not None:
+            outside = outside | (self.num_absent > 0)
+        return outside
+
+    @property
     def retrieved(self) -> Tensor:
         """``(Q,)`` int64, the distinct items each query's ranking returned: ``num_retrieved``
         where a ranked list may repeat ids, else ``gallery_size``."""

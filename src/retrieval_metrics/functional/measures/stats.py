@@ -284,8 +284,9 @@ def _summary(
     options: MeasureOptions,
 ) -> Summary:
     """The rows of a summary; ``table`` is read for its per-query fields only."""
-    # Ranked lists (depth unbounded) come from an unknown collection: no chance level.
-    has_gallery = table.num_queries > 0 and not bool((table.depth == UNBOUNDED).any())
+    # Ranked lists (depth unbounded) come from an unknown collection, and a judged document the
+    # corpus lacks is not in it: no chance level.
+    has_gallery = table.num_queries > 0 and not bool(table.beyond_gallery.any())
     chance = A.chance_measures(table, names, options) if has_gallery else None
     skipped = int((table.num_relevant == 0).sum())
     empty_policy = options.empty_queries
