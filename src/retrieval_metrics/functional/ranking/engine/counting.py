@@ -387,23 +387,19 @@ class QueryBlock:
         and the dense count copies it row-major into ``buffer`` (at least as large; a new
         tensor without one). With a tie key, also the tied items of a smaller key.
         """
-        self._count_block(s, seg_max, b, seeded, segment_values, buffer)
+        def count_items() -> None:
+            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+
+        if self.before is None:
+            count_items()
+        else:
+            self._count_with_keys(s, b, count_items)
         if self.pruning and b % THETA_EVERY == 0:
             # (every few blocks: a threshold that lags behind is still exact)
             self._raise_by_counts()
 
-    def _count_block(
-        self,
-        s: Tensor,
-        seg_max: Tensor | None,
-        b: int,
-        seeded: bool,
-        segment_values: Callable[[Tensor], Tensor] | None,
-        buffer: Tensor | None,
-    ) -> None:
-        if self.before is None:
-            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
-            return
+    def _count_with_keys(self, s: Tensor, b: int, count_items: Callable[[], None]) -> None:
+        """``count_items()``, then the tied items of a smaller key of block ``b``."""
         rows = None
         if s.device.type == "cpu":
             # Only the rows where this block ties a relevant score. While counting, hist_le
@@ -413,13 +409,13 @@ class QueryBlock:
             # rows whose hist_le moved are exactly those. An accelerator compares every row
             # instead of waiting for this test.
             before = self.hist_le.clone()
-            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+            count_items()
             moved = self.hist_le.ne(before).view(self.nb, self.width).any(1)
             if not bool(moved.any()):
                 return
             rows = flat_nonzero(moved)
         else:
-            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+            count_items()
         self._count_before(s, b, rows)
 
     def _count_before(self, s: Tensor, b: int, rows: Tensor | None) -> None:
