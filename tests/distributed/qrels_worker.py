@@ -26,6 +26,9 @@ import retrieval_metrics as rm
 NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10", "map", "ndcg",
          "r_precision"]
 NUM_Q, NUM_D, DIM = 23, 61, 6
+# every measure at a cut-off: under sentence-transformers' protocol the ranking stops at 10 and
+# queries with no relevant document there leave the products
+CUT_NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10"]
 
 
 def data(tied: bool = False):
@@ -65,11 +68,15 @@ def feed(metric, rank: int, world: int, fixed: bool = False, tied: bool = False)
         metric.update(queries[b], ids=[q_ids[i] for i in b], role="query")
 
 
-def build(fixed: bool = False, qrels=None, sharded: bool = False, ties: str = "expected"):
-    """The metric; ``ties="id"`` ranks the tied corpus of ``data(tied=True)``."""
+def build(fixed: bool = False, qrels=None, sharded: bool = False, ties: str = "expected",
+          protocol: str | None = None):
+    """The metric; ``ties="id"`` ranks the tied corpus of ``data(tied=True)``; with
+    ``protocol``, the measures of CUT_NAMES under it."""
     _, docs, _, d_ids, default = data(tied=ties == "id")
+    options = {"protocol": protocol} if protocol else {"ties": ties}
     metric = rm.RetrievalMetrics(
-        NAMES, qrels=default if qrels is None else qrels, gallery_sharded=sharded, ties=ties
+        CUT_NAMES if protocol else NAMES, qrels=default if qrels is None else qrels,
+        gallery_sharded=sharded, **options,
     )
     metric.set_dtype(torch.float64)
     if fixed:
@@ -108,6 +115,10 @@ def run(scenario: str, rank: int, world: int) -> dict:
         fixed = scenario == "qrels_fixed_ties_by_id"
         metric = build(fixed=fixed, ties="id")
         feed(metric, rank, world, fixed=fixed, tied=True)
+        return scored(metric)
+    if scenario == "qrels_run_depth":
+        metric = build(protocol="sentence_transformers")
+        feed(metric, rank, world)
         return scored(metric)
     if scenario == "qrels_sharded":
         # each process keeps its part of the corpus; the sampler's padding puts a few documents

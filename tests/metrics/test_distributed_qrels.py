@@ -19,7 +19,8 @@ sys.path.insert(0, str(HERE))
 import launch  # noqa: E402
 import qrels_worker  # noqa: E402
 
-SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fixed_ties_by_id"]
+SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fixed_ties_by_id",
+          "qrels_run_depth"]
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
            "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
 _RUNS: dict[int, list[dict]] = {}
@@ -33,8 +34,8 @@ def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     return [by_scenario[scenario] for by_scenario in _RUNS[world]]
 
 
-def one_process(fixed: bool, ties: str = "expected") -> dict:
-    metric = qrels_worker.build(fixed=fixed, ties=ties)
+def one_process(fixed: bool, ties: str = "expected", protocol: str | None = None) -> dict:
+    metric = qrels_worker.build(fixed=fixed, ties=ties, protocol=protocol)
     qrels_worker.feed(metric, 0, 1, fixed=fixed, tied=ties == "id")
     return qrels_worker.scored(metric)
 
@@ -45,7 +46,8 @@ def one_process(fixed: bool, ties: str = "expected") -> dict:
 def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_factory):
     by_id = scenario.endswith("ties_by_id")
     fixed = scenario in ("qrels_fixed", "qrels_fixed_ties_by_id")
-    expected = one_process(fixed=fixed, ties="id" if by_id else "expected")
+    protocol = "sentence_transformers" if scenario == "qrels_run_depth" else None
+    expected = one_process(fixed=fixed, ties="id" if by_id else "expected", protocol=protocol)
     if by_id:  # the ties touch relevant documents: their order changes the values
         metric = qrels_worker.build(fixed=fixed)
         qrels_worker.feed(metric, 0, 1, fixed=fixed, tied=True)
