@@ -521,3 +521,26 @@ def test_a_protocols_run_depth_gives_the_whole_rankings_values(protocol):
     assert bool((whole_table.depth > 1000).all()) and bool((table.depth < num_d).all())
     assert int(table.num_listed.sum()) < int(whole_table.num_listed.sum())
     assert dropped and not whole_dropped
+
+
+def test_a_protocols_run_depth_on_the_emulated_device_gives_the_cpus_values(fake_cuda):
+    """The device counts every block whole (no query leaves early there: each would be a wait
+    on the host); the CPU lets finished queries go. The values are the same."""
+    from retrieval_metrics.protocols import EVALUATOR_REPORTS
+
+    g = torch.Generator().manual_seed(4)
+    docs = torch.randn(900, 8, generator=g, dtype=torch.float64)
+    queries = torch.randn(60, 8, generator=g, dtype=torch.float64)
+    queries[::3] = docs[:60:3] + 0.05 * torch.randn(20, 8, generator=g, dtype=torch.float64)
+    d_ids, q_ids = [f"d{i}" for i in range(900)], [f"q{i}" for i in range(60)]
+    qrels = {q: {f"d{(7 * i) % 900}": 1, f"d{i}": 2} for i, q in enumerate(q_ids)}
+    names = EVALUATOR_REPORTS["sentence_transformers"]
+    results = []
+    for device in ("cpu", "cuda"):
+        m = rm.RetrievalMetrics(names, qrels=qrels, protocol="sentence_transformers").to(device)
+        m.set_dtype(torch.float64)
+        m.update(docs.to(device), ids=d_ids, role="gallery")
+        m.update(queries.to(device), ids=q_ids, role="query")
+        results.append({k: float(v) for k, v in m.compute().items()})
+    assert results[0] == pytest.approx(results[1], abs=1e-12)
+    assert results[0]["hit_rate@1"] > 0
