@@ -73,8 +73,7 @@ def _check_plot_depth(table: Any, plot_k: int | None, protocol: str | None) -> N
     """Refuse a ``--plot-k`` below the depth an evaluator's protocol ranked judgments to."""
     if plot_k is None:
         return
-    unlisted = (table.num_listed < table.num_relevant) & ~table.beyond_gallery
-    short = unlisted & (table.depth < plot_k)
+    short = table.truncated_above(plot_k)
     if bool(short.any()):
         depth = int(table.depth[short].min())
         raise CLIError(

@@ -95,6 +95,12 @@ class RankTable:
     def num_listed(self) -> Tensor:
         return self.ptr.diff()
 
+    def truncated_above(self, cutoff: Tensor | int) -> Tensor:
+        """``(Q,)`` bool: the query's ranking stopped above position ``cutoff`` (its depth)
+        with relevant items unlisted, so no measure at that cut-off can be read from it."""
+        unlisted = self.num_listed < self.num_relevant
+        return unlisted & (self.depth != UNBOUNDED) & (self.depth < cutoff)
+
     @property
     def beyond_gallery(self) -> Tensor:
         """``(Q,)`` bool: relevant items lie outside the query's ranked gallery, where no

@@ -115,8 +115,7 @@ def _query_sum(table: RankTable, groups: T.TieGroups, values: Tensor) -> Tensor:
 
 def _require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
     """Refuse a measure whose cut-off reaches below the depth the table was ranked to."""
-    unlisted = table.num_listed < table.num_relevant
-    bad = unlisted & (table.depth != UNBOUNDED) & (cutoff > table.depth)
+    bad = table.truncated_above(cutoff)
     if bool(bad.any()):
         q = int(flat_nonzero(bad)[0])
         raise ValueError(

@@ -246,4 +246,4 @@ def with_unretrieved(
             changes["depth"] = torch.where(
                 unretrieved > 0, torch.full_like(table.depth, UNBOUNDED), table.depth
             )
-    return replace(table, **changes) if changes else table
+    return replace(table, **changes)

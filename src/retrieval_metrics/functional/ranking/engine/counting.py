@@ -289,8 +289,9 @@ class QueryBlock:
         lowest), and since it falls as the scores rise, the scores beaten form a prefix of each
         row, whose length ``first`` the compiled count then passes over.
         """
-        hist = self.hist_lt.view(self.nb, self.width)
-        above = hist.flip(1).cumsum(1).flip(1)[:, 1:]
+        # (as finish reads above: totals minus prefix sums)
+        prefix = self.hist_lt.view(self.nb, self.width).cumsum(1)
+        above = prefix[:, -1:] - prefix[:, :-1]
         first = (above > self.depth_col).sum(1, keepdim=True)
         m = self.rel_sorted.shape[1]
         lowest_left = self.rel_sorted.gather(1, first.clamp_max(m - 1))[:, 0]
