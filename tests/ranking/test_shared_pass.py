@@ -56,8 +56,11 @@ def test_every_process_gets_one_process_values(world, tmp_path_factory):
 @pytest.mark.parametrize("world", [2, 3])
 def test_each_process_computes_its_share_of_the_products(world, tmp_path_factory):
     single = runs(1, tmp_path_factory)[0]
-    # 8 square blocks of 192: the 36 pairs of the half product, each computed once
+    # 8 square blocks of 192: the 36 pairs of the half product, each computed once, through the
+    # functional layer and through the metric class (the symmetric pass whatever the classes'
+    # sizes, here drawn at random)
     assert single["full"]["products"] == 36
+    assert single["class"]["products"] == 36
     for case in ("class", "depth", "full"):
         shares = [got[case]["products"] for got in runs(world, tmp_path_factory)]
         assert sum(shares) == single[case]["products"], (case, shares)

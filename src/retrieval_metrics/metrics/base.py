@@ -70,8 +70,9 @@ class RetrievalMetricBase(Metric):
         average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
             and r_precision; the other measures are one score per query and stay macro. A name
             may fix its own ("recall@10/micro").
-        memory_budget: bytes of scratch memory ``compute()`` may use beyond the states: half
-            for the ranking, the rest for the relevant (query, item) pairs held at once. With
+        memory_budget: bytes of scratch memory ``compute()`` may use beyond the states: three
+            quarters for the ranking, the rest for the relevant (query, item) pairs held at
+            once. With
             more pairs than it holds (few classes of thousands), ``compute()`` ranks a chunk of
             queries at a time and keeps only per-query values.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
@@ -196,9 +197,12 @@ class RetrievalMetricBase(Metric):
         self._warned_cutoffs = False
 
     def _ranking_budget(self) -> int:
-        """The ranking's half of ``memory_budget``; the relevant pairs held at once (rank
-        tables, relevance sets, tie groups) take the rest (``metrics/chunks.py``)."""
-        return max(2**16, self.memory_budget // 2)
+        """The ranking's three quarters of ``memory_budget``; the relevant pairs held at once
+        (rank tables, relevance sets, tie groups) take the rest: a chunk of queries holds at
+        most ``memory_budget / PAIR_BYTES`` pairs, and a pair takes under a quarter of
+        ``PAIR_BYTES`` at the peak (``metrics/chunks.py``). (Half, as before, narrowed the
+        symmetric pass's blocks below what its kept products need at SOP's size.)"""
+        return max(2**16, self.memory_budget * 3 // 4)
 
     # ------------------------------------------------------------------ dtype of the results
 

@@ -86,8 +86,8 @@ class _EmbeddingStates(InputForm):
         a chunk of queries at a time, each reduced to per-query values before the next is ranked,
         holding that many. ``PAIR_BYTES`` is several times what a pair takes at the peak (42 to 58
         bytes measured, every measure at once), so a chunk takes less than a quarter of the
-        budget, and the ranking half of it (``_ranking_budget``). Taken where the pairs
-        can be counted before ranking (label relevance), not for a sharded gallery; on several
+        budget, and the ranking the other three quarters (``_ranking_budget``). Taken where the
+        pairs can be counted before ranking (label relevance), not for a sharded gallery; on several
         processes, this process's share of the queries (their parts are gathered after)."""
         if metric.relevance != "label" or metric.gallery_sharded or metric.nonpositive != "hit":
             return None

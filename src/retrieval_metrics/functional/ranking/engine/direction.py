@@ -137,7 +137,19 @@ class Direction:
             ext_scores = external[1].to(device=device, dtype=dtype)
         ex_index = relevance_sets.excluded_index
         g_perm = None
-        if gallery_order_key is not None and num_g:
+        # A set ranked against itself, every item kept: one order serves both sides (block i of
+        # the queries is block i of the gallery), and it sorts the queries by their number of
+        # relevant items before their key. Each query block's states are as wide as its widest
+        # row, and the symmetric pass keeps every block's: grouped by count, classes of varied
+        # size pad a row to about its own width instead of to the largest class near it (a
+        # third of the padded states of shuffled classes of 1 to 15), and a key's items stay
+        # together, as the gallery's relevant items of a block then do too.
+        same_order = inputs.symmetric and external is None and num_q == num_g and num_q > 0
+        if same_order:
+            order = _by_count_then_key(rel_ptr.diff(), query_order_key)
+            if not is_identity(order, num_g):
+                g_perm = order
+        elif gallery_order_key is not None and num_g:
             # Counts do not depend on gallery order; grouping by label puts each query block's
             # relevant items in one or two gallery blocks.
             g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
@@ -159,7 +171,9 @@ class Direction:
                 )
             tie_key = tie_key.cpu() if g_perm is None else tie_key.cpu()[g_perm]
             tie_key = tie_key.to(device)
-        if query_order_key is not None and num_q:
+        if same_order:
+            pass
+        elif query_order_key is not None and num_q:
             order = torch.sort(query_order_key.cpu(), stable=True).indices
         else:
             order = torch.arange(num_q)
@@ -200,16 +214,23 @@ class Direction:
 
     def state_bytes(self, block: int, elem: int) -> int:
         """Scratch of every query block's counting state at once (the symmetric pass keeps them
-        all), rows padded to the block's longest."""
+        all) that does not grow with the relevant pairs: per row and relevant slot, rows padded
+        to their block's longest (see :meth:`pair_state_bytes` for the rest)."""
         counts = self.rel_ptr.diff()[self.order]
         n = counts.numel()
         padded = torch.zeros(-(-n // block) * block, dtype=torch.int64)
         padded[:n] = counts
         widths = padded.view(-1, block).amax(1) + 1
         # per (row, relevant slot): sorted scores and the depth candidates, the sort permutation
-        # and two histogram bins; per relevant pair: its row, column, position, block, offset,
-        # segment and the transients of the last step
-        return int(widths.sum()) * block * (2 * elem + 3 * 8) + int(counts.sum()) * 8 * 8
+        # and two histogram bins
+        return int(widths.sum()) * block * (2 * elem + 3 * 8)
+
+    def pair_state_bytes(self) -> int:
+        """The part of every query block's counting state that grows with the relevant pairs:
+        per pair its row, column, position, block, offset, segment and the transients of the
+        last step, eight int64. Of the order of the outputs (three entries per pair) and of the
+        relevance sets: what the metric classes bound by ranking a chunk of queries at a time."""
+        return int(self.rel_ptr[-1]) * 8 * 8 if self.order.numel() else 0
 
     def at(self, block_g: int, budget: int) -> Pass:
         """The pass over gallery blocks of ``block_g`` items, its counting and kept blocks
@@ -264,6 +285,16 @@ class Direction:
     def counts(self) -> tuple[Tensor, Tensor]:
         """Above and tied of every given score of a ``"count"`` direction."""
         return self.outputs[0], self.outputs[1]
+
+
+def _by_count_then_key(counts: Tensor, key: Tensor | None) -> Tensor:
+    """Positions sorted by ``counts``, ties by ``key`` (then by position): stable sorts, the
+    secondary key first."""
+    order = torch.arange(counts.numel())
+    if key is not None:
+        order = torch.sort(key.cpu(), stable=True).indices
+    by_count = torch.sort(counts.cpu()[order], stable=True).indices
+    return order[by_count]
 
 
 def pairs_with_relevant(directions: Sequence[Direction], block: int) -> int:

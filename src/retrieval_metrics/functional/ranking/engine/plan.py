@@ -59,6 +59,28 @@ def halved(block: int) -> int:
     return max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
 
 
+def narrowed(block: int) -> int:
+    """The next width below ``block``: one :data:`PRODUCT_COLUMNS` less while that is possible
+    (a budget a little short of the widest blocks keeps nearly their width), then half, in whole
+    segments (a budget too small for even one panel)."""
+    if block > PRODUCT_COLUMNS:
+        return block - PRODUCT_COLUMNS
+    return max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
+
+
+def balanced(num: int, block: int) -> int:
+    """The width of the blocks that cover ``num`` items in as many blocks as ``block`` needs,
+    all of one width: every block, the last included, is computed at the shape of the others
+    (the last is padded), so a width that divides the items evenly pads at most one panel per
+    block instead of most of a last block (4,500 gallery items: three blocks of 1,536, not of
+    2,112). Whole :data:`PRODUCT_COLUMNS` where ``block`` is, else whole segments."""
+    if num <= block:
+        return min(block, whole_blocks(num)) if block % PRODUCT_COLUMNS == 0 else block
+    count = -(-num // block)
+    unit = PRODUCT_COLUMNS if block % PRODUCT_COLUMNS == 0 else SEGMENT
+    return min(block, -(-num // (count * unit)) * unit)
+
+
 def block_caps(device: torch.device | str | None) -> tuple[int, int, int]:
     """The largest query, gallery and square blocks for ``device`` (the CPU's by default)."""
     kind = "cpu" if device is None else torch.device(device).type
@@ -117,7 +139,7 @@ def block_sizes(
         while wide > block_g and 3 * min(block_q, num_q) * wide * elem > memory_budget // 2:
             wide = max(block_g, halved(wide))
         block_g = max(block_g, wide)
-    return max(1, min(block_q, num_q)), block_g
+    return max(1, min(block_q, num_q)), balanced(num_g, block_g)
 
 
 def checked_block_size(block_size: tuple[int, int]) -> tuple[int, int]:
@@ -137,8 +159,8 @@ def square_block(
     (and, on the CPU, the cache bound of :data:`BLOCK_CAPS`)."""
     block = min(block_caps(device)[2], whole_blocks(num))
     while block > SEGMENT and 4 * block * block * elem > memory_budget // 2:
-        block = halved(block)
-    return block
+        block = narrowed(block)
+    return balanced(num, block)
 
 
 def pass_budget(memory_budget: int, prepared: int) -> int:
@@ -148,9 +170,10 @@ def pass_budget(memory_budget: int, prepared: int) -> int:
     return max(memory_budget // 4, memory_budget - prepared)
 
 
-def cache_room(room: int, block: int, dtype: torch.dtype) -> int:
-    """How many square score blocks the two-sided pass keeps between reading and counting:
-    half of ``room`` (the budget less the query blocks' states) less the block being counted and
-    its transposed copy; the counting's transients take the other half."""
+def cache_room(room: int, block: int, dtype: torch.dtype, columns: int | None = None) -> int:
+    """How many score blocks (``block x columns``, square by default) the two-sided pass keeps
+    between reading and counting: half of ``room`` (the budget less the query blocks' states)
+    less the block being counted and its transposed copy; the counting's transients take the
+    other half."""
     elem = torch.finfo(dtype).bits // 8
-    return max(0, (room // 2) // (block * block * elem) - 2)
+    return max(0, (room // 2) // (block * (block if columns is None else columns) * elem) - 2)

@@ -12,13 +12,13 @@ block in turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, repeat
 from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
 from retrieval_metrics.functional.ranking.engine.direction import (
     Direction,
@@ -30,11 +30,14 @@ from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
 from retrieval_metrics.functional.ranking.engine.plan import (
+    PRODUCT_COLUMNS,
     SEGMENT,
+    balanced,
     block_sizes,
     cache_room,
     checked_block_size,
     halved,
+    narrowed,
     pass_budget,
     square_block,
 )
@@ -107,20 +110,33 @@ def blocked_counts(
     return _ranked(inputs, options, "count", external=thresholds).counts()
 
 
-def _ranked(
+def plan_of(inputs: RankingInput, options: RankingSettings) -> Layout:
+    """The pass and blocks the ranking of ``inputs`` (a rank table) takes, decided as
+    :func:`blocked_table` decides them, without ranking: which pass (``layout.symmetric``), which
+    blocks, and the budget the pass gets. Tests hold workloads to it (a same-source set of
+    classes of any sizes takes the symmetric pass at an ordinary budget)."""
+    return _laid_out(inputs, options, "table")[1]
+
+
+@dataclass(frozen=True)
+class _Matrices:
+    """How the gallery's matrix is made: the kept rows in processing order (``rows``, None: all,
+    as held), or its batches read a block at a time (``blocks``)."""
+
+    rows: Tensor | None
+    blocks: RowBatches | None
+
+
+def _laid_out(
     inputs: RankingInput,
     options: RankingSettings,
     mode: Mode,
-    *,
     external: tuple[Tensor, Tensor] | None = None,
-    exchange: Exchange | None = None,
-) -> Direction:
-    """The one layout step of the three above: :class:`Direction`, block sizes, matrices, then
-    the pass; the direction comes back with its outputs written."""
+) -> tuple[Direction, Layout, _Matrices]:
+    """:class:`Direction`, the layout (:func:`choose_layout`) and how the gallery's matrix is
+    made: the one layout step of every ranking."""
     query, gallery, relevance_sets = inputs.query, inputs.gallery, inputs.relevance
-    device = query.device
     dtype = score_dtype(query, gallery)
-    elem = torch.finfo(dtype).bits // 8
     # Same source (a set ranked against itself): the score matrix is symmetric, so each pair of
     # blocks can serve the queries of both (see two_sided_pass).
     if inputs.symmetric and gallery.shape != query.shape:
@@ -132,7 +148,7 @@ def _ranked(
         query.shape[0],
         num_g,
         options,
-        device=device,
+        device=query.device,
         dtype=dtype,
         external=external,
         mode=mode,
@@ -152,6 +168,23 @@ def _ranked(
         side, inputs, dim, symmetric=inputs.symmetric and mode == "table",
         gallery_copied=g_blocks is None,
     )
+    return side, layout, _Matrices(rows, g_blocks)
+
+
+def _ranked(
+    inputs: RankingInput,
+    options: RankingSettings,
+    mode: Mode,
+    *,
+    external: tuple[Tensor, Tensor] | None = None,
+    exchange: Exchange | None = None,
+) -> Direction:
+    """The layout step of the three above (:func:`_laid_out`), the matrices, then the pass;
+    the direction comes back with its outputs written."""
+    side, layout, matrices = _laid_out(inputs, options, mode, external)
+    query, gallery = inputs.query, inputs.gallery
+    dtype, elem = side.dtype, torch.finfo(side.dtype).bits // 8
+    rows, g_blocks = matrices.rows, matrices.blocks
     if g_blocks is not None:
         q_mat, g_mat = prepare_query(query, options.similarity, dtype), g_blocks
     else:
@@ -160,8 +193,7 @@ def _ranked(
         )
     if layout.symmetric:
         block = layout.block_g
-        # the counting's half: the kernels take a quarter of it per stage
-        room = layout.budget - 2 * side.state_bytes(block, elem)
+        room = two_sided_room(layout.budget, side.state_bytes(block, elem), side.pair_state_bytes())
         p = side.at(block, room)
         two_sided_pass(p, None, g_mat, g_mat, cache_room(room, block, dtype), exchange)
     else:
@@ -212,8 +244,14 @@ def choose_layout(
         and _same_key(inputs.query_key, inputs.gallery_key)
     ):
         budget = pass_budget(memory_budget, num_g * dim * elem)
-        block = block_size[1] if block_size else square_block(num_g, elem, budget, side.device)
-        if side.state_bytes(block, elem) <= budget // 4:
+        if block_size is not None:
+            block: int | None = block_size[1]
+            if not keeps_states(side.state_bytes(block_size[1], elem), side.pair_state_bytes(),
+                                budget):
+                block = None
+        else:
+            block = _symmetric_block(side, elem, budget)
+        if block is not None:
             return Layout(True, block, block, budget)
     budget = pass_budget(memory_budget, (num_q + num_g * gallery_copied) * dim * elem)
     if block_size is not None:
@@ -222,6 +260,78 @@ def choose_layout(
         num_q, num_g, dim, side.max_relevant, elem, budget, side.device
     )
     return Layout(False, block_q, block_g, budget)
+
+
+def _symmetric_block(side: Direction, elem: int, budget: int) -> int | None:
+    """The square block of the symmetric pass, or None where its states do not fit the budget
+    (:func:`keeps_states`): the widest whose products kept between reading and counting (see
+    :func:`kept_at_most`) fit beside the states, or, where none down to half the widest block
+    does, the widest whose states fit (a product then computed again where it cannot be kept:
+    narrower still, the counting steps of four times as many block pairs cost more)."""
+    num = side.num_g
+    widest = square_block(num, elem, budget, side.device)
+    narrowest = max(PRODUCT_COLUMNS, widest // 2)
+    block, fallback = widest, None
+    while True:
+        rows, pairs = side.state_bytes(block, elem), side.pair_state_bytes()
+        if keeps_states(rows, pairs, budget):
+            fallback = block if fallback is None else fallback
+            room = two_sided_room(budget, rows, pairs)
+            kept = kept_at_most(symmetric_needs(side, block), -(-num // block))
+            if kept <= cache_room(room, block, side.dtype):
+                return block
+        narrower = balanced(num, narrowed(block))
+        if narrower < narrowest or narrower >= block:
+            return fallback
+        block = narrower
+
+
+def symmetric_order(num_blocks: int) -> Iterator[tuple[int, int]]:
+    """The block pairs ``(i, j)``, ``i <= j``, in the order the symmetric pass computes them:
+    by column j, each column from its diagonal pair up. Block j starts (reads its relevant
+    scores) at its diagonal pair, reading (j, j), counted at once, and the pairs after it that
+    hold its relevant items ((j, j + 1) for a class across the blocks' border), kept until column
+    j + 1 counts them right after its own diagonal: with labels grouped, about two kept products
+    at a time."""
+    for j in range(num_blocks):
+        for i in range(j, -1, -1):
+            yield i, j
+
+
+def symmetric_needs(side: Direction, block: int) -> list[set[tuple[int, int]]]:
+    """Per query block of the symmetric pass in square blocks of ``block``, the block pairs
+    that hold its relevant items (as :meth:`QueryBlock.relevant_blocks` finds them)."""
+    num_blocks = -(-side.num_g // block)
+    position = torch.empty_like(side.order)
+    position[side.order] = torch.arange(side.order.numel())
+    rows = repeat(position // block, side.rel_ptr.diff())
+    columns = side.rel_index // block
+    keys = torch.unique(rows * num_blocks + columns).tolist()
+    needs: list[set[tuple[int, int]]] = [set() for _ in range(num_blocks)]
+    for key in keys:
+        i, j = divmod(key, num_blocks)
+        needs[i].add((min(i, j), max(i, j)))
+    return needs
+
+
+def kept_at_most(needs: list[set[tuple[int, int]]], num_blocks: int) -> int:
+    """The most products the symmetric pass holds at once between reading a block's relevant
+    scores and counting them, for the ``needs`` of :func:`symmetric_needs` (the pair being
+    counted not included: it is read into the block being counted)."""
+    read: set[tuple[int, int]] = set()
+    kept: set[tuple[int, int]] = set()
+    started: set[int] = set()
+    most = 0
+    for i, j in symmetric_order(num_blocks):
+        for k in (i, j):
+            if k not in started:
+                started.add(k)
+                fresh = needs[k] - read
+                read |= fresh
+                kept |= fresh - {(i, j)}
+        most = max(most, len(kept))
+        kept.discard((i, j))
+    return most
 
 
 def two_way_ranking(
@@ -257,15 +367,22 @@ def two_way_ranking(
         ]
         # the prepared matrices first, then the pass (see plan.py)
         budget = pass_budget(options.memory_budget, (num_a + num_b) * a.shape[1] * elem)
-        block = squares[0] if squares is not None else _two_way_block(sides, budget, dtype, device)
-        state = sum(s.state_bytes(block, elem) for s in sides)
-        if state <= budget // 4:
+        if squares is not None:
+            block_a = block_b = squares[0]
+        else:
+            # each set in blocks of its own, none wider than the square block: 1,000 images
+            # against 5,000 captions are not padded to the captions' block
+            block = _two_way_block(sides, budget, dtype, device)
+            block_a, block_b = balanced(num_a, block), balanced(num_b, block)
+        state = sides[0].state_bytes(block_a, elem) + sides[1].state_bytes(block_b, elem)
+        if keeps_states(state, sum(s.pair_state_bytes() for s in sides), budget):
             # each set's matrix in the processing order of the side whose gallery it is
             _, a_mat = prepare(None, a, options.similarity, dtype, sides[1].g_perm)
             _, b_mat = prepare(None, b, options.similarity, dtype, sides[0].g_perm)
-            room = budget - 2 * state  # the counting's half (see plan.py)
-            passes = sides[0].at(block, room), sides[1].at(block, room)
-            two_sided_pass(*passes, a_mat, b_mat, cache_room(room, block, dtype))
+            room = two_sided_room(budget, state, sum(s.pair_state_bytes() for s in sides))
+            # the rows' gallery is b, the columns' a
+            passes = sides[0].at(block_b, room), sides[1].at(block_a, room)
+            two_sided_pass(*passes, a_mat, b_mat, cache_room(room, block_a, dtype, block_b))
             return sides[0].table(ab.relevance), sides[1].table(ba.relevance)
     return blocked_table(ab, options), blocked_table(ba, options)
 
@@ -287,6 +404,28 @@ def _two_way_block(
     ):
         block = half
     return block
+
+
+def keeps_states(row_bytes: int, pair_bytes: int, budget: int) -> bool:
+    """Whether a two-sided pass may keep every query block's counting state to the end: the
+    part that grows with rows and their padding (``row_bytes``) within a quarter of the pass's
+    ``budget``, the part that grows with the relevant pairs (``pair_bytes``, of the order of the
+    outputs) within the whole of it.
+
+    The pair part is not charged to the quarter: it is of the size of the rank table the
+    ranking returns, and counted against the quarter it made the choice between half and all of
+    the product hang on the classes' sizes (SOP-sized data, classes of 1 to 15: 19 MiB of pair
+    state against a quarter of 97 MiB). Bounded by the whole budget, a ranking with millions of
+    relevant pairs still takes the one-sided pass, one query block's state at a time.
+    """
+    return row_bytes <= budget // 4 and pair_bytes <= budget
+
+
+def two_sided_room(budget: int, row_bytes: int, pair_bytes: int) -> int:
+    """What a two-sided pass's kept products and counting may use (the kernels take a quarter
+    of it per stage): the ``budget`` less the states it keeps (their row part twice, see
+    ``plan``), and never less than a quarter of it."""
+    return max(budget // 4, budget - 2 * row_bytes - pair_bytes)
 
 
 def one_product(
@@ -474,32 +613,38 @@ def two_sided_pass(
     """
     symmetric = p_cols is None
     p_cols = p_rows if p_cols is None else p_cols
-    device, dtype, block = p_rows.device, p_rows.dtype, p_rows.block_g
+    device, dtype = p_rows.device, p_rows.dtype
+    # the blocks of ``a`` are the gallery blocks of ``p_cols``, those of ``b`` of ``p_rows``
+    block_a, block_b = p_cols.block_g, p_rows.block_g
     num_a, num_b = a.shape[0], b.shape[0]
-    blocks_a, blocks_b = -(-num_a // block), -(-num_b // block)
+    blocks_a, blocks_b = -(-num_a // block_a), -(-num_b // block_b)
 
-    def query_blocks(p: Pass, num_blocks: int) -> list[QueryBlock]:
+    def query_blocks(p: Pass, num_blocks: int, block: int) -> list[QueryBlock]:
         return [QueryBlock(p, p.order[i * block : (i + 1) * block]) for i in range(num_blocks)]
 
-    rows_of = query_blocks(p_rows, blocks_a)
-    cols_of = rows_of if symmetric else query_blocks(p_cols, blocks_b)
+    rows_of = query_blocks(p_rows, blocks_a, block_a)
+    cols_of = rows_of if symmetric else query_blocks(p_cols, blocks_b, block_b)
 
-    tail_a, tail_b = num_a - (blocks_a - 1) * block, num_b - (blocks_b - 1) * block
+    tail_a, tail_b = num_a - (blocks_a - 1) * block_a, num_b - (blocks_b - 1) * block_b
     # The last blocks are padded to full size (zeros, their scores set to -inf below).
-    last_a = torch.zeros(block, a.shape[1], dtype=dtype, device=device)
-    last_a[:tail_a] = a[(blocks_a - 1) * block :]
-    last_b = last_a if symmetric else torch.zeros_like(last_a)
-    last_b[:tail_b] = b[(blocks_b - 1) * block :]
+    last_a = torch.zeros(block_a, a.shape[1], dtype=dtype, device=device)
+    last_a[:tail_a] = a[(blocks_a - 1) * block_a :]
+    last_b = last_a if symmetric else torch.zeros(block_b, b.shape[1], dtype=dtype, device=device)
+    last_b[:tail_b] = b[(blocks_b - 1) * block_b :]
 
-    def block_of(x: Tensor, last: Tensor, i: int, num_blocks: int) -> Tensor:
+    def block_of(x: Tensor, last: Tensor, i: int, num_blocks: int, block: int) -> Tensor:
         return last if i == num_blocks - 1 else x[i * block : (i + 1) * block]
 
     def product(i: int, j: int, out: Tensor) -> Tensor:
         # Every product has the same shape, so a pair's score does not depend on its block.
-        s = torch.mm(block_of(a, last_a, i, blocks_a), block_of(b, last_b, j, blocks_b).T, out=out)
-        if i == blocks_a - 1 and tail_a < block:
+        s = torch.mm(
+            block_of(a, last_a, i, blocks_a, block_a),
+            block_of(b, last_b, j, blocks_b, block_b).T,
+            out=out,
+        )
+        if i == blocks_a - 1 and tail_a < block_a:
             s[tail_a:] = p_rows.neg_inf
-        if j == blocks_b - 1 and tail_b < block:
+        if j == blocks_b - 1 and tail_b < block_b:
             s[:, tail_b:] = p_rows.neg_inf
         return s
 
@@ -519,7 +664,7 @@ def two_sided_pass(
     cache: dict[tuple[int, int], Tensor] = {}
     read: set[tuple[int, int]] = set()
     started: set[int] = set()
-    scores = torch.empty(block, block, dtype=dtype, device=device)
+    scores = torch.empty(block_a, block_b, dtype=dtype, device=device)
     # Buffers of kept products once counted, for the next ones, and of transposed blocks: the
     # same few blocks throughout, not a new one per pair (freed blocks of changing neighbours
     # fragment the heap, and resident memory grows with it).
@@ -531,15 +676,31 @@ def two_sided_pass(
 
     def transposed_block() -> Tensor:
         if not transposed:
-            transposed.append(torch.empty_like(scores))
+            transposed.append(torch.empty(block_b, block_a, dtype=dtype, device=device))
         return transposed[0]
 
-    def start(qb: QueryBlock, needs: set[tuple[int, int]]) -> None:
+    # A product read but not kept is computed again to be counted, unless it is the pair about
+    # to be counted (``now``): that one is read into ``scores`` and counted from there
+    # (``held``), and the others not kept into one reading buffer.
+    reading: list[Tensor] = []
+    held: list[tuple[int, int] | None] = [None]
+
+    def unkept_buffer() -> Tensor:
+        if not reading:
+            reading.append(torch.empty_like(scores))
+        return reading[0]
+
+    def start(
+        qb: QueryBlock, needs: set[tuple[int, int]], now: tuple[int, int] | None = None
+    ) -> None:
         if id(qb) in started:
             return
         for i, j in sorted(needs - read):
-            keep = len(cache) < cache_room
-            s = product(i, j, kept_block() if keep else scores)
+            current = (i, j) == now
+            keep = not current and len(cache) < cache_room
+            if current:
+                held[0] = now
+            s = product(i, j, scores if current else kept_block() if keep else unkept_buffer())
             rows_of[i].read_relevant(s, j)
             if not (symmetric and i == j):
                 cols_of[j].read_relevant(s.T, i)
@@ -556,7 +717,7 @@ def two_sided_pass(
         world, rank = exchange.world, exchange.rank
 
         def owned(i: int, j: int) -> bool:
-            # the pairs in loop order (j, then i <= j), dealt out in turn: equal shares of the
+            # the pairs numbered by column (j, then i <= j), dealt out in turn: equal shares of the
             # products, and of the diagonal pairs, which count one side only
             return (j * (j + 1) // 2 + i) % world == rank
 
@@ -592,13 +753,21 @@ def two_sided_pass(
     for j in range(blocks_b):
         if owned is not None:
             start_shared(j)
-        for i in range(j + 1) if symmetric else range(blocks_a):
+        # a set against itself: block j's diagonal pair first, then up the column
+        # (symmetric_order, which kept_at_most follows too)
+        for i in range(j, -1, -1) if symmetric else range(blocks_a):
             if owned is not None and not owned(i, j):
                 continue
             rows, cols = rows_of[i], cols_of[j]
-            start(rows, needs_rows[i])
-            start(cols, needs_cols[j])
-            s = cache.pop((i, j)) if (i, j) in cache else product(i, j, scores)
+            start(rows, needs_rows[i], (i, j))
+            start(cols, needs_cols[j], (i, j))
+            if (i, j) in cache:
+                s = cache.pop((i, j))
+            elif held[0] == (i, j):
+                s = scores
+            else:
+                s = product(i, j, scores)
+            held[0] = None
             if not (symmetric and i == j):
                 # The columns first: the rows' exclusions are then written into s in place.
                 if cols.has_excluded(i):
@@ -606,7 +775,7 @@ def two_sided_pass(
                     cols.mask_excluded(st, i)
                     cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
                 else:
-                    seg_max = s.view(block // SEGMENT, SEGMENT, block).amax(1).T.contiguous()
+                    seg_max = s.view(block_a // SEGMENT, SEGMENT, block_b).amax(1).T.contiguous()
                     cols.count(
                         s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s),
                         buffer=transposed_block(),

@@ -1,0 +1,212 @@
+"""The work of a compute(), counted and held to its plan (tests/work_counts.py).
+
+A clock drifts by 2x on a shared machine; these counts do not. Each workload is held to the
+least work its plan needs, as a share of one full product of its shapes:
+
+* a set ranked against itself (metric learning): the symmetric pass, half of the product (the
+  diagonal blocks whole: (b + 1) / 2b of it in b square blocks), whatever the sizes of the
+  classes (all of one size, of varied sizes as in every real dataset, shuffled or grouped), the
+  same through a metric class as through the functional layer;
+* queries against a gallery, and queries against a judged corpus: one ``Q x N`` product, the
+  last gallery block not padded to a wide block's width;
+* image-text in both directions: one image x caption product for both tables;
+* a class too large for the pairs' budget: ranked a chunk of queries at a time, one product.
+
+On ``44b1674`` the same-source classes of varied size took the one-sided pass (all of the
+product) and image-text both ways 2.2x one product: these tests failed there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from emulated_cuda import emulated_cuda
+from retrieval_metrics.functional import rank_embeddings
+from retrieval_metrics.functional.ranking.engine import schedule
+from work_counts import counting_work
+
+NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
+# a metric class ranks within three quarters of its memory budget (the rest holds rank tables)
+CLASS_BUDGET = 2**24
+FUNCTIONAL_BUDGET = CLASS_BUDGET * 3 // 4
+
+
+def class_labels(n: int, kind: str, seed: int = 0) -> torch.Tensor:
+    """Labels of ``n`` items in classes of one size (5), of sizes 1 to 15 drawn at random
+    (``varied``), skewed as SOP's (2 to 12, mostly small: ``skewed``), or with one class
+    holding a fifth of the items (``huge``); shuffled."""
+    rng = np.random.default_rng(seed)
+    if kind == "fixed":
+        labels = np.arange(n) // 5
+    elif kind == "varied":
+        labels = np.repeat(np.arange(n), rng.integers(1, 16, size=n))[:n]
+    elif kind == "skewed":
+        support = np.arange(2, 13)
+        p = 0.84 ** (support - 2)
+        labels = np.repeat(np.arange(n), rng.choice(support, size=n, p=p / p.sum()))[:n]
+    elif kind == "huge":
+        labels = np.where(np.arange(n) < n // 5, 0, 1 + np.arange(n) // 5)
+    else:
+        raise ValueError(kind)
+    return torch.from_numpy(rng.permutation(labels).astype(np.int64))
+
+
+def embedded(labels: torch.Tensor, dim: int = 16, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(int(labels.max()) + 1, dim, generator=gen)
+    return centres[labels] + torch.randn(labels.numel(), dim, generator=gen)
+
+
+def half_product(n: int, block: int) -> float:
+    """The symmetric pass's share of one n x n product: b (b + 1) / 2 square blocks of the
+    b^2 that cover n items."""
+    b = -(-n // block)
+    return b * (b + 1) / 2 * block * block / (n * n)
+
+
+class _Laid(Exception):
+    """Raised once the first ranking of a compute() has chosen its layout: nothing is
+    multiplied, so a layout at full size costs only its relevance sets."""
+
+
+@pytest.fixture
+def layouts(monkeypatch):
+    """The layout the first ranking of a compute() takes; the compute stops there (``_Laid``)."""
+    seen: list[schedule.Layout] = []
+    original = schedule.choose_layout
+
+    def recorded(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        raise _Laid
+
+    monkeypatch.setattr(schedule, "choose_layout", recorded)
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts, kind, grouped):
+    """60,502 x 128 (SOP's test split) through RetrievalMetrics at its default budget, updated
+    in batches of 4,096: the symmetric pass, blocks of at least 1,536 (fewer, wider blocks cost
+    less counting), whatever the class sizes."""
+    n = 60502
+    labels = class_labels(n, kind)
+    if grouped:
+        labels = torch.sort(labels).values
+    emb = embedded(labels, dim=128)
+    metric = rm.RetrievalMetrics(NAMES)
+    for start in range(0, n, 4096):
+        metric.update(emb[start : start + 4096], labels[start : start + 4096])
+    with pytest.raises(_Laid):
+        metric.compute()
+    assert len(layouts) == 1
+    assert layouts[0].symmetric, layouts[0]
+    assert layouts[0].block_g >= 1536, layouts[0]
+
+
+@pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])
+def test_same_source_computes_half_the_product(kind):
+    n, dim = 3072, 16  # 8 square blocks of 384 at this budget
+    labels = class_labels(n, kind)
+    emb = embedded(labels, dim)
+    metric = rm.RetrievalMetrics(NAMES, memory_budget=CLASS_BUDGET)
+    for start in range(0, n, 500):
+        metric.update(emb[start : start + 500], labels[start : start + 500])
+    with counting_work() as work:
+        metric.compute()
+    assert work.passes == {"one_sided": 0, "symmetric": 1, "two_way": 0}
+    assert work.rankings == 1
+    assert work.ratio(n, n, dim) == pytest.approx(half_product(n, 384))
+    with counting_work() as functional:
+        rank_embeddings(emb, query_labels=labels, memory_budget=FUNCTIONAL_BUDGET)
+    # the class and the functional layer: the same products
+    assert functional.multiply_adds == work.multiply_adds
+    assert functional.passes == work.passes
+
+
+def test_a_class_too_large_for_the_pairs_budget_is_one_product_in_chunks():
+    n, dim = 3072, 16
+    labels = class_labels(n, "huge")  # 614 items in one class: 376k relevant pairs
+    emb = embedded(labels, dim)
+    metric = rm.RetrievalMetrics(NAMES, memory_budget=CLASS_BUDGET)
+    metric.update(emb, labels)
+    with counting_work() as work:
+        metric.compute()
+    assert work.rankings > 1  # chunks of queries, each against every item
+    assert work.passes["symmetric"] == 0
+    assert 1.0 <= work.ratio(n, n, dim) <= 1.05
+
+
+@pytest.mark.parametrize(("num_q", "num_g"), [(1000, 4500), (300, 2300), (2500, 700)])
+def test_query_gallery_computes_one_product(num_q, num_g):
+    dim = 16
+    labels = class_labels(num_q + num_g, "varied")
+    emb = embedded(labels, dim)
+    metric = rm.RetrievalMetrics(NAMES)
+    metric.update(emb[:num_q], labels[:num_q], role="query")
+    for start in range(num_q, num_q + num_g, 1000):
+        stop = min(start + 1000, num_q + num_g)
+        metric.update(emb[start:stop], labels[start:stop], role="gallery")
+    with counting_work() as work:
+        metric.compute()
+    assert work.passes["symmetric"] == work.passes["two_way"] == 0
+    # the padding: query rows to a multiple of 8, gallery blocks to whole panels of 192
+    assert 1.0 <= work.ratio(num_q, num_g, dim) <= 1.1
+
+
+@pytest.mark.parametrize("protocol", [None, "beir"])
+def test_qrels_computes_at_most_one_product(protocol):
+    num_q, num_g, dim = 400, 5000, 16
+    gen = torch.Generator().manual_seed(0)
+    docs = embedded(torch.arange(num_g) % 1000, dim)
+    judged = torch.randint(0, num_g, (num_q, 3), generator=gen)
+    queries = docs[judged[:, 0]] + 0.5 * torch.randn(num_q, dim, generator=gen)
+    qrels = {f"q{q}": {f"d{int(d)}": 1 for d in judged[q]} for q in range(num_q)}
+    metric = rm.RetrievalMetrics(["ndcg@10", "recall@100", "mrr@10"], qrels=qrels,
+                                 protocol=protocol)
+    metric.update(queries, ids=[f"q{q}" for q in range(num_q)], role="query")
+    for start in range(0, num_g, 1024):
+        ids = [f"d{d}" for d in range(start, min(start + 1024, num_g))]
+        metric.update(docs[start : start + 1024], ids=ids, role="gallery")
+    with counting_work() as work:
+        metric.compute()
+    assert work.passes == {"one_sided": 1, "symmetric": 0, "two_way": 0}
+    assert work.ratio(num_q, num_g, dim) <= 1.05
+
+
+@pytest.mark.parametrize(("images", "per_image"), [(560, 5), (376, 5), (1140, 1)])
+def test_image_text_both_ways_is_one_product(images, per_image):
+    dim = 16
+    captions = images * per_image
+    gen = torch.Generator().manual_seed(1)
+    image_emb = torch.randn(images, dim, generator=gen)
+    image_of = torch.arange(captions) // per_image
+    caption_emb = image_emb[image_of] + torch.randn(captions, dim, generator=gen)
+    metric = rm.CrossModalRetrieval(k=(1, 5, 10))
+    for start in range(0, captions, 500):
+        rows = image_of[start : start + 500]
+        # images given once per caption, as a loader of pairs gives them
+        metric.update(image_emb[rows], caption_emb[start : start + 500], rows)
+    with counting_work() as work:
+        metric.compute()
+    assert work.passes == {"one_sided": 0, "symmetric": 0, "two_way": 1}
+    # each set in even blocks of its own, padded to whole panels of 192 (560 images: 576 rows;
+    # 2,800 captions: two blocks of 1,536); no set padded to the other's block
+    assert 1.0 <= work.ratio(images, captions, dim) <= 1.15
+
+
+def test_emulated_device_same_source_takes_the_symmetric_pass():
+    n, dim = 1536, 16
+    labels = class_labels(n, "varied")
+    emb = embedded(labels, dim)
+    with emulated_cuda():
+        metric = rm.RetrievalMetrics(NAMES, memory_budget=CLASS_BUDGET).to("cuda")
+        for start in range(0, n, 512):
+            metric.update(emb[start : start + 512].cuda(), labels[start : start + 512].cuda())
+        with counting_work() as work:
+            metric.compute()
+    assert work.passes == {"one_sided": 0, "symmetric": 1, "two_way": 0}
+    assert work.ratio(n, n, dim) == pytest.approx(half_product(n, 384))

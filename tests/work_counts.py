@@ -1,0 +1,129 @@
+"""Counting the work a ranking does, so that tests can hold it to its plan.
+
+A clock drifts by 2x on a shared machine; a count does not. :func:`counting_work` records, while
+it is active, every matrix product's multiply-adds (``aten.mm``, ``addmm``, ``bmm``, ``matmul``
+and their ``out=`` forms: rows x columns x inner width, the padding of a product's blocks
+included), the passes of the engine (one-sided, symmetric, two-way), the query blocks and the
+rankings asked of the engine::
+
+    with counting_work() as work:
+        metric.compute()
+    assert work.multiply_adds <= 0.55 * n * n * d
+
+The counts are exact and deterministic: a refactor that computes a product twice, or a layout
+rule that stops taking the symmetric pass, changes them. Host syncs are counted by the emulated
+device (:mod:`emulated_cuda`), which can be active at the same time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from retrieval_metrics.functional.ranking import options as ranking_options
+from retrieval_metrics.functional.ranking.engine import counting, schedule
+
+_aten = torch.ops.aten
+
+
+def _product_shape(func, args) -> tuple[int, int, int] | None:
+    """(rows, columns, inner width) of a matrix product's call, or None for other operators."""
+    packet = getattr(func, "overloadpacket", None)
+    if packet in (_aten.mm, _aten.matmul):
+        a, b = args[0], args[1]
+        if a.dim() == 2 and b.dim() == 2:
+            return a.shape[0], b.shape[1], a.shape[1]
+        return None
+    if packet in (_aten.addmm, _aten.addmm_):
+        a, b = args[1], args[2]
+        return a.shape[0], b.shape[1], a.shape[1]
+    if packet in (_aten.bmm, _aten.baddbmm):
+        a, b = (args[0], args[1]) if packet is _aten.bmm else (args[1], args[2])
+        return a.shape[0] * a.shape[1], b.shape[2], a.shape[2]
+    return None
+
+
+@dataclass
+class Work:
+    """What was computed while :func:`counting_work` was active."""
+
+    multiply_adds: int = 0
+    products: int = 0
+    #: the passes the engine ran: "one_sided", "symmetric" (a set against itself, half the
+    #: product), "two_way" (both directions of two sets from one product)
+    passes: dict[str, int] = field(
+        default_factory=lambda: {"one_sided": 0, "symmetric": 0, "two_way": 0}
+    )
+    query_blocks: int = 0
+    #: rankings asked of the engine (``BlockedEngine.rank`` and its two-way and sharded forms)
+    rankings: int = 0
+
+    def ratio(self, rows: int, columns: int, width: int) -> float:
+        """The multiply-adds as a share of one ``rows x columns x width`` product."""
+        return self.multiply_adds / (rows * columns * width)
+
+
+class _ProductCounter(TorchDispatchMode):
+    def __init__(self, work: Work) -> None:
+        super().__init__()
+        self.work = work
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        shape = _product_shape(func, args)
+        if shape is not None:
+            rows, columns, width = shape
+            self.work.multiply_adds += int(rows) * int(columns) * int(width)
+            self.work.products += 1
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def counting_work() -> Iterator[Work]:
+    """Count the products, passes, query blocks and rankings of the code run inside."""
+    work = Work()
+    one_sided, two_sided = schedule._one_sided_pass, schedule.two_sided_pass
+    block_init = counting.QueryBlock.__init__
+    engine = ranking_options.BlockedEngine
+    rank_methods = {
+        name: getattr(engine, name)
+        for name in ("rank", "rank_two_ways", "rank_sharded")
+        if hasattr(engine, name)
+    }
+
+    def counted_one_sided(*args, **kwargs):
+        work.passes["one_sided"] += 1
+        return one_sided(*args, **kwargs)
+
+    def counted_two_sided(*args, **kwargs):
+        work.passes["symmetric" if args[1] is None else "two_way"] += 1
+        return two_sided(*args, **kwargs)
+
+    def counted_block(self, *args, **kwargs):
+        work.query_blocks += 1
+        block_init(self, *args, **kwargs)
+
+    def counted_rank(method):
+        def rank(*args, **kwargs):
+            work.rankings += 1
+            return method(*args, **kwargs)
+
+        return rank
+
+    schedule._one_sided_pass = counted_one_sided
+    schedule.two_sided_pass = counted_two_sided
+    counting.QueryBlock.__init__ = counted_block
+    for name, method in rank_methods.items():
+        setattr(engine, name, counted_rank(method))
+    try:
+        with _ProductCounter(work):
+            yield work
+    finally:
+        schedule._one_sided_pass = one_sided
+        schedule.two_sided_pass = two_sided
+        counting.QueryBlock.__init__ = block_init
+        for name, method in rank_methods.items():
+            setattr(engine, name, method)
