@@ -85,7 +85,7 @@ class _ProductCounter(TorchDispatchMode):
 def counting_work() -> Iterator[Work]:
     """Count the products, passes, query blocks and rankings of the code run inside."""
     work = Work()
-    one_sided, two_sided = schedule._one_sided_pass, schedule.two_sided_pass
+    one_sided, two_sided = schedule.one_sided_pass, schedule.two_sided_pass
     block_init = counting.QueryBlock.__init__
     engine = ranking_options.BlockedEngine
     rank_methods = {
@@ -113,7 +113,7 @@ def counting_work() -> Iterator[Work]:
 
         return rank
 
-    schedule._one_sided_pass = counted_one_sided
+    schedule.one_sided_pass = counted_one_sided
     schedule.two_sided_pass = counted_two_sided
     counting.QueryBlock.__init__ = counted_block
     for name, method in rank_methods.items():
@@ -122,7 +122,7 @@ def counting_work() -> Iterator[Work]:
         with _ProductCounter(work):
             yield work
     finally:
-        schedule._one_sided_pass = one_sided
+        schedule.one_sided_pass = one_sided
         schedule.two_sided_pass = two_sided
         counting.QueryBlock.__init__ = block_init
         for name, method in rank_methods.items():

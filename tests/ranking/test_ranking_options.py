@@ -96,7 +96,7 @@ def test_the_passes_hold_the_options_object_itself(monkeypatch, same_source):
     """No keyword relay, no dict copy: the Pass every query block reads holds the options the
     caller made (the symmetric pass for same source, the one-sided one else)."""
     seen = []
-    for name in ("two_sided_pass", "_one_sided_pass"):
+    for name in ("two_sided_pass", "one_sided_pass"):
         original = getattr(S, name)
 
         def spy(p, *args, original=original, **kwargs):

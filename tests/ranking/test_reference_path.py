@@ -28,7 +28,7 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_relevance
 from retrieval_metrics.functional.ranking import reference as ref
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
-from retrieval_metrics.functional.ranking.engine import counting, schedule
+from retrieval_metrics.functional.ranking.engine import counting, one_sided, schedule
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.reference import (
     rank_by_full_sort,
@@ -386,7 +386,7 @@ def test_relevant_scores_read_from_gathered_rows_equal_the_reference(kind, simil
         similarity=similarity, block_size=(64, 64), memory_budget=2**16,
     )
     expected = rank_embeddings_by_full_sort(query, gallery, **rest)
-    with mock.patch.object(schedule, "_read_gathered", wraps=schedule._read_gathered) as read:
+    with mock.patch.object(one_sided, "read_gathered", wraps=one_sided.read_gathered) as read:
         engine = rank_embeddings(query, gallery, **rest)
     assert read.call_count >= 1
     assert_same_table(engine, expected)
@@ -401,7 +401,7 @@ def test_gathered_relevant_scores_on_the_emulated_cuda_device(fake_cuda):
         block_size=(64, 64), memory_budget=2**16,
     )
     expected = rank_embeddings_by_full_sort(query, gallery, **rest)
-    with mock.patch.object(schedule, "_read_gathered", wraps=schedule._read_gathered) as read:
+    with mock.patch.object(one_sided, "read_gathered", wraps=one_sided.read_gathered) as read:
         engine = rank_embeddings(query, gallery, **rest)
     assert read.call_count >= 1
     assert_same_table(engine, expected)
@@ -459,7 +459,7 @@ def test_finished_queries_leave_the_products():
     expected = rank_embeddings_by_full_sort(query, gallery, **args)
     rows = {}
     for locate_first in (True, False):
-        with mock.patch.object(schedule.torch, "mm", wraps=torch.mm) as mm:
+        with mock.patch.object(one_sided.torch, "mm", wraps=torch.mm) as mm:
             engine = rank_embeddings(
                 query, gallery, depth=10, locate_first=locate_first, **args
             )

@@ -8,7 +8,7 @@ score, removes each query's exclusions from its row, sorts the row and counts by
 
 Bit for bit needs the same scores, not only the same formula: a float32 product rounds by the
 shape it is computed in, so the scores come from products of the engine's shapes and operands,
-laid out by the engine's own ``schedule.choose_layout``: the one-sided pass multiplies a query
+laid out by the engine's own ``layout.choose_layout``: the one-sided pass multiplies a query
 block (rows in processing order, zero rows added up to a multiple of ``PRODUCT_ROWS``) by a
 gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric pass computes
 ``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
@@ -28,8 +28,8 @@ from torch import Tensor
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine.direction import Direction, RankingInput
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
-from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
-from retrieval_metrics.functional.ranking.engine.schedule import Layout, choose_layout, product_rows
+from retrieval_metrics.functional.ranking.engine.layout import Layout, choose_layout
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.relevance import Relevance

@@ -1,9 +1,11 @@
 """The blocked fast path: embeddings and relevance -> a rank table, scratch within a memory budget.
 
-``plan`` (block sizes by device and budget) -> ``schedule`` (the one-sided, symmetric and two-way
-passes) -> ``counting`` (one query block across the gallery) -> ``kernels`` (sorts, segment maxima,
-the sparse and dense counts); ``direction`` holds one direction's layout and outputs,
-``similarity`` prepares the operands, ``fp32`` keeps the products in full float32 and
-``exchange`` is the collectives several processes share a pass with. ``ranking.reference`` is the
-plain path every fast path here is tested against, bit for bit.
+``schedule`` (the entry points: layout, matrices, pass) -> ``layout`` (which pass and blocks:
+the symmetric pass of a set against itself, the one-sided pass, the two-way pass; ``plan``'s
+block sizes by device and budget) -> ``one_sided`` / ``two_sided`` (the passes; ``shared``
+shares one out over processes) -> ``counting`` (one query block across the gallery) ->
+``kernels`` (sorts, segment maxima, the sparse and dense counts); ``direction`` holds one
+direction's layout and outputs, ``similarity`` prepares the operands, ``fp32`` keeps the products
+in full float32 and ``exchange`` is the collectives several processes share a pass with.
+``ranking.reference`` is the plain path every fast path here is tested against, bit for bit.
 """

@@ -39,7 +39,7 @@ DENSE_RECHECK = 16
 SPARSE_OVERHEAD = 8
 DENSE_OVERHEAD = 8
 #: Finished rows are dropped from a query block's products (QueryBlock.drop_finished) once
-#: there are this many: a product's shortest block of rows (schedule.PRODUCT_ROWS).
+#: there are this many: a product's shortest block of rows (plan.PRODUCT_ROWS).
 DROP_AT_LEAST = 8
 
 

@@ -23,6 +23,7 @@ what the rank table is made of). Shared out as follows:
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
 
@@ -177,3 +178,25 @@ def cache_room(room: int, block: int, dtype: torch.dtype, columns: int | None = 
     other half."""
     elem = torch.finfo(dtype).bits // 8
     return max(0, (room // 2) // (block * (block if columns is None else columns) * elem) - 2)
+
+
+# Query blocks are padded to a multiple of this many rows for the product: BLAS computes
+# products of a few rows with other kernels (gemv for one row), and a last, shorter panel of rows
+# with another kernel again (MKL's double precision on AVX2: 4 rows a panel), whose roundings
+# differ; a score must not depend on the size of the block its query fell in, nor on which rows
+# of its block are still ranked (QueryBlock.drop_finished).
+PRODUCT_ROWS = 8
+
+
+def product_row_count(n: int) -> int:
+    """The rows of the product of ``n`` query rows: a whole multiple of :data:`PRODUCT_ROWS`."""
+    return max(PRODUCT_ROWS, -(-n // PRODUCT_ROWS) * PRODUCT_ROWS)
+
+
+def product_rows(x: Tensor) -> Tensor:
+    """The query rows ``x`` as one product takes them: zero rows added up to
+    :func:`product_row_count`."""
+    rows = product_row_count(x.shape[0])
+    if rows == x.shape[0]:
+        return x
+    return torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])

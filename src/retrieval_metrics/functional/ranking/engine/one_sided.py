@@ -1,0 +1,161 @@
+"""The one-sided pass: each block of queries against every gallery block in turn.
+
+Any queries against any gallery (and a set against itself where its states would not all fit):
+a query block reads its relevant scores from the blocks that hold them (or from gathered rows,
+:func:`read_gathered`, where they spread over more blocks than stay cached), then counts every
+gallery block once, its finished rows leaving the products (``QueryBlock.drop_finished``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
+from retrieval_metrics.functional.ranking.engine.plan import product_row_count, product_rows
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
+
+
+@in_full_fp32  # ranks must not depend on TF32 or the device
+def one_sided_pass(
+    p: Pass, q_mat: Tensor, g_mat: Tensor | RowBatches, block_q: int, mode: str,
+    exchange: Exchange | None = None,
+) -> None:
+    """Each query block against every gallery block in turn (any query and gallery).
+
+    ``g_mat``: the gallery's prepared matrix, or its batches read a block at a time
+    (:func:`~retrieval_metrics.functional.ranking.engine.similarity.gallery_in_blocks`): the
+    same products either way. With ``exchange``, this process ranks every ``world``-th query
+    block only (its outputs for the others stay as they start, for ``shared.combine_outputs``)."""
+    device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
+    elem = torch.finfo(dtype).bits // 8
+    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
+    scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
+    cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
+
+    def gallery_block(b: int) -> Tensor:
+        start, stop = b * block_g, min((b + 1) * block_g, num_g)
+        if stop - start == block_g:
+            if isinstance(g_mat, RowBatches):
+                return g_mat.rows(start, stop, g_buffer)
+            return g_mat[start:stop]
+        # The last block is padded to full width so that every block is one product of the same
+        # shape: a pair's score then cannot depend on the block it fell in.
+        g_buffer.zero_()
+        if isinstance(g_mat, RowBatches):
+            g_mat.rows(start, stop, g_buffer, copy=True)
+        else:
+            g_buffer[: stop - start] = g_mat[start:stop]
+        return g_buffer
+
+    for k, q_start in enumerate(range(0, q_mat.shape[0], block_q)):
+        if exchange is not None and k % exchange.world != exchange.rank:
+            continue
+        q_rows = p.order[q_start : q_start + block_q]
+        qb = QueryBlock(p, q_rows)
+        nb = qb.nb
+        q_blk = product_rows(q_mat[q_rows.to(device)])
+        # the rows still ranked, as one product takes them (fewer once rows finish)
+        ranked = [q_blk]
+
+        def block_scores(
+            b: int, out: Tensor, ranked: list[Tensor] = ranked, qb: QueryBlock = qb
+        ) -> Tensor:
+            rows = ranked[0]
+            s = torch.mm(rows, gallery_block(b).T, out=out[: rows.shape[0]])[: qb.nb]
+            qb.mask_excluded(s, b)
+            width = min(block_g, num_g - b * block_g)
+            if width < block_g:
+                s[:, width:] = p.neg_inf
+            return s
+
+        # Read relevant scores from the blocks that hold them (same products as the counting).
+        # With a depth, the first blocks are read here too (as many as stay cached), so that the
+        # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
+        # early blocks let several times as many candidates through as the later ones.
+        read_first = qb.relevant_blocks()
+        cache_room = max(0, (p.budget // 2) // max(1, nb * block_g * elem) - 1)
+        if mode == "scores":
+            cache_room = 0
+        if len(read_first) > cache_room + 1:
+            # Relevant items in more blocks than stay cached (a few relevant items per query
+            # over a large gallery, as with judgments): reading them from their blocks would
+            # compute those products twice, once here and once to count. Their gallery rows
+            # are gathered into blocks of the same shape instead, one product per block_g
+            # relevant items: a product of one shape scores a pair alike whichever column
+            # holds it (what the padded last block relies on too).
+            read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first[cache_room:])
+            read_first = read_first[:cache_room]
+        if p.options.depth is not None:
+            extra = min(THETA_EVERY, cache_room) - len(read_first)
+            read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
+        cache: dict[int, tuple[Tensor, Tensor | None]] = {}
+        for b in read_first:
+            if len(cache) < cache_room:
+                if len(cache) == len(cache_buffers):
+                    cache_buffers.append(torch.empty_like(scores))
+                s = block_scores(b, cache_buffers[len(cache)])
+            else:
+                s = block_scores(b, scores)
+            qb.read_relevant(s, b)
+            seg_max = None
+            if p.options.depth is not None:
+                seg_max = segment_maxima(s)
+                qb.seed(seg_max, b)
+            if len(cache) < cache_room:
+                cache[b] = (s, seg_max)
+        if mode == "scores":
+            p.outputs[0][qb.r_pos] = qb.relevant_values()
+            continue
+
+        qb.start_counting()
+        seeded = set(read_first)
+        for b in range(-1, p.num_blocks_g):
+            if b >= 0:
+                s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
+                if seg_max is None and qb.reads_segment_maxima(b):
+                    seg_max = segment_maxima(s)
+                qb.count(s, seg_max, b, seeded=b in seeded)
+            kept = qb.drop_finished()
+            if kept is not None:
+                # finished rows are multiplied no more: the products and the kept blocks
+                # shrink to the rows still ranked
+                assert qb.kept is not None
+                ranked[0] = product_rows(q_mat[q_rows.index_select(0, qb.kept).to(device)])
+                on = kept.to(device)
+                cache = {
+                    key: (held.index_select(0, on), None if m is None else m.index_select(0, on))
+                    for key, (held, m) in cache.items()
+                }
+                if qb.nb == 0:
+                    break
+        qb.finish()
+
+
+def read_gathered(
+    qb: QueryBlock, q_blk: Tensor, g_mat: Tensor | RowBatches, g_buffer: Tensor, out: Tensor,
+    blocks: list[int],
+) -> None:
+    """The relevant scores of query block ``qb`` that lie in gallery ``blocks``, from products
+    of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the blocks' shape)."""
+    block_g = g_buffer.shape[0]
+    in_blocks = torch.isin(qb.r_block, torch.tensor(blocks, dtype=qb.r_block.dtype))
+    pairs = flat_nonzero(in_blocks)
+    if pairs.numel() == 0:
+        return
+    gallery_rows = qb.r_block[pairs] * block_g + qb.r_local[pairs]
+    unique_rows, column = torch.unique(gallery_rows, return_inverse=True)
+    device = g_buffer.device
+    for c0 in range(0, unique_rows.numel(), block_g):
+        chunk = unique_rows[c0 : c0 + block_g]
+        g_buffer.zero_()
+        # (the host index for batches: they find each row's batch on the host)
+        g_buffer[: chunk.numel()] = g_mat[chunk if isinstance(g_mat, RowBatches) else
+                                          chunk.to(device)]
+        s = torch.mm(q_blk, g_buffer.T, out=out[: q_blk.shape[0]])[: qb.nb]
+        here = (column >= c0) & (column < c0 + block_g)
+        qb.read_pairs(s, pairs[here], column[here] - c0)

@@ -1,0 +1,268 @@
+"""The two-sided pass: each product of a block of ``a`` and a block of ``b`` serves the queries on
+both of its sides.
+
+``S = A_i B_j^T`` gives block i of ``a`` its scores against block j of ``b`` (its rows) and block
+j of ``b`` its scores against block i of ``a`` (its columns, ``S^T``). A set ranked against
+itself (same source) computes the pairs ``i <= j`` only, half of the product; two sets ranked
+against each other both ways (image-text) compute the product once for both tables.
+:class:`BlockPairs` makes the products, every one at one shape; :class:`KeptProducts` holds the
+products read before they are counted; :class:`TwoSidedPass` orders the pairs and counts them;
+``shared.SharedPairs`` shares the pairs out over processes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBlock
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
+from retrieval_metrics.functional.ranking.engine.plan import SEGMENT
+from retrieval_metrics.functional.ranking.engine.shared import SharedPairs
+
+Pair = tuple[int, int]
+
+
+class BlockPairs:
+    """The products of the blocks of ``a`` (``block_a`` rows each) and of ``b`` (``block_b``).
+
+    The last blocks are padded to full size (zero rows, their scores set to ``neg_inf``): every
+    product has the same shape, so a pair's score does not depend on its block.
+    """
+
+    def __init__(
+        self, a: Tensor, b: Tensor, block_a: int, block_b: int, neg_inf: Tensor, same: bool
+    ) -> None:
+        self.a, self.b, self.block_a, self.block_b, self.neg_inf = a, b, block_a, block_b, neg_inf
+        self.blocks_a, self.blocks_b = -(-a.shape[0] // block_a), -(-b.shape[0] // block_b)
+        self.tail_a = a.shape[0] - (self.blocks_a - 1) * block_a
+        self.tail_b = b.shape[0] - (self.blocks_b - 1) * block_b
+        self.last_a = self._padded_last(a, block_a, self.blocks_a)
+        self.last_b = self.last_a if same else self._padded_last(b, block_b, self.blocks_b)
+
+    @staticmethod
+    def _padded_last(x: Tensor, block: int, num_blocks: int) -> Tensor:
+        last = torch.zeros(block, x.shape[1], dtype=x.dtype, device=x.device)
+        tail = x[(num_blocks - 1) * block :]
+        last[: tail.shape[0]] = tail
+        return last
+
+    def _block(self, x: Tensor, last: Tensor, i: int, num_blocks: int, block: int) -> Tensor:
+        return last if i == num_blocks - 1 else x[i * block : (i + 1) * block]
+
+    def empty(self) -> Tensor:
+        """A buffer of one product's shape."""
+        return torch.empty(self.block_a, self.block_b, dtype=self.a.dtype, device=self.a.device)
+
+    def product(self, i: int, j: int, out: Tensor) -> Tensor:
+        s = torch.mm(
+            self._block(self.a, self.last_a, i, self.blocks_a, self.block_a),
+            self._block(self.b, self.last_b, j, self.blocks_b, self.block_b).T,
+            out=out,
+        )
+        if i == self.blocks_a - 1 and self.tail_a < self.block_a:
+            s[self.tail_a :] = self.neg_inf
+        if j == self.blocks_b - 1 and self.tail_b < self.block_b:
+            s[:, self.tail_b :] = self.neg_inf
+        return s
+
+
+class KeptProducts:
+    """Products read (for their relevant scores) before they are counted.
+
+    Up to ``room`` are kept for their counting; the pair about to be counted is read into the
+    buffer it is counted from (``counted``); any other read beyond the room into one reading
+    buffer, to be computed again when counted. Buffers are reused: the same few blocks
+    throughout, not a new one per pair (freed blocks of changing neighbours fragment the heap,
+    and resident memory grows with it).
+    """
+
+    def __init__(self, pairs: BlockPairs, room: int) -> None:
+        self.pairs, self.room = pairs, room
+        self.counted = pairs.empty()
+        self.kept: dict[Pair, Tensor] = {}
+        self.spare: list[Tensor] = []
+        self.reading: Tensor | None = None
+        self.held: Pair | None = None
+        self.transposed: Tensor | None = None
+
+    def read(self, i: int, j: int, now: Pair | None = None) -> Tensor:
+        """Pair ``(i, j)``'s product, to read its relevant scores; ``now``: the pair about to
+        be counted."""
+        if (i, j) == now:
+            self.held = now
+            return self.pairs.product(i, j, self.counted)
+        if len(self.kept) < self.room:
+            s = self.pairs.product(i, j, self.spare.pop() if self.spare else self.pairs.empty())
+            self.kept[(i, j)] = s
+            return s
+        if self.reading is None:
+            self.reading = self.pairs.empty()
+        return self.pairs.product(i, j, self.reading)
+
+    def to_count(self, i: int, j: int) -> Tensor:
+        """Pair ``(i, j)``'s product, to count it: kept, held, or computed now."""
+        held, self.held = self.held, None
+        if (i, j) in self.kept:
+            return self.kept.pop((i, j))
+        if held == (i, j):
+            return self.counted
+        return self.pairs.product(i, j, self.counted)
+
+    def counted_out(self, s: Tensor) -> None:
+        """``s`` counted: a kept product's buffer serves the next one kept."""
+        if s is not self.counted:
+            self.spare.append(s)
+
+    def transposed_buffer(self) -> Tensor:
+        if self.transposed is None:
+            self.transposed = torch.empty(
+                self.pairs.block_b, self.pairs.block_a, dtype=self.pairs.a.dtype,
+                device=self.pairs.a.device,
+            )
+        return self.transposed
+
+
+class TwoSidedPass:
+    """One two-sided pass (see :func:`two_sided_pass`)."""
+
+    def __init__(
+        self,
+        p_rows: Pass,
+        p_cols: Pass | None,
+        a: Tensor,
+        b: Tensor,
+        cache_room: int,
+        exchange: Exchange | None,
+    ) -> None:
+        self.symmetric = p_cols is None
+        p_cols = p_rows if p_cols is None else p_cols
+        # the blocks of ``a`` are the gallery blocks of ``p_cols``, those of ``b`` of ``p_rows``
+        block_a, block_b = p_cols.block_g, p_rows.block_g
+        self.pairs = BlockPairs(a, b, block_a, block_b, p_rows.neg_inf, self.symmetric)
+        self.rows_of = _query_blocks(p_rows, self.pairs.blocks_a, block_a)
+        self.cols_of = (
+            self.rows_of if self.symmetric else _query_blocks(p_cols, self.pairs.blocks_b, block_b)
+        )
+        # A block starts counting once it has read its relevant scores (its threshold starts at
+        # the lowest), from the products of the pairs that hold them; in the order of run() a
+        # block's pairs are read shortly before they are counted, so that few are kept at once
+        # when relevant items are grouped.
+        self.needs_rows = [
+            {self._pair(i, j) for j in qb.relevant_blocks()} for i, qb in enumerate(self.rows_of)
+        ]
+        self.needs_cols = (
+            self.needs_rows
+            if self.symmetric
+            else [{(i, j) for i in qb.relevant_blocks()} for j, qb in enumerate(self.cols_of)]
+        )
+        self.products = KeptProducts(self.pairs, cache_room)
+        self.read: set[Pair] = set()
+        self.started: set[int] = set()
+        self.shared: SharedPairs | None = None
+        if exchange is not None:
+            if not self.symmetric:
+                raise ValueError(
+                    "the block pairs are shared out for a set ranked against itself only"
+                )
+            self.shared = SharedPairs(exchange, self.rows_of, self.needs_rows, self.read_pair)
+
+    def _pair(self, i: int, j: int) -> Pair:
+        return (min(i, j), max(i, j)) if self.symmetric else (i, j)
+
+    def read_pair(self, i: int, j: int, now: Pair | None = None) -> None:
+        """Compute pair ``(i, j)`` and read the relevant scores it holds, for both sides."""
+        s = self.products.read(i, j, now)
+        self.rows_of[i].read_relevant(s, j)
+        if not (self.symmetric and i == j):
+            self.cols_of[j].read_relevant(s.T, i)
+        self.read.add((i, j))
+
+    def _start(self, qb: QueryBlock, needs: set[Pair], now: Pair) -> None:
+        if id(qb) in self.started:
+            return
+        for i, j in sorted(needs - self.read):
+            self.read_pair(i, j, now)
+        qb.start_counting()
+        self.started.add(id(qb))
+
+    def _order(self) -> list[Pair]:
+        """The pairs in the order they are counted: by column j; a set against itself from
+        the diagonal pair up (``layout.symmetric_order``, which ``kept_at_most`` follows), two
+        sets every pair of the column."""
+        blocks_a, blocks_b = self.pairs.blocks_a, self.pairs.blocks_b
+        if self.symmetric:
+            return [(i, j) for j in range(blocks_b) for i in range(j, -1, -1)]
+        return [(i, j) for j in range(blocks_b) for i in range(blocks_a)]
+
+    def _count(self, i: int, j: int, s: Tensor) -> None:
+        """Count product ``s`` of pair ``(i, j)`` for its columns' block and its rows' block."""
+        rows, cols = self.rows_of[i], self.cols_of[j]
+        block_a, block_b = self.pairs.block_a, self.pairs.block_b
+        if not (self.symmetric and i == j):
+            # The columns first: the rows' exclusions are then written into s in place.
+            if cols.has_excluded(i):
+                st = self.products.transposed_buffer().copy_(s.T)
+                cols.mask_excluded(st, i)
+                cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
+            else:
+                seg_max = s.view(block_a // SEGMENT, SEGMENT, block_b).amax(1).T.contiguous()
+                cols.count(
+                    s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s),
+                    buffer=self.products.transposed_buffer(),
+                )
+        rows.mask_excluded(s, j)
+        rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+
+    def run(self) -> None:
+        shared = self.shared
+        column = -1
+        for i, j in self._order():
+            if shared is not None and j != column:
+                shared.start(j)
+                self.started.add(id(self.rows_of[j]))
+            column = j
+            if shared is not None and not shared.owns(i, j):
+                continue
+            self._start(self.rows_of[i], self.needs_rows[i], (i, j))
+            self._start(self.cols_of[j], self.needs_cols[j], (i, j))
+            s = self.products.to_count(i, j)
+            self._count(i, j, s)
+            self.products.counted_out(s)
+        if shared is not None:
+            shared.finish()
+        for qb in self.rows_of if self.symmetric else self.rows_of + self.cols_of:
+            qb.finish()
+
+
+def _query_blocks(p: Pass, num_blocks: int, block: int) -> list[QueryBlock]:
+    return [QueryBlock(p, p.order[i * block : (i + 1) * block]) for i in range(num_blocks)]
+
+
+@in_full_fp32  # ranks must not depend on TF32 or the device
+def two_sided_pass(
+    p_rows: Pass,
+    p_cols: Pass | None,
+    a: Tensor,
+    b: Tensor,
+    cache_room: int,
+    exchange: Exchange | None = None,
+) -> None:
+    """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
+
+    ``S = A_i B_j^T`` gives block i of ``a`` its scores against block j of ``b`` (rows, for
+    ``p_rows``) and block j of ``b`` its scores against block i of ``a`` (columns, ``S^T``, for
+    ``p_cols``). With ``p_cols=None`` it is one set ranked against itself (``a`` is ``b``): only
+    the pairs ``i <= j`` are computed, half of the full product. ``a`` and ``b`` are in
+    processing order; block i of queries is block i of the gallery of the other side (``a`` in
+    blocks of ``p_cols.block_g``, ``b`` of ``p_rows.block_g``). Up to ``cache_room`` products
+    are kept between reading relevant scores and counting.
+
+    With ``exchange`` (a set ranked against itself on several processes that all hold it), each
+    process computes every ``world``-th block pair only (``shared.SharedPairs``), counting it for
+    both of its sides: ``1 / world`` of the half product; every process finishes every query
+    block, whole.
+    """
+    TwoSidedPass(p_rows, p_cols, a, b, cache_room, exchange).run()
