@@ -130,20 +130,30 @@ def class_sizes(n: int, rng: np.random.Generator) -> np.ndarray:
     return sizes
 
 
-def make_labels(n: int, seed: int = SEED, grouped: bool = False) -> torch.Tensor:
-    """Class labels of ``n`` items, shuffled (or class by class with ``grouped``)."""
+def make_labels(
+    n: int, seed: int = SEED, grouped: bool = False, classes: str = "sop"
+) -> torch.Tensor:
+    """Class labels of ``n`` items, shuffled (or class by class with ``grouped``): class sizes
+    skewed as SOP's (``classes="sop"``), or each item's class drawn uniformly from ``n / 5``
+    (``"random"``: sizes 1 to about 16, 5 on average)."""
     rng = np.random.default_rng(seed)
-    sizes = class_sizes(n, rng)
-    labels = np.repeat(np.arange(sizes.size), sizes)
+    if classes == "random":
+        drawn = rng.integers(0, n // 5, size=n)
+        _, labels = np.unique(drawn, return_inverse=True)  # classes numbered 0.. (none empty)
+        labels = np.sort(labels)
+    else:
+        sizes = class_sizes(n, rng)
+        labels = np.repeat(np.arange(sizes.size), sizes)
     order = rng.permutation(n)
     return torch.from_numpy((labels if grouped else labels[order]).astype(np.int64))
 
 
 def make_data(
-    n: int, dim: int, seed: int = SEED, grouped: bool = False, noise: float = NOISE
+    n: int, dim: int, seed: int = SEED, grouped: bool = False, noise: float = NOISE,
+    classes: str = "sop",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalised float32 embeddings (unit class centre + noise) and int64 labels."""
-    labels = make_labels(n, seed, grouped)
+    labels = make_labels(n, seed, grouped, classes)
     gen = torch.Generator().manual_seed(seed)
     num_classes = int(labels.max()) + 1
     centres = torch.nn.functional.normalize(torch.randn(num_classes, dim, generator=gen), dim=1)
@@ -353,7 +363,10 @@ def child_main(args: argparse.Namespace) -> None:
 
         faiss.omp_set_num_threads(args.threads)
     noise = MEMORY_NOISE if args.only == "memory" else NOISE
-    emb, labels = make_data(args.n, args.dim, grouped=args.grouped, noise=noise)
+    emb, labels = make_data(
+        args.n, args.dim, grouped=args.grouped, noise=noise,
+        classes="sop" if args.only == "memory" else args.classes,
+    )
     rss_before = current_rss_mib()  # torch, the data; not yet faiss or pml
     result = METHODS[args.only](emb, labels)
     result["seconds"] = min(result["times"])
@@ -394,6 +407,7 @@ def run_child(method: str, n: int, dim: int, args: argparse.Namespace) -> dict[s
     cmd = [sys.executable, str(Path(__file__).resolve()), "--only", method]
     cmd += ["--n", str(n), "--dim", str(dim), "--threads", str(args.threads)]
     cmd += ["--grouped"] if args.grouped else []
+    cmd += ["--classes", args.classes]
     print(f"  running {LABELS[method]} (n={n}, D={dim}) ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
@@ -432,7 +446,7 @@ def parent_main(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     n, dim = args.n, args.dim
     memory_n = SMALL_MEMORY_N if args.small else MEMORY_N
-    labels = make_labels(n, grouped=args.grouped)
+    labels = make_labels(n, grouped=args.grouped, classes=args.classes)
     counts = torch.bincount(labels)
     machine = {
         "cpu": cpu_model(),
@@ -450,6 +464,7 @@ def parent_main(args: argparse.Namespace) -> int:
         "dim": dim,
         "seed": SEED,
         "grouped": args.grouped,
+        "class_sizes": args.classes,
         "noise": NOISE,
         "classes": int(counts.numel()),
         "mean_class_size": float(counts.float().mean()),
@@ -463,7 +478,8 @@ def parent_main(args: argparse.Namespace) -> int:
     print(
         f"data: n={n}, D={dim}, {data['classes']} classes (mean size "
         f"{data['mean_class_size']:.2f}, max {data['max_class_size']}), noise {NOISE}, "
-        f"seed {SEED}, {'grouped by class' if args.grouped else 'shuffled'}"
+        f"seed {SEED}, {'grouped by class' if args.grouped else 'shuffled'}, "
+        f"{'SOP-skewed' if args.classes == 'sop' else 'random'} class sizes"
     )
 
     flops = 2.0 * n * n * dim
@@ -667,6 +683,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-peers", action="store_true", help="skip faiss, pml and naive")
     parser.add_argument(
         "--grouped", action="store_true", help="items class by class instead of shuffled"
+    )
+    parser.add_argument(
+        "--classes", choices=["sop", "random"], default="sop",
+        help="class sizes: skewed as SOP's, 2 to 12 (default), or each item's class drawn "
+        "uniformly from n / 5 (sizes 1 to about 16)",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="torch/faiss threads (default: torch's)"

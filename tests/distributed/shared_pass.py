@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from unittest import mock
 
 import torch
@@ -18,6 +19,9 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional.measures import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.metrics.distributed import DistributedExchange
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the work counter
+from work_counts import counting_work
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr", "map"]
 # square blocks of 192 items (plan.square_block for this budget): 8 blocks, 36 block pairs
@@ -32,6 +36,21 @@ def data(n: int = 1500) -> tuple[torch.Tensor, torch.Tensor]:
     emb = centres[labels] + 0.9 * torch.randn(n, 16, generator=gen)
     emb[100:160] = emb[40]  # a run of identical rows: ties across blocks
     return emb, labels
+
+
+# 600 queries against 4,608 gallery items (24 panels of 192: whole blocks on 1, 2 and 3
+# processes' shards), D = 16
+QUERIES, GALLERY, DIM = 600, 4608, 16
+
+
+def query_gallery_data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    g_labels = torch.randint(0, 900, (GALLERY,), generator=gen)
+    centres = torch.randn(900, DIM, generator=gen)
+    gallery = centres[g_labels] + torch.randn(GALLERY, DIM, generator=gen)
+    q_labels = torch.randint(0, 900, (QUERIES,), generator=gen)
+    queries = centres[q_labels] + torch.randn(QUERIES, DIM, generator=gen)
+    return queries, gallery, q_labels, g_labels
 
 
 def table_lists(table) -> dict:
@@ -90,6 +109,21 @@ def main() -> None:
                 )
             )
             result[name] = {"table": table_lists(table), "products": products}
+        # queries against a gallery through the class: the gathered gallery with each process
+        # its share of the queries, and the sharded gallery with each process its shard
+        queries, gallery, q_labels, g_labels = query_gallery_data()
+        for name, sharded in (("query_gallery", False), ("sharded", True)):
+            metric = rm.RetrievalMetrics(NAMES[:5], gallery_sharded=sharded)
+            mine = torch.arange(len(queries))[rank::world]
+            metric.update(queries[mine], q_labels[mine], ids=mine, role="query")
+            shard = torch.arange(len(gallery)).chunk(world)[rank]
+            metric.update(gallery[shard], g_labels[shard], ids=shard, role="gallery")
+            with counting_work() as work:
+                values = metric.compute()
+            result[name] = {
+                "values": {k: float(v) for k, v in values.items()},
+                "multiply_adds": work.multiply_adds,
+            }
         with open(out, "w") as f:
             json.dump(result, f)
     finally:

@@ -69,3 +69,24 @@ def test_each_process_computes_its_share_of_the_products(world, tmp_path_factory
     shares = [got["euclidean"]["products"] for got in runs(world, tmp_path_factory)]
     assert sum(shares) == single["euclidean"]["products"]
     assert max(shares) < single["euclidean"]["products"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_query_gallery_shares_its_products_over_processes(world, tmp_path_factory):
+    """Queries against a gallery through the class, on ``world`` processes: gathered, each
+    process ranks its share of the queries against the whole gallery, about ``1 / world`` of one
+    product (query rows padded to a multiple of 8); sharded, each process its shard against
+    every query, in two passes over the shard at most (the relevant scores it holds, exchanged;
+    then the counting), and on one process one product (its shard is the whole gallery). One
+    process's values either way."""
+    from distributed.shared_pass import DIM, GALLERY, QUERIES
+
+    single = runs(1, tmp_path_factory)[0]
+    product = QUERIES * GALLERY * DIM
+    for case, passes in (("query_gallery", 1), ("sharded", 2)):
+        assert single[case]["multiply_adds"] <= 1.02 * product, case
+        for rank, got in enumerate(runs(world, tmp_path_factory)):
+            assert got[case]["values"] == pytest.approx(single[case]["values"], abs=1e-6)
+            share = got[case]["multiply_adds"] / product
+            assert share <= (passes + 0.05) / world, (case, rank, share)
