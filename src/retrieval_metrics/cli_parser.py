@@ -43,6 +43,17 @@ PROTOCOL_NAMES = (
 )
 
 
+
+def _protocol_argument(text: str) -> str:
+    """--protocol's value as PROTOCOL_NAMES spells it, matched as the API matches it (case,
+    spaces, ``-`` for ``_``); an unknown name is left for argparse's choices to refuse."""
+    key = text.strip().lower()
+    for name in (*PROTOCOL_NAMES, "none"):
+        if key in (name, name.replace("_", "-")):
+            return name
+    return text
+
+
 EVALUATE_HELP = """\
 Score saved embeddings, ranked lists (IR, RAG), or query and corpus embeddings against qrels;
 print one table per run (value, 95% interval, chance level, queries counted and skipped, gallery
@@ -164,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument(
         "--protocol",
+        type=_protocol_argument,
         choices=(*PROTOCOL_NAMES, "none"),
         metavar="NAME",
         help=f"a field's official evaluation, one of {', '.join(PROTOCOL_NAMES)} (sets the "
@@ -172,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--ties",
         choices=OPTIONS["ties"].allowed,
-        help="tied scores: the exact expectation over their orders (default), or relevant "
-        "items first / last",
+        help="tied scores: expected, the exact expectation over their orders (default); "
+        "optimistic / pessimistic, relevant items first / last; id, by ascending document id "
+        "(as sentence-transformers ranks them)",
     )
     ev.add_argument(
         "--similarity", choices=OPTIONS["similarity"].allowed, help="score (default cosine)"
@@ -182,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--empty-queries",
         dest="empty_queries",
         choices=OPTIONS["empty_queries"].allowed,
-        help="queries with no relevant item: left out (default), scored 0, or an error",
+        help="queries with no relevant item: skip, left out (default); zero, scored 0; error, "
+        "refused; nan, left out only where a measure divides by zero (ragas)",
     )
     ev.add_argument(
         "--relevance",

@@ -10,6 +10,7 @@ asked for. Helpers here turn the inputs of two protocols into the library's inpu
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "ann_benchmarks_ranks",
     "apply_protocol",
     "library_names",
+    "protocol_name",
     "trec_run_to_lists",
 ]
 
@@ -278,18 +280,40 @@ def _left_out(name: str, value: Any) -> bool:
     return value is NOT_GIVEN or (value is None and name != "ignore_label")
 
 
+def protocol_name(protocol: str | None) -> str | None:
+    """The protocol's name as :data:`PROTOCOLS` spells it: matched without regard to case or
+    surrounding spaces, and with ``-`` for ``_`` (``"BEIR"``, ``"Sentence-Transformers"``), as
+    metric names are; None stays None. An unknown name raises, with the nearest names.
+
+    >>> protocol_name("BEIR"), protocol_name(" Market1501_Official ")
+    ('beir', 'market1501_official')
+    """
+    if protocol is None:
+        return None
+    if not isinstance(protocol, str):
+        raise ValueError(f"`protocol` must be a str or None, got {protocol!r}")
+    spelled = {name.lower(): name for name in PROTOCOLS}
+    key = protocol.strip().lower()
+    for candidate in (key, key.replace("-", "_")):
+        if candidate in spelled:
+            return spelled[candidate]
+    close = difflib.get_close_matches(key.replace("-", "_"), list(spelled), n=2, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(spelled[c]) for c in close)}?)" if close else ""
+    raise ValueError(
+        f"`protocol` must be one of {tuple(PROTOCOLS)} or None, got {protocol!r}{hint}"
+    )
+
+
 def apply_protocol(protocol: str | None, options: dict[str, Any]) -> dict[str, Any]:
     """Every option resolved: what was passed, else the protocol's value, else the default.
 
-    An option passed explicitly that disagrees with the protocol raises.
+    ``protocol`` as :func:`protocol_name` spells it. An option passed explicitly that disagrees
+    with the protocol raises.
     """
     given = {name: value for name, value in options.items() if not _left_out(name, value)}
     fixed: dict[str, Any] = {}
+    protocol = protocol_name(protocol)
     if protocol is not None:
-        if protocol not in PROTOCOLS:
-            raise ValueError(
-                f"`protocol` must be one of {tuple(PROTOCOLS)} or None, got {protocol!r}"
-            )
         fixed = PROTOCOLS[protocol][0]
     for name, value in fixed.items():
         if name in given and given[name] != value:

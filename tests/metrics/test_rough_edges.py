@@ -308,9 +308,11 @@ def test_a_cmc_curve_with_fractional_values_gets_a_bootstrap_interval_per_k():
     curve = m.compute().double()
     assert bool((lo <= curve + 1e-6).all()) and bool((curve <= hi + 1e-6).all())
     assert bool((lo <= hi).all()) and bool((hi - lo > 0).any())
-    # each K's interval: the percentile bootstrap of that column's mean, the queries resampled
-    # with the generator the summary seeds
-    counted = per_query[~torch.isnan(per_query).any(1)]
+    # each K's interval: the percentile bootstrap of that column's mean, the queries (their
+    # rows sorted, so that their order does not matter) resampled with the generator the
+    # summary seeds
+    counted = per_query[~torch.isnan(per_query).any(1)].double()
+    counted = torch.tensor(sorted(counted.tolist()), dtype=torch.float64)
     n = counted.shape[0]
     idx = torch.randint(0, n, (300, n), generator=torch.Generator().manual_seed(1))
     for k in range(5):

@@ -26,12 +26,19 @@ import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
 from retrieval_metrics.functional import rank_embeddings
 from retrieval_metrics.functional.ranking.engine import schedule
+from retrieval_metrics.metrics.chunks import PAIR_BYTES
 from work_counts import counting_work
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
-# a metric class ranks within three quarters of its memory budget (the rest holds rank tables)
 CLASS_BUDGET = 2**24
-FUNCTIONAL_BUDGET = CLASS_BUDGET * 3 // 4
+
+
+def ranking_budget(labels: torch.Tensor, budget: int = CLASS_BUDGET) -> int:
+    """The budget a metric class ranks within: what its relevant pairs (counted before the
+    ranking, by label: each item's class, itself included, which the ranking then excludes)
+    leave at PAIR_BYTES each, and at least half."""
+    pairs = int(torch.bincount(labels)[labels].sum())
+    return max(budget // 2, budget - min(pairs, budget // PAIR_BYTES) * PAIR_BYTES)
 
 
 def class_labels(n: int, kind: str, seed: int = 0) -> torch.Tensor:
@@ -104,12 +111,32 @@ def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts
         metric.compute()
     assert len(layouts) == 1
     assert layouts[0].symmetric, layouts[0]
+    # wide blocks (fewer pairs of blocks, less counting), about half of the product
     assert layouts[0].block_g >= 1536, layouts[0]
+    assert half_product(n, layouts[0].block_g) <= 0.55
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """Every layout the rankings of the code run take (they run as usual)."""
+    seen: list[schedule.Layout] = []
+    original = schedule.choose_layout
+
+    def recorded(*args, **kwargs):
+        seen.append(original(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(schedule, "choose_layout", recorded)
+    return seen
 
 
 @pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])
-def test_same_source_computes_half_the_product(kind):
-    n, dim = 3072, 16  # 8 square blocks of 384 at this budget
+def test_same_source_computes_its_plan_half_the_product(plans, kind):
+    """The symmetric pass computes exactly its plan, the b (b + 1) / 2 products of b square
+    blocks (none twice: the products it keeps between reading and counting fit), its blocks
+    even (under one panel of padding each), the same products through the class as through the
+    functional layer given the class's ranking budget."""
+    n, dim = 3072, 16
     labels = class_labels(n, kind)
     emb = embedded(labels, dim)
     metric = rm.RetrievalMetrics(NAMES, memory_budget=CLASS_BUDGET)
@@ -119,10 +146,13 @@ def test_same_source_computes_half_the_product(kind):
         metric.compute()
     assert work.passes == {"one_sided": 0, "symmetric": 1, "two_way": 0}
     assert work.rankings == 1
-    assert work.ratio(n, n, dim) == pytest.approx(half_product(n, 384))
+    (layout,) = plans
+    block = layout.block_g
+    assert -(-n // block) * block - n < -(-n // block) * 192  # even blocks
+    assert work.ratio(n, n, dim) == pytest.approx(half_product(n, block))
+    assert half_product(n, block) <= 0.75  # several blocks: about half of the product
     with counting_work() as functional:
-        rank_embeddings(emb, query_labels=labels, memory_budget=FUNCTIONAL_BUDGET)
-    # the class and the functional layer: the same products
+        rank_embeddings(emb, query_labels=labels, memory_budget=ranking_budget(labels))
     assert functional.multiply_adds == work.multiply_adds
     assert functional.passes == work.passes
 
@@ -198,7 +228,7 @@ def test_image_text_both_ways_is_one_product(images, per_image):
     assert 1.0 <= work.ratio(images, captions, dim) <= 1.15
 
 
-def test_emulated_device_same_source_takes_the_symmetric_pass():
+def test_emulated_device_same_source_takes_the_symmetric_pass(plans):
     n, dim = 1536, 16
     labels = class_labels(n, "varied")
     emb = embedded(labels, dim)
@@ -209,4 +239,6 @@ def test_emulated_device_same_source_takes_the_symmetric_pass():
         with counting_work() as work:
             metric.compute()
     assert work.passes == {"one_sided": 0, "symmetric": 1, "two_way": 0}
-    assert work.ratio(n, n, dim) == pytest.approx(half_product(n, 384))
+    (layout,) = plans
+    assert work.ratio(n, n, dim) == pytest.approx(half_product(n, layout.block_g))
+    assert half_product(n, layout.block_g) <= 0.75

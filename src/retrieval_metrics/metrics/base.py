@@ -34,8 +34,9 @@ from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
+from retrieval_metrics.metrics.chunks import PAIR_BYTES
 from retrieval_metrics.metrics.inputs import num_batches
-from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol
+from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol, protocol_name
 
 __all__ = ["KIND_KEYS", "RetrievalMetricBase"]
 
@@ -70,9 +71,9 @@ class RetrievalMetricBase(Metric):
         average: "macro" (default), "micro" or "class". "micro" applies to recall, precision
             and r_precision; the other measures are one score per query and stay macro. A name
             may fix its own ("recall@10/micro").
-        memory_budget: bytes of scratch memory ``compute()`` may use beyond the states: three
-            quarters for the ranking, the rest for the relevant (query, item) pairs held at
-            once. With
+        memory_budget: bytes of scratch memory ``compute()`` may use beyond the states: the
+            relevant (query, item) pairs held at once, and the ranking the rest (at least
+            half). With
             more pairs than it holds (few classes of thousands), ``compute()`` ranks a chunk of
             queries at a time and keeps only per-query values.
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
@@ -153,7 +154,7 @@ class RetrievalMetricBase(Metric):
             "gain": gain, "median": median, "nonpositive": nonpositive,
             "all_skipped": all_skipped, "duplicates": duplicates, "empty_lists": empty_lists,
         })
-        self.protocol = protocol
+        self.protocol = protocol_name(protocol)
         for name in _CHECKED:
             check_option(name, opts[name])
         check_option("memory_budget", memory_budget)
@@ -196,13 +197,18 @@ class RetrievalMetricBase(Metric):
         self._warned_forward = False
         self._warned_cutoffs = False
 
-    def _ranking_budget(self) -> int:
-        """The ranking's three quarters of ``memory_budget``; the relevant pairs held at once
-        (rank tables, relevance sets, tie groups) take the rest: a chunk of queries holds at
-        most ``memory_budget / PAIR_BYTES`` pairs, and a pair takes under a quarter of
-        ``PAIR_BYTES`` at the peak (``metrics/chunks.py``). (Half, as before, narrowed the
-        symmetric pass's blocks below what its kept products need at SOP's size.)"""
-        return max(2**16, self.memory_budget * 3 // 4)
+    def _ranking_budget(self, pairs: int | None = None) -> int:
+        """The ranking's share of ``memory_budget``: what the relevant pairs held at once (rank
+        tables, relevance sets, tie groups; ``PAIR_BYTES`` each, ``metrics/chunks.py``) leave
+        of it, and at least half. ``pairs``: the relevant pairs of the ranking where they are
+        known before it (label relevance: a chunk holds at most ``memory_budget / PAIR_BYTES``);
+        unknown, half. (Half always narrowed the symmetric pass of SOP-sized data, 83 MiB of
+        pairs, to blocks below what its kept products need.)"""
+        half = max(2**16, self.memory_budget // 2)
+        if pairs is None:
+            return half
+        held = min(pairs, self.memory_budget // PAIR_BYTES) * PAIR_BYTES
+        return max(half, self.memory_budget - held)
 
     # ------------------------------------------------------------------ dtype of the results
 

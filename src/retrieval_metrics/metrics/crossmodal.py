@@ -35,7 +35,7 @@ from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.inputs import as_embeddings, score_copy
 from retrieval_metrics.metrics.named import cutoffs
 from retrieval_metrics.plot import Plotted
-from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS
+from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS, protocol_name
 
 __all__ = ["CrossModalRetrieval", "RSum"]
 
@@ -86,6 +86,8 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         prefix: str = "",
         **kwargs: Any,
     ) -> None:
+        if kwargs.get("protocol") is not None:
+            kwargs["protocol"] = protocol_name(kwargs["protocol"])
         fixed = PROTOCOLS[kwargs["protocol"]][0] if kwargs.get("protocol") in PROTOCOLS else {}
         for name in _NOT_APPLICABLE:
             # the default, or a protocol's own value, changes nothing; anything else would be
@@ -232,8 +234,10 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         folds = self.folds or 1
         if n < folds:
             raise ValueError(f"`folds={folds}` needs at least {folds} images, got {n}")
+        # a caption's one image, and each image its captions: two relevant pairs a caption
         options = RankingOptions(
-            similarity=self.similarity, memory_budget=self._ranking_budget(), depth=max(self.k)
+            similarity=self.similarity, memory_budget=self._ranking_budget(2 * len(captions)),
+            depth=max(self.k),
         )
         distributed = self._distributed()
         image_ids = images.ids.cpu()

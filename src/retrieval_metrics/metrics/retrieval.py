@@ -271,7 +271,9 @@ class RetrievalMetric(RetrievalMetricBase):
 
     # ------------------------------------------------------------------ compute
 
-    def _ranking_options(self) -> RankingOptions:
+    def _ranking_options(self, pairs: int | None = None) -> RankingOptions:
+        """The ranking's options; ``pairs``: its relevant pairs where known before it (see
+        ``_ranking_budget``)."""
         if self.qrels is not None:
             # Every judged document's exact rank in the whole corpus; under an evaluator's
             # protocol, within the depth of the run it scores (RUN_DEPTH), where every measure
@@ -294,7 +296,7 @@ class RetrievalMetric(RetrievalMetricBase):
             radius=self.radius,
             ignore_label=self.ignore_label,
             similarity=self.similarity,
-            memory_budget=self._ranking_budget(),
+            memory_budget=self._ranking_budget(pairs),
             depth=depth,
             cover_relevant=cover,
         )

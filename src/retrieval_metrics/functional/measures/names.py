@@ -285,10 +285,20 @@ def suggest_metric(name: str) -> str | None:
         match = re.fullmatch(pattern, text)
         if match is not None:
             return hint.format(**match.groupdict())
-    base, _, k = text.partition("@")
-    close = difflib.get_close_matches(base, list(MEASURES), n=1, cutoff=0.75)
+    base, at, k = text.partition("@")
+    cutoff_ok = not at or k.isdigit() or k == "r"
+    close = [base] if base in MEASURES else difflib.get_close_matches(
+        base, list(MEASURES), n=1, cutoff=0.75
+    )
+    if close and cutoff_ok:
+        return f"did you mean {close[0]}{'@' + k if k else ''}?" if close[0] != base else None
     if close:
-        return f"did you mean {close[0]}{'@' + k if k else ''}?"
+        # "ndcg@ten", "recall@k": a known measure with a cut-off that is not one
+        return (
+            f"the cut-off after '@' is a whole number of positions, as in {close[0]}@10"
+            + (" (or r, in map@r)" if close[0] == "map" else "")
+            + f", not {k!r}"
+        )
     return None
 
 

@@ -58,6 +58,19 @@ def _resamples(n: int, num_bootstrap: int, seed: int) -> Iterator[Tensor]:
         yield torch.randint(0, n, (b, n), generator=gen)
 
 
+def _canonical(values: Tensor) -> Tensor:
+    """``values`` (per-query, one row per query) in an order that depends on the values alone:
+    sorted, rows lexicographically. The seeded resamples draw positions, so resampling the
+    queries in their given order would tie the interval to that order (the API's order of
+    updates, the command line's by query id); sorted first, the same values give the same
+    interval in any order."""
+    if values.dim() == 1:
+        return torch.sort(values).values
+    for column in reversed(range(values.shape[1])):
+        values = values[torch.sort(values[:, column], stable=True).indices]
+    return values
+
+
 def bootstrap_interval(
     values: Tensor,
     level: float = 0.95,
@@ -65,8 +78,9 @@ def bootstrap_interval(
     seed: int = 0,
     statistic: str = "mean",
 ) -> tuple[float, float]:
-    """Seeded percentile bootstrap over queries of the mean (or median) of ``values``."""
-    v = values[~torch.isnan(values)].to(torch.float64)
+    """Seeded percentile bootstrap over queries of the mean (or median) of ``values``; the same
+    for the same values in any order."""
+    v = _canonical(values[~torch.isnan(values)].to(torch.float64))
     n = v.numel()
     if n == 0:
         return (math.nan, math.nan)
@@ -86,7 +100,7 @@ def _bootstrap_curve(
 ) -> tuple[Tensor, Tensor]:
     """Pointwise percentile bootstrap of the mean of each column of ``(Q, K)`` per-query values
     (a CMC curve), rows with NaN left out; every column uses the same resampled queries."""
-    v = values[~torch.isnan(values).any(1)].to(torch.float64)
+    v = _canonical(values[~torch.isnan(values).any(1)].to(torch.float64))
     n, width = v.shape
     if n == 0:
         nan = torch.full((width,), math.nan, dtype=torch.float64)
@@ -294,11 +308,16 @@ def _summary(
     for name in names:
         spec = N.parse_metric(name)
         per_query = per_query_of[spec.name]
-        if per_query.dim() == 1 and empty_policy == "zero":
-            if spec.base in N.RANK_METRICS:
+        # the interval and the count on exactly the queries the value averages: under "zero"
+        # the unanswerable ones too, at 0 (or the worst rank), curves (CMC) included
+        if empty_policy == "zero":
+            if spec.base in N.RANK_METRICS and per_query.dim() == 1:
                 per_query = A.worst_rank_fill(per_query, table)
             else:
-                per_query = torch.where(table.num_relevant == 0, 0.0, per_query)
+                empty = table.num_relevant == 0
+                per_query = torch.where(
+                    empty if per_query.dim() == 1 else empty[:, None], 0.0, per_query
+                )
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
         scale = 100.0 if options.percent and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
@@ -413,7 +432,9 @@ def paired_comparison(
         nan = math.nan
         return Comparison(name, nan, nan, nan, (nan, nan), nan, "none", 0)
     diff = a - b
-    dist = torch.cat([diff[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
+    # the differences in an order of their own: the same interval for the queries in any order
+    ordered = _canonical(diff)
+    dist = torch.cat([ordered[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
     alpha = (1 - level) / 2
     interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
     binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())

@@ -75,9 +75,11 @@ class _EmbeddingStates(InputForm):
 
     def table(self, metric: RetrievalMetric) -> RankTable:
         queries, gallery = self.sides(metric)
+        pairs = _label_pairs(metric, queries, gallery)
         return D.rank_queries(
-            queries, gallery, metric._ranking_options(), metric.process_group,
-            metric._distributed(),
+            queries, gallery,
+            metric._ranking_options(None if pairs is None else int(pairs.sum())),
+            metric.process_group, metric._distributed(),
         )
 
     def tables_in_chunks(self, metric: RetrievalMetric) -> Iterator[RankTable] | None:
@@ -86,16 +88,16 @@ class _EmbeddingStates(InputForm):
         a chunk of queries at a time, each reduced to per-query values before the next is ranked,
         holding that many. ``PAIR_BYTES`` is several times what a pair takes at the peak (42 to 58
         bytes measured, every measure at once), so a chunk takes less than a quarter of the
-        budget, and the ranking the other three quarters (``_ranking_budget``). Taken where the
+        budget, and the ranking the rest (``_ranking_budget``). Taken where the
         pairs can be counted before ranking (label relevance), not for a sharded gallery; on several
         processes, this process's share of the queries (their parts are gathered after)."""
-        if metric.relevance != "label" or metric.gallery_sharded or metric.nonpositive != "hit":
+        if metric.gallery_sharded or metric.nonpositive != "hit":
             return None
         queries, gallery = self.sides(metric)
-        gallery = queries if gallery is None else gallery
-        if queries.labels is None or gallery.labels is None:
+        pairs = _label_pairs(metric, queries, gallery)
+        if pairs is None:
             return None
-        pairs = label_pair_counts(queries.labels, gallery.labels)
+        gallery = queries if gallery is None else gallery
         if int(pairs.sum()) * PAIR_BYTES <= metric.memory_budget:
             return None  # the same decision on every process: the states are synced
         options = metric._ranking_options()
@@ -112,6 +114,17 @@ class _EmbeddingStates(InputForm):
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
         return relevance_skip_reason(metric)
+
+
+def _label_pairs(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> Tensor | None:
+    """Per query, its relevant pairs before exclusions, where they can be counted before the
+    ranking (label relevance, labels on both sides); None elsewhere."""
+    if metric.relevance != "label":
+        return None
+    gallery = queries if gallery is None else gallery
+    if queries.labels is None or gallery.labels is None:
+        return None
+    return label_pair_counts(queries.labels, gallery.labels)
 
 
 class SameSource(_EmbeddingStates):
