@@ -1,8 +1,22 @@
-"""``python -m retrieval_metrics``: the ``retrieval-metrics`` command (``demo``, ``evaluate``)."""
+"""``retrieval-metrics`` and ``python -m retrieval_metrics``: the arguments parsed before the
+commands (torch, numpy, the file readers) are imported, so that ``--help``, ``--version`` and a
+mistyped option answer at once."""
+
+from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from retrieval_metrics.cli import main
+from retrieval_metrics.cli_parser import build_parser
 
-if __name__ == "__main__":
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``retrieval-metrics`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    from retrieval_metrics.cli import run  # the commands' imports, once there is one to run
+
+    return run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -62,7 +62,7 @@ from retrieval_metrics.formats import (
     read_ranked_lists,
 )
 
-__all__ = ["CLIError", "Progress", "main"]
+__all__ = ["CLIError", "Progress", "main", "run"]
 
 
 class CLIError(Exception):
@@ -502,6 +502,25 @@ def _options_line(metric: Any, trec: bool = False, scored: bool = False) -> str:
     return line + ("; scored runs ranked by score, ties by docid descending" if scored else "")
 
 
+def _default_protocol_note(args: argparse.Namespace, metric: Any, trec: bool) -> str | None:
+    """In words, where the command line's default for runs (trec_eval's conventions) scored
+    queries with no relevant document otherwise than the Python API's default would."""
+    if not trec or args.protocol is not None or args.empty_queries is not None:
+        return None
+    try:
+        empty = int((metric.rank_table().num_relevant == 0).sum())
+    except ValueError:  # no whole table (a chunked ranking): nothing to say here
+        return None
+    if not empty:
+        return None
+    return (
+        f"{empty} {'query' if empty == 1 else 'queries'} with no relevant document scored 0, as "
+        "trec_eval scores them (runs default to --protocol trec_eval); the Python API's default "
+        "leaves them out of the means: --protocol none (or --empty-queries skip) gives its "
+        "numbers"
+    )
+
+
 def _scored(run: Run) -> bool:
     """Whether a run file had scores: every run format but .jsonl (as formats.read_run reads)."""
     return run.kind == "trec" and Path(run.files[0]).suffix.lower() != ".jsonl"
@@ -531,6 +550,9 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"== {run.name}: {_describe(run)}", file=out)
         print(f"   {_options_line(metric, trec, _scored(run))}", file=out)
         print_summary(summary, out)
+        default_note = _default_protocol_note(args, metric, trec)
+        if default_note:
+            print(f"   {default_note}", file=out)
         entry: dict[str, Any] = {
             "name": run.name,
             "kind": run.kind,
@@ -655,8 +677,11 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``retrieval-metrics`` command; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The command ``args`` (parsed by ``cli_parser.build_parser``) run; the exit status."""
     try:
         return int(COMMANDS[args.command](args))
     # ValueError: the library refusing an input, or a file (formats.FormatError is one)

@@ -243,6 +243,66 @@ def plot_curves(
     return fig, ax
 
 
+def plot_values(
+    rows: Sequence[Mapping[str, Any]], ax: Any = None, title: str | None = None
+) -> tuple[Any, Any]:
+    """Single values (a metric that reports no curve) as labelled horizontal bars, each with its
+    value written beside it and, where ``rows`` carry them (``summary().rows``), its interval as
+    an error bar and its chance level as a black tick: a reader sees which number is which.
+
+    ``rows``: mappings with ``name`` and ``value``, optionally ``interval`` and ``chance``.
+    Returns ``(fig, ax)`` (``fig`` is ``None`` when ``ax`` was given, as in torchmetrics).
+    """
+    if not rows:
+        raise ValueError("nothing to plot")
+    if ax is None:
+        fig, ax = _pyplot().subplots(
+            figsize=(_FIGSIZE[0], 1.2 + 0.45 * len(rows)), layout="constrained"
+        )
+    else:
+        fig = None
+    values = [float(row["value"]) for row in rows]
+    positions = list(range(len(rows)))
+    intervals = [row.get("interval") for row in rows]
+    errors = None
+    if all(i is not None for i in intervals):
+        errors = [
+            [max(0.0, v - float(i[0])) for v, i in zip(values, intervals, strict=True)],
+            [max(0.0, float(i[1]) - v) for v, i in zip(values, intervals, strict=True)],
+        ]
+    ax.barh(positions, values, xerr=errors, color="C0", alpha=0.8, capsize=3,
+            label=None if errors is None else "value, interval")
+    chance = [(p, float(row["chance"])) for p, row in zip(positions, rows, strict=True)
+              if row.get("chance") is not None]
+    if chance:
+        ax.plot([c for _, c in chance], [p for p, _ in chance], linestyle="none", marker="|",
+                markersize=18, markeredgewidth=2, color="k", label="chance")
+    for p, v in zip(positions, values, strict=True):
+        ax.annotate(f"{v:.4g}", (v, p), xytext=(4, 6), textcoords="offset points",
+                    fontsize="small", va="bottom")
+    ax.set_yticks(positions, labels=[str(row["name"]) for row in rows])
+    ax.invert_yaxis()  # the first name on top, as the metric lists them
+    ax.set_xlabel("value")
+    ax.grid(True, axis="x", alpha=0.4)
+    if errors is not None or chance:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                  fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig, ax
+
+
+def _single_values(val: Any, prefix: str) -> list[dict[str, Any]] | None:
+    """``[{name, value}]`` for a 0-d tensor or a dict of them, else None."""
+    if isinstance(val, Tensor) and val.dim() == 0:
+        return [{"name": "value", "value": float(val)}]
+    if isinstance(val, Mapping) and val and all(
+        isinstance(v, Tensor) and v.dim() == 0 for v in val.values()
+    ):
+        return [{"name": _strip(str(k), prefix), "value": float(v)} for k, v in val.items()]
+    return None
+
+
 def _k_ticks(ks: list[int]) -> list[int]:
     """Up to 8 Ks as they are; more (a CMC curve), 1, 2, 5, 10, 20, ... and the largest K."""
     if len(ks) <= 8:
@@ -341,6 +401,17 @@ def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]
                     ax=ax,
                 )
     _pyplot()  # a clear message when matplotlib is missing
+    if val is None and hasattr(metric, "summary"):
+        # values with nothing to draw them against: labelled bars, intervals and chance levels
+        rows = [
+            row for row in metric.summary().rows
+            if isinstance(row["value"], Tensor) and row["value"].dim() == 0
+        ]
+        if rows:
+            return plot_values(rows, ax=ax, title=name)
+    values = _single_values(val, prefix)
+    if values is not None:
+        return plot_values(values, ax=ax, title=name)
     return metric._plot(val, ax)
 
 

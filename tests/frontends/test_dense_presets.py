@@ -611,3 +611,88 @@ def test_float32_ties_of_pytrec_eval_item_5():
         assert ours(["precision@1"], protocol, **form) == {"precision@1": 0.0}
     form["preds"] = form["preds"].float()
     assert ours(["precision@1"], "beir", **form) == {"precision@1": 0.5}
+
+
+# ============================================================================================
+# Every query of a query file given: BEIR's number all the same
+# ============================================================================================
+
+
+def _query_file(seed=0):
+    """30 queries against 80 documents: 16 judged with relevant documents (graded), 4 judged
+    grade 0 only, and 10 the qrels never name (a dataset's whole query file embedded)."""
+    rng = np.random.default_rng(seed)
+    q, g = rng.standard_normal((30, 16)), rng.standard_normal((80, 16))
+    qids, gids = [f"q{i}" for i in range(30)], [f"d{j:02d}" for j in range(80)]
+    qrels = {}
+    for i in range(20):
+        docs = rng.choice(80, size=4, replace=False)
+        grades = rng.integers(1, 3, size=4) if i < 16 else np.zeros(4, dtype=int)
+        qrels[qids[i]] = {gids[d]: int(grade) for d, grade in zip(docs, grades, strict=True)}
+    order = rng.permutation(30)  # the unjudged queries among the others
+    return q[order], [qids[i] for i in order], g, gids, qrels
+
+
+@pytest.mark.parametrize("protocol", ["beir", "mteb"])
+def test_unjudged_queries_given_leave_beirs_number_unchanged(protocol):
+    """BEIR's EvaluateRetrieval.evaluate (pytrec_eval over the queries both the qrels and the
+    run name) on a run of every given query, a third of them without any judgment and four
+    judged grade 0 only: the preset gives its numbers to its 5 places, and summary() counts the
+    queries left out."""
+    q, qids, g, gids, qrels = _query_file()
+    scores = _cosine(q, g)
+    _no_float32_ties(scores)
+    results = {qid: {gid: float(scores[i, j]) for j, gid in enumerate(gids)}
+               for i, qid in enumerate(qids)}
+    names = [f"{m}@{k}" for m in ("NDCG", "MAP", "Recall", "P") for k in (1, 3, 5, 10, 100)]
+    # EvaluateRetrieval.evaluate (and MTEB's pytrec part): pytrec_eval's means over the
+    # queries both name, rounded to 5 places
+    keys = {"ndcg_cut": "NDCG", "map_cut": "MAP", "recall": "Recall", "P": "P"}
+    theirs = {f"{keys[m]}@{k}": round(v, 5) for (m, k), v in
+              _pytrec_means(qrels, results, tuple(keys), (1, 3, 5, 10, 100)).items()}
+    metric = rm.RetrievalMetrics(names if protocol == "beir" else _mteb_names(names),
+                                 qrels=qrels, protocol=protocol)
+    metric.update(torch.tensor(q), ids=qids, role="query")
+    metric.update(torch.tensor(g), ids=gids, role="gallery")
+    mine = values64(metric)
+    for name, lib in zip(names, library_names("beir", names), strict=True):
+        assert round(mine[lib.lower()], 5) == pytest.approx(theirs[name], abs=1e-12), name
+    notes = metric.summary(num_bootstrap=10).notes
+    assert notes["queries without judgments"] == 10
+    assert notes["judged queries not given"] == 0
+    # the same numbers from the judged queries alone
+    judged = [i for i, qid in enumerate(qids) if qid in qrels]
+    alone = rm.RetrievalMetrics(names if protocol == "beir" else _mteb_names(names),
+                                qrels=qrels, protocol=protocol)
+    alone.update(torch.tensor(q[judged]), ids=[qids[i] for i in judged], role="query")
+    alone.update(torch.tensor(g), ids=gids, role="gallery")
+    assert values64(alone) == mine
+
+
+def _mteb_names(names):
+    keys = {"NDCG": "ndcg", "MAP": "map", "Recall": "recall", "P": "precision"}
+    return [f"{keys[n.split('@')[0]]}_at_{n.split('@')[1]}" for n in names]
+
+
+def test_ids_that_do_not_meet_are_refused_by_name():
+    q, qids, g, gids, qrels = _query_file()
+    metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels, protocol="beir")
+    metric.update(torch.tensor(q), ids=[f"query-{i}" for i in range(30)], role="query")
+    metric.update(torch.tensor(g), ids=gids, role="gallery")
+    with pytest.raises(ValueError, match=r"none of the 30 query ids given is a query of the "
+                                         r"qrels \(20 judged queries, e.g. 'q0'\)"):
+        metric.compute()
+    metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels, protocol="beir")
+    metric.update(torch.tensor(q), ids=qids, role="query")
+    metric.update(torch.tensor(g), ids=[f"doc{j}" for j in range(80)], role="gallery")
+    with pytest.raises(ValueError, match=r"none of the 64 relevant documents the qrels judge "
+                                         r"for the queries given is in the corpus"):
+        metric.summary()
+    # most of them missing (a part of the corpus under other ids): a warning with the count
+    metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels)
+    metric.update(torch.tensor(q), ids=qids, role="query")
+    metric.update(torch.tensor(g), ids=[gid if j < 20 else f"x{j}" for j, gid in enumerate(gids)],
+                  role="gallery")
+    with pytest.warns(UserWarning, match=r"of the 64 relevant documents the qrels judge for the "
+                                         r"queries given are not in the corpus"):
+        metric.compute()

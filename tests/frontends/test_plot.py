@@ -79,21 +79,22 @@ def test_cmc_plot_and_given_values(data, tmp_path):
     assert out_ax is ax2 and out_fig is None and len(ax2.get_lines()) == 2
 
 
-def test_scalar_metrics_use_torchmetrics_plot(data, tmp_path):
+def test_scalar_metrics_plot_labelled_bars_and_steps_as_torchmetrics(data, tmp_path):
     emb, labels = data
     m = rm.MAPAtR()
     m.update(emb, labels)
-    fig, ax = m.plot()
-    (line,) = ax.get_lines()
-    assert float(line.get_ydata()[0]) == pytest.approx(float(m.compute()))
+    fig, ax = m.plot()  # one value: a labelled bar with its interval and chance level
+    (bar,) = ax.patches
+    assert bar.get_width() == pytest.approx(float(m.compute()))
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["map@r"]
     _, ax = m.plot([torch.tensor(0.2), torch.tensor(0.3), torch.tensor(0.5)])  # over steps
     np.testing.assert_allclose(ax.get_lines()[0].get_ydata(), [0.2, 0.3, 0.5])
     several = rm.RetrievalMetrics(["hit_rate@1", "hit_rate@10", "map@r"], prefix="val/")
     several.update(emb, labels)
     _, ax = several.plot()  # two hit rates: the curve, with chance
     np.testing.assert_array_equal(ax.get_lines()[0].get_xdata(), [1, 10])
-    _, ax = several.plot(several.compute())  # a dict with map@r too: torchmetrics' plot
-    assert len(ax.get_lines()) == 3
+    _, ax = several.plot(several.compute())  # a dict with map@r too: labelled bars
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["hit_rate@1", "hit_rate@10", "map@r"]
     cm = rm.CrossModalRetrieval(k=(1, 5))
     cm.update(emb[::5], emb[1::5], torch.arange(80))
     fig, ax = cm.plot()

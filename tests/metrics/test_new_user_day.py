@@ -129,3 +129,104 @@ def test_a_cut_off_that_is_not_a_number_is_named(name, hint):
     with pytest.raises(ValueError) as caught:
         rm.RetrievalMetrics([name])
     assert f"did you mean {name}?" not in str(caught.value)
+
+
+# ----------------------------------------------------------------- cut-offs beyond what exists
+
+
+def test_summary_warns_as_compute_does_of_a_cut_off_beyond_the_gallery():
+    """The command line reads summary() alone: it gave hit_rate@100 = 1.0000 on a gallery of 49
+    without a word, where compute() warns."""
+    gen = torch.Generator().manual_seed(0)
+    metric = rm.RetrievalMetrics(["hit_rate@100", "cmc@60", "mrr"])
+    metric.update(torch.randn(10, 8, generator=gen), torch.arange(10) % 5, role="query")
+    metric.update(torch.randn(49, 8, generator=gen), torch.arange(49) % 5, role="gallery")
+    with pytest.warns(UserWarning, match=r"hit_rate@100 \(gallery of 49\), cmc@60 \(gallery of 49"):
+        metric.summary()
+
+
+def test_the_command_line_warns_of_a_cut_off_beyond_the_gallery(tmp_path, capsys):
+    import numpy as np
+
+    from retrieval_metrics import cli
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "e.npz", embeddings=rng.standard_normal((50, 8)),
+             labels=np.arange(50) % 5)
+    with pytest.warns(UserWarning, match=r"hit_rate@100 \(gallery of 49\)"):
+        assert cli.main(["evaluate", str(tmp_path / "e.npz"), "--metrics", "hit_rate@100",
+                         "--progress-delay", "-1"]) == 0
+
+
+# ------------------------------------------------------------- defaults that differ by front end
+
+
+def test_the_command_line_says_what_its_default_for_runs_did(tmp_path, capsys):
+    """A JSONL run with unanswerable questions: the command line's default (trec_eval's
+    conventions) scores them 0, the API's leaves them out; the table says so in words, and
+    --protocol none gives the API's number."""
+    import json
+
+    from retrieval_metrics import cli
+
+    lines = [
+        {"id": "q1", "retrieved": ["a", "b"], "relevant": ["a"]},
+        {"id": "q2", "retrieved": ["c", "d"], "relevant": ["x"]},
+        {"id": "q3", "retrieved": ["e", "f"], "relevant": []},
+    ]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli.main(["evaluate", "--run", str(path), "--metrics", "hit_rate@2", "--json",
+                     str(tmp_path / "a.json"), "--progress-delay", "-1"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 query with no relevant document scored 0, as trec_eval scores them" in printed
+    assert "--protocol none" in printed
+    default = json.loads((tmp_path / "a.json").read_text())["runs"][0]["metrics"]
+    assert default["hit_rate@2"]["value"] == pytest.approx(1 / 3)
+    assert cli.main(["evaluate", "--run", str(path), "--metrics", "hit_rate@2", "--protocol",
+                     "none", "--json", str(tmp_path / "b.json"), "--progress-delay", "-1"]) == 0
+    assert "scored 0, as trec_eval" not in capsys.readouterr().out
+    api = rm.RetrievalMetrics(["hit_rate@2"])
+    api.update(ranked_ids=[line["retrieved"] for line in lines],
+               relevant_ids=[line["relevant"] for line in lines])
+    none = json.loads((tmp_path / "b.json").read_text())["runs"][0]["metrics"]
+    assert none["hit_rate@2"]["value"] == pytest.approx(float(api.compute()["hit_rate@2"]))
+    assert none["hit_rate@2"]["value"] == pytest.approx(0.5)
+
+
+# -------------------------------------------------------------------------- words and files
+
+
+def test_a_truncated_npz_is_named_as_truncated(tmp_path):
+    import numpy as np
+
+    from retrieval_metrics.formats import FormatError, load_items
+
+    np.savez(tmp_path / "whole.npz", embeddings=np.ones((20, 4)), labels=np.arange(20))
+    data = (tmp_path / "whole.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError, match=r"truncated npz archive .* its end .* is missing"):
+        load_items(tmp_path / "cut.npz")
+    (tmp_path / "text.npz").write_text("not an archive")
+    with pytest.raises(FormatError, match=r"not an npz archive"):
+        load_items(tmp_path / "text.npz")
+
+
+def test_single_values_plot_as_labelled_bars():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    gen = torch.Generator().manual_seed(0)
+    metric = rm.RetrievalMetrics(["ndcg@10", "map"])
+    metric.update(torch.randn(60, 8, generator=gen), torch.arange(60) % 6)
+    _, ax = metric.plot()
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["ndcg@10", "map"]
+    bars = [p.get_width() for p in ax.patches]
+    values = metric.compute()
+    assert bars == pytest.approx([float(values["ndcg@10"]), float(values["map"])], abs=1e-6)
+    written = {t.get_text() for t in ax.texts}
+    assert f"{float(values['map']):.4g}" in written
+    _, ax_v = metric.plot(metric.compute())
+    assert [t.get_text() for t in ax_v.get_yticklabels()] == ["ndcg@10", "map"]

@@ -96,19 +96,32 @@ def test_queries_without_judgments_and_judged_queries_never_given():
     assert notes["queries without judgments"] == 1
     assert notes["judged queries not given"] == 2  # q3, and q4 (judged with nothing)
     assert notes["judged documents not in the corpus"] == 0
+    # a query without any judgment is in no mean, whatever empty_queries says (as BEIR, MTEB
+    # and sentence-transformers leave it out); a judged query with nothing relevant follows it
     zero = _metric(["hit_rate@1"], qrels, empty_queries="zero")
     zero.update(queries, ids=["q1", "q2", "unjudged"], role="query")
     zero.update(docs, ids=doc_ids, role="gallery")
-    assert float(zero.compute()["hit_rate@1"]) == pytest.approx(1 / 3, abs=1e-15)
+    assert float(zero.compute()["hit_rate@1"]) == 0.5
+    assert zero.summary().notes["queries without judgments"] == 1
+    empty = _metric(["hit_rate@1"], qrels, empty_queries="zero")
+    empty.update(queries, ids=["q1", "q2", "q4"], role="query")
+    empty.update(docs, ids=doc_ids, role="gallery")
+    assert float(empty.compute()["hit_rate@1"]) == pytest.approx(1 / 3, abs=1e-15)
 
 
 def test_all_skipped_warns_with_the_qrels_reason():
     docs, doc_ids = _corpus()
-    m = _metric(["mrr"], {"other": ["d0"]})
+    m = _metric(["mrr"], {"q": [], "other": ["d0"]})  # q judged, with nothing relevant
     m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q"], role="query")
     m.update(docs, ids=doc_ids, role="gallery")
     with pytest.warns(UserWarning, match="qrels judge no document relevant"):
         assert math.isnan(float(m.compute()["mrr"]))
+    # no query the qrels name at all: nothing can be scored, refused by name
+    m = _metric(["mrr"], {"other": ["d0"]})
+    m.update(torch.tensor([_unit(0.0)], dtype=torch.float64), ids=["q"], role="query")
+    m.update(docs, ids=doc_ids, role="gallery")
+    with pytest.raises(ValueError, match="none of the 1 query ids given is a query of the qrels"):
+        m.compute()
 
 
 def test_identical_string_ids_are_left_out_by_default():

@@ -56,6 +56,13 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
     # numpy reads a file that is not what its name says as a pickle, and refuses with a message
     # about allow_pickle; name what the file should have been instead
     if suffix == ".npz" and not zipfile.is_zipfile(path):
+        if _head(path, raw=True)[:4] == b"PK\x03\x04":
+            # a zip's directory is at its end: a file cut short starts as a zip all the same
+            raise FormatError(
+                f"{path}: a damaged or truncated npz archive ({path.stat().st_size} bytes): it "
+                "starts as a zip but its end (the archive's directory) is missing, as when a "
+                "write did not finish or a copy was cut short; write or copy it again"
+            )
         raise FormatError(
             f"{path}: not an npz archive (a zip of .npy arrays, as numpy.savez writes); "
             f"it starts with {_head(path)}"

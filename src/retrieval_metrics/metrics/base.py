@@ -193,6 +193,8 @@ class RetrievalMetricBase(Metric):
         # parts and query fields.
         self._tables: dict[str, RankTable] | None = None
         self._chunk_parts: tuple[M.QueryParts, RankTable] | None = None
+        # counts about the data beside the ranking (summary().notes), made with the tables
+        self._notes: dict[str, int] = {}
         self._warned_no_ids = False
         self._warned_forward = False
         self._warned_cutoffs = False
@@ -544,7 +546,9 @@ class RetrievalMetricBase(Metric):
             stacklevel=stacklevel,
         )
 
-    def _warn_if_cutoffs_reach_gallery(self, fields: dict[str, RankTable]) -> None:
+    def _warn_if_cutoffs_reach_gallery(
+        self, fields: dict[str, RankTable], stacklevel: int = 4
+    ) -> None:
         """Warn once per metric when a cut-off K is at or above the whole gallery: every
         answerable query then finds its relevant items within K, so hit rate and recall at K
         are 1 by construction (a gallery of 3 images reports R@5 = 100). ``fields``: the rank
@@ -570,7 +574,7 @@ class RetrievalMetricBase(Metric):
                 "rate and recall there are 1 by construction (precision and NDCG are computed "
                 "over the whole gallery); use a larger gallery or a smaller K",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
             self._warned_cutoffs = True
 
@@ -639,7 +643,13 @@ class RetrievalMetricBase(Metric):
         rows = []
         for key, part in self._summaries(options):
             rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+        # the warnings compute() gives, given here too (the command line reads summary() alone)
+        self._warn_if_cutoffs_reach_gallery(self._ranking_fields(), stacklevel=3)
         return stats.Summary(rows=rows, level=level, notes=self._summary_notes())
+
+    def _ranking_fields(self) -> dict[str, RankTable]:
+        """The rank tables (or their query fields), by the prefix of their measures' names."""
+        return self.rank_tables()
 
     def _summary_notes(self) -> dict[str, int]:
         """Counts about the data as a whole for :meth:`summary` (a kind's input form may have

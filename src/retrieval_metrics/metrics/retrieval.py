@@ -318,7 +318,11 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _build_tables(self) -> dict[str, RankTable]:
         try:
-            table = self._synced_form().table(self)
+            form = self._synced_form()
+            table = form.table(self)
+            # counted on the synced states with the table (summary() reads them after the
+            # states are let go: a form may count what its table leaves out)
+            self._notes = form.notes(self, table)
         finally:
             self._derived.pop("q", None)
             self._derived.pop("g", None)
@@ -385,6 +389,12 @@ class RetrievalMetric(RetrievalMetricBase):
             for name, (values, _, _) in parts.items()
         }
 
+    def _ranking_fields(self) -> dict[str, RankTable]:
+        self._ranked()
+        if self._chunk_parts is None:
+            return super()._ranking_fields()
+        return {"": self._chunk_parts[1]}
+
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
         # many relevant items per query: from the per-query parts of the ranking in chunks
         self._ranked()
@@ -397,7 +407,8 @@ class RetrievalMetric(RetrievalMetricBase):
         self._ranked()
         if self._chunk_parts is not None:
             return {}
-        return self._input_form().notes(self, self.rank_table())
+        self.rank_table()
+        return dict(self._notes)
 
     def _values_of_parts(self, parts: M.QueryParts, queries: RankTable) -> dict[str, Tensor]:
         values = M.aggregate_query_parts(queries, parts, options=self.measure_options)

@@ -97,6 +97,8 @@ class Judgments:
     graded: bool
     integer_ids: bool
     fingerprint: int
+    #: a judged query's id and a judged document's id as the qrels wrote them (for messages)
+    examples: tuple[Any, Any] = (None, None)
 
     @staticmethod
     def of(qrels: Any) -> Judgments:
@@ -166,7 +168,9 @@ class Judgments:
             torch.sort(query_codes).values if query_codes is not None
             else torch.zeros(0, dtype=torch.int64)
         )
-        return Judgments(q, d, g, judged_codes, graded, integer_ids, fingerprint)
+        examples = (judged_queries[0] if judged_queries else None,
+                    documents[0] if documents else None)
+        return Judgments(q, d, g, judged_codes, graded, integer_ids, fingerprint, examples)
 
     def __len__(self) -> int:
         return int(self.judged.numel())

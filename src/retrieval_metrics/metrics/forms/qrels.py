@@ -12,11 +12,14 @@ and the counts ``summary()`` reports.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
@@ -26,7 +29,7 @@ from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
 if TYPE_CHECKING:
     from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
-__all__ = ["Qrels", "check_identical_ids", "qrels_notes"]
+__all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
 
 
 def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> None:
@@ -59,14 +62,62 @@ def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items 
         )
 
 
-def qrels_notes(metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+def check_ids_meet(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> None:
+    """Refuse judgments that share no query id with the queries given, or whose relevant
+    documents (of the queries given) are none of them in the corpus: every value would be a
+    silent 0 (or NaN), the mark of ids that do not meet (int vs str, a prefix, another split).
+    Warn where most of those documents are missing. Decided on the synced states: alike on every
+    process. A sharded corpus is checked for its queries only (its documents are the shards')."""
+    judgments = metric.qrels
+    assert judgments is not None
+    name = type(metric).__name__
+    query_example, document_example = judgments.examples
+    hint = (
+        "ids compare as text: 7 and '7' are one id, 'q7' and '7' are not; check the prefix, the "
+        "type and the split of the ids on each side"
+    )
+    given = queries.ids.cpu()
+    judged = torch.isin(given, judgments.judged)
+    if given.numel() and not bool(judged.any()):
+        raise ValueError(
+            f"{name}: none of the {given.numel()} query ids given is a query of the qrels "
+            f"({len(judgments)} judged queries, e.g. {query_example!r}): "
+            f"nothing can be scored. {hint}"
+        )
+    if gallery is None or metric.gallery_sharded or gallery.ids is None:
+        return
+    relevant = torch.isin(judgments.query, given[judged]) & (judgments.grade > 0)
+    documents = judgments.document[relevant]
+    if documents.numel() == 0:
+        return  # judged, with nothing relevant: empty_queries decides
+    present = torch.isin(documents, gallery.ids.cpu())
+    missing = int((~present).sum())
+    corpus = gallery.ids.cpu()
+    if not bool(present.any()):
+        raise ValueError(
+            f"{name}: none of the {documents.numel()} relevant documents the qrels judge for "
+            f"the queries given is in the corpus ({corpus.numel()} documents; "
+            f"qrels documents e.g. {document_example!r}): every value would be 0. {hint}"
+        )
+    if 2 * missing > documents.numel():
+        warnings.warn(
+            f"{name}: {missing} of the {documents.numel()} relevant documents the qrels judge "
+            f"for the queries given are not in the corpus ({corpus.numel()} documents): they "
+            "count as relevant and never retrieved. If the corpus is the whole collection, the "
+            f"ids may not meet; {hint}",
+            UserWarning,
+            stacklevel=6,
+        )
+
+
+def qrels_notes(metric: RetrievalMetric, table: RankTable, given: Tensor) -> dict[str, int]:
     """What ``summary()`` counts about judgments beside its rows: relevant judgments whose
     document the corpus lacks (relevant, never retrieved), queries given without any judgment
-    (skipped, or scored as ``empty_queries`` says) and judged queries never given."""
+    (left out of every mean, as BEIR, MTEB and sentence-transformers leave them out) and judged
+    queries never given. ``given``: the ids of every query given."""
     judgments = metric.qrels
     assert judgments is not None
     absent = table.num_absent
-    given = table.query_id if table.query_id is not None else torch.zeros(0, dtype=torch.int64)
     judged = torch.isin(given, judgments.judged)
     return {
         "judged documents not in the corpus": 0 if absent is None else int(absent.sum()),
@@ -98,9 +149,15 @@ class Qrels(QueryGallery):
         super().append(metric, batch)
 
     def table(self, metric: RetrievalMetric) -> RankTable:
-        # the queries' ids stay in the table: the judged queries never given are counted by
-        # them, and two retrievers' tables pair their queries by them
+        # Only the judged queries are ranked: a query the qrels do not name is in no mean (BEIR,
+        # MTEB and sentence-transformers leave it out too; summary() counts it), whatever
+        # empty_queries says of judged queries with nothing relevant. The queries' ids stay in
+        # the table: two retrievers' tables pair their queries by them.
         queries, gallery = self.sides(metric)
+        assert metric.qrels is not None
+        judged = torch.isin(queries.ids.cpu(), metric.qrels.judged)
+        if not bool(judged.all()):
+            queries = queries.select(flat_nonzero(judged))
         if metric.gallery_sharded:
             table = self.sharded_table(metric, queries, gallery)
         else:
@@ -114,10 +171,12 @@ class Qrels(QueryGallery):
     def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
         queries, gallery = super().sides(metric)
         check_identical_ids(metric, queries, gallery)
+        check_ids_meet(metric, queries, gallery)
         return queries, gallery
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
         return QRELS_SKIP
 
     def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
-        return qrels_notes(metric, table)
+        queries, _ = self.sides(metric)
+        return qrels_notes(metric, table, queries.ids.cpu())

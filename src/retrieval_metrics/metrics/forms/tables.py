@@ -178,5 +178,18 @@ class FixedGallery(TableStates):
     def skip_reason(self, metric: RetrievalMetric) -> str:
         return relevance_skip_reason(metric)
 
+    def table(self, metric: RetrievalMetric) -> RankTable:
+        table = super().table(metric)
+        if metric.qrels is None or table.query_id is None:
+            return table
+        # a query the qrels do not name is in no mean (as in the Qrels form; summary() counts it)
+        judged = torch.isin(table.query_id, metric.qrels.judged)
+        return table if bool(judged.all()) else table.select(judged)
+
     def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
-        return {} if metric.qrels is None else qrels_notes(metric, table)
+        if metric.qrels is None:
+            return {}
+        given = super().table(metric).query_id
+        return qrels_notes(
+            metric, table, torch.zeros(0, dtype=torch.int64) if given is None else given
+        )
