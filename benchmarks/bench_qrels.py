@@ -149,6 +149,7 @@ def run_classes(args, protocol: str | None = "beir", every: int = 2) -> dict:
     import torch
 
     import retrieval_metrics as rm
+    import retrieval_metrics.metrics  # the classes' imports (lazy), before any timing
 
     judged = judgments(args)
     qrels = {f"q{q}": {f"doc-{d}": g for d, g in j.items()} for q, j in enumerate(judged)}
