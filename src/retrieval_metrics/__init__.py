@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from retrieval_metrics._lazy import lazy_names
+from retrieval_metrics.functional._lazy import lazy_names
 
 if TYPE_CHECKING:  # the names as static tools see them; imported when first read
     from retrieval_metrics import functional
@@ -28,28 +28,6 @@ if TYPE_CHECKING:  # the names as static tools see them; imported when first rea
         RPrecision,
         RSum,
     )
-
-_METRICS = "retrieval_metrics.metrics"
-# each name's module, imported when the name is first read (``_lazy``): ``import
-# retrieval_metrics`` and ``retrieval-metrics --help`` import neither torch nor torchmetrics
-__getattr__, __dir__ = lazy_names(__name__, {
-    "functional": "retrieval_metrics.functional",
-    "compare": "retrieval_metrics.comparison",
-    "RankTable": "retrieval_metrics.functional",
-    "rank_embeddings": "retrieval_metrics.functional",
-    "rank_lists": "retrieval_metrics.functional",
-    "rank_scores": "retrieval_metrics.functional",
-    "retrieval_measures": "retrieval_metrics.functional.measures",
-    **dict.fromkeys(
-        [
-            "CMC", "MINP", "MRR", "CrossModalRetrieval", "HitRateAtK", "MAPAtR",
-            "MeanAveragePrecision", "MeanRank", "MedianRank", "NDCGAtK", "PrecisionAtK",
-            "RecallAtK", "RetrievalMetric", "RetrievalMetricBase", "RetrievalMetrics",
-            "RPrecision", "RSum",
-        ],
-        _METRICS,
-    ),
-})
 
 __version__ = "0.1.0"
 
@@ -80,3 +58,19 @@ __all__ = [
     "rank_scores",
     "retrieval_measures",
 ]
+
+# each name under its module, imported when the name is first read (``functional._lazy``):
+# ``import retrieval_metrics`` and ``retrieval-metrics --help`` import neither torch nor
+# torchmetrics; every other public name is a metric class
+_ELSEWHERE = {
+    "retrieval_metrics.functional": ["functional", "RankTable", "rank_embeddings", "rank_lists",
+                                     "rank_scores"],
+    "retrieval_metrics.functional.measures": ["retrieval_measures"],
+    "retrieval_metrics.comparison": ["compare"],
+}
+_METRIC_CLASSES = sorted(
+    set(__all__) - {"__version__"} - {n for names in _ELSEWHERE.values() for n in names}
+)
+__getattr__, __dir__ = lazy_names(
+    __name__, {**_ELSEWHERE, "retrieval_metrics.metrics": _METRIC_CLASSES}
+)

@@ -52,7 +52,12 @@ from retrieval_metrics.cli_parser import (
     build_parser,
 )
 from retrieval_metrics.cli_progress import Progress
-from retrieval_metrics.cli_summary import number, print_summary, summary_json
+from retrieval_metrics.cli_summary import (
+    default_protocol_note,
+    number,
+    print_summary,
+    summary_json,
+)
 from retrieval_metrics.formats import (
     ARRAYS,
     EmbeddingFile,
@@ -502,25 +507,6 @@ def _options_line(metric: Any, trec: bool = False, scored: bool = False) -> str:
     return line + ("; scored runs ranked by score, ties by docid descending" if scored else "")
 
 
-def _default_protocol_note(args: argparse.Namespace, metric: Any, trec: bool) -> str | None:
-    """In words, where the command line's default for runs (trec_eval's conventions) scored
-    queries with no relevant document otherwise than the Python API's default would."""
-    if not trec or args.protocol is not None or args.empty_queries is not None:
-        return None
-    try:
-        empty = int((metric.rank_table().num_relevant == 0).sum())
-    except ValueError:  # no whole table (a chunked ranking): nothing to say here
-        return None
-    if not empty:
-        return None
-    return (
-        f"{empty} {'query' if empty == 1 else 'queries'} with no relevant document scored 0, as "
-        "trec_eval scores them (runs default to --protocol trec_eval); the Python API's default "
-        "leaves them out of the means: --protocol none (or --empty-queries skip) gives its "
-        "numbers"
-    )
-
-
 def _scored(run: Run) -> bool:
     """Whether a run file had scores: every run format but .jsonl (as formats.read_run reads)."""
     return run.kind == "trec" and Path(run.files[0]).suffix.lower() != ".jsonl"
@@ -550,7 +536,10 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"== {run.name}: {_describe(run)}", file=out)
         print(f"   {_options_line(metric, trec, _scored(run))}", file=out)
         print_summary(summary, out)
-        default_note = _default_protocol_note(args, metric, trec)
+        default_note = (
+            trec and args.protocol is None and args.empty_queries is None
+            and default_protocol_note(metric)
+        )
         if default_note:
             print(f"   {default_note}", file=out)
         entry: dict[str, Any] = {

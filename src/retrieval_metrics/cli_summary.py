@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 import torch
 
-__all__ = ["gallery_value", "number", "print_summary", "summary_json"]
+__all__ = ["default_protocol_note", "gallery_value", "number", "print_summary", "summary_json"]
 
 
 def gallery_value(text: str) -> int | list[int] | None:
@@ -71,3 +71,21 @@ def print_summary(summary: Any, out: TextIO) -> None:
             print(f"{'chance:':<{width + 1}}  {cells}", file=out)
     for what, count in summary.notes.items():  # e.g. judged documents not in the corpus
         print(f"{what}: {count}", file=out)
+
+
+def default_protocol_note(metric: Any) -> str | None:
+    """In words, where the command line's default for runs (trec_eval's conventions, taken when
+    neither --protocol nor --empty-queries was given) scored queries with no relevant document
+    otherwise than the Python API's default would."""
+    try:
+        empty = int((metric.rank_table().num_relevant == 0).sum())
+    except ValueError:  # no whole table (a chunked ranking): nothing to say here
+        return None
+    if not empty:
+        return None
+    return (
+        f"{empty} {'query' if empty == 1 else 'queries'} with no relevant document scored 0, as "
+        "trec_eval scores them (runs default to --protocol trec_eval); the Python API's default "
+        "leaves them out of the means: --protocol none (or --empty-queries skip) gives its "
+        "numbers"
+    )

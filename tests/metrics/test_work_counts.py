@@ -25,7 +25,10 @@ import torch
 import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
 from retrieval_metrics.functional import rank_embeddings
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine import plan, schedule
+from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.metrics.chunks import PAIR_BYTES
 from work_counts import counting_work
 
@@ -79,18 +82,32 @@ class _Laid(Exception):
     multiplied, so a layout at full size costs only its relevance sets."""
 
 
-@pytest.fixture
-def layouts(monkeypatch):
-    """The layout the first ranking of a compute() takes; the compute stops there (``_Laid``)."""
+def recorded_layouts(monkeypatch, stop: bool) -> list[schedule.Layout]:
+    """The layouts the rankings of the code run take (``schedule.choose_layout``'s answers); with
+    ``stop``, the first ranking stops there (``_Laid``)."""
     seen: list[schedule.Layout] = []
     original = schedule.choose_layout
 
     def recorded(*args, **kwargs):
         seen.append(original(*args, **kwargs))
-        raise _Laid
+        if stop:
+            raise _Laid
+        return seen[-1]
 
     monkeypatch.setattr(schedule, "choose_layout", recorded)
     return seen
+
+
+@pytest.fixture
+def layouts(monkeypatch):
+    """The layout the first ranking of a compute() takes; the compute stops there."""
+    return recorded_layouts(monkeypatch, stop=True)
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """Every layout the rankings of the code run take (they run as usual)."""
+    return recorded_layouts(monkeypatch, stop=False)
 
 
 @pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])
@@ -114,20 +131,6 @@ def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts
     # counting steps), about half of the product
     assert layouts[0].block_g >= plan.block_caps("cpu")[2] // 2, layouts[0]
     assert half_product(n, layouts[0].block_g) <= 0.55
-
-
-@pytest.fixture
-def plans(monkeypatch):
-    """Every layout the rankings of the code run take (they run as usual)."""
-    seen: list[schedule.Layout] = []
-    original = schedule.choose_layout
-
-    def recorded(*args, **kwargs):
-        seen.append(original(*args, **kwargs))
-        return seen[-1]
-
-    monkeypatch.setattr(schedule, "choose_layout", recorded)
-    return seen
 
 
 @pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])
@@ -242,3 +245,16 @@ def test_emulated_device_same_source_takes_the_symmetric_pass(plans):
     (layout,) = plans
     assert work.ratio(n, n, dim) == pytest.approx(half_product(n, layout.block_g))
     assert half_product(n, layout.block_g) <= 0.75
+
+
+def test_plan_of_gives_the_layout_the_ranking_takes(plans):
+    """``schedule.plan_of`` answers, without ranking, with the layout the ranking then takes."""
+    n = 3072
+    labels = class_labels(n, "varied")
+    emb = embedded(labels)
+    settings = RankingSettings(memory_budget=2**23)
+    inputs = embedding_relevance(emb, None, Keys(labels=labels), None, settings)
+    asked = schedule.plan_of(inputs, settings)
+    rank_embeddings(emb, query_labels=labels, memory_budget=2**23)
+    assert plans == [asked, asked]  # plan_of's own choice, then the ranking's: the same
+    assert asked.symmetric

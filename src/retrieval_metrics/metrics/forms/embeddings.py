@@ -198,23 +198,23 @@ class QueryGallery(_EmbeddingStates):
         ``shard``, or nothing): the items that a lower-ranked process also holds (sampler
         padding) dropped, by their ids."""
         sent = 0
-        if metric._several_processes():
+        several = metric._several_processes()
+        if several:
             if shard is None:  # this process holds no gallery items, but joins the collectives
                 shard = queries.select(torch.zeros(0, dtype=torch.int64))
             shard, sent = D.dedupe_across_shards(
                 shard, "`ids` of the gallery items", metric.process_group
             )
-        elif shard is not None and len(shard):
+        options = metric._ranking_options()
+        if not several and shard is not None and len(shard):
             # one process: its shard is the whole gallery, ranked in one pass (the sharded
             # ranking's first pass, the relevant scores to exchange, would add up to half a
             # product more for nothing)
-            table = D.rank_queries(queries, shard, metric._ranking_options(), None, False)
-            metric.bytes_exchanged = metric._sync_bytes
-            return table
-        table, ranked = D.rank_gallery_sharded(
-            queries, shard, metric._ranking_options(), metric.process_group,
-            metric._several_processes(),
-        )
+            table, ranked = D.rank_queries(queries, shard, options, None, False), 0
+        else:
+            table, ranked = D.rank_gallery_sharded(
+                queries, shard, options, metric.process_group, several
+            )
         # what this process sent: its states, the shard's ids and the ranking's relevant
         # scores and counts
         metric.bytes_exchanged = sent + ranked + metric._sync_bytes

@@ -154,6 +154,7 @@ class Qrels(QueryGallery):
         # empty_queries says of judged queries with nothing relevant. The queries' ids stay in
         # the table: two retrievers' tables pair their queries by them.
         queries, gallery = self.sides(metric)
+        check_ids_meet(metric, queries, gallery)  # once a ranking (sides() serves notes too)
         assert metric.qrels is not None
         judged = torch.isin(queries.ids.cpu(), metric.qrels.judged)
         if not bool(judged.all()):
@@ -171,7 +172,6 @@ class Qrels(QueryGallery):
     def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
         queries, gallery = super().sides(metric)
         check_identical_ids(metric, queries, gallery)
-        check_ids_meet(metric, queries, gallery)
         return queries, gallery
 
     def skip_reason(self, metric: RetrievalMetric) -> str:

@@ -102,8 +102,9 @@ def _symmetric_block(side: Direction, elem: int, budget: int) -> int | None:
     widest = square_block(num, elem, budget, side.device)
     narrowest = max(PRODUCT_COLUMNS, widest // 2)
     block, fallback = widest, None
+    pairs = side.pair_state_bytes()
     while True:
-        rows, pairs = side.state_bytes(block, elem), side.pair_state_bytes()
+        rows = side.state_bytes(block, elem)
         if keeps_states(rows, pairs, budget):
             fallback = block if fallback is None else fallback
             room = two_sided_room(budget, rows, pairs)

@@ -19,6 +19,7 @@ from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBloc
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
+from retrieval_metrics.functional.ranking.engine.layout import symmetric_order
 from retrieval_metrics.functional.ranking.engine.plan import SEGMENT
 from retrieval_metrics.functional.ranking.engine.shared import SharedPairs
 
@@ -194,7 +195,7 @@ class TwoSidedPass:
         sets every pair of the column."""
         blocks_a, blocks_b = self.pairs.blocks_a, self.pairs.blocks_b
         if self.symmetric:
-            return [(i, j) for j in range(blocks_b) for i in range(j, -1, -1)]
+            return list(symmetric_order(blocks_b))
         return [(i, j) for j in range(blocks_b) for i in range(blocks_a)]
 
     def _count(self, i: int, j: int, s: Tensor) -> None:

@@ -10,29 +10,31 @@ are as before, and nothing is imported that a call does not need.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
 def lazy_names(
-    package: str, names: Mapping[str, str]
+    package: str, modules: Mapping[str, Iterable[str]]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package`` whose ``names`` (name -> module it comes
-    from; a module's own name for a submodule) are imported when first read."""
+    """``__getattr__`` and ``__dir__`` for ``package`` whose names, listed under the module each
+    comes from (``modules``: module -> names; a submodule is its own module's name), are
+    imported when first read."""
     namespace = importlib.import_module(package).__dict__
+    origin = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> Any:
-        module = names.get(name)
+        module = origin.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         imported = importlib.import_module(module)
-        # the module's attribute of that name (``compare`` of ``retrieval_metrics.compare``,
-        # whose import just set the package's ``compare`` to the module), else the module
+        # the module's attribute of that name (``compare`` of ``retrieval_metrics.comparison``),
+        # else the module itself (a submodule)
         value = getattr(imported, name, imported)
         namespace[name] = value  # read once: the module attribute from then on
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(names))
+        return sorted(set(namespace) | set(origin))
 
     return __getattr__, __dir__
