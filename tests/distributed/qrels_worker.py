@@ -31,6 +31,19 @@ NUM_Q, NUM_D, DIM = 23, 61, 6
 CUT_NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10"]
 
 
+def _same(i):
+    return i
+
+
+# ids that do not meet the judgments': every query id with another prefix, every document id
+# with another prefix, and all but ten of the documents
+IDS_DO_NOT_MEET = {
+    "query_ids_renamed": (lambda i: f"query-{i}", _same),
+    "document_ids_renamed": (_same, lambda i: f"doc-{i}"),
+    "most_documents_renamed": (_same, lambda i: i if int(i[1:]) < 10 else f"doc-{i}"),
+}
+
+
 def data(tied: bool = False):
     """Queries, corpus, string ids (five queries are corpus documents) and graded qrels with
     documents the corpus lacks, grade-0 judgments and queries without judgments. ``tied``: the
@@ -56,9 +69,13 @@ def data(tied: bool = False):
     return queries, docs, q_ids, d_ids, qrels
 
 
-def feed(metric, rank: int, world: int, fixed: bool = False, tied: bool = False) -> None:
-    """This process's share: the corpus (unless ``fixed``) and the queries, in batches."""
+def feed(metric, rank: int, world: int, fixed: bool = False, tied: bool = False,
+         renamed=None) -> None:
+    """This process's share: the corpus (unless ``fixed``) and the queries, in batches.
+    ``renamed``: (query id -> id given, document id -> id given), ids that do not meet."""
     queries, docs, q_ids, d_ids, _ = data(tied)
+    if renamed is not None:
+        q_ids, d_ids = [renamed[0](i) for i in q_ids], [renamed[1](i) for i in d_ids]
     size = 3 + 2 * rank
     if not fixed:
         # the corpus over the processes too, padded, in batches of another size
@@ -90,6 +107,15 @@ def scored(metric) -> dict:
         values = metric.compute()
         notes = metric.summary(num_bootstrap=10).notes
     return {"values": {k: float(v) for k, v in values.items()}, "notes": notes}
+
+
+def warned(metric) -> dict:
+    """The warnings compute() gave, and the values."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        values = metric.compute()
+    return {"warnings": [str(w.message) for w in caught],
+            "values": {k: float(v) for k, v in values.items()}}
 
 
 def refused(metric) -> dict:
@@ -126,6 +152,10 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric = build(sharded=True)
         feed(metric, rank, world)
         return scored(metric)
+    if scenario in IDS_DO_NOT_MEET:
+        metric = build()
+        feed(metric, rank, world, renamed=IDS_DO_NOT_MEET[scenario])
+        return warned(metric) if scenario == "most_documents_renamed" else refused(metric)
     if scenario == "sharded_integer_ids_collide":
         # integer ids from two counters: only the last process's shard holds document 0, the id
         # of query 0; every process refuses

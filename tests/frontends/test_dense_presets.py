@@ -23,6 +23,7 @@ matter; the tie cases are hand-worked below.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -635,10 +636,10 @@ def _query_file(seed=0):
 
 @pytest.mark.parametrize("protocol", ["beir", "mteb"])
 def test_unjudged_queries_given_leave_beirs_number_unchanged(protocol):
-    """BEIR's EvaluateRetrieval.evaluate (pytrec_eval over the queries both the qrels and the
-    run name) on a run of every given query, a third of them without any judgment and four
-    judged grade 0 only: the preset gives its numbers to its 5 places, and summary() counts the
-    queries left out."""
+    """BEIR's EvaluateRetrieval.evaluate, the package's own and its pytrec_eval read here
+    (means over the queries both the qrels and the run name), on a run of every given query, a
+    third of them without any judgment and four judged grade 0 only: the preset gives its
+    numbers to its 5 places, and summary() counts the queries left out."""
     q, qids, g, gids, qrels = _query_file()
     scores = _cosine(q, g)
     _no_float32_ties(scores)
@@ -650,6 +651,16 @@ def test_unjudged_queries_given_leave_beirs_number_unchanged(protocol):
     keys = {"ndcg_cut": "NDCG", "map_cut": "MAP", "recall": "Recall", "P": "P"}
     theirs = {f"{keys[m]}@{k}": round(v, 5) for (m, k), v in
               _pytrec_means(qrels, results, tuple(keys), (1, 3, 5, 10, 100)).items()}
+    # and BEIR's own package (its evaluate() drops a document whose id is the query's from the
+    # run it is given: a copy)
+    from beir.retrieval.evaluation import EvaluateRetrieval
+
+    beirs = {}
+    for part in EvaluateRetrieval.evaluate(
+        qrels, copy.deepcopy(results), [1, 3, 5, 10, 100]
+    ):
+        beirs.update(part)
+    assert beirs == theirs
     metric = rm.RetrievalMetrics(names if protocol == "beir" else _mteb_names(names),
                                  qrels=qrels, protocol=protocol)
     metric.update(torch.tensor(q), ids=qids, role="query")
@@ -674,25 +685,33 @@ def _mteb_names(names):
     return [f"{keys[n.split('@')[0]]}_at_{n.split('@')[1]}" for n in names]
 
 
-def test_ids_that_do_not_meet_are_refused_by_name():
+def _corpus_given(metric, g, gids, fixed):
+    if fixed:
+        metric.set_gallery(torch.tensor(g), ids=gids)
+    else:
+        metric.update(torch.tensor(g), ids=gids, role="gallery")
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["corpus_updates", "set_gallery"])
+def test_ids_that_do_not_meet_are_refused_by_name(fixed):
     q, qids, g, gids, qrels = _query_file()
     metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels, protocol="beir")
+    _corpus_given(metric, g, gids, fixed)
     metric.update(torch.tensor(q), ids=[f"query-{i}" for i in range(30)], role="query")
-    metric.update(torch.tensor(g), ids=gids, role="gallery")
-    with pytest.raises(ValueError, match=r"none of the 30 query ids given is a query of the "
-                                         r"qrels \(20 judged queries, e.g. 'q0'\)"):
+    with pytest.raises(ValueError, match=r"none of the 30 query ids given \(e.g. 'query-0'\) is "
+                                         r"a query of the qrels \(20 judged queries, e.g. 'q0'\)"):
         metric.compute()
     metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels, protocol="beir")
+    _corpus_given(metric, g, [f"doc{j}" for j in range(80)], fixed)
     metric.update(torch.tensor(q), ids=qids, role="query")
-    metric.update(torch.tensor(g), ids=[f"doc{j}" for j in range(80)], role="gallery")
     with pytest.raises(ValueError, match=r"none of the 64 relevant documents the qrels judge "
-                                         r"for the queries given is in the corpus"):
+                                         r"for the queries given is in the corpus \(corpus of 80 "
+                                         r"documents, e.g. 'doc0'; qrels documents e.g. 'd"):
         metric.summary()
     # most of them missing (a part of the corpus under other ids): a warning with the count
     metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels)
+    _corpus_given(metric, g, [gid if j < 20 else f"x{j}" for j, gid in enumerate(gids)], fixed)
     metric.update(torch.tensor(q), ids=qids, role="query")
-    metric.update(torch.tensor(g), ids=[gid if j < 20 else f"x{j}" for j, gid in enumerate(gids)],
-                  role="gallery")
     with pytest.warns(UserWarning, match=r"of the 64 relevant documents the qrels judge for the "
-                                         r"queries given are not in the corpus"):
+                                         r"queries given are not in the corpus \(corpus of 80"):
         metric.compute()

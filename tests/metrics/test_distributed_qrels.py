@@ -21,6 +21,7 @@ import qrels_worker  # noqa: E402
 
 SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fixed_ties_by_id",
           "qrels_run_depth"]
+MEET = list(qrels_worker.IDS_DO_NOT_MEET)
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
            "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
 _RUNS: dict[int, list[dict]] = {}
@@ -28,7 +29,7 @@ _RUNS: dict[int, list[dict]] = {}
 
 def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     if world not in _RUNS:
-        names = SCORED + (REFUSED if world > 1 else [])
+        names = SCORED + MEET + (REFUSED if world > 1 else [])
         tmp = tmp_path_factory.mktemp(f"qrels_world{world}")
         _RUNS[world] = launch.run_workers(HERE / "qrels_worker.py", [",".join(names)], world, tmp)
     return [by_scenario[scenario] for by_scenario in _RUNS[world]]
@@ -83,3 +84,35 @@ def test_processes_that_disagree_are_refused_on_every_process(
         assert result["error"] is not None and named in result["error"], (
             f"{scenario} rank {rank}/{world}: {result['error']}"
         )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_ids_that_do_not_meet_are_named_alike_on_every_process(world, tmp_path_factory):
+    """Query ids or corpus ids that do not meet the judgments' are refused, and a corpus that
+    lacks most judged documents is warned of, with the counts of one process, on every
+    process."""
+    expected = {}
+    for scenario, renamed in qrels_worker.IDS_DO_NOT_MEET.items():
+        metric = qrels_worker.build()
+        qrels_worker.feed(metric, 0, 1, renamed=renamed)
+        expected[scenario] = (qrels_worker.warned if scenario == "most_documents_renamed"
+                              else qrels_worker.refused)(metric)
+    n_queries = qrels_worker.NUM_Q
+    assert f"none of the {n_queries} query ids given" in expected["query_ids_renamed"]["error"]
+    assert "is in the corpus (corpus of 61 documents" in expected["document_ids_renamed"]["error"]
+    (warning,) = [w for w in expected["most_documents_renamed"]["warnings"]
+                  if "not in the corpus" in w]
+    counts = warning.split(" are not in the corpus")[0]  # "N of the M relevant documents ..."
+    assert "of the" in counts
+    for scenario in qrels_worker.IDS_DO_NOT_MEET:
+        for rank, result in enumerate(results_of(scenario, world, tmp_path_factory)):
+            where = f"{scenario} rank {rank}/{world}"
+            if scenario != "most_documents_renamed":
+                # the same refusal, up to the example id this process was given
+                head = expected[scenario]["error"].split("(")[0]
+                assert result["error"] is not None and result["error"].startswith(head), where
+                continue
+            mine = [w for w in result["warnings"] if "not in the corpus" in w]
+            assert len(mine) == 1 and mine[0].startswith(counts), where
+            assert result["values"] == pytest.approx(expected[scenario]["values"], abs=1e-12)

@@ -118,6 +118,9 @@ class RetrievalMetric(RetrievalMetricBase):
         # one ranking's derived values, kept until the states change: the deduplicated sides
         # and the table with torchmetrics' miss rule
         self._derived = {}  # type: ignore[var-annotated]
+        # with qrels: an id of each side as the user last gave it, for the messages of ids that
+        # do not meet the judgments' (the states hold the ids' codes only)
+        self.id_examples: dict[str, Any] = {}
 
     def _format(self, values: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
         """Turn the named values into what ``compute()`` returns (a 0-d tensor for one value)."""
@@ -149,6 +152,7 @@ class RetrievalMetric(RetrievalMetricBase):
         at once and only per-query results are kept (the query embeddings are not stored)."""
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
         FixedGallery.set(self, embeddings, keys)
+        self._note_id_example("gallery", ids)
         self._forget_ranking()
 
     def update(  # type: ignore[override]
@@ -201,6 +205,13 @@ class RetrievalMetric(RetrievalMetricBase):
                 "`qrels=`)"
             )
         form.append(self, batch)
+        self._note_id_example(role or "query", ids)
+
+    def _note_id_example(self, side: str, ids: Any) -> None:
+        if self.qrels is None or ids is None or len(ids) == 0:
+            return
+        first = ids[0]
+        self.id_examples[side] = first.item() if hasattr(first, "item") else first
 
     def _mark(self, kind: str) -> None:
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""

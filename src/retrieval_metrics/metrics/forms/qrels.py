@@ -62,49 +62,55 @@ def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items 
         )
 
 
-def check_ids_meet(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> None:
-    """Refuse judgments that share no query id with the queries given, or whose relevant
-    documents (of the queries given) are none of them in the corpus: every value would be a
-    silent 0 (or NaN), the mark of ids that do not meet (int vs str, a prefix, another split).
-    Warn where most of those documents are missing. Decided on the synced states: alike on every
-    process. A sharded corpus is checked for its queries only (its documents are the shards')."""
+def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None) -> None:
+    """Refuse judgments that share no query id with the queries given (``given``: their id
+    codes), or whose relevant documents (of the queries given) are none of them in the corpus
+    (``corpus``: its id codes; None for a sharded corpus, whose documents are the shards'): every
+    value would be a silent 0 (or NaN), the mark of ids that do not meet (int vs str, a prefix,
+    another split). Warn where most of those documents are missing. Decided on the synced
+    states: alike on every process. Each message counts both sides and names an id of each."""
     judgments = metric.qrels
     assert judgments is not None
     name = type(metric).__name__
     query_example, document_example = judgments.examples
+    given_example = metric.id_examples.get("query")
+    corpus_example = metric.id_examples.get("gallery")
     hint = (
         "ids compare as text: 7 and '7' are one id, 'q7' and '7' are not; check the prefix, the "
         "type and the split of the ids on each side"
     )
-    given = queries.ids.cpu()
+    given = given.cpu()
     judged = torch.isin(given, judgments.judged)
     if given.numel() and not bool(judged.any()):
         raise ValueError(
-            f"{name}: none of the {given.numel()} query ids given is a query of the qrels "
-            f"({len(judgments)} judged queries, e.g. {query_example!r}): "
+            f"{name}: none of the {given.numel()} query ids given (e.g. {given_example!r}) is a "
+            f"query of the qrels ({len(judgments)} judged queries, e.g. {query_example!r}): "
             f"nothing can be scored. {hint}"
         )
-    if gallery is None or metric.gallery_sharded or gallery.ids is None:
+    if corpus is None:
         return
     relevant = torch.isin(judgments.query, given[judged]) & (judgments.grade > 0)
     documents = judgments.document[relevant]
     if documents.numel() == 0:
         return  # judged, with nothing relevant: empty_queries decides
-    present = torch.isin(documents, gallery.ids.cpu())
+    corpus = corpus.cpu()
+    present = torch.isin(documents, corpus)
     missing = int((~present).sum())
-    corpus = gallery.ids.cpu()
+    sides = (
+        f"corpus of {corpus.numel()} documents, e.g. {corpus_example!r}; qrels documents e.g. "
+        f"{document_example!r}"
+    )
     if not bool(present.any()):
         raise ValueError(
             f"{name}: none of the {documents.numel()} relevant documents the qrels judge for "
-            f"the queries given is in the corpus ({corpus.numel()} documents; "
-            f"qrels documents e.g. {document_example!r}): every value would be 0. {hint}"
+            f"the queries given is in the corpus ({sides}): every value would be 0. {hint}"
         )
     if 2 * missing > documents.numel():
         warnings.warn(
             f"{name}: {missing} of the {documents.numel()} relevant documents the qrels judge "
-            f"for the queries given are not in the corpus ({corpus.numel()} documents): they "
-            "count as relevant and never retrieved. If the corpus is the whole collection, the "
-            f"ids may not meet; {hint}",
+            f"for the queries given are not in the corpus ({sides}): they count as relevant "
+            "and never retrieved. If the corpus is the whole collection, the ids may not meet; "
+            f"{hint}",
             UserWarning,
             stacklevel=6,
         )
@@ -154,7 +160,11 @@ class Qrels(QueryGallery):
         # empty_queries says of judged queries with nothing relevant. The queries' ids stay in
         # the table: two retrievers' tables pair their queries by them.
         queries, gallery = self.sides(metric)
-        check_ids_meet(metric, queries, gallery)  # once a ranking (sides() serves notes too)
+        # once a ranking (sides() serves notes too)
+        check_ids_meet(
+            metric, queries.ids,
+            None if gallery is None or metric.gallery_sharded else gallery.ids,
+        )
         assert metric.qrels is not None
         judged = torch.isin(queries.ids.cpu(), metric.qrels.judged)
         if not bool(judged.all()):

@@ -24,7 +24,11 @@ from retrieval_metrics.functional.table import (
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, InputForm
 from retrieval_metrics.metrics.forms.embeddings import relevance_skip_reason
-from retrieval_metrics.metrics.forms.qrels import check_identical_ids, qrels_notes
+from retrieval_metrics.metrics.forms.qrels import (
+    check_identical_ids,
+    check_ids_meet,
+    qrels_notes,
+)
 from retrieval_metrics.metrics.inputs import (
     as_embeddings,
     item_tensors,
@@ -182,6 +186,8 @@ class FixedGallery(TableStates):
         table = super().table(metric)
         if metric.qrels is None or table.query_id is None:
             return table
+        gallery = metric._gallery
+        check_ids_meet(metric, table.query_id, None if gallery is None else gallery.ids)
         # a query the qrels do not name is in no mean (as in the Qrels form; summary() counts it)
         judged = torch.isin(table.query_id, metric.qrels.judged)
         return table if bool(judged.all()) else table.select(judged)
