@@ -120,7 +120,7 @@ class RetrievalMetric(RetrievalMetricBase):
         self._derived = {}  # type: ignore[var-annotated]
         # with qrels: an id of each side as the user last gave it, for the messages of ids that
         # do not meet the judgments' (the states hold the ids' codes only)
-        self.id_examples: dict[str, Any] = {}
+        self.id_examples = {}  # type: ignore[var-annotated]
 
     def _format(self, values: dict[str, Tensor]) -> Tensor | dict[str, Tensor]:
         """Turn the named values into what ``compute()`` returns (a 0-d tensor for one value)."""
