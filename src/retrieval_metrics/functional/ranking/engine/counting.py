@@ -1,9 +1,10 @@
-"""One block of queries across the gallery: relevant scores, depth threshold and histograms.
+"""One block of queries across the gallery: relevant scores and histograms.
 
 A :class:`Pass` holds what every query block of one ranking shares; a :class:`QueryBlock` reads
 its relevant scores, counts every gallery block once (the sparse way, item by item of the
-segments that reach the threshold, or the dense way, the whole block: ``kernels``) and writes
-above, tied and listed of its relevant pairs into the outputs.
+segments that reach each row's threshold, or the dense way, the whole block: ``kernels``) and
+writes above, tied and listed of its relevant pairs into the outputs. Beside it: the rows'
+thresholds (``threshold``) and the tied items a tie key puts first (``tie_keys``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
     by_block,
-    columnwise_max,
     compiled_for,
     count_block,
     count_candidates,
@@ -27,8 +27,15 @@ from retrieval_metrics.functional.ranking.engine.kernels import (
     pairs_in_block,
     sort_rows,
 )
+from retrieval_metrics.functional.ranking.engine.threshold import (
+    THETA_EVERY,
+    RowThresholds,
+    renumbered,
+)
+from retrieval_metrics.functional.ranking.engine.tie_keys import TieKeyCounts
 
-THETA_EVERY = 4
+__all__ = ["DENSE_RECHECK", "Pass", "QueryBlock"]
+
 #: Once a block of a query block was counted the dense way, the next ones are counted so
 #: without their segment maxima (a weak model lets most items through everywhere), and every
 #: this-many-th block looks at its maxima again: a pass over each block fewer. Which way a block
@@ -44,11 +51,11 @@ DROP_AT_LEAST = 8
 
 
 class QueryBlock:
-    """One block of queries: its relevant scores, threshold and histograms across the gallery.
+    """One block of queries: its relevant scores, thresholds and histograms across the gallery.
 
     The ranking of a block goes through these steps, whatever the order of the gallery blocks:
     :meth:`read_relevant` on the blocks that hold relevant items (and :meth:`seed` the depth
-    threshold with any block read early), :meth:`start_counting`, :meth:`count` every gallery
+    thresholds with any block read early), :meth:`start_counting`, :meth:`count` every gallery
     block once, :meth:`finish`. Score blocks ``s`` are ``(rows, block_g)``, excluded pairs
     already at -inf (:meth:`mask_excluded`).
     """
@@ -91,22 +98,11 @@ class QueryBlock:
                 self.rel_scores.view(-1).copy_(values)
             else:
                 self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
-        self.before: Tensor | None = None
-        if p.tie_key is not None:
-            # each relevant pair's tie key where its score will be (+inf padding: never tied)
-            keys = p.tie_key.index_select(0, r_gal.to(device))
-            self.rel_keys = torch.zeros(self.rel_scores.shape, dtype=torch.int64, device=device)
-            self.rel_keys.view(-1).scatter_(0, self.r_flat, keys)
-            self.before = torch.zeros_like(self.rel_keys)
-        if p.options.depth is not None:
-            # Where each relevant item lies, by block and segment, to mask it from the maxima.
-            seg_order = torch.argsort(self.r_block, stable=True)
-            self.seg_rows = self.r_row[seg_order].to(device)
-            self.seg_cols = (self.r_local // SEGMENT)[seg_order].to(device)
-            self.seg_bounds = torch.searchsorted(
-                self.r_block[seg_order], torch.arange(p.num_blocks_g + 1)
-            )
-        self.pending: list[Tensor] = []
+        self.ties = (
+            None if p.tie_key is None
+            else TieKeyCounts(p, tuple(self.rel_scores.shape), self.r_flat, r_gal)
+        )
+        self.thresholds = RowThresholds(p, self.r_row, self.r_block, self.r_local)
         self.went_dense = False
         # Rows still ranked (local rows of the block; None: all of them), and what finish reads
         # of the whole block once rows are dropped (see drop_finished).
@@ -122,13 +118,13 @@ class QueryBlock:
         threshold, and on the CPU to choose between the sparse and the dense count (see
         :data:`DENSE_RECHECK`). An accelerator counts every block whole and needs none, nor does
         a ranking that lets finished rows go (``pruning``) with the compiled count: its counts
-        raise the threshold (:meth:`_raise_by_counts`), and a pass of the compiled count over
-        the relevant scores still counted costs about what the maxima cost."""
+        raise the threshold (``RowThresholds.raise_by_counts``), and a pass of the compiled
+        count over the relevant scores still counted costs about what the maxima cost."""
         if self.p.device.type != "cpu":
             return False
         if self.pruning and self.compiled:
             return False
-        return self.raising or not self.went_dense or b % DENSE_RECHECK == 0
+        return self.thresholds.raising or not self.went_dense or b % DENSE_RECHECK == 0
 
     def relevant_blocks(self) -> list[int]:
         if self.p.ext_scores is not None:
@@ -185,121 +181,36 @@ class QueryBlock:
         flat = per_row.reshape(-1)
         return flat if self.dense else flat.index_select(0, self.r_flat.to(flat.device))
 
-    def _without_relevant(self, seg_max: Tensor, b: int) -> Tensor:
-        """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
-        lo, hi = int(self.seg_bounds[b]), int(self.seg_bounds[b + 1])
-        if hi == lo:
-            return seg_max
-        masked = seg_max.clone()
-        masked[self.seg_rows[lo:hi], self.seg_cols[lo:hi]] = self.p.neg_inf
-        return masked
-
     def seed(self, seg_max: Tensor, b: int) -> None:
-        """Let block ``b``, read before counting starts, raise the first depth threshold."""
-        if self.p.options.depth is not None:
-            self.pending.append(self._without_relevant(seg_max, b))
+        """Let block ``b``, read before counting starts, raise the first depth thresholds."""
+        self.thresholds.seed(seg_max, b)
 
     def start_counting(self) -> None:
         p, nb = self.p, self.nb
-        device, dtype = p.device, p.dtype
-        neg_inf = p.neg_inf
+        device = p.device
         # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
         self.rel_scores.add_(0.0)
         # +inf padding last; the permutation only to write back in CSR order
         self.rel_sorted, self.rel_perm = sort_rows(self.rel_scores, with_perm=not p.by_score)
-        if self.before is not None:
+        if self.ties is not None:
             # the tie-key count compares with the scores where the keys are
-            self.rel_unsorted = self.rel_scores
+            self.ties.start(self.rel_scores)
         del self.rel_scores
         rel_sorted = self.rel_sorted
-        self.has_rel = self.r_counts.to(device) > 0
         is_finite = rel_sorted.isfinite()
         self.num_finite = is_finite.sum(1, keepdim=True)
-        finite = torch.where(is_finite, rel_sorted, neg_inf)
+        finite = torch.where(is_finite, rel_sorted, p.neg_inf)
         del is_finite
-        self.best = finite.max(1).values
-        self.lowest = rel_sorted[:, 0]
-        self.threshold = torch.where(
-            self.has_rel, self.lowest, torch.full_like(self.lowest, float("inf"))
-        )
-        if p.options.depth is not None:
-            r_counts = self.r_counts
-            block_depth = (
-                r_counts.clamp_min(p.options.depth)
-                if p.options.cover_relevant
-                else torch.full_like(r_counts, p.options.depth)
-            )
-            self.top_width = int(block_depth.max()) if nb else p.options.depth
-            self.depth_col = (block_depth - 1).to(device)[:, None]
-            # A lower bound of each row's depth-th best score, from distinct items: the relevant
-            # scores themselves, and the maxima of the segments that hold no relevant item.
-            pad = torch.full((nb, self.top_width), float("-inf"), dtype=dtype, device=device)
-            self.top_seg = torch.cat([pad, finite], 1)
-        self._check_raising()
-        self.theta_from_blocks = False
+        self.thresholds.start(rel_sorted, finite, self.r_counts)
         self.width = rel_sorted.shape[1] + 1
-        self.compiled = compiled_for(device, dtype, self.num_finite)
+        self.compiled = compiled_for(device, p.dtype, self.num_finite)
         # per row, its relevant scores (ascending) that depth counted items beat already: no
-        # longer counted (see _raise_by_counts)
+        # longer counted (see RowThresholds.raise_by_counts)
         self.first = (
             torch.zeros((nb, 1), dtype=torch.int64, device=device) if self.pruning else None
         )
         self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
         self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
-
-    def _check_raising(self) -> None:
-        """Whether the threshold can still rise: it never passes a row's best relevant score, so
-        rows with one relevant item (text-to-image), or already there, need no segment maxima.
-        Without ``locate_first`` it may pass it: then the row is finished (see
-        :meth:`drop_finished`)."""
-        below = (
-            self.threshold < self.best
-            if self.p.options.locate_first
-            else self.threshold <= self.best
-        )
-        self.raising = self.p.options.depth is not None and bool((self.has_rel & below).any())
-        if not self.raising:
-            self.pending = []
-
-    def _raise_threshold(self) -> None:
-        # The threshold may lag behind (any lower bound of the depth-th best score is correct),
-        # so the segment maxima are merged every few blocks only.
-        if self.pending and (len(self.pending) >= THETA_EVERY or not self.theta_from_blocks):
-            self.theta_from_blocks = True
-            merged = torch.cat([self.top_seg, *columnwise_max(self.pending)], 1)
-            self.top_seg = merged.topk(self.top_width, dim=1).values
-            self.pending = []
-            theta = self.top_seg.gather(1, self.depth_col).squeeze(1)
-            raised = torch.maximum(self.lowest, theta)
-            if self.p.options.locate_first:
-                raised = torch.minimum(self.best, raised)
-            # (the counts may have raised it further: _raise_by_counts)
-            self.threshold = torch.where(
-                self.has_rel, torch.maximum(self.threshold, raised), self.threshold
-            )
-            self._check_raising()
-
-    def _raise_by_counts(self) -> None:
-        """Raise each row's threshold to its lowest relevant score that fewer than depth
-        counted items beat (+inf where depth items beat them all: the row is finished).
-
-        Exact however the gallery continues: the items counted above a relevant score only
-        grow, and one that depth items beat lies below the depth for good. The histograms have
-        that count at hand (the items with more than j relevant scores below them beat the j-th
-        lowest), and since it falls as the scores rise, the scores beaten form a prefix of each
-        row, whose length ``first`` the compiled count then passes over.
-        """
-        # (as finish reads above: totals minus prefix sums)
-        prefix = self.hist_lt.view(self.nb, self.width).cumsum(1)
-        above = prefix[:, -1:] - prefix[:, :-1]
-        first = (above > self.depth_col).sum(1, keepdim=True)
-        m = self.rel_sorted.shape[1]
-        lowest_left = self.rel_sorted.gather(1, first.clamp_max(m - 1))[:, 0]
-        lowest_left = torch.where(first[:, 0] < m, lowest_left, torch.inf)
-        self.threshold = torch.where(
-            self.has_rel, torch.maximum(self.threshold, lowest_left), self.threshold
-        )
-        self.first = first
 
     def drop_finished(self) -> Tensor | None:
         """Stop ranking the rows that are finished: without ``locate_first``, those whose
@@ -310,7 +221,7 @@ class QueryBlock:
         dropped: fewer than a product's rows (``PRODUCT_ROWS``) of the block are finished."""
         if not self.pruning or self.nb == 0:
             return None
-        finished = self.threshold > self.best  # (rows without relevant items: +inf > -inf)
+        finished = self.thresholds.finished()
         done = int(finished.sum())
         if done == 0 or done < min(self.nb, DROP_AT_LEAST):
             return None
@@ -329,27 +240,22 @@ class QueryBlock:
             self.kept = self.kept.index_select(0, keep)
         old_nb = self.nb
         at = keep.to(self.p.device)
-        for name in (
-            "rel_sorted", "rel_perm", "has_rel", "num_finite", "best", "lowest", "threshold",
-            "depth_col", "top_seg", "rel_unsorted", "rel_keys", "before", "first",
-        ):
+        for name in ("rel_sorted", "rel_perm", "num_finite", "first"):
             value = getattr(self, name, None)
             if isinstance(value, Tensor):
                 setattr(self, name, value.index_select(0, at))
-        self.pending = [maxima.index_select(0, at) for maxima in self.pending]
+        if self.ties is not None:
+            self.ties.keep_rows(at)
         self.hist_lt = self.hist_lt.view(old_nb, self.width).index_select(0, at).view(-1)
         self.hist_le = self.hist_le.view(old_nb, self.width).index_select(0, at).view(-1)
         self.nb = keep.numel()
         # the excluded pairs and the relevant items' segments: rows renumbered, dropped rows' gone
         new_row = torch.full((old_nb,), -1, dtype=torch.int64)
         new_row[keep] = torch.arange(keep.numel())
-        self.e_row, self.e_bounds, self.e_gal = _renumbered(
+        self.e_row, self.e_bounds, self.e_gal = renumbered(
             new_row, self.e_row, self.e_bounds, self.e_gal
         )
-        if self.p.options.depth is not None:
-            self.seg_rows, self.seg_bounds, self.seg_cols = _renumbered(
-                new_row, self.seg_rows, self.seg_bounds, self.seg_cols
-            )
+        self.thresholds.keep_rows(at, new_row)
 
     def _whole_block(self) -> None:
         """Back to every row of the block for finish: a dropped row lists none of its
@@ -365,9 +271,9 @@ class QueryBlock:
 
         self.hist_lt = spread(self.hist_lt.view(self.nb, self.width), 0).view(-1)
         self.hist_le = spread(self.hist_le.view(self.nb, self.width), 0).view(-1)
-        self.threshold = spread(self.threshold, float("inf"))
-        if self.before is not None:
-            self.before = spread(self.before, 0)
+        self.thresholds.value = spread(self.thresholds.value, float("inf"))
+        if self.ties is not None:
+            self.ties.spread(spread)
         self.rel_sorted, self.rel_perm, self.nb = rel_sorted, rel_perm, nb
         self._whole = self.kept = None
 
@@ -391,55 +297,15 @@ class QueryBlock:
         def count_items() -> None:
             self._count_items(s, seg_max, b, seeded, segment_values, buffer)
 
-        if self.before is None:
+        if self.ties is None:
             count_items()
         else:
-            self._count_with_keys(s, b, count_items)
+            self.ties.count(s, b, count_items, self.hist_le, self.width)
         if self.pruning and b % THETA_EVERY == 0:
             # (every few blocks: a threshold that lags behind is still exact)
-            self._raise_by_counts()
-
-    def _count_with_keys(self, s: Tensor, b: int, count_items: Callable[[], None]) -> None:
-        """``count_items()``, then the tied items of a smaller key of block ``b``."""
-        rows = None
-        if s.device.type == "cpu":
-            # Only the rows where this block ties a relevant score. While counting, hist_le
-            # holds each item's "<=" bin minus its "<" bin (finish adds hist_lt back): nothing
-            # for an item that ties no relevant score, and for one that does a -1 in a lower bin
-            # than its +1, so the lowest such bin of a row loses what no item gives back. The
-            # rows whose hist_le moved are exactly those. An accelerator compares every row
-            # instead of waiting for this test.
-            before = self.hist_le.clone()
-            count_items()
-            moved = self.hist_le.ne(before).view(self.nb, self.width).any(1)
-            if not bool(moved.any()):
-                return
-            rows = flat_nonzero(moved)
-        else:
-            count_items()
-        self._count_before(s, b, rows)
-
-    def _count_before(self, s: Tensor, b: int, rows: Tensor | None) -> None:
-        """Per relevant pair of ``rows`` (None: every row), the items of block ``b`` with its
-        exact score and a smaller tie key. The relevant item itself has its own key, not a
-        smaller one; an excluded item scores -inf, a relevant score is finite."""
-        p = self.p
-        start = b * p.block_g
-        width = min(p.block_g, p.num_g - start)
-        keys = p.tie_key[start : start + width]
-        scores, values, rel_keys = s[:, :width], self.rel_unsorted, self.rel_keys
-        if rows is not None:
-            scores = scores.index_select(0, rows)
-            values, rel_keys = values.index_select(0, rows), rel_keys.index_select(0, rows)
-        counts = torch.empty_like(rel_keys)
-        for j in range(values.shape[1]):
-            tied = scores == values[:, j : j + 1]
-            tied &= keys < rel_keys[:, j : j + 1]
-            counts[:, j] = tied.sum(1)
-        if rows is None:
-            self.before += counts
-        else:
-            self.before.index_add_(0, rows, counts)
+            self.first = self.thresholds.raise_by_counts(
+                self.hist_lt.view(self.nb, self.width), self.rel_sorted
+            )
 
     def _count_items(
         self,
@@ -474,11 +340,12 @@ class QueryBlock:
                 self.num_finite, self.first,
             )
             return
-        if self.raising:
+        thresholds = self.thresholds
+        if thresholds.raising:
             if not seeded:
-                self.seed(seg_max, b)
-            self._raise_threshold()
-        candidates = flat_nonzero((seg_max >= self.threshold[:, None]).reshape(-1))
+                thresholds.seed(seg_max, b)
+            thresholds.raise_from_maxima()
+        candidates = flat_nonzero((seg_max >= thresholds.value[:, None]).reshape(-1))
         self.went_dense = False
         if candidates.numel() == 0:
             return
@@ -500,7 +367,7 @@ class QueryBlock:
             count_candidates(
                 s,
                 candidates,
-                self.threshold,
+                thresholds.value,
                 self.rel_sorted,
                 self.hist_lt,
                 self.hist_le,
@@ -521,7 +388,7 @@ class QueryBlock:
         above_sorted = prefix_lt[:, -1:] - prefix_lt[:, :-1]
         tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
         del self.hist_lt, self.hist_le, prefix_lt, prefix_le, hist_le
-        listed_sorted = self.rel_sorted >= self.threshold[:, None]
+        listed_sorted = self.rel_sorted >= self.thresholds.value[:, None]
         if self.p.by_score:
             # The j-th smallest of a row's m relevant scores goes to place m - 1 - j of its query
             # (each row's m scores sort first: the padding is +inf). The flat positions of
@@ -535,9 +402,9 @@ class QueryBlock:
                 out.index_copy_(0, dest, self._in_csr_order(sorted_values).cpu())
             return
         # Back from sorted order to the CSR order of the relevant items.
-        if self.before is not None:
+        if self.ties is not None:
             # (counted where the scores were read: in CSR layout already)
-            self.p.outputs[3].scatter_(0, self.r_pos, self._in_csr_order(self.before).cpu())
+            self.p.outputs[3].scatter_(0, self.r_pos, self._in_csr_order(self.ties.before).cpu())
         for out, sorted_values in zip(
             self.p.outputs[:3], (above_sorted, tied_sorted, listed_sorted), strict=True
         ):
@@ -545,18 +412,3 @@ class QueryBlock:
             unsorted.scatter_(1, self.rel_perm, sorted_values)
             out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())
 
-
-def _renumbered(
-    new_row: Tensor, rows: Tensor, bounds: Tensor, other: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Entries grouped by gallery block (``bounds``) with their query block ``rows`` (and a
-    second field ``other``), less those of dropped rows (``new_row`` -1), rows renumbered."""
-    mapped = new_row.index_select(0, rows.cpu())
-    keep = mapped >= 0
-    before = torch.zeros(keep.numel() + 1, dtype=torch.int64)
-    torch.cumsum(keep, 0, out=before[1:])
-    return (
-        mapped[keep].to(rows.device),
-        before.index_select(0, bounds),
-        other[keep.to(other.device)],
-    )

@@ -12,11 +12,12 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero
-from retrieval_metrics.functional.ranking.engine.counting import THETA_EVERY, Pass, QueryBlock
+from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBlock
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
 from retrieval_metrics.functional.ranking.engine.plan import product_row_count, product_rows
+from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 

@@ -80,10 +80,10 @@ def combine_counts(blocks: list[QueryBlock], exchange: Exchange) -> None:
     hists = [h for qb in blocks for h in (qb.hist_lt, qb.hist_le)]
     for hist, part in zip(hists, _split_like(exchange.sum(torch.cat(hists)), hists), strict=True):
         hist.copy_(part)
-    thresholds = [qb.threshold for qb in blocks]
+    thresholds = [qb.thresholds.value for qb in blocks]
     combined = exchange.max(torch.cat(thresholds))
     for qb, part in zip(blocks, _split_like(combined, thresholds), strict=True):
-        qb.threshold = part
+        qb.thresholds.value = part
 
 
 def combine_outputs(outputs: tuple[Tensor, ...], exchange: Exchange) -> None:
