@@ -39,9 +39,12 @@ def as_embeddings(name: str, value: Any) -> Tensor:
 
 
 def score_copy(emb: Tensor) -> Tensor:
-    """Detached copy in the dtype the ranking scores in (half precision -> float32)."""
-    dtype = torch.float64 if emb.dtype == torch.float64 else torch.float32
-    return emb.detach().to(dtype)
+    """Detached embeddings as the states keep them: float16, bfloat16, float32 and float64 as
+    they are (half precision is read as float32 a block at a time when ranked: the values of
+    the upcast numbers at half the memory), other types (integers) as float32."""
+    if emb.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return emb.detach()
+    return emb.detach().to(torch.float32)
 
 
 def num_batches(state: Any) -> int:

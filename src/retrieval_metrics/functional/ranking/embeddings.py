@@ -87,7 +87,7 @@ def rank_embeddings(
 
     Args:
         query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings on any device; half precision is
-            scored in float32, float64 in float64.
+            scored in float32 (the float32 scores of the stored numbers), float64 in float64.
         relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with ``relevant_ids``).
         relevant_ids: for ``relevance="ids"``, one collection of gallery ids (or a dict id ->
             grade) per query; or judgments (qrels), a mapping query id -> gallery ids or ->

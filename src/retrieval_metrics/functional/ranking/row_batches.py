@@ -6,6 +6,10 @@ memory, which on many machines costs more than the ranking's products), and the 
 rows a third. :class:`RowBatches` reads any block of rows into a buffer the ranking reuses,
 divided by the rows' norms where it stands for their unit rows (:meth:`RowBatches.divided`):
 the same values, bit for bit, as the rows of the joined matrix and of its unit rows.
+
+Half-precision batches (float16, bfloat16) stay half in memory and are read as float32, a block
+at a time: every value read is the float32 value of the stored number (each half-precision
+number is one), so a ranking reads what it would read of the upcast corpus, at half the memory.
 """
 
 from __future__ import annotations
@@ -16,14 +20,23 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["RowBatches"]
+__all__ = ["HALF_PRECISION", "RowBatches", "read_dtype"]
+
+#: stored as they are, read (and scored) as float32
+HALF_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def read_dtype(stored: torch.dtype) -> torch.dtype:
+    """The dtype rows stored as ``stored`` are read in: float32 for half precision."""
+    return torch.float32 if stored in HALF_PRECISION else stored
 
 
 class RowBatches:
     """The rows of ``batches`` (2-D tensors of one width, dtype and device) as one matrix.
 
     ``divisor``: each row is read divided by its entry (an ``(N, 1)`` tensor: :meth:`divided`);
-    None reads the rows as they are.
+    None reads the rows as they are. ``dtype`` is what the rows are read as (:func:`read_dtype`
+    of the batches' dtype, ``stored_dtype``).
 
     >>> m = RowBatches([torch.tensor([[3.0, 4.0]]), torch.tensor([[0.0, 2.0], [1.0, 0.0]])])
     >>> m.shape, m.rows(0, 2, torch.empty(2, 2)).tolist()
@@ -51,7 +64,8 @@ class RowBatches:
         self.starts = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
         self._starts = self.starts.tolist()
         self.shape = torch.Size((self._starts[-1], first.shape[1]))
-        self.dtype, self.device = first.dtype, first.device
+        self.stored_dtype, self.device = first.dtype, first.device
+        self.dtype = read_dtype(first.dtype)
         self.divisor = divisor
         self._norms: Tensor | None = None
 
@@ -71,6 +85,8 @@ class RowBatches:
     def joined(self) -> Tensor:
         """The rows as one tensor (a copy)."""
         out = torch.cat(self.batches)
+        if out.dtype != self.dtype:
+            out = out.to(self.dtype)
         return out if self.divisor is None else out.div_(self.divisor)
 
     def row_norms(self) -> Tensor:
@@ -78,7 +94,11 @@ class RowBatches:
         row alone, whichever batch or joined matrix holds it). Computed once: a fixed gallery is
         ranked at every query update."""
         if self._norms is None:
-            norms = [torch.linalg.vector_norm(b, dim=1, keepdim=True) for b in self.batches]
+            # (a half batch upcast first: the norms of the values read)
+            norms = [
+                torch.linalg.vector_norm(b.to(self.dtype), dim=1, keepdim=True)
+                for b in self.batches
+            ]
             self._norms = torch.cat(norms) if len(norms) > 1 else norms[0]
         return self._norms
 
@@ -88,10 +108,11 @@ class RowBatches:
 
     def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
         """Rows ``start:stop``: a view of their batch where it holds them all, they are read as
-        they are and ``copy`` is False, else written into ``out[: stop - start]`` (same dtype
-        and device)."""
+        they are and ``copy`` is False, else written into ``out[: stop - start]`` (of the read
+        dtype, same device; half batches are upcast as they are copied)."""
         first = bisect.bisect_right(self._starts, start) - 1
-        if not copy and self.divisor is None and stop <= self._starts[first + 1]:
+        as_stored = self.divisor is None and self.dtype == self.stored_dtype
+        if not copy and as_stored and stop <= self._starts[first + 1]:
             offset = self._starts[first]
             return self.batches[first][start - offset : stop - offset]
         at, i = start, first
@@ -118,7 +139,7 @@ class RowBatches:
             where = (batch == i).nonzero().view(-1)
             local = host.index_select(0, where) - self._starts[i]
             rows = self.batches[i].index_select(0, local.to(self.device))
-            out[where.to(self.device)] = rows
+            out[where.to(self.device)] = rows.to(self.dtype)
         if self.divisor is not None:
             out /= self.divisor.index_select(0, index.to(self.divisor.device))
         return out
