@@ -1,7 +1,8 @@
-"""Readers of the files evaluations already have.
+"""Readers of the files evaluations already have, and a writer of runs.
 
 * :mod:`retrieval_metrics.formats.runs`: runs and judgments (qrels) in TREC, BEIR ``.tsv``, JSON
-  and JSONL, as ranked lists ready for ``update(ranked_ids=..., relevant_ids=...)``;
+  and JSONL, as ranked lists ready for ``update(ranked_ids=..., relevant_ids=...)``; runs
+  written in the same formats (:func:`write_run`);
 * :mod:`retrieval_metrics.formats.embeddings`: saved embeddings and their per-item arrays
   (``.npz``, ``.npy``, ``.pt``), as ``retrieval-metrics evaluate`` reads them.
 
@@ -20,6 +21,7 @@ from retrieval_metrics.formats.runs import (
     read_trec_qrels,
     read_trec_run,
     trec_eval_order,
+    write_run,
 )
 
 __all__ = [
@@ -37,4 +39,5 @@ __all__ = [
     "read_trec_qrels",
     "read_trec_run",
     "trec_eval_order",
+    "write_run",
 ]

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the names as static tools see them; imported when first rea
         rank_relevance,
         rank_scores,
         rank_two_ways,
+        top_k,
     )
     from retrieval_metrics.functional.ranking.labels import encode_labels
     from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
@@ -57,7 +58,7 @@ __getattr__, __dir__ = lazy_names(__name__, {
     ],
     "retrieval_metrics.functional.ranking": [
         "RankTable", "rank_embeddings", "rank_lists", "rank_relevance", "rank_scores",
-        "rank_two_ways",
+        "rank_two_ways", "top_k",
     ],
     "retrieval_metrics.functional.ranking.labels": [
         "encode_labels",
@@ -101,4 +102,5 @@ __all__ = [
     "reciprocal_rank_per_query",
     "register_measure",
     "retrieval_measures",
+    "top_k",
 ]

@@ -52,6 +52,7 @@ from retrieval_metrics.functional.ranking.scores import (
 )
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
+from retrieval_metrics.functional.ranking.top_lists import TopK, top_k
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "RankingEngine",
     "RankingOptions",
     "RankingSettings",
+    "TopK",
     "check_embeddings",
     "concat_tables",
     "nonpositive_missed",
@@ -79,4 +81,5 @@ __all__ = [
     "rank_relevance",
     "rank_scores",
     "rank_two_ways",
+    "top_k",
 ]

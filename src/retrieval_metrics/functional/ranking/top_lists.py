@@ -1,0 +1,233 @@
+"""Each query's K best gallery items, exactly, in bounded memory: what a run file lists.
+
+The ranking elsewhere counts, per relevant item, the items above it; a run names the items
+themselves. :func:`top_k` computes the scores a block of queries x a block of the gallery at a
+time (the matrices of ``engine.similarity.prepare``: the scores every measure of this library
+reads) and keeps each query's K best so far, so its memory is a few blocks whatever the gallery.
+
+Ties are broken by a key per gallery item, smaller first: the item's place in the gallery by
+default, or the ids' order (``ties="id"``, as sentence-transformers orders tied documents).
+The K-th place goes to the tied item of the smallest key, never to whichever a sort left
+there, so the list is the same for every block size and device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking.embeddings import check_embeddings
+from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
+from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
+
+__all__ = ["TopK", "top_k"]
+
+TIES = ("position", "id")
+#: gallery items scored at once per query (the block's columns)
+BLOCK_G = 8192
+#: scores computed at once, per query block x gallery block (float32: 64 MiB)
+BLOCK_ENTRIES = 1 << 24
+
+
+@dataclass(frozen=True)
+class TopK:
+    """``indices``: ``(Q, k')`` gallery rows, best first, ``k' = min(k, N)`` (``N - 1`` for a
+    set ranked against itself; -1 where a query has fewer items to list); ``scores``: their
+    scores (-inf there). Euclidean scores are negative squared distances."""
+
+    indices: Tensor
+    scores: Tensor
+
+    def run(self, query_ids: Any, gallery_ids: Any) -> dict[str, list[tuple[str, float]]]:
+        """As a run: query id -> its (document id, score) pairs, best first, ids as text
+        (what :func:`retrieval_metrics.formats.write_run` writes)."""
+        queries, documents = _texts(query_ids), _texts(gallery_ids)
+        if len(queries) != self.indices.shape[0]:
+            raise ValueError(
+                f"`query_ids` must have one id per query ({self.indices.shape[0]}), got "
+                f"{len(queries)}"
+            )
+        if len(queries) != len(set(queries)):
+            raise ValueError("`query_ids` name a query twice: a run lists each query once")
+        run = {}
+        for qid, rows, scores in zip(
+            queries, self.indices.cpu().tolist(), self.scores.cpu().tolist(), strict=True
+        ):
+            run[qid] = [(documents[r], s) for r, s in zip(rows, scores, strict=True) if r >= 0]
+        return run
+
+
+def top_k(
+    query: Tensor,
+    gallery: Tensor | None,
+    k: int,
+    *,
+    similarity: str = "cosine",
+    ties: str = "position",
+    query_ids: Any = None,
+    gallery_ids: Any = None,
+    exclude_identical_ids: bool = False,
+) -> TopK:
+    """The ``k`` best gallery items of every query, best first, and their scores.
+
+    The scores are those the ranking of this library ranks by (float32 for float32 and half
+    precision embeddings, float64 for float64). Memory: a few blocks of scores, whatever the
+    gallery's size.
+
+    Args:
+        query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings; ``gallery=None`` ranks the queries
+            against each other, each query never listing itself.
+        k: how many items a query lists.
+        similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"`` (listed by distance; the score
+            is the negative squared distance).
+        ties: ``"position"`` (tied items in gallery order) or ``"id"`` (in the order of their
+            ids: integers by value, strings by code point, as ``ties="id"`` ranks them).
+        query_ids, gallery_ids: sequences or 1-D integer tensors, one id per item.
+        exclude_identical_ids: a gallery item whose id is the query's is not listed (BEIR's
+            ``ignore_identical_ids``; with ``gallery=None``, items sharing the query's id).
+
+    >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    >>> g = torch.tensor([[1.0, 1.0], [1.0, 0.0], [2.0, 2.0], [0.0, 1.0]])
+    >>> top_k(q, g, 3).indices.tolist()      # (items 0 and 2 tie: in gallery order)
+    [[1, 0, 2], [3, 0, 2]]
+    >>> top_k(q, g, 3, ties="id", gallery_ids=["d", "c", "b", "a"]).indices.tolist()
+    [[1, 2, 0], [3, 2, 0]]
+    """
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"`k` must be a positive int, got {k!r}")
+    if ties not in TIES:
+        raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
+    same = gallery is None
+    query = check_embeddings("query", query)
+    items = query if gallery is None else check_embeddings("gallery", gallery)
+    if items.shape[1] != query.shape[1]:
+        raise ValueError(
+            f"`gallery` must have {query.shape[1]} columns, the width of `query`, got "
+            f"{items.shape[1]}"
+        )
+    num_q, num_g = query.shape[0], items.shape[0]
+    item_ids = query_ids if same else gallery_ids
+    if ties == "id":
+        if item_ids is None:
+            raise ValueError('ties="id" orders tied items by their ids: give `gallery_ids`')
+        key = order_ranks(id_order_rows(item_ids, "gallery_ids"))
+    else:
+        key = torch.arange(num_g)
+    # the gallery in key order: the columns of every block are then in tie order
+    columns = torch.argsort(key, stable=True)
+    excluded = _excluded(num_q, num_g, same, query_ids, item_ids, exclude_identical_ids)
+    dtype = score_dtype(query, items)
+    q_mat, g_mat = prepare(query, items, similarity, dtype, gallery_rows=columns)
+    assert q_mat is not None
+    device = q_mat.device
+    if excluded is not None:
+        # as columns of the gallery in key order
+        place = torch.empty_like(columns)
+        place[columns] = torch.arange(num_g)
+        excluded = (excluded[0], place.index_select(0, excluded[1]))
+    width = min(k, num_g - same)  # (a query never lists itself)
+    if width <= 0:
+        empty_rows = torch.empty((num_q, 0), dtype=torch.int64, device=query.device)
+        return TopK(empty_rows, empty_rows.to(score_dtype(query, items)))
+    best_scores = torch.empty((num_q, width), dtype=dtype, device=device)
+    best_cols = torch.empty((num_q, width), dtype=torch.int64, device=device)
+    block_g = max(1, min(num_g, BLOCK_G))
+    block_q = max(1, min(num_q, BLOCK_ENTRIES // block_g))
+    with full_fp32_products():
+        for q0 in range(0, num_q, block_q):
+            q1 = min(num_q, q0 + block_q)
+            scores = torch.empty((q1 - q0, 0), dtype=dtype, device=device)
+            cols = torch.empty((q1 - q0, 0), dtype=torch.int64, device=device)
+            for g0 in range(0, num_g, block_g):
+                g1 = min(num_g, g0 + block_g)
+                s = torch.mm(q_mat[q0:q1], g_mat[g0:g1].T)
+                if excluded is not None:
+                    _mask(s, excluded, q0, q1, g0, g1)
+                s_scores, s_cols = _block_best(s, width)
+                scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
+            best_scores[q0:q1], best_cols[q0:q1] = scores, cols
+    indices = columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape)
+    empty = torch.isneginf(best_scores)
+    if similarity == "euclidean":
+        # the prepared product is 2 q.g - |g|^2 = |q|^2 - |q - g|^2: a per-query shift, so the
+        # order is the distances'
+        squared = (query.to(dtype) ** 2).sum(1, keepdim=True).to(device)
+        best_scores = (best_scores - squared).clamp_max(0)
+    best_scores = best_scores.masked_fill(empty, float("-inf"))
+    return TopK(indices.masked_fill(empty, -1), best_scores)
+
+
+def _block_best(s: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """The ``width`` best columns of each row of the score block ``s`` (columns in tie order:
+    of equal scores the leftmost win), in column order, and their scores."""
+    rows, n = s.shape
+    if n <= width:
+        return s, torch.arange(n, device=s.device).expand(rows, n)
+    kth = torch.topk(s, width, dim=1, sorted=False).values.amin(1, keepdim=True)
+    above = s > kth
+    need = width - above.sum(1, keepdim=True)
+    at_kth = s == kth
+    chosen = above | (at_kth & (at_kth.cumsum(1) <= need))
+    cols = chosen.nonzero()[:, 1].view(rows, width)
+    return s.gather(1, cols), cols
+
+
+def _merge(
+    scores: Tensor, cols: Tensor, new_scores: Tensor, new_cols: Tensor, width: int
+) -> tuple[Tensor, Tensor]:
+    """The ``width`` best of the kept (``scores``, ``cols``: tie order among equal scores) and a
+    later block's (every column after the kept ones, in column order): a stable sort by score
+    keeps the tie order."""
+    all_scores = torch.cat([scores, new_scores], 1)
+    all_cols = torch.cat([cols, new_cols], 1)
+    order = torch.argsort(all_scores, dim=1, descending=True, stable=True)[:, :width]
+    return all_scores.gather(1, order), all_cols.gather(1, order)
+
+
+def _excluded(
+    num_q: int, num_g: int, same: bool, query_ids: Any, gallery_ids: Any, identical: bool
+) -> tuple[Tensor, Tensor] | None:
+    """The (query row, gallery row) pairs never listed: a query itself (same source), and
+    with ``identical`` the items whose id is the query's; None for none."""
+    pairs = []
+    if same:
+        pairs.append((torch.arange(num_q), torch.arange(num_q)))
+    if identical:
+        if query_ids is None or gallery_ids is None:
+            raise ValueError("exclude_identical_ids=True needs `query_ids` and `gallery_ids`")
+        q_codes = label_codes(query_ids, "query_ids")
+        g_codes = label_codes(gallery_ids, "gallery_ids")
+        if q_codes.numel() != num_q or g_codes.numel() != num_g:
+            raise ValueError(
+                f"`query_ids` and `gallery_ids` must have one id per item ({num_q} and {num_g}), "
+                f"got {q_codes.numel()} and {g_codes.numel()}"
+            )
+        order = torch.argsort(g_codes, stable=True)
+        sorted_codes = g_codes[order]
+        lo = torch.searchsorted(sorted_codes, q_codes)
+        hi = torch.searchsorted(sorted_codes, q_codes, right=True)
+        counts = hi - lo
+        rows = torch.repeat_interleave(torch.arange(num_q), counts)
+        starts = torch.repeat_interleave(lo - torch.cumsum(counts, 0) + counts, counts)
+        at = torch.arange(int(counts.sum())) + starts
+        pairs.append((rows, order[at]))
+    if not pairs:
+        return None
+    return torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+
+
+def _mask(s: Tensor, excluded: tuple[Tensor, Tensor], q0: int, q1: int, g0: int, g1: int) -> None:
+    rows, cols = excluded
+    inside = (rows >= q0) & (rows < q1) & (cols >= g0) & (cols < g1)
+    if bool(inside.any()):
+        s[(rows[inside] - q0).to(s.device), (cols[inside] - g0).to(s.device)] = float("-inf")
+
+
+def _texts(ids: Any) -> list[str]:
+    values = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    return [str(v) for v in values]

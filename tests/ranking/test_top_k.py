@@ -1,0 +1,161 @@
+"""top_k (each query's K best items, what a run lists) against a brute force: every score in a
+Python list, sorted by (-score, tie key). Binary codes ranked by dot product give exact, heavily
+tied integer scores, so the tie rule decides most places; blocks of any size give the same
+lists. Runs written in TREC, JSON and JSONL read back by this library and by pytrec_eval."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrieval_metrics.formats import read_run, read_trec_run, write_run
+from retrieval_metrics.functional.ranking import top_lists as top_lists
+from retrieval_metrics.functional.ranking.top_lists import top_k
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+
+def _brute(q, g, k, key, excluded=frozenset()):
+    """Per query, the k best (index, score) by exact float64 dot products, ties by ``key``."""
+    scores = q.double() @ g.double().T
+    out = []
+    for i in range(q.shape[0]):
+        pairs = [(float(scores[i, j]), j) for j in range(g.shape[0]) if (i, j) not in excluded]
+        pairs.sort(key=lambda p: (-p[0], key[p[1]]))
+        out.append(pairs[:k])
+    return out
+
+
+def _codes(n, dim, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2, (n, dim), generator=gen).float()
+
+
+def _check(found, brute, k):
+    width = found.indices.shape[1]
+    assert width <= k
+    for i, pairs in enumerate(brute):
+        rows = [r for r in found.indices[i].tolist() if r >= 0]
+        assert rows == [j for _, j in pairs][:width], f"query {i}"
+        scores = found.scores[i, : len(rows)].tolist()
+        assert scores == [s for s, _ in pairs][: len(rows)]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    nq=st.integers(1, 12), ng=st.integers(1, 40), dim=st.integers(1, 6), k=st.integers(1, 45),
+    seed=st.integers(0, 10_000), block=st.integers(1, 9),
+)
+def test_binary_codes_full_of_ties_by_position_any_blocks(nq, ng, dim, k, seed, block):
+    q, g = _codes(nq, dim, seed), _codes(ng, dim, seed + 1)
+    brute = _brute(q, g, k, list(range(ng)))
+    saved = top_lists.BLOCK_G, top_lists.BLOCK_ENTRIES
+    try:
+        top_lists.BLOCK_G, top_lists.BLOCK_ENTRIES = block, block * 2
+        _check(top_k(q, g, k, similarity="dot"), brute, k)
+    finally:
+        top_lists.BLOCK_G, top_lists.BLOCK_ENTRIES = saved
+    _check(top_k(q, g, k, similarity="dot"), brute, k)
+
+
+def test_ties_by_id_order_strings_by_code_point():
+    q, g = _codes(9, 3, 0), _codes(30, 3, 1)
+    ids = [f"doc{(j * 7) % 30}" for j in range(30)]
+    key = {j: ids[j] for j in range(30)}  # Python's order of the strings: "doc10" < "doc9"
+    found = top_k(q, g, 12, similarity="dot", ties="id", gallery_ids=ids)
+    _check(found, _brute(q, g, 12, key), 12)
+    by_position = top_k(q, g, 12, similarity="dot")
+    assert found.indices.tolist() != by_position.indices.tolist()  # the rule decides
+
+
+def test_same_source_never_lists_the_query_and_identical_ids_are_left_out():
+    x = _codes(25, 4, 3)
+    excluded = {(i, i) for i in range(25)}
+    found = top_k(x, None, 30, similarity="dot")
+    assert found.indices.shape == (25, 24) and (found.indices >= 0).all()
+    _check(found, _brute(x, x, 30, list(range(25)), excluded), 30)
+    q, g = _codes(6, 4, 4), _codes(20, 4, 5)
+    q_ids, g_ids = [f"d{i * 3}" for i in range(6)], [f"d{j}" for j in range(20)]
+    excluded = {(i, 3 * i) for i in range(6) if 3 * i < 20}
+    found = top_k(q, g, 20, similarity="dot", query_ids=q_ids, gallery_ids=g_ids,
+                  exclude_identical_ids=True)
+    _check(found, _brute(q, g, 20, list(range(20)), excluded), 20)
+    # every place past the items left: -1 and -inf
+    assert (found.indices[:, -1] == -1).sum() == len(excluded)
+    assert torch.isneginf(found.scores[found.indices == -1]).all()
+
+
+def test_cosine_and_euclidean_in_float64():
+    gen = torch.Generator().manual_seed(0)
+    q, g = torch.randn(7, 5, generator=gen, dtype=torch.float64), torch.randn(
+        50, 5, generator=gen, dtype=torch.float64)
+    cos = (q / q.norm(dim=1, keepdim=True)) @ (g / g.norm(dim=1, keepdim=True)).T
+    found = top_k(q, g, 10)
+    assert found.indices.tolist() == cos.argsort(dim=1, descending=True)[:, :10].tolist()
+    assert torch.allclose(found.scores, cos.sort(dim=1, descending=True).values[:, :10])
+    squared = torch.cdist(q, g) ** 2
+    found = top_k(q, g, 10, similarity="euclidean")
+    assert found.indices.tolist() == squared.argsort(dim=1)[:, :10].tolist()
+    assert torch.allclose(found.scores, -squared.sort(dim=1).values[:, :10])
+
+
+def test_half_precision_lists_as_its_float32_values():
+    gen = torch.Generator().manual_seed(1)
+    q, g = torch.randn(20, 16, generator=gen).half(), torch.randn(300, 16, generator=gen).half()
+    a, b = top_k(q, g, 25), top_k(q.float(), g.float(), 25)
+    assert torch.equal(a.indices, b.indices) and torch.equal(a.scores, b.scores)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"k": 0}, "`k` must be a positive int"), ({"k": 3, "ties": "expected"}, "`ties`"),
+     ({"k": 3, "ties": "id"}, "give `gallery_ids`"),
+     ({"k": 3, "exclude_identical_ids": True}, "needs `query_ids` and `gallery_ids`")],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        top_k(torch.ones(2, 3), torch.ones(4, 3), **kwargs)
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
+def test_runs_written_read_back_by_us_and_by_pytrec_eval(suffix, tmp_path):
+    q, g = _codes(8, 5, 6), _codes(40, 5, 7)
+    q_ids, g_ids = [f"q{i}" for i in range(8)], [f"d{j:02d}" for j in range(40)]
+    run = top_k(q, g, 15, similarity="dot").run(q_ids, g_ids)
+    path = write_run(run, tmp_path / f"run{suffix}")
+    lists, _ = read_run(path)
+    # our reader orders ties as trec_eval does (document id descending); the sets of each
+    # score are the written ones
+    for qid, pairs in run.items():
+        assert sorted(lists[qid]) == sorted(d for d, _ in pairs)
+        scores = dict(pairs)
+        assert [scores[d] for d in lists[qid]] == sorted(scores.values(), reverse=True)
+    if suffix == ".json":
+        as_read = json.loads(path.read_text())
+    elif suffix == ".txt":
+        as_read = read_trec_run(path)
+    else:
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        as_read = {x["id"]: dict(zip(x["retrieved"], x["scores"], strict=True)) for x in lines}
+    assert as_read == {qid: dict(pairs) for qid, pairs in run.items()}
+    qrels = {qid: {g_ids[(i * 5 + j) % 40]: 1 + j % 2 for j in range(3)}
+             for i, qid in enumerate(q_ids)}
+    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recip_rank"})
+    theirs = evaluator.evaluate(as_read)
+    ours = evaluator.evaluate({qid: dict(pairs) for qid, pairs in run.items()})
+    assert theirs == ours and len(theirs) == 8
+    assert np.mean([v["ndcg_cut_10"] for v in theirs.values()]) > 0  # something was retrieved
+
+
+def test_write_run_refuses_what_a_run_cannot_hold(tmp_path):
+    with pytest.raises(ValueError, match="lists document 'd1' twice"):
+        write_run({"q": [("d1", 1.0), ("d1", 0.5)]}, tmp_path / "r.txt")
+    with pytest.raises(ValueError, match="words without spaces"):
+        write_run({"q 1": [("d1", 1.0)]}, tmp_path / "r.txt")
+    with pytest.raises(ValueError, match="the score inf"):
+        write_run({"q": [("d1", float("inf"))]}, tmp_path / "r.json")
