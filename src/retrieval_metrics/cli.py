@@ -52,6 +52,7 @@ from retrieval_metrics.cli_parser import (
     build_parser,
 )
 from retrieval_metrics.cli_progress import Progress
+from retrieval_metrics.cli_runs import first_occurrences, write_run_of, write_run_problem
 from retrieval_metrics.cli_summary import (
     default_protocol_note,
     number,
@@ -130,12 +131,6 @@ def _tensor(arr: np.ndarray | None) -> torch.Tensor | None:
     return t
 
 
-def _first_occurrences(ids: np.ndarray) -> np.ndarray:
-    """Indices of the first occurrence of each id, in input order (the metric's dedupe rule)."""
-    _, first = np.unique(ids, return_index=True)
-    return np.sort(first)
-
-
 def _select(items: EmbeddingFile, index: np.ndarray | slice) -> dict[str, Any]:
     return {
         name: _tensor(None if getattr(items, name) is None else getattr(items, name)[index])
@@ -165,7 +160,7 @@ def evaluate_embeddings(
         if query.ids is None:
             query.ids = np.arange(len(query), dtype=np.int64)
         gallery = query
-    keep = _first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
+    keep = first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
     g = _select(gallery, keep)
     metric.set_gallery(
         g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
@@ -375,7 +370,9 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         assert qrels is not None
         for i, (qpath, gpath) in enumerate(pairs):
             label = name_of(i, Path(qpath).stem)
-            runs.append(_judged_run(args, factory, keys, qpath, gpath, qrels, label))
+            runs.append(
+                _judged_run(args, factory, keys, qpath, gpath, qrels, label, len(pairs))
+            )
         return runs, trec
     for i, (qpath, gpath) in enumerate(pairs):
         query = load_items(qpath, keys, need_labels=need_labels, need_positions=need_positions)
@@ -397,6 +394,7 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             try:
                 evaluate_embeddings(metric, query, gallery, bar)
                 runs.append(_summarize(run_, args, bar))
+                write_run_of(args, run_, query, gallery, len(pairs))
             except ValueError as err:
                 where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
                 raise CLIError(f"{where}: {err}") from None
@@ -411,6 +409,7 @@ def _judged_run(
     gpath: str,
     qrels: dict[str, Any],
     label: str,
+    count: int,
 ) -> Run:
     """One retriever: query embeddings and a corpus, judged by ``qrels`` through their ids."""
     why = f"--qrels {args.qrels} judges queries and documents by their ids"
@@ -446,6 +445,7 @@ def _judged_run(
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
             evaluate_embeddings(metric, query, gallery, bar)
+            write_run_of(args, run_, query, gallery, count)
             return _summarize(run_, args, bar)
         except ValueError as err:
             hint = ""
@@ -520,6 +520,8 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise CLIError(f"--level must be between 0 and 1, got {args.level}")
     if args.bootstrap < 1:
         raise CLIError(f"--bootstrap must be a positive integer, got {args.bootstrap}")
+    if (problem := write_run_problem(args)) is not None:
+        raise CLIError(problem)
     runs, trec = _runs_from_args(args)
     report: dict[str, Any] = {
         "retrieval_metrics": _version(),

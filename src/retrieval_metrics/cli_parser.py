@@ -248,6 +248,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="largest K on the plot (default: the gallery size, at most 100)",
     )
+    ev.add_argument(
+        "--write-run",
+        dest="write_run",
+        metavar="RUN",
+        help="embeddings: write each query's top --run-depth items as a run (TREC, .json or "
+        ".jsonl by the extension; several runs: RUN's name + the run's name)",
+    )
+    ev.add_argument(
+        "--run-depth",
+        dest="run_depth",
+        type=int,
+        default=100,
+        metavar="K",
+        help="items per query in --write-run's run (100)",
+    )
     ev.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
     ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (1000)")
     ev.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")

@@ -1,0 +1,105 @@
+"""``retrieval-metrics evaluate ... --write-run RUN``: each query's top K items as a run file.
+
+The items are ranked as the evaluation ranked them (the metric's similarity, its duplicate
+ids dropped, a query never listing itself or, judged by qrels, a document of its own id), and
+:func:`retrieval_metrics.functional.top_k` lists them; ties at the cut go to the item first in
+the file, or under ``ties="id"`` to the smaller id. The run's format follows its extension
+(:func:`retrieval_metrics.formats.write_run`): TREC, ``.json`` or ``.jsonl``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from retrieval_metrics.formats import EmbeddingFile, write_run
+from retrieval_metrics.functional.ranking.top_lists import top_k
+
+__all__ = [
+    "first_occurrences", "run_path", "write_run_file", "write_run_of", "write_run_problem",
+]
+
+
+def write_run_problem(args: Any) -> str | None:
+    """What is wrong with ``--write-run`` and ``--run-depth`` as given (None: nothing)."""
+    if args.run_depth < 1:
+        return f"--run-depth must be a positive integer, got {args.run_depth}"
+    if args.write_run is not None and getattr(args, "run", None):
+        return (
+            "--write-run writes the ranking of embeddings (--query/--gallery or FILEs); a --run "
+            "is a run already"
+        )
+    return None
+
+
+def first_occurrences(ids: np.ndarray) -> np.ndarray:
+    """Indices of the first occurrence of each id, in input order (the metric's dedupe rule)."""
+    _, first = np.unique(ids, return_index=True)
+    return np.sort(first)
+
+
+def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFile | None,
+                 runs: int) -> None:
+    """With ``--write-run``: the run of the evaluated ``run`` (one of ``runs``), its gallery's
+    rows as the evaluation kept them; its path noted in ``run.notes``."""
+    if args.write_run is None:
+        return
+    held = query if gallery is None else gallery
+    rows = first_occurrences(held.ids) if held.ids is not None else slice(None)
+    path = run_path(args.write_run, run.name, runs)
+    written = write_run_file(path, args.run_depth, run.metric, query, gallery, rows, run.name)
+    run.notes["run_written"] = str(written)
+    print(f"{run.name}: the top {args.run_depth} of each query written to {written}",
+          file=sys.stderr)
+
+
+def run_path(path: str, label: str, runs: int) -> Path:
+    """Where a run is written: ``path`` itself for one run, else the run's name before the
+    extension (``run.txt`` -> ``run.NAME.txt``) for each of several."""
+    target = Path(path)
+    if runs == 1:
+        return target
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+    return target.with_name(f"{target.stem}.{safe}{target.suffix}")
+
+
+def write_run_file(
+    path: Path,
+    depth: int,
+    metric: Any,
+    query: EmbeddingFile,
+    gallery: EmbeddingFile | None,
+    gallery_rows: np.ndarray | slice,
+    label: str,
+) -> Path:
+    """The top ``depth`` of every query of ``query`` among ``gallery``'s rows ``gallery_rows``
+    (the rows the evaluation kept: each id once; ``gallery=None``: the queries' own, each query
+    ranked against the others), written to ``path``."""
+    same = gallery is None
+    items = query if gallery is None else gallery
+    q_ids = _id_list(query.ids if query.ids is not None else np.arange(len(query)))
+    g_ids = _id_list((items.ids if items.ids is not None else np.arange(len(items)))[gallery_rows])
+    judged = getattr(metric, "qrels", None) is not None
+    found = top_k(
+        torch.from_numpy(np.ascontiguousarray(query.embeddings)),
+        torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows])),
+        depth,
+        similarity=metric.similarity,
+        ties="id" if metric.ties == "id" else "position",
+        query_ids=q_ids,
+        gallery_ids=g_ids,
+        # same source: the item of the query's own id (or place) is the query; with qrels, a
+        # document of the query's id is left out as BEIR leaves it out
+        exclude_identical_ids=same or (judged and metric.ignore_identical_ids is not False),
+    )
+    tag = re.sub(r"\s+", "_", label) or "retrieval-metrics"
+    return write_run(found.run(q_ids, g_ids), path, tag=tag)
+
+
+def _id_list(ids: np.ndarray) -> list[Any]:
+    return [v.item() if hasattr(v, "item") else v for v in ids]

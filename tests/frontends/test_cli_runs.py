@@ -1,0 +1,136 @@
+"""``retrieval-metrics evaluate ... --write-run RUN``: the run file equals a brute-force top K
+(every score in a Python list, ties by the rule), and read back by this library's run reader
+and by pytrec_eval it gives the same values."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from retrieval_metrics import cli
+from retrieval_metrics.formats import read_run, read_trec_run
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+
+def evaluate(capsys, *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    status = cli.main(["evaluate", *args, "--bootstrap", "20", "--progress-delay", "-1"])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def _codes(n: int, dim: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2, (n, dim)).astype(np.float32)
+
+
+def _brute(q, g, k, excluded):
+    """Per query, the k best (row, score) by exact dot products, ties by gallery row."""
+    scores = q.astype(np.float64) @ g.astype(np.float64).T
+    out = []
+    for i in range(len(q)):
+        pairs = [(scores[i, j], j) for j in range(len(g)) if (i, j) not in excluded]
+        pairs.sort(key=lambda p: (-p[0], p[1]))
+        out.append(pairs[:k])
+    return out
+
+
+@pytest.fixture
+def judged(tmp_path):
+    """Binary codes (scores full of ties); a corpus that repeats one id (the first kept) and
+    holds a document whose id is a query's (left out of its list, as BEIR leaves it)."""
+    queries, corpus = _codes(12, 6, 0), _codes(40, 6, 1)
+    q_ids = np.array([f"q{i}" for i in range(12)])
+    d_ids = np.array([f"d{j:02d}" for j in range(40)])
+    d_ids[39] = "d05"  # a repeat: the first d05 is kept
+    d_ids[20] = "q3"  # the query's own id
+    qrels = {f"q{i}": {f"d{(i * 7 + j) % 39:02d}": 1 + j % 2 for j in range(3)}
+             for i in range(12)}
+    np.savez(tmp_path / "q.npz", embeddings=queries, ids=q_ids)
+    np.savez(tmp_path / "c.npz", embeddings=corpus, ids=d_ids)
+    lines = ["query-id\tcorpus-id\tscore"]
+    lines += [f"{q}\t{d}\t{g}" for q, docs in qrels.items() for d, g in docs.items()]
+    (tmp_path / "qrels.tsv").write_text("\n".join(lines) + "\n")
+    return tmp_path, queries, corpus, q_ids, d_ids, qrels
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
+def test_the_run_of_a_judged_corpus_is_the_brute_force_top_k(judged, suffix, capsys):
+    tmp, queries, corpus, q_ids, d_ids, qrels = judged
+    run_path = tmp / f"run{suffix}"
+    status, _, err = evaluate(
+        capsys, "--query", str(tmp / "q.npz"), "--gallery", str(tmp / "c.npz"), "--qrels",
+        str(tmp / "qrels.tsv"), "--similarity", "dot", "--metrics", "ndcg@5,mrr@10",
+        "--write-run", str(run_path), "--run-depth", "9", "--json", str(tmp / "out.json"),
+    )
+    assert status == 0 and f"written to {run_path}" in err
+    kept = [j for j in range(40) if j != 39]  # the repeated id's second row is dropped
+    excluded = {(3, kept.index(20))}
+    brute = _brute(queries, corpus[kept], 9, excluded)
+    written = {x["id"]: x for x in map(json.loads, run_path.read_text().splitlines())} if (
+        suffix == ".jsonl") else None
+    for i, qid in enumerate(q_ids):
+        want = [(d_ids[kept[j]], float(s)) for s, j in brute[i]]
+        if suffix == ".txt":
+            lines = [line.split() for line in run_path.read_text().splitlines()
+                     if line.startswith(f"{qid} ")]
+            got = [(f[2], float(f[4])) for f in lines]
+            assert [int(f[3]) for f in lines] == list(range(1, 10))
+        elif suffix == ".json":
+            got = list(json.loads(run_path.read_text())[qid].items())
+        else:
+            got = list(zip(written[qid]["retrieved"], written[qid]["scores"], strict=True))
+        assert got == want, qid
+    # read back: our reader and pytrec_eval score the run alike. A scored run is ranked by
+    # score, ties by document id (trec_eval's rule, both sides); a .jsonl list is taken in its
+    # order (ties as written): pytrec_eval is given that order as scores
+    if suffix == ".txt":
+        run = read_trec_run(run_path)
+    elif suffix == ".json":
+        run = json.loads(run_path.read_text())
+    else:
+        run = {x["id"]: {d: -float(r) for r, d in enumerate(x["retrieved"])}
+               for x in written.values()}
+    theirs = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.5"}).evaluate(run)
+    status, _, _ = evaluate(capsys, "--run", str(run_path), "--qrels", str(tmp / "qrels.tsv"),
+                            "--metrics", "ndcg@5", "--protocol", "beir",
+                            "--json", str(tmp / "back.json"))
+    assert status == 0
+    back = json.loads((tmp / "back.json").read_text())["runs"][0]["metrics"]["ndcg@5"]["value"]
+    assert back == pytest.approx(np.mean([v["ndcg_cut_5"] for v in theirs.values()]), abs=1e-6)
+    assert set(read_run(run_path)[0]) == set(q_ids)
+
+
+def test_same_source_runs_never_list_the_query_and_several_runs_get_their_names(tmp_path, capsys):
+    items = _codes(30, 5, 2)
+    labels = np.arange(30) % 6
+    np.savez(tmp_path / "a.npz", embeddings=items, labels=labels)
+    np.savez(tmp_path / "b.npz", embeddings=items[::-1].copy(), labels=labels[::-1].copy())
+    status, _, _ = evaluate(capsys, str(tmp_path / "a.npz"), str(tmp_path / "b.npz"),
+                            "--similarity", "dot", "--metrics", "mrr",
+                            "--write-run", str(tmp_path / "run.txt"), "--run-depth", "40")
+    assert status == 0
+    for name, x in (("a", items), ("b", items[::-1])):
+        run = (tmp_path / f"run.{name}.txt").read_text().splitlines()
+        by_query: dict[str, list[tuple[str, float]]] = {}
+        for line in run:
+            qid, _, doc, _, score, _ = line.split()
+            by_query.setdefault(qid, []).append((doc, float(score)))
+        brute = _brute(x, x, 40, {(i, i) for i in range(30)})
+        for i in range(30):
+            assert by_query[str(i)] == [(str(j), float(s)) for s, j in brute[i]]
+            assert len(by_query[str(i)]) == 29
+
+
+def test_write_run_refusals(judged, capsys):
+    tmp = judged[0]
+    base = ["--query", str(tmp / "q.npz"), "--gallery", str(tmp / "c.npz"), "--qrels",
+            str(tmp / "qrels.tsv"), "--metrics", "mrr"]
+    status, _, err = evaluate(capsys, *base, "--write-run", str(tmp / "r.txt"), "--run-depth", "0")
+    assert status != 0 and "--run-depth must be a positive integer, got 0" in err
+    (tmp / "given.txt").write_text("q1 Q0 d01 1 0.5 x\n")
+    status, _, err = evaluate(capsys, "--run", str(tmp / "given.txt"), "--qrels",
+                              str(tmp / "qrels.tsv"), "--write-run", str(tmp / "r.txt"))
+    assert status != 0 and "a --run is a run already" in err
