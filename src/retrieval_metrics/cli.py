@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-import torch
 
+from retrieval_metrics import cli_io
 from retrieval_metrics.cli_parser import (
     EMBEDDING_METRICS,
     QRELS_METRICS,
@@ -52,7 +52,6 @@ from retrieval_metrics.cli_parser import (
     build_parser,
 )
 from retrieval_metrics.cli_progress import Progress
-from retrieval_metrics.cli_runs import first_occurrences, write_run_of, write_run_problem
 from retrieval_metrics.cli_summary import (
     default_protocol_note,
     number,
@@ -120,24 +119,6 @@ def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
     return run
 
 
-def _tensor(arr: np.ndarray | None) -> torch.Tensor | None:
-    if arr is None:
-        return None
-    if arr.dtype.kind in "US":
-        return arr  # type: ignore[return-value]  # strings: the metric hashes them
-    t = torch.from_numpy(np.ascontiguousarray(arr))
-    if t.is_floating_point() and t.dtype != torch.float64:
-        t = t.to(torch.float32)
-    return t
-
-
-def _select(items: EmbeddingFile, index: np.ndarray | slice) -> dict[str, Any]:
-    return {
-        name: _tensor(None if getattr(items, name) is None else getattr(items, name)[index])
-        for name in ARRAYS
-    }
-
-
 def _chunks(n: int, parts: int = 20, minimum: int = 2048) -> list[slice]:
     size = max(minimum, math.ceil(n / parts))
     return [slice(lo, min(n, lo + size)) for lo in range(0, n, size)]
@@ -160,13 +141,15 @@ def evaluate_embeddings(
         if query.ids is None:
             query.ids = np.arange(len(query), dtype=np.int64)
         gallery = query
-    keep = first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
-    g = _select(gallery, keep)
+    keep = cli_io.first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
+    if isinstance(keep, np.ndarray) and keep.size == len(gallery):
+        keep = slice(None)  # each id once: every row, in order
+    g = cli_io.select_rows(gallery, keep)
     metric.set_gallery(
         g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
     )
     for part in _chunks(len(query)):
-        q = _select(query, part)
+        q = cli_io.select_rows(query, part)
         metric.update(
             q["embeddings"],
             q["labels"],
@@ -394,7 +377,7 @@ def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             try:
                 evaluate_embeddings(metric, query, gallery, bar)
                 runs.append(_summarize(run_, args, bar))
-                write_run_of(args, run_, query, gallery, len(pairs))
+                cli_io.write_run_of(args, run_, query, gallery, len(pairs))
             except ValueError as err:
                 where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
                 raise CLIError(f"{where}: {err}") from None
@@ -445,7 +428,7 @@ def _judged_run(
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
             evaluate_embeddings(metric, query, gallery, bar)
-            write_run_of(args, run_, query, gallery, count)
+            cli_io.write_run_of(args, run_, query, gallery, count)
             return _summarize(run_, args, bar)
         except ValueError as err:
             hint = ""
@@ -520,7 +503,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise CLIError(f"--level must be between 0 and 1, got {args.level}")
     if args.bootstrap < 1:
         raise CLIError(f"--bootstrap must be a positive integer, got {args.bootstrap}")
-    if (problem := write_run_problem(args)) is not None:
+    if (problem := cli_io.write_run_problem(args)) is not None:
         raise CLIError(problem)
     runs, trec = _runs_from_args(args)
     report: dict[str, Any] = {

@@ -77,7 +77,8 @@ def _read_file(path: Path) -> dict[str, np.ndarray] | np.ndarray:
             with np.load(path, allow_pickle=False) as data:
                 return {name: _npz_array(data, name, path) for name in data.files}
         if suffix == ".npy":
-            return np.load(path, allow_pickle=False)
+            # memory-mapped: a corpus is read a block at a time, never whole (set_gallery)
+            return np.load(path, allow_pickle=False, mmap_mode="r")
         if suffix in (".pt", ".pth"):
             obj = torch.load(path, map_location="cpu", weights_only=True)
             if isinstance(obj, dict):
@@ -216,7 +217,8 @@ def load_items(
         raise FormatError(f"{path}: array {keys['embeddings']!r} has no rows")
     if emb.dtype.kind != "f":
         emb = emb.astype(np.float32)
-    if not np.all(np.isfinite(emb)):
+    # (a memory-mapped .npy is scanned as it is read, a chunk at a time: not read whole here)
+    if not isinstance(emb, np.memmap) and not np.all(np.isfinite(emb)):
         bad = int((~np.isfinite(emb)).any(axis=1).sum())
         raise FormatError(
             f"{path}: array {keys['embeddings']!r} has NaN or infinite values in {bad} rows"

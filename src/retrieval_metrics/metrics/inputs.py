@@ -1,14 +1,17 @@
 """What ``update()`` accepts, turned into tensors: embeddings, per-item values and given ranks.
 
-Embeddings and per-item values may be torch tensors or numpy arrays. Labels, ids and cameras are
+Embeddings and per-item values may be torch tensors or numpy arrays; a corpus given once
+(``set_gallery``) may also stay on disk (:func:`as_corpus`). Labels, ids and cameras are
 integers or strings (:func:`~retrieval_metrics.functional.ranking.labels.label_codes`); floats
 only when they hold whole numbers their dtype stores exactly.
 """
 
 from __future__ import annotations
 
+import glob
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,10 +22,11 @@ from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.ranking import check_embeddings
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
-__all__ = ["as_embeddings", "item_tensors", "num_batches", "per_item", "score_copy",
-           "table_from_ranks"]
+__all__ = ["as_corpus", "as_embeddings", "item_tensors", "num_batches", "per_item", "read_ids",
+           "score_copy", "table_from_ranks"]
 
 
 def as_embeddings(name: str, value: Any) -> Tensor:
@@ -36,6 +40,72 @@ def as_embeddings(name: str, value: Any) -> Tensor:
             f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
         )
     return check_embeddings(name, value)
+
+
+def as_corpus(name: str, value: Any) -> Tensor | RowBatches:
+    """What ``set_gallery`` takes: embeddings as :func:`as_embeddings` takes them, or a corpus
+    on disk, read a block at a time and never whole: the path of a ``.npy`` file (or a glob of
+    them, or a list of paths, the files' rows one after the other in the order given; a glob's
+    files in sorted order), or memory-mapped arrays (``numpy.load(path, mmap_mode="r")``)."""
+    arrays = _on_disk(name, value)
+    if arrays is None:
+        return as_embeddings(name, value)
+    for array in arrays:
+        if array.dtype not in (np.float16, np.float32, np.float64):
+            raise ValueError(
+                f"`{name}`: a corpus on disk must hold float16, float32 or float64 numbers, "
+                f"got {array.dtype}"
+            )
+    try:
+        rows = RowBatches([MappedRows(array) for array in arrays])
+    except ValueError as err:
+        raise ValueError(f"`{name}`: {err}") from None
+    return check_embeddings(name, rows)  # type: ignore[return-value]  # (read in chunks)
+
+
+def _on_disk(name: str, value: Any) -> list[np.ndarray] | None:
+    """The memory-mapped arrays ``value`` names, or None where it is not a corpus on disk."""
+    if isinstance(value, np.memmap):
+        return [value]
+    if isinstance(value, (str, Path)):
+        text = str(value)
+        paths = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
+        if not paths:
+            raise ValueError(f"`{name}`: no file matches {text!r}")
+    elif isinstance(value, (list, tuple)) and value and all(
+        isinstance(v, (str, Path, np.memmap)) for v in value
+    ):
+        paths = list(value)
+    else:
+        return None
+    arrays = []
+    for path in paths:
+        if isinstance(path, np.memmap):
+            arrays.append(path)
+            continue
+        if not Path(path).is_file():
+            raise ValueError(f"`{name}`: no such file {str(path)!r}")
+        if Path(path).suffix.lower() != ".npy":
+            raise ValueError(
+                f"`{name}`: a corpus on disk is read from .npy files (numpy.save), got "
+                f"{str(path)!r}"
+            )
+        arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
+    return arrays
+
+
+def read_ids(path: str | Path) -> list[str] | np.ndarray:
+    """Ids from a file: a ``.npy`` array, or text with one id a line (as given, without the line
+    end; an empty line is refused)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"`ids`: no such file {str(path)!r}")
+    if path.suffix.lower() == ".npy":
+        return np.load(path, allow_pickle=False)
+    ids = path.read_text(encoding="utf-8").splitlines()
+    if "" in ids:
+        raise ValueError(f"`ids`: {path} line {ids.index('') + 1} is empty (one id a line)")
+    return ids
 
 
 def score_copy(emb: Tensor) -> Tensor:

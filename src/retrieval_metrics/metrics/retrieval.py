@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from retrieval_metrics.metrics.forms import (
     form_of_kind,
     kinds,
 )
+from retrieval_metrics.metrics.inputs import read_ids
 from retrieval_metrics.protocols import RUN_DEPTH
 
 __all__ = ["RetrievalMetric"]
@@ -149,7 +151,14 @@ class RetrievalMetric(RetrievalMetricBase):
         positions: Any = None,
     ) -> None:
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
-        at once and only per-query results are kept (the query embeddings are not stored)."""
+        at once and only per-query results are kept (the query embeddings are not stored).
+
+        ``embeddings`` may also be a corpus on disk, read a block at a time and never whole:
+        the path of a ``.npy`` file, a glob or a list of them (their rows in that order), or
+        memory-mapped arrays (``numpy.load(path, mmap_mode="r")``); ``ids`` then may be the
+        path of a text file (one id a line) or of a ``.npy`` array."""
+        if isinstance(ids, (str, Path)):
+            ids = read_ids(ids)
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
         FixedGallery.set(self, embeddings, keys)
         self._note_id_example("gallery", ids)

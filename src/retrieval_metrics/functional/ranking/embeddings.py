@@ -48,8 +48,8 @@ def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
         raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
     if x.is_complex():
         raise ValueError(f"`{name}` must be real, got {x.dtype}")
-    parts = x.batches if isinstance(x, RowBatches) else [x]
-    if scan and not all(all_finite(part) for part in parts):
+    finite = x.all_finite if isinstance(x, RowBatches) else lambda: all_finite(x)
+    if scan and not finite():
         raise ValueError(f"`{name}` contains NaN or infinite values")
     return x
 

@@ -30,6 +30,7 @@ from retrieval_metrics.metrics.forms.qrels import (
     qrels_notes,
 )
 from retrieval_metrics.metrics.inputs import (
+    as_corpus,
     as_embeddings,
     item_tensors,
     per_item,
@@ -161,7 +162,7 @@ class FixedGallery(TableStates):
 
     @staticmethod
     def set(metric: RetrievalMetric, embeddings: Any, keys: dict[str, Any]) -> None:
-        emb = as_embeddings("embeddings", embeddings)
+        emb = as_corpus("embeddings", embeddings)
         if emb.shape[0] == 0:
             raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         items = item_tensors(emb, metric.relevance, **keys)
@@ -170,14 +171,18 @@ class FixedGallery(TableStates):
             items = replace(items, order=id_order_rows(keys["ids"], "ids"))
         metric._note_kinds("g", Batch(**{k: v for k, v in keys.items() if k != "positions"}))
         if metric.qrels is not None and items.ids is not None:
-            # a corpus given once: each document once (repeats that agree dropped)
-            items = items.select(D.dedupe_by_id(
+            # a corpus given once: each document once (repeats that agree dropped), in the order
+            # given, so that a corpus of distinct ids is kept as it is, never copied
+            items = items.select(torch.sort(D.dedupe_by_id(
                 items.ids, "`ids` of the gallery items", embeddings=items.emb,
                 labels=items.labels, cameras=items.cameras, positions=items.positions,
-            ))
+            )).values)
         # held as one batch: each query update's ranking reads it a block at a time (for cosine,
         # divided by the norms as read), never a normalised copy of the corpus per update
-        metric._gallery = replace(items, emb=RowBatches([score_copy(items.emb)]))
+        held = items.emb  # (a corpus on disk stays there: read a block at a time)
+        metric._gallery = replace(
+            items, emb=held if isinstance(held, RowBatches) else RowBatches([score_copy(held)])
+        )
 
     def skip_reason(self, metric: RetrievalMetric) -> str:
         return relevance_skip_reason(metric)

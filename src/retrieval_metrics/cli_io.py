@@ -1,5 +1,9 @@
-"""``retrieval-metrics evaluate ... --write-run RUN``: each query's top K items as a run file.
+"""The command's arrays as the metric takes them, and the runs it writes.
 
+A gallery given as a ``.npy`` file is memory-mapped and handed to ``set_gallery`` as it is
+(:func:`is_corpus_on_disk`): the ranking reads it a block at a time, never whole.
+
+``retrieval-metrics evaluate ... --write-run RUN``: each query's top K items as a run file.
 The items are ranked as the evaluation ranked them (the metric's similarity, its duplicate
 ids dropped, a query never listing itself or, judged by qrels, a document of its own id), and
 :func:`retrieval_metrics.functional.top_k` lists them; ties at the cut go to the item first in
@@ -17,12 +21,43 @@ from typing import Any
 import numpy as np
 import torch
 
-from retrieval_metrics.formats import EmbeddingFile, write_run
+from retrieval_metrics.formats import ARRAYS, EmbeddingFile, write_run
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 __all__ = [
-    "first_occurrences", "run_path", "write_run_file", "write_run_of", "write_run_problem",
+    "as_tensor", "first_occurrences", "is_corpus_on_disk", "run_path", "select_rows",
+    "write_run_file", "write_run_of", "write_run_problem",
 ]
+
+
+def as_tensor(arr: np.ndarray | None) -> torch.Tensor | None:
+    """An array of a file as the metric takes it (strings as they are, for the metric to hash;
+    float16 kept, other floats but float64 as float32)."""
+    if arr is None:
+        return None
+    if arr.dtype.kind in "US":
+        return arr  # type: ignore[return-value]  # strings: the metric hashes them
+    # (a read-only array, a slice of a memory-mapped file: copied, as torch writes to its own)
+    t = torch.from_numpy(np.ascontiguousarray(arr) if arr.flags.writeable else np.array(arr))
+    if t.is_floating_point() and t.dtype not in (torch.float64, torch.float16):
+        t = t.to(torch.float32)
+    return t
+
+
+def select_rows(items: EmbeddingFile, index: np.ndarray | slice) -> dict[str, Any]:
+    """The arrays' rows ``index`` as tensors; a memory-mapped corpus's embeddings, every row
+    of them, stay on disk (set_gallery reads them a block at a time, never whole)."""
+    on_disk = is_corpus_on_disk(items.embeddings) and index == slice(None)
+    return {
+        name: items.embeddings if name == "embeddings" and on_disk
+        else as_tensor(None if getattr(items, name) is None else getattr(items, name)[index])
+        for name in ARRAYS
+    }
+
+
+def is_corpus_on_disk(embeddings: np.ndarray) -> bool:
+    """Whether a gallery file's embeddings can stay on disk (a memory-mapped .npy, by rows)."""
+    return isinstance(embeddings, np.memmap) and bool(embeddings.flags["C_CONTIGUOUS"])
 
 
 def write_run_problem(args: Any) -> str | None:
