@@ -293,6 +293,8 @@ def label_codes(labels: Any, name: str) -> Tensor:
     tensor = _numeric_tensor(labels, name)
     if tensor is not None:
         return _as_int64(tensor.reshape(-1), name)
+    if isinstance(labels, np.ndarray) and labels.dtype.kind == "U" and labels.ndim == 1:
+        labels = labels.tolist()  # (numpy text: the compiled hash of a list of str below)
     values = list(labels) if not isinstance(labels, np.ndarray) else labels
     if not isinstance(values, np.ndarray):
         compiled = _compiled_str_codes(values)  # (a million corpus ids: 0.25 s -> 0.03 s)
