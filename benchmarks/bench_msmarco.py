@@ -9,7 +9,8 @@ judged passage; MS MARCO judges about one passage per query) and their qrels, in
 
 * ``classes``: ``RetrievalMetrics(BEIR's measures + mrr@10, qrels=..., protocol="beir")``,
   ``set_gallery("corpus.npy", ids="corpus.ids.npy")`` (the corpus stays on disk), the queries in
-  one ``update`` (each update against a corpus given once is one pass over it), ``compute()``. Time, and peak resident memory above the process's before
+  one ``update`` (each update against a corpus given once is one pass over it), ``compute()``.
+  Time, and peak resident memory above the process's before
   ``set_gallery`` (VmHWM, reset just before).
 * ``cli``: ``retrieval-metrics evaluate --query q.npz --gallery corpus.npy --qrels qrels.tsv
   --protocol beir`` (one process: its peak counts the interpreter, torch and the queries).
@@ -120,7 +121,7 @@ def run_classes(folder: Path) -> dict:
     import torch
 
     import retrieval_metrics as rm
-    import retrieval_metrics.metrics  # noqa: F401  (imported before the clock starts)
+    import retrieval_metrics.metrics  # (the classes imported before the clock starts)
 
     rates = [square_gemm_rate()]
     data = np.load(folder / "q.npz")
