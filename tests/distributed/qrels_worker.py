@@ -152,6 +152,12 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric = build(sharded=True)
         feed(metric, rank, world)
         return scored(metric)
+    if scenario == "qrels_run":
+        # each query's top 12 from every process's states, ids back as text
+        metric = build(ties="id")
+        feed(metric, rank, world, tied=True)
+        _, _, q_ids, d_ids, _ = data(tied=True)
+        return {"run": metric.run(12, ids=q_ids + d_ids)}
     if scenario in IDS_DO_NOT_MEET:
         metric = build()
         feed(metric, rank, world, renamed=IDS_DO_NOT_MEET[scenario])

@@ -8,6 +8,7 @@ Every run has a timeout and kills its processes on failure (launch.run_workers).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ _RUNS: dict[int, list[dict]] = {}
 
 def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     if world not in _RUNS:
-        names = SCORED + MEET + (REFUSED if world > 1 else [])
+        names = SCORED + MEET + ["qrels_run"] + (REFUSED if world > 1 else [])
         tmp = tmp_path_factory.mktemp(f"qrels_world{world}")
         _RUNS[world] = launch.run_workers(HERE / "qrels_worker.py", [",".join(names)], world, tmp)
     return [by_scenario[scenario] for by_scenario in _RUNS[world]]
@@ -116,3 +117,17 @@ def test_ids_that_do_not_meet_are_named_alike_on_every_process(world, tmp_path_f
             mine = [w for w in result["warnings"] if "not in the corpus" in w]
             assert len(mine) == 1 and mine[0].startswith(counts), where
             assert result["values"] == pytest.approx(expected[scenario]["values"], abs=1e-12)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_run_of_every_process_is_the_one_process_run(world, tmp_path_factory):
+    """metric.run(k) on the synced states (a tied corpus, ties by id): every process lists
+    what one process fed everything lists."""
+    metric = qrels_worker.build(ties="id")
+    qrels_worker.feed(metric, 0, 1, tied=True)
+    _, _, q_ids, d_ids, _ = qrels_worker.data(tied=True)
+    expected = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))  # tuples as lists
+    assert len(expected) == qrels_worker.NUM_Q
+    for rank, result in enumerate(results_of("qrels_run", world, tmp_path_factory)):
+        assert result["run"] == expected, f"rank {rank}/{world}"

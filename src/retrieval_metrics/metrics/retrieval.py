@@ -37,6 +37,7 @@ from retrieval_metrics.metrics.forms import (
     kinds,
 )
 from retrieval_metrics.metrics.inputs import read_ids
+from retrieval_metrics.metrics.runs import run_of
 from retrieval_metrics.protocols import RUN_DEPTH
 
 __all__ = ["RetrievalMetric"]
@@ -215,6 +216,32 @@ class RetrievalMetric(RetrievalMetricBase):
             )
         form.append(self, batch)
         self._note_id_example(role or "query", ids)
+
+    def run(self, k: int = 100, *, ids: Any = None) -> dict[str, list[tuple[str, float]]]:
+        """Each query's ``k`` best gallery items and their scores, as ``compute()`` ranks them
+        (the similarity, duplicate ids dropped, a query never listing itself nor, with qrels, a
+        document of its own id): query id -> ``[(document id, score), ...]`` best first, ids
+        as text, for :func:`retrieval_metrics.formats.write_run` (TREC, JSON, JSONL). Tied
+        scores at the cut go to the item the states hold first (same source: the smaller id; a
+        separate gallery: as given, on one process), or under ``ties="id"`` to the smaller id
+        of a separate gallery.
+
+        For embeddings whose states hold both sides (same source; queries and gallery in
+        updates, with or without ``qrels``); queries ranked against a gallery given with
+        :meth:`set_gallery` are not kept (``functional.top_k`` lists them). String ids are kept
+        as 64-bit codes: give ``ids``, every id as given (in any order, e.g. the dataset's
+        query and document ids), to have them back. On several processes, every process calls
+        it and gets the whole run.
+
+        >>> from retrieval_metrics import RetrievalMetrics
+        >>> m = RetrievalMetrics(["mrr"], similarity="dot")
+        >>> m.update(torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0]]), torch.tensor([0, 0, 1]),
+        ...          ids=["a", "b", "c"])
+        >>> run = m.run(k=2, ids=["a", "b", "c"])
+        >>> run["a"], run["b"]
+        ([('b', 2.0), ('c', 0.0)], [('c', 3.0), ('a', 2.0)])
+        """
+        return self._on_synced_states(lambda: run_of(self, k, ids))
 
     def _note_id_example(self, side: str, ids: Any) -> None:
         if self.qrels is None or ids is None or len(ids) == 0:

@@ -72,6 +72,7 @@ def top_k(
     query_ids: Any = None,
     gallery_ids: Any = None,
     exclude_identical_ids: bool = False,
+    tie_keys: Tensor | None = None,
 ) -> TopK:
     """The ``k`` best gallery items of every query, best first, and their scores.
 
@@ -90,6 +91,8 @@ def top_k(
         query_ids, gallery_ids: sequences or 1-D integer tensors, one id per item.
         exclude_identical_ids: a gallery item whose id is the query's is not listed (BEIR's
             ``ignore_identical_ids``; with ``gallery=None``, items sharing the query's id).
+        tie_keys: int64, one per gallery item: tied items by ascending key, in place of
+            ``ties`` (the metric classes pass the ids' order they keep).
 
     >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     >>> g = torch.tensor([[1.0, 1.0], [1.0, 0.0], [2.0, 2.0], [0.0, 1.0]])
@@ -112,7 +115,11 @@ def top_k(
         )
     num_q, num_g = query.shape[0], items.shape[0]
     item_ids = query_ids if same else gallery_ids
-    if ties == "id":
+    if tie_keys is not None:
+        key = torch.as_tensor(tie_keys, dtype=torch.int64).cpu()
+        if key.shape != (num_g,):
+            raise ValueError(f"`tie_keys` must hold one key per gallery item ({num_g})")
+    elif ties == "id":
         if item_ids is None:
             raise ValueError('ties="id" orders tied items by their ids: give `gallery_ids`')
         key = order_ranks(id_order_rows(item_ids, "gallery_ids"))

@@ -1,0 +1,110 @@
+"""``metric.run(k)``: each query's top K from the metric's states equals a brute force over
+every score (binary codes ranked by dot product: exact scores, many ties, broken by the rule),
+for same source, queries and gallery, and qrels; written runs read back to the same values by
+pytrec_eval. Several processes: tests/metrics/test_distributed_qrels.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from retrieval_metrics.formats import read_trec_run, write_run
+from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+
+def _codes(n, dim, seed):
+    return torch.from_numpy(np.random.default_rng(seed).integers(0, 2, (n, dim)).astype(np.float32))
+
+
+def _brute(q, g, k, key, excluded=frozenset()):
+    scores = q.double() @ g.double().T
+    out = []
+    for i in range(q.shape[0]):
+        pairs = [(float(scores[i, j]), j) for j in range(g.shape[0]) if (i, j) not in excluded]
+        pairs.sort(key=lambda p: (-p[0], key[p[1]]))
+        out.append(pairs[:k])
+    return out
+
+
+def test_same_source_is_the_brute_force_ties_in_the_states_order():
+    """The states hold same-source items by ascending id (the order of per_query()): ties at
+    the cut go to the smaller id."""
+    x, labels = _codes(40, 5, 0), torch.arange(40) % 7
+    ids = [(i * 17) % 40 + 1000 for i in range(40)]
+    metric = rm.RetrievalMetrics(["mrr"], similarity="dot")
+    for part in torch.arange(40).split(15):
+        metric.update(x[part], labels[part], ids=[ids[i] for i in part])
+    run = metric.run(6)
+    brute = _brute(x, x, 6, ids, {(i, i) for i in range(40)})
+    assert set(run) == {str(i) for i in ids}
+    for i, qid in enumerate(ids):
+        assert run[str(qid)] == [(str(ids[j]), s) for s, j in brute[i]], qid
+
+
+def test_a_gallery_by_id_is_the_brute_force():
+    q, g = _codes(9, 4, 6), _codes(30, 4, 7)
+    g_ids = [f"doc{(j * 7) % 30}" for j in range(30)]
+    metric = rm.RetrievalMetrics(["mrr"], similarity="dot", ties="id")
+    metric.update(g, torch.arange(30) % 5, ids=g_ids, role="gallery")
+    metric.update(q, torch.arange(9) % 5, ids=[f"q{i}" for i in range(9)], role="query")
+    run = metric.run(10, ids=g_ids + [f"q{i}" for i in range(9)])
+    key = order_ranks(id_order_rows(g_ids, "ids")).tolist()  # Python's order: "doc10" < "doc9"
+    brute = _brute(q, g, 10, key)
+    for i in range(9):
+        assert run[f"q{i}"] == [(g_ids[j], s) for s, j in brute[i]], i
+    same = rm.RetrievalMetrics(["mrr"], ties="id")
+    same.update(q, torch.arange(9) % 5, ids=list(range(9)))
+    with pytest.raises(ValueError, match="a same-source run breaks ties"):
+        same.run(3)
+
+
+def test_queries_and_gallery_with_qrels_leave_out_the_querys_own_id(tmp_path):
+    q, g = _codes(10, 6, 1), _codes(50, 6, 2)
+    q_ids = [f"d{3 * i}" for i in range(10)]  # each query is also a corpus document
+    g_ids = [f"d{j}" for j in range(50)]
+    qrels = {qid: {g_ids[(i * 7 + 1) % 50]: 1} for i, qid in enumerate(q_ids)}
+    metric = rm.RetrievalMetrics(["ndcg@10"], qrels=qrels, similarity="dot")
+    metric.update(g, ids=g_ids, role="gallery")
+    metric.update(q, ids=q_ids, role="query")
+    run = metric.run(8, ids=q_ids + g_ids)
+    excluded = {(i, 3 * i) for i in range(10)}
+    brute = _brute(q, g, 8, list(range(50)), excluded)  # the gallery in the order given
+    # the queries come back in the states' order; each is the brute force's
+    for i, qid in enumerate(q_ids):
+        assert run[qid] == [(g_ids[j], s) for s, j in brute[i]], qid
+    # read back through a TREC file, pytrec_eval scores it as the run
+    path = write_run(run, tmp_path / "run.txt")
+    back = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(read_trec_run(path))
+    direct = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(
+        {qid: dict(pairs) for qid, pairs in run.items()})
+    assert back == direct
+
+
+def test_integer_ids_need_no_text_and_string_ids_do():
+    x = _codes(12, 4, 3)
+    metric = rm.RetrievalMetrics(["mrr"], similarity="dot")
+    metric.update(x, torch.arange(12) % 3, ids=torch.arange(100, 112))
+    run = metric.run(3)
+    assert set(run) == {str(i) for i in range(100, 112)}
+    named = rm.RetrievalMetrics(["mrr"])
+    named.update(x, torch.arange(12) % 3, ids=[f"s{i}" for i in range(12)])
+    with pytest.raises(ValueError, match=r"give run\(k, ids=...\)"):
+        named.run(3)
+    with pytest.raises(ValueError, match="not among `ids`"):
+        named.run(3, ids=[f"s{i}" for i in range(11)])
+
+
+def test_forms_without_both_sides_are_refused_by_name():
+    fixed = rm.RetrievalMetrics(["mrr"])
+    fixed.set_gallery(_codes(10, 4, 4), torch.arange(10) % 2)
+    fixed.update(_codes(3, 4, 5), torch.tensor([0, 1, 0]), role="query")
+    with pytest.raises(ValueError, match="set_gallery are not kept: rank them with"):
+        fixed.run(3)
+    lists = rm.RetrievalMetrics(["mrr"])
+    lists.update(ranked_ids=[["a", "b"]], relevant_ids=[{"b"}])
+    with pytest.raises(ValueError, match="came ranked already"):
+        lists.run(3)
