@@ -16,6 +16,7 @@ Public functions
 - ``reference_median_rank``: the median rank, VSE++ or plain convention.
 - ``reference_chance``: expected metric values under a uniformly random ranking.
 - ``reference_ranked_list``: one RAG-style ranked list of ids against a set/dict of relevant ids.
+- ``reference_top_k``: each query's k best gallery items by exact dot products, ties by a key.
 """
 
 from __future__ import annotations
@@ -553,4 +554,17 @@ def reference_judged(scores, query_ids, doc_ids, qrels, ignore_identical_ids=Tru
                 rel, in_order, m=m, gallery_size=len(kept), ideal_grades=list(grades.values())
             )
         )
+    return out
+
+
+def reference_top_k(query_emb, gallery_emb, k, key, excluded=frozenset()):
+    """Per query, its ``k`` best ``(score, gallery index)`` by float64 dot products (exact for
+    small integer embeddings), tied scores by ascending ``key[index]``; the pairs ``(query,
+    index)`` in ``excluded`` are never listed."""
+    scores = np.asarray(query_emb, dtype=np.float64) @ np.asarray(gallery_emb, dtype=np.float64).T
+    out = []
+    for i in range(scores.shape[0]):
+        pairs = [(float(scores[i, j]), j) for j in range(scores.shape[1]) if (i, j) not in excluded]
+        pairs.sort(key=lambda p: (-p[0], key[p[1]]))
+        out.append(pairs[:k])
     return out

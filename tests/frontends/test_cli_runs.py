@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from reference import reference_top_k
 from retrieval_metrics import cli
 from retrieval_metrics.formats import read_run, read_trec_run
 
@@ -24,17 +25,6 @@ def evaluate(capsys, *args: str) -> tuple[int, str, str]:
 
 def _codes(n: int, dim: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2, (n, dim)).astype(np.float32)
-
-
-def _brute(q, g, k, excluded):
-    """Per query, the k best (row, score) by exact dot products, ties by gallery row."""
-    scores = q.astype(np.float64) @ g.astype(np.float64).T
-    out = []
-    for i in range(len(q)):
-        pairs = [(scores[i, j], j) for j in range(len(g)) if (i, j) not in excluded]
-        pairs.sort(key=lambda p: (-p[0], p[1]))
-        out.append(pairs[:k])
-    return out
 
 
 @pytest.fixture
@@ -68,7 +58,7 @@ def test_the_run_of_a_judged_corpus_is_the_brute_force_top_k(judged, suffix, cap
     assert status == 0 and f"written to {run_path}" in err
     kept = [j for j in range(40) if j != 39]  # the repeated id's second row is dropped
     excluded = {(3, kept.index(20))}
-    brute = _brute(queries, corpus[kept], 9, excluded)
+    brute = reference_top_k(queries, corpus[kept], 9, list(range(len(kept))), excluded)
     written = {x["id"]: x for x in map(json.loads, run_path.read_text().splitlines())} if (
         suffix == ".jsonl") else None
     for i, qid in enumerate(q_ids):
@@ -118,7 +108,7 @@ def test_same_source_runs_never_list_the_query_and_several_runs_get_their_names(
         for line in run:
             qid, _, doc, _, score, _ = line.split()
             by_query.setdefault(qid, []).append((doc, float(score)))
-        brute = _brute(x, x, 40, {(i, i) for i in range(30)})
+        brute = reference_top_k(x, x, 40, list(range(30)), {(i, i) for i in range(30)})
         for i in range(30):
             assert by_query[str(i)] == [(str(j), float(s)) for s, j in brute[i]]
             assert len(by_query[str(i)]) == 29

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from reference import reference_top_k
 from retrieval_metrics.formats import read_trec_run, write_run
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
@@ -18,16 +19,6 @@ pytrec_eval = pytest.importorskip("pytrec_eval")
 
 def _codes(n, dim, seed):
     return torch.from_numpy(np.random.default_rng(seed).integers(0, 2, (n, dim)).astype(np.float32))
-
-
-def _brute(q, g, k, key, excluded=frozenset()):
-    scores = q.double() @ g.double().T
-    out = []
-    for i in range(q.shape[0]):
-        pairs = [(float(scores[i, j]), j) for j in range(g.shape[0]) if (i, j) not in excluded]
-        pairs.sort(key=lambda p: (-p[0], key[p[1]]))
-        out.append(pairs[:k])
-    return out
 
 
 def test_same_source_is_the_brute_force_ties_in_the_states_order():
@@ -39,7 +30,7 @@ def test_same_source_is_the_brute_force_ties_in_the_states_order():
     for part in torch.arange(40).split(15):
         metric.update(x[part], labels[part], ids=[ids[i] for i in part])
     run = metric.run(6)
-    brute = _brute(x, x, 6, ids, {(i, i) for i in range(40)})
+    brute = reference_top_k(x, x, 6, ids, {(i, i) for i in range(40)})
     assert set(run) == {str(i) for i in ids}
     for i, qid in enumerate(ids):
         assert run[str(qid)] == [(str(ids[j]), s) for s, j in brute[i]], qid
@@ -53,7 +44,7 @@ def test_a_gallery_by_id_is_the_brute_force():
     metric.update(q, torch.arange(9) % 5, ids=[f"q{i}" for i in range(9)], role="query")
     run = metric.run(10, ids=g_ids + [f"q{i}" for i in range(9)])
     key = order_ranks(id_order_rows(g_ids, "ids")).tolist()  # Python's order: "doc10" < "doc9"
-    brute = _brute(q, g, 10, key)
+    brute = reference_top_k(q, g, 10, key)
     for i in range(9):
         assert run[f"q{i}"] == [(g_ids[j], s) for s, j in brute[i]], i
     same = rm.RetrievalMetrics(["mrr"], ties="id")
@@ -72,7 +63,7 @@ def test_queries_and_gallery_with_qrels_leave_out_the_querys_own_id(tmp_path):
     metric.update(q, ids=q_ids, role="query")
     run = metric.run(8, ids=q_ids + g_ids)
     excluded = {(i, 3 * i) for i in range(10)}
-    brute = _brute(q, g, 8, list(range(50)), excluded)  # the gallery in the order given
+    brute = reference_top_k(q, g, 8, list(range(50)), excluded)  # the gallery in the order given
     # the queries come back in the states' order; each is the brute force's
     for i, qid in enumerate(q_ids):
         assert run[qid] == [(g_ids[j], s) for s, j in brute[i]], qid

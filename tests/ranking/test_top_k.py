@@ -13,22 +13,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reference import reference_top_k
 from retrieval_metrics.formats import read_run, read_trec_run, write_run
-from retrieval_metrics.functional.ranking import top_lists as top_lists
+from retrieval_metrics.functional.ranking import top_lists
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
-
-
-def _brute(q, g, k, key, excluded=frozenset()):
-    """Per query, the k best (index, score) by exact float64 dot products, ties by ``key``."""
-    scores = q.double() @ g.double().T
-    out = []
-    for i in range(q.shape[0]):
-        pairs = [(float(scores[i, j]), j) for j in range(g.shape[0]) if (i, j) not in excluded]
-        pairs.sort(key=lambda p: (-p[0], key[p[1]]))
-        out.append(pairs[:k])
-    return out
 
 
 def _codes(n, dim, seed):
@@ -53,7 +43,7 @@ def _check(found, brute, k):
 )
 def test_binary_codes_full_of_ties_by_position_any_blocks(nq, ng, dim, k, seed, block):
     q, g = _codes(nq, dim, seed), _codes(ng, dim, seed + 1)
-    brute = _brute(q, g, k, list(range(ng)))
+    brute = reference_top_k(q, g, k, list(range(ng)))
     saved = top_lists.BLOCK_G, top_lists.BLOCK_ENTRIES
     try:
         top_lists.BLOCK_G, top_lists.BLOCK_ENTRIES = block, block * 2
@@ -68,7 +58,7 @@ def test_ties_by_id_order_strings_by_code_point():
     ids = [f"doc{(j * 7) % 30}" for j in range(30)]
     key = {j: ids[j] for j in range(30)}  # Python's order of the strings: "doc10" < "doc9"
     found = top_k(q, g, 12, similarity="dot", ties="id", gallery_ids=ids)
-    _check(found, _brute(q, g, 12, key), 12)
+    _check(found, reference_top_k(q, g, 12, key), 12)
     by_position = top_k(q, g, 12, similarity="dot")
     assert found.indices.tolist() != by_position.indices.tolist()  # the rule decides
 
@@ -78,13 +68,13 @@ def test_same_source_never_lists_the_query_and_identical_ids_are_left_out():
     excluded = {(i, i) for i in range(25)}
     found = top_k(x, None, 30, similarity="dot")
     assert found.indices.shape == (25, 24) and (found.indices >= 0).all()
-    _check(found, _brute(x, x, 30, list(range(25)), excluded), 30)
+    _check(found, reference_top_k(x, x, 30, list(range(25)), excluded), 30)
     q, g = _codes(6, 4, 4), _codes(20, 4, 5)
     q_ids, g_ids = [f"d{i * 3}" for i in range(6)], [f"d{j}" for j in range(20)]
     excluded = {(i, 3 * i) for i in range(6) if 3 * i < 20}
     found = top_k(q, g, 20, similarity="dot", query_ids=q_ids, gallery_ids=g_ids,
                   exclude_identical_ids=True)
-    _check(found, _brute(q, g, 20, list(range(20)), excluded), 20)
+    _check(found, reference_top_k(q, g, 20, list(range(20)), excluded), 20)
     # every place past the items left: -1 and -inf
     assert (found.indices[:, -1] == -1).sum() == len(excluded)
     assert torch.isneginf(found.scores[found.indices == -1]).all()
