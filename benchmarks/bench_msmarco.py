@@ -24,12 +24,20 @@ judged passage; MS MARCO judges about one passage per query) and their qrels, in
 
 Bounds (issue's): classes and CLI within 1.3x the product, peak at most 4 GiB above the start.
 
+``--device DEVICE`` measures the classes with the corpus in that device's memory instead (no
+disk; what ``benchmarks/gpu_check.sh`` runs on a GPU, at the whole dev size, 6,980 queries):
+the corpus generated there in chunks, in each of ``--device-dtypes`` (bfloat16 and float32 by
+default), given with ``set_gallery``, the queries in one update, ``compute()``, timed with the
+device synchronised, against one queries x corpus float32 product at the device's square-GEMM
+rate; the values of each dtype beside the others'. Writes ``bench_msmarco_DEVICE.json``/``.txt``.
+
 Run (about 15 minutes on 2 cores at the full size, most of it the three products):
 
     python benchmarks/bench_msmarco.py                                   # 8,841,823 x 768 fp16
     python benchmarks/bench_msmarco.py --docs 1000000 --dtype float32    # beside:
     python benchmarks/bench_msmarco.py --docs 1000000 --dtype float16
     python benchmarks/bench_msmarco.py --docs 200000 --queries 200       # a quick look
+    python benchmarks/bench_msmarco.py --device cuda --queries 6980      # on a GPU, in memory
 
 Writes ``benchmarks/results/bench_msmarco[_N_DTYPE].json`` and ``.txt``.
 """
@@ -181,6 +189,82 @@ def run_reference(folder: Path) -> dict:
     return {"seconds": seconds, "values": values, "queries_tied": int((tied > 0).sum())}
 
 
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_device(args) -> dict:
+    """The classes with the corpus generated in ``args.device``'s memory, per dtype."""
+    import torch
+
+    import retrieval_metrics as rm
+    import retrieval_metrics.metrics  # (the classes imported before the clock starts)
+
+    device = args.device
+    a, b = torch.randn(4096, 4096, device=device), torch.randn(4096, 4096, device=device)
+    from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
+
+    with full_fp32_products():  # (the ranking's products are full float32 too)
+        a @ b
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(3):
+            a @ b
+        _sync(device)
+    rate = 3 * 2 * 4096**3 / (time.perf_counter() - start)
+    del a, b
+    gen = torch.Generator(device=device).manual_seed(0)
+    judged = torch.randperm(args.docs, generator=gen, device=device)[: args.queries]
+    qrels = {i: {int(d): 1} for i, d in enumerate(judged.tolist())}
+    out: dict = {"gemm_rate": rate, "dtypes": {}}
+    for name in args.device_dtypes.split(","):
+        dtype = getattr(torch, name)
+        corpus = torch.empty(args.docs, args.dim, dtype=dtype, device=device)
+        for lo in range(0, args.docs, CHUNK):
+            part = torch.randn(min(CHUNK, args.docs - lo), args.dim, generator=gen, device=device)
+            corpus[lo : lo + CHUNK] = part / torch.linalg.vector_norm(part, dim=1, keepdim=True)
+        noise = torch.randn(args.queries, args.dim, generator=gen, device=device)
+        noise *= NOISE / torch.linalg.vector_norm(noise, dim=1, keepdim=True)
+        queries = corpus[judged].float() + noise
+        metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir",
+                                     ignore_identical_ids=False).to(device)
+        _sync(device)
+        start = time.perf_counter()
+        metric.set_gallery(corpus, ids=torch.arange(args.docs, device=device))
+        metric.update(queries, ids=torch.arange(args.queries, device=device), role="query")
+        values = {k: float(v) for k, v in metric.compute().items()}
+        _sync(device)
+        seconds = time.perf_counter() - start
+        out["dtypes"][name] = {"seconds": seconds, "values": values}
+        del corpus, metric, queries
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        gen.manual_seed(0)  # the same numbers (then rounded to the next dtype)
+        judged = torch.randperm(args.docs, generator=gen, device=device)[: args.queries]
+    return out
+
+
+def report_device(args, out: dict) -> None:
+    product = 2 * args.queries * args.docs * args.dim / out["gemm_rate"]
+    lines = [f"bench_msmarco --device {args.device}: corpus {args.docs:,} x {args.dim} in device "
+             f"memory, {args.queries:,} queries, BEIR's measures + MRR@10 through the classes; "
+             f"float32 GEMM {out['gemm_rate'] / 1e12:.1f} TFLOP/s: one product {product:.2f} s"]
+    for name, result in out["dtypes"].items():
+        shown = {k: round(v, 4) for k, v in result["values"].items()
+                 if k in ("ndcg@10", "mrr@10", "recall@1000")}
+        lines.append(f"{name}: {result['seconds']:.2f} s = {result['seconds'] / product:.2f} x "
+                     f"the product; {shown}")
+    text = "\n".join(lines)
+    print(text)
+    tag = args.device.replace(":", "")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"bench_msmarco_{tag}.txt").write_text(text + "\n")
+    (RESULTS / f"bench_msmarco_{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
 def run_cli(folder: Path) -> dict:
     import resource
 
@@ -207,7 +291,12 @@ def main() -> None:
     parser.add_argument("--dir", default="/tmp/rm_bench_msmarco")
     parser.add_argument("--only", choices=["classes", "reference", "cli"])
     parser.add_argument("--paths", default="classes,reference,cli")
+    parser.add_argument("--device", help="the corpus in this device's memory (no disk)")
+    parser.add_argument("--device-dtypes", dest="device_dtypes", default="bfloat16,float32")
     args = parser.parse_args()
+    if args.device:
+        report_device(args, run_device(args))
+        return
     folder = Path(args.dir) / f"{args.docs}_{args.dim}_{args.dtype}_{args.queries}"
     args.dir = str(folder)
     if args.only:

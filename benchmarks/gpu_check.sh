@@ -12,7 +12,11 @@
 #      the 100k memory case; the CPU peers are skipped: they say nothing about the device);
 #   4. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512);
 #   5. benchmarks/bench_qrels.py --device cuda: dense retrieval against qrels through the classes,
-#      a 1,000,000 x 768 corpus in batches and 7,000 queries, beside one product on the device.
+#      a 1,000,000 x 768 corpus in batches and 7,000 queries, beside one product on the device;
+#   6. benchmarks/bench_msmarco.py --device cuda: MS MARCO dev's shape in device memory,
+#      8,841,823 x 768 in bfloat16 and in float32, 6,980 queries, BEIR's measures + MRR@10
+#      through the classes, beside one float32 product at the device's rate (about 40 GB of
+#      device memory at the float32 step).
 # Results land in benchmarks/results/ (gpu.json, *_cuda.*); each step's log is printed as it runs.
 #
 # The GPU machine has torch with CUDA, lightning, torchmetrics, numpy, pytest and hypothesis but
@@ -62,12 +66,14 @@ if [[ "$SMALL" == 1 ]]; then
     CROSSMODAL_ARGS=(--images 500 --repeats 1)
     CLASSES_ARGS=(--small --repeats 1)
     QRELS_ARGS=(--docs 20000 --dim 64 --queries 100)
+    MSMARCO_ARGS=(--docs 50000 --dim 64 --queries 200)
     SUFFIX=_smoke
 else
     RANKING_ARGS=()
     CROSSMODAL_ARGS=()
     CLASSES_ARGS=()
     QRELS_ARGS=(--docs 1000000 --dim 768 --queries 7000)
+    MSMARCO_ARGS=(--queries 6980)
     SUFFIX=
 fi
 TAG="${DEVICE%%:*}${SUFFIX}"
@@ -102,5 +108,8 @@ fi
 step "qrels benchmark on $DEVICE (1,000,000 x 768 corpus, 7,000 queries)"
 "$PYTHON" benchmarks/bench_qrels.py --device "$DEVICE" "${QRELS_ARGS[@]}" --paths product classes --repeat 1 \
     --out "$RESULTS/bench_qrels_$TAG"
+
+step "MS MARCO dev's shape on $DEVICE (8,841,823 x 768, bfloat16 and float32, 6,980 queries)"
+"$PYTHON" benchmarks/bench_msmarco.py --device "$DEVICE" "${MSMARCO_ARGS[@]}"
 
 step "done: results in $RESULTS/gpu$SUFFIX.json and $RESULTS/*_$TAG.*"
