@@ -24,7 +24,8 @@ SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fi
           "qrels_run_depth"]
 MEET = list(qrels_worker.IDS_DO_NOT_MEET)
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
-           "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
+           "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids",
+           "qrels_run_sharded"]
 _RUNS: dict[int, list[dict]] = {}
 
 
@@ -76,6 +77,7 @@ def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_fa
         ("ids_on_some_processes_lists", "with and without ids"),
         ("int_and_string_labels", "`labels` of the queries were integers"),
         ("int_and_string_image_ids", "`ids` of the images were integers"),
+        ("qrels_run_sharded", "each process holds a shard of it"),
     ],
 )
 def test_processes_that_disagree_are_refused_on_every_process(

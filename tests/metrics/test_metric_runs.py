@@ -99,3 +99,14 @@ def test_forms_without_both_sides_are_refused_by_name():
     lists.update(ranked_ids=[["a", "b"]], relevant_ids=[{"b"}])
     with pytest.raises(ValueError, match="came ranked already"):
         lists.run(3)
+
+
+def test_a_sharded_gallery_on_one_process_is_the_whole_gallery():
+    q, g = _codes(6, 4, 8), _codes(20, 4, 9)
+    runs = []
+    for sharded in (False, True):
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot", gallery_sharded=sharded)
+        metric.update(g, torch.arange(20) % 3, ids=torch.arange(100, 120), role="gallery")
+        metric.update(q, torch.arange(6) % 3, ids=torch.arange(6), role="query")
+        runs.append(metric.run(5))
+    assert runs[0] == runs[1]

@@ -40,7 +40,15 @@ def run_of(
             else "its rankings came ranked already"
         )
         raise ValueError(f"{type(metric).__name__}.run() lists embeddings; {hint}")
+    if metric.gallery_sharded and metric._several_processes():
+        raise ValueError(
+            f"{type(metric).__name__}.run() lists the whole gallery's best items; with "
+            "gallery_sharded=True each process holds a shard of it: gather the gallery "
+            "(gallery_sharded=False) to write a run"
+        )
     queries, gallery = form.sides(metric)
+    if gallery is None and form.kind != "same_source":
+        raise ValueError(f"{type(metric).__name__}.run(): no gallery items were given")
     same = gallery is None
     items = queries if gallery is None else gallery
     tie_keys = None
