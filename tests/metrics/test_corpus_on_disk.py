@@ -228,3 +228,14 @@ def test_the_command_line_reads_a_npy_corpus_from_disk(tmp_path):
     # the .npz is read whole (and each query chunk ranked against it); the .npy is not
     saved = results["corpus.npz"][1] - results["corpus.npy"][1]
     assert saved > 0.6 * corpus_bytes, (saved >> 20, corpus_bytes >> 20)
+
+
+def test_a_copy_on_write_mapping_keeps_the_callers_changes(tmp_path):
+    """mmap_mode="c" holds changes in private pages: they are read, and not handed back."""
+    np.save(tmp_path / "c.npy", np.ones((20_000, 32), dtype=np.float32))
+    changed = np.load(tmp_path / "c.npy", mmap_mode="c")
+    changed[7] = 5.0
+    rows = RowBatches([MappedRows(changed)])
+    for _ in range(2):  # (read twice: the first read gives nothing back)
+        assert float(rows.joined()[7, 0]) == 5.0
+        assert float(rows.row_norms()[7, 0]) == pytest.approx(5.0 * 32**0.5)

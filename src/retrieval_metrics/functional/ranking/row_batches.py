@@ -62,6 +62,9 @@ class MappedRows:
         if not array.flags["C_CONTIGUOUS"]:
             raise ValueError("a corpus on disk must be stored by rows (C order), not Fortran")
         self._mapping = mapping
+        # a copy-on-write mapping (mmap_mode="c") may hold the caller's own changes, which
+        # handing its pages back would drop: its pages are kept
+        self._give_back = getattr(array, "mode", "r") != "c"
         base = np.frombuffer(mapping, dtype=np.uint8)
         self._start = array.ctypes.data - base.ctypes.data
         del base
@@ -74,7 +77,7 @@ class MappedRows:
 
     def release(self, start: int, stop: int) -> None:
         """Hand back the pages of rows ``start:stop`` (read again from the file when needed)."""
-        if stop <= start:
+        if stop <= start or not self._give_back:
             return
         first = (self._start + start * self._row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
         end = min(self._start + stop * self._row_bytes, len(self._mapping))
