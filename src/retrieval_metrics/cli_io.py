@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from retrieval_metrics.formats import ARRAYS, EmbeddingFile, write_run
+from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 __all__ = [
@@ -47,12 +48,16 @@ def as_tensor(arr: np.ndarray | None) -> torch.Tensor | None:
 def select_rows(items: EmbeddingFile, index: np.ndarray | slice) -> dict[str, Any]:
     """The arrays' rows ``index`` as tensors; a memory-mapped corpus's embeddings, every row
     of them, stay on disk (set_gallery reads them a block at a time, never whole)."""
-    on_disk = is_corpus_on_disk(items.embeddings) and index == slice(None)
+    on_disk = is_corpus_on_disk(items.embeddings) and _every_row(index)
     return {
         name: items.embeddings if name == "embeddings" and on_disk
         else as_tensor(None if getattr(items, name) is None else getattr(items, name)[index])
         for name in ARRAYS
     }
+
+
+def _every_row(index: np.ndarray | slice) -> bool:
+    return isinstance(index, slice) and index == slice(None)
 
 
 def is_corpus_on_disk(embeddings: np.ndarray) -> bool:
@@ -120,9 +125,14 @@ def write_run_file(
     q_ids = _id_list(query.ids if query.ids is not None else np.arange(len(query)))
     g_ids = _id_list((items.ids if items.ids is not None else np.arange(len(items)))[gallery_rows])
     judged = getattr(metric, "qrels", None) is not None
+    corpus: Any = (
+        RowBatches([MappedRows(items.embeddings)])  # read a block at a time, never whole
+        if is_corpus_on_disk(items.embeddings) and _every_row(gallery_rows)
+        else torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows]))
+    )
     found = top_k(
         torch.from_numpy(np.ascontiguousarray(query.embeddings)),
-        torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows])),
+        corpus,
         depth,
         similarity=metric.similarity,
         ties="id" if metric.ties == "id" else "position",

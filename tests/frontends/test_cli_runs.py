@@ -40,18 +40,23 @@ def judged(tmp_path):
              for i in range(12)}
     np.savez(tmp_path / "q.npz", embeddings=queries, ids=q_ids)
     np.savez(tmp_path / "c.npz", embeddings=corpus, ids=d_ids)
+    # the same corpus as a .npy read from disk, its ids beside it
+    np.save(tmp_path / "c.npy", corpus)
+    np.save(tmp_path / "c.ids.npy", d_ids)
     lines = ["query-id\tcorpus-id\tscore"]
     lines += [f"{q}\t{d}\t{g}" for q, docs in qrels.items() for d, g in docs.items()]
     (tmp_path / "qrels.tsv").write_text("\n".join(lines) + "\n")
     return tmp_path, queries, corpus, q_ids, d_ids, qrels
 
 
+@pytest.mark.parametrize("corpus_file", ["c.npz", "c.npy"])
 @pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
-def test_the_run_of_a_judged_corpus_is_the_brute_force_top_k(judged, suffix, capsys):
+def test_the_run_of_a_judged_corpus_is_the_brute_force_top_k(judged, suffix, corpus_file,
+                                                             capsys):
     tmp, queries, corpus, q_ids, d_ids, qrels = judged
     run_path = tmp / f"run{suffix}"
     status, _, err = evaluate(
-        capsys, "--query", str(tmp / "q.npz"), "--gallery", str(tmp / "c.npz"), "--qrels",
+        capsys, "--query", str(tmp / "q.npz"), "--gallery", str(tmp / corpus_file), "--qrels",
         str(tmp / "qrels.tsv"), "--similarity", "dot", "--metrics", "ndcg@5,mrr@10",
         "--write-run", str(run_path), "--run-depth", "9", "--json", str(tmp / "out.json"),
     )

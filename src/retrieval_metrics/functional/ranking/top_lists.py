@@ -21,8 +21,14 @@ from torch import Tensor
 
 from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
-from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
+from retrieval_metrics.functional.ranking.engine.similarity import (
+    gallery_in_blocks,
+    prepare,
+    prepare_query,
+    score_dtype,
+)
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
 __all__ = ["TopK", "top_k"]
@@ -64,7 +70,7 @@ class TopK:
 
 def top_k(
     query: Tensor,
-    gallery: Tensor | None,
+    gallery: Tensor | RowBatches | None,
     k: int,
     *,
     similarity: str = "cosine",
@@ -129,7 +135,16 @@ def top_k(
     columns = torch.argsort(key, stable=True)
     excluded = _excluded(num_q, num_g, same, query_ids, item_ids, exclude_identical_ids)
     dtype = score_dtype(query, items)
-    q_mat, g_mat = prepare(query, items, similarity, dtype, gallery_rows=columns)
+    in_order = bool(torch.equal(columns, torch.arange(num_g)))
+    # a gallery in its own order is read a block at a time where that needs no copy of it (a
+    # corpus in batches or on disk, for cosine and dot): never joined, normalised or upcast
+    g_blocks = gallery_in_blocks(
+        items if isinstance(items, RowBatches) else RowBatches([items]), similarity, dtype
+    ) if in_order and not same else None
+    if g_blocks is not None:
+        q_mat, g_mat = prepare_query(query, similarity, dtype), g_blocks
+    else:
+        q_mat, g_mat = prepare(query, items, similarity, dtype, gallery_rows=columns)
     assert q_mat is not None
     device = q_mat.device
     if excluded is not None:
@@ -145,6 +160,7 @@ def top_k(
     best_cols = torch.empty((num_q, width), dtype=torch.int64, device=device)
     block_g = max(1, min(num_g, BLOCK_G))
     block_q = max(1, min(num_q, BLOCK_ENTRIES // block_g))
+    buffer = torch.empty(block_g, q_mat.shape[1], dtype=dtype, device=device)
     with full_fp32_products():
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
@@ -152,7 +168,11 @@ def top_k(
             cols = torch.empty((q1 - q0, 0), dtype=torch.int64, device=device)
             for g0 in range(0, num_g, block_g):
                 g1 = min(num_g, g0 + block_g)
-                s = torch.mm(q_mat[q0:q1], g_mat[g0:g1].T)
+                if isinstance(g_mat, RowBatches):
+                    g_block = g_mat.rows(g0, g1, buffer)
+                else:
+                    g_block = g_mat[g0:g1]
+                s = torch.mm(q_mat[q0:q1], g_block.T)
                 if excluded is not None:
                     _mask(s, excluded, q0, q1, g0, g1)
                 s_scores, s_cols = _block_best(s, width)
