@@ -231,7 +231,8 @@ class RetrievalMetric(RetrievalMetricBase):
         :meth:`set_gallery` are not kept (``functional.top_k`` lists them). String ids are kept
         as 64-bit codes: give ``ids``, every id as given (in any order, e.g. the dataset's
         query and document ids), to have them back. On several processes, every process calls
-        it and gets the whole run.
+        it and gets the whole run; with ``gallery_sharded=True`` each lists the best of its
+        shard and the lists are merged (tied scores at the cut by id code).
 
         >>> from retrieval_metrics import RetrievalMetrics
         >>> m = RetrievalMetrics(["mrr"], similarity="dot")

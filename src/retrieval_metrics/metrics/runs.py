@@ -4,8 +4,9 @@ The states of the embedding forms hold both sides (same source; queries and gall
 updates, judged by qrels or not), deduplicated and gathered from every process as ``compute()``
 reads them; :func:`retrieval_metrics.functional.top_k` lists each query's K best, with the
 metric's similarity and tie rule, a query never listing itself (same source) nor, judged by
-qrels, a document of its own id (``ignore_identical_ids``). The states keep string ids as
-64-bit codes: the run gets its text back from ``ids`` (the id values as given).
+qrels, a document of its own id (``ignore_identical_ids``). A gallery sharded over processes:
+each lists the best of its shard, and the lists are merged (tied scores at the cut by id
+code). The states keep string ids as 64-bit codes: the run gets its text back from ``ids``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.tie_order import order_ranks
 from retrieval_metrics.functional.ranking.top_lists import top_k
+from retrieval_metrics.metrics import distributed as D
 
 if TYPE_CHECKING:
     from retrieval_metrics.metrics.retrieval import RetrievalMetric
@@ -40,15 +43,36 @@ def run_of(
             else "its rankings came ranked already"
         )
         raise ValueError(f"{type(metric).__name__}.run() lists embeddings; {hint}")
-    if metric.gallery_sharded and metric._several_processes():
-        raise ValueError(
-            f"{type(metric).__name__}.run() lists the whole gallery's best items; with "
-            "gallery_sharded=True each process holds a shard of it: gather the gallery "
-            "(gallery_sharded=False) to write a run"
-        )
     queries, gallery = form.sides(metric)
-    if gallery is None and form.kind != "same_source":
+    sharded = metric.gallery_sharded and metric._several_processes()
+    if gallery is None and form.kind != "same_source" and not sharded:
         raise ValueError(f"{type(metric).__name__}.run(): no gallery items were given")
+    if sharded:
+        # each process lists the best of its shard; the lists are gathered and merged
+        none = torch.zeros(0, dtype=torch.int64)
+        shard = gallery if gallery is not None else queries.select(none)
+        shard, _ = D.dedupe_across_shards(
+            shard, "`ids` of the gallery items", metric.process_group
+        )
+        codes, scores = _shard_best(metric, queries, shard, k)
+    else:
+        codes, scores = _best(metric, queries, gallery, k)
+    text = _id_text(metric, ids)
+    q_codes = queries.ids if queries.ids is not None else torch.arange(len(queries))
+    q_text = text(q_codes.cpu(), "query")
+    if len(q_text) != len(set(q_text)):
+        raise ValueError(f"{type(metric).__name__}.run(): a query id is given twice")
+    run = {}
+    for qid, row, values in zip(q_text, codes.cpu().tolist(), scores.cpu().tolist(), strict=True):
+        kept = [(c, v) for c, v in zip(row, values, strict=True) if v != float("-inf")]
+        run[qid] = list(zip(text(torch.tensor([c for c, _ in kept], dtype=torch.int64),
+                                 "gallery"), [v for _, v in kept], strict=True))
+    return run
+
+
+def _best(metric: RetrievalMetric, queries: Items, gallery: Items | None, k: int):
+    """Each query's ``k`` best gallery items: their id codes (positions without ids) and
+    scores, ``(Q, k')`` (-inf past the end)."""
     same = gallery is None
     items = queries if gallery is None else gallery
     tie_keys = None
@@ -73,10 +97,30 @@ def run_of(
             or (metric.qrels is not None and metric.ignore_identical_ids is not False)
         ),
     )
-    text = _id_text(metric, ids)
-    q_codes = queries.ids if queries.ids is not None else torch.arange(len(queries))
-    g_codes = items.ids if items.ids is not None else torch.arange(len(items))
-    return found.run(text(q_codes.cpu(), "query"), text(g_codes.cpu(), "gallery"))
+    g_codes = (items.ids if items.ids is not None else torch.arange(len(items))).to(
+        found.indices.device)
+    codes = g_codes.index_select(0, found.indices.clamp_min(0).view(-1)).view(found.indices.shape)
+    return codes, found.scores
+
+
+def _shard_best(metric: RetrievalMetric, queries: Items, shard: Items, k: int):
+    """:func:`_best` over a gallery split over the processes: every process's best of its shard
+    (``k`` places each, -inf past its end), gathered, then per query the ``k`` best of them all,
+    tied scores by ascending id code (the shards hold no common order)."""
+    num_q = len(queries)
+    codes = torch.zeros((num_q, k), dtype=torch.int64)
+    scores = torch.full((num_q, k), float("-inf"), dtype=torch.float64)
+    if len(shard):
+        mine, values = _best(metric, queries, shard, k)
+        codes[:, : mine.shape[1]], scores[:, : mine.shape[1]] = mine.cpu(), values.cpu().double()
+    all_codes, all_scores = D.gather_rows([codes, scores], metric.process_group)
+    world = all_codes.shape[0] // max(1, num_q)
+    all_codes = all_codes.cpu().view(world, num_q, k).permute(1, 0, 2).reshape(num_q, -1)
+    all_scores = all_scores.cpu().view(world, num_q, k).permute(1, 0, 2).reshape(num_q, -1)
+    by_code = torch.argsort(all_codes, dim=1, stable=True)
+    all_codes, all_scores = all_codes.gather(1, by_code), all_scores.gather(1, by_code)
+    by_score = torch.argsort(all_scores, dim=1, descending=True, stable=True)[:, :k]
+    return all_codes.gather(1, by_score), all_scores.gather(1, by_score)
 
 
 def _id_text(metric: RetrievalMetric, ids: Iterable[Any] | None) -> Any:
