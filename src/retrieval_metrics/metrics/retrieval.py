@@ -242,7 +242,17 @@ class RetrievalMetric(RetrievalMetricBase):
         >>> run["a"], run["b"]
         ([('b', 2.0), ('c', 0.0)], [('c', 3.0), ('a', 2.0)])
         """
-        return self._on_synced_states(lambda: run_of(self, k, ids))
+        def listed() -> dict[str, list[tuple[str, float]]]:
+            strings = any(
+                int(self.key_kinds.reshape(-1)[self._kind_bits.index((side, "ids", "str"))])
+                for side in ("q", "g")
+            )
+            return run_of(
+                self, self._synced_form(), k, ids, string_ids=strings,
+                several=self._several_processes(),
+            )
+
+        return self._on_synced_states(listed)
 
     def _note_id_example(self, side: str, ids: Any) -> None:
         if self.qrels is None or ids is None or len(ids) == 0:

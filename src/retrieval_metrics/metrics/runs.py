@@ -23,6 +23,7 @@ from retrieval_metrics.functional.ranking.top_lists import top_k
 from retrieval_metrics.metrics import distributed as D
 
 if TYPE_CHECKING:
+    from retrieval_metrics.metrics.forms.base import InputForm
     from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
 __all__ = ["run_of"]
@@ -31,10 +32,16 @@ RUN_FORMS = ("same_source", "query_gallery", "qrels")
 
 
 def run_of(
-    metric: RetrievalMetric, k: int, ids: Iterable[Any] | None
+    metric: RetrievalMetric,
+    form: InputForm,
+    k: int,
+    ids: Iterable[Any] | None,
+    *,
+    string_ids: bool,
+    several: bool,
 ) -> dict[str, list[tuple[str, float]]]:
-    """The run of ``metric.run(k, ids=ids)`` (on its synced states)."""
-    form = metric._synced_form()
+    """The run of ``metric.run(k, ids=ids)``, on its synced states read by ``form``;
+    ``string_ids``: the states' ids were strings; ``several``: several processes hold them."""
     if form.kind not in RUN_FORMS:
         hint = (
             "the queries ranked against a gallery fixed with set_gallery are not kept: rank them "
@@ -44,7 +51,7 @@ def run_of(
         )
         raise ValueError(f"{type(metric).__name__}.run() lists embeddings; {hint}")
     queries, gallery = form.sides(metric)
-    sharded = metric.gallery_sharded and metric._several_processes()
+    sharded = metric.gallery_sharded and several
     if gallery is None and form.kind != "same_source" and not sharded:
         raise ValueError(f"{type(metric).__name__}.run(): no gallery items were given")
     if sharded:
@@ -57,7 +64,7 @@ def run_of(
         codes, scores = _shard_best(metric, queries, shard, k)
     else:
         codes, scores = _best(metric, queries, gallery, k)
-    text = _id_text(metric, ids)
+    text = _id_text(string_ids, ids)
     q_codes = queries.ids if queries.ids is not None else torch.arange(len(queries))
     q_text = text(q_codes.cpu(), "query")
     if len(q_text) != len(set(q_text)):
@@ -123,12 +130,8 @@ def _shard_best(metric: RetrievalMetric, queries: Items, shard: Items, k: int):
     return all_codes.gather(1, by_score), all_scores.gather(1, by_score)
 
 
-def _id_text(metric: RetrievalMetric, ids: Iterable[Any] | None) -> Any:
-    """codes -> the ids as text: integers as they are, strings from ``ids``."""
-    strings = any(
-        int(metric.key_kinds.reshape(-1)[metric._kind_bits.index((side, "ids", "str"))])
-        for side in ("q", "g")
-    )
+def _id_text(strings: bool, ids: Iterable[Any] | None) -> Any:
+    """codes -> the ids as text: integers as they are, strings (``strings``) from ``ids``."""
     table: dict[int, str] = {}
     if ids is not None:
         given = list(ids)
