@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from emulated_cuda import fake_cuda_fixture  # noqa: F401
 from reference import reference_top_k
 from retrieval_metrics.formats import read_trec_run, write_run
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
@@ -109,4 +110,17 @@ def test_a_sharded_gallery_on_one_process_is_the_whole_gallery():
         metric.update(g, torch.arange(20) % 3, ids=torch.arange(100, 120), role="gallery")
         metric.update(q, torch.arange(6) % 3, ids=torch.arange(6), role="query")
         runs.append(metric.run(5))
+    assert runs[0] == runs[1]
+
+
+def test_the_run_on_the_emulated_device_is_the_cpus(fake_cuda):
+    q, g = _codes(7, 5, 10), _codes(40, 5, 11)
+    runs = []
+    for device in ("cpu", "cuda"):
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot").to(device)
+        metric.update(g.to(device), (torch.arange(40) % 4).to(device), ids=torch.arange(40),
+                      role="gallery")
+        metric.update(q.to(device), (torch.arange(7) % 4).to(device), ids=torch.arange(100, 107),
+                      role="query")
+        runs.append(metric.run(9))
     assert runs[0] == runs[1]

@@ -31,6 +31,7 @@ __all__ = [
     "Relevance",
     "build_relevance",
     "csr_from_ranges",
+    "identical_ids_csr",
 ]
 
 
@@ -154,7 +155,7 @@ def _ids_csr(
     )
 
 
-def _identical(query_ids: Tensor, gallery_ids: Tensor) -> tuple[Tensor, Tensor]:
+def identical_ids_csr(query_ids: Tensor, gallery_ids: Tensor) -> tuple[Tensor, Tensor]:
     """CSR of the gallery items whose id equals each query's id."""
     order, ids = sorted_ids(gallery_ids.cpu(), among=query_ids.cpu())
     start = torch.searchsorted(ids, query_ids.cpu(), right=False)
@@ -177,7 +178,7 @@ def _judged_relevance(
     # the judgment of the query's own id is dropped with the document (in the corpus or not)
     judged = judgments.relevance(query_ids, gallery_ids, drop_identical=ignore_identical_ids)
     if ignore_identical_ids:
-        ex_ptr, ex_index = _identical(query_ids, gallery_ids)
+        ex_ptr, ex_index = identical_ids_csr(query_ids, gallery_ids)
         ex_index = _sorted_rows(ex_ptr, ex_index)
     else:
         ex_ptr = torch.zeros(num_queries + 1, dtype=torch.int64)
@@ -283,7 +284,7 @@ def build_relevance(
     ex_cols: list[Tensor] = []
     if query_ids is not None and gallery_ids is not None:
         if ignore_identical_ids:
-            ptr, index = _identical(query_ids, gallery_ids)
+            ptr, index = identical_ids_csr(query_ids, gallery_ids)
             ex_rows.append(row_of_entries(ptr))
             ex_cols.append(index)
     elif same_source:

@@ -173,9 +173,6 @@ class RowBatches:
 
     def joined(self) -> Tensor:
         """The rows as one tensor (a copy)."""
-        if not any(m is not None for m in self.mapped) and self.dtype == self.stored_dtype:
-            out = torch.cat(self.batches)
-            return out if self.divisor is None else out.div_(self.divisor)
         out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         return self.rows(0, len(self), out, copy=True)
 

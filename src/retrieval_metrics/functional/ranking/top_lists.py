@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.csr import row_of_entries
 from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 from retrieval_metrics.functional.ranking.engine.similarity import (
@@ -28,6 +29,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     score_dtype,
 )
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.relevance import identical_ids_csr
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
@@ -234,15 +236,8 @@ def _excluded(
                 f"`query_ids` and `gallery_ids` must have one id per item ({num_q} and {num_g}), "
                 f"got {q_codes.numel()} and {g_codes.numel()}"
             )
-        order = torch.argsort(g_codes, stable=True)
-        sorted_codes = g_codes[order]
-        lo = torch.searchsorted(sorted_codes, q_codes)
-        hi = torch.searchsorted(sorted_codes, q_codes, right=True)
-        counts = hi - lo
-        rows = torch.repeat_interleave(torch.arange(num_q), counts)
-        starts = torch.repeat_interleave(lo - torch.cumsum(counts, 0) + counts, counts)
-        at = torch.arange(int(counts.sum())) + starts
-        pairs.append((rows, order[at]))
+        ptr, index = identical_ids_csr(q_codes, g_codes)
+        pairs.append((row_of_entries(ptr), index))
     if not pairs:
         return None
     return torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])

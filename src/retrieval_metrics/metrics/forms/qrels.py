@@ -62,13 +62,14 @@ def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items 
         )
 
 
-def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None) -> None:
+def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None) -> Tensor:
     """Refuse judgments that share no query id with the queries given (``given``: their id
     codes), or whose relevant documents (of the queries given) are none of them in the corpus
     (``corpus``: its id codes; None for a sharded corpus, whose documents are the shards'): every
     value would be a silent 0 (or NaN), the mark of ids that do not meet (int vs str, a prefix,
     another split). Warn where most of those documents are missing. Decided on the synced
-    states: alike on every process. Each message counts both sides and names an id of each."""
+    states: alike on every process. Each message counts both sides and names an id of each.
+    Returns which of the queries given are judged (on the host): the queries ranked."""
     judgments = metric.qrels
     assert judgments is not None
     name = type(metric).__name__
@@ -88,11 +89,11 @@ def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None
             f"nothing can be scored. {hint}"
         )
     if corpus is None:
-        return
+        return judged
     relevant = torch.isin(judgments.query, given[judged]) & (judgments.grade > 0)
     documents = judgments.document[relevant]
     if documents.numel() == 0:
-        return  # judged, with nothing relevant: empty_queries decides
+        return judged  # judged, with nothing relevant: empty_queries decides
     corpus = corpus.cpu()
     present = torch.isin(documents, corpus)
     missing = int((~present).sum())
@@ -114,6 +115,7 @@ def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None
             UserWarning,
             stacklevel=6,
         )
+    return judged
 
 
 def qrels_notes(metric: RetrievalMetric, table: RankTable, given: Tensor) -> dict[str, int]:
@@ -160,13 +162,10 @@ class Qrels(QueryGallery):
         # empty_queries says of judged queries with nothing relevant. The queries' ids stay in
         # the table: two retrievers' tables pair their queries by them.
         queries, gallery = self.sides(metric)
-        # once a ranking (sides() serves notes too)
-        check_ids_meet(
+        judged = check_ids_meet(
             metric, queries.ids,
             None if gallery is None or metric.gallery_sharded else gallery.ids,
         )
-        assert metric.qrels is not None
-        judged = torch.isin(queries.ids.cpu(), metric.qrels.judged)
         if not bool(judged.all()):
             queries = queries.select(flat_nonzero(judged))
         if metric.gallery_sharded:
@@ -188,5 +187,7 @@ class Qrels(QueryGallery):
         return QRELS_SKIP
 
     def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
-        queries, _ = self.sides(metric)
+        # (the deduplicated queries as the table's ranking read them; their ids were checked
+        # there, with the collective a sharded corpus needs: not again)
+        queries, _ = super().sides(metric)
         return qrels_notes(metric, table, queries.ids.cpu())

@@ -192,9 +192,8 @@ class FixedGallery(TableStates):
         if metric.qrels is None or table.query_id is None:
             return table
         gallery = metric._gallery
-        check_ids_meet(metric, table.query_id, None if gallery is None else gallery.ids)
         # a query the qrels do not name is in no mean (as in the Qrels form; summary() counts it)
-        judged = torch.isin(table.query_id, metric.qrels.judged)
+        judged = check_ids_meet(metric, table.query_id, None if gallery is None else gallery.ids)
         return table if bool(judged.all()) else table.select(judged)
 
     def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
