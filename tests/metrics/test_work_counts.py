@@ -210,6 +210,37 @@ def test_qrels_computes_at_most_one_product(protocol):
     assert work.ratio(num_q, num_g, dim) <= 1.05
 
 
+def test_a_half_precision_corpus_does_the_float32_work(tmp_path):
+    """float16 corpora read a block at a time (in batches, or from a .npy on disk through
+    set_gallery, ranked at the query update): the multiply-adds of the same corpus in float32,
+    one queries x corpus product."""
+    num_q, num_g, dim = 400, 5000, 16
+    gen = torch.Generator().manual_seed(2)
+    docs = embedded(torch.arange(num_g) % 1000, dim).half()
+    judged = torch.randint(0, num_g, (num_q, 2), generator=gen)
+    queries = docs[judged[:, 0]].float() + 0.5 * torch.randn(num_q, dim, generator=gen)
+    qrels = {f"q{q}": {f"d{int(d)}": 1 for d in judged[q]} for q in range(num_q)}
+    doc_ids = [f"d{d}" for d in range(num_g)]
+    np.save(tmp_path / "corpus.npy", docs.numpy())
+    work = {}
+    for held in ("float32_batches", "half_batches", "half_on_disk"):
+        metric = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels, protocol="beir")
+        if held == "half_on_disk":
+            metric.set_gallery(tmp_path / "corpus.npy", ids=doc_ids)
+        else:
+            corpus = docs.float() if held == "float32_batches" else docs
+            for start in range(0, num_g, 1024):
+                metric.update(corpus[start : start + 1024], ids=doc_ids[start : start + 1024],
+                              role="gallery")
+        with counting_work() as work[held]:
+            metric.update(queries, ids=[f"q{q}" for q in range(num_q)], role="query")
+            metric.compute()
+        assert work[held].passes == {"one_sided": 1, "symmetric": 0, "two_way": 0}, held
+        assert work[held].ratio(num_q, num_g, dim) <= 1.05, held
+    assert work["half_batches"].multiply_adds == work["float32_batches"].multiply_adds
+    assert work["half_on_disk"].multiply_adds == work["float32_batches"].multiply_adds
+
+
 @pytest.mark.parametrize(("images", "per_image"), [(560, 5), (376, 5), (1140, 1)])
 def test_image_text_both_ways_is_one_product(images, per_image):
     dim = 16
