@@ -8,13 +8,9 @@ they are, and rank what the float32 ones rank. :func:`values` gives one process'
 
 from __future__ import annotations
 
-import json
-import sys
 import warnings
-from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 import retrieval_metrics as rm
 
@@ -94,20 +90,14 @@ def values(form: str, dtype: torch.dtype, rank: int = 0, world: int = 1) -> dict
     return out
 
 
-def main() -> None:
-    rank, world, init_file, out = sys.argv[1:5]
-    rank, world = int(rank), int(world)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        payload = {
-            f"{form}-{dname}": values(form, dtype, rank, world)
-            for form in FORMS for dname, dtype in DTYPES.items()
-        }
-        Path(out).write_text(json.dumps(payload))
-    finally:
-        dist.destroy_process_group()
+def all_cases(rank: int, world: int) -> dict:
+    return {
+        f"{form}-{dname}": values(form, dtype, rank, world)
+        for form in FORMS for dname, dtype in DTYPES.items()
+    }
 
 
 if __name__ == "__main__":
-    main()
+    from launch import worker_main
+
+    worker_main(all_cases)

@@ -9,13 +9,11 @@ give the processes what they must agree on differently; each writes ``{scenario:
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -215,17 +213,11 @@ def run(scenario: str, rank: int, world: int) -> dict:
     raise KeyError(scenario)
 
 
-def main() -> None:
-    rank, world, init_file, scenarios, out = sys.argv[1:6]
-    rank, world = int(rank), int(world)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    try:
-        payload = {name: run(name, rank, world) for name in scenarios.split(",")}
-        Path(out).write_text(json.dumps(payload))
-    finally:
-        dist.destroy_process_group()
+def scenarios_run(rank: int, world: int, scenarios: str) -> dict:
+    return {name: run(name, rank, world) for name in scenarios.split(",")}
 
 
 if __name__ == "__main__":
-    main()
+    from launch import worker_main
+
+    worker_main(scenarios_run)

@@ -84,25 +84,6 @@ def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda):
     assert {k: float(v) for k, v in values.items()} == expected
 
 
-def test_mapped_rows_read_as_memory_and_give_their_pages_back(tmp_path):
-    corpus = np.random.default_rng(1).standard_normal((5000, 16)).astype(np.float16)
-    np.save(tmp_path / "c.npy", corpus)
-    mapped = np.load(tmp_path / "c.npy", mmap_mode="r")
-    rows = RowBatches([MappedRows(mapped[:1234]), MappedRows(mapped[1234:])])
-    upcast = torch.from_numpy(corpus).float()
-    assert rows.dtype == torch.float32 and rows.all_finite()
-    assert torch.equal(rows.joined(), upcast)
-    assert torch.equal(rows.rows(1200, 1300, torch.empty(100, 16)), upcast[1200:1300])
-    index = torch.tensor([4999, 0, 1234, 1233])
-    assert torch.equal(rows.index_select(0, index), upcast[index])
-    norms = torch.linalg.vector_norm(upcast, dim=1, keepdim=True)
-    assert torch.equal(rows.row_norms(), norms)
-    unit = rows.divided(norms)
-    assert torch.equal(unit.rows(10, 2000, torch.empty(1990, 16)), upcast[10:2000] / norms[10:2000])
-    # read again after the pages went back: the same numbers
-    assert torch.equal(rows.joined(), upcast)
-
-
 @pytest.mark.parametrize(
     ("given", "message"),
     [("missing.npy", "no such file"), ("c.txt", "read from .npy files"),

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 HERE = Path(__file__).resolve().parents[1] / "distributed"
 sys.path.insert(0, str(HERE))
@@ -109,25 +108,6 @@ def test_half_states_take_half_the_memory(dtype):
             metric.update(x[part], labels[part])
         held[name] = sum(t.numel() * t.element_size() for t in metric.q_emb)
     assert held["half"] * 2 == held["float32"]
-
-
-@pytest.mark.parametrize("dtype", HALVES, ids=str)
-def test_row_batches_read_half_batches_as_float32(dtype):
-    emb, _ = _data(n=50)
-    batches = [emb[:20].to(dtype), emb[20:].to(dtype)]
-    upcast = torch.cat(batches).float()
-    rows = RowBatches(batches)
-    assert rows.dtype == torch.float32 and rows.stored_dtype == dtype
-    assert torch.equal(rows.joined(), upcast)
-    assert torch.equal(rows.rows(15, 30, torch.empty(15, 24)), upcast[15:30])
-    assert torch.equal(rows.rows(0, 10, torch.empty(10, 24)), upcast[:10])
-    assert rows.rows(0, 10, torch.empty(10, 24)).dtype == torch.float32
-    index = torch.tensor([49, 0, 21, 21])
-    assert torch.equal(rows.index_select(0, index), upcast[index])
-    norms = torch.linalg.vector_norm(upcast, dim=1, keepdim=True)
-    assert torch.equal(rows.row_norms(), norms)
-    unit = rows.divided(norms)
-    assert torch.equal(unit.rows(10, 40, torch.empty(30, 24)), upcast[10:40] / norms[10:40])
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)

@@ -27,7 +27,7 @@ from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, ranked_table
 from retrieval_metrics.functional.ranking.engine.similarity import _unit_rows
 from retrieval_metrics.functional.ranking.items import Keys
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
 
@@ -276,3 +276,31 @@ def test_batches_on_the_emulated_device(fake_cuda):
     assert {k: float(v) for k, v in got.items()} == {
         k: float(v) for k, v in cpu.compute().items()
     }
+
+
+@pytest.mark.parametrize("source", ["float16", "bfloat16", "float16_on_disk"])
+def test_half_and_mapped_batches_read_as_their_float32_values(source, tmp_path):
+    """Half batches (in memory, or a memory-mapped .npy whose pages go back once read) read as
+    the float32 values of the stored numbers: rows, rows by index, norms and unit rows, across
+    batch edges; read again after the pages went back, the same numbers."""
+    emb = torch.from_numpy(np.random.default_rng(1).standard_normal((5000, 16)))
+    stored = torch.float16 if source == "float16_on_disk" else getattr(torch, source)
+    held = emb.to(stored)
+    upcast = held.float()  # the stored numbers' float32 values
+    if source == "float16_on_disk":
+        np.save(tmp_path / "c.npy", held.numpy())
+        mapped = np.load(tmp_path / "c.npy", mmap_mode="r")
+        rows = RowBatches([MappedRows(mapped[:1234]), MappedRows(mapped[1234:])])
+    else:
+        rows = RowBatches([held[:1234], held[1234:]])
+    assert rows.dtype == torch.float32 and rows.stored_dtype == stored and rows.all_finite()
+    for _ in range(2):
+        assert torch.equal(rows.joined(), upcast)
+        assert torch.equal(rows.rows(1200, 1300, torch.empty(100, 16)), upcast[1200:1300])
+        assert torch.equal(rows.rows(0, 10, torch.empty(10, 16)), upcast[:10])
+        index = torch.tensor([4999, 0, 1234, 1233, 1233])
+        assert torch.equal(rows.index_select(0, index), upcast[index])
+    norms = torch.linalg.vector_norm(upcast, dim=1, keepdim=True)
+    assert torch.equal(rows.row_norms(), norms)
+    unit = rows.divided(norms)
+    assert torch.equal(unit.rows(10, 2000, torch.empty(1990, 16)), upcast[10:2000] / norms[10:2000])
