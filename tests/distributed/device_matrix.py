@@ -79,6 +79,8 @@ SMALLEST_BUDGET = 2**16
 # ------------------------------------------------------------------------------------ the cases
 
 CLASSES = matrix.CLASSES  # the one-direction classes, each taking the options as keywords
+# ... and the judged measures' class, which takes the forms with judgments only
+BUILDERS = {**CLASSES, **matrix.JUDGED_CLASSES}
 CROSSMODAL = {
     "CrossModalRetrieval": lambda **kw: rm.CrossModalRetrieval(k=(1, 5), prefix="val/", **kw),
     "RSum": lambda **kw: rm.RSum(k=(1, 5, 10), **kw),
@@ -190,11 +192,13 @@ def _plain_cases(full: bool) -> list[tuple[str, str, bool, str]]:
     if full:
         out = [(c, f, ids, "") for c in CLASSES for f in FORMS for ids in (True, False)
                if not (f == "scores" and ids) and not (f in IDS_ONLY and not ids)]
+        out += [("IRMeasures", f, True, "") for f in matrix.JUDGED_FORMS]
         return out + [(c, f, ids, "") for c in CROSSMODAL for f in CROSS_FORMS
                       for ids in (True, False)]
     out = [("RetrievalMetrics", f, ids, "") for f in FORMS for ids in (True, False)
            if not (f == "scores" and ids) and not (f in IDS_ONLY and not ids)]
     out += [("NDCGAtK", "qrels", True, ""), ("RecallAtK", "sharded_qrels", True, "")]
+    out += [("IRMeasures", f, True, "") for f in matrix.JUDGED_FORMS]
     others = [c for c in CLASSES if c != "RetrievalMetrics"]
     tables = ("ranked_lists", "relevant_ranks", "scores")
     for i, cls in enumerate(others):
@@ -242,6 +246,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "qrels", True, ""),
         ("RetrievalMetrics", "relevant_ranks", True, ""),
         ("RetrievalMetrics", "scores", False, ""),
+        ("IRMeasures", "qrels", True, ""),
         ("RecallAtK", "query_gallery", False, "class_average"),
         ("HitRateAtK", "ranked_lists", False, ""),
         ("PrecisionAtK", "scores", False, ""),
@@ -264,6 +269,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "same_source", False, "ignore_label"),
         ("MeanAveragePrecision", "sharded_gallery", True, "cameras"),
         ("RetrievalMetrics", "sharded_qrels", True, ""),
+        ("IRMeasures", "sharded_qrels", True, ""),
         ("NDCGAtK", "query_gallery", True, "ties_id"),
         ("CrossModalRetrieval", "pairs", False, ""),
     ],
@@ -271,6 +277,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("RetrievalMetrics", "same_source", True, "radius"),
         ("RetrievalMetrics", "fixed_gallery", True, ""),
         ("RetrievalMetrics", "ranked_lists", True, ""),
+        ("IRMeasures", "ranked_lists", True, ""),
         ("RecallAtK", "sharded_qrels", True, ""),
         ("RetrievalMetrics", "qrels", True, "ties_id"),
         ("RetrievalMetrics", "same_source", True, "chunked"),
@@ -369,7 +376,7 @@ def build(case: Case, device: Any, alt: bool = False):
     else:
         if case.form in IDS_ONLY:
             options["qrels"] = matrix.QRELS
-        metric = CLASSES[case.cls](
+        metric = BUILDERS[case.cls](
             similarity="dot", gallery_sharded=case.form in ("sharded_gallery", "sharded_qrels"),
             **options,
         )

@@ -40,6 +40,15 @@ CLASSES = {
     "MINP": lambda **kw: rm.MINP(**kw),
     "RetrievalMetrics": lambda **kw: rm.RetrievalMetrics(NAMES, prefix="val/", **kw),
 }
+# the measures that read which documents were judged (Judged@K, bpref, condensed lists, RBP's
+# residual) beside ir_measures' names and a relevance level: relevance by judgments, or ranked
+# lists (whose sets of relevant ids judge every id they name relevant)
+JUDGED_NAMES = ["Judged@5", "Bpref", "nDCG(judged_only=True)@5", "P(rel=2)@3", "ERR@5",
+                "RBP(p=0.8)", "rbp_residual", "dcg@5", "AP(judged_only=True)"]
+JUDGED_CLASSES = {
+    "IRMeasures": lambda **kw: rm.RetrievalMetrics(JUDGED_NAMES, prefix="ir/", **kw),
+}
+JUDGED_FORMS = ("qrels", "sharded_qrels", "ranked_lists")
 CROSSMODAL = {
     "CrossModalRetrieval": lambda: rm.CrossModalRetrieval(k=(1, 5), folds=2, prefix="val/"),
     "RSum": lambda: rm.RSum(k=(1, 5, 10)),
@@ -99,6 +108,7 @@ def cases() -> list[tuple[str, str, bool]]:
     """(class, form, with ids) for every combination a class takes."""
     out = [(c, f, ids) for c in CLASSES for f in FORMS for ids in (True, False)
            if not (f == "scores" and ids) and not (f in IDS_ONLY and not ids)]
+    out += [(c, f, True) for c in JUDGED_CLASSES for f in JUDGED_FORMS]
     out += [(c, f, ids) for c in CROSSMODAL for f in CROSS_FORMS for ids in (True, False)]
     return out
 
@@ -111,9 +121,10 @@ def build(cls: str, form: str, ids: bool):
     if cls in CROSSMODAL:
         return CROSSMODAL[cls]()
     sharded = form in ("sharded_gallery", "sharded_qrels")
+    classes = {**CLASSES, **JUDGED_CLASSES}
     if form in IDS_ONLY:
-        return CLASSES[cls](gallery_sharded=sharded, qrels=QRELS)
-    metric = CLASSES[cls](gallery_sharded=sharded)
+        return classes[cls](gallery_sharded=sharded, qrels=QRELS)
+    metric = classes[cls](gallery_sharded=sharded)
     if form == "fixed_gallery":
         metric.set_gallery(GALLERY[0], GALLERY[1], ids=1000 + torch.arange(37) if ids else None)
     return metric

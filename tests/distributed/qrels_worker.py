@@ -22,7 +22,10 @@ from scenarios import batches, sampler_indices
 import retrieval_metrics as rm
 
 NAMES = ["hit_rate@1", "recall@10", "precision@5", "map@10", "mrr@10", "ndcg@10", "map", "ndcg",
-         "r_precision"]
+         "r_precision",
+         # the measures that read which documents were judged, ir_measures' names, a level
+         "Judged@10", "Bpref", "nDCG(judged_only=True)@10", "P(rel=2)@5", "ERR@10", "RBP(p=0.8)",
+         "rbp_residual", "AP(judged_only=True)"]
 NUM_Q, NUM_D, DIM = 23, 61, 6
 # every measure at a cut-off: under sentence-transformers' protocol the ranking stops at 10 and
 # queries with no relevant document there leave the products

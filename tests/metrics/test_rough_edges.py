@@ -201,11 +201,11 @@ def test_cli_applies_the_same_float_rule(tmp_path, capsys):
         ("rank-1", "did you mean hit_rate@1"),
         ("top5", "did you mean hit_rate@5"),
         ("Hits@10", "did you mean hit_rate@10"),
-        ("P@10", "did you mean precision@10"),
+        ("p@10", "did you mean precision@10"),
         ("recall_100", "did you mean recall@100"),
         ("ndcg_cut_10", "did you mean ndcg@10"),
         ("recip_rank", "did you mean mrr"),
-        ("Rprec", "did you mean r_precision"),
+        ("rprec", "did you mean r_precision"),
         ("medr", "did you mean median_rank"),
         ("hitrate@1", "did you mean hit_rate@1"),
         ("recal@5", "did you mean recall@5"),
@@ -221,8 +221,20 @@ def test_unknown_metric_names_get_a_suggestion(name, suggestion):
 
 def test_names_other_tools_spell_differently_are_accepted_as_they_are():
     # lower-cased, these are already the library's names: no suggestion needed
-    m = rm.RetrievalMetrics(["Recall@5", "mAP", "MAP@R", "nDCG@10", "MRR@10"])
+    m = rm.RetrievalMetrics(["Recall@5", "mAP", "MAP@R", "NDCG@10", "MRR@10"])
     assert m.metric_names() == ["recall@5", "map", "map@r", "ndcg@10", "mrr@10"]
+
+
+def test_ir_measures_names_are_read_as_written_and_r_at_k_only_where_it_is_recall():
+    # ir_measures' spellings keep their case and their conventions (nDCG: trec_eval's gain)
+    m = rm.RetrievalMetrics(["nDCG@10", "P@10", "Rprec", "RR@10"])
+    assert m.metric_names() == ["nDCG@10", "P@10", "Rprec", "RR@10"]
+    # "R@1" is recall in ir_measures and the hit rate in image-text papers: read as written
+    # with judgments or under an IR protocol only
+    with pytest.raises(ValueError, match="did you mean hit_rate@1"):
+        rm.RetrievalMetrics(["R@1"], protocol="vsepp")
+    assert rm.RetrievalMetrics(["R@1"], qrels={"q": ["d"]}).metric_names() == ["R@1"]
+    assert rm.RetrievalMetrics(["R@1"], protocol="trec_eval").metric_names() == ["R@1"]
 
 
 def test_a_text_file_named_npz_is_reported_as_not_an_npz_archive(tmp_path, capsys):

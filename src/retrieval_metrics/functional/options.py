@@ -9,6 +9,7 @@ decorator.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,20 @@ def _optional_int(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def _optional_level(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    )
+
+
+def _persistence(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
 def _budget(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 2**16
 
@@ -99,6 +114,19 @@ OPTIONS: dict[str, Option] = {
                "relevant item", allowed=("exponential", "linear", "binary")),
         Option("median", "vsepp", "measures", "median rank: floor(median(r - 1)) + 1 or the "
                "plain median", allowed=("vsepp", "plain")),
+        Option("relevance_level", None, "measures", "the lowest grade that is relevant "
+               "(trec_eval -l, ir_measures' rel=; in a name: precision(rel=2)@5); grades below "
+               "it are judged not relevant. None: every grade > 0",
+               valid=_optional_level, expected="a number or None"),
+        Option("judged_only", False, "measures", "score the condensed list: unjudged "
+               "documents leave the ranking first (trec_eval -J; in a name: "
+               "ndcg(judged_only=true)@10)", valid=lambda value: isinstance(value, bool),
+               expected="a bool"),
+        Option("persistence", 0.8, "measures", "RBP's persistence p (in a name: rbp(p=0.9))",
+               valid=_persistence, expected="a number in (0, 1)"),
+        Option("max_grade", 4, "measures", "ERR's highest grade: R = (2^g - 1) / 2^max_grade "
+               "(in a name: err(max_grade=3)@20)", valid=_positive_number,
+               expected="a positive number"),
         Option("all_skipped", "nan", "measures",
                "the value when empty_queries='skip' leaves no query", allowed=("nan", "zero")),
         Option("nonpositive", "hit", "metrics", "whether a relevant item scored <= 0 can be a "

@@ -66,6 +66,13 @@ class RankTable:
             (``gallery_size``).
         num_absent: optional ``(Q,)`` int64, the relevant items of judgments (qrels) that the
             gallery lacks: counted in ``num_relevant``, never retrieved, whatever the depth.
+        judged_ptr, judged_above, judged_tied: optional, the judged documents that are not
+            relevant (qrels grade <= 0) located in the ranking, in CSR form like the relevant
+            items (``above`` and ``tied`` as theirs): what Judged@K, bpref and the condensed
+            lists read (:mod:`retrieval_metrics.functional.measures.judged`). ``None`` where
+            relevance is not by judgments, or no measure asked for them.
+        num_nonrelevant: optional ``(Q,)`` int64, the judged documents of the query that are
+            not relevant, in the gallery or not (bpref's N); present with ``judged_ptr``.
     """
 
     ptr: Tensor
@@ -81,6 +88,10 @@ class RankTable:
     query_id: Tensor | None = None
     num_retrieved: Tensor | None = None
     num_absent: Tensor | None = None
+    judged_ptr: Tensor | None = None
+    judged_above: Tensor | None = None
+    judged_tied: Tensor | None = None
+    num_nonrelevant: Tensor | None = None
 
     @property
     def num_queries(self) -> int:
@@ -123,7 +134,9 @@ class RankTable:
             queries = flat_nonzero(queries)
         queries = queries.cpu()
         parts = table_parts(self)
-        counts = {"item": parts["num_listed"], "ideal": parts["num_ideal"]}
+        counts = {
+            "item": parts["num_listed"], "ideal": parts["num_ideal"], "judged": parts["num_judged"]
+        }
         picked = {}
         for level, count in counts.items():
             start = ptr_from_counts(count)[:-1]
@@ -152,7 +165,8 @@ class RankTable:
 
 @dataclass(frozen=True)
 class TablePart:
-    """One 1-D tensor of the flat form: one entry per query, per listed item or per ideal grade.
+    """One 1-D tensor of the flat form: one entry per query, per listed item, per ideal grade or
+    per located judged non-relevant document.
 
     ``optional`` parts may be missing from a table (``None`` field); they are stored filled with
     ``fill`` and their presence travels in the per-query :data:`PRESENT` bitmask.
@@ -179,12 +193,21 @@ TABLE_PARTS: tuple[TablePart, ...] = (
     TablePart("ideal_grade", "ideal", torch.float64, optional=True, fill=float("nan")),
     TablePart("num_retrieved", "query", torch.int64, optional=True),
     TablePart("num_absent", "query", torch.int64, optional=True),
+    TablePart("num_judged", "query", torch.int64, optional=True),
+    TablePart("judged_above", "judged", torch.int64, optional=True),
+    TablePart("judged_tied", "judged", torch.int64, optional=True),
+    TablePart("num_nonrelevant", "query", torch.int64, optional=True),
 )
 #: name of the per-query int64 bitmask saying which optional parts the query's table had
 PRESENT = "present"
 _OPTIONAL = [p.name for p in TABLE_PARTS if p.optional]
 # optional parts whose presence is one dataclass field's (None or not)
-_FIELD_OF = {"num_ideal": "ideal_ptr"}
+_FIELD_OF = {"num_ideal": "ideal_ptr", "num_judged": "judged_ptr"}
+# the parts that are present together or not at all: graded relevance, judged documents
+_TOGETHER = {
+    "ideal_ptr": ("grade", "num_ideal", "ideal_grade"),
+    "judged_ptr": ("num_judged", "judged_above", "judged_tied", "num_nonrelevant"),
+}
 
 
 def has_part(present: Tensor | int, name: str) -> Tensor | bool:
@@ -199,8 +222,9 @@ def has_part(present: Tensor | int, name: str) -> Tensor | bool:
 def _field_value(table: RankTable, part: TablePart) -> Tensor | None:
     if part.name == "num_listed":
         return table.ptr.diff()
-    if part.name == "num_ideal":
-        return None if table.ideal_ptr is None else table.ideal_ptr.diff()
+    if part.name in ("num_ideal", "num_judged"):
+        ptr = getattr(table, _FIELD_OF[part.name])
+        return None if ptr is None else ptr.diff()
     return getattr(table, part.name)
 
 
@@ -212,6 +236,7 @@ def table_parts(table: RankTable) -> dict[str, Tensor]:
         "query": num_q,
         "item": int(table.ptr[-1]) if num_q else 0,
         "ideal": int(table.ideal_ptr[-1]) if table.ideal_ptr is not None and num_q else 0,
+        "judged": int(table.judged_ptr[-1]) if table.judged_ptr is not None and num_q else 0,
     }
     present = 0
     out: dict[str, Tensor] = {}
@@ -245,18 +270,20 @@ def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
                 f"cannot combine rank tables with and without `{_FIELD_OF.get(name, name)}` "
                 "(e.g. graded and binary relevance, or queries given with and without ids)"
             )
-    graded = have["grade"] and have["num_ideal"] and have["ideal_grade"]
-    kwargs = {
-        "ptr": ptr_from_counts(values["num_listed"]),
-        "ideal_ptr": ptr_from_counts(values["num_ideal"]) if graded else None,
-    }
+    kwargs: dict[str, Tensor | None] = {"ptr": ptr_from_counts(values["num_listed"])}
+    together = {field: all(have[name] for name in names) for field, names in _TOGETHER.items()}
+    for field, count in (("ideal_ptr", "num_ideal"), ("judged_ptr", "num_judged")):
+        kwargs[field] = ptr_from_counts(values[count]) if together[field] else None
     for f in fields(RankTable):
         if f.name in kwargs:
             continue
         optional = f.name in have
         kwargs[f.name] = None if optional and not have[f.name] else values[f.name]
-    if not graded:
-        kwargs["grade"] = kwargs["ideal_grade"] = None
+    for field, names in _TOGETHER.items():
+        if not together[field]:
+            for name in names:
+                if name in kwargs:
+                    kwargs[name] = None
     return RankTable(**kwargs)
 
 

@@ -47,7 +47,8 @@ KIND_KEYS = ("labels", "ids", "cameras")
 #: the options every metric kind takes, checked against their declarations
 _CHECKED = ("similarity", "ties", "empty_queries", "relevance", "average", "ap", "divisor",
             "gain", "median", "nonpositive", "all_skipped", "percent", "radius", "ignore_label",
-            "duplicates", "empty_lists")
+            "duplicates", "empty_lists", "relevance_level", "judged_only", "persistence",
+            "max_grade")
 
 
 class RetrievalMetricBase(Metric):
@@ -99,6 +100,13 @@ class RetrievalMetricBase(Metric):
             option.
         empty_lists: a ranked list that returns no id: "score" (default: its relevant ids are
             missed) or "error" (LlamaIndex refuses one).
+        relevance_level: with judgments, the lowest grade that is relevant to every measure
+            that counts relevant items (trec_eval ``-l``); None (default): every grade > 0. A
+            name may set its own: ``"precision(rel=2)@5"``.
+        judged_only: score the condensed lists, unjudged documents removed (trec_eval ``-J``);
+            a name may set it: ``"ndcg(judged_only=true)@10"``.
+        persistence: RBP's p (0.8 by default; a name may set it: ``"rbp(p=0.9)"``).
+        max_grade: ERR's highest grade (4 by default, gdeval's).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
@@ -143,6 +151,10 @@ class RetrievalMetricBase(Metric):
         all_skipped: str | None = None,
         duplicates: str | None = None,
         empty_lists: str | None = None,
+        relevance_level: float | None = None,
+        judged_only: bool | None = None,
+        persistence: float | None = None,
+        max_grade: float | None = None,
         protocol: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -153,6 +165,8 @@ class RetrievalMetricBase(Metric):
             "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
             "gain": gain, "median": median, "nonpositive": nonpositive,
             "all_skipped": all_skipped, "duplicates": duplicates, "empty_lists": empty_lists,
+            "relevance_level": relevance_level, "judged_only": judged_only,
+            "persistence": persistence, "max_grade": max_grade,
         })
         self.protocol = protocol_name(protocol)
         for name in _CHECKED:
@@ -176,6 +190,10 @@ class RetrievalMetricBase(Metric):
         self.all_skipped = opts["all_skipped"]
         self.duplicates = opts["duplicates"]
         self.empty_lists = opts["empty_lists"]
+        self.relevance_level = opts["relevance_level"]
+        self.judged_only = opts["judged_only"]
+        self.persistence = opts["persistence"]
+        self.max_grade = opts["max_grade"]
         self.bytes_exchanged = 0
         self._sync_bytes = 0
         # per side and key, whether integers and strings were given (bits reduced with max)
@@ -510,7 +528,8 @@ class RetrievalMetricBase(Metric):
         return M.MeasureOptions(
             ties=self.ties, empty_queries=self.empty_queries, average=self.average,
             percent=self.percent, ap=self.ap, divisor=self.divisor, gain=self.gain,
-            median=self.median,
+            median=self.median, relevance_level=self.relevance_level,
+            judged_only=self.judged_only, persistence=self.persistence, max_grade=self.max_grade,
         )
 
     def per_query_options(self) -> dict[str, Any]:

@@ -238,6 +238,8 @@ class RetrievalMetrics(Plotted, RetrievalMetric):
             raise ValueError("`metrics` must be a non-empty list of metric names")
         # an evaluator's own names under its protocol ("ap" under "llama_index" is "map")
         specs = [M.parse_metric(name) for name in library_names(self.protocol, metrics)]
+        for spec in specs:
+            M.refuse_ambiguous_recall(spec, self.qrels is not None, self.protocol)
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             twice = {name for name in names if names.count(name) > 1}

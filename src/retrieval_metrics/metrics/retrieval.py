@@ -347,6 +347,7 @@ class RetrievalMetric(RetrievalMetricBase):
                 locate_first=False,
                 judgments=self.qrels,
                 ignore_identical_ids=self.ignore_identical_ids is not False,
+                judged_documents=M.judged_needed(self.metric_names(), self.measure_options),
             )
         depth, cover = M.depth_for(self.metric_names())
         return RankingOptions(

@@ -3,6 +3,8 @@
 
 - :mod:`.per_query`: each measure per query (``hit_rate_per_query``, ``ndcg_per_query``, ...);
 - :mod:`.ties`: the three tie rules in closed form;
+- :mod:`.judged`: incomplete judgments: Judged@K, bpref, the condensed lists, relevance levels;
+- :mod:`.user_models`: ERR and RBP (with its residual);
 - :mod:`.names`: the measure names ("hit_rate@1", "map@r", "cmc@50", ...), their parser and
   :func:`register_measure`;
 - :mod:`.options`: :class:`MeasureOptions`, the options of the measures as one object;
@@ -27,8 +29,15 @@ from retrieval_metrics.functional.measures.aggregation import (
     query_parts_in_chunks,
     retrieval_measures,
 )
+from retrieval_metrics.functional.measures.judged import (
+    at_level,
+    bpref_per_query,
+    condensed,
+    judged_per_query,
+)
 from retrieval_metrics.functional.measures.names import (
     AVERAGES,
+    IR_MEASURES,
     MEASURES,
     RANK_METRICS,
     Measure,
@@ -37,7 +46,9 @@ from retrieval_metrics.functional.measures.names import (
     cutoff_depth,
     depth_for,
     divides_by_retrieved,
+    judged_needed,
     parse_metric,
+    refuse_ambiguous_recall,
     register_measure,
     suggest_metric,
     unregister_measure,
@@ -49,6 +60,7 @@ from retrieval_metrics.functional.measures.per_query import (
     SharedTieGroups,
     average_precision_per_query,
     cmc_per_query,
+    dcg_per_query,
     expected_hits_per_query,
     f1_per_query,
     first_rank_per_query,
@@ -63,12 +75,18 @@ from retrieval_metrics.functional.measures.per_query import (
     reciprocal_rank_per_query,
 )
 from retrieval_metrics.functional.measures.roc import auroc_per_query, fall_out_per_query
+from retrieval_metrics.functional.measures.user_models import (
+    err_per_query,
+    rbp_per_query,
+    rbp_residual_per_query,
+)
 
 __all__ = [
     "AP_DIVISORS",
     "AP_KINDS",
     "AVERAGES",
     "EMPTY_QUERIES",
+    "IR_MEASURES",
     "MEASURES",
     "MEDIAN_CONVENTIONS",
     "RANK_METRICS",
@@ -79,22 +97,29 @@ __all__ = [
     "SharedTieGroups",
     "aggregate",
     "aggregate_query_parts",
+    "at_level",
     "auroc_per_query",
     "average_for",
     "average_precision_per_query",
+    "bpref_per_query",
     "chance_measures",
     "chance_table",
     "cmc_per_query",
+    "condensed",
     "counted_values",
     "cutoff_depth",
+    "dcg_per_query",
     "depth_for",
     "divides_by_retrieved",
+    "err_per_query",
     "expected_hits_per_query",
     "f1_per_query",
     "fall_out_per_query",
     "first_rank_per_query",
     "granular_mrr_per_query",
     "hit_rate_per_query",
+    "judged_needed",
+    "judged_per_query",
     "map_at_r_per_query",
     "median_rank",
     "minp_per_query",
@@ -105,8 +130,11 @@ __all__ = [
     "query_fields",
     "query_parts_in_chunks",
     "r_precision_per_query",
+    "rbp_per_query",
+    "rbp_residual_per_query",
     "recall_per_query",
     "reciprocal_rank_per_query",
+    "refuse_ambiguous_recall",
     "register_measure",
     "retrieval_measures",
     "suggest_metric",

@@ -11,6 +11,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.measures.judged import at_level, condensed
 from retrieval_metrics.functional.measures.names import (
     RANK_METRICS,
     MetricSpec,
@@ -198,15 +199,44 @@ def counted_values(
     otherwise unchanged (NaN is a query left out). ``table``: the queries' fields."""
     if options.empty_queries != "zero":
         return values
+    if not spec.measure.needs_relevant:
+        return values  # defined for every query (Judged@K): nothing to fill
     if spec.base in RANK_METRICS:
         return worst_rank_fill(values, table)
     return _empty_fill(values, table, "zero", 0.0)
 
 
+def _view_of(
+    table: RankTable, spec: MetricSpec, options: MeasureOptions, shared: SharedTieGroups | None
+) -> tuple[RankTable, MeasureOptions]:
+    """The table ``spec`` reads and the options it reads it with: the metric's ``options``
+    with what the name sets, and the table of the condensed list (``judged_only``) at the
+    relevance level (``relevance_level``), made once per shared call."""
+    options = spec.options_over(options)
+    level, judged_only = options.relevance_level, options.judged_only
+    if level is None and not judged_only:
+        return table, options
+
+    def make() -> RankTable:
+        view = condensed(table) if judged_only else table
+        return at_level(view, level) if level is not None else view
+
+    if shared is None:
+        return make(), options
+    return shared.get(table, ("view", level, judged_only), make), options
+
+
 def _values_of(
     table: RankTable, spec: MetricSpec, options: MeasureOptions, shared: SharedTieGroups | None
 ) -> Tensor:
-    return spec.measure.per_query(table, spec.k, options, shared)
+    view, options = _view_of(table, spec, options, shared)
+    values = spec.measure.per_query(view, spec.k, options, shared)
+    if view is not table and spec.measure.needs_relevant:
+        # the queries are those with something relevant (grade > 0); one with nothing at the
+        # relevance level scores 0 there, as trec_eval scores it
+        lost = (table.num_relevant > 0) & (view.num_relevant == 0)
+        values = torch.where(lost.view(-1, *([1] * (values.dim() - 1))), 0.0, values)
+    return values
 
 
 def retrieval_measures(
@@ -303,7 +333,8 @@ def _per_query_parts(
         if spec.base not in RANK_METRICS and average_for(spec, options.average) == "micro":
             micro = spec.measure.micro
             assert micro is not None  # average_for and parse_metric leave micro where defined
-            numerator, denominator = micro(source, spec.k, options.ties, shared)
+            view, _ = _view_of(source, spec, options, shared)
+            numerator, denominator = micro(view, spec.k, options.ties, shared)
         if rows is not None:
             values = values[rows[1]]
             if numerator is not None:
@@ -339,10 +370,17 @@ def _aggregate_parts(
                 counted = values[~torch.isnan(values)]
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
             continue
+        rule = empty_queries
+        if not spec.measure.needs_relevant:
+            # defined for every query (Judged@K): the queries counted are the others'
+            if empty_queries == "skip":
+                values = torch.where(table.num_relevant > 0, values, math.nan)
+            elif empty_queries == "zero":
+                rule = "nan"
         out[spec.name] = aggregate(
             values,
             table,
-            empty_queries=empty_queries,
+            empty_queries=rule,
             average=average_for(spec, options.average),
             percent=options.percent,
             numerator=numerator,

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.measures.judged import bpref_per_query, judged_per_query
 from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.measures.per_query import (
     SharedTieGroups,
     average_precision_per_query,
     cmc_per_query,
+    dcg_per_query,
     expected_hits_per_query,
     f1_per_query,
     first_rank_per_query,
@@ -30,7 +32,12 @@ from retrieval_metrics.functional.measures.per_query import (
     recall_per_query,
     reciprocal_rank_per_query,
 )
-from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.measures.user_models import (
+    err_per_query,
+    rbp_per_query,
+    rbp_residual_per_query,
+)
+from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = [
@@ -42,7 +49,9 @@ __all__ = [
     "cutoff_depth",
     "depth_for",
     "divides_by_retrieved",
+    "judged_needed",
     "parse_metric",
+    "refuse_ambiguous_recall",
     "register_measure",
     "suggest_metric",
     "unregister_measure",
@@ -68,6 +77,13 @@ class Measure:
         micro: ``(table, k, ties, shared=None) -> (numerator, denominator)`` per query for
             ``average="micro"``, or None where a micro average is not defined.
         rank: a rank (lower is better), aggregated as a median or mean of ranks.
+        params: the options a name may set in parentheses (``precision(rel=2)@5``), by their
+            short names (:data:`NAME_PARAMS`).
+        own_options: ``(option, value)`` pairs the measure reads at its own value, not the
+            metric's, unless its name sets them (RBP's gain is binary, whatever NDCG's is).
+        needs_relevant: the value is defined only for a query with something relevant (NaN
+            otherwise, and ``empty_queries`` decides); False for Judged@K and RBP's residual,
+            defined for every query.
     """
 
     base: str
@@ -76,6 +92,9 @@ class Measure:
     depth: Callable[[Any], int | str | None] = lambda k: None
     micro: Callable[..., tuple[Tensor, Tensor]] | None = None
     rank: bool = False
+    params: frozenset[str] = frozenset({"judged_only", "rel"})
+    needs_relevant: bool = True
+    own_options: tuple[tuple[str, Any], ...] = ()
 
 
 def _first_only(k: Any) -> int:
@@ -106,6 +125,11 @@ def _micro_r_precision(
     return hits, table.num_relevant.to(torch.float64)
 
 
+# the measures that read grades as gains take no relevance level (trec_eval -l leaves its
+# nDCG's gains as they are)
+_GRADED = frozenset({"judged_only"})
+
+
 def _average_precision(
     table: RankTable, k: Any, o: MeasureOptions, shared: SharedTieGroups | None
 ) -> Tensor:
@@ -133,20 +157,36 @@ MEASURES: dict[str, Measure] = {
         Measure("r_precision", lambda t, k, o, s: r_precision_per_query(t, o.ties, shared=s),
                 "none", lambda k: "relevant", _micro_r_precision),
         Measure("map", _average_precision, "optional",
-                lambda k: "relevant" if k == "r" else k),
+                lambda k: "relevant" if k == "r" else k,
+                params=frozenset({"judged_only", "rel", "ap", "divisor"})),
         Measure("map_trapezoid", lambda t, k, o, s: average_precision_per_query(
             t, None, o.ties, ap="trapezoid", shared=s)),
         Measure("mrr", lambda t, k, o, s: reciprocal_rank_per_query(t, k, o.ties, shared=s),
                 "optional", _first_only),
         Measure("ndcg", lambda t, k, o, s: ndcg_per_query(t, k, o.ties, o.gain, shared=s),
-                "optional", lambda k: k),
+                "optional", lambda k: k, params=_GRADED | {"gain"}),
         Measure("cmc", lambda t, k, o, s: cmc_per_query(t, k, o.ties, shared=s), "required",
                 _first_only),
         Measure("median_rank", lambda t, k, o, s: first_rank_per_query(t, o.ties, shared=s),
-                depth=_first_only, rank=True),
+                depth=_first_only, rank=True, params=frozenset({"judged_only"})),
         Measure("mean_rank", lambda t, k, o, s: first_rank_per_query(t, o.ties, shared=s),
-                depth=_first_only, rank=True),
+                depth=_first_only, rank=True, params=frozenset({"judged_only"})),
         Measure("minp", lambda t, k, o, s: minp_per_query(t, o.ties, shared=s)),
+        Measure("dcg", lambda t, k, o, s: dcg_per_query(t, k, o.ties, o.gain, shared=s),
+                "optional", lambda k: k, params=_GRADED | {"gain"}),
+        Measure("judged", lambda t, k, o, s: judged_per_query(t, k, o.ties), "optional",
+                lambda k: k, params=frozenset(), needs_relevant=False),
+        Measure("bpref", lambda t, k, o, s: bpref_per_query(t, o.ties),
+                params=frozenset({"rel"})),
+        Measure("err", lambda t, k, o, s: err_per_query(t, k, o.ties, o.max_grade), "optional",
+                lambda k: k, params=_GRADED | {"max_grade"}),
+        Measure("rbp", lambda t, k, o, s: rbp_per_query(
+            t, k, o.ties, o.persistence, "binary" if o.relevance_level is not None else o.gain),
+                "optional", params=frozenset({"judged_only", "rel", "p", "gain"}),
+                own_options=(("gain", "binary"),)),
+        Measure("rbp_residual", lambda t, k, o, s: rbp_residual_per_query(
+            t, k, o.ties, o.persistence), "optional", lambda k: k,
+                params=frozenset({"p"}), needs_relevant=False),
     )
 }
 _BUILT_IN = frozenset(MEASURES)
@@ -156,6 +196,7 @@ RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}
 
 def _name_pattern() -> re.Pattern[str]:
     return re.compile(rf"^(?P<base>{'|'.join(sorted(MEASURES, key=len, reverse=True))})"
+                      r"(\((?P<params>[^()]*)\))?"
                       rf"(@(?P<k>r|\d+))?(/(?P<average>{'|'.join(AVERAGES)}))?$")
 
 
@@ -221,19 +262,43 @@ def unregister_measure(base: str) -> Measure:
     return measure
 
 
+#: the options a name may set in parentheses, by the short name it is written with
+NAME_PARAMS: dict[str, str] = {
+    "rel": "relevance_level",
+    "judged_only": "judged_only",
+    "p": "persistence",
+    "max_grade": "max_grade",
+    "gain": "gain",
+    "ap": "ap",
+    "divisor": "divisor",
+}
+
+
 @dataclass(frozen=True)
 class MetricSpec:
-    """A parsed metric name: ``base``, cut-off ``k`` (None, an int, or "r" for map@r) and the
-    ``average`` the name fixes ("recall@5/micro"), None to follow the metric's ``average``."""
+    """A parsed metric name: ``base``, cut-off ``k`` (None, an int, or "r" for map@r), the
+    ``average`` the name fixes ("recall@5/micro"), None to follow the metric's ``average``, and
+    ``options``: ``(option, value)`` pairs the name sets (``precision(rel=2)@5``, or those an
+    ir_measures name implies: ``nDCG@10`` is trec_eval's linear gain). ``name`` is the key of
+    its value: the name lower-cased, or an ir_measures name as written."""
 
     name: str
     base: str
     k: int | str | None
     average: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
 
     @property
     def measure(self) -> Measure:
         return MEASURES[self.base]
+
+    def options_over(self, options: MeasureOptions) -> MeasureOptions:
+        """``options`` (the metric's) with what the measure and its name set."""
+        changes = dict(self.measure.own_options)
+        changes.update(self.options)
+        if not changes:
+            return options
+        return options.replace(**changes)
 
     @property
     def higher_is_better(self) -> bool:
@@ -311,14 +376,31 @@ _MICRO_RULE = (
 
 def parse_metric(name: str) -> MetricSpec:
     """Parse "hit_rate@1", "recall@10", "f1@10", "map@r", "map", "map@100", "mrr", "mrr@10",
-    "ndcg@10", "cmc@50", "r_precision", "median_rank", "mean_rank", "minp", "map_trapezoid",
-    "granular_mrr". Hit rate, recall, precision and F1 without a cut-off are over the whole
-    ranking (a ranked list's every id: trec_eval's set measures).
+    "ndcg@10", "dcg@10", "cmc@50", "r_precision", "median_rank", "mean_rank", "minp",
+    "map_trapezoid", "granular_mrr", "judged@10", "bpref", "err@20", "rbp", "rbp_residual".
+    Hit rate, recall, precision and F1 without a cut-off are over the whole ranking (a ranked
+    list's every id: trec_eval's set measures).
 
     A name may fix its own average with a suffix: "recall@10/micro", "map@r/class",
-    "hit_rate@1/macro" (see :func:`average_for`)."""
+    "hit_rate@1/macro" (see :func:`average_for`), and set options in parentheses before the
+    cut-off: "precision(rel=2)@5" (grades below 2 are not relevant), "ndcg(judged_only=true)@10"
+    (the condensed list), "rbp(p=0.9)", "err(max_grade=3)@20", "ndcg(gain=linear)@10".
+
+    ir_measures' names are accepted as written, keyed as written: "nDCG@10", "P(rel=2)@5",
+    "R@100", "RR@10", "AP", "Rprec", "Bpref", "Judged@10", "ERR@20", "RBP(p=0.8)",
+    "Success@10", "nDCG(judged_only=True)@10" (:data:`IR_MEASURES` says what each is here).
+
+    >>> spec = parse_metric("P(rel=2)@5")
+    >>> spec.name, spec.base, spec.k, spec.options
+    ('P(rel=2)@5', 'precision', 5, (('relevance_level', 2),))
+    """
     if not isinstance(name, str):
         raise ValueError(f"metric names must be strings, got {name!r}")
+    # ir_measures' names first, case as written: its nDCG@10 (trec_eval's linear gain) is not
+    # the library's ndcg@10 (exponential gain, as most papers)
+    spec = _ir_measures_spec(name.strip())
+    if spec is not None:
+        return spec
     match = _NAME.match(name.strip().lower())
     if match is None:
         hint = suggest_metric(name)
@@ -326,12 +408,21 @@ def parse_metric(name: str) -> MetricSpec:
         raise ValueError(
             f"unknown metric {name!r}{': ' + hint if hint else '.'} Known names: hit_rate@K, "
             "recall@K, precision@K, f1@K (each also without @K: the whole list), r_precision, "
-            "map@r, map, map@K, map_trapezoid, mrr, mrr@K, granular_mrr, ndcg, ndcg@K, cmc@K, "
-            "median_rank, mean_rank, minp"
+            "map@r, map, map@K, map_trapezoid, mrr, mrr@K, granular_mrr, ndcg, ndcg@K, dcg@K, "
+            "cmc@K, median_rank, mean_rank, minp, judged@K, bpref, err@K, rbp, rbp_residual"
             f"{''.join(', ' + b for b in registered)}, each optionally with /macro, "
-            "/micro or /class"
+            "/micro or /class and options in parentheses (precision(rel=2)@5); or an "
+            f"ir_measures name ({', '.join(_IR_EXAMPLES)})"
         )
     base, k = match.group("base"), match.group("k")
+    options = _name_options(name, MEASURES[base], match.group("params"))
+    return _checked_spec(name.strip().lower(), base, k, match.group("average"), options)
+
+
+def _checked_spec(
+    name: str, base: str, k: str | None, average: str | None,
+    options: tuple[tuple[str, Any], ...],
+) -> MetricSpec:
     cutoff = MEASURES[base].cutoff
     if k == "r" and base != "map":
         raise ValueError(f"unknown metric {name!r}: only map@r takes @r")
@@ -342,7 +433,6 @@ def parse_metric(name: str) -> MetricSpec:
     k_value: int | str | None = k if k in (None, "r") else int(k)
     if isinstance(k_value, int) and k_value < 1:
         raise ValueError(f"metric {name!r}: the cut-off must be >= 1")
-    average = match.group("average")
     if average is not None:
         if MEASURES[base].rank:
             raise ValueError(
@@ -351,7 +441,139 @@ def parse_metric(name: str) -> MetricSpec:
             )
         if average == "micro" and MEASURES[base].micro is None:
             raise ValueError(f"metric {name!r}: {_MICRO_RULE}")
-    return MetricSpec(name=name.strip().lower(), base=base, k=k_value, average=average)
+    return MetricSpec(name=name, base=base, k=k_value, average=average, options=options)
+
+
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _param_value(name: str, key: str, text: str) -> Any:
+    """The value ``text`` of the option ``key`` written in the name ``name``, checked."""
+    option = NAME_PARAMS[key]
+    text = text.strip()
+    lowered = text.lower()
+    value: Any
+    if option == "judged_only":
+        if lowered not in _TRUE + _FALSE:
+            raise ValueError(f"metric {name!r}: `judged_only` is true or false, got {text!r}")
+        value = lowered in _TRUE
+    elif option in ("relevance_level", "persistence", "max_grade"):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"metric {name!r}: `{key}` is a number, got {text!r}") from None
+        value = int(number) if number.is_integer() and option != "persistence" else number
+    else:
+        value = lowered
+    try:
+        check_option(option, value)
+    except ValueError as error:
+        raise ValueError(f"metric {name!r}: {error}") from None
+    return value
+
+
+def _name_options(
+    name: str, measure: Measure, text: str | None, aliases: Mapping[str, str] | None = None
+) -> tuple[tuple[str, Any], ...]:
+    """The options the parentheses of ``name`` set (``text``: what is inside them), each one a
+    key ``measure`` takes; ``aliases`` maps other spellings of a key (ir_measures') to ours."""
+    if text is None:
+        return ()
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        key = (aliases or {}).get(key, key.lower())
+        if not equals or key not in NAME_PARAMS:
+            raise ValueError(
+                f"metric {name!r}: the parentheses hold key=value options, one of "
+                f"{', '.join(sorted(measure.params)) or 'none for this measure'}; got {item!r}"
+            )
+        if key not in measure.params:
+            raise ValueError(
+                f"metric {name!r}: {measure.base} takes no `{key}`"
+                + (f"; it takes {', '.join(sorted(measure.params))}" if measure.params else "")
+                + (" (a relevance level leaves graded gains as they are, as trec_eval -l)"
+                   if key == "rel" and "gain" in measure.params | {"max_grade"} else "")
+            )
+        option = NAME_PARAMS[key]
+        if option in options:
+            raise ValueError(f"metric {name!r}: `{key}` is given twice")
+        options[option] = _param_value(name, key, value)
+    if options.get("judged_only") is False:
+        del options["judged_only"]  # the default: the name is the plain measure
+    return tuple(sorted(options.items()))
+
+
+#: ir_measures' measure names, as ``name -> (base, options it implies)``: each is the
+#: measure of the provider ir_measures runs for it (pytrec_eval, gdeval, trectools, judged).
+#: Its aliases NDCG and MAP are not among them: the library reads its own names in any case,
+#: and BEIR's "NDCG@10" and "MAP@10" are those.
+IR_MEASURES: dict[str, tuple[str, tuple[tuple[str, Any], ...]]] = {
+    "nDCG": ("ndcg", (("gain", "linear"),)),
+    "P": ("precision", ()),
+    "R": ("recall", ()),
+    "RR": ("mrr", ()),
+    "AP": ("map", (("ap", "step"), ("divisor", "relevant"))),
+    "Rprec": ("r_precision", ()),
+    "Bpref": ("bpref", ()),
+    "BPref": ("bpref", ()),
+    "Judged": ("judged", ()),
+    "ERR": ("err", (("max_grade", 4),)),
+    # without rel: trectools' graded RBP (gain = the grade); with rel=N: cwl_eval's binary one
+    "RBP": ("rbp", (("gain", "linear"),)),
+    "Success": ("hit_rate", ()),
+}
+_IR_EXAMPLES = ("nDCG@10", "P(rel=2)@5", "R@100", "RR@10", "AP", "Bpref", "Judged@10",
+                "ERR@20", "RBP(p=0.8)")
+_IR_NAME = re.compile(r"^(?P<name>[A-Za-z]+)(\((?P<params>[^()]*)\))?(@(?P<k>\d+))?$")
+# ir_measures' option spellings
+_IR_KEYS = {"rel": "rel", "judged_only": "judged_only", "p": "p", "dcg": "gain"}
+_IR_DCG = {"log2": "linear", "exp-log2": "exponential"}
+
+
+def _ir_measures_spec(text: str) -> MetricSpec | None:
+    """``text`` read as an ir_measures name (case as written), or None if it is not one."""
+    match = _IR_NAME.match(text)
+    if match is None or match.group("name") not in IR_MEASURES:
+        return None
+    base, implied = IR_MEASURES[match.group("name")]
+    measure = MEASURES[base]
+    params = match.group("params")
+    if params is not None:
+        # ir_measures' dcg=log2|exp-log2 is our gain=linear|exponential
+        for spelled, gain in _IR_DCG.items():
+            params = params.replace(f"dcg={spelled}", f"dcg={gain}")
+    written = dict(_name_options(text, measure, params, _IR_KEYS))
+    options = dict(implied)
+    if base == "rbp" and "relevance_level" in written:
+        options["gain"] = "binary"  # cwl_eval's RBP(rel=N): binary relevance at level N
+    options.update(written)
+    return _checked_spec(text, base, match.group("k"), None, tuple(sorted(options.items())))
+
+
+#: the protocols of fields whose "R@K" is recall (IR, RAG): there ir_measures' R@K is read as
+#: written without judgments too
+IR_PROTOCOLS = frozenset({"trec_eval", "beir", "mteb", "sentence_transformers", "llama_index",
+                          "haystack", "haystack<3.1", "ragas"})
+
+
+def refuse_ambiguous_recall(spec: MetricSpec, judged: bool, protocol: str | None) -> None:
+    """Refuse ir_measures' ``R@K`` (recall) where it may mean the hit rate: image-text,
+    metric-learning and re-id papers write "R@K" for a relevant item in the top K. It is read as
+    written with judgments (``qrels=``) or under an IR or RAG protocol."""
+    if spec.base != "recall" or not re.fullmatch(r"R(\(.*\))?(@\d+)?", spec.name):
+        return
+    if judged or protocol in IR_PROTOCOLS:
+        return
+    k = spec.k if spec.k is not None else "K"
+    raise ValueError(
+        f"unknown metric {spec.name!r}: did you mean hit_rate@{k} (\"R@K\" of image-text, "
+        f"metric-learning and re-id papers: a relevant item in the top K) or recall@{k} (the IR "
+        "measure: the share of relevant items in the top K)? ir_measures' R@K, recall, is read "
+        "as written with qrels= or an IR protocol (trec_eval, beir, mteb, ...). Known names: "
+        "hit_rate@K, recall@K, ..."
+    )
 
 
 def average_for(spec: MetricSpec, average: str) -> str:
@@ -368,11 +590,30 @@ def average_for(spec: MetricSpec, average: str) -> str:
 
 def divides_by_retrieved(names: Iterable[str]) -> bool:
     """Whether a measure among ``names`` divides by the distinct items a ranked list returned
-    (precision and F1 without a cut-off): the lists' tables must then count them."""
+    (precision and F1 without a cut-off, Judged@K): the lists' tables must then count them."""
     return any(
-        spec.k is None and spec.base in ("precision", "f1")
+        (spec.k is None and spec.base in ("precision", "f1")) or spec.base == "judged"
         for spec in map(parse_metric, names)
     )
+
+
+#: the measures that read which documents were judged, whatever their options
+_READ_JUDGED = frozenset({"judged", "bpref", "rbp_residual"})
+
+
+def judged_needed(names: Iterable[str], options: MeasureOptions | None = None) -> bool:
+    """Whether a measure among ``names`` (computed under the metric's ``options``) reads the
+    judged documents that are not relevant: Judged@K, bpref, RBP's residual or a condensed list
+    (``judged_only``). The ranking then places them all (``judged_documents``).
+
+    >>> judged_needed(["ndcg@10", "P(rel=2)@5"]), judged_needed(["ndcg@10", "Judged@10"])
+    (False, True)
+    """
+    base_options = options if options is not None else MeasureOptions()
+    for spec in map(parse_metric, names):
+        if spec.base in _READ_JUDGED or spec.options_over(base_options).judged_only:
+            return True
+    return False
 
 
 #: built-in measures that read no position below their cut-off K (hit rate, MRR and CMC

@@ -25,6 +25,10 @@ DEFAULT_AP: str = OPTIONS["ap"].default
 DEFAULT_DIVISOR: str = OPTIONS["divisor"].default
 DEFAULT_GAIN: str = OPTIONS["gain"].default
 DEFAULT_MEDIAN: str = OPTIONS["median"].default
+DEFAULT_RELEVANCE_LEVEL: float | None = OPTIONS["relevance_level"].default
+DEFAULT_JUDGED_ONLY: bool = OPTIONS["judged_only"].default
+DEFAULT_PERSISTENCE: float = OPTIONS["persistence"].default
+DEFAULT_MAX_GRADE: float = OPTIONS["max_grade"].default
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,10 @@ class MeasureOptions:
     divisor: str = DEFAULT_DIVISOR
     gain: str = DEFAULT_GAIN
     median: str = DEFAULT_MEDIAN
+    relevance_level: float | None = DEFAULT_RELEVANCE_LEVEL
+    judged_only: bool = DEFAULT_JUDGED_ONLY
+    persistence: float = DEFAULT_PERSISTENCE
+    max_grade: float = DEFAULT_MAX_GRADE
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -31,6 +31,7 @@ __all__ = [
     "SharedTieGroups",
     "average_precision_per_query",
     "cmc_per_query",
+    "dcg_per_query",
     "expected_hits_per_query",
     "f1_per_query",
     "first_rank_per_query",
@@ -555,6 +556,16 @@ def ndcg_per_query(
     Returns:
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
+    dcg, idcg = _discounted_gains(table, k, ties, gain, shared)
+    value = torch.where(idcg > 0, dcg / idcg.clamp_min(1e-300), 0.0)
+    return _unanswerable_nan(table, value)
+
+
+def _discounted_gains(
+    table: RankTable, k: int | None, ties: str, gain: str, shared: SharedTieGroups | None
+) -> tuple[Tensor, Tensor]:
+    """``(DCG@K, ideal DCG@K)`` per query, under the tie rule (McSherry and Najork's average
+    for "expected")."""
     check_option("gain", gain)
     if gain == "binary" and table.grade is not None:
         # every relevant item gains 1: the table read as binary relevance
@@ -590,8 +601,31 @@ def ndcg_per_query(
         idcg = torch.zeros(table.num_queries, dtype=torch.float64).index_add_(0, owner, weight)
     else:
         idcg = discount[torch.minimum(table.num_relevant, cutoff).clamp_max(top)]
-    value = torch.where(idcg > 0, dcg / idcg.clamp_min(1e-300), 0.0)
-    return _unanswerable_nan(table, value)
+    return dcg, idcg
+
+
+def dcg_per_query(
+    table: RankTable,
+    k: int | None = None,
+    ties: str = DEFAULT_TIES,
+    gain: str = DEFAULT_GAIN,
+    *,
+    shared: SharedTieGroups | None = None,
+) -> Tensor:
+    """DCG@K, unnormalised: the sum over the top K of gain / log2(1 + position), with the gain
+    of :func:`ndcg_per_query` (2^g - 1, g or 1); ties as there.
+
+    Args:
+        table: the rank table.
+        k: cut-off K; ``None`` is the whole ranking.
+        ties: the tie rule: "expected", "optimistic", "pessimistic" or "id".
+        gain: "exponential" (2^g - 1), "linear" (g) or "binary" (1).
+        shared: the tie groups of a shared call (:class:`SharedTieGroups`), or None.
+
+    Returns:
+        ``(Q,)`` float64, NaN for unanswerable queries.
+    """
+    return _unanswerable_nan(table, _discounted_gains(table, k, ties, gain, shared)[0])
 
 
 def cmc_per_query(

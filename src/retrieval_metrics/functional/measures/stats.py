@@ -301,7 +301,10 @@ def _summary(
     # Ranked lists (depth unbounded) come from an unknown collection, and a judged document the
     # corpus lacks is not in it: no chance level.
     has_gallery = table.num_queries > 0 and not bool(table.beyond_gallery.any())
-    chance = A.chance_measures(table, names, options) if has_gallery else None
+    # a random ranking of the gallery says nothing of which documents were judged: the
+    # measures that read them (Judged@K, bpref, condensed lists) have no chance level here
+    ranked_alike = [name for name in names if not N.judged_needed([name], options)]
+    chance = A.chance_measures(table, ranked_alike, options) if has_gallery else None
     skipped = int((table.num_relevant == 0).sum())
     empty_policy = options.empty_queries
     summary = Summary(level=level)
@@ -341,7 +344,7 @@ def _summary(
                 "name": spec.name,
                 "value": values[spec.name],
                 "interval": interval,
-                "chance": None if chance is None else chance[spec.name],
+                "chance": None if chance is None else chance.get(spec.name),
                 "queries": counted,
                 "skipped": (
                     0 if empty_policy == "zero"

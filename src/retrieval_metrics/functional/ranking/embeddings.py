@@ -31,6 +31,7 @@ from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretr
 from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.table_build import split_judged
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 from retrieval_metrics.functional.table import RankTable
 
@@ -169,6 +170,8 @@ def ranked_table(
             table, relevance_sets.unretrieved, ideal=judged_ideal_of(relevance_sets),
             whole_ranking=options.depth is None,
         )
+        if options.judged_documents:
+            table = split_judged(table, whole_ranking=options.depth is None)
     if inputs.query_key is not None:
         table = replace(table, query_class=inputs.query_key)
     return table
@@ -259,6 +262,7 @@ def embedding_relevance(
         gallery_cameras=per_item("gallery_cameras", gallery_keys.cameras, num_g),
         ignore_label=options.ignore_label,
         ignore_identical_ids=options.ignore_identical_ids,
+        judged_documents=options.judged_documents,
     )
     g_key = None if g_labels is None else g_labels[relevance_sets.gallery_index]
     tie_key = None

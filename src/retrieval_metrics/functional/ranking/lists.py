@@ -17,6 +17,7 @@ from retrieval_metrics.functional.ranking.labels import canonical_id
 from retrieval_metrics.functional.ranking.table_build import (
     ItemResults,
     ideal_from,
+    split_judged,
     table_from_items,
 )
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
@@ -42,6 +43,7 @@ def rank_lists(
     *,
     duplicates: str = DEFAULT_DUPLICATES,
     distinct: bool = True,
+    judged_documents: bool = False,
 ) -> RankTable:
     """Rank table from each query's ranked list of ids and its relevant ids.
 
@@ -53,7 +55,9 @@ def rank_lists(
     ids the list never returned count in m_q and are never retrieved. The table keeps each
     list's number of distinct ids (``num_retrieved``), which precision and F1 without a cut-off
     divide by; ``distinct=False`` leaves it out (one set per list fewer), for callers that
-    report neither.
+    report neither. ``judged_documents=True`` also places the judged documents that are not
+    relevant (grade <= 0 in a dict; none in a collection of ids, whose every id is relevant),
+    for Judged@K, bpref and the condensed lists (the table's ``judged_*`` fields).
 
     >>> t = rank_lists([["d3", "d7", "d1"]], [{"d1", "d9"}])
     >>> t.above.tolist(), t.num_relevant.tolist(), t.num_retrieved.tolist()
@@ -76,7 +80,7 @@ def rank_lists(
             f"and {len(relevant_ids)}"
         )
     graded = any(issubclass(kind, dict) for kind in set(map(type, relevant_ids)))
-    found = _Found(graded)
+    found = _Found(graded, judged_documents)
     left: Iterable[int] = range(len(ranked_ids))
     if _str_lists is not None and duplicates != "error" and not graded:
         # lists of str ids: one C pass per list (see _str_lists.c); it leaves the rest here
@@ -113,6 +117,8 @@ def rank_lists(
         torch.full((num_q,), UNBOUNDED, dtype=torch.int64),
         ideal=ideal,
     )
+    if judged_documents:
+        table = split_judged(table, whole_ranking=True)
     if not distinct or num_q == 0:  # (an empty table has no optional part: see table_from_parts)
         return table
     return replace(table, num_retrieved=found.per_query(found.counts, _NUM_DISTINCT))
@@ -122,8 +128,10 @@ class _Found:
     """What the matching found, per query and per hit: from the compiled pass (every query,
     as tensors) and from the Python loop (the queries it was left, ascending, as lists)."""
 
-    def __init__(self, graded: bool) -> None:
+    def __init__(self, graded: bool, judged: bool = False) -> None:
         self.graded = graded
+        #: keep the judged documents that are not relevant (grade <= 0) as hits too
+        self.judged = judged
         # the compiled pass's num_relevant, num_distinct, list_size, hit_query, hit_position
         self.compiled: tuple[Tensor, ...] | None = None
         self.queries: list[int] = []  # the Python loop's queries
@@ -217,7 +225,7 @@ def _match_in_python(
                     f"`relevant_ids[{q}]` must be a collection of ids, got a string"
                 )
             if isinstance(relevant, dict):
-                gains = {k: float(v) for k, v in relevant.items() if float(v) > 0}
+                gains = {k: float(v) for k, v in relevant.items() if found.judged or float(v) > 0}
             else:
                 if not isinstance(relevant, (list, tuple, set, frozenset)):
                     relevant = list(relevant)

@@ -176,19 +176,25 @@ class Judgments:
         return int(self.judged.numel())
 
     def relevance(
-        self, query_ids: Tensor, gallery_ids: Tensor, *, drop_identical: bool = True
+        self,
+        query_ids: Tensor,
+        gallery_ids: Tensor,
+        *,
+        drop_identical: bool = True,
+        every_judged: bool = False,
     ) -> JudgedRelevance:
         """The relevant corpus positions of each query (``query_ids``: int64 codes) in a corpus
         of ``gallery_ids`` (int64 codes, each once), and the relevant documents it lacks.
         ``drop_identical``: a judgment of the document whose id is the query's is dropped (in
-        the corpus or not), as the ranking leaves that document out."""
+        the corpus or not), as the ranking leaves that document out. ``every_judged``: every
+        judged document is returned, grade <= 0 included (their grades tell them apart)."""
         query_ids, gallery_ids = query_ids.cpu(), gallery_ids.cpu()
         start = torch.searchsorted(self.query, query_ids, right=False)
         stop = torch.searchsorted(self.query, query_ids, right=True)
         ptr, entry = csr_from_ranges(start, stop)
         row = row_of_entries(ptr)
         docs, grades = self.document[entry], self.grade[entry]
-        positive = grades > 0
+        positive = grades > 0 if not every_judged else torch.ones_like(grades, dtype=torch.bool)
         if drop_identical:
             positive &= docs != query_ids[row]
         row, docs, grades = row[positive], docs[positive], grades[positive]

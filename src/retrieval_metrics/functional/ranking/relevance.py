@@ -170,13 +170,18 @@ def _judged_relevance(
     query_ids: Tensor | None,
     gallery_ids: Tensor | None,
     ignore_identical_ids: bool,
+    judged_documents: bool,
 ) -> Relevance:
     """Relevance by judgments: the queries and the gallery named by their ids; the document whose
-    id is the query's excluded (``ignore_identical_ids``), neither relevant nor ranked."""
+    id is the query's excluded (``ignore_identical_ids``), neither relevant nor ranked.
+    ``judged_documents``: every judged document is listed, grade <= 0 included (the ranking
+    places them all, and the table splits them off after)."""
     if query_ids is None or gallery_ids is None:
         raise ValueError("judgments (qrels) need the ids of the queries and of the gallery items")
     # the judgment of the query's own id is dropped with the document (in the corpus or not)
-    judged = judgments.relevance(query_ids, gallery_ids, drop_identical=ignore_identical_ids)
+    judged = judgments.relevance(
+        query_ids, gallery_ids, drop_identical=ignore_identical_ids, every_judged=judged_documents
+    )
     if ignore_identical_ids:
         ex_ptr, ex_index = identical_ids_csr(query_ids, gallery_ids)
         ex_index = _sorted_rows(ex_ptr, ex_index)
@@ -221,6 +226,7 @@ def build_relevance(
     gallery_cameras: Tensor | None = None,
     ignore_label: int | None = None,
     ignore_identical_ids: bool = True,
+    judged_documents: bool = False,
 ) -> Relevance:
     """Decide every query's relevant and excluded gallery items (docs/definitions.md, Terms).
 
@@ -236,6 +242,7 @@ def build_relevance(
             camera are excluded.
         ignore_label: gallery items with this label are removed for every query; a query with this
             label has no relevant item.
+        judged_documents: with judgments, list every judged document (grade <= 0 included).
 
     Labels must already be int64 tensors (see :func:`encode_labels`).
     """
@@ -268,7 +275,7 @@ def build_relevance(
         if isinstance(relevant_ids, (Mapping, Judgments)):
             return _judged_relevance(
                 Judgments.of(relevant_ids), num_queries, num_gallery, query_ids, gallery_ids,
-                ignore_identical_ids,
+                ignore_identical_ids, judged_documents,
             )
         if len(relevant_ids) != num_queries:
             raise ValueError(

@@ -50,6 +50,9 @@ class RankingSettings:
             ``relevant_ids`` are given per query (the metric classes' ``qrels=``).
         ignore_identical_ids: a gallery item whose id equals the query's id is excluded from
             its ranking (True, the default); False ranks it as any other item.
+        judged_documents: with judgments, also locate the judged documents that are not
+            relevant (grade <= 0), for Judged@K, bpref and the condensed lists: the table's
+            ``judged_*`` fields.
     """
 
     relevance: str = OPTIONS["relevance"].default
@@ -63,6 +66,7 @@ class RankingSettings:
     block_size: tuple[int, int] | None = None
     judgments: Any = None
     ignore_identical_ids: bool = True
+    judged_documents: bool = False
 
     def __post_init__(self) -> None:
         check_option("similarity", self.similarity)
@@ -74,6 +78,8 @@ class RankingSettings:
             raise ValueError(
                 f"`radius` must be a non-negative number of metres, got {self.radius!r}"
             )
+        if self.judged_documents and self.judgments is None:
+            raise ValueError("`judged_documents=True` places judged documents: give `judgments`")
         depth = self.depth
         if depth is not None and (not isinstance(depth, int) or depth < 1):
             raise ValueError(f"`depth` must be a positive int or None, got {depth!r}")

@@ -22,7 +22,11 @@ from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.qrels import Judgments, judged_ideal, with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
-from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
+from retrieval_metrics.functional.ranking.table_build import (
+    ItemResults,
+    split_judged,
+    table_from_items,
+)
 from retrieval_metrics.functional.table import RankTable
 
 
@@ -150,6 +154,8 @@ def sharded_table(
     )
     if judged:
         table = _judged_over_shards(table, rel, all_query, gathered[2][order])
+        if options.judged_documents:
+            table = split_judged(table, whole_ranking=True)
     q_labels = inputs.query_key
     return replace(table, query_class=q_labels) if q_labels is not None else table
 

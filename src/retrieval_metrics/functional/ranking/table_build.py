@@ -3,7 +3,7 @@ sorted by (above, -grade), and the ideal grades of graded relevance."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -124,3 +124,51 @@ def ideal_from(ptr: Tensor, grades: Tensor, row: Tensor | None = None) -> tuple[
     g = grades.to(torch.float64)
     perm = torch.from_numpy(np.lexsort(((-g).numpy(), row.numpy())))
     return ptr.clone(), g[perm]
+
+
+def split_judged(table: RankTable, whole_ranking: bool) -> RankTable:
+    """A table whose listed items are every judged document of each query (their grades in
+    ``grade``, <= 0 for the judged non-relevant ones; every judged grade, absent documents'
+    included, in the ideal grades), split into the relevant items (grade > 0) and the judged
+    non-relevant documents (``judged_*``, ``num_nonrelevant``). ``whole_ranking``: every judged
+    document of the gallery is listed, so the relevant ones not listed are absent from it."""
+    if table.grade is None:
+        # binary judgments: every judged document is relevant
+        empty = torch.zeros(0, dtype=torch.int64)
+        return replace(
+            table,
+            judged_ptr=torch.zeros(table.num_queries + 1, dtype=torch.int64),
+            judged_above=empty,
+            judged_tied=empty.clone(),
+            num_nonrelevant=torch.zeros(table.num_queries, dtype=torch.int64),
+        )
+    assert table.ideal_grade is not None and table.ideal_ptr is not None
+    positive = table.grade > 0
+    item_query = table.item_query
+    owner = row_of_entries(table.ideal_ptr)
+    ideal_positive = table.ideal_grade > 0
+    num_q = table.num_queries
+
+    def count(rows: Tensor) -> Tensor:
+        return torch.bincount(rows, minlength=num_q)
+
+    num_relevant = count(owner[ideal_positive])
+    num_judged = count(owner)
+    listed_relevant = count(item_query[positive])
+    ideal_counts = count(owner[ideal_positive])
+    changes: dict[str, Tensor | None] = {
+        "ptr": ptr_from_counts(listed_relevant),
+        "above": table.above[positive],
+        "tied": table.tied[positive],
+        "grade": table.grade[positive],
+        "ideal_ptr": ptr_from_counts(ideal_counts),
+        "ideal_grade": table.ideal_grade[ideal_positive],
+        "num_relevant": num_relevant,
+        "judged_ptr": ptr_from_counts(count(item_query[~positive])),
+        "judged_above": table.above[~positive],
+        "judged_tied": table.tied[~positive],
+        "num_nonrelevant": num_judged - num_relevant,
+    }
+    if table.num_absent is not None and whole_ranking:
+        changes["num_absent"] = num_relevant - listed_relevant
+    return replace(table, **changes)

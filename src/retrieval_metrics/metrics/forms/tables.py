@@ -106,6 +106,7 @@ class RankedLists(TableStates):
             duplicates=metric.duplicates,
             # the distinct ids of each list, only where a measure divides by them
             distinct=M.divides_by_retrieved(metric.metric_names()),
+            judged_documents=M.judged_needed(metric.metric_names(), metric.measure_options),
         )
         metric._note_kinds("q", batch)
         append_table(metric, self.kind, table, batch.ids)
