@@ -6,7 +6,7 @@ from retrieval_metrics.functional._lazy import lazy_names
 
 if TYPE_CHECKING:  # the names as static tools see them; imported when first read
     from retrieval_metrics import functional
-    from retrieval_metrics.comparison import compare
+    from retrieval_metrics.comparison import compare, compare_systems
     from retrieval_metrics.functional import RankTable, rank_embeddings, rank_lists, rank_scores
     from retrieval_metrics.functional.measures import retrieval_measures
     from retrieval_metrics.metrics import (
@@ -52,6 +52,7 @@ __all__ = [
     "RetrievalMetrics",
     "__version__",
     "compare",
+    "compare_systems",
     "functional",
     "rank_embeddings",
     "rank_lists",
@@ -66,7 +67,7 @@ _ELSEWHERE = {
     "retrieval_metrics.functional": ["functional", "RankTable", "rank_embeddings", "rank_lists",
                                      "rank_scores"],
     "retrieval_metrics.functional.measures": ["retrieval_measures"],
-    "retrieval_metrics.comparison": ["compare"],
+    "retrieval_metrics.comparison": ["compare", "compare_systems"],
 }
 _METRIC_CLASSES = sorted(
     set(__all__) - {"__version__"} - {n for names in _ELSEWHERE.values() for n in names}

@@ -1,4 +1,4 @@
-"""The ``retrieval-metrics`` command: ``demo`` and ``evaluate``.
+"""The ``retrieval-metrics`` command: ``demo``, ``evaluate`` and ``compare``.
 
 ``retrieval-metrics demo`` runs the protocols on data the package generates or scikit-learn ships
 (no download; see :mod:`retrieval_metrics.demo`).
@@ -27,472 +27,51 @@ named ``STEM.labels.npy``, ``STEM.ids.npy``, ... (read by
 It prints one aligned table per run (value, 95% interval, chance level, queries counted and
 skipped, gallery size), writes them with ``--json`` and draws hit rate vs K with the chance curve
 (all runs on one axis; recall vs K for embeddings judged by qrels) with ``--plot``.
+
+``retrieval-metrics compare`` reads the same inputs, for two or more systems scored on the same
+queries, and prints one table: each system against a baseline (``--baseline``), measure by
+measure, with a paired test (``--test``) and its p-values corrected for multiple comparisons
+(``--correction``), by :func:`retrieval_metrics.compare_systems`; ``--markdown``, ``--latex``
+and ``--json`` write it.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
 from retrieval_metrics import cli_io
 from retrieval_metrics.cli_parser import (
-    EMBEDDING_METRICS,
-    QRELS_METRICS,
-    TREC_METRICS,
     build_parser,
 )
 from retrieval_metrics.cli_progress import Progress
+from retrieval_metrics.cli_runs import (
+    CLIError,
+    Run,
+    check_plot_depth,
+    describe,
+    effective_options,
+    evaluate_embeddings,
+    evaluate_trec,
+    options_line,
+    runs_from_args,
+    scored,
+    version,
+)
 from retrieval_metrics.cli_summary import (
     default_protocol_note,
     number,
     print_summary,
     summary_json,
 )
-from retrieval_metrics.formats import (
-    ARRAYS,
-    EmbeddingFile,
-    check_pair,
-    load_items,
-    read_qrels,
-    read_ranked_lists,
-)
 
-__all__ = ["CLIError", "Progress", "main", "run"]
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
-
-
-def _check_plot_depth(table: Any, plot_k: int | None, protocol: str | None) -> None:
-    """Refuse a ``--plot-k`` below the depth an evaluator's protocol ranked judgments to."""
-    if plot_k is None:
-        return
-    short = table.truncated_above(plot_k)
-    if bool(short.any()):
-        depth = int(table.depth[short].min())
-        raise CLIError(
-            f"--plot-k {plot_k} reaches below the {depth} documents that --protocol {protocol} "
-            f"ranks to (the depth of its evaluator's run); give --plot-k {depth} or less, or "
-            "leave --protocol out to rank every judged document in the whole corpus"
-        )
-
-
-# ---------------------------------------------------------------------------- progress bar
-
-
-# ---------------------------------------------------------------------------- evaluation
-
-
-@dataclass
-class Run:
-    """One evaluated run: its metric object (state filled) and how it was read."""
-
-    name: str
-    kind: str
-    files: list[str]
-    metric: Any
-    num_queries: int
-    notes: dict[str, Any] = field(default_factory=dict)
-    summary: Any = None
-    queries_key: str = ""  # equal for two runs that score the same queries in the same order
-
-
-def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
-    """Intervals and chance levels (the bootstrap can take a while: the bar stays up)."""
-    bar.phase(f"{run.name}: intervals and chance")
-    run.summary = run.metric.summary(level=args.level, num_bootstrap=args.bootstrap, seed=args.seed)
-    if run.kind == "trec":
-        for row in run.summary.rows:  # the collection a run was drawn from is unknown
-            row["chance"] = None
-    bar.advance()
-    return run
-
-
-def _chunks(n: int, parts: int = 20, minimum: int = 2048) -> list[slice]:
-    size = max(minimum, math.ceil(n / parts))
-    return [slice(lo, min(n, lo + size)) for lo in range(0, n, size)]
-
-
-def evaluate_embeddings(
-    metric: Any,
-    query: EmbeddingFile,
-    gallery: EmbeddingFile | None,
-    progress: Progress | None = None,
-) -> int:
-    """Fill ``metric`` from the arrays: the gallery fixed once, queries ranked in chunks.
-
-    Same values as ``update(embeddings, labels)`` (same source, ``gallery=None``) or
-    ``update(..., role="query")`` / ``update(..., role="gallery")``: self-exclusion by sample id
-    (by position when the file has no ids), duplicate ids kept once.
-    """
-    same_source = gallery is None
-    if same_source:
-        if query.ids is None:
-            query.ids = np.arange(len(query), dtype=np.int64)
-        gallery = query
-    keep = cli_io.first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
-    if isinstance(keep, np.ndarray) and keep.size == len(gallery):
-        keep = slice(None)  # each id once: every row, in order
-    g = cli_io.select_rows(gallery, keep)
-    metric.set_gallery(
-        g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
-    )
-    for part in _chunks(len(query)):
-        q = cli_io.select_rows(query, part)
-        metric.update(
-            q["embeddings"],
-            q["labels"],
-            role="query",
-            ids=q["ids"],
-            cameras=q["cameras"],
-            positions=q["positions"],
-        )
-        if progress is not None:
-            progress.advance(part.stop - part.start)
-    return len(query)
-
-
-def evaluate_trec(
-    metric: Any,
-    qids: list[str],
-    ranked: list[list[str]],
-    relevant: list[Any],
-    progress: Progress | None = None,
-) -> int:
-    for part in _chunks(len(qids), minimum=500):
-        metric.update(ranked_ids=ranked[part], relevant_ids=relevant[part])
-        if progress is not None:
-            progress.advance(part.stop - part.start)
-    return len(qids)
-
-
-def _metric_factory(
-    args: argparse.Namespace, names: list[str], trec: bool, qrels: dict[str, Any] | None = None
-) -> Callable[[], Any]:
-    import retrieval_metrics as rm
-    from retrieval_metrics.functional import measures as M
-    from retrieval_metrics.protocols import library_names
-
-    for name in library_names(args.protocol, names):
-        try:
-            M.parse_metric(name)
-        except ValueError as err:
-            raise CLIError(f"--metrics: {err}") from None
-    options: dict[str, Any] = {}
-    for option in (
-        "similarity", "ties", "empty_queries", "relevance", "radius", "ignore_label", "average"
-    ):
-        value = getattr(args, option)
-        if value is not None:
-            options[option] = value
-    if args.percent:
-        options["percent"] = True
-    if trec and args.duplicates is not None:
-        options["duplicates"] = args.duplicates
-    if args.ignore_identical_ids is not None:
-        if qrels is None:
-            raise CLIError(
-                "--ignore-identical-ids applies to embeddings judged by qrels: --query, "
-                "--gallery and --qrels"
-            )
-        options["ignore_identical_ids"] = args.ignore_identical_ids == "true"
-    if qrels is not None:
-        options["qrels"] = qrels
-    protocol = args.protocol
-    if protocol is None and trec:
-        protocol = "trec_eval"
-    if protocol not in (None, "none"):
-        options["protocol"] = protocol
-
-    def factory() -> Any:
-        try:
-            return rm.RetrievalMetrics(names, **options)
-        except (TypeError, ValueError) as err:
-            raise CLIError(str(err)) from None
-
-    factory()  # options are checked before any file is read
-    return factory
-
-
-def _parse_keys(text: str | None) -> dict[str, str]:
-    keys: dict[str, str] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        name, sep, value = part.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or name not in ARRAYS or not value:
-            raise CLIError(
-                f"--keys: expected NAME=ARRAY with NAME one of {', '.join(ARRAYS)}, got {part!r}"
-            )
-        keys[name] = value
-    return keys
-
-
-def _effective_options(metric: Any) -> dict[str, Any]:
-    names = (
-        "protocol",
-        "similarity",
-        "ties",
-        "empty_queries",
-        "percent",
-        "relevance",
-        "radius",
-        "ignore_label",
-        "average",
-        "ap",
-        "divisor",
-        "gain",
-        "median",
-    )
-    out = {name: getattr(metric, name) for name in names if hasattr(metric, name)}
-    if getattr(metric, "qrels", None) is not None:
-        out["ignore_identical_ids"] = metric.ignore_identical_ids
-    return out
-
-
-def _runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
-    files, queries, galleries = args.files or [], args.query or [], args.gallery or []
-    runs_trec = args.run or []
-    sources = sum(bool(x) for x in (files, queries or galleries, runs_trec))
-    if sources == 0:
-        if args.qrels is not None:
-            raise CLIError(
-                "--qrels needs what it judges: --run RUN (TREC, .json or .jsonl), or --query "
-                "Q --gallery CORPUS (embeddings with their ids)"
-            )
-        raise CLIError(
-            "nothing to evaluate: give embedding FILEs, --query and --gallery, or --run and "
-            "--qrels (see retrieval-metrics evaluate --help)"
-        )
-    if sources > 1:
-        raise CLIError(
-            "give one kind of input: embedding FILEs, --query/--gallery pairs, or --run/--qrels"
-        )
-    if files and args.qrels is not None:
-        raise CLIError(
-            "--qrels with same-source FILEs is not supported: give the queries and the corpus "
-            "as --query Q --gallery CORPUS, with the qrels' query ids and document ids in them"
-        )
-    trec = bool(runs_trec)
-    judged = args.qrels is not None and not trec  # embeddings judged by qrels
-    if judged and args.complete:
-        raise CLIError(
-            "--complete scores the judged queries a run lacks as empty lists; with --query and "
-            "--gallery a judged query that is not in the query file has no embedding to rank"
-        )
-    qrels = read_qrels(args.qrels) if judged else None
-    names = [n.strip() for n in (args.metrics or "").split(",") if n.strip()]
-    if not names:
-        default = TREC_METRICS if trec else QRELS_METRICS if judged else EMBEDDING_METRICS
-        names = default.split(",")
-    factory = _metric_factory(args, names, trec, qrels)
-    probe = factory()
-    keys = _parse_keys(args.keys)
-    need_labels = probe.relevance == "label"
-    need_positions = probe.relevance == "radius"
-    run_names = list(args.name or [])
-
-    def name_of(i: int, default: str) -> str:
-        return run_names[i] if i < len(run_names) else default
-
-    runs: list[Run] = []
-    if trec:
-        for path in runs_trec:
-            if args.qrels is None and Path(path).suffix.lower() != ".jsonl":
-                raise CLIError(
-                    f"{path}: a run needs judgments: --qrels QRELS (TREC, BEIR .tsv, .json or "
-                    '.jsonl), or a .jsonl run whose lines carry "relevant"'
-                )
-        for i, path in enumerate(runs_trec):
-            lists = read_ranked_lists(
-                path,
-                args.qrels,
-                complete=args.complete,
-                # the file refuses repeats itself; counting them (and warning) is the metric's
-                duplicates="error" if args.duplicates == "error" else "first",
-            )
-            notes: dict[str, Any] = dict(lists.notes)
-            notes["complete"] = bool(args.complete)
-            if not lists.qids:
-                raise CLIError(f"{path}: no query of the run has judgments in {args.qrels}")
-            metric = factory()
-            label = name_of(i, Path(path).stem)
-            files_used = [str(path)] + ([] if args.qrels is None else [str(args.qrels)])
-            run_ = Run(label, "trec", files_used, metric, len(lists), notes)
-            run_.queries_key = _digest(*(q.encode() for q in lists.qids))
-            with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar:
-                evaluate_trec(metric, lists.qids, lists.ranked_ids, lists.relevant_ids, bar)
-                runs.append(_summarize(run_, args, bar))
-        return runs, trec
-    if files:
-        pairs = [(path, None) for path in files]
-    else:
-        if not queries or not galleries:
-            raise CLIError("separate sets need both --query FILE and --gallery FILE")
-        if len(galleries) == 1:
-            galleries = galleries * len(queries)
-        if len(galleries) != len(queries):
-            raise CLIError(
-                f"got {len(queries)} --query and {len(galleries)} --gallery files; give one "
-                "gallery for all, or one per query file"
-            )
-        pairs = list(zip(queries, galleries, strict=True))
-    if judged:
-        assert qrels is not None
-        for i, (qpath, gpath) in enumerate(pairs):
-            label = name_of(i, Path(qpath).stem)
-            runs.append(
-                _judged_run(args, factory, keys, qpath, gpath, qrels, label, len(pairs))
-            )
-        return runs, trec
-    for i, (qpath, gpath) in enumerate(pairs):
-        query = load_items(qpath, keys, need_labels=need_labels, need_positions=need_positions)
-        gallery = None
-        if gpath is not None:
-            gallery = load_items(
-                gpath, keys, need_labels=need_labels, need_positions=need_positions
-            )
-            check_pair(query, gallery)
-        metric = factory()
-        label = name_of(i, Path(qpath).stem)
-        kind = "same_source" if gallery is None else "query_gallery"
-        files_used = [str(qpath)] + ([] if gpath is None else [str(gpath)])
-        run_ = Run(label, kind, files_used, metric, len(query))
-        run_.queries_key = _digest(
-            *(a.tobytes() for a in (query.labels, query.ids, query.positions) if a is not None)
-        )
-        with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
-            try:
-                evaluate_embeddings(metric, query, gallery, bar)
-                runs.append(_summarize(run_, args, bar))
-                cli_io.write_run_of(args, run_, query, gallery, len(pairs))
-            except ValueError as err:
-                where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
-                raise CLIError(f"{where}: {err}") from None
-    return runs, trec
-
-
-def _judged_run(
-    args: argparse.Namespace,
-    factory: Callable[[], Any],
-    keys: dict[str, str],
-    qpath: str,
-    gpath: str,
-    qrels: dict[str, Any],
-    label: str,
-    count: int,
-) -> Run:
-    """One retriever: query embeddings and a corpus, judged by ``qrels`` through their ids."""
-    why = f"--qrels {args.qrels} judges queries and documents by their ids"
-    query = _ids_only(load_items(qpath, keys, need_labels=False, need_ids=why))
-    gallery = _ids_only(load_items(gpath, keys, need_labels=False, need_ids=why))
-    check_pair(query, gallery)
-    assert query.ids is not None and gallery.ids is not None
-    # the queries of the qrels only: BEIR's loader keeps those, trec_eval scores those, and a
-    # query without judgments would count as 0 under the presets that score empty queries 0
-    query_ids = query.ids.astype(str)
-    keep = np.isin(query_ids, np.asarray(list(qrels), dtype=str))
-    if not keep.any():
-        raise CLIError(
-            f"{qpath}: none of its {len(query)} query ids has judgments in {args.qrels} "
-            f"(ids {_examples(query_ids)}; judged {_examples(list(qrels))})"
-        )
-    documents = {d for docs in qrels.values() for d in docs}
-    doc_ids = gallery.ids.astype(str)
-    if not np.isin(doc_ids, np.asarray(sorted(documents), dtype=str)).any():
-        raise CLIError(
-            f"{gpath}: none of its {len(gallery)} document ids is judged in {args.qrels} "
-            f"(ids {_examples(doc_ids)}; judged {_examples(sorted(documents))})"
-        )
-    ignored = int(np.unique(query_ids[~keep]).size)
-    if ignored:
-        index = np.flatnonzero(keep)
-        query.embeddings, query.ids = query.embeddings[index], query.ids[index]
-    metric = factory()
-    run_ = Run(label, "qrels", [str(qpath), str(gpath), str(args.qrels)], metric, len(query))
-    run_.notes = {"query_file_queries_without_qrels": ignored}
-    # the table orders the queries by id: two runs pair when they score the same set
-    run_.queries_key = _digest(*(q.encode() for q in sorted(set(query_ids[keep].tolist()))))
-    with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
-        try:
-            evaluate_embeddings(metric, query, gallery, bar)
-            cli_io.write_run_of(args, run_, query, gallery, count)
-            return _summarize(run_, args, bar)
-        except ValueError as err:
-            hint = ""
-            if "ignore_identical_ids" in str(err):
-                hint = " (on the command line: --ignore-identical-ids false or true)"
-            raise CLIError(f"{qpath} / {gpath}: {err}{hint}") from None
-
-
-def _ids_only(items: EmbeddingFile) -> EmbeddingFile:
-    """The embeddings and ids of a file judged by qrels (relevance is the judgments': labels,
-    cameras and positions are not read)."""
-    items.labels = items.cameras = items.positions = None
-    return items
-
-
-def _examples(ids: Any, n: int = 3) -> str:
-    shown = [str(x) for x in list(ids)[:n]]
-    return ", ".join(repr(x) for x in shown) + (", ..." if len(ids) > n else "")
-
-
-def _describe(run: Run) -> str:
-    if run.kind == "same_source":
-        return f"{run.files[0]}: {run.num_queries} items, each queries all the others"
-    if run.kind == "query_gallery":
-        return f"{run.files[0]} against {run.files[1]}: {run.num_queries} queries"
-    if run.kind == "qrels":
-        ignored = run.notes.get("query_file_queries_without_qrels")
-        many = "query" if ignored == 1 else "queries"
-        tail = f" ({ignored} {many} of the file without judgments ignored)" if ignored else ""
-        return (
-            f"{run.files[0]} against {run.files[1]}, judged by {run.files[2]}: "
-            f"{run.num_queries} queries{tail}"
-        )
-    notes = run.notes
-    extra = []
-    if notes.get("run_queries_without_qrels"):
-        extra.append(f"{notes['run_queries_without_qrels']} run queries without judgments ignored")
-    if notes.get("qrels_queries_without_run"):
-        verb = "scored as empty lists" if notes.get("complete") else "ignored"
-        extra.append(f"{notes['qrels_queries_without_run']} judged queries not in the run {verb}")
-    tail = f" ({'; '.join(extra)})" if extra else ""
-    if len(run.files) == 1:
-        return f"{run.files[0]}: {run.num_queries} questions with their relevant ids{tail}"
-    return f"{run.files[0]} judged by {run.files[1]}: {run.num_queries} queries{tail}"
-
-
-def _options_line(metric: Any, trec: bool = False, scored: bool = False) -> str:
-    """The options under a run's header; the tie rule only for a run that had scores to tie (a
-    .jsonl run is lists in rank order, taken as given)."""
-    opts = _effective_options(metric)
-    shown = (
-        ["protocol", "empty_queries", "gain"]
-        if trec
-        else ["protocol", "similarity", "ties", "empty_queries"]
-    )
-    if getattr(metric, "qrels", None) is not None:
-        shown += ["gain", "ignore_identical_ids"]
-    line = ", ".join(f"{k}={opts[k]}" for k in shown if k in opts and opts[k] is not None)
-    return line + ("; scored runs ranked by score, ties by docid descending" if scored else "")
-
-
-def _scored(run: Run) -> bool:
-    """Whether a run file had scores: every run format but .jsonl (as formats.read_run reads)."""
-    return run.kind == "trec" and Path(run.files[0]).suffix.lower() != ".jsonl"
+__all__ = ["CLIError", "Progress", "evaluate_embeddings", "evaluate_trec", "main", "run"]
 
 
 def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -505,10 +84,10 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise CLIError(f"--bootstrap must be a positive integer, got {args.bootstrap}")
     if (problem := cli_io.write_run_problem(args)) is not None:
         raise CLIError(problem)
-    runs, trec = _runs_from_args(args)
+    runs, trec = runs_from_args(args)
     report: dict[str, Any] = {
-        "retrieval_metrics": _version(),
-        "options": _effective_options(runs[0].metric)
+        "retrieval_metrics": version(),
+        "options": effective_options(runs[0].metric)
         | {"metrics": runs[0].metric.metric_names(), "level": args.level},
         "runs": [],
     }
@@ -518,8 +97,8 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         summary = run.summary
         if i:
             print(file=out)
-        print(f"== {run.name}: {_describe(run)}", file=out)
-        print(f"   {_options_line(metric, trec, _scored(run))}", file=out)
+        print(f"== {run.name}: {describe(run)}", file=out)
+        print(f"   {options_line(metric, trec, scored(run))}", file=out)
         print_summary(summary, out)
         default_note = (
             trec and args.protocol is None and args.empty_queries is None
@@ -544,7 +123,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if run.kind == "qrels":
                 # several judged documents per query: the share of them found by K (BEIR's
                 # Recall@K), the measure a first stage feeding a reranker is chosen by
-                _check_plot_depth(metric.rank_table(), args.plot_k, metric.protocol)
+                check_plot_depth(metric.rank_table(), args.plot_k, metric.protocol)
                 curve = measure_curve(
                     metric.rank_table(),
                     "recall",
@@ -621,18 +200,116 @@ def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str
     }
 
 
-def _digest(*parts: bytes) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return h.hexdigest()
+def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """``retrieval-metrics compare``: the systems evaluate would score, compared with a baseline
+    (:func:`retrieval_metrics.compare_systems`)."""
+    from retrieval_metrics.comparison import compare_systems
+
+    out = out if out is not None else sys.stdout
+    if not 0 < args.level < 1:
+        raise CLIError(f"--level must be between 0 and 1, got {args.level}")
+    if args.resamples < 1:
+        raise CLIError(f"--resamples must be a positive integer, got {args.resamples}")
+    runs, trec = runs_from_args(args)
+    names = [run.name for run in runs]
+    if len(runs) < 2:
+        raise CLIError(
+            f"compare needs two or more systems, got one ({names[0]}): give several embedding "
+            "FILEs, --query/--gallery pairs, or --run files"
+        )
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise CLIError(
+            f"two systems are named {twice[0]!r}: give each its own --name, in the order of the "
+            "inputs"
+        )
+    other = [run.name for run in runs if run.queries_key != runs[0].queries_key]
+    if other:
+        raise CLIError(
+            f"{', '.join(other)} {'scores' if len(other) == 1 else 'score'} other queries than "
+            f"{runs[0].name}: compare pairs the systems query by query, so every system must "
+            "score the same queries (the same judged queries, or the same items and labels)"
+        )
+    baseline = _baseline_of(args.baseline, names)
+    with Progress(1, "comparing", delay=args.progress_delay) as bar:
+        try:
+            result = compare_systems(
+                *(run.metric for run in runs), baseline=baseline, names=names, test=args.test,
+                correction=args.correction, family=args.family, level=args.level,
+                num_resamples=args.resamples, seed=args.seed,
+            )  # fmt: skip
+        except ValueError as err:
+            raise CLIError(str(err)) from None
+        bar.advance()
+    for run in runs:
+        print(f"== {run.name}: {describe(run)}", file=out)
+    print(f"   {options_line(runs[0].metric, trec, scored(runs[0]))}", file=out)
+    default_note = (
+        trec and args.protocol is None and args.empty_queries is None
+        and default_protocol_note(runs[0].metric)
+    )
+    if default_note:
+        print(f"   {default_note}", file=out)
+    print(file=out)
+    print(result, file=out)
+    written = []
+    for path, text, flag in (
+        (args.markdown, result.to_markdown, "--markdown"),
+        (args.latex, result.to_latex, "--latex"),
+        (args.json, lambda: json.dumps(_compare_report(runs, result), indent=2) + "\n", "--json"),
+    ):
+        if path is None:
+            continue
+        try:
+            Path(path).write_text(text(), encoding="utf-8")
+        except OSError as err:
+            raise CLIError(f"{flag} {path}: {err}") from None
+        written.append(f"{flag[2:]} written to {path}")
+    if written:
+        print("\n" + "\n".join(written), file=out)
+    return 0
 
 
-def _version() -> str:
-    from retrieval_metrics import __version__
+def _baseline_of(text: str, names: list[str]) -> int:
+    """--baseline as an index: a system's name (first), else its position from 0."""
+    if text in names:
+        return names.index(text)
+    try:
+        index = int(text)
+    except ValueError:
+        index = None
+    if index is None or not 0 <= index < len(names):
+        raise CLIError(
+            f"--baseline {text!r} is neither a system's name ({', '.join(names)}) nor a "
+            f"position from 0 to {len(names) - 1}"
+        )
+    return index
 
-    return __version__
+
+def _compare_report(runs: list[Run], result: Any) -> dict[str, Any]:
+    """What ``compare --json`` writes: the systems as read, and every value of the comparison
+    (NaN written as null)."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        if isinstance(x, float) and math.isnan(x):
+            return None
+        return x
+
+    return {
+        "retrieval_metrics": version(),
+        "options": effective_options(runs[0].metric)
+        | {"metrics": runs[0].metric.metric_names()},
+        "systems": [
+            {"name": run.name, "kind": run.kind, "files": run.files, "queries": run.num_queries}
+            | ({"notes": run.notes} if run.notes else {})
+            for run in runs
+        ],
+        "comparison": plain(result.as_dict()),
+    }
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -646,6 +323,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cmd_demo,
     "evaluate": cmd_evaluate,
+    "compare": cmd_compare,
 }
 
 

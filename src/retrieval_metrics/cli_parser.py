@@ -12,11 +12,16 @@ from retrieval_metrics import __version__
 from retrieval_metrics.functional.options import OPTIONS
 
 __all__ = [
+    "COMPARE_HELP",
+    "CORRECTIONS",
     "EMBEDDING_METRICS",
     "EVALUATE_HELP",
+    "FAMILIES",
     "PROTOCOL_NAMES",
     "QRELS_METRICS",
+    "TESTS",
     "TREC_METRICS",
+    "add_inputs",
     "build_parser",
 ]
 
@@ -41,7 +46,11 @@ PROTOCOL_NAMES = (
     "mteb",
     "sentence_transformers",
 )
-
+#: compare's tests, corrections and families, as retrieval_metrics.functional.measures.significance
+#: and retrieval_metrics.comparison name them (spelled out here: --help imports no torch)
+TESTS = ("t-test", "randomization")
+CORRECTIONS = ("holm", "bonferroni", "benjamini-hochberg", "none")
+FAMILIES = ("all", "measure")
 
 
 def _protocol_argument(text: str) -> str:
@@ -52,6 +61,114 @@ def _protocol_argument(text: str) -> str:
         if key in (name, name.replace("_", "-")):
             return name
     return text
+
+
+def add_inputs(parser: argparse.ArgumentParser) -> None:
+    """The inputs and measure options ``evaluate`` and ``compare`` share: embedding FILEs,
+    ``--query``/``--gallery`` pairs or ``--run`` files with ``--qrels``, the metrics and their
+    options, and ``--name``."""
+    parser.add_argument(
+        "files",
+        nargs="*",
+        metavar="FILE",
+        help="same-source embedding files (every item queries all the others); several FILEs "
+        "are several runs",
+    )
+    parser.add_argument("--query", action="append", metavar="FILE", help="query embeddings")
+    parser.add_argument(
+        "--gallery",
+        action="append",
+        metavar="FILE",
+        help="gallery embeddings (one, or one per --query)",
+    )
+    parser.add_argument(
+        "--run",
+        action="append",
+        metavar="RUN",
+        help="run file: TREC, .json or .jsonl (repeatable)",
+    )
+    parser.add_argument(
+        "--qrels",
+        metavar="QRELS",
+        help="qrels file: TREC, BEIR .tsv, .json or .jsonl; judges --run files, or --query and "
+        "--gallery embeddings by their ids",
+    )
+    parser.add_argument(
+        "--complete",
+        "-c",
+        action="store_true",
+        help="runs: also score judged queries missing from the run, as empty lists "
+        "(trec_eval -c)",
+    )
+    parser.add_argument(
+        "--metrics",
+        metavar="LIST",
+        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for runs "
+        f"{TREC_METRICS}; for embeddings with --qrels {QRELS_METRICS})",
+    )
+    parser.add_argument(
+        "--protocol",
+        type=_protocol_argument,
+        choices=(*PROTOCOL_NAMES, "none"),
+        metavar="NAME",
+        help=f"a field's official evaluation, one of {', '.join(PROTOCOL_NAMES)} (sets the "
+        "options it fixes); runs default to trec_eval, 'none' turns that off",
+    )
+    parser.add_argument(
+        "--ties",
+        choices=OPTIONS["ties"].allowed,
+        help="tied scores: expected, the exact expectation over their orders (default); "
+        "optimistic / pessimistic, relevant items first / last; id, by ascending document id "
+        "(as sentence-transformers ranks them)",
+    )
+    parser.add_argument(
+        "--similarity", choices=OPTIONS["similarity"].allowed, help="score (default cosine)"
+    )
+    parser.add_argument(
+        "--empty-queries",
+        dest="empty_queries",
+        choices=OPTIONS["empty_queries"].allowed,
+        help="queries with no relevant item: skip, left out (default); zero, scored 0; error, "
+        "refused; nan, left out only where a measure divides by zero (ragas)",
+    )
+    parser.add_argument(
+        "--relevance",
+        choices=OPTIONS["relevance"].allowed,
+        help="equal labels (default), or positions within --radius metres",
+    )
+    parser.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
+    parser.add_argument(
+        "--ignore-identical-ids",
+        dest="ignore_identical_ids",
+        choices=("true", "false"),
+        help="embeddings with --qrels: leave the document whose id is the query's out of its "
+        "ranking (true: the queries are corpus documents, as BEIR) or rank every document "
+        "(false: two numberings); by default left out, and integer ids that collide refused",
+    )
+    parser.add_argument(
+        "--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)"
+    )
+    parser.add_argument(
+        "--duplicates",
+        choices=OPTIONS["duplicates"].allowed,
+        help="a JSONL list that retrieves an id twice: count it once, at its first position, "
+        "the repeat a non-relevant slot (default, as the Python API), stop with an error, or "
+        "count it once and warn when the id is relevant",
+    )
+    parser.add_argument(
+        "--average",
+        choices=OPTIONS["average"].allowed,
+        help="over queries (default macro); micro sums hits over relevant items for recall, "
+        "precision and r_precision (the other measures stay per query); class: mean over "
+        "labels. One name may fix its own: recall@10/micro",
+    )
+    parser.add_argument("--percent", action="store_true", help="report fractions in percent")
+    parser.add_argument(
+        "--keys",
+        metavar="NAME=ARRAY,...",
+        help="array names in the files, e.g. embeddings=feats,labels=pids,cameras=camids",
+    )
+    parser.add_argument("--name", action="append", metavar="NAME", help="run names, in order")
 
 
 EVALUATE_HELP = """\
@@ -107,15 +224,38 @@ line. Queries with no relevant document follow --empty-queries.
 """
 
 
+COMPARE_HELP = """\
+Compare several systems, scored on the same queries, with a baseline: for each measure and
+system the value and its interval, the mean per-query difference to the baseline, the p-value of
+a paired test over queries, that p-value corrected for multiple comparisons (by default Holm's,
+over every comparison: the systems other than the baseline x the measures), and the queries
+where the system wins, ties and loses. The inputs are evaluate's (see retrieval-metrics evaluate
+--help), for two or more systems:
+
+  retrieval-metrics compare a.npz b.npz c.npz                   same-source embeddings
+  retrieval-metrics compare --query q.npz --gallery g.npz --query q2.npz --gallery g2.npz
+  retrieval-metrics compare --query a.npz --query b.npz --gallery corpus.npz --qrels qrels.tsv
+  retrieval-metrics compare --run bm25.txt --run dense.txt --run hybrid.txt --qrels qrels.txt \\
+      --name bm25 --name dense --name hybrid --baseline bm25 --test randomization \\
+      --correction benjamini-hochberg --markdown table.md --latex table.tex
+
+Every system must score the same queries (the same judged queries of the qrels, or the same
+items and labels). Queries a system leaves out (nothing relevant, under --empty-queries skip)
+are left out of the test pairwise; the table's last column counts the queries each test used.
+--test t-test is scipy's ttest_rel; --test randomization flips the sign of each query's
+difference at random (--resamples, --seed), or every way when 2^queries <= --resamples.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``retrieval-metrics``; ``args.command`` names the subcommand."""
     parser = argparse.ArgumentParser(
         prog="retrieval-metrics",
-        description="Exact retrieval metrics: a demo of the protocols, and evaluation of saved "
-        "embeddings or of runs against qrels.",
+        description="Exact retrieval metrics: a demo of the protocols, evaluation of saved "
+        "embeddings or of runs against qrels, and the comparison of several systems.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,evaluate}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,evaluate,compare}")
     sub.required = True
 
     demo = sub.add_parser(
@@ -134,106 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=EVALUATE_HELP,
     )
-    ev.add_argument(
-        "files",
-        nargs="*",
-        metavar="FILE",
-        help="same-source embedding files (every item queries all the others); several FILEs "
-        "are several runs",
-    )
-    ev.add_argument("--query", action="append", metavar="FILE", help="query embeddings")
-    ev.add_argument(
-        "--gallery",
-        action="append",
-        metavar="FILE",
-        help="gallery embeddings (one, or one per --query)",
-    )
-    ev.add_argument(
-        "--run",
-        action="append",
-        metavar="RUN",
-        help="run file: TREC, .json or .jsonl (repeatable)",
-    )
-    ev.add_argument(
-        "--qrels",
-        metavar="QRELS",
-        help="qrels file: TREC, BEIR .tsv, .json or .jsonl; judges --run files, or --query and "
-        "--gallery embeddings by their ids",
-    )
-    ev.add_argument(
-        "--complete",
-        "-c",
-        action="store_true",
-        help="runs: also score judged queries missing from the run, as empty lists "
-        "(trec_eval -c)",
-    )
-    ev.add_argument(
-        "--metrics",
-        metavar="LIST",
-        help=f"comma-separated metric names (default {EMBEDDING_METRICS}; for runs "
-        f"{TREC_METRICS}; for embeddings with --qrels {QRELS_METRICS})",
-    )
-    ev.add_argument(
-        "--protocol",
-        type=_protocol_argument,
-        choices=(*PROTOCOL_NAMES, "none"),
-        metavar="NAME",
-        help=f"a field's official evaluation, one of {', '.join(PROTOCOL_NAMES)} (sets the "
-        "options it fixes); runs default to trec_eval, 'none' turns that off",
-    )
-    ev.add_argument(
-        "--ties",
-        choices=OPTIONS["ties"].allowed,
-        help="tied scores: expected, the exact expectation over their orders (default); "
-        "optimistic / pessimistic, relevant items first / last; id, by ascending document id "
-        "(as sentence-transformers ranks them)",
-    )
-    ev.add_argument(
-        "--similarity", choices=OPTIONS["similarity"].allowed, help="score (default cosine)"
-    )
-    ev.add_argument(
-        "--empty-queries",
-        dest="empty_queries",
-        choices=OPTIONS["empty_queries"].allowed,
-        help="queries with no relevant item: skip, left out (default); zero, scored 0; error, "
-        "refused; nan, left out only where a measure divides by zero (ragas)",
-    )
-    ev.add_argument(
-        "--relevance",
-        choices=OPTIONS["relevance"].allowed,
-        help="equal labels (default), or positions within --radius metres",
-    )
-    ev.add_argument("--radius", type=float, help="metres, with --relevance radius (25)")
-    ev.add_argument(
-        "--ignore-identical-ids",
-        dest="ignore_identical_ids",
-        choices=("true", "false"),
-        help="embeddings with --qrels: leave the document whose id is the query's out of its "
-        "ranking (true: the queries are corpus documents, as BEIR) or rank every document "
-        "(false: two numberings); by default left out, and integer ids that collide refused",
-    )
-    ev.add_argument("--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)")
-    ev.add_argument(
-        "--duplicates",
-        choices=OPTIONS["duplicates"].allowed,
-        help="a JSONL list that retrieves an id twice: count it once, at its first position, "
-        "the repeat a non-relevant slot (default, as the Python API), stop with an error, or "
-        "count it once and warn when the id is relevant",
-    )
-    ev.add_argument(
-        "--average",
-        choices=OPTIONS["average"].allowed,
-        help="over queries (default macro); micro sums hits over relevant items for recall, "
-        "precision and r_precision (the other measures stay per query); class: mean over "
-        "labels. One name may fix its own: recall@10/micro",
-    )
-    ev.add_argument("--percent", action="store_true", help="report fractions in percent")
-    ev.add_argument(
-        "--keys",
-        metavar="NAME=ARRAY,...",
-        help="array names in the files, e.g. embeddings=feats,labels=pids,cameras=camids",
-    )
-    ev.add_argument("--name", action="append", metavar="NAME", help="run names, in order")
+    add_inputs(ev)
     ev.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
     ev.add_argument(
         "--plot",
@@ -274,4 +315,68 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="show a progress bar on stderr after this long (2; negative: never)",
     )
+    cmp = sub.add_parser(
+        "compare",
+        help="compare several systems (embeddings or runs, as evaluate reads them) with a "
+        "baseline: paired tests, corrected for multiple comparisons",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=COMPARE_HELP,
+    )
+    add_inputs(cmp)
+    cmp.add_argument(
+        "--baseline",
+        default="0",
+        metavar="NAME_OR_INDEX",
+        help="the system the others are compared with: its name (--name, else the file's stem) "
+        "or its position, from 0 (default 0, the first)",
+    )
+    cmp.add_argument(
+        "--test",
+        choices=TESTS,
+        default="t-test",
+        help="the paired test over queries: t-test (paired t-test, default) or randomization "
+        "(Fisher's sign-flip test, --resamples sign flips, exact for few queries)",
+    )
+    cmp.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default="holm",
+        help="multiple-comparison correction of the p-values (default holm)",
+    )
+    cmp.add_argument(
+        "--family",
+        choices=FAMILIES,
+        default="all",
+        help="what the correction treats as one family: all, every comparison (systems x "
+        "measures, default); measure, each measure's comparisons apart",
+    )
+    cmp.add_argument(
+        "--level",
+        type=float,
+        default=0.95,
+        help="interval level (0.95); a corrected p below 1 - level is marked significant",
+    )
+    cmp.add_argument(
+        "--resamples",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="bootstrap resamples of the intervals and sign flips of the randomization test "
+        "(10000)",
+    )
+    cmp.add_argument("--seed", type=int, default=0, help="seed of the resamples (0)")
+    cmp.add_argument("--markdown", metavar="OUT.md", help="write the table as Markdown")
+    cmp.add_argument("--latex", metavar="OUT.tex", help="write the table as a LaTeX tabular")
+    cmp.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
+    cmp.add_argument(
+        "--progress-delay",
+        dest="progress_delay",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="show a progress bar on stderr after this long (2; negative: never)",
+    )
+    # evaluate's outputs, which compare does not write; and no summary per system (the
+    # comparison summarizes them together)
+    cmp.set_defaults(write_run=None, run_depth=100, plot=None, plot_k=None, summarize=False)
     return parser

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics import cli
+from retrieval_metrics import cli, cli_runs
 
 ENV = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -424,7 +424,7 @@ def test_chunked_ranking_equals_one_update(tmp_path, monkeypatch):
     """Queries are ranked in chunks against a fixed gallery: the values do not move."""
     emb, labels = class_data(5, n_classes=100)
     np.savez(tmp_path / "e.npz", embeddings=emb, labels=labels)
-    monkeypatch.setattr(cli, "_chunks", lambda n, parts=20, minimum=0: [
+    monkeypatch.setattr(cli_runs, "_chunks", lambda n, parts=20, minimum=0: [
         slice(lo, min(n, lo + 37)) for lo in range(0, n, 37)])  # fmt: skip
     names = ["hit_rate@1", "recall@4", "map@r", "ndcg@10", "map"]
     assert cli.main([str(a) for a in ("evaluate", tmp_path / "e.npz", "--metrics",

@@ -1,8 +1,9 @@
 """The documentation under docs/ runs and builds.
 
 * On every page, the ```python blocks run in order in one namespace, in a fresh directory, and a
-  ```bash line that starts with ``retrieval-metrics `` runs on the files they wrote. Blocks in
-  ```py are shown only (they need hardware the tests do not have, e.g. several GPUs).
+  ```bash line that starts with ``retrieval-metrics evaluate`` or ``retrieval-metrics compare``
+  runs on the files they wrote. Blocks in ```py are shown only (they need hardware the tests do
+  not have, e.g. several GPUs).
 * ``mkdocs build --strict`` is part of the test command (README and .ci/run); here a test only
   checks that every page is in the navigation, so a new page is not silently left out.
 * The images the pages show are drawn by the build (tools/docs_images.py, a mkdocs hook) with a
@@ -74,7 +75,7 @@ def test_python_blocks_run(page, tmp_path, monkeypatch, capsys):
                 pytest.fail(f"docs/{page} block {i} failed: {err!r}\n{code}")
         elif lang == "bash":
             for line in code.strip().splitlines():
-                if not line.startswith("retrieval-metrics evaluate"):
+                if not line.startswith(("retrieval-metrics evaluate", "retrieval-metrics compare")):
                     continue
                 capsys.readouterr()
                 status = main(shlex.split(line)[1:])

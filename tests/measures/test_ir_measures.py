@@ -407,6 +407,11 @@ def test_ir_measures_names_are_keyed_as_written_and_carry_their_conventions():
     ("err(max_grade=0)@5", "positive number"),
     ("bpref@10", "takes no cut-off"),
     ("Bpref@10", "takes no cut-off"),
+    # unknown names: the nearest one
+    ("nDGC@10", "did you mean ndcg@10"),
+    ("Judgd@10", "did you mean judged@10"),
+    ("Bpreff", "did you mean bpref"),
+    ("RBP(q=0.8)", "one of gain, judged_only, p, rel"),
 ])
 def test_bad_options_in_a_name_are_refused_by_name(name, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -427,3 +432,31 @@ def test_err_refuses_a_grade_above_its_maximum():
         rm.functional.retrieval_measures(table, ["err@2"])
     value = rm.functional.retrieval_measures(table, ["err(max_grade=5)@2"])["err(max_grade=5)@2"]
     assert float(value) == pytest.approx(31 / 32)
+
+
+# ------------------------------------------------------------------------------ command line
+
+
+def test_the_command_line_reads_ir_measures_names_and_gives_their_values(tmp_path, capsys):
+    from retrieval_metrics import cli
+
+    qrels, docs = random_collection(6, num_queries=10, num_docs=40)
+    rng = random.Random(7)
+    run = {q: {d: rng.random() for d in rng.sample(docs, 30)} for q in qrels}
+    (tmp_path / "qrels.txt").write_text("".join(
+        f"{q} 0 {d} {g}\n" for q, judged in qrels.items() for d, g in judged.items()))
+    (tmp_path / "run.txt").write_text("".join(
+        f"{q} Q0 {d} {i + 1} {s!r} sys\n" for q, scored in run.items()
+        for i, (d, s) in enumerate(sorted(scored.items(), key=lambda x: -x[1]))))
+    names = ["nDCG@10", "Judged@10", "P(rel=2)@5", "Bpref", "RBP(p=0.5,rel=2)",
+             "nDCG(judged_only=True)@10", "R@20"]
+    status = cli.main(["evaluate", "--run", str(tmp_path / "run.txt"), "--qrels",
+                       str(tmp_path / "qrels.txt"), "--metrics", ",".join(names), "--json",
+                       str(tmp_path / "out.json"), "--bootstrap", "20", "--progress-delay", "-1"])
+    assert status == 0, capsys.readouterr().err
+    import json
+
+    got = json.loads((tmp_path / "out.json").read_text())["runs"][0]["metrics"]
+    for name in names:
+        ref = reference(name, qrels, run)
+        assert got[name]["value"] == pytest.approx(sum(ref.values()) / len(ref), abs=1e-6), name

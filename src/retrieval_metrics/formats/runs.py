@@ -89,6 +89,9 @@ class RankedLists:
         ranked_ids: per query, its document ids in rank order.
         relevant_ids: per query, its relevant ids: a set, or a dict docid -> grade when any
             judgment has a grade above 1 (then every query gets a dict).
+        judgments: per query, every judgment, docid -> grade, grades <= 0 (judged not
+            relevant) included: what the measures that read which documents were judged
+            (Judged@K, bpref, the condensed lists) are given instead of ``relevant_ids``.
         notes: counts of queries left out: ``run_queries_without_qrels`` (not scored) and
             ``qrels_queries_without_run`` (not scored, or scored as empty lists with
             ``complete=True``).
@@ -98,6 +101,7 @@ class RankedLists:
     ranked_ids: list[list[str]]
     relevant_ids: list[Any]
     notes: dict[str, int] = field(default_factory=dict)
+    judgments: list[dict[str, Any]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -589,7 +593,8 @@ def ranked_lists(
         "run_queries_without_qrels": sum(1 for q in lists if q not in qrels),
         "qrels_queries_without_run": sum(1 for q in qrels if q not in lists),
     }
-    return RankedLists(qids, [list(lists.get(q, [])) for q in qids], relevant, notes)
+    judgments = [dict(qrels.get(qid, {})) for qid in qids]
+    return RankedLists(qids, [list(lists.get(q, [])) for q in qids], relevant, notes, judgments)
 
 
 def _check_duplicates(duplicates: str) -> None:

@@ -100,13 +100,10 @@ class RetrievalMetricBase(Metric):
             option.
         empty_lists: a ranked list that returns no id: "score" (default: its relevant ids are
             missed) or "error" (LlamaIndex refuses one).
-        relevance_level: with judgments, the lowest grade that is relevant to every measure
-            that counts relevant items (trec_eval ``-l``); None (default): every grade > 0. A
-            name may set its own: ``"precision(rel=2)@5"``.
-        judged_only: score the condensed lists, unjudged documents removed (trec_eval ``-J``);
-            a name may set it: ``"ndcg(judged_only=true)@10"``.
-        persistence: RBP's p (0.8 by default; a name may set it: ``"rbp(p=0.9)"``).
-        max_grade: ERR's highest grade (4 by default, gdeval's).
+        relevance_level, judged_only, persistence, max_grade: with judgments, the lowest
+            relevant grade (trec_eval ``-l``; None: every grade > 0), the condensed lists
+            (trec_eval ``-J``), RBP's p and ERR's highest grade; a name may set its own:
+            ``"precision(rel=2)@5"``, ``"ndcg(judged_only=true)@10"``, ``"rbp(p=0.9)"``.
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
@@ -663,11 +660,13 @@ class RetrievalMetricBase(Metric):
         for key, part in self._summaries(options):
             rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
         # the warnings compute() gives, given here too (the command line reads summary() alone)
-        self._warn_if_cutoffs_reach_gallery(self._ranking_fields(), stacklevel=3)
+        self._warn_if_cutoffs_reach_gallery(self.ranking_fields(), stacklevel=3)
         return stats.Summary(rows=rows, level=level, notes=self._summary_notes())
 
-    def _ranking_fields(self) -> dict[str, RankTable]:
-        """The rank tables (or their query fields), by the prefix of their measures' names."""
+    def ranking_fields(self) -> dict[str, RankTable]:
+        """Each direction's rank table, or where the queries were ranked in chunks only their
+        per-query fields (``num_relevant``, ``gallery_size``, ...), by the prefix of its
+        measures' names: what tells whether two metrics scored the same queries."""
         return self.rank_tables()
 
     def _summary_notes(self) -> dict[str, int]:

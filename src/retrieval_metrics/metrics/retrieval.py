@@ -448,10 +448,10 @@ class RetrievalMetric(RetrievalMetricBase):
             for name, (values, _, _) in parts.items()
         }
 
-    def _ranking_fields(self) -> dict[str, RankTable]:
+    def ranking_fields(self) -> dict[str, RankTable]:
         self._ranked()
         if self._chunk_parts is None:
-            return super()._ranking_fields()
+            return super().ranking_fields()
         return {"": self._chunk_parts[1]}
 
     def _summaries(self, options: dict[str, Any]) -> list[tuple[str, stats.Summary]]:
