@@ -27,6 +27,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
+from retrieval_metrics.functional.measures.per_query import expected_hits_per_query
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
@@ -196,8 +197,6 @@ def judged_per_query(
     Returns:
         ``(Q,)`` float64; NaN where nothing was ranked.
     """
-    from retrieval_metrics.functional.measures.per_query import expected_hits_per_query
-
     if hits is None:
         hits = expected_hits_per_query(judged_view(table), k, ties)
     ranked = table.retrieved.to(torch.float64)

@@ -13,22 +13,21 @@ ranking's end) could still add were they all relevant.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.measures.judged import judged_view
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
+from retrieval_metrics.functional.measures.per_query import (
+    _as_cutoff,
+    _require_depth,
+    _unanswerable_nan,
+)
 from retrieval_metrics.functional.primitives import flat_nonzero
-from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["err_per_query", "rbp_per_query", "rbp_residual_per_query"]
-
-
-def _unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
-    return torch.where(table.num_relevant > 0, values, torch.full_like(values, math.nan))
 
 
 def _check_persistence(p: float) -> float:
@@ -43,23 +42,6 @@ def _window_weight(p: float, above: Tensor, size: Tensor, cutoff: Tensor) -> Ten
     lo = torch.minimum(above, cutoff).to(torch.float64)
     hi = torch.minimum(above + size, cutoff).to(torch.float64)
     return torch.pow(p, lo) - torch.pow(p, hi)
-
-
-def _cutoffs(table: RankTable, k: int | None) -> Tensor:
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise ValueError(f"the cut-off must be a positive int, got {k!r}")
-    value = UNBOUNDED if k is None else k
-    return torch.full((table.num_queries,), value, dtype=torch.int64)
-
-
-def _require_ranked_to(table: RankTable, cutoff: Tensor, what: str) -> None:
-    bad = table.truncated_above(cutoff)
-    if bool(bad.any()):
-        q = int(flat_nonzero(bad)[0])
-        raise ValueError(
-            f"{what} needs positions down to {int(cutoff[q])} but the ranking was truncated at "
-            f"depth {int(table.depth[q])} (query {q}); rank with a larger `depth` or depth=None"
-        )
 
 
 def rbp_per_query(
@@ -79,8 +61,8 @@ def rbp_per_query(
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
     p = _check_persistence(p)
-    cutoff = _cutoffs(table, k)
-    _require_ranked_to(table, cutoff, "RBP")
+    cutoff = _as_cutoff(table, k)
+    _require_depth(table, cutoff, "RBP")
     if gain == "binary" or table.grade is None:
         from dataclasses import replace
 
@@ -105,9 +87,9 @@ def rbp_residual_per_query(
         ``(Q,)`` float64 (defined for every query).
     """
     p = _check_persistence(p)
-    cutoff = _cutoffs(table, k)
+    cutoff = _as_cutoff(table, k)
     view = judged_view(table)
-    _require_ranked_to(view, cutoff, "RBP's residual")
+    _require_depth(view, cutoff, "RBP's residual")
     groups = T.tie_groups(view, ties)
     weight = _window_weight(p, groups.above, groups.size, cutoff[groups.query])
     part = groups.relevant.to(torch.float64) / groups.size.to(torch.float64) * weight
@@ -151,8 +133,8 @@ def err_per_query(
     Returns:
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
-    cutoff = _cutoffs(table, k)
-    _require_ranked_to(table, cutoff, "ERR")
+    cutoff = _as_cutoff(table, k)
+    _require_depth(table, cutoff, "ERR")
     sat = _satisfaction(table, max_grade)
     n = table.above.numel()
     out = torch.zeros(table.num_queries, dtype=torch.float64)
