@@ -7,13 +7,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from retrieval_metrics.cli_parser import build_parser
+from retrieval_metrics.cli.parser import build_parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``retrieval-metrics`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
-    from retrieval_metrics.cli import run  # the commands' imports, once there is one to run
+    from retrieval_metrics.cli.main import run  # the commands' imports, once there is one to run
 
     return run(args)
 

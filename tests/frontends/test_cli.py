@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics import cli, cli_runs
+from retrieval_metrics import cli
+from retrieval_metrics.cli import runs as cli_runs
 
 ENV = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -281,7 +282,7 @@ def test_console_script(tmp_path):
 
 
 def test_demo_sections_agree_with_the_library():
-    from retrieval_metrics import demo
+    from retrieval_metrics.cli import demo
 
     gen = torch.Generator().manual_seed(0)
     with open(os.devnull, "w") as out:

@@ -466,7 +466,7 @@ def test_command_line_errors(tmp_path, capsys):
 
 
 def test_command_line_choices_are_the_library_s():
-    from retrieval_metrics import cli_parser
+    from retrieval_metrics.cli import parser as cli_parser
     from retrieval_metrics.comparison import FAMILIES
 
     assert cli_parser.TESTS == S.TESTS

@@ -13,7 +13,7 @@ import retrieval_metrics
 MODULES = sorted(
     name
     for _, name, _ in pkgutil.walk_packages(retrieval_metrics.__path__, "retrieval_metrics.")
-    if not name.endswith(("__main__", ".lightning", ".cli", ".demo", ".plot"))
+    if not name.endswith(("__main__", ".lightning", ".cli", ".cli.main", ".demo", ".plot"))
 )
 
 

@@ -1,6 +1,6 @@
 """The command line's inputs: the runs it reads from its arguments (embedding files, query and
 gallery pairs, TREC or JSONL runs with their qrels), the metric each is scored by, and the lines
-that describe a run. ``evaluate`` and ``compare`` (:mod:`retrieval_metrics.cli`) read their
+that describe a run. ``evaluate`` and ``compare`` (:mod:`retrieval_metrics.cli.main`) read their
 systems here."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from retrieval_metrics import cli_io
-from retrieval_metrics.cli_parser import (
+from retrieval_metrics.cli import data
+from retrieval_metrics.cli.parser import (
     EMBEDDING_METRICS,
     QRELS_METRICS,
     TREC_METRICS,
 )
-from retrieval_metrics.cli_progress import Progress
+from retrieval_metrics.cli.progress import Progress
 from retrieval_metrics.formats import (
     ARRAYS,
     EmbeddingFile,
@@ -124,15 +124,15 @@ def evaluate_embeddings(
         if query.ids is None:
             query.ids = np.arange(len(query), dtype=np.int64)
         gallery = query
-    keep = cli_io.first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
+    keep = data.first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
     if isinstance(keep, np.ndarray) and keep.size == len(gallery):
         keep = slice(None)  # each id once: every row, in order
-    g = cli_io.select_rows(gallery, keep)
+    g = data.select_rows(gallery, keep)
     metric.set_gallery(
         g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
     )
     for part in _chunks(len(query)):
-        q = cli_io.select_rows(query, part)
+        q = data.select_rows(query, part)
         metric.update(
             q["embeddings"],
             q["labels"],
@@ -366,7 +366,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             try:
                 evaluate_embeddings(metric, query, gallery, bar)
                 runs.append(_summarize(run_, args, bar))
-                cli_io.write_run_of(args, run_, query, gallery, len(pairs))
+                data.write_run_of(args, run_, query, gallery, len(pairs))
             except ValueError as err:
                 where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
                 raise CLIError(f"{where}: {err}") from None
@@ -417,7 +417,7 @@ def _judged_run(
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
             evaluate_embeddings(metric, query, gallery, bar)
-            cli_io.write_run_of(args, run_, query, gallery, count)
+            data.write_run_of(args, run_, query, gallery, count)
             return _summarize(run_, args, bar)
         except ValueError as err:
             hint = ""

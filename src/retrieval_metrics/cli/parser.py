@@ -1,6 +1,6 @@
 """The command line of ``retrieval-metrics``: its subcommands, options and help text.
 
-Only the description of the command line lives here; :mod:`retrieval_metrics.cli` parses with
+Only the description of the command line lives here; :mod:`retrieval_metrics.cli.main` parses with
 :func:`build_parser` and runs the subcommand ``args.command`` names.
 """
 

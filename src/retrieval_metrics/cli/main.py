@@ -1,7 +1,7 @@
 """The ``retrieval-metrics`` command: ``demo``, ``evaluate`` and ``compare``.
 
 ``retrieval-metrics demo`` runs the protocols on data the package generates or scikit-learn ships
-(no download; see :mod:`retrieval_metrics.demo`).
+(no download; see :mod:`retrieval_metrics.cli.demo`).
 
 ``retrieval-metrics evaluate`` scores saved embeddings or ranked lists (IR, RAG):
 
@@ -46,12 +46,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from retrieval_metrics import cli_io
-from retrieval_metrics.cli_parser import (
+from retrieval_metrics.cli import data
+from retrieval_metrics.cli.parser import (
     build_parser,
 )
-from retrieval_metrics.cli_progress import Progress
-from retrieval_metrics.cli_runs import (
+from retrieval_metrics.cli.progress import Progress
+from retrieval_metrics.cli.runs import (
     CLIError,
     Run,
     check_plot_depth,
@@ -64,7 +64,7 @@ from retrieval_metrics.cli_runs import (
     scored,
     version,
 )
-from retrieval_metrics.cli_summary import (
+from retrieval_metrics.cli.summary import (
     default_protocol_note,
     number,
     print_summary,
@@ -82,7 +82,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise CLIError(f"--level must be between 0 and 1, got {args.level}")
     if args.bootstrap < 1:
         raise CLIError(f"--bootstrap must be a positive integer, got {args.bootstrap}")
-    if (problem := cli_io.write_run_problem(args)) is not None:
+    if (problem := data.write_run_problem(args)) is not None:
         raise CLIError(problem)
     runs, trec = runs_from_args(args)
     report: dict[str, Any] = {
@@ -313,13 +313,13 @@ def _compare_report(runs: list[Run], result: Any) -> dict[str, Any]:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from retrieval_metrics.demo import run_demo
+    from retrieval_metrics.cli.demo import run_demo
 
     run_demo(out=out, seed=args.seed)
     return 0
 
 
-#: What each subcommand of the parser (:mod:`retrieval_metrics.cli_parser`) runs.
+#: What each subcommand of the parser (:mod:`retrieval_metrics.cli.parser`) runs.
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": cmd_demo,
     "evaluate": cmd_evaluate,
@@ -333,7 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The command ``args`` (parsed by ``cli_parser.build_parser``) run; the exit status."""
+    """The command ``args`` (parsed by ``cli.parser.build_parser``) run; the exit status."""
     try:
         return int(COMMANDS[args.command](args))
     # ValueError: the library refusing an input, or a file (formats.FormatError is one)
