@@ -31,7 +31,6 @@ from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
     "Curve",
-    "Plotted",
     "hit_rate_curve",
     "measure_curve",
     "plot_curves",
@@ -421,13 +420,3 @@ def _reports_curve(metric: Any) -> bool:
         return False
     specs = [M.parse_metric(n) for n in metric.metric_names()]
     return any(s.base == "cmc" for s in specs) or sum(s.base == "hit_rate" for s in specs) >= 2
-
-
-class Plotted:
-    """``plot()`` for the metric classes, in torchmetrics' convention (``(fig, ax)``): hit rate
-    vs K with its chance curve for metrics that report a curve (CMC, several hit rates), else
-    torchmetrics' own plot of the value. A mixin of the front-end classes, so that the core
-    (``retrieval_metrics.metrics``) never imports plotting."""
-
-    def plot(self, val: Any = None, ax: Any = None) -> Any:
-        return plot_metric(self, val, ax)

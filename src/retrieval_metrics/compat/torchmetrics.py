@@ -76,8 +76,8 @@ from retrieval_metrics.functional.ranking import (
 )
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.forms import Batch, Scores
+from retrieval_metrics.metrics.plotting import Plotted
 from retrieval_metrics.metrics.retrieval import RetrievalMetric
-from retrieval_metrics.plot import Plotted
 
 __all__ = [
     "RetrievalAUROC",

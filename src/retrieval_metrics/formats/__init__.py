@@ -4,11 +4,14 @@
   and JSONL, as ranked lists ready for ``update(ranked_ids=..., relevant_ids=...)``; runs
   written in the same formats (:func:`write_run`);
 * :mod:`retrieval_metrics.formats.embeddings`: saved embeddings and their per-item arrays
-  (``.npz``, ``.npy``, ``.pt``), as ``retrieval-metrics evaluate`` reads them.
+  (``.npz``, ``.npy``, ``.pt``), as ``retrieval-metrics evaluate`` reads them;
+* :mod:`retrieval_metrics.formats.converters`: two protocols' inputs as the library's input
+  forms (a TREC run and qrels as ranked lists, ann-benchmarks' distances as ranks).
 
 Every reader raises :class:`FormatError` (a ``ValueError``) naming the file and what was expected.
 """
 
+from retrieval_metrics.formats.converters import ann_benchmarks_ranks, trec_run_to_lists
 from retrieval_metrics.formats.embeddings import ARRAYS, EmbeddingFile, check_pair, load_items
 from retrieval_metrics.formats.errors import FormatError
 from retrieval_metrics.formats.runs import (
@@ -29,6 +32,7 @@ __all__ = [
     "EmbeddingFile",
     "FormatError",
     "RankedLists",
+    "ann_benchmarks_ranks",
     "check_pair",
     "load_items",
     "order_by_score",
@@ -39,5 +43,6 @@ __all__ = [
     "read_trec_qrels",
     "read_trec_run",
     "trec_eval_order",
+    "trec_run_to_lists",
     "write_run",
 ]

@@ -456,7 +456,7 @@ def _jsonl_relevant(value: Any, where: str, qid: str) -> dict[str, int]:
 def trec_eval_order(scores: Mapping[str, float]) -> list[str]:
     """One query's document ids by decreasing score, ties by document id in descending byte
     order (trec_eval's rule; the one place it is written, for the readers here and
-    :func:`retrieval_metrics.protocols.trec_run_to_lists`)."""
+    :func:`retrieval_metrics.formats.converters.trec_run_to_lists`)."""
     return sorted(scores, key=lambda doc: (-scores[doc], _descending_bytes(doc)))
 
 

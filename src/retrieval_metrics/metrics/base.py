@@ -5,10 +5,10 @@ rank tables and everything beyond ``compute()``.
 in :mod:`retrieval_metrics.functional.options`), keeps per-item states of any number of sides
 (registered, appended, gathered and deduplicated the same way for every kind), and builds
 ``per_query``, ``summary``, ``confidence_interval`` and :func:`retrieval_metrics.compare` on one
-method, :meth:`~RetrievalMetricBase.rank_tables` (``plot`` too, from the front-end classes'
-:class:`retrieval_metrics.plot.Plotted`). A kind says how its states become rank tables: the
-one-direction kind is :class:`~retrieval_metrics.metrics.retrieval.RetrievalMetric`, image-text
-:class:`~retrieval_metrics.metrics.crossmodal.CrossModalRetrieval`.
+method, :meth:`~RetrievalMetricBase.rank_tables` (``plot`` too, from the classes'
+:class:`~retrieval_metrics.metrics.plotting.Plotted`). A kind says how its states become rank
+tables: the one-direction kind is :class:`~retrieval_metrics.metrics.retrieval.RetrievalMetric`,
+image-text :class:`~retrieval_metrics.metrics.crossmodal.CrossModalRetrieval`.
 
 ``compute()``: states are gathered across processes (any number of rows, updates, or none at all
 per rank; :mod:`retrieval_metrics.metrics.distributed`), duplicate samples dropped by id, and the
@@ -36,7 +36,7 @@ from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.chunks import PAIR_BYTES
 from retrieval_metrics.metrics.inputs import num_batches
-from retrieval_metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol, protocol_name
+from retrieval_metrics.metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol, protocol_name
 
 __all__ = ["KIND_KEYS", "RetrievalMetricBase"]
 
@@ -93,17 +93,16 @@ class RetrievalMetricBase(Metric):
             or "zero" (torchmetrics).
         duplicates: what a ranked list (``ranked_ids=``) that returns an id more than once gets:
             "first" (default) counts the id once, at its first position, each repeat keeping its
-            slot as a non-relevant item (a retriever that returns one document twice has wasted
-            a slot of its top K); "error" raises; "warn" counts as "first" and warns when a
-            repeated id is relevant (evaluators that credit each repeat differ there). The
-            command line and :func:`retrieval_metrics.formats.read_ranked_lists` take the same
-            option.
+            slot as a non-relevant item (a retriever that returns one document twice wasted a
+            slot of its top K); "error" raises; "warn" counts as "first" and warns when a
+            repeated id is relevant (evaluators that credit each repeat differ there), as the
+            command line and :func:`retrieval_metrics.formats.read_ranked_lists` do.
         empty_lists: a ranked list that returns no id: "score" (default: its relevant ids are
             missed) or "error" (LlamaIndex refuses one).
-        relevance_level, judged_only, persistence, max_grade: with judgments, the lowest
-            relevant grade (trec_eval ``-l``; None: every grade > 0), the condensed lists
-            (trec_eval ``-J``), RBP's p and ERR's highest grade; a name may set its own:
-            ``"precision(rel=2)@5"``, ``"ndcg(judged_only=true)@10"``, ``"rbp(p=0.9)"``.
+        relevance_level: the lowest relevant grade (trec_eval ``-l``; None: every grade > 0).
+        judged_only: score the condensed lists, unjudged documents removed (trec_eval ``-J``).
+        persistence: RBP's p (0.8). A name may set these: ``"precision(rel=2)@5"``.
+        max_grade: ERR's highest grade (4, gdeval's).
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)

@@ -34,8 +34,8 @@ from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.inputs import as_embeddings, score_copy
 from retrieval_metrics.metrics.named import cutoffs
-from retrieval_metrics.plot import Plotted
-from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS, protocol_name
+from retrieval_metrics.metrics.plotting import Plotted
+from retrieval_metrics.metrics.protocols import DEFAULTS, PROTOCOLS, protocol_name
 
 __all__ = ["CrossModalRetrieval", "RSum"]
 

@@ -18,9 +18,9 @@ from typing import Any
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
+from retrieval_metrics.metrics.plotting import Plotted
+from retrieval_metrics.metrics.protocols import library_names
 from retrieval_metrics.metrics.retrieval import RetrievalMetric
-from retrieval_metrics.plot import Plotted
-from retrieval_metrics.protocols import library_names
 
 __all__ = [
     "CMC",

@@ -37,8 +37,8 @@ from retrieval_metrics.metrics.forms import (
     kinds,
 )
 from retrieval_metrics.metrics.inputs import read_ids
+from retrieval_metrics.metrics.protocols import RUN_DEPTH
 from retrieval_metrics.metrics.runs import run_of
-from retrieval_metrics.protocols import RUN_DEPTH
 
 __all__ = ["RetrievalMetric"]
 

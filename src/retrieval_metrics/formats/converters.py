@@ -1,0 +1,65 @@
+"""Converters of two protocols' inputs into the library's input forms: a TREC run with its
+qrels as ranked lists in trec_eval's tie order (:func:`trec_run_to_lists`), and ann-benchmarks'
+distances as ranks whose recall is its distance-threshold recall (:func:`ann_benchmarks_ranks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.formats.runs import trec_eval_order
+
+__all__ = ["ann_benchmarks_ranks", "trec_run_to_lists"]
+
+
+def trec_run_to_lists(
+    run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]]
+) -> tuple[list[list[str]], list[dict[str, int]], list[str]]:
+    """A TREC run (qid -> docid -> score) and qrels (qid -> docid -> grade) as ranked lists.
+
+    Documents are ordered by decreasing score, ties by document id in descending byte order
+    (trec_eval's rule). Queries are those of the qrels, sorted; a query missing from the run gets
+    an empty list (it scores 0, as ``trec_eval -c``). Returns (ranked ids, relevance dicts, qids).
+    """
+    qids = sorted(qrels)
+    ranked, relevant = [], []
+    for qid in qids:
+        # compared as floats, whatever number type the run holds (int, numpy, 0-d tensor)
+        scores = {doc: float(score) for doc, score in run.get(qid, {}).items()}
+        ranked.append(trec_eval_order(scores))
+        relevant.append({doc: int(g) for doc, g in qrels[qid].items()})
+    return ranked, relevant, qids
+
+
+def ann_benchmarks_ranks(
+    run_distances: Tensor | Sequence[Sequence[float]],
+    true_distances: Tensor | Sequence[Sequence[float]],
+    k: int,
+    epsilon: float = 1e-3,
+) -> tuple[list[list[int]], list[int]]:
+    """ann-benchmarks' k-recall@k as ranks for ``update(relevant_ranks=..., num_relevant=...)``.
+
+    A returned item (in the first k of the run) counts when its distance is <= the k-th true
+    distance + ``epsilon``; each query has k "relevant" slots, so recall@k of the result equals
+    ann-benchmarks' recall.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"`k` must be a positive int, got {k!r}")
+    run = torch.as_tensor(run_distances, dtype=torch.float64)
+    true = torch.as_tensor(true_distances, dtype=torch.float64)
+    if run.dim() != 2 or true.dim() != 2 or run.shape[0] != true.shape[0]:
+        raise ValueError(
+            "`run_distances` and `true_distances` must be (queries, items) with the same number "
+            f"of queries, got {tuple(run.shape)} and {tuple(true.shape)}"
+        )
+    if true.shape[1] < k:
+        raise ValueError(f"`true_distances` needs at least k={k} columns, got {true.shape[1]}")
+    threshold = true[:, k - 1] + epsilon
+    ranks = [
+        [i + 1 for i in range(min(k, run.shape[1])) if float(run[q, i]) <= float(threshold[q])]
+        for q in range(run.shape[0])
+    ]
+    return ranks, [k] * run.shape[0]
