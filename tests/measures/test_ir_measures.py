@@ -460,3 +460,13 @@ def test_the_command_line_reads_ir_measures_names_and_gives_their_values(tmp_pat
     for name in names:
         ref = reference(name, qrels, run)
         assert got[name]["value"] == pytest.approx(sum(ref.values()) / len(ref), abs=1e-6), name
+
+
+def test_a_repeated_judged_document_that_is_not_relevant_is_not_warned_as_relevant():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: b is judged, grade 0
+        rank_lists([["a", "b", "b", "c"]], [{"b": 0, "c": 1}], duplicates="warn",
+                   judged_documents=True)
+    with pytest.warns(UserWarning, match="repeat a relevant id"):
+        rank_lists([["a", "c", "c"]], [{"b": 0, "c": 1}], duplicates="warn",
+                   judged_documents=True)

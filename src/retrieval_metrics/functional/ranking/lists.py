@@ -302,6 +302,7 @@ def _check_repeats(
             f"`ranked_ids[{q}]` returns id {_first_repeat(ranked)!r} more than once"
         )
     for item in gains.keys() & returned:
-        if ranked.count(item) > 1:
+        # (a judged document that is not relevant, grade <= 0, is listed but not relevant)
+        if gains[item] > 0 and ranked.count(item) > 1:
             repeated.append((q, item))
             return
