@@ -239,6 +239,21 @@ def _values_of(
     return values
 
 
+def micro_parts(
+    table: RankTable,
+    spec: MetricSpec,
+    options: MeasureOptions,
+    shared: SharedTieGroups | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per query, the numerator and denominator of ``spec``'s micro average (``average=
+    "micro"``), read on the table the name asks for (its relevance level, condensed lists)."""
+    micro = spec.measure.micro
+    if micro is None:
+        raise ValueError(f"metric {spec.name!r} has no micro average")
+    view, options = _view_of(table, spec, options, shared)
+    return micro(view, spec.k, options.ties, shared)
+
+
 def retrieval_measures(
     table: RankTable,
     names: Sequence[str],
@@ -331,10 +346,7 @@ def _per_query_parts(
         values = _values_of(source, spec, options, shared)
         numerator = denominator = None
         if spec.base not in RANK_METRICS and average_for(spec, options.average) == "micro":
-            micro = spec.measure.micro
-            assert micro is not None  # average_for and parse_metric leave micro where defined
-            view, _ = _view_of(source, spec, options, shared)
-            numerator, denominator = micro(view, spec.k, options.ties, shared)
+            numerator, denominator = micro_parts(source, spec, options, shared)
         if rows is not None:
             values = values[rows[1]]
             if numerator is not None:

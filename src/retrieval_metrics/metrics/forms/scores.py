@@ -111,7 +111,7 @@ class Scores(InputForm):
             numerator = denominator = None
             average = M.average_for(spec, metric.average)
             if average == "micro" and spec.measure.micro is not None:
-                numerator, denominator = spec.measure.micro(miss, spec.k, metric.ties)
+                numerator, denominator = M.micro_parts(miss, spec, options)
             values[spec.name] = M.aggregate(
                 self.per_query_values(metric, table, spec), miss,
                 empty_queries=metric.empty_queries, average=average, percent=metric.percent,
