@@ -47,13 +47,17 @@ FORMS: list[InputForm] = [
 
 
 def kinds() -> tuple[str, ...]:
-    """The kinds of state of the registered forms, one bit each in a metric's ``form`` state."""
-    return tuple(dict.fromkeys(form.kind for form in FORMS))
+    """The kinds of state of the registered forms, one bit each in a metric's ``form`` state,
+    by name: processes that register the same forms in another order agree on every bit (the
+    order ``update()`` offers the forms in is each process's own)."""
+    return tuple(sorted({form.kind for form in FORMS}))
 
 
 def register_form(form: InputForm, *, before: type[InputForm] | None = None) -> None:
     """Offer ``form`` to ``update()`` (before the forms of class ``before``, else last). Register
-    a form before making the metrics that take it: a metric sizes its form state when made."""
+    a form before making the metrics that take it: a metric sizes its form state when made, one
+    bit per kind (:func:`kinds`), so that every process must register the same kinds, in any
+    order."""
     if any(type(f) is type(form) for f in FORMS):
         raise ValueError(f"{type(form).__name__} is registered already")
     at = len(FORMS) if before is None else next(
