@@ -210,6 +210,35 @@ def test_qrels_computes_at_most_one_product(protocol):
     assert work.ratio(num_q, num_g, dim) <= 1.05
 
 
+def test_locating_the_judged_documents_computes_one_product():
+    # graded judgments with grade-0 documents, queries judging from 1 to 40 documents: the
+    # measures that read which documents were judged (Judged@K, bpref, a condensed list)
+    # place every judged document in the same single product as the relevant ones
+    num_q, num_g, dim = 300, 4000, 16
+    gen = torch.Generator().manual_seed(1)
+    docs = embedded(torch.arange(num_g) % 800, dim)
+    sizes = 1 + torch.arange(num_q) % 40
+    judged = [torch.randint(0, num_g, (int(n),), generator=gen) for n in sizes]
+    queries = docs[torch.stack([j[0] for j in judged])] + 0.5 * torch.randn(num_q, dim,
+                                                                            generator=gen)
+    qrels = {f"q{q}": {f"d{int(d)}": int(d) % 4 for d in judged[q]} for q in range(num_q)}
+    works = {}
+    for names in (["ndcg@10", "map"], ["ndcg@10", "map", "Judged@10", "Bpref",
+                                       "nDCG(judged_only=True)@10"]):
+        metric = rm.RetrievalMetrics(names, qrels=qrels, ignore_identical_ids=False)
+        metric.update(queries, ids=[f"q{q}" for q in range(num_q)], role="query")
+        metric.update(docs, ids=[f"d{d}" for d in range(num_g)], role="gallery")
+        with counting_work() as work:
+            metric.compute()
+        works[len(names)] = work
+    for work in works.values():
+        assert work.passes == {"one_sided": 1, "symmetric": 0, "two_way": 0}
+        # the padding: query rows to a multiple of 8, gallery blocks to whole panels of 192
+        assert work.ratio(num_q, num_g, dim) <= 1.1
+    assert works[5].multiply_adds == works[2].multiply_adds
+    assert works[5].products == works[2].products
+
+
 def test_a_half_precision_corpus_does_the_float32_work(tmp_path):
     """float16 corpora read a block at a time (in batches, or from a .npy on disk through
     set_gallery, ranked at the query update): the multiply-adds of the same corpus in float32,
