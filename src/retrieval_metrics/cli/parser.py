@@ -247,6 +247,18 @@ difference at random (--resamples, --seed), or every way when 2^queries <= --res
 """
 
 
+def _add_progress_delay(parser: argparse.ArgumentParser) -> None:
+    """``--progress-delay``, of every command that evaluates (``evaluate``, ``compare``)."""
+    parser.add_argument(
+        "--progress-delay",
+        dest="progress_delay",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="show a progress bar on stderr after this long (2; negative: never)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of ``retrieval-metrics``; ``args.command`` names the subcommand."""
     parser = argparse.ArgumentParser(
@@ -307,14 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
     ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (1000)")
     ev.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
-    ev.add_argument(
-        "--progress-delay",
-        dest="progress_delay",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
-        help="show a progress bar on stderr after this long (2; negative: never)",
-    )
+    _add_progress_delay(ev)
     cmp = sub.add_parser(
         "compare",
         help="compare several systems (embeddings or runs, as evaluate reads them) with a "
@@ -368,14 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--markdown", metavar="OUT.md", help="write the table as Markdown")
     cmp.add_argument("--latex", metavar="OUT.tex", help="write the table as a LaTeX tabular")
     cmp.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
-    cmp.add_argument(
-        "--progress-delay",
-        dest="progress_delay",
-        type=float,
-        default=2.0,
-        metavar="SECONDS",
-        help="show a progress bar on stderr after this long (2; negative: never)",
-    )
+    _add_progress_delay(cmp)
     # evaluate's outputs, which compare does not write; and no summary per system (the
     # comparison summarizes them together)
     cmp.set_defaults(write_run=None, run_depth=100, plot=None, plot_k=None, summarize=False)

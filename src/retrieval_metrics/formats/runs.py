@@ -593,7 +593,7 @@ def ranked_lists(
         "run_queries_without_qrels": sum(1 for q in lists if q not in qrels),
         "qrels_queries_without_run": sum(1 for q in qrels if q not in lists),
     }
-    judgments = [dict(qrels.get(qid, {})) for qid in qids]
+    judgments = [qrels.get(qid, {}) for qid in qids]  # (read, never changed: not copied)
     return RankedLists(qids, [list(lists.get(q, [])) for q in qids], relevant, notes, judgments)
 
 

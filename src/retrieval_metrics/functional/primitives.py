@@ -42,3 +42,11 @@ def is_identity(index: Tensor, n: int) -> bool:
     if index.dtype == torch.bool:
         return index.numel() == n and bool(index.all())
     return index.numel() == n and bool((index == torch.arange(n)).all())
+
+
+def order_by_row(row: Tensor, key: Tensor) -> Tensor:
+    """The permutation that sorts entries by ``row``, then by ``key`` within a row, keeping the
+    order of equal ``(row, key)`` pairs (two stable sorts): how the rank tables list each
+    query's items by position."""
+    order = torch.argsort(key, stable=True)
+    return order[torch.argsort(row[order], stable=True)]

@@ -28,7 +28,7 @@ from torch import Tensor
 from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
 from retrieval_metrics.functional.measures.per_query import expected_hits_per_query
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, order_by_row
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
@@ -73,15 +73,15 @@ def _merged(table: RankTable) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     query = torch.cat([rel_q, non_q])
     above = torch.cat([table.above, table.judged_above])
     tied = torch.cat([table.tied, table.judged_tied])
-    order = torch.argsort(above, stable=True)
-    order = order[torch.argsort(query[order], stable=True)]
+    order = order_by_row(query, above)
     return query[order], above[order], tied[order], order
 
 
-def judged_view(table: RankTable) -> RankTable:
+def judged_view(table: RankTable, what: str = "Judged@K") -> RankTable:
     """Binary table whose relevant items are every located judged document (any grade): what
-    Judged@K counts, and the RBP residual leaves out."""
-    require_judged(table, "Judged@K")
+    Judged@K counts, and the RBP residual leaves out (``what`` names the measure in a
+    refusal)."""
+    require_judged(table, what)
     query, above, tied, _ = _merged(table)
     assert table.num_nonrelevant is not None
     return RankTable(
@@ -171,8 +171,7 @@ def at_level(table: RankTable, level: float) -> RankTable:
         query = torch.cat([row_of_entries(table.judged_ptr), item_query[drop]])
         above = torch.cat([table.judged_above, table.above[drop]])
         tied = torch.cat([table.judged_tied, table.tied[drop]])
-        order = torch.argsort(above, stable=True)
-        order = order[torch.argsort(query[order], stable=True)]
+        order = order_by_row(query, above)
         changes.update(
             judged_ptr=ptr_from_counts(torch.bincount(query, minlength=table.num_queries)),
             judged_above=above[order],

@@ -494,7 +494,7 @@ def _name_options(
                 f"metric {name!r}: {measure.base} takes no `{key}`"
                 + (f"; it takes {', '.join(sorted(measure.params))}" if measure.params else "")
                 + (" (a relevance level leaves graded gains as they are, as trec_eval -l)"
-                   if key == "rel" and "gain" in measure.params | {"max_grade"} else "")
+                   if key == "rel" and measure.params & {"gain", "max_grade"} else "")
             )
         option = NAME_PARAMS[key]
         if option in options:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
 from retrieval_metrics.functional.options import OPTIONS
-from retrieval_metrics.functional.primitives import flat_nonzero, masked, repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, masked, order_by_row, repeat
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["TIES", "TieGroups", "tie_groups"]
@@ -180,8 +180,7 @@ def _rule_groups(
     else:
         # Items of a run are stored by decreasing grade; the worst order puts the best last.
         above = table.above + table.tied - 1 - within
-    order = torch.argsort(above, stable=True)
-    order = order[torch.argsort(item_query[order], stable=True)]
+    order = order_by_row(item_query, above)
     ones = torch.ones(n, dtype=torch.int64)
     return item_query[order], above[order], ones, ones, item_gain[order]
 

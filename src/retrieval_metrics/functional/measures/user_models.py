@@ -88,7 +88,7 @@ def rbp_residual_per_query(
     """
     p = _check_persistence(p)
     cutoff = _as_cutoff(table, k)
-    view = judged_view(table)
+    view = judged_view(table, "RBP's residual")
     _require_depth(view, cutoff, "RBP's residual")
     groups = T.tie_groups(view, ties)
     weight = _window_weight(p, groups.above, groups.size, cutoff[groups.query])
@@ -140,27 +140,19 @@ def err_per_query(
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     if n == 0:
         return _unanswerable_nan(table, out)
+    if ties != "expected":
+        # every relevant document at a position of its own (ties.tie_groups: "optimistic" and
+        # "pessimistic" put a tie's documents first or last, the higher grades first or last;
+        # "id" refuses a ranking with ties left), its gain 2^g - 1
+        groups = T.tie_groups(table, ties, gain="exponential", merge_runs=False)
+        sat = groups.gain / 2.0**max_grade
+        survive = torch.exp(_exclusive_sums(groups.query, torch.log1p(-sat)))
+        position = groups.above + 1
+        inside = position <= cutoff[groups.query]
+        part = torch.where(inside, sat * survive / position.to(torch.float64), 0.0)
+        return _unanswerable_nan(table, out.index_add_(0, groups.query, part))
     query = table.item_query
     above, tied = table.above, table.tied
-    if ties in ("optimistic", "pessimistic", "id"):
-        if ties == "id" and bool((tied != 1).any()):
-            raise ValueError("ties='id' needs a ranking with no ties left; choose another `ties`")
-        # items of a tie group are stored by decreasing grade
-        same = torch.zeros(n, dtype=torch.bool)
-        same[1:] = (query[1:] == query[:-1]) & (above[1:] == above[:-1])
-        run = torch.cumsum((~same).to(torch.int64), 0) - 1
-        within = torch.arange(n) - flat_nonzero(~same)[run]
-        if ties == "pessimistic":
-            position = above + tied - within  # the best grade last
-        else:
-            position = above + 1 + within
-        order = torch.argsort(position, stable=True)
-        order = order[torch.argsort(query[order], stable=True)]
-        query, position, sat = query[order], position[order], sat[order]
-        survive = torch.exp(_exclusive_sums(query, torch.log1p(-sat)))
-        inside = position <= cutoff[query]
-        part = torch.where(inside, sat * survive / position.to(torch.float64), 0.0)
-        return _unanswerable_nan(table, out.index_add_(0, query, part))
     # expected: one group per (query, score)
     same = torch.zeros(n, dtype=torch.bool)
     same[1:] = (query[1:] == query[:-1]) & (above[1:] == above[:-1])

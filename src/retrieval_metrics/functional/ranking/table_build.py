@@ -155,13 +155,12 @@ def split_judged(table: RankTable, whole_ranking: bool) -> RankTable:
     num_relevant = count(owner[ideal_positive])
     num_judged = count(owner)
     listed_relevant = count(item_query[positive])
-    ideal_counts = count(owner[ideal_positive])
     changes: dict[str, Tensor | None] = {
         "ptr": ptr_from_counts(listed_relevant),
         "above": table.above[positive],
         "tied": table.tied[positive],
         "grade": table.grade[positive],
-        "ideal_ptr": ptr_from_counts(ideal_counts),
+        "ideal_ptr": ptr_from_counts(num_relevant),
         "ideal_grade": table.ideal_grade[ideal_positive],
         "num_relevant": num_relevant,
         "judged_ptr": ptr_from_counts(count(item_query[~positive])),
