@@ -555,17 +555,10 @@ class SelectOnValidation(ModelCheckpoint):
             )
 
     def _validation_keys(self, trainer: pl.Trainer) -> set[str]:
-        """Every key logged in the validation loop that just ran."""
-        keys: set[str] = set()
-        results = getattr(trainer, "_results", None)
-        try:
-            for result in results.values():  # type: ignore[union-attr]
-                for on_step in (False, True):
-                    keys.update(results._forked_name(result, on_step))  # type: ignore[union-attr]
-        except Exception:  # Lightning internals changed: keys whose value changed in validation
-            keys = set()
-        if keys:
-            return keys
+        """Every key logged in the validation loop that just ran: the keys of
+        ``trainer.callback_metrics`` that are new or hold a new value since the loop began
+        (Lightning makes a new tensor for each value a loop logs, so a key logged in training
+        and not in validation keeps its object)."""
         snapshot = self._snapshot
         return {
             k

@@ -411,7 +411,18 @@ def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]
     values = _single_values(val, prefix)
     if values is not None:
         return plot_values(values, ax=ax, title=name)
-    return metric._plot(val, ax)
+    # torchmetrics' own drawing of a value (what its Metric.plot draws), through its public helper
+    from torchmetrics.utilities.plot import plot_single_or_multi_val
+
+    return plot_single_or_multi_val(
+        val if val is not None else metric.compute(),
+        ax=ax,
+        higher_is_better=metric.higher_is_better,
+        name=name,
+        lower_bound=metric.plot_lower_bound,
+        upper_bound=metric.plot_upper_bound,
+        legend_name=getattr(metric, "plot_legend_name", None),
+    )
 
 
 def _reports_curve(metric: Any) -> bool:
