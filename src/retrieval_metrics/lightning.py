@@ -301,7 +301,7 @@ class SelectOnValidation(ModelCheckpoint):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        self._batches_before = [m._batches_by_side() for m in self._metrics]
+        self._batches_before = [m.store.batches_by_side() for m in self._metrics]
 
     def on_validation_batch_end(
         self,
@@ -319,7 +319,7 @@ class SelectOnValidation(ModelCheckpoint):
         """Record whether the batch added only gallery items to the metrics (a corpus) or
         anything else (queries, or nothing this callback can see, which could feed the
         monitor)."""
-        after = [m._batches_by_side() for m in self._metrics]
+        after = [m.store.batches_by_side() for m in self._metrics]
         if len(after) != len(self._batches_before):
             return
         queries = any(a[0] > b[0] for a, b in zip(after, self._batches_before, strict=True))

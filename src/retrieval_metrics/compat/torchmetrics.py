@@ -470,7 +470,7 @@ class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
 
     def _per_query(self) -> tuple[Tensor, Tensor]:
         """Each query's value (NaN where undefined) and whether it is empty, from the states."""
-        preds, target, indexes = (self._state(n) for n in ("s_preds", "s_target", "s_indexes"))
+        preds, target, indexes = (self.store.read(n) for n in ("s_preds", "s_target", "s_indexes"))
         if preds is None:
             raise ValueError("No samples to concatenate: call `update` before `compute`")
         q = _Queries(preds, target, indexes)
@@ -493,7 +493,7 @@ class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
 
     def compute(self) -> Tensor:
         values, empty = self._per_query()
-        device = self._state("s_preds").device
+        device = self.store.read("s_preds").device
         if self.empty_target_action == "error" and bool(empty.any()):
             raise ValueError(
                 f"{self._empty_message[:-1]}: query {int(torch.nonzero(empty)[0])} of "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any, ClassVar
 
 import torch
@@ -28,27 +29,18 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
-from retrieval_metrics.functional.options import OPTIONS, check_option
-from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
-from retrieval_metrics.functional.ranking.labels import key_kind
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.chunks import PAIR_BYTES
-from retrieval_metrics.metrics.inputs import num_batches
-from retrieval_metrics.metrics.protocols import NOT_GIVEN, NotGiven, apply_protocol, protocol_name
+from retrieval_metrics.metrics.forms.context import Exchange
+from retrieval_metrics.metrics.options import MetricOptions
+from retrieval_metrics.metrics.protocols import NOT_GIVEN, NotGiven
+from retrieval_metrics.metrics.store import SideStore
 
-__all__ = ["KIND_KEYS", "RetrievalMetricBase"]
+__all__ = ["RetrievalMetricBase"]
 
-#: the per-item keys whose kind (integers or strings) every update and process of a side must
-#: share: an integer and a string that is no integer's text never match
-KIND_KEYS = ("labels", "ids", "cameras")
-
-#: the options every metric kind takes, checked against their declarations
-_CHECKED = ("similarity", "ties", "empty_queries", "relevance", "average", "ap", "divisor",
-            "gain", "median", "nonpositive", "all_skipped", "percent", "radius", "ignore_label",
-            "duplicates", "empty_lists", "relevance_level", "judged_only", "persistence",
-            "max_grade")
+#: the options, read from the metric's one MetricOptions (``metric.options``)
+OPTION_NAMES = tuple(f.name for f in fields(MetricOptions))
 
 
 class RetrievalMetricBase(Metric):
@@ -115,7 +107,7 @@ class RetrievalMetricBase(Metric):
         *Metric.__jit_ignored_attributes__, "_update_signature"
     ]
     __jit_unused_properties__: ClassVar[list[str]] = [
-        *Metric.__jit_unused_properties__, "measure_options"
+        *Metric.__jit_unused_properties__, "measure_options", *OPTION_NAMES
     ]
     is_differentiable = False
     higher_is_better: bool | None = True
@@ -124,7 +116,7 @@ class RetrievalMetricBase(Metric):
     plot_upper_bound: float | None = 1.0
     #: put before every reported name (RetrievalMetrics' ``prefix=``)
     prefix = ""
-    #: the sides whose keys' kinds are recorded (``_note_key_kinds``), and what they hold
+    #: the sides whose keys' kinds are recorded (``store.note_key_kinds``), and what they hold
     kind_sides: ClassVar[dict[str, str]] = {"q": "queries", "g": "gallery items"}
 
     def __init__(
@@ -154,53 +146,15 @@ class RetrievalMetricBase(Metric):
         protocol: str | None = None,
         **kwargs: Any,
     ) -> None:
+        # every option as passed, by its name (locals() before anything else is assigned)
+        given = {name: value for name, value in locals().items() if name in OPTIONS}
         super().__init__(**kwargs)
-        opts = apply_protocol(protocol, {
-            "similarity": similarity, "ties": ties, "empty_queries": empty_queries,
-            "percent": percent, "relevance": relevance, "radius": radius,
-            "ignore_label": ignore_label, "average": average, "ap": ap, "divisor": divisor,
-            "gain": gain, "median": median, "nonpositive": nonpositive,
-            "all_skipped": all_skipped, "duplicates": duplicates, "empty_lists": empty_lists,
-            "relevance_level": relevance_level, "judged_only": judged_only,
-            "persistence": persistence, "max_grade": max_grade,
-        })
-        self.protocol = protocol_name(protocol)
-        for name in _CHECKED:
-            check_option(name, opts[name])
-        check_option("memory_budget", memory_budget)
-        percent, radius, ignore_label = opts["percent"], opts["radius"], opts["ignore_label"]
-        self.similarity = opts["similarity"]
-        self.ties = opts["ties"]
-        self.empty_queries = opts["empty_queries"]
-        self.percent = percent
-        self.relevance = opts["relevance"]
-        self.radius = float(radius)
-        self.ignore_label = ignore_label
-        self.average = opts["average"]
-        self.memory_budget = memory_budget
-        self.ap = opts["ap"]
-        self.divisor = opts["divisor"]
-        self.gain = opts["gain"]
-        self.median = opts["median"]
-        self.nonpositive = opts["nonpositive"]
-        self.all_skipped = opts["all_skipped"]
-        self.duplicates = opts["duplicates"]
-        self.empty_lists = opts["empty_lists"]
-        self.relevance_level = opts["relevance_level"]
-        self.judged_only = opts["judged_only"]
-        self.persistence = opts["persistence"]
-        self.max_grade = opts["max_grade"]
+        #: every option, resolved and checked once (``protocol`` applied)
+        self.options = MetricOptions.build(protocol, given)
         self.bytes_exchanged = 0
         self._sync_bytes = 0
-        # per side and key, whether integers and strings were given (bits reduced with max)
-        self._kind_bits = [
-            (side, key, kind) for side in self.kind_sides for key in KIND_KEYS
-            for kind in ("int", "str")
-        ]
-        self.add_state(
-            "key_kinds", torch.zeros(len(self._kind_bits), dtype=torch.int64),
-            dist_reduce_fx="max",
-        )
+        #: the list states, by side (``add_side``), and the kinds of their keys
+        self.store = SideStore(self, self.kind_sides)
         # The ranking of the current states, shared by compute(), per_query(), summary(),
         # rank_tables(), compare() and plot() until update() or reset() changes the states: the
         # whole rank tables, or (ranked a chunk of queries at a time) every process's per-query
@@ -209,22 +163,8 @@ class RetrievalMetricBase(Metric):
         self._chunk_parts: tuple[M.QueryParts, RankTable] | None = None
         # counts about the data beside the ranking (summary().notes), made with the tables
         self._notes: dict[str, int] = {}
-        self._warned_no_ids = False
         self._warned_forward = False
         self._warned_cutoffs = False
-
-    def _ranking_budget(self, pairs: int | None = None) -> int:
-        """The ranking's share of ``memory_budget``: what the relevant pairs held at once (rank
-        tables, relevance sets, tie groups; ``PAIR_BYTES`` each, ``metrics/chunks.py``) leave
-        of it, and at least half. ``pairs``: the relevant pairs of the ranking where they are
-        known before it (label relevance: a chunk holds at most ``memory_budget / PAIR_BYTES``);
-        unknown, half. (Half always narrowed the symmetric pass of SOP-sized data, 83 MiB of
-        pairs, to blocks below what its kept products need.)"""
-        half = max(2**16, self.memory_budget // 2)
-        if pairs is None:
-            return half
-        held = min(pairs, self.memory_budget // PAIR_BYTES) * PAIR_BYTES
-        return max(half, self.memory_budget - held)
 
     # ------------------------------------------------------------------ dtype of the results
 
@@ -270,22 +210,6 @@ class RetrievalMetricBase(Metric):
         between validation and test."""
         return {}
 
-    def _batches_by_side(self) -> tuple[int, int]:
-        """(batches in every list state but the gallery's, batches in the gallery's) this
-        process holds: what :class:`~retrieval_metrics.lightning.SelectOnValidation` reads
-        around each validation batch to tell a dataloader that feeds only a corpus
-        (``role="gallery"``) from one that feeds queries. Entries, not rows: read twice a batch,
-        it must not walk every batch held."""
-        other = gallery = 0
-        for name in self._defaults:
-            value = getattr(self, name)
-            if isinstance(value, list):
-                if name.startswith("g_"):
-                    gallery += len(value)
-                else:
-                    other += len(value)
-        return other, gallery
-
     def _local_states(self) -> set[str]:
         """States that stay on their process when syncing (a sharded gallery)."""
         return set()
@@ -296,175 +220,21 @@ class RetrievalMetricBase(Metric):
 
     # ------------------------------------------------------------------ states
 
-    def _add_item_states(self, side: str, names: Sequence[str] = ITEM_FIELDS) -> None:
-        for name in names:
-            self.add_state(f"{side}_{name}", [], dist_reduce_fx="cat")
-
-    def _note_key_kinds(self, side: str, keys: dict[str, Any]) -> None:
-        """Record whether each of ``keys`` (labels, ids, cameras as given) holds integers or
-        strings (:func:`~retrieval_metrics.functional.ranking.labels.key_kind`)."""
-        current = self.key_kinds.clone()
-        for key, value in keys.items():
-            # an empty batch's keys (ids=[]) have no kind: they agree with either
-            if value is not None and not _empty(value):
-                current[self._kind_bits.index((side, key, key_kind(value)))] = 1
-        self.key_kinds = current
-
-    def _check_kinds(self) -> None:
-        """On the synced states: refused, on every process, where a side's labels, ids or
-        cameras were integers in some updates (or processes) and strings in others."""
-        seen = self.key_kinds.reshape(-1)
-        for side, what in self.kind_sides.items():
-            for key in KIND_KEYS:
-                if all(int(seen[self._kind_bits.index((side, key, k))]) for k in ("int", "str")):
-                    raise ValueError(
-                        f"{type(self).__name__}: `{key}` of the {what} were integers in some "
-                        "updates (or processes) and strings in others; an integer and a string "
-                        'are one id only when the string is its decimal text ("7" is 7), so '
-                        f"such `{key}` never match: give them all as integers or all as strings"
-                    )
-
-    def _check_width(self, name: str, emb: Tensor) -> None:
-        """Every embedding of a metric (any side, any update) has the width of the first one:
-        checked at update, where the argument can be named, not at compute()'s concatenation."""
-        for state in (n for n in self._defaults if n.endswith("_emb")):
-            value = getattr(self, state)
-            earlier = value[0] if isinstance(value, list) and value else value
-            if isinstance(earlier, Tensor) and earlier.dim() == 2 and earlier.numel():
-                if emb.shape[1] != earlier.shape[1]:
-                    raise ValueError(
-                        f"`{name}` must have {earlier.shape[1]} columns, the width of the "
-                        f"embeddings of the earlier updates, got {emb.shape[1]}"
-                    )
-                return
-
-    def _append_items(self, side: str, items: Items, role: str) -> None:
-        """Append one batch of a side, checking that optional tensors come always or never."""
-        previous = num_batches(getattr(self, f"{side}_emb"))
-        for name in ITEM_FIELDS[1:]:
-            if not hasattr(self, f"{side}_{name}"):
-                if getattr(items, name) is not None:
-                    raise ValueError(f"`{name}` does not apply to {role}")
-                continue
-            before = num_batches(getattr(self, f"{side}_{name}"))
-            if (getattr(items, name) is None and before) or (
-                getattr(items, name) is not None and before != previous
-            ):
-                raise ValueError(f"`{name}` must be given on every update or on none ({role})")
-        for name in ITEM_FIELDS:
-            value = getattr(items, name)
-            if value is not None:
-                self._append_state(f"{side}_{name}", value)
-
-    def _side(self, side: str, batched: bool = False) -> Items | None:
-        """A side's items as one batch, or None when it has none. A per-item tensor that was
-        never given is None, also after a sync has turned its empty list into an empty tensor.
-
-        ``batched``: embeddings held as batches of one dtype and device (one batch, or the
-        tensor a sync gathered, included) are handed on as they are (:class:`RowBatches`, which
-        the ranking reads a block at a time) instead of joined: a corpus is then never copied,
-        neither joined nor normalised."""
-        held = getattr(self, f"{side}_emb")
-        parts = held if isinstance(held, list) else [held]
-        emb: Tensor | RowBatches | None
-        if (
-            batched
-            and parts
-            and all(isinstance(b, Tensor) and b.dim() == 2 for b in parts)
-            and len({(b.dtype, b.device) for b in parts}) == 1
-        ):
-            emb = RowBatches(parts)
-        else:
-            emb = self._state(f"{side}_emb")
-        if emb is None:
-            return None
-        values = {}
-        for name in ITEM_FIELDS[1:]:
-            value = self._state(f"{side}_{name}") if hasattr(self, f"{side}_{name}") else None
-            values[name] = None if value is None or value.numel() == 0 else value
-            if values[name] is not None and values[name].shape[0] != emb.shape[0]:
-                # each process gives a tensor always or never, so after the sync this is a
-                # tensor given on some processes and not on others: refused on every process
-                raise ValueError(
-                    f"{type(self).__name__}: `{name}` were given on some processes and not on "
-                    f"others ({values[name].shape[0]} of the {emb.shape[0]} items of side "
-                    f"{side!r} have them); give `{name}` on every process or on none"
-                )
-        if not isinstance(emb, RowBatches):
-            self._keep_joined(side, {"emb": emb, **values})
-        return Items(emb=emb, **values)
-
-    def _keep_joined(self, side: str, joined: dict[str, Tensor | None]) -> None:
-        """Hold a side's list states as their one concatenation from now on: the batches are
-        freed (a corpus is not held twice while it is ranked) and the next read copies nothing.
-        Every state of the side at once, so that each still counts as many batches as the
-        embeddings (what ``update`` checks)."""
-        for name, value in joined.items():
-            state = getattr(self, f"{side}_{name}", None)
-            if isinstance(state, list) and len(state) > 1 and value is not None:
-                setattr(self, f"{side}_{name}", [value])
-
-    def _deduped(self, side: str, what: str, batched: bool = False) -> Items | None:
-        """A side's items, one per sample id when ids were given: queries in ascending id order
-        (the order of ``per_query()`` whatever the batches and processes), gallery items in the
-        order they came, so that a gallery without repeats is ranked as it is held, not copied
-        into another order (the values do not depend on the gallery's order). ``batched``: see
-        :meth:`_side`."""
-        items = self._side(side, batched)
-        if items is None or len(items) == 0:
-            return items
-        if items.ids is None:
-            self._warn_without_ids("`ids=`")
-            return items
-        keep = D.dedupe_by_id(
-            items.ids,
-            what,
-            embeddings=items.emb,
-            labels=items.labels,
-            cameras=items.cameras,
-            positions=items.positions,
-        )
-        if side == "g":
-            keep = torch.sort(keep).values
-        return items.select(keep)
-
-    def _warn_without_ids(self, argument: str) -> None:
-        """On several processes, warn once per metric that samples come without ids: the repeats
-        DistributedSampler pads with cannot be told from new samples, and count twice."""
-        _, world = D.rank_and_world(self.process_group)
-        if world > 1 and not self._warned_no_ids:
-            warnings.warn(
-                f"{type(self).__name__}: no {argument} were given, so samples that "
-                "DistributedSampler repeated to even out the processes cannot be detected and "
-                f"are counted twice; pass per-sample ids to `update` ({argument})",
-                UserWarning,
-                stacklevel=5,
-            )
-            self._warned_no_ids = True
-
-    def _append_state(self, name: str, value: Tensor) -> None:
-        state = getattr(self, name)
-        value = value.to(self.device) if isinstance(value, Tensor) else value
-        if isinstance(state, list):
-            state.append(value)
-        else:  # after a sync in a full-state forward the state is one tensor
-            setattr(self, name, torch.cat([state, value]))
-
-    def _state(self, name: str) -> Tensor | None:
-        value = getattr(self, name)
-        if isinstance(value, list):
-            if not value:
-                return None
-            if len(value) == 1 and value[0].dim() >= 1:
-                return value[0]  # one batch: read as it is, not copied by a concatenation
-            return dim_zero_cat(value)
-        return value
-
     def _distributed(self) -> bool:
         return bool(self._to_sync and self.distributed_available_fn())
 
     def _several_processes(self) -> bool:
         return self._distributed() and D.rank_and_world(self.process_group)[1] > 1
+
+    def _exchange(self) -> Exchange:
+        """The processes the states are synced over, as they are now."""
+        distributed = self._distributed()
+        return Exchange(
+            group=self.process_group,
+            distributed=distributed,
+            several=distributed and D.rank_and_world(self.process_group)[1] > 1,
+            synced_bytes=self._sync_bytes,
+        )
 
     def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
         """Gather every state with :func:`retrieval_metrics.metrics.distributed.sync_states` (uneven
@@ -521,12 +291,7 @@ class RetrievalMetricBase(Metric):
     @property
     def measure_options(self) -> M.MeasureOptions:
         """The options every measure of this metric is computed with, as one object."""
-        return M.MeasureOptions(
-            ties=self.ties, empty_queries=self.empty_queries, average=self.average,
-            percent=self.percent, ap=self.ap, divisor=self.divisor, gain=self.gain,
-            median=self.median, relevance_level=self.relevance_level,
-            judged_only=self.judged_only, persistence=self.persistence, max_grade=self.max_grade,
-        )
+        return self.options.measures
 
     def per_query_options(self) -> dict[str, Any]:
         """The options this metric's per-query values are computed with (tie rule, AP kind,
@@ -689,11 +454,11 @@ class RetrievalMetricBase(Metric):
         return {row["name"]: row["interval"] for row in summary.rows}
 
 
-def _empty(value: Any) -> bool:
-    """Whether per-item keys as given hold no entry (an empty list, array or tensor)."""
-    if isinstance(value, Tensor):
-        return value.numel() == 0
-    try:
-        return len(value) == 0
-    except TypeError:
-        return False
+def _option_property(name: str) -> property:
+    return property(lambda self: getattr(self.options, name), doc=OPTIONS[name].meaning
+                    if name in OPTIONS else "the protocol's name, as it was matched")
+
+
+# each option reads as an attribute of the metric (``metric.ties``), from its one MetricOptions
+for _name in OPTION_NAMES:
+    setattr(RetrievalMetricBase, _name, _option_property(_name))

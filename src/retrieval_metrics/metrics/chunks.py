@@ -12,12 +12,30 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["PAIR_BYTES", "label_pair_counts", "query_chunks"]
+__all__ = ["PAIR_BYTES", "label_pair_counts", "query_chunks", "ranking_budget"]
 
 #: Scratch per relevant pair of a chunk, everything at once at worst: the relevance sets being
 #: built (a few int64 per pair), the ranking's outputs, the table and its reordering, and the tie
 #: groups with their temporaries.
 PAIR_BYTES = 256
+
+
+def ranking_budget(memory_budget: int, pairs: int | None = None) -> int:
+    """The ranking's share of ``memory_budget``: what the relevant pairs held at once (rank
+    tables, relevance sets, tie groups; :data:`PAIR_BYTES` each) leave of it, and at least half.
+    ``pairs``: the relevant pairs of the ranking where they are known before it (label
+    relevance: a chunk holds at most ``memory_budget / PAIR_BYTES``); unknown, half. (Half
+    always narrowed the symmetric pass of SOP-sized data, 83 MiB of pairs, to blocks below what
+    its kept products need.)
+
+    >>> ranking_budget(2**20) == 2**19, ranking_budget(2**20, pairs=16) == 2**20 - 16 * PAIR_BYTES
+    (True, True)
+    """
+    half = max(2**16, memory_budget // 2)
+    if pairs is None:
+        return half
+    held = min(pairs, memory_budget // PAIR_BYTES) * PAIR_BYTES
+    return max(half, memory_budget - held)
 
 
 def label_pair_counts(query_labels: Tensor, gallery_labels: Tensor) -> Tensor:

@@ -32,6 +32,7 @@ from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.table import RankTable, concat_tables
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
+from retrieval_metrics.metrics.chunks import ranking_budget
 from retrieval_metrics.metrics.inputs import as_embeddings, score_copy
 from retrieval_metrics.metrics.named import cutoffs
 from retrieval_metrics.metrics.plotting import Plotted
@@ -112,8 +113,8 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         self.folds = folds
         self.prefix = prefix
         # images: embedding and id; captions: embedding, the id of their image, their own id
-        self._add_item_states("img", ("emb", "ids"))
-        self._add_item_states("txt", ("emb", "labels", "ids"))
+        self.store.add_side("img", ("emb", "ids"))
+        self.store.add_side("txt", ("emb", "labels", "ids"))
         # queries per fold, by direction; not annotated, as torch.jit.script warns about an
         # annotated empty dict in __init__
         self._fold_sizes = {}  # type: ignore[var-annotated]
@@ -173,21 +174,21 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
                     f"`text_ids` must have {txt.shape[0]} entries (one per caption), got "
                     f"{tid.numel()}"
                 )
-        self._check_width("image_embeddings", img)
-        self._note_key_kinds("img", {"ids": image_ids})
-        self._note_key_kinds(
+        self.store.check_width("image_embeddings", img)
+        self.store.note_key_kinds("img", {"ids": image_ids})
+        self.store.note_key_kinds(
             "txt", {"labels": image_ids if text_image_ids is None else text_image_ids,
                     "ids": text_ids},
         )
-        self._append_items(
+        self.store.append_items(
             "txt", Items(emb=score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
         )
-        self._append_items("img", Items(emb=score_copy(img), ids=img_ids), "images")
+        self.store.append_items("img", Items(emb=score_copy(img), ids=img_ids), "images")
 
     def sample_ids(self) -> dict[str, Tensor]:
         out = {}
         for kind, name in (("image", "img_ids"), ("text", "txt_ids")):
-            value = self._state(name)
+            value = self.store.read(name)
             if value is not None and value.numel():
                 out[kind] = torch.unique(value.reshape(-1).cpu())
         return out
@@ -196,8 +197,8 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
 
     def _gathered(self) -> tuple[Items, Items]:
         """Images (one per id, ascending ids) and captions (grouped by image, in image order)."""
-        self._check_kinds()
-        images, captions = self._side("img"), self._side("txt")
+        self.store.check_kinds()
+        images, captions = self.store.side("img"), self.store.side("txt")
         if images is None or captions is None:
             raise ValueError("no data: call `update` before `compute`")
         if len(images) == 0 or len(captions) == 0:
@@ -212,7 +213,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         )
         if captions.ids is None:
             # images are deduplicated by their ids, captions only with text_ids
-            self._warn_without_ids("`text_ids=`")
+            self.store.warn_without_ids("`text_ids=`")
         else:
             captions = captions.select(
                 D.dedupe_by_id(
@@ -236,7 +237,8 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
             raise ValueError(f"`folds={folds}` needs at least {folds} images, got {n}")
         # a caption's one image, and each image its captions: two relevant pairs a caption
         options = RankingOptions(
-            similarity=self.similarity, memory_budget=self._ranking_budget(2 * len(captions)),
+            similarity=self.similarity,
+            memory_budget=ranking_budget(self.memory_budget, 2 * len(captions)),
             depth=max(self.k),
         )
         distributed = self._distributed()

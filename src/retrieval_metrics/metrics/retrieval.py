@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,11 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
-from retrieval_metrics.functional.options import check_option
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
-from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.base import KIND_KEYS, RetrievalMetricBase
+from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.forms import (
     FORMS,
     Batch,
@@ -36,8 +35,8 @@ from retrieval_metrics.metrics.forms import (
     form_of_kind,
     kinds,
 )
+from retrieval_metrics.metrics.forms.context import FormContext
 from retrieval_metrics.metrics.inputs import read_ids
-from retrieval_metrics.metrics.protocols import RUN_DEPTH
 from retrieval_metrics.metrics.runs import run_of
 
 __all__ = ["RetrievalMetric"]
@@ -85,13 +84,12 @@ class RetrievalMetric(RetrievalMetricBase):
                 )
             kwargs["relevance"] = "qrels"
         super().__init__(**kwargs)
-        check_option("ignore_identical_ids", ignore_identical_ids)
         self.qrels = None if qrels is None else Judgments.of(qrels)
         if self.relevance == "qrels" and self.qrels is None:
             raise ValueError('relevance="qrels" needs the judgments: pass `qrels=`')
         if self.qrels is None and ignore_identical_ids is not None:
             raise ValueError("`ignore_identical_ids` applies with `qrels=` only")
-        self.ignore_identical_ids = ignore_identical_ids
+        self.options = replace(self.options, ignore_identical_ids=ignore_identical_ids)
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
@@ -110,16 +108,16 @@ class RetrievalMetric(RetrievalMetricBase):
             dist_reduce_fx="cat",
         )
 
-        self._add_item_states("q")
-        self._add_item_states("g")
+        self.store.add_side("q")
+        self.store.add_side("g")
         for part in TABLE_PARTS:
-            self.add_state(f"t_{part.name}", [], dist_reduce_fx="cat")
-        self.add_state(f"t_{PRESENT}", [], dist_reduce_fx="cat")
+            self.store.add(f"t_{part.name}")
+        self.store.add(f"t_{PRESENT}")
         for name in ("preds", "target", "indexes"):
-            self.add_state(f"s_{name}", [], dist_reduce_fx="cat")
+            self.store.add(f"s_{name}")
         self._gallery: Items | None = None
-        # one ranking's derived values, kept until the states change: the deduplicated sides
-        # and the table with torchmetrics' miss rule
+        # what is derived once from the states, kept until they change: the form that reads
+        # them, and what a form keeps (the table with torchmetrics' miss rule)
         self._derived = {}  # type: ignore[var-annotated]
         # with qrels: an id of each side as the user last gave it, for the messages of ids that
         # do not meet the judgments' (the states hold the ids' codes only)
@@ -161,7 +159,7 @@ class RetrievalMetric(RetrievalMetricBase):
         if isinstance(ids, (str, Path)):
             ids = read_ids(ids)
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
-        FixedGallery.set(self, embeddings, keys)
+        self._gallery = FixedGallery.set(self.context(), embeddings, keys)
         self._note_id_example("gallery", ids)
         self._forget_ranking()
 
@@ -207,14 +205,23 @@ class RetrievalMetric(RetrievalMetricBase):
             target=target, indexes=indexes, relevant_ranks=relevant_ranks,
             num_relevant=num_relevant,
         )
-        form, batch = form_of_call(batch, self)
+        context = self.context()
+        form, batch = form_of_call(batch, context)
         if self.qrels is not None and form.kind not in ("qrels", "fixed_gallery"):
             raise ValueError(
                 f"`qrels=` scores query and corpus embeddings; {form.call} does not read them "
                 "(give ranked lists their judgments as `relevant_ids=`, on a metric without "
                 "`qrels=`)"
             )
-        form.append(self, batch)
+        # marked before the batch is checked and appended, unmarked when it is refused: a form
+        # of another kind is refused before any state changes
+        before = self.form
+        self._mark(form.kind)
+        try:
+            form.append(context, batch)
+        except BaseException:
+            self.form = before
+            raise
         self._note_id_example(role or "query", ids)
 
     def run(self, k: int = 100, *, ids: Any = None) -> dict[str, list[tuple[str, float]]]:
@@ -243,13 +250,11 @@ class RetrievalMetric(RetrievalMetricBase):
         ([('b', 2.0), ('c', 0.0)], [('c', 3.0), ('a', 2.0)])
         """
         def listed() -> dict[str, list[tuple[str, float]]]:
-            strings = any(
-                int(self.key_kinds.reshape(-1)[self._kind_bits.index((side, "ids", "str"))])
-                for side in ("q", "g")
-            )
+            strings = any(self.store.has_string(side, "ids") for side in ("q", "g"))
+            form = self._synced_form()
+            context = self.context()
             return run_of(
-                self, self._synced_form(), k, ids, string_ids=strings,
-                several=self._several_processes(),
+                context, form, k, ids, string_ids=strings, several=context.exchange.several
             )
 
         return self._on_synced_states(listed)
@@ -296,14 +301,10 @@ class RetrievalMetric(RetrievalMetricBase):
         self._derived["form"] = form = self._input_form()
         return form
 
-    def _note_kinds(self, side: str, batch: Batch) -> None:
-        """Record whether this batch's labels, ids and cameras are integers or strings."""
-        self._note_key_kinds(side, {key: getattr(batch, key) for key in KIND_KEYS})
-
     def _check_agreement(self) -> None:
         """What every process (and every update) must agree on, on the synced states: the same
         judgments, and each side's labels, ids and cameras all integers or all strings."""
-        self._check_kinds()
+        self.store.check_kinds()
         prints = self.qrels_fingerprint.reshape(-1)
         if prints.numel() > 1 and bool((prints != prints[0]).any()):
             raise ValueError(
@@ -315,76 +316,47 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _skip_reason(self) -> str:
         form = self._form_of_states(self.form)
-        return form.skip_reason(self) if form is not None else super()._skip_reason()
+        return form.skip_reason(self.context()) if form is not None else super()._skip_reason()
 
     def sample_ids(self) -> dict[str, Tensor]:
         # same-source items are queries too; gallery ids are not listed (validation and test
         # queries may share one corpus)
-        parts = [self._state("q_ids")]
-        present = self._state(f"t_{PRESENT}")
+        parts = [self.store.read("q_ids")]
+        present = self.store.read(f"t_{PRESENT}")
         if present is not None and present.numel():
-            parts.append(self._state("t_query_id")[has_part(present, "query_id")])
+            parts.append(self.store.read("t_query_id")[has_part(present, "query_id")])
         ids = [p.reshape(-1).cpu() for p in parts if p is not None and p.numel()]
         return {"query": torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64)}
 
     # ------------------------------------------------------------------ compute
 
-    def _ranking_options(self, pairs: int | None = None) -> RankingOptions:
-        """The ranking's options; ``pairs``: its relevant pairs where known before it (see
-        ``_ranking_budget``)."""
-        if self.qrels is not None:
-            # Every judged document's exact rank in the whole corpus; under an evaluator's
-            # protocol, within the depth of the run it scores (RUN_DEPTH), where every measure
-            # has a cut-off: queries with no judged document there stop early, and the values
-            # are the whole ranking's.
-            run = RUN_DEPTH.get(self.protocol or "")
-            cutoff = M.cutoff_depth(self.metric_names())
-            return RankingOptions(
-                relevance="ids",
-                similarity=self.similarity,
-                memory_budget=self._ranking_budget(),
-                depth=None if run is None or cutoff is None else max(run, cutoff),
-                locate_first=False,
-                judgments=self.qrels,
-                ignore_identical_ids=self.ignore_identical_ids is not False,
-                judged_documents=M.judged_needed(self.metric_names(), self.measure_options),
-            )
-        depth, cover = M.depth_for(self.metric_names())
-        return RankingOptions(
-            relevance=self.relevance,
-            radius=self.radius,
-            ignore_label=self.ignore_label,
-            similarity=self.similarity,
-            memory_budget=self._ranking_budget(pairs),
-            depth=depth,
-            cover_relevant=cover,
+    def context(self) -> FormContext:
+        """What this metric's input form sees of it for one call: the stored sides, the
+        options, the ranking's options and the exchange between processes."""
+        return FormContext(
+            store=self.store,
+            options=self.options,
+            names=self.metric_names(),
+            owner=type(self).__name__,
+            exchange=self._exchange(),
+            judgments=self.qrels,
+            gallery_sharded=self.gallery_sharded,
+            fixed_gallery=self._gallery,
+            id_examples=self.id_examples,
+            on_synced=self._on_synced_states,
+            kept=self._derived,
         )
 
-    def _deduped(self, side: str, what: str, batched: bool = False) -> Items | None:
-        # one deduplication per ranking: the chunking decision and the ranking read it alike
-        if side not in self._derived:
-            self._derived[side] = super()._deduped(side, what, batched)
-        return self._derived[side]
-
-    def _miss_table(self, table: RankTable) -> RankTable:
-        """``table`` under torchmetrics' rule (a relevant item scored <= 0 is a miss), built
-        once per ranking from the scores states."""
-        if "miss" not in self._derived:
-            self._derived["miss"] = self._on_synced_states(
-                lambda: self._input_form().miss_table(self, table)
-            )
-        return self._derived["miss"]
-
     def _build_tables(self) -> dict[str, RankTable]:
-        try:
+        with self.store.one_ranking():
             form = self._synced_form()
-            table = form.table(self)
+            context = self.context()
+            table = form.table(context)
             # counted on the synced states with the table (summary() reads them after the
             # states are let go: a form may count what its table leaves out)
-            self._notes = form.notes(self, table)
-        finally:
-            self._derived.pop("q", None)
-            self._derived.pop("g", None)
+            self._notes = form.notes(context, table)
+        if context.bytes_exchanged is not None:
+            self.bytes_exchanged = context.bytes_exchanged
         if table.num_queries == 0:
             raise ValueError("no items were given: every update had 0 rows (0 queries to score)")
         return {"": table}
@@ -392,21 +364,18 @@ class RetrievalMetric(RetrievalMetricBase):
     def _tables_in_chunks(self) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time, or None where it is ranked whole (the
         input form decides: ``InputForm.tables_in_chunks``)."""
-        return self._input_form().tables_in_chunks(self)
+        return self._input_form().tables_in_chunks(self.context())
 
     def _rank_once(self) -> None:
         """Rank the synced states once: the whole table, or every process's per-query parts of
         a ranking a chunk of queries at a time; the deduplicated sides are let go after."""
-        try:
+        with self.store.one_ranking():
             self._synced_form()
             chunks = self._tables_in_chunks()
             if chunks is None:
                 self._tables = self._build_tables()
                 return
             self._chunk_parts = self._parts_of(chunks)
-        finally:
-            self._derived.pop("q", None)
-            self._derived.pop("g", None)
 
     def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[M.QueryParts, RankTable]:
         """Every process's per-query parts and query fields of a ranking in chunks."""
@@ -431,7 +400,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return functools.partial(D.gather_query_parts, group=self.process_group)
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
-        return self._input_form().per_query_values(self, table, spec)
+        return self._input_form().per_query_values(self.context(), table, spec)
 
     def per_query(self) -> dict[str, Tensor]:
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
@@ -482,7 +451,7 @@ class RetrievalMetric(RetrievalMetricBase):
         else:
             self._warn_if_all_skipped()
             fields = self.rank_table()
-            values = self._input_form().values(self, fields)
+            values = self._input_form().values(self.context(), fields)
         self._warn_if_cutoffs_reach_gallery({"": fields})
         if self.all_skipped == "zero" and not bool((fields.num_relevant > 0).any()):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}

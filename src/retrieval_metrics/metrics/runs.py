@@ -24,7 +24,7 @@ from retrieval_metrics.metrics import distributed as D
 
 if TYPE_CHECKING:
     from retrieval_metrics.metrics.forms.base import InputForm
-    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+    from retrieval_metrics.metrics.forms.context import FormContext
 
 __all__ = ["run_of"]
 
@@ -32,7 +32,7 @@ RUN_FORMS = ("same_source", "query_gallery", "qrels")
 
 
 def run_of(
-    metric: RetrievalMetric,
+    context: FormContext,
     form: InputForm,
     k: int,
     ids: Iterable[Any] | None,
@@ -40,7 +40,7 @@ def run_of(
     string_ids: bool,
     several: bool,
 ) -> dict[str, list[tuple[str, float]]]:
-    """The run of ``metric.run(k, ids=ids)``, on its synced states read by ``form``;
+    """The run of ``metric.run(k, ids=ids)``, on its synced states (``context``) read by ``form``;
     ``string_ids``: the states' ids were strings; ``several``: several processes hold them."""
     if form.kind not in RUN_FORMS:
         hint = (
@@ -49,26 +49,26 @@ def run_of(
             "--write-run`)" if form.kind == "fixed_gallery"
             else "its rankings came ranked already"
         )
-        raise ValueError(f"{type(metric).__name__}.run() lists embeddings; {hint}")
-    queries, gallery = form.sides(metric)
-    sharded = metric.gallery_sharded and several
+        raise ValueError(f"{context.owner}.run() lists embeddings; {hint}")
+    queries, gallery = form.sides(context)
+    sharded = context.gallery_sharded and several
     if gallery is None and form.kind != "same_source" and not sharded:
-        raise ValueError(f"{type(metric).__name__}.run(): no gallery items were given")
+        raise ValueError(f"{context.owner}.run(): no gallery items were given")
     if sharded:
         # each process lists the best of its shard; the lists are gathered and merged
         none = torch.zeros(0, dtype=torch.int64)
         shard = gallery if gallery is not None else queries.select(none)
         shard, _ = D.dedupe_across_shards(
-            shard, "`ids` of the gallery items", metric.process_group
+            shard, "`ids` of the gallery items", context.exchange.group
         )
-        codes, scores = _shard_best(metric, queries, shard, k)
+        codes, scores = _shard_best(context, queries, shard, k)
     else:
-        codes, scores = _best(metric, queries, gallery, k)
+        codes, scores = _best(context, queries, gallery, k)
     text = _id_text(string_ids, ids)
     q_codes = queries.ids if queries.ids is not None else torch.arange(len(queries))
     q_text = text(q_codes.cpu(), "query")
     if len(q_text) != len(set(q_text)):
-        raise ValueError(f"{type(metric).__name__}.run(): a query id is given twice")
+        raise ValueError(f"{context.owner}.run(): a query id is given twice")
     run = {}
     for qid, row, values in zip(q_text, codes.cpu().tolist(), scores.cpu().tolist(), strict=True):
         kept = [(c, v) for c, v in zip(row, values, strict=True) if v != float("-inf")]
@@ -77,13 +77,13 @@ def run_of(
     return run
 
 
-def _best(metric: RetrievalMetric, queries: Items, gallery: Items | None, k: int):
+def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
     """Each query's ``k`` best gallery items: their id codes (positions without ids) and
     scores, ``(Q, k')`` (-inf past the end)."""
     same = gallery is None
     items = queries if gallery is None else gallery
     tie_keys = None
-    if metric.ties == "id":
+    if context.options.ties == "id":
         if items.order is None:
             raise ValueError(
                 "ties='id' orders a separate gallery's tied items by their ids (update with "
@@ -95,13 +95,16 @@ def _best(metric: RetrievalMetric, queries: Items, gallery: Items | None, k: int
         queries.emb,  # type: ignore[arg-type]
         None if same else items.emb,  # type: ignore[arg-type]
         k,
-        similarity=metric.similarity,
+        similarity=context.options.similarity,
         tie_keys=tie_keys,
         query_ids=queries.ids,
         gallery_ids=items.ids,
         exclude_identical_ids=(
             (same and queries.ids is not None)
-            or (metric.qrels is not None and metric.ignore_identical_ids is not False)
+            or (
+                context.judgments is not None
+                and context.options.ignore_identical_ids is not False
+            )
         ),
     )
     g_codes = (items.ids if items.ids is not None else torch.arange(len(items))).to(
@@ -110,7 +113,7 @@ def _best(metric: RetrievalMetric, queries: Items, gallery: Items | None, k: int
     return codes, found.scores
 
 
-def _shard_best(metric: RetrievalMetric, queries: Items, shard: Items, k: int):
+def _shard_best(context: FormContext, queries: Items, shard: Items, k: int):
     """:func:`_best` over a gallery split over the processes: every process's best of its shard
     (``k`` places each, -inf past its end), gathered, then per query the ``k`` best of them all,
     tied scores by ascending id code (the shards hold no common order)."""
@@ -118,9 +121,9 @@ def _shard_best(metric: RetrievalMetric, queries: Items, shard: Items, k: int):
     codes = torch.zeros((num_q, k), dtype=torch.int64)
     scores = torch.full((num_q, k), float("-inf"), dtype=torch.float64)
     if len(shard):
-        mine, values = _best(metric, queries, shard, k)
+        mine, values = _best(context, queries, shard, k)
         codes[:, : mine.shape[1]], scores[:, : mine.shape[1]] = mine.cpu(), values.cpu().double()
-    all_codes, all_scores = D.gather_rows([codes, scores], metric.process_group)
+    all_codes, all_scores = D.gather_rows([codes, scores], context.exchange.group)
     world = all_codes.shape[0] // max(1, num_q)
     all_codes = all_codes.cpu().view(world, num_q, k).permute(1, 0, 2).reshape(num_q, -1)
     all_scores = all_scores.cpu().view(world, num_q, k).permute(1, 0, 2).reshape(num_q, -1)

@@ -2,13 +2,15 @@
 
 Each form says which ``update()`` call is its own, how it appends a batch, how the synced
 states become a rank table and why a query can have nothing relevant
-(:class:`~retrieval_metrics.metrics.forms.base.InputForm`). A new form is one new file here and
-one entry in :data:`FORMS`; docs/contributing.md shows one worked through.
+(:class:`~retrieval_metrics.metrics.forms.base.InputForm`), seeing its metric only through the
+public :class:`~retrieval_metrics.metrics.forms.context.FormContext` of each call. A new form is
+one new file here and one entry in :data:`FORMS`; docs/contributing.md shows one worked through.
 """
 
 from __future__ import annotations
 
 from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, InputForm
+from retrieval_metrics.metrics.forms.context import Exchange, FormContext
 from retrieval_metrics.metrics.forms.embeddings import QueryGallery, SameSource
 from retrieval_metrics.metrics.forms.qrels import Qrels
 from retrieval_metrics.metrics.forms.scores import Scores
@@ -18,7 +20,9 @@ __all__ = [
     "FORMS",
     "MISS_BASES",
     "Batch",
+    "Exchange",
     "FixedGallery",
+    "FormContext",
     "InputForm",
     "PrecomputedRanks",
     "Qrels",
@@ -70,7 +74,7 @@ def unregister_form(form_class: type[InputForm]) -> None:
     """Withdraw the form of class ``form_class`` (the built-in forms stay)."""
     FORMS[:] = [f for f in FORMS if type(f) is not form_class]
 
-def form_of_call(batch: Batch, metric) -> tuple[InputForm, Batch]:
+def form_of_call(batch: Batch, context: FormContext) -> tuple[InputForm, Batch]:
     """The form of one ``update()`` call, and the batch as it reads it; a ValueError naming the
     arguments when the call is no form's, or several forms'."""
     for form in FORMS:
@@ -94,7 +98,7 @@ def form_of_call(batch: Batch, metric) -> tuple[InputForm, Batch]:
             f"{', '.join(f'`{name}`' for name in extra)} do not apply to "
             f"{candidates[0].call}"
         )
-    form = next(form for form in candidates if form.accepts(batch, metric))
+    form = next(form for form in candidates if form.accepts(batch, context))
     return form, batch
 
 

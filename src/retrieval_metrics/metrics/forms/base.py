@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.table import RankTable
-
-if TYPE_CHECKING:
-    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+from retrieval_metrics.metrics.forms.context import FormContext
+from retrieval_metrics.metrics.store import KIND_KEYS
 
 __all__ = ["MISS_BASES", "Batch", "InputForm"]
 
@@ -46,9 +45,17 @@ class Batch:
     def passed(self) -> list[str]:
         return self.given(*(f.name for f in fields(self)))
 
+    def keys(self) -> dict[str, Any]:
+        """The per-item keys whose kind (integers or strings) the store records."""
+        return {key: getattr(self, key) for key in KIND_KEYS}
+
 
 class InputForm:
     """One way of giving a metric its data (a small object per form; ``forms.FORMS`` lists them).
+
+    Every method takes a :class:`~retrieval_metrics.metrics.forms.context.FormContext`, the
+    call's public view of the metric: its stored sides (``context.store``), options
+    (``context.options``, ``context.names``), ranking options and exchange between processes.
 
     ``kind`` names the states a form fills: forms of one kind may be mixed in one metric, forms
     of different kinds may not (the metric keeps one bit per kind, reduced across processes with
@@ -69,40 +76,41 @@ class InputForm:
         batch when the form has nothing to say."""
         return batch
 
-    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
+    def accepts(self, batch: Batch, context: FormContext) -> bool:
         """Among the forms that share ``arguments``: whether this call is this form's."""
         return True
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
-        """Check one batch and append it to the metric's states."""
+    def append(self, context: FormContext, batch: Batch) -> None:
+        """Check one batch and append it to the stored states (the metric has marked its
+        states as this form's kind)."""
         raise NotImplementedError
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
+    def table(self, context: FormContext) -> RankTable:
         """The rank table of the metric's (synced) states."""
         raise NotImplementedError
 
-    def tables_in_chunks(self, metric: RetrievalMetric) -> Iterator[RankTable] | None:
+    def tables_in_chunks(self, context: FormContext) -> Iterator[RankTable] | None:
         """The rank table a chunk of queries at a time, or None where it is ranked whole."""
         return None
 
-    def values(self, metric: RetrievalMetric, table: RankTable) -> dict[str, Tensor]:
+    def values(self, context: FormContext, table: RankTable) -> dict[str, Tensor]:
         """compute()'s values from the table: every named measure of the metric."""
-        self.refuse_miss_rule(metric)
-        return M.retrieval_measures(table, metric.metric_names(), options=metric.measure_options)
+        self.refuse_miss_rule(context)
+        return M.retrieval_measures(table, context.names, options=context.measures)
 
     def per_query_values(
-        self, metric: RetrievalMetric, table: RankTable, spec: M.MetricSpec
+        self, context: FormContext, table: RankTable, spec: M.MetricSpec
     ) -> Tensor:
         """One measure's per-query values from the table."""
-        self.refuse_miss_rule(metric, [spec.name])
-        return M.per_query_values(table, spec, options=metric.measure_options)
+        self.refuse_miss_rule(context, [spec.name])
+        return M.per_query_values(table, spec, options=context.measures)
 
     @staticmethod
-    def refuse_miss_rule(metric: RetrievalMetric, names: Sequence[str] | None = None) -> None:
+    def refuse_miss_rule(context: FormContext, names: Sequence[str] | None = None) -> None:
         """torchmetrics' rule (``nonpositive="miss"``) reads scores: refused by name on the
         forms without them, for the measures it changes."""
-        names = metric.metric_names() if names is None else names
-        if metric.nonpositive == "miss" and any(
+        names = context.names if names is None else names
+        if context.options.nonpositive == "miss" and any(
             M.parse_metric(name).base in MISS_BASES for name in names
         ):
             raise ValueError(
@@ -110,10 +118,10 @@ class InputForm:
                 "update(preds=, target=, indexes=) only"
             )
 
-    def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+    def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
         """Counts about the data as a whole that ``summary()`` reports beside its rows."""
         return {}
 
-    def skip_reason(self, metric: RetrievalMetric) -> str:
+    def skip_reason(self, context: FormContext) -> str:
         """Why a query of this form can have no relevant item (the warning of compute())."""
         raise NotImplementedError

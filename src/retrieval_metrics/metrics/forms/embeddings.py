@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -16,10 +15,8 @@ from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.chunks import PAIR_BYTES, label_pair_counts, query_chunks
 from retrieval_metrics.metrics.forms.base import Batch, InputForm
+from retrieval_metrics.metrics.forms.context import FormContext
 from retrieval_metrics.metrics.inputs import as_embeddings, item_tensors, score_copy
-
-if TYPE_CHECKING:
-    from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
 __all__ = ["QRELS_SKIP", "QueryGallery", "SameSource", "relevance_skip_reason"]
 
@@ -30,11 +27,11 @@ QRELS_SKIP = (
 )
 
 
-def relevance_skip_reason(metric: RetrievalMetric) -> str:
+def relevance_skip_reason(context: FormContext) -> str:
     """Why an embedding query can have nothing relevant, by the metric's relevance rule."""
-    if metric.relevance == "radius":
-        return f"no gallery item lies within radius={metric.radius:g} m of it"
-    if metric.relevance == "qrels":
+    if context.options.relevance == "radius":
+        return f"no gallery item lies within radius={context.options.radius:g} m of it"
+    if context.options.relevance == "qrels":
         return QRELS_SKIP
     return "no other gallery item has its label, e.g. when every label appears once"
 
@@ -47,18 +44,20 @@ class _EmbeddingStates(InputForm):
     call = "`embeddings` (+ labels)"
     same_source: bool
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+    def append(self, context: FormContext, batch: Batch) -> None:
         emb = as_embeddings("embeddings", batch.embeddings)
         items = item_tensors(
-            emb, metric.relevance, batch.labels, batch.ids, batch.cameras, batch.positions
+            emb, context.options.relevance, batch.labels, batch.ids, batch.cameras,
+            batch.positions,
         )
-        metric._check_width("embeddings", emb)
+        context.store.check_width("embeddings", emb)
         side = "g" if batch.role == "gallery" else "q"
-        if metric.ties == "id":
+        if context.options.ties == "id":
             items = replace(items, order=self.tie_order(batch, side))
-        metric._mark(self.kind)
-        metric._note_kinds(side, batch)
-        metric._append_items(side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}")
+        context.store.note_key_kinds(side, batch.keys())
+        context.store.append_items(
+            side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}"
+        )
 
     def tie_order(self, batch: Batch, side: str) -> Tensor | None:
         """Under ties="id", a separate gallery's ids as given, in rows that sort as Python sorts
@@ -68,58 +67,59 @@ class _EmbeddingStates(InputForm):
             return None
         return id_order_rows(batch.ids, "ids")
 
-    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
+    def sides(self, context: FormContext) -> tuple[Items, Items | None]:
         """The deduplicated queries and the gallery they are ranked against (None: same
         source), refused by name where a side is missing or empty."""
         raise NotImplementedError
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
-        queries, gallery = self.sides(metric)
-        pairs = _label_pairs(metric, queries, gallery)
+    def table(self, context: FormContext) -> RankTable:
+        queries, gallery = self.sides(context)
+        pairs = _label_pairs(context, queries, gallery)
         return D.rank_queries(
             queries, gallery,
-            metric._ranking_options(None if pairs is None else int(pairs.sum())),
-            metric.process_group, metric._distributed(),
+            context.ranking_options(None if pairs is None else int(pairs.sum())),
+            context.exchange.group, context.exchange.distributed,
         )
 
-    def tables_in_chunks(self, metric: RetrievalMetric) -> Iterator[RankTable] | None:
+    def tables_in_chunks(self, context: FormContext) -> Iterator[RankTable] | None:
         """Relevant pairs beyond ``memory_budget`` at ``PAIR_BYTES`` each (thousands of relevant
         items per query) would make rank tables, relevance sets and tie groups of gigabytes: then
         a chunk of queries at a time, each reduced to per-query values before the next is ranked,
         holding that many. ``PAIR_BYTES`` is several times what a pair takes at the peak (42 to 58
         bytes measured, every measure at once), so a chunk takes less than a quarter of the
-        budget, and the ranking the rest (``_ranking_budget``). Taken where the
+        budget, and the ranking the rest (``chunks.ranking_budget``). Taken where the
         pairs can be counted before ranking (label relevance), not for a sharded gallery; on several
         processes, this process's share of the queries (their parts are gathered after)."""
-        if metric.gallery_sharded or metric.nonpositive != "hit":
+        budget = context.options.memory_budget
+        if context.gallery_sharded or context.options.nonpositive != "hit":
             return None
-        queries, gallery = self.sides(metric)
-        pairs = _label_pairs(metric, queries, gallery)
+        queries, gallery = self.sides(context)
+        pairs = _label_pairs(context, queries, gallery)
         if pairs is None:
             return None
         gallery = queries if gallery is None else gallery
-        if int(pairs.sum()) * PAIR_BYTES <= metric.memory_budget:
+        if int(pairs.sum()) * PAIR_BYTES <= budget:
             return None  # the same decision on every process: the states are synced
-        options = metric._ranking_options()
-        if metric._several_processes():
-            mine = D.query_share(len(queries), metric.process_group, True)
+        options = context.ranking_options()
+        if context.exchange.several:
+            mine = D.query_share(len(queries), context.exchange.group, True)
             queries, pairs = queries.select(mine), pairs[mine]
             if len(queries) == 0:
                 # nothing to rank here, but empty parts of the right kinds to gather
                 return iter([options.rank(queries, gallery)])
         return (
             options.rank(queries.select(slice(start, stop)), gallery)
-            for start, stop in query_chunks(pairs, metric.memory_budget)
+            for start, stop in query_chunks(pairs, budget)
         )
 
-    def skip_reason(self, metric: RetrievalMetric) -> str:
-        return relevance_skip_reason(metric)
+    def skip_reason(self, context: FormContext) -> str:
+        return relevance_skip_reason(context)
 
 
-def _label_pairs(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> Tensor | None:
+def _label_pairs(context: FormContext, queries: Items, gallery: Items | None) -> Tensor | None:
     """Per query, its relevant pairs before exclusions, where they can be counted before the
     ranking (label relevance, labels on both sides); None elsewhere."""
-    if metric.relevance != "label":
+    if context.options.relevance != "label":
         return None
     gallery = queries if gallery is None else gallery
     if queries.labels is None or gallery.labels is None:
@@ -133,11 +133,11 @@ class SameSource(_EmbeddingStates):
     kind = "same_source"
     description = "same-source embeddings"
 
-    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
-        return batch.role is None and metric._gallery is None
+    def accepts(self, batch: Batch, context: FormContext) -> bool:
+        return batch.role is None and context.fixed_gallery is None
 
-    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
-        queries = metric._deduped("q", "`ids`")
+    def sides(self, context: FormContext) -> tuple[Items, Items | None]:
+        queries = context.store.deduped("q", "`ids`")
         if queries is None:
             raise ValueError("no data: call `update` before `compute`")
         if len(queries) == 0:
@@ -154,13 +154,13 @@ class QueryGallery(_EmbeddingStates):
     kind = "query_gallery"
     description = "query and gallery embeddings"
 
-    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
-        return batch.role is not None and metric._gallery is None
+    def accepts(self, batch: Batch, context: FormContext) -> bool:
+        return batch.role is not None and context.fixed_gallery is None
 
-    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
-        queries = metric._deduped("q", "`ids` of the queries")
+    def sides(self, context: FormContext) -> tuple[Items, Items | None]:
+        queries = context.store.deduped("q", "`ids` of the queries")
         if queries is None:
-            if metric._state("g_emb") is not None:
+            if context.store.read("g_emb") is not None:
                 raise ValueError(
                     "gallery items were given but no queries (update with role='query')"
                 )
@@ -171,10 +171,10 @@ class QueryGallery(_EmbeddingStates):
                 "(role='query')"
             )
         # held as updated, not joined (a sharded gallery's rows travel: one tensor)
-        gallery = metric._deduped(
-            "g", "`ids` of the gallery items", batched=not metric.gallery_sharded
+        gallery = context.store.deduped(
+            "g", "`ids` of the gallery items", batched=not context.gallery_sharded
         )
-        if metric.gallery_sharded:
+        if context.gallery_sharded:
             return queries, gallery  # this process's shard: it may hold nothing
         if gallery is None:
             raise ValueError("queries were given but no gallery (update with role='gallery')")
@@ -185,27 +185,27 @@ class QueryGallery(_EmbeddingStates):
             )
         return queries, gallery
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
-        if not metric.gallery_sharded:
-            return super().table(metric)
-        queries, shard = self.sides(metric)
-        return self.sharded_table(metric, queries, shard)
+    def table(self, context: FormContext) -> RankTable:
+        if not context.gallery_sharded:
+            return super().table(context)
+        queries, shard = self.sides(context)
+        return self.sharded_table(context, queries, shard)
 
     def sharded_table(
-        self, metric: RetrievalMetric, queries: Items, shard: Items | None
+        self, context: FormContext, queries: Items, shard: Items | None
     ) -> RankTable:
         """Every query against the gallery that stays split over the processes (this one holds
         ``shard``, or nothing): the items that a lower-ranked process also holds (sampler
         padding) dropped, by their ids."""
         sent = 0
-        several = metric._several_processes()
+        several = context.exchange.several
         if several:
             if shard is None:  # this process holds no gallery items, but joins the collectives
                 shard = queries.select(torch.zeros(0, dtype=torch.int64))
             shard, sent = D.dedupe_across_shards(
-                shard, "`ids` of the gallery items", metric.process_group
+                shard, "`ids` of the gallery items", context.exchange.group
             )
-        options = metric._ranking_options()
+        options = context.ranking_options()
         if not several and shard is not None and len(shard):
             # one process: its shard is the whole gallery, ranked in one pass (the sharded
             # ranking's first pass, the relevant scores to exchange, would add up to half a
@@ -213,9 +213,9 @@ class QueryGallery(_EmbeddingStates):
             table, ranked = D.rank_queries(queries, shard, options, None, False), 0
         else:
             table, ranked = D.rank_gallery_sharded(
-                queries, shard, options, metric.process_group, several
+                queries, shard, options, context.exchange.group, several
             )
         # what this process sent: its states, the shard's ids and the ranking's relevant
         # scores and counts
-        metric.bytes_exchanged = sent + ranked + metric._sync_bytes
+        context.bytes_exchanged = sent + ranked + context.exchange.synced_bytes
         return table

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -24,22 +23,20 @@ from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch
+from retrieval_metrics.metrics.forms.context import FormContext
 from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
-
-if TYPE_CHECKING:
-    from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
 __all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
 
 
-def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items | None) -> None:
+def check_identical_ids(context: FormContext, queries: Items, gallery: Items | None) -> None:
     """Refuse, with ``ignore_identical_ids`` left at None, integer query ids that are also corpus
     ids: with two counters (queries 0..Q-1, documents 0..N-1) leaving out the document whose id
     is the query's would silently drop document i from query i's ranking. A sharded corpus
     (``gallery``: this process's shard, or None) is checked on every shard, and refused on every
     process alike."""
-    judgments = metric.qrels
-    if metric.ignore_identical_ids is not None or judgments is None:
+    judgments = context.judgments
+    if context.options.ignore_identical_ids is not None or judgments is None:
         return
     if not judgments.integer_ids or queries.ids is None:
         return
@@ -47,13 +44,13 @@ def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items 
         shared = torch.zeros(len(queries), dtype=torch.bool)
     else:
         shared = torch.isin(queries.ids.cpu(), gallery.ids.cpu())
-    if metric.gallery_sharded and metric._distributed():
+    if context.gallery_sharded and context.exchange.distributed:
         # (the queries are every process's: one shard's collision is every process's refusal)
-        shared = D.gather_rows([shared[None]], metric.process_group)[0].any(0)
+        shared = D.gather_rows([shared[None]], context.exchange.group)[0].any(0)
     if bool(shared.any()):
         example = int(queries.ids.cpu()[shared][0])
         raise ValueError(
-            f"{type(metric).__name__}: {int(shared.sum())} query ids are also document ids "
+            f"{context.owner}: {int(shared.sum())} query ids are also document ids "
             f"(e.g. {example}), and the ids are integers. A document whose id is the query's is "
             "left out of its ranking (ignore_identical_ids, as BEIR and MTEB do), which with "
             "query ids 0..Q-1 and document ids 0..N-1 from two counters drops document i from "
@@ -62,7 +59,7 @@ def check_identical_ids(metric: RetrievalMetric, queries: Items, gallery: Items 
         )
 
 
-def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None) -> Tensor:
+def check_ids_meet(context: FormContext, given: Tensor, corpus: Tensor | None) -> Tensor:
     """Refuse judgments that share no query id with the queries given (``given``: their id
     codes), or whose relevant documents (of the queries given) are none of them in the corpus
     (``corpus``: its id codes; None for a sharded corpus, whose documents are the shards'): every
@@ -70,12 +67,12 @@ def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None
     another split). Warn where most of those documents are missing. Decided on the synced
     states: alike on every process. Each message counts both sides and names an id of each.
     Returns which of the queries given are judged (on the host): the queries ranked."""
-    judgments = metric.qrels
+    judgments = context.judgments
     assert judgments is not None
-    name = type(metric).__name__
+    name = context.owner
     query_example, document_example = judgments.examples
-    given_example = metric.id_examples.get("query")
-    corpus_example = metric.id_examples.get("gallery")
+    given_example = context.id_examples.get("query")
+    corpus_example = context.id_examples.get("gallery")
     hint = (
         "ids compare as text: 7 and '7' are one id, 'q7' and '7' are not; check the prefix, the "
         "type and the split of the ids on each side"
@@ -118,12 +115,12 @@ def check_ids_meet(metric: RetrievalMetric, given: Tensor, corpus: Tensor | None
     return judged
 
 
-def qrels_notes(metric: RetrievalMetric, table: RankTable, given: Tensor) -> dict[str, int]:
+def qrels_notes(context: FormContext, table: RankTable, given: Tensor) -> dict[str, int]:
     """What ``summary()`` counts about judgments beside its rows: relevant judgments whose
     document the corpus lacks (relevant, never retrieved), queries given without any judgment
     (left out of every mean, as BEIR, MTEB and sentence-transformers leave them out) and judged
     queries never given. ``given``: the ids of every query given."""
-    judgments = metric.qrels
+    judgments = context.judgments
     assert judgments is not None
     absent = table.num_absent
     judged = torch.isin(given, judgments.judged)
@@ -141,10 +138,10 @@ class Qrels(QueryGallery):
     kind = "qrels"
     description = "queries and a corpus with qrels"
 
-    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
-        return metric.qrels is not None and metric._gallery is None
+    def accepts(self, batch: Batch, context: FormContext) -> bool:
+        return context.judgments is not None and context.fixed_gallery is None
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+    def append(self, context: FormContext, batch: Batch) -> None:
         if batch.role is None:
             raise ValueError(
                 "with `qrels=`, say which side each update is: role='query' (query embeddings, "
@@ -154,40 +151,40 @@ class Qrels(QueryGallery):
         if batch.labels is not None or batch.positions is not None:
             raise ValueError("with `qrels=`, relevance is the judgments': give no `labels` or "
                              "`positions`")
-        super().append(metric, batch)
+        super().append(context, batch)
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
+    def table(self, context: FormContext) -> RankTable:
         # Only the judged queries are ranked: a query the qrels do not name is in no mean (BEIR,
         # MTEB and sentence-transformers leave it out too; summary() counts it), whatever
         # empty_queries says of judged queries with nothing relevant. The queries' ids stay in
         # the table: two retrievers' tables pair their queries by them.
-        queries, gallery = self.sides(metric)
+        queries, gallery = self.sides(context)
         judged = check_ids_meet(
-            metric, queries.ids,
-            None if gallery is None or metric.gallery_sharded else gallery.ids,
+            context, queries.ids,
+            None if gallery is None or context.gallery_sharded else gallery.ids,
         )
         if not bool(judged.all()):
             queries = queries.select(flat_nonzero(judged))
-        if metric.gallery_sharded:
-            table = self.sharded_table(metric, queries, gallery)
+        if context.gallery_sharded:
+            table = self.sharded_table(context, queries, gallery)
         else:
             assert gallery is not None
             table = D.rank_queries(
-                queries, gallery, metric._ranking_options(), metric.process_group,
-                metric._distributed(),
+                queries, gallery, context.ranking_options(), context.exchange.group,
+                context.exchange.distributed,
             )
         return replace(table, query_id=queries.ids.cpu())
 
-    def sides(self, metric: RetrievalMetric) -> tuple[Items, Items | None]:
-        queries, gallery = super().sides(metric)
-        check_identical_ids(metric, queries, gallery)
+    def sides(self, context: FormContext) -> tuple[Items, Items | None]:
+        queries, gallery = super().sides(context)
+        check_identical_ids(context, queries, gallery)
         return queries, gallery
 
-    def skip_reason(self, metric: RetrievalMetric) -> str:
+    def skip_reason(self, context: FormContext) -> str:
         return QRELS_SKIP
 
-    def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
+    def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
         # (the deduplicated queries as the table's ranking read them; their ids were checked
         # there, with the collective a sharded corpus needs: not again)
-        queries, _ = super().sides(metric)
-        return qrels_notes(metric, table, queries.ids.cpu())
+        queries, _ = super().sides(context)
+        return qrels_notes(context, table, queries.ids.cpu())

@@ -4,7 +4,6 @@ its rule that a relevant item scored <= 0 is never a hit (``nonpositive="miss"``
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -18,9 +17,7 @@ from retrieval_metrics.functional.ranking import (
 )
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, InputForm
-
-if TYPE_CHECKING:
-    from retrieval_metrics.metrics.retrieval import RetrievalMetric
+from retrieval_metrics.metrics.forms.context import FormContext
 
 __all__ = ["Scores"]
 
@@ -47,7 +44,7 @@ class Scores(InputForm):
         return replace(batch, preds=batch.embeddings, target=batch.labels, embeddings=None,
                        labels=None)
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+    def append(self, context: FormContext, batch: Batch) -> None:
         if batch.preds is None or batch.target is None or batch.indexes is None:
             raise ValueError("torchmetrics' form needs `preds`, `target` and `indexes` together")
         preds, target, indexes = (
@@ -70,64 +67,69 @@ class Scores(InputForm):
             raise ValueError("`preds` contains NaN or infinite values")
         if target.is_complex() or (target.numel() and bool((target < 0).any())):
             raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
-        metric._mark(self.kind)
-        metric._append_state("s_preds", preds.reshape(-1))
+        context.store.append("s_preds", preds.reshape(-1))
         # the target's dtype says binary (bool, integers 0/1) or graded (float), as in rank_scores
-        metric._append_state("s_target", target.reshape(-1))
-        metric._append_state("s_indexes", indexes.reshape(-1).to(torch.int64))
+        context.store.append("s_target", target.reshape(-1))
+        context.store.append("s_indexes", indexes.reshape(-1).to(torch.int64))
 
-    def _states(self, metric: RetrievalMetric) -> tuple[Tensor, Tensor, Tensor]:
+    def _states(self, context: FormContext) -> tuple[Tensor, Tensor, Tensor]:
         preds, target, indexes = (
-            metric._state(n) for n in ("s_preds", "s_target", "s_indexes")
+            context.store.read(n) for n in ("s_preds", "s_target", "s_indexes")
         )
         return preds.cpu(), target.cpu(), indexes.cpu()
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
+    def table(self, context: FormContext) -> RankTable:
         # every batch was checked by update(): rank without checking the whole again
-        return rank_checked_scores(*self._states(metric))
+        return rank_checked_scores(*self._states(context))
 
-    def miss_table(self, metric: RetrievalMetric, table: RankTable) -> RankTable:
-        """``table`` with every relevant item scored <= 0 a miss (it still counts in m_q)."""
-        preds, _, indexes = self._states(metric)
-        return nonpositive_missed(table, positive_counts(preds, indexes))
+    def miss_table(self, context: FormContext, table: RankTable) -> RankTable:
+        """``table`` with every relevant item scored <= 0 a miss (it still counts in m_q), made
+        once per ranking from the scores states (kept in ``context.kept``)."""
+        if "miss" not in context.kept:
+            def missed() -> RankTable:
+                preds, _, indexes = self._states(context)
+                return nonpositive_missed(table, positive_counts(preds, indexes))
 
-    def skip_reason(self, metric: RetrievalMetric) -> str:
+            context.kept["miss"] = context.on_synced(missed)
+        return context.kept["miss"]
+
+    def skip_reason(self, context: FormContext) -> str:
         return "no `target` of the query is > 0"
 
-    def values(self, metric: RetrievalMetric, table: RankTable) -> dict[str, Tensor]:
+    def values(self, context: FormContext, table: RankTable) -> dict[str, Tensor]:
         """Under ``nonpositive="miss"`` (torchmetrics' rule) MAP, MRR, precision and recall read
         the miss table, MAP over the whole list dividing by the relevant items retrieved; every
         other measure reads ``table`` as the other forms do."""
-        if metric.nonpositive != "miss":
-            return super().values(metric, table)
-        options = metric.measure_options
+        if context.options.nonpositive != "miss":
+            return super().values(context, table)
+        options = context.measures
         values = {}
-        for name in metric.metric_names():
+        for name in context.names:
             spec = M.parse_metric(name)
             if spec.base not in MISS_BASES:
                 values.update(M.retrieval_measures(table, [name], options=options))
                 continue
-            miss = metric._miss_table(table)
+            miss = self.miss_table(context, table)
             numerator = denominator = None
-            average = M.average_for(spec, metric.average)
+            average = M.average_for(spec, context.options.average)
             if average == "micro" and spec.measure.micro is not None:
                 numerator, denominator = M.micro_parts(miss, spec, options)
             values[spec.name] = M.aggregate(
-                self.per_query_values(metric, table, spec), miss,
-                empty_queries=metric.empty_queries, average=average, percent=metric.percent,
+                self.per_query_values(context, table, spec), miss,
+                empty_queries=options.empty_queries, average=average, percent=options.percent,
                 numerator=numerator, denominator=denominator,
             )
         return values
 
     def per_query_values(
-        self, metric: RetrievalMetric, table: RankTable, spec: M.MetricSpec
+        self, context: FormContext, table: RankTable, spec: M.MetricSpec
     ) -> Tensor:
-        if metric.nonpositive != "miss" or spec.base not in MISS_BASES:
-            return super().per_query_values(metric, table, spec)
-        miss = metric._miss_table(table)
+        if context.options.nonpositive != "miss" or spec.base not in MISS_BASES:
+            return super().per_query_values(context, table, spec)
+        miss = self.miss_table(context, table)
         if spec.base == "map" and spec.k is None:
             # torchmetrics' AP over the whole list divides by the relevant items scored > 0
             return M.average_precision_per_query(
-                miss, miss.gallery_size, metric.ties, divisor="retrieved"
+                miss, miss.gallery_size, context.options.ties, divisor="retrieved"
             )
-        return M.per_query_values(miss, spec, options=metric.measure_options)
+        return M.per_query_values(miss, spec, options=context.measures)

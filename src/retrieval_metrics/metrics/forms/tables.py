@@ -4,12 +4,13 @@ precomputed ranks, queries against a fixed gallery), only their per-query result
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_lists
+from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows
@@ -23,6 +24,7 @@ from retrieval_metrics.functional.table import (
 )
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, InputForm
+from retrieval_metrics.metrics.forms.context import FormContext
 from retrieval_metrics.metrics.forms.embeddings import relevance_skip_reason
 from retrieval_metrics.metrics.forms.qrels import (
     check_identical_ids,
@@ -38,33 +40,29 @@ from retrieval_metrics.metrics.inputs import (
     table_from_ranks,
 )
 
-if TYPE_CHECKING:
-    from retrieval_metrics.metrics.retrieval import RetrievalMetric
-
 __all__ = ["FixedGallery", "PrecomputedRanks", "RankedLists", "TableStates", "append_table"]
 
 
-def append_table(metric: RetrievalMetric, kind: str, table: RankTable, query_ids: Any) -> None:
+def append_table(context: FormContext, table: RankTable, query_ids: Any) -> None:
     """Append one batch's rank table (with the queries' sample ids, if given) to the states."""
-    metric._mark(kind)
     if query_ids is not None:
         qid = per_item("ids", label_codes(query_ids, "ids"), table.num_queries)
         table = replace(table, query_id=qid)
-    before = metric._state(f"t_{PRESENT}")
+    before = context.store.read(f"t_{PRESENT}")
     if before is not None and before.numel() and table.num_queries:
         if has_part(int(before[0]), "query_id") != (query_ids is not None):
             raise ValueError("`ids` must be given on every update or on none")
     for name, value in table_parts(table).items():
-        metric._append_state(f"t_{name}", value)
+        context.store.append(f"t_{name}", value)
 
 
 class TableStates(InputForm):
     """The table states, read back as one table (repeated queries dropped by sample id)."""
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
+    def table(self, context: FormContext) -> RankTable:
         parts = {}
         for name in [p.name for p in TABLE_PARTS] + [PRESENT]:
-            value = metric._state(f"t_{name}")
+            value = context.store.read(f"t_{name}")
             parts[name] = value if value is not None else torch.zeros(0, dtype=torch.int64)
         table = table_from_parts(parts)
         if table.query_id is not None and table.num_queries:
@@ -89,29 +87,30 @@ class RankedLists(TableStates):
     keywords = ("ids",)
     call = "`ranked_ids` + `relevant_ids`"
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+    def append(self, context: FormContext, batch: Batch) -> None:
         if batch.ranked_ids is None or batch.relevant_ids is None:
             raise ValueError("ranked lists need both `ranked_ids` and `relevant_ids`")
-        if metric.empty_lists == "error":
+        options = context.options
+        if options.empty_lists == "error":
             for q, ranked in enumerate(batch.ranked_ids):
                 if len(ranked) == 0:
                     raise ValueError(
                         f"`ranked_ids[{q}]` is empty (empty_lists='error'"
-                        f"{'' if metric.protocol is None else f', protocol={metric.protocol!r}'}"
+                        f"{'' if options.protocol is None else f', protocol={options.protocol!r}'}"
                         "): a retriever that returns nothing has no value there"
                     )
         table = rank_lists(
             batch.ranked_ids,
             batch.relevant_ids,
-            duplicates=metric.duplicates,
+            duplicates=options.duplicates,
             # the distinct ids of each list, only where a measure divides by them
-            distinct=M.divides_by_retrieved(metric.metric_names()),
-            judged_documents=M.judged_needed(metric.metric_names(), metric.measure_options),
+            distinct=M.divides_by_retrieved(context.names),
+            judged_documents=M.judged_needed(context.names, context.measures),
         )
-        metric._note_kinds("q", batch)
-        append_table(metric, self.kind, table, batch.ids)
+        context.store.note_key_kinds("q", batch.keys())
+        append_table(context, table, batch.ids)
 
-    def skip_reason(self, metric: RetrievalMetric) -> str:
+    def skip_reason(self, context: FormContext) -> str:
         return "its `relevant_ids` are empty, or its `num_relevant` is 0"
 
 
@@ -123,10 +122,10 @@ class PrecomputedRanks(RankedLists):
     keywords = ("num_relevant", "ids")
     call = "`relevant_ranks`"
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
+    def append(self, context: FormContext, batch: Batch) -> None:
         table = table_from_ranks(batch.relevant_ranks or [], batch.num_relevant)
-        metric._note_kinds("q", batch)
-        append_table(metric, self.kind, table, batch.ids)
+        context.store.note_key_kinds("q", batch.keys())
+        append_table(context, table, batch.ids)
 
 
 class FixedGallery(TableStates):
@@ -139,15 +138,16 @@ class FixedGallery(TableStates):
     keywords = ("labels", "role", "ids", "cameras", "positions")
     call = "`embeddings` (+ labels)"
 
-    def accepts(self, batch: Batch, metric: RetrievalMetric) -> bool:
-        return metric._gallery is not None
+    def accepts(self, batch: Batch, context: FormContext) -> bool:
+        return context.fixed_gallery is not None
 
-    def append(self, metric: RetrievalMetric, batch: Batch) -> None:
-        gallery = metric._gallery
+    def append(self, context: FormContext, batch: Batch) -> None:
+        gallery = context.fixed_gallery
         assert gallery is not None  # accepts() chose this form for it
         emb = as_embeddings("embeddings", batch.embeddings)
         items = item_tensors(
-            emb, metric.relevance, batch.labels, batch.ids, batch.cameras, batch.positions
+            emb, context.options.relevance, batch.labels, batch.ids, batch.cameras,
+            batch.positions,
         )
         if batch.role == "gallery":
             raise ValueError("a fixed gallery was set with `set_gallery`; update queries only")
@@ -156,22 +156,25 @@ class FixedGallery(TableStates):
                 f"`embeddings` must have {gallery.emb.shape[1]} columns, the width of "
                 f"the gallery given to `set_gallery`, got {emb.shape[1]}"
             )
-        metric._note_kinds("q", batch)
-        if metric.qrels is not None:
-            check_identical_ids(metric, items, gallery)
-        append_table(metric, self.kind, metric._ranking_options().rank(items, gallery), items.ids)
+        context.store.note_key_kinds("q", batch.keys())
+        if context.judgments is not None:
+            check_identical_ids(context, items, gallery)
+        append_table(context, context.ranking_options().rank(items, gallery), items.ids)
 
     @staticmethod
-    def set(metric: RetrievalMetric, embeddings: Any, keys: dict[str, Any]) -> None:
+    def set(context: FormContext, embeddings: Any, keys: dict[str, Any]) -> Items:
+        """The gallery of ``set_gallery(embeddings, **keys)``, checked, its keys' kinds noted."""
         emb = as_corpus("embeddings", embeddings)
         if emb.shape[0] == 0:
             raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
-        items = item_tensors(emb, metric.relevance, **keys)
-        if metric.ties == "id" and keys.get("ids") is not None:
+        items = item_tensors(emb, context.options.relevance, **keys)
+        if context.options.ties == "id" and keys.get("ids") is not None:
             # ties by id (see QueryGallery.tie_order)
             items = replace(items, order=id_order_rows(keys["ids"], "ids"))
-        metric._note_kinds("g", Batch(**{k: v for k, v in keys.items() if k != "positions"}))
-        if metric.qrels is not None and items.ids is not None:
+        context.store.note_key_kinds(
+            "g", Batch(**{k: v for k, v in keys.items() if k != "positions"}).keys()
+        )
+        if context.judgments is not None and items.ids is not None:
             # a corpus given once: each document once (repeats that agree dropped), in the order
             # given, so that a corpus of distinct ids is kept as it is, never copied
             items = items.select(torch.sort(D.dedupe_by_id(
@@ -181,26 +184,26 @@ class FixedGallery(TableStates):
         # held as one batch: each query update's ranking reads it a block at a time (for cosine,
         # divided by the norms as read), never a normalised copy of the corpus per update
         held = items.emb  # (a corpus on disk stays there: read a block at a time)
-        metric._gallery = replace(
+        return replace(
             items, emb=held if isinstance(held, RowBatches) else RowBatches([score_copy(held)])
         )
 
-    def skip_reason(self, metric: RetrievalMetric) -> str:
-        return relevance_skip_reason(metric)
+    def skip_reason(self, context: FormContext) -> str:
+        return relevance_skip_reason(context)
 
-    def table(self, metric: RetrievalMetric) -> RankTable:
-        table = super().table(metric)
-        if metric.qrels is None or table.query_id is None:
+    def table(self, context: FormContext) -> RankTable:
+        table = super().table(context)
+        if context.judgments is None or table.query_id is None:
             return table
-        gallery = metric._gallery
+        gallery = context.fixed_gallery
         # a query the qrels do not name is in no mean (as in the Qrels form; summary() counts it)
-        judged = check_ids_meet(metric, table.query_id, None if gallery is None else gallery.ids)
+        judged = check_ids_meet(context, table.query_id, None if gallery is None else gallery.ids)
         return table if bool(judged.all()) else table.select(judged)
 
-    def notes(self, metric: RetrievalMetric, table: RankTable) -> dict[str, int]:
-        if metric.qrels is None:
+    def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
+        if context.judgments is None:
             return {}
-        given = super().table(metric).query_id
+        given = super().table(context).query_id
         return qrels_notes(
-            metric, table, torch.zeros(0, dtype=torch.int64) if given is None else given
+            context, table, torch.zeros(0, dtype=torch.int64) if given is None else given
         )

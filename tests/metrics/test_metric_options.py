@@ -1,0 +1,43 @@
+"""The metric layer's options are one object, built once from the declared options."""
+
+from dataclasses import fields
+
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from retrieval_metrics.functional.measures import MeasureOptions
+from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.metrics.options import MetricOptions
+
+
+def test_the_fields_are_the_declared_options():
+    names = {f.name for f in fields(MetricOptions)} - {"protocol"}
+    assert names == set(OPTIONS)
+    for f in fields(MetricOptions):
+        if f.name != "protocol":
+            assert f.default == OPTIONS[f.name].default, f.name
+
+
+def test_a_protocol_is_applied_once_and_the_measures_get_their_own_object():
+    metric = rm.RetrievalMetrics(["mrr@10"], protocol="trec_eval")
+    assert metric.options.protocol == "trec_eval"
+    assert metric.ties == metric.options.ties
+    measures = metric.measure_options
+    assert type(measures) is MeasureOptions and measures is metric.measure_options
+    assert measures.ties == metric.ties and measures.gain == metric.gain
+
+
+def test_every_option_is_checked_by_name_when_the_metric_is_made():
+    with pytest.raises(ValueError, match="`divisor` must be one of"):
+        rm.RetrievalMetrics(["map@10"], divisor="all")
+    with pytest.raises(ValueError, match="protocol='vsepp' sets"):
+        rm.RetrievalMetrics(["hit_rate@1"], protocol="vsepp", median="plain")
+
+
+def test_options_are_read_only_on_the_metric():
+    metric = rm.RetrievalMetrics(["hit_rate@1"], ties="optimistic")
+    with pytest.raises(AttributeError):
+        metric.ties = "pessimistic"
+    metric.update(torch.eye(3), torch.tensor([0, 0, 1]))
+    assert metric.ties == "optimistic" and metric.options.ties == "optimistic"
