@@ -32,7 +32,6 @@ from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.forms.context import Exchange
 from retrieval_metrics.metrics.options import MetricOptions
 from retrieval_metrics.metrics.protocols import NOT_GIVEN, NotGiven
 from retrieval_metrics.metrics.store import SideStore
@@ -226,10 +225,10 @@ class RetrievalMetricBase(Metric):
     def _several_processes(self) -> bool:
         return self._distributed() and D.rank_and_world(self.process_group)[1] > 1
 
-    def _exchange(self) -> Exchange:
+    def _processes(self) -> D.Processes:
         """The processes the states are synced over, as they are now."""
         distributed = self._distributed()
-        return Exchange(
+        return D.Processes(
             group=self.process_group,
             distributed=distributed,
             several=distributed and D.rank_and_world(self.process_group)[1] > 1,

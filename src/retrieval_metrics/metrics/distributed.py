@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,6 +43,7 @@ from retrieval_metrics.functional.table import (
 __all__ = [
     "EMBEDDING_REPEAT_TOLERANCE",
     "DistributedExchange",
+    "Processes",
     "dedupe_across_shards",
     "dedupe_by_id",
     "distributed_ready",
@@ -68,6 +70,19 @@ _DTYPES = [
     torch.float64,
 ]
 _MAX_DIMS = 3
+
+
+@dataclass(frozen=True)
+class Processes:
+    """The processes a metric's states are synced over, as one call found them: ``group``
+    (torch.distributed's, None for the default), ``distributed`` (the states are synced),
+    ``several`` (over more than one process) and ``synced_bytes`` (what this process sent in
+    the last sync)."""
+
+    group: Any = None
+    distributed: bool = False
+    several: bool = False
+    synced_bytes: int = 0
 
 
 def distributed_ready() -> bool:

@@ -30,12 +30,12 @@ from retrieval_metrics.metrics.forms import (
     FORMS,
     Batch,
     FixedGallery,
+    FormContext,
     InputForm,
     form_of_call,
     form_of_kind,
     kinds,
 )
-from retrieval_metrics.metrics.forms.context import FormContext
 from retrieval_metrics.metrics.inputs import read_ids
 from retrieval_metrics.metrics.runs import run_of
 
@@ -254,7 +254,7 @@ class RetrievalMetric(RetrievalMetricBase):
             form = self._synced_form()
             context = self.context()
             return run_of(
-                context, form, k, ids, string_ids=strings, several=context.exchange.several
+                context, form, k, ids, string_ids=strings, several=context.processes.several
             )
 
         return self._on_synced_states(listed)
@@ -296,10 +296,13 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _synced_form(self) -> InputForm:
         """:meth:`_input_form` on the synced states, kept for what reads it after the sync;
-        refused on every process where the processes disagree."""
-        self._check_agreement()
-        self._derived["form"] = form = self._input_form()
+        refused on every process where the processes disagree. Checked once per ranking."""
+        self._derived["form"] = form = self.store.once("form", self._agreed_form)
         return form
+
+    def _agreed_form(self) -> InputForm:
+        self._check_agreement()
+        return self._input_form()
 
     def _check_agreement(self) -> None:
         """What every process (and every update) must agree on, on the synced states: the same
@@ -332,13 +335,13 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def context(self) -> FormContext:
         """What this metric's input form sees of it for one call: the stored sides, the
-        options, the ranking's options and the exchange between processes."""
+        options, the ranking's options and the processes the states are synced over."""
         return FormContext(
             store=self.store,
             options=self.options,
             names=self.metric_names(),
             owner=type(self).__name__,
-            exchange=self._exchange(),
+            processes=self._processes(),
             judgments=self.qrels,
             gallery_sharded=self.gallery_sharded,
             fixed_gallery=self._gallery,

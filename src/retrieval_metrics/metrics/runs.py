@@ -23,8 +23,7 @@ from retrieval_metrics.functional.ranking.top_lists import top_k
 from retrieval_metrics.metrics import distributed as D
 
 if TYPE_CHECKING:
-    from retrieval_metrics.metrics.forms.base import InputForm
-    from retrieval_metrics.metrics.forms.context import FormContext
+    from retrieval_metrics.metrics.forms.base import FormContext, InputForm
 
 __all__ = ["run_of"]
 
@@ -59,7 +58,7 @@ def run_of(
         none = torch.zeros(0, dtype=torch.int64)
         shard = gallery if gallery is not None else queries.select(none)
         shard, _ = D.dedupe_across_shards(
-            shard, "`ids` of the gallery items", context.exchange.group
+            shard, "`ids` of the gallery items", context.processes.group
         )
         codes, scores = _shard_best(context, queries, shard, k)
     else:
@@ -123,7 +122,7 @@ def _shard_best(context: FormContext, queries: Items, shard: Items, k: int):
     if len(shard):
         mine, values = _best(context, queries, shard, k)
         codes[:, : mine.shape[1]], scores[:, : mine.shape[1]] = mine.cpu(), values.cpu().double()
-    all_codes, all_scores = D.gather_rows([codes, scores], context.exchange.group)
+    all_codes, all_scores = D.gather_rows([codes, scores], context.processes.group)
     world = all_codes.shape[0] // max(1, num_q)
     all_codes = all_codes.cpu().view(world, num_q, k).permute(1, 0, 2).reshape(num_q, -1)
     all_scores = all_scores.cpu().view(world, num_q, k).permute(1, 0, 2).reshape(num_q, -1)

@@ -12,7 +12,7 @@ labels, ids and cameras were integers or strings.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -54,8 +54,9 @@ class SideStore:
             "key_kinds", torch.zeros(len(self.kind_bits), dtype=torch.int64), dist_reduce_fx="max"
         )
         self.warned_no_ids = False
-        # each side deduplicated once per ranking (see one_ranking), None outside one
-        self._held: dict[str, Items | None] | None = None
+        # what is made once per ranking (each side deduplicated, see one_ranking), None
+        # outside one
+        self._held: dict[str, Any] | None = None
         self._depth = 0
 
     # ------------------------------------------------------------------ states by name
@@ -189,8 +190,9 @@ class SideStore:
 
     @contextmanager
     def one_ranking(self) -> Iterator[None]:
-        """Within it, each side is deduplicated once (:meth:`deduped`): the chunking decision
-        and the ranking read the same items; let go when the outermost one ends."""
+        """Within it, each side is deduplicated once (:meth:`deduped`; and what :meth:`once`
+        makes is made once): the chunking decision and the ranking read the same items; let go
+        when the outermost one ends."""
         if self._depth == 0:
             self._held = {}
         self._depth += 1
@@ -201,6 +203,15 @@ class SideStore:
             if self._depth == 0:
                 self._held = None
 
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, made once within :meth:`one_ranking` under ``key`` (each call outside
+        one)."""
+        if self._held is None:
+            return make()
+        if key not in self._held:
+            self._held[key] = make()
+        return self._held[key]
+
     def deduped(self, side: str, what: str, batched: bool = False) -> Items | None:
         """A side's items, one per sample id when ids were given: queries in ascending id order
         (the order of ``per_query()`` whatever the batches and processes), gallery items in the
@@ -208,12 +219,7 @@ class SideStore:
         into another order (the values do not depend on the gallery's order). ``what`` names the
         ids in messages; ``batched``: see :meth:`side`. Once per side within
         :meth:`one_ranking`."""
-        if self._held is not None and side in self._held:
-            return self._held[side]
-        items = self._deduplicate(side, what, batched)
-        if self._held is not None:
-            self._held[side] = items
-        return items
+        return self.once(side, lambda: self._deduplicate(side, what, batched))
 
     def _deduplicate(self, side: str, what: str, batched: bool) -> Items | None:
         items = self.side(side, batched)

@@ -3,14 +3,13 @@
 Each form says which ``update()`` call is its own, how it appends a batch, how the synced
 states become a rank table and why a query can have nothing relevant
 (:class:`~retrieval_metrics.metrics.forms.base.InputForm`), seeing its metric only through the
-public :class:`~retrieval_metrics.metrics.forms.context.FormContext` of each call. A new form is
+public :class:`~retrieval_metrics.metrics.forms.base.FormContext` of each call. A new form is
 one new file here and one entry in :data:`FORMS`; docs/contributing.md shows one worked through.
 """
 
 from __future__ import annotations
 
-from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, InputForm
-from retrieval_metrics.metrics.forms.context import Exchange, FormContext
+from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, FormContext, InputForm
 from retrieval_metrics.metrics.forms.embeddings import QueryGallery, SameSource
 from retrieval_metrics.metrics.forms.qrels import Qrels
 from retrieval_metrics.metrics.forms.scores import Scores
@@ -20,7 +19,6 @@ __all__ = [
     "FORMS",
     "MISS_BASES",
     "Batch",
-    "Exchange",
     "FixedGallery",
     "FormContext",
     "InputForm",

@@ -14,8 +14,7 @@ from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.chunks import PAIR_BYTES, label_pair_counts, query_chunks
-from retrieval_metrics.metrics.forms.base import Batch, InputForm
-from retrieval_metrics.metrics.forms.context import FormContext
+from retrieval_metrics.metrics.forms.base import Batch, FormContext, InputForm
 from retrieval_metrics.metrics.inputs import as_embeddings, item_tensors, score_copy
 
 __all__ = ["QRELS_SKIP", "QueryGallery", "SameSource", "relevance_skip_reason"]
@@ -78,7 +77,7 @@ class _EmbeddingStates(InputForm):
         return D.rank_queries(
             queries, gallery,
             context.ranking_options(None if pairs is None else int(pairs.sum())),
-            context.exchange.group, context.exchange.distributed,
+            context.processes.group, context.processes.distributed,
         )
 
     def tables_in_chunks(self, context: FormContext) -> Iterator[RankTable] | None:
@@ -101,8 +100,8 @@ class _EmbeddingStates(InputForm):
         if int(pairs.sum()) * PAIR_BYTES <= budget:
             return None  # the same decision on every process: the states are synced
         options = context.ranking_options()
-        if context.exchange.several:
-            mine = D.query_share(len(queries), context.exchange.group, True)
+        if context.processes.several:
+            mine = D.query_share(len(queries), context.processes.group, True)
             queries, pairs = queries.select(mine), pairs[mine]
             if len(queries) == 0:
                 # nothing to rank here, but empty parts of the right kinds to gather
@@ -198,12 +197,12 @@ class QueryGallery(_EmbeddingStates):
         ``shard``, or nothing): the items that a lower-ranked process also holds (sampler
         padding) dropped, by their ids."""
         sent = 0
-        several = context.exchange.several
+        several = context.processes.several
         if several:
             if shard is None:  # this process holds no gallery items, but joins the collectives
                 shard = queries.select(torch.zeros(0, dtype=torch.int64))
             shard, sent = D.dedupe_across_shards(
-                shard, "`ids` of the gallery items", context.exchange.group
+                shard, "`ids` of the gallery items", context.processes.group
             )
         options = context.ranking_options()
         if not several and shard is not None and len(shard):
@@ -213,9 +212,9 @@ class QueryGallery(_EmbeddingStates):
             table, ranked = D.rank_queries(queries, shard, options, None, False), 0
         else:
             table, ranked = D.rank_gallery_sharded(
-                queries, shard, options, context.exchange.group, several
+                queries, shard, options, context.processes.group, several
             )
         # what this process sent: its states, the shard's ids and the ranking's relevant
         # scores and counts
-        context.bytes_exchanged = sent + ranked + context.exchange.synced_bytes
+        context.bytes_exchanged = sent + ranked + context.processes.synced_bytes
         return table

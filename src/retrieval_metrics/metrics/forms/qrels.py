@@ -22,8 +22,7 @@ from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.forms.base import Batch
-from retrieval_metrics.metrics.forms.context import FormContext
+from retrieval_metrics.metrics.forms.base import Batch, FormContext
 from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
 
 __all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
@@ -44,9 +43,9 @@ def check_identical_ids(context: FormContext, queries: Items, gallery: Items | N
         shared = torch.zeros(len(queries), dtype=torch.bool)
     else:
         shared = torch.isin(queries.ids.cpu(), gallery.ids.cpu())
-    if context.gallery_sharded and context.exchange.distributed:
+    if context.gallery_sharded and context.processes.distributed:
         # (the queries are every process's: one shard's collision is every process's refusal)
-        shared = D.gather_rows([shared[None]], context.exchange.group)[0].any(0)
+        shared = D.gather_rows([shared[None]], context.processes.group)[0].any(0)
     if bool(shared.any()):
         example = int(queries.ids.cpu()[shared][0])
         raise ValueError(
@@ -170,8 +169,8 @@ class Qrels(QueryGallery):
         else:
             assert gallery is not None
             table = D.rank_queries(
-                queries, gallery, context.ranking_options(), context.exchange.group,
-                context.exchange.distributed,
+                queries, gallery, context.ranking_options(), context.processes.group,
+                context.processes.distributed,
             )
         return replace(table, query_id=queries.ids.cpu())
 

@@ -16,8 +16,7 @@ from retrieval_metrics.functional.ranking import (
     rank_checked_scores,
 )
 from retrieval_metrics.functional.table import RankTable
-from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, InputForm
-from retrieval_metrics.metrics.forms.context import FormContext
+from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, FormContext, InputForm
 
 __all__ = ["Scores"]
 

@@ -23,8 +23,7 @@ from retrieval_metrics.functional.table import (
     table_parts,
 )
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.forms.base import Batch, InputForm
-from retrieval_metrics.metrics.forms.context import FormContext
+from retrieval_metrics.metrics.forms.base import Batch, FormContext, InputForm
 from retrieval_metrics.metrics.forms.embeddings import relevance_skip_reason
 from retrieval_metrics.metrics.forms.qrels import (
     check_identical_ids,

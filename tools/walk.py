@@ -1,0 +1,88 @@
+"""The walk of a metric's update() and compute(): every function of the package they call.
+
+Run from the repository root (``python tools/walk.py [label|qrels]``): it traces one
+``RetrievalMetrics`` update and compute (same source with labels; or queries and a corpus
+with qrels) with ``sys.setprofile`` and prints, in first-call order, each package file with
+the functions called in it, then the number of files and of distinct functions. Run it on two
+trees to compare what a change adds to or takes from the path (docs/contributing.md).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections import OrderedDict
+
+import torch
+
+import retrieval_metrics as rm
+
+PACKAGE = "retrieval_metrics"
+
+
+def traced(step) -> OrderedDict[str, list[str]]:
+    seen: OrderedDict[str, list[str]] = OrderedDict()
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        path = frame.f_code.co_filename
+        if f"/{PACKAGE}/" not in path:
+            return
+        file = path.split(f"/{PACKAGE}/", 1)[1]
+        name = frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname") else frame.f_code.co_name
+        if any(f"<{kind}>" in name for kind in ("genexpr", "listcomp", "dictcomp", "lambda", "module")):
+            return  # expressions and imports, not steps of the walk
+        names = seen.setdefault(file, [])
+        if name not in names:
+            names.append(name)
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def label_walk():
+    torch.manual_seed(0)
+    emb, labels = torch.randn(64, 16), torch.randint(0, 8, (64,))
+    metric = rm.RetrievalMetrics(["hit_rate@1", "map@r"])
+    return metric, lambda: metric.update(emb, labels, ids=torch.arange(64)), metric.compute
+
+
+def qrels_walk():
+    torch.manual_seed(0)
+    qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 5, 40, 7)} for i in range(16)}
+    metric = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels)
+
+    def update():
+        metric.update(torch.randn(16, 16), ids=[f"q{i}" for i in range(16)], role="query")
+        metric.update(torch.randn(40, 16), ids=[f"d{j}" for j in range(40)], role="gallery")
+
+    return metric, update, metric.compute
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")
+    kind = sys.argv[1] if len(sys.argv) > 1 else "label"
+    walk = {"label": label_walk, "qrels": qrels_walk}[kind]
+    _, update, compute = walk()
+    update(), compute()  # imports and first-call caches out of the way
+    _, update, compute = walk()
+    total_files: set[str] = set()
+    total_calls = 0
+    for step, fn in (("update", update), ("compute", compute)):
+        seen = traced(fn)
+        calls = sum(len(v) for v in seen.values())
+        print(f"## {step}(): {len(seen)} files, {calls} functions")
+        for file, names in seen.items():
+            print(f"  {file}: {', '.join(names)}")
+        total_files |= set(seen)
+        total_calls += calls
+    print(f"{kind}: {len(total_files)} files, {total_calls} functions in update() + compute()")
+
+
+if __name__ == "__main__":
+    main()
