@@ -20,29 +20,47 @@ import retrieval_metrics as rm
 PACKAGE = "retrieval_metrics"
 
 
-def traced(step) -> OrderedDict[str, list[str]]:
+def _step(frame) -> tuple[str, str] | None:
+    """(file in the package, function) of a frame; None outside the package, or for an
+    expression or an import rather than a step of the walk."""
+    path = frame.f_code.co_filename
+    if f"/{PACKAGE}/" not in path:
+        return None
+    name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+    if any(f"<{kind}>" in name for kind in ("genexpr", "listcomp", "dictcomp", "lambda", "module")):
+        return None
+    return path.split(f"/{PACKAGE}/", 1)[1], name
+
+
+def traced(step) -> tuple[OrderedDict[str, list[str]], set[tuple[str, str]]]:
+    """The functions ``step()`` calls, by file, and the calls that cross from one file of the
+    package to another (caller function -> callee function), each counted once."""
     seen: OrderedDict[str, list[str]] = OrderedDict()
+    crossing: set[tuple[str, str]] = set()
 
     def profile(frame, event, arg):
         if event != "call":
             return
-        path = frame.f_code.co_filename
-        if f"/{PACKAGE}/" not in path:
+        here = _step(frame)
+        if here is None:
             return
-        file = path.split(f"/{PACKAGE}/", 1)[1]
-        name = frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname") else frame.f_code.co_name
-        if any(f"<{kind}>" in name for kind in ("genexpr", "listcomp", "dictcomp", "lambda", "module")):
-            return  # expressions and imports, not steps of the walk
+        file, name = here
         names = seen.setdefault(file, [])
         if name not in names:
             names.append(name)
+        caller = frame.f_back
+        while caller is not None and _step(caller) is None and f"/{PACKAGE}/" in caller.f_code.co_filename:
+            caller = caller.f_back  # through the expressions of the same function
+        there = None if caller is None else _step(caller)
+        if there is not None and there[0] != file:
+            crossing.add((f"{there[0]}:{there[1]}", f"{file}:{name}"))
 
     sys.setprofile(profile)
     try:
         step()
     finally:
         sys.setprofile(None)
-    return seen
+    return seen, crossing
 
 
 def label_walk():
@@ -72,16 +90,19 @@ def main() -> None:
     update(), compute()  # imports and first-call caches out of the way
     _, update, compute = walk()
     total_files: set[str] = set()
-    total_calls = 0
+    total_calls = total_crossing = 0
     for step, fn in (("update", update), ("compute", compute)):
-        seen = traced(fn)
+        seen, crossing = traced(fn)
         calls = sum(len(v) for v in seen.values())
-        print(f"## {step}(): {len(seen)} files, {calls} functions")
+        print(f"## {step}(): {len(seen)} files, {calls} functions, {len(crossing)} calls "
+              "from one file to another")
         for file, names in seen.items():
             print(f"  {file}: {', '.join(names)}")
         total_files |= set(seen)
         total_calls += calls
-    print(f"{kind}: {len(total_files)} files, {total_calls} functions in update() + compute()")
+        total_crossing += len(crossing)
+    print(f"{kind}: {len(total_files)} files, {total_calls} functions, {total_crossing} calls "
+          "between files in update() + compute()")
 
 
 if __name__ == "__main__":

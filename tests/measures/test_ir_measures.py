@@ -30,10 +30,10 @@ import torch
 import retrieval_metrics as rm
 from retrieval_metrics.functional.measures import (
     MeasureOptions,
-    counted_values,
     parse_metric,
     per_query_values,
 )
+from retrieval_metrics.functional.measures.aggregation import counted_values
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.table import RankTable
 

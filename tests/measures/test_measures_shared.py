@@ -11,6 +11,7 @@ import torch
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import ties
+from retrieval_metrics.functional.measures.aggregation import query_parts_in_chunks
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking import rank_scores
 
@@ -89,7 +90,7 @@ def test_nothing_is_kept_outside_a_shared_call(monkeypatch):
 def test_each_chunk_builds_its_own_groups(monkeypatch):
     tables = [scored_table(3, False), scored_table(4, False)]
     calls = counting_tie_groups(monkeypatch)
-    M.query_parts_in_chunks(tables, NAMES, ties="pessimistic")
+    query_parts_in_chunks(tables, NAMES, ties="pessimistic")
     assert calls == Counter({(id(t), "pessimistic", None): 1 for t in tables})
 
 

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.ranking import concat_tables, rank_embeddings
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.table import concat_tables
 
 NAMES = [
     "hit_rate@1",

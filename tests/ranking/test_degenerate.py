@@ -38,6 +38,7 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional import ranking
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.engine import counting
+from retrieval_metrics.metrics import retrieval
 
 SMALLEST_BUDGET = 2**16
 TIES = ("optimistic", "pessimistic", "expected")
@@ -419,7 +420,7 @@ def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_sou
         metric.update(torch.tensor(emb), torch.tensor(labels), role="gallery")
         query, gallery, labels_g = emb[:20], emb, labels
     chunked = []
-    original = M.query_parts_in_chunks
+    original = retrieval.query_parts_in_chunks
 
     def counting(tables, *args, **kwargs):
         tables = list(tables)
@@ -427,7 +428,7 @@ def test_compute_in_query_chunks(seed, n, ties, average, empty_queries, same_sou
         return original(tables, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(M, "query_parts_in_chunks", counting)
+        mp.setattr(retrieval, "query_parts_in_chunks", counting)
         values = metric.compute()
     pairs = sum(int((labels_g == lab).sum()) for lab in labels[: query.shape[0]])
     if pairs * PAIR_BYTES > SMALLEST_BUDGET:

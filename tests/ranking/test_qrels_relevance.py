@@ -1,5 +1,5 @@
-"""The functional layer's relevance by judgments: ``rank_embeddings(relevance="ids",
-relevant_ids=qrels)`` with a mapping read by the query ids, judged documents the gallery lacks
+"""The functional layer's relevance by judgments: ``rank_embeddings(relevance="qrels",
+qrels=qrels)`` with a mapping read by the query ids, judged documents the gallery lacks
 relevant and never retrieved (m, ideal DCG, depth unbounded), identical ids left out."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import retrieval_metrics as rm
 from retrieval_metrics.functional import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.qrels import Judgments, sorted_ids
@@ -29,7 +30,7 @@ def test_a_mapping_is_read_by_query_ids_with_documents_the_gallery_lacks():
     qrels = {"q1": {"d1": 2, "d3": 1, "dx": 3, "d0": 0}, "q2": ["d3", "q2"]}
     table = rank_embeddings(
         QUERY, GALLERY, query_ids=["q1", "q2"], gallery_ids=["d0", "d1", "d2", "q2"],
-        relevance="ids", relevant_ids=qrels,
+        relevance="qrels", qrels=qrels,
     )
     # q1: d1 at rank 2; d3 and dx are not in this gallery (relevant, never retrieved); d0 grade 0
     # q2: "q2" is the query's own id: left out of ranking and judgments; d3 absent
@@ -49,7 +50,7 @@ def test_identical_ids_kept_when_asked_and_string_ids_in_sequences():
     qrels = {"q2": ["q2"]}
     kept = rank_embeddings(
         QUERY[1:], GALLERY, query_ids=["q2"], gallery_ids=["d0", "d1", "d2", "q2"],
-        relevance="ids", relevant_ids=qrels, ignore_identical_ids=False,
+        relevance="qrels", qrels=qrels, ignore_identical_ids=False,
     )
     assert kept.num_relevant.tolist() == [1] and kept.above.tolist() == [0]
     # one collection per query, naming string gallery ids
@@ -87,3 +88,22 @@ def test_ids_looked_up_among_a_few_are_found_as_in_the_whole_sort(ids, among):
     assert torch.equal(some, ids[order]) and bool((some[1:] >= some[:-1]).all())
     for value in among.tolist():
         assert torch.equal(order[some == value], whole_order[whole == value]), value
+
+
+def test_one_name_for_judgments_and_the_refusals_of_the_others():
+    gallery_ids = ["d0", "d1", "d2", "d3"]
+    # judgments are relevance="qrels" with qrels=; a mapping is not a list per query
+    with pytest.raises(ValueError, match='relevance="qrels" with `qrels=`'):
+        rank_embeddings(QUERY, GALLERY, query_ids=["q1", "q2"], gallery_ids=gallery_ids,
+                        relevance="ids", relevant_ids={"q1": ["d1"]})
+    with pytest.raises(ValueError, match='relevance="qrels" reads the judgments'):
+        rank_embeddings(QUERY, GALLERY, query_ids=["q1", "q2"], gallery_ids=gallery_ids,
+                        relevance="qrels")
+    with pytest.raises(ValueError, match="`qrels=` needs"):
+        rank_embeddings(QUERY, GALLERY, query_labels=[0, 1], gallery_labels=[0, 1, 0, 1],
+                        qrels={"q1": ["d1"]})
+    # the metric's qrels reach the ranking under the same name and value
+    metric = rm.RetrievalMetrics(["mrr"], qrels={"q1": ["d1"]})
+    options = metric.context().ranking_options()
+    assert options.relevance == "qrels" and options.qrels is metric.qrels
+    assert options.ignore_identical_ids is None  # the option's own default, read as "left out"

@@ -18,14 +18,13 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking import (
     BlockedEngine,
-    Items,
     RankingOptions,
     RankTable,
     rank_embeddings,
 )
 from retrieval_metrics.functional.ranking import embeddings as E
 from retrieval_metrics.functional.ranking.engine import schedule as S
-from retrieval_metrics.functional.ranking.items import KEY_FIELDS
+from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Items
 from retrieval_metrics.functional.ranking.reference import rank_embeddings_by_full_sort
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
@@ -82,7 +81,7 @@ def test_the_defaults_are_the_librarys_and_the_checks_keep_their_messages():
     assert isinstance(options.engine, BlockedEngine)
     for kwargs, match in [
         ({"similarity": "manhattan"}, r"`similarity` must be one of \('cosine', 'dot'"),
-        ({"relevance": "cosine"}, '`relevance` must be "label", "radius" or "ids"'),
+        ({"relevance": "cosine"}, '`relevance` must be "label", "radius", "qrels" or "ids"'),
         ({"relevance": "radius", "radius": -1.0}, "`radius` must be a non-negative number"),
         ({"depth": 0}, "`depth` must be a positive int or None"),
         ({"memory_budget": 10}, "`memory_budget` must be an int of at least 65536 bytes"),

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from emulated_cuda import fake_cuda_fixture, to_fake_cuda  # noqa: F401
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.ranking import rank_embeddings, rank_relevance
+from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking import reference as ref
-from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, rank_relevance
 from retrieval_metrics.functional.ranking.engine import counting, one_sided, schedule
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.reference import (

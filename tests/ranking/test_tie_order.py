@@ -64,8 +64,8 @@ def problems(draw: Any) -> dict[str, Any]:
         "gallery": rows_of(rng, n_g, dim, kind),
         "query_ids": query_ids,
         "gallery_ids": gallery_ids,
-        "relevant_ids": qrels,
-        "relevance": "ids",
+        "qrels": qrels,
+        "relevance": "qrels",
         "similarity": draw(st.sampled_from(("cosine", "dot", "euclidean"))),
         "block_size": draw(st.sampled_from(BLOCKS)),
     }
@@ -114,10 +114,10 @@ def test_hand_worked_against_a_python_sort():
     order = sorted(range(5), key=lambda j: (-float(scores[j]), ids[j]))
     python_ranks = sorted(order.index(ids.index(d)) for d in ("b", "c"))
     table = rank_embeddings(query, gallery, query_ids=["q"], gallery_ids=ids,
-                            relevant_ids={"q": ["b", "c"]}, relevance="ids", ties_by_id=True)
+                            qrels={"q": ["b", "c"]}, relevance="qrels", ties_by_id=True)
     assert sorted(table.above.tolist()) == python_ranks == [1, 2]
     shared = rank_embeddings(query, gallery, query_ids=["q"], gallery_ids=ids,
-                             relevant_ids={"q": ["b", "c"]}, relevance="ids")
+                             qrels={"q": ["b", "c"]}, relevance="qrels")
     assert shared.above.tolist() == [0, 0] and shared.tied.tolist() == [3, 3]
 
 
@@ -134,8 +134,8 @@ def test_on_the_emulated_cuda_device(fake_cuda):
     q, g = rows_of(rng, 30, 4, "duplicates"), rows_of(rng, 260, 4, "duplicates")
     ids = id_names(rng, 260, True)
     qrels = {f"q{i}": [ids[j] for j in rng.choice(260, 4, replace=False)] for i in range(30)}
-    kw = dict(query_ids=[f"q{i}" for i in range(30)], gallery_ids=ids, relevant_ids=qrels,
-              relevance="ids", block_size=(8, 64), ties_by_id=True)
+    kw = dict(query_ids=[f"q{i}" for i in range(30)], gallery_ids=ids, qrels=qrels,
+              relevance="qrels", block_size=(8, 64), ties_by_id=True)
     assert_same(rank_embeddings(to_fake_cuda(q), to_fake_cuda(g), **kw),
                 rank_embeddings(q, g, **kw))
 
@@ -144,7 +144,7 @@ def test_refused_by_name():
     x = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     with pytest.raises(ValueError, match="mix integers and strings"):
         rank_embeddings(x, x, query_ids=["q", "r"], gallery_ids=[1, "b"],
-                        relevant_ids={"q": [1]}, relevance="ids", ties_by_id=True)
+                        qrels={"q": [1]}, relevance="qrels", ties_by_id=True)
     with pytest.raises(ValueError, match="`ties_by_id=True` orders tied gallery items"):
         rank_embeddings(x, x, query_labels=[0, 0], gallery_labels=[0, 0], ties_by_id=True)
     with pytest.raises(ValueError, match="NUL"):

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from retrieval_metrics.formats import ARRAYS, EmbeddingFile, write_run
+from retrieval_metrics.formats import EmbeddingFile, write_run
+from retrieval_metrics.formats.embeddings import ARRAYS
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.ranking.top_lists import top_k
 

@@ -24,13 +24,12 @@ from retrieval_metrics.cli.parser import (
 )
 from retrieval_metrics.cli.progress import Progress
 from retrieval_metrics.formats import (
-    ARRAYS,
     EmbeddingFile,
-    check_pair,
     load_items,
     read_qrels,
     read_ranked_lists,
 )
+from retrieval_metrics.formats.embeddings import ARRAYS, check_pair
 
 __all__ = [
     "CLIError",
@@ -317,7 +316,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             run_ = Run(label, "trec", files_used, metric, len(lists), notes)
             run_.queries_key = _digest(*(q.encode() for q in lists.qids))
             # every judgment (grade 0 too) where a measure reads which documents were judged
-            from retrieval_metrics.functional.measures import judged_needed
+            from retrieval_metrics.functional.measures.names import judged_needed
 
             judged = judged_needed(metric.metric_names(), metric.measure_options)
             relevant = lists.judgments if judged else lists.relevant_ids

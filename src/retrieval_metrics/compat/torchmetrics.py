@@ -69,7 +69,7 @@ from torchmetrics import Metric
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.checks import all_finite
-from retrieval_metrics.functional.ranking import (
+from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
     rank_checked_scores,

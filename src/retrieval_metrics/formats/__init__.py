@@ -12,7 +12,7 @@ Every reader raises :class:`FormatError` (a ``ValueError``) naming the file and 
 """
 
 from retrieval_metrics.formats.converters import ann_benchmarks_ranks, trec_run_to_lists
-from retrieval_metrics.formats.embeddings import ARRAYS, EmbeddingFile, check_pair, load_items
+from retrieval_metrics.formats.embeddings import EmbeddingFile, load_items
 from retrieval_metrics.formats.errors import FormatError
 from retrieval_metrics.formats.runs import (
     RankedLists,
@@ -28,12 +28,10 @@ from retrieval_metrics.formats.runs import (
 )
 
 __all__ = [
-    "ARRAYS",
     "EmbeddingFile",
     "FormatError",
     "RankedLists",
     "ann_benchmarks_ranks",
-    "check_pair",
     "load_items",
     "order_by_score",
     "ranked_lists",

@@ -36,13 +36,10 @@ if TYPE_CHECKING:  # the names as static tools see them; imported when first rea
         RankTable,
         rank_embeddings,
         rank_lists,
-        rank_relevance,
         rank_scores,
         rank_two_ways,
         top_k,
     )
-    from retrieval_metrics.functional.ranking.labels import encode_labels
-    from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
 
 # each name under its module, imported when the name is first read (``_lazy``): importing the
 # package imports nothing heavy
@@ -57,14 +54,7 @@ __getattr__, __dir__ = lazy_names(__name__, {
         "register_measure", "retrieval_measures",
     ],
     "retrieval_metrics.functional.ranking": [
-        "RankTable", "rank_embeddings", "rank_lists", "rank_relevance", "rank_scores",
-        "rank_two_ways", "top_k",
-    ],
-    "retrieval_metrics.functional.ranking.labels": [
-        "encode_labels",
-    ],
-    "retrieval_metrics.functional.ranking.relevance": [
-        "Relevance", "build_relevance",
+        "RankTable", "rank_embeddings", "rank_lists", "rank_scores", "rank_two_ways", "top_k",
     ],
 })
 
@@ -72,15 +62,12 @@ __all__ = [
     "Measure",
     "MeasureOptions",
     "RankTable",
-    "Relevance",
     "aggregate",
     "auroc_per_query",
     "average_precision_per_query",
-    "build_relevance",
     "chance_table",
     "cmc_per_query",
     "depth_for",
-    "encode_labels",
     "f1_per_query",
     "fall_out_per_query",
     "first_rank_per_query",
@@ -95,7 +82,6 @@ __all__ = [
     "r_precision_per_query",
     "rank_embeddings",
     "rank_lists",
-    "rank_relevance",
     "rank_scores",
     "rank_two_ways",
     "recall_per_query",

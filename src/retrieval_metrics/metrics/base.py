@@ -29,6 +29,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
@@ -159,7 +160,7 @@ class RetrievalMetricBase(Metric):
         # whole rank tables, or (ranked a chunk of queries at a time) every process's per-query
         # parts and query fields.
         self._tables: dict[str, RankTable] | None = None
-        self._chunk_parts: tuple[M.QueryParts, RankTable] | None = None
+        self._chunk_parts: tuple[QueryParts, RankTable] | None = None
         # counts about the data beside the ranking (summary().notes), made with the tables
         self._notes: dict[str, int] = {}
         self._warned_forward = False
@@ -391,7 +392,7 @@ class RetrievalMetricBase(Metric):
         for key, table in self.rank_tables().items():
             for name in self.metric_names():
                 spec = M.parse_metric(name)
-                values = M.counted_values(
+                values = counted_values(
                     self._per_query_values(table, spec), table, spec, self.measure_options
                 )
                 out[f"{key}{spec.name}"] = values.to(self.device)

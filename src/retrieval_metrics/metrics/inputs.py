@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.checks import all_finite
-from retrieval_metrics.functional.ranking import check_embeddings
+from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches

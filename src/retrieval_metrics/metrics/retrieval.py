@@ -21,6 +21,12 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.measures.aggregation import (
+    QueryParts,
+    aggregate_query_parts,
+    counted_values,
+    query_parts_in_chunks,
+)
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
@@ -342,7 +348,7 @@ class RetrievalMetric(RetrievalMetricBase):
             names=self.metric_names(),
             owner=type(self).__name__,
             processes=self._processes(),
-            judgments=self.qrels,
+            qrels=self.qrels,
             gallery_sharded=self.gallery_sharded,
             fixed_gallery=self._gallery,
             id_examples=self.id_examples,
@@ -380,9 +386,9 @@ class RetrievalMetric(RetrievalMetricBase):
                 return
             self._chunk_parts = self._parts_of(chunks)
 
-    def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[M.QueryParts, RankTable]:
+    def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[QueryParts, RankTable]:
         """Every process's per-query parts and query fields of a ranking in chunks."""
-        parts, queries = M.query_parts_in_chunks(
+        parts, queries = query_parts_in_chunks(
             chunks, self.metric_names(), options=self.measure_options
         )
         exchange = self._query_parts_exchange()
@@ -414,7 +420,7 @@ class RetrievalMetric(RetrievalMetricBase):
             return super().per_query()
         parts, queries = self._chunk_parts
         return {
-            name: M.counted_values(
+            name: counted_values(
                 values, queries, M.parse_metric(name), self.measure_options
             ).to(self.device)
             for name, (values, _, _) in parts.items()
@@ -441,8 +447,8 @@ class RetrievalMetric(RetrievalMetricBase):
         self.rank_table()
         return dict(self._notes)
 
-    def _values_of_parts(self, parts: M.QueryParts, queries: RankTable) -> dict[str, Tensor]:
-        values = M.aggregate_query_parts(queries, parts, options=self.measure_options)
+    def _values_of_parts(self, parts: QueryParts, queries: RankTable) -> dict[str, Tensor]:
+        values = aggregate_query_parts(queries, parts, options=self.measure_options)
         self._warn_if_all_skipped(queries.num_relevant, stacklevel=4)
         return values
 

@@ -101,7 +101,7 @@ def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
         exclude_identical_ids=(
             (same and queries.ids is not None)
             or (
-                context.judgments is not None
+                context.qrels is not None
                 and context.options.ignore_identical_ids is not False
             )
         ),

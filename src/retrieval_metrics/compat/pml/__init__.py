@@ -21,6 +21,5 @@ and the neighbour lists of a subclass's keys), :mod:`~retrieval_metrics.compat.p
 """
 
 from retrieval_metrics.compat.pml.calculator import AccuracyCalculator
-from retrieval_metrics.compat.pml.labels import EQUALITY
 
-__all__ = ["EQUALITY", "AccuracyCalculator"]
+__all__ = ["AccuracyCalculator"]

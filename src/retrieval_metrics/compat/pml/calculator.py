@@ -34,11 +34,9 @@ from retrieval_metrics.compat.pml.measures import (
     ranked_from_knn,
 )
 from retrieval_metrics.functional.primitives import flat_nonzero
-from retrieval_metrics.functional.ranking import (
-    DEFAULT_MEMORY_BUDGET,
-    rank_embeddings,
-    rank_relevance,
-)
+from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.embeddings import rank_relevance
+from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
 
 __all__ = ["CLUSTERING_KEYS", "RANKED_KEYS", "AccuracyCalculator"]
 

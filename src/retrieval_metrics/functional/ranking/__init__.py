@@ -27,58 +27,33 @@ The files of the package and the call chain from a metric class to the product a
 in the documentation's Contributing page (docs/contributing.md).
 """
 
-from retrieval_metrics.functional.ranking.embeddings import (
-    check_embeddings,
-    rank_embeddings,
-    rank_relevance,
-    rank_two_ways,
-)
+from retrieval_metrics.functional.ranking.embeddings import rank_embeddings, rank_two_ways
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
-from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
-from retrieval_metrics.functional.ranking.engine.similarity import SIMILARITIES
-from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items, Keys
 from retrieval_metrics.functional.ranking.lists import rank_lists
 from retrieval_metrics.functional.ranking.options import (
-    BLOCKED_ENGINE,
     BlockedEngine,
     RankingEngine,
     RankingOptions,
 )
-from retrieval_metrics.functional.ranking.scores import (
-    nonpositive_missed,
-    positive_counts,
-    rank_checked_scores,
-    rank_scores,
-)
-from retrieval_metrics.functional.ranking.settings import RankingSettings
+from retrieval_metrics.functional.ranking.scores import rank_scores
 from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
 from retrieval_metrics.functional.ranking.top_lists import TopK, top_k
-from retrieval_metrics.functional.table import UNBOUNDED, RankTable, concat_tables
+from retrieval_metrics.functional.table import RankTable
 
+# the public surface (docs/api.md renders it): the entry points, their result types and the
+# pluggable engine. The halves the package's other modules share (``check_embeddings``,
+# ``rank_relevance``, ``Items``, ``Keys``, ``RankingSettings``, the scores form's
+# ``rank_checked_scores`` ...) are imported from the modules that define them.
 __all__ = [
-    "BLOCKED_ENGINE",
-    "DEFAULT_MEMORY_BUDGET",
-    "ITEM_FIELDS",
-    "SIMILARITIES",
-    "UNBOUNDED",
     "BlockedEngine",
     "Exchange",
-    "Items",
-    "Keys",
     "RankTable",
     "RankingEngine",
     "RankingOptions",
-    "RankingSettings",
     "TopK",
-    "check_embeddings",
-    "concat_tables",
-    "nonpositive_missed",
-    "positive_counts",
-    "rank_checked_scores",
     "rank_embeddings",
     "rank_embeddings_sharded",
     "rank_lists",
-    "rank_relevance",
     "rank_scores",
     "rank_two_ways",
     "top_k",

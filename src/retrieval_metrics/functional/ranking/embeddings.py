@@ -35,6 +35,17 @@ from retrieval_metrics.functional.ranking.table_build import split_judged
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 from retrieval_metrics.functional.table import RankTable
 
+__all__ = [
+    "check_embeddings",
+    "embedding_relevance",
+    "id_codes",
+    "rank_embeddings",
+    "rank_relevance",
+    "rank_two_ways",
+    "ranked_table",
+    "two_way_tables",
+]
+
 
 def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
     """``x`` if it is a real 2-D tensor of finite values, else a ValueError naming ``name``.
@@ -67,8 +78,9 @@ def rank_embeddings(
     gallery_cameras: Any = None,
     query_positions: Any = None,
     gallery_positions: Any = None,
-    relevant_ids: Sequence[Any] | Mapping[Any, Any] | None = None,
-    ignore_identical_ids: bool = True,
+    relevant_ids: Sequence[Any] | None = None,
+    qrels: Mapping[Any, Any] | None = None,
+    ignore_identical_ids: bool | None = None,
     relevance: str = "label",
     radius: float | None = 25.0,
     ignore_label: int | None = None,
@@ -89,13 +101,15 @@ def rank_embeddings(
     Args:
         query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings on any device; half precision is
             scored in float32 (the float32 scores of the stored numbers), float64 in float64.
-        relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with ``relevant_ids``).
+        relevance: ``"label"``, ``"radius"`` (with positions), ``"qrels"`` (with ``qrels``) or
+            ``"ids"`` (with ``relevant_ids``).
         relevant_ids: for ``relevance="ids"``, one collection of gallery ids (or a dict id ->
-            grade) per query; or judgments (qrels), a mapping query id -> gallery ids or ->
+            grade) per query. A grade <= 0 is not relevant.
+        qrels: for ``relevance="qrels"``, judgments: a mapping query id -> gallery ids or ->
             {gallery id: grade}, read by ``query_ids`` (``gallery_ids`` needed), where a judged
             id the gallery lacks is relevant and never retrieved. A grade <= 0 is not relevant.
-        ignore_identical_ids: exclude the gallery item whose id equals the query's id (default);
-            False ranks it as any other item.
+        ignore_identical_ids: exclude the gallery item whose id equals the query's id (None,
+            the default, or True); False ranks it as any other item.
         similarity: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"``. The cosine of a zero
             vector with anything (a zero vector included) is 0: a zero query ties every gallery
             item, and a zero gallery item ties every item whose cosine with the query is exactly
@@ -145,6 +159,7 @@ def rank_embeddings(
         cover_relevant=cover_relevant,
         locate_first=locate_first,
         block_size=block_size,
+        qrels=qrels,
         ignore_identical_ids=ignore_identical_ids,
     )
     query_keys = Keys(query_labels, query_ids, query_cameras, query_positions)
@@ -243,26 +258,19 @@ def embedding_relevance(
     # (``label_codes``: integers as they are, strings by a hash)
     q_ids = per_item("query_ids", id_codes(query_keys.ids, "query_ids"), num_q)
     g_ids = per_item("gallery_ids", id_codes(gallery_keys.ids, "gallery_ids"), num_g)
-    if relevant_ids is None:
-        relevant_ids = options.judgments
     relevance_sets = build_relevance(
-        num_q,
-        num_g,
-        relevance=options.relevance,
-        query_labels=q_labels,
-        gallery_labels=g_labels,
-        query_positions=per_item("query_positions", query_keys.positions, num_q),
-        gallery_positions=per_item("gallery_positions", gallery_keys.positions, num_g),
-        radius=options.radius,
-        relevant_ids=relevant_ids,
-        query_ids=q_ids,
-        gallery_ids=g_ids,
+        Keys(
+            q_labels, q_ids, per_item("query_cameras", query_keys.cameras, num_q),
+            per_item("query_positions", query_keys.positions, num_q),
+        ),
+        Keys(
+            g_labels, g_ids, per_item("gallery_cameras", gallery_keys.cameras, num_g),
+            per_item("gallery_positions", gallery_keys.positions, num_g),
+        ),
+        (num_q, num_g),
+        options,
         same_source=same_source,
-        query_cameras=per_item("query_cameras", query_keys.cameras, num_q),
-        gallery_cameras=per_item("gallery_cameras", gallery_keys.cameras, num_g),
-        ignore_label=options.ignore_label,
-        ignore_identical_ids=options.ignore_identical_ids,
-        judged_documents=options.judged_documents,
+        relevant_ids=relevant_ids,
     )
     g_key = None if g_labels is None else g_labels[relevance_sets.gallery_index]
     tie_key = None

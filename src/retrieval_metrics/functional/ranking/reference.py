@@ -91,11 +91,13 @@ def rank_by_full_sort(
     by a full sort of every score row (see the module docstring).
 
     Example:
+        >>> from retrieval_metrics.functional.ranking.items import Keys
         >>> from retrieval_metrics.functional.ranking.relevance import build_relevance
+        >>> from retrieval_metrics.functional.ranking.settings import RankingSettings
         >>> emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
         >>> labels = torch.tensor([0, 0, 1, 1])
-        >>> rel = build_relevance(4, 4, query_labels=labels, gallery_labels=labels,
-        ...                       same_source=True)
+        >>> rel = build_relevance(Keys(labels=labels), Keys(labels=labels), (4, 4),
+        ...                       RankingSettings(), same_source=True)
         >>> table = rank_by_full_sort(emb, emb, rel, query_order_key=labels,
         ...                           gallery_order_key=labels, symmetric=True)
         >>> table.above.tolist(), table.tied.tolist(), table.gallery_size.tolist()
@@ -168,8 +170,8 @@ def rank_embeddings_by_full_sort(
     **relevance_args: Any,
 ) -> RankTable:
     """:func:`rank_embeddings` with ``depth=None``, by :func:`rank_by_full_sort`: the same
-    keywords (labels, ids, cameras, positions, ``relevant_ids``, ``relevance``, ``radius``,
-    ``ignore_label``), the same relevance sets, order keys and choice of pass.
+    keywords (labels, ids, cameras, positions, ``relevant_ids``, ``relevance``, ``qrels``,
+    ``radius``, ``ignore_label``), the same relevance sets, order keys and choice of pass.
 
     Example:
         >>> from retrieval_metrics.functional.ranking import rank_embeddings
@@ -186,7 +188,7 @@ def rank_embeddings_by_full_sort(
         for side in ("query", "gallery")
     }
     relevant_ids = relevance_args.pop("relevant_ids", None)
-    # the rest (relevance, radius, ignore_label) are settings
+    # the rest (relevance, qrels, radius, ignore_label) are settings
     options = RankingSettings(
         similarity=similarity, memory_budget=memory_budget, block_size=block_size, **relevance_args
     )

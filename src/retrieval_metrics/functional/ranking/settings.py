@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval_metrics.functional.options import OPTIONS, check_option
+from retrieval_metrics.functional.ranking.qrels import Judgments
 
 __all__ = ["RELEVANCE_RULES", "RankingSettings"]
 
-#: the relevance rules of a ranking of embeddings: the metric classes' two (``OPTIONS``) and
-#: explicit relevant ids, which the functional layer also takes
-RELEVANCE_RULES = ("label", "radius", "ids")
+#: the relevance rules of a ranking of embeddings: the metric classes' three (``OPTIONS``) and
+#: listed relevant ids, which the functional layer also takes
+RELEVANCE_RULES = ("label", "radius", "qrels", "ids")
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ class RankingSettings:
     """Every option of a ranking of embeddings (see ``rank_embeddings``).
 
     Attributes:
-        relevance: ``"label"``, ``"radius"`` (with positions) or ``"ids"`` (with relevant ids).
+        relevance: ``"label"``, ``"radius"`` (with positions), ``"qrels"`` (with ``qrels``) or
+            ``"ids"`` (with relevant ids listed per query).
         radius: metres, inclusive, for ``relevance="radius"``.
         ignore_label: gallery items with this label are removed from every ranking.
         similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"``.
@@ -45,12 +47,12 @@ class RankingSettings:
             need no more).
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget``; results do not depend on it.
-        judgments: for ``relevance="ids"``, judgments (qrels: a mapping query id -> document
-            ids or -> {document id: grade}, or ``Judgments``) read by the queries' ids, where no
-            ``relevant_ids`` are given per query (the metric classes' ``qrels=``).
+        qrels: for ``relevance="qrels"``, the judgments (a mapping query id -> document ids or
+            -> {document id: grade}, or ``Judgments``) read by the queries' and the gallery
+            items' ids (the metric classes' ``qrels=``).
         ignore_identical_ids: a gallery item whose id equals the query's id is excluded from
-            its ranking (True, the default); False ranks it as any other item.
-        judged_documents: with judgments, also locate the judged documents that are not
+            its ranking (None, the default, or True); False ranks it as any other item.
+        judged_documents: with qrels, also locate the judged documents that are not
             relevant (grade <= 0), for Judged@K, bpref and the condensed lists: the table's
             ``judged_*`` fields.
     """
@@ -64,22 +66,32 @@ class RankingSettings:
     cover_relevant: bool = False
     locate_first: bool = True
     block_size: tuple[int, int] | None = None
-    judgments: Any = None
-    ignore_identical_ids: bool = True
+    qrels: Any = None
+    ignore_identical_ids: bool | None = OPTIONS["ignore_identical_ids"].default
     judged_documents: bool = False
 
     def __post_init__(self) -> None:
         check_option("similarity", self.similarity)
         if self.relevance not in RELEVANCE_RULES:
             raise ValueError(
-                f'`relevance` must be "label", "radius" or "ids", got {self.relevance!r}'
+                f'`relevance` must be "label", "radius", "qrels" or "ids", got {self.relevance!r}'
+            )
+        if (self.relevance == "qrels") != (self.qrels is not None):
+            raise ValueError(
+                'relevance="qrels" reads the judgments of `qrels=`, and `qrels=` needs '
+                f'relevance="qrels" (got relevance={self.relevance!r} and '
+                f"{'no' if self.qrels is None else 'the'} qrels)"
             )
         if self.relevance == "radius" and (self.radius is None or not self.radius >= 0):
             raise ValueError(
                 f"`radius` must be a non-negative number of metres, got {self.radius!r}"
             )
-        if self.judged_documents and self.judgments is None:
-            raise ValueError("`judged_documents=True` places judged documents: give `judgments`")
+        if self.qrels is not None:
+            # read once, whatever form they came in (a mapping, or Judgments already)
+            object.__setattr__(self, "qrels", Judgments.of(self.qrels))
+        check_option("ignore_identical_ids", self.ignore_identical_ids)
+        if self.judged_documents and self.qrels is None:
+            raise ValueError("`judged_documents=True` places judged documents: give `qrels`")
         depth = self.depth
         if depth is not None and (not isinstance(depth, int) or depth < 1):
             raise ValueError(f"`depth` must be a positive int or None, got {depth!r}")

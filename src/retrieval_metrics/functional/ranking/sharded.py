@@ -19,7 +19,7 @@ from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, block_sizes
 from retrieval_metrics.functional.ranking.engine.similarity import score_dtype
 from retrieval_metrics.functional.ranking.items import Keys
-from retrieval_metrics.functional.ranking.qrels import Judgments, judged_ideal, with_unretrieved
+from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.table_build import (
@@ -43,8 +43,8 @@ def rank_embeddings_sharded(
     gallery_cameras: Any = None,
     query_positions: Any = None,
     gallery_positions: Any = None,
-    relevant_ids: Mapping[Any, Any] | None = None,
-    ignore_identical_ids: bool = True,
+    qrels: Mapping[Any, Any] | None = None,
+    ignore_identical_ids: bool | None = None,
     relevance: str = "label",
     radius: float | None = 25.0,
     ignore_label: int | None = None,
@@ -58,23 +58,18 @@ def rank_embeddings_sharded(
     above and tied with each of them, and the counts are summed. What crosses between shards is
     O(queries x (D + relevant per query)), whatever the gallery size; the result equals ranking
     against the whole gallery at once. Self-exclusion works by ids only (positions are local).
-    ``relevance="ids"`` takes judgments (qrels) as ``relevant_ids``, a mapping query id ->
-    document ids or -> {document id: grade} read by ``query_ids`` and ``gallery_ids``: the same
-    on every shard, each judged document relevant wherever it lies, and relevant and never
-    retrieved where no shard holds it (the arguments as in ``rank_embeddings``).
+    ``relevance="qrels"`` takes judgments as ``qrels``, a mapping query id -> document ids or
+    -> {document id: grade} read by ``query_ids`` and ``gallery_ids``: the same on every shard,
+    each judged document relevant wherever it lies, and relevant and never retrieved where no
+    shard holds it (the arguments as in ``rank_embeddings``).
     """
-    if relevant_ids is not None and not isinstance(relevant_ids, Mapping):
-        raise ValueError(
-            "`relevant_ids` of a sharded gallery must be judgments, a mapping query id -> "
-            f"document ids or -> {{document id: grade}}, got {type(relevant_ids).__name__}"
-        )
     options = RankingSettings(
         relevance=relevance,
         radius=radius,
         ignore_label=ignore_label,
         similarity=similarity,
         memory_budget=memory_budget,
-        judgments=None if relevant_ids is None else Judgments.of(relevant_ids),
+        qrels=qrels,
         ignore_identical_ids=ignore_identical_ids,
     )
     query_keys = Keys(query_labels, query_ids, query_cameras, query_positions)
@@ -95,12 +90,12 @@ def sharded_table(
     """:func:`rank_embeddings_sharded` on keys and settings (their ``depth``, ``cover_relevant``
     and ``block_size`` are not read: every relevant item is located, in blocks of the same shape
     on every shard). ``scan=False``: the embeddings are not scanned for NaN again."""
-    if options.relevance == "ids" and options.judgments is None:
+    if options.relevance == "ids":
         # per-query lists name gallery ids that a shard may not hold; judgments say what is
         # relevant by id, whichever shard holds the document
         raise ValueError(
-            'the sharded gallery supports relevance="label", "radius", or "ids" with judgments '
-            "(qrels)"
+            'the sharded gallery supports relevance="label", "radius" or "qrels" (judgments by '
+            'id), not relevance="ids"'
         )
     inputs = embedding_relevance(
         query, gallery_shard, query_keys, gallery_keys, options, scan=scan

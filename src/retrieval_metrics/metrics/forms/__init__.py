@@ -9,7 +9,7 @@ one new file here and one entry in :data:`FORMS`; docs/contributing.md shows one
 
 from __future__ import annotations
 
-from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, FormContext, InputForm
+from retrieval_metrics.metrics.forms.base import Batch, FormContext, InputForm
 from retrieval_metrics.metrics.forms.embeddings import QueryGallery, SameSource
 from retrieval_metrics.metrics.forms.qrels import Qrels
 from retrieval_metrics.metrics.forms.scores import Scores
@@ -17,7 +17,6 @@ from retrieval_metrics.metrics.forms.tables import FixedGallery, PrecomputedRank
 
 __all__ = [
     "FORMS",
-    "MISS_BASES",
     "Batch",
     "FixedGallery",
     "FormContext",
@@ -28,8 +27,6 @@ __all__ = [
     "RankedLists",
     "SameSource",
     "Scores",
-    "form_of_call",
-    "form_of_kind",
     "kinds",
     "register_form",
     "unregister_form",

@@ -3,7 +3,7 @@ into rank tables, and says why a query can have nothing relevant; and what it se
 :class:`FormContext`, every part of it public: the stored sides
 (:class:`~retrieval_metrics.metrics.store.SideStore`), the options
 (:class:`~retrieval_metrics.metrics.options.MetricOptions`, the measures reported, the
-judgments), the ranking's options built from them, and the processes the states are synced
+qrels), the ranking's options built from them, and the processes the states are synced
 over."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.measures.names import cutoff_depth, judged_needed
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.ranking.qrels import Judgments
@@ -66,7 +67,7 @@ class FormContext:
     """One call's view of a metric for its input form.
 
     ``owner`` names the metric in messages; ``names`` are the measures it reports;
-    ``judgments`` its qrels (None without); ``gallery_sharded`` whether its gallery stays split
+    ``qrels`` its judgments (None without); ``gallery_sharded`` whether its gallery stays split
     over the processes; ``fixed_gallery`` the gallery given with ``set_gallery`` (None
     without); ``id_examples`` an id of each side as the user gave it (for messages);
     ``on_synced`` runs a function on every process's states; ``kept`` holds what a form
@@ -79,7 +80,7 @@ class FormContext:
     names: list[str]
     owner: str
     processes: Processes = field(default_factory=Processes)
-    judgments: Judgments | None = None
+    qrels: Judgments | None = None
     gallery_sharded: bool = False
     fixed_gallery: Items | None = None
     id_examples: dict[str, Any] = field(default_factory=dict)
@@ -96,29 +97,31 @@ class FormContext:
         """The ranking's options; ``pairs``: its relevant pairs where known before it (see
         :func:`~retrieval_metrics.metrics.chunks.ranking_budget`)."""
         options = self.options
-        if self.judgments is not None:
+        shared = dict(
+            relevance=options.relevance,
+            similarity=options.similarity,
+            ignore_identical_ids=options.ignore_identical_ids,
+        )
+        if self.qrels is not None:
             # Every judged document's exact rank in the whole corpus; under an evaluator's
             # protocol, within the depth of the run it scores (RUN_DEPTH), where every measure
             # has a cut-off: queries with no judged document there stop early, and the values
             # are the whole ranking's.
             run = RUN_DEPTH.get(options.protocol or "")
-            cutoff = M.cutoff_depth(self.names)
+            cutoff = cutoff_depth(self.names)
             return RankingOptions(
-                relevance="ids",
-                similarity=options.similarity,
+                **shared,
                 memory_budget=ranking_budget(options.memory_budget),
                 depth=None if run is None or cutoff is None else max(run, cutoff),
                 locate_first=False,
-                judgments=self.judgments,
-                ignore_identical_ids=options.ignore_identical_ids is not False,
-                judged_documents=M.judged_needed(self.names, self.measures),
+                qrels=self.qrels,
+                judged_documents=judged_needed(self.names, self.measures),
             )
         depth, cover = M.depth_for(self.names)
         return RankingOptions(
-            relevance=options.relevance,
+            **shared,
             radius=options.radius,
             ignore_label=options.ignore_label,
-            similarity=options.similarity,
             memory_budget=ranking_budget(options.memory_budget, pairs),
             depth=depth,
             cover_relevant=cover,

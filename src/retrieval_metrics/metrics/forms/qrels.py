@@ -4,7 +4,7 @@ score an embedding retriever: ``RetrievalMetrics([...], qrels=qrels)``, then
 batches, in any order, on any process (or the corpus once with ``set_gallery``).
 
 The states, deduplication, gather and ranking are the query/gallery form's; what this form adds
-is relevance by the judgments (the ranking's ``relevance="ids"`` read by the queries' ids: every
+is relevance by the judgments (the ranking's ``relevance="qrels"`` read by the queries' ids: every
 judged document's exact rank in the whole corpus, or under an evaluator's protocol within the
 depth of its run, ``protocols.RUN_DEPTH``), the refusal of integer ids that collide by accident,
 and the counts ``summary()`` reports.
@@ -34,7 +34,7 @@ def check_identical_ids(context: FormContext, queries: Items, gallery: Items | N
     is the query's would silently drop document i from query i's ranking. A sharded corpus
     (``gallery``: this process's shard, or None) is checked on every shard, and refused on every
     process alike."""
-    judgments = context.judgments
+    judgments = context.qrels
     if context.options.ignore_identical_ids is not None or judgments is None:
         return
     if not judgments.integer_ids or queries.ids is None:
@@ -66,7 +66,7 @@ def check_ids_meet(context: FormContext, given: Tensor, corpus: Tensor | None) -
     another split). Warn where most of those documents are missing. Decided on the synced
     states: alike on every process. Each message counts both sides and names an id of each.
     Returns which of the queries given are judged (on the host): the queries ranked."""
-    judgments = context.judgments
+    judgments = context.qrels
     assert judgments is not None
     name = context.owner
     query_example, document_example = judgments.examples
@@ -119,7 +119,7 @@ def qrels_notes(context: FormContext, table: RankTable, given: Tensor) -> dict[s
     document the corpus lacks (relevant, never retrieved), queries given without any judgment
     (left out of every mean, as BEIR, MTEB and sentence-transformers leave them out) and judged
     queries never given. ``given``: the ids of every query given."""
-    judgments = context.judgments
+    judgments = context.qrels
     assert judgments is not None
     absent = table.num_absent
     judged = torch.isin(given, judgments.judged)
@@ -138,7 +138,7 @@ class Qrels(QueryGallery):
     description = "queries and a corpus with qrels"
 
     def accepts(self, batch: Batch, context: FormContext) -> bool:
-        return context.judgments is not None and context.fixed_gallery is None
+        return context.qrels is not None and context.fixed_gallery is None
 
     def append(self, context: FormContext, batch: Batch) -> None:
         if batch.role is None:

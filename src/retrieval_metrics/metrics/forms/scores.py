@@ -10,7 +10,9 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.checks import all_finite
-from retrieval_metrics.functional.ranking import (
+from retrieval_metrics.functional.measures.aggregation import micro_parts
+from retrieval_metrics.functional.measures.names import average_for
+from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
     rank_checked_scores,
@@ -110,9 +112,9 @@ class Scores(InputForm):
                 continue
             miss = self.miss_table(context, table)
             numerator = denominator = None
-            average = M.average_for(spec, context.options.average)
+            average = average_for(spec, context.options.average)
             if average == "micro" and spec.measure.micro is not None:
-                numerator, denominator = M.micro_parts(miss, spec, options)
+                numerator, denominator = micro_parts(miss, spec, options)
             values[spec.name] = M.aggregate(
                 self.per_query_values(context, table, spec), miss,
                 empty_queries=options.empty_queries, average=average, percent=options.percent,

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.measures.names import divides_by_retrieved, judged_needed
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
@@ -103,8 +103,8 @@ class RankedLists(TableStates):
             batch.relevant_ids,
             duplicates=options.duplicates,
             # the distinct ids of each list, only where a measure divides by them
-            distinct=M.divides_by_retrieved(context.names),
-            judged_documents=M.judged_needed(context.names, context.measures),
+            distinct=divides_by_retrieved(context.names),
+            judged_documents=judged_needed(context.names, context.measures),
         )
         context.store.note_key_kinds("q", batch.keys())
         append_table(context, table, batch.ids)
@@ -156,7 +156,7 @@ class FixedGallery(TableStates):
                 f"the gallery given to `set_gallery`, got {emb.shape[1]}"
             )
         context.store.note_key_kinds("q", batch.keys())
-        if context.judgments is not None:
+        if context.qrels is not None:
             check_identical_ids(context, items, gallery)
         append_table(context, context.ranking_options().rank(items, gallery), items.ids)
 
@@ -173,7 +173,7 @@ class FixedGallery(TableStates):
         context.store.note_key_kinds(
             "g", Batch(**{k: v for k, v in keys.items() if k != "positions"}).keys()
         )
-        if context.judgments is not None and items.ids is not None:
+        if context.qrels is not None and items.ids is not None:
             # a corpus given once: each document once (repeats that agree dropped), in the order
             # given, so that a corpus of distinct ids is kept as it is, never copied
             items = items.select(torch.sort(D.dedupe_by_id(
@@ -192,7 +192,7 @@ class FixedGallery(TableStates):
 
     def table(self, context: FormContext) -> RankTable:
         table = super().table(context)
-        if context.judgments is None or table.query_id is None:
+        if context.qrels is None or table.query_id is None:
             return table
         gallery = context.fixed_gallery
         # a query the qrels do not name is in no mean (as in the Qrels form; summary() counts it)
@@ -200,7 +200,7 @@ class FixedGallery(TableStates):
         return table if bool(judged.all()) else table.select(judged)
 
     def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
-        if context.judgments is None:
+        if context.qrels is None:
             return {}
         given = super().table(context).query_id
         return qrels_notes(
