@@ -3,8 +3,10 @@
 Run from the repository root (``python tools/walk.py [label|qrels]``): it traces one
 ``RetrievalMetrics`` update and compute (same source with labels; or queries and a corpus
 with qrels) with ``sys.setprofile`` and prints, in first-call order, each package file with
-the functions called in it, then the number of files and of distinct functions. Run it on two
-trees to compare what a change adds to or takes from the path (docs/contributing.md).
+the functions called in it; the number of files, of distinct functions and of calls from one
+file to another; and the chain of calls on the stack when compute() first multiplies two
+matrices. Run it on two trees to compare what a change adds to or takes from the path
+(docs/contributing.md).
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ def traced(step) -> tuple[OrderedDict[str, list[str]], set[tuple[str, str]]]:
         if name not in names:
             names.append(name)
         caller = frame.f_back
-        while caller is not None and _step(caller) is None and f"/{PACKAGE}/" in caller.f_code.co_filename:
+        while (
+            caller is not None
+            and _step(caller) is None
+            and f"/{PACKAGE}/" in caller.f_code.co_filename
+        ):
             caller = caller.f_back  # through the expressions of the same function
         there = None if caller is None else _step(caller)
         if there is not None and there[0] != file:
@@ -82,6 +88,32 @@ def qrels_walk():
     return metric, update, metric.compute
 
 
+def stack_at_product(step) -> list[str]:
+    """The package's functions on the call stack when ``step()`` first multiplies two
+    matrices (``torch.mm``, ``torch.matmul`` or ``@``): the chain from the metric to the
+    product."""
+    found: list[str] = []
+    names = {"mm", "matmul", "addmm", "__matmul__"}
+
+    def profile(frame, event, arg):
+        if found or event != "c_call" or getattr(arg, "__name__", "") not in names:
+            return
+        chain, f = [], frame
+        while f is not None:
+            here = _step(f)
+            if here is not None:
+                chain.append(f"{here[0]}:{here[1]}")
+            f = f.f_back
+        found.extend(reversed(chain))
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    return found
+
+
 def main() -> None:
     warnings.simplefilter("ignore")
     kind = sys.argv[1] if len(sys.argv) > 1 else "label"
@@ -103,6 +135,13 @@ def main() -> None:
         total_crossing += len(crossing)
     print(f"{kind}: {len(total_files)} files, {total_calls} functions, {total_crossing} calls "
           "between files in update() + compute()")
+    _, update, compute = walk()
+    update()
+    chain = stack_at_product(compute)
+    print(f"## from compute() to the product: {len({c.split(':')[0] for c in chain})} files, "
+          f"{len(chain)} calls deep")
+    for call in chain:
+        print(f"  {call}")
 
 
 if __name__ == "__main__":

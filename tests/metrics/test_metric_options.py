@@ -41,3 +41,22 @@ def test_options_are_read_only_on_the_metric():
         metric.ties = "pessimistic"
     metric.update(torch.eye(3), torch.tensor([0, 0, 1]))
     assert metric.ties == "optimistic" and metric.options.ties == "optimistic"
+
+
+def test_the_constructor_takes_every_option_of_the_object_by_its_name():
+    """A keyword of RetrievalMetricBase reaches MetricOptions by its name (no dict between):
+    the signature and the fields list the same options, and the Args document each."""
+    import inspect
+
+    from retrieval_metrics.metrics.base import RetrievalMetricBase
+
+    keywords = {
+        name for name, p in inspect.signature(RetrievalMetricBase.__init__).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    # ignore_identical_ids belongs to the one-direction metrics (qrels), which set it
+    assert keywords == {f.name for f in fields(MetricOptions)} - {"ignore_identical_ids"}
+    doc = RetrievalMetricBase.__doc__ or ""
+    assert all(f"{name}:" in doc for name in keywords), sorted(
+        name for name in keywords if f"{name}:" not in doc
+    )

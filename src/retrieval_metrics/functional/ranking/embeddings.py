@@ -99,8 +99,9 @@ def rank_embeddings(
     retrieves itself (matched by ``query_ids`` when given, else by position).
 
     Args:
-        query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings on any device; half precision is
-            scored in float32 (the float32 scores of the stored numbers), float64 in float64.
+        query: ``(Q, D)`` embeddings on any device; half precision is scored in float32 (the
+            float32 scores of the stored numbers), float64 in float64.
+        gallery: ``(N, D)`` embeddings, as ``query``; None: the queries themselves.
         relevance: ``"label"``, ``"radius"`` (with positions), ``"qrels"`` (with ``qrels``) or
             ``"ids"`` (with ``relevant_ids``).
         relevant_ids: for ``relevance="ids"``, one collection of gallery ids (or a dict id ->

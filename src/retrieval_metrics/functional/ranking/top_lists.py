@@ -89,14 +89,16 @@ def top_k(
     gallery's size.
 
     Args:
-        query, gallery: ``(Q, D)`` and ``(N, D)`` embeddings; ``gallery=None`` ranks the queries
-            against each other, each query never listing itself.
+        query: ``(Q, D)`` embeddings.
+        gallery: ``(N, D)`` embeddings; None ranks the queries against each other, each query
+            never listing itself.
         k: how many items a query lists.
         similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"`` (listed by distance; the score
             is the negative squared distance).
         ties: ``"position"`` (tied items in gallery order) or ``"id"`` (in the order of their
             ids: integers by value, strings by code point, as ``ties="id"`` ranks them).
-        query_ids, gallery_ids: sequences or 1-D integer tensors, one id per item.
+        query_ids: a sequence or 1-D integer tensor, one id per query.
+        gallery_ids: a sequence or 1-D integer tensor, one id per gallery item.
         exclude_identical_ids: a gallery item whose id is the query's is not listed (BEIR's
             ``ignore_identical_ids``; with ``gallery=None``, items sharing the query's id).
         tie_keys: int64, one per gallery item: tied items by ascending key, in place of
