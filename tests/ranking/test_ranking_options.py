@@ -18,6 +18,7 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking import (
     BlockedEngine,
+    RankingEngine,
     RankingOptions,
     RankTable,
     rank_embeddings,
@@ -51,7 +52,7 @@ def problem(n: int = 300, classes: int = 12, seed: int = 0) -> Items:
     )
 
 
-class FullSortEngine:
+class FullSortEngine(RankingEngine):
     """A toy engine: the plain reference path (every score, a full sort of every row)."""
 
     def rank(self, queries, gallery, options, exchange):
@@ -147,6 +148,17 @@ def test_a_toy_engine_ranks_both_directions_and_no_sharded_gallery():
         assert_same_table(ours, theirs, query_class=False)
     with pytest.raises(ValueError, match="blocked engine only"):
         RankingOptions(engine=FullSortEngine()).rank_sharded(images, captions, None)
+
+
+def test_an_engine_is_a_ranking_engine():
+    class Duck:
+        def rank(self, queries, gallery, options, exchange):
+            raise AssertionError("never called")
+
+    with pytest.raises(ValueError, match="`engine` must be a RankingEngine"):
+        RankingOptions(engine=Duck())
+    with pytest.raises(NotImplementedError, match="must implement rank"):
+        RankingOptions(engine=RankingEngine()).rank(problem(), None)
 
 
 # ------------------------------------------------------------------------------- one scan

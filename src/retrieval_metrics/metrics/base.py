@@ -31,6 +31,7 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
 from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.ranking.options import BLOCKED_ENGINE, RankingEngine
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.options import MetricOptions
@@ -95,6 +96,11 @@ class RetrievalMetricBase(Metric):
         judged_only: score the condensed lists, unjudged documents removed (trec_eval ``-J``).
         persistence: RBP's p (0.8). A name may set these: ``"precision(rel=2)@5"``.
         max_grade: ERR's highest grade (4, gdeval's).
+        engine: what ranks embeddings at ``compute()`` (a
+            :class:`~retrieval_metrics.functional.ranking.RankingEngine`; None: the exact
+            blocked engine). Another engine (an approximate index, say) gets every ranking of
+            the states; a gallery sharded over processes stays the blocked engine's, and
+            ``run()`` lists by the exact scores.
         kwargs: passed to ``torchmetrics.Metric`` (``sync_on_compute``, ``process_group``, ...).
 
     A kind implements :meth:`metric_names`, ``_build_tables`` (its synced states -> rank tables)
@@ -144,6 +150,7 @@ class RetrievalMetricBase(Metric):
         persistence: float | None = None,
         max_grade: float | None = None,
         protocol: str | None = None,
+        engine: RankingEngine | None = None,
         **kwargs: Any,
     ) -> None:
         # every option as passed, by its name (locals() before anything else is assigned)
@@ -151,6 +158,13 @@ class RetrievalMetricBase(Metric):
         super().__init__(**kwargs)
         #: every option, resolved and checked once (``protocol`` applied)
         self.options = MetricOptions.build(protocol, given)
+        if engine is not None and not isinstance(engine, RankingEngine):
+            raise ValueError(
+                "`engine` must be a RankingEngine (retrieval_metrics.functional.ranking: "
+                f"subclass it and implement rank()) or None, got {type(engine).__name__}"
+            )
+        #: what ranks the embeddings at compute(): the exact blocked engine by default
+        self.engine: RankingEngine = BLOCKED_ENGINE if engine is None else engine
         self.bytes_exchanged = 0
         self._sync_bytes = 0
         #: the list states, by side (``add_side``), and the kinds of their keys

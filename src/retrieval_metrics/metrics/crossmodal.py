@@ -240,6 +240,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
             similarity=self.similarity,
             memory_budget=ranking_budget(self.memory_budget, 2 * len(captions)),
             depth=max(self.k),
+            engine=self.engine,
         )
         distributed = self._distributed()
         image_ids = images.ids.cpu()

@@ -28,6 +28,7 @@ from retrieval_metrics.functional.measures.aggregation import (
     query_parts_in_chunks,
 )
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
+from retrieval_metrics.functional.ranking.options import BlockedEngine
 from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import PRESENT, TABLE_PARTS, RankTable, has_part
 from retrieval_metrics.metrics import distributed as D
@@ -99,6 +100,12 @@ class RetrievalMetric(RetrievalMetricBase):
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
+        if gallery_sharded and not isinstance(self.engine, BlockedEngine):
+            raise ValueError(
+                "gallery_sharded=True ranks with the blocked engine only (each shard's counts are "
+                f"exchanged between its block products), not {self.engine!r}: leave `engine` "
+                "out, or gather the gallery (gallery_sharded=False)"
+            )
         if gallery_sharded and self.ties == "id":
             raise ValueError(
                 "ties='id' (tied items by ascending gallery id) is not available with "
@@ -352,6 +359,7 @@ class RetrievalMetric(RetrievalMetricBase):
             gallery_sharded=self.gallery_sharded,
             fixed_gallery=self._gallery,
             id_examples=self.id_examples,
+            engine=self.engine,
             on_synced=self._on_synced_states,
             kept=self._derived,
         )

@@ -5,8 +5,9 @@
 the metric classes make one and call :meth:`RankingOptions.rank` (or :meth:`~RankingOptions.
 rank_two_ways`, :meth:`~RankingOptions.rank_sharded`) with the items of each side; the object
 goes down whole. The engine is pluggable: :class:`BlockedEngine` (``engine/``, the exact blocked
-ranking) is the default, and any object with the :class:`RankingEngine` method may take its
-place, e.g. one that calls the plain reference path (``reference.py``) or an approximate index.
+ranking) is the default, and any :class:`RankingEngine` (a subclass that implements ``rank``)
+may take its place, e.g. one that calls the plain reference path (``reference.py``) or an
+approximate index; the metric classes take one as ``engine=``.
 
 Items reaching :meth:`RankingOptions.rank` are taken as checked: the metric classes check every
 batch of embeddings as it arrives (``check_embeddings`` at ``update``), so the blocked engine does
@@ -17,7 +18,7 @@ check what they are given.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import ClassVar
 
 from retrieval_metrics.functional.ranking.embeddings import (
     embedding_relevance,
@@ -34,8 +35,8 @@ from retrieval_metrics.functional.table import RankTable
 __all__ = ["BLOCKED_ENGINE", "BlockedEngine", "RankingEngine", "RankingOptions"]
 
 
-class RankingEngine(Protocol):
-    """What ranks the items of a :class:`RankingOptions`.
+class RankingEngine:
+    """What ranks the items of a :class:`RankingOptions`: subclass it and implement :meth:`rank`.
 
     ``rank(queries, gallery, options, exchange)`` returns the :class:`RankTable` of every query
     against ``gallery`` (queries in input order), relevance and exclusions by ``options`` and
@@ -43,7 +44,14 @@ class RankingEngine(Protocol):
     queries ranked against themselves, each never retrieving itself. ``exchange``: the processes
     that all hold these items may share the work out (every one returns the whole table); an
     engine may ignore it and rank everything. The embeddings are checked finite already.
+
+    Both directions of two sets (:meth:`rank_two_ways`) are two calls of :meth:`rank` unless an
+    engine does better; a gallery that stays split over processes (:meth:`rank_sharded`) is
+    refused unless an engine implements it. ``reads_row_batches``: whether :meth:`rank` takes a
+    gallery held in batches (:class:`RowBatches`) as it is; else it is given one joined tensor.
     """
+
+    reads_row_batches: ClassVar[bool] = False
 
     def rank(
         self,
@@ -51,13 +59,36 @@ class RankingEngine(Protocol):
         gallery: Items | None,
         options: RankingOptions,
         exchange: Exchange | None,
-    ) -> RankTable: ...
+    ) -> RankTable:
+        raise NotImplementedError(f"{type(self).__name__} must implement rank()")
+
+    def rank_two_ways(
+        self, a: Items, b: Items, options: RankingOptions
+    ) -> tuple[RankTable, RankTable]:
+        """``b`` ranked for every item of ``a`` and ``a`` for every item of ``b`` (relevant: the
+        same label, the ignore label unread): each direction with :meth:`rank`."""
+        labelled = replace(options, relevance="label", ignore_label=None)
+        a = Items(emb=a.emb, labels=a.labels)
+        b = Items(emb=b.emb.to(a.emb.device), labels=b.labels)
+        return self.rank(a, b, labelled, None), self.rank(b, a, labelled, None)
+
+    def rank_sharded(
+        self, queries: Items, shard: Items, options: RankingOptions, exchange: Exchange
+    ) -> RankTable:
+        """Every query against a gallery split over the processes of ``exchange``."""
+        raise ValueError(
+            f"a gallery sharded over processes is ranked by the blocked engine only, not "
+            f"{self!r}: leave `engine` out, or gather the gallery (gallery_sharded=False)"
+        )
 
 
-class BlockedEngine:
+class BlockedEngine(RankingEngine):
     """The library's exact engine: the relevance sets (``embeddings``), then the blocked passes
     of ``engine/schedule``; also one pass for both directions of two sets (:meth:`rank_two_ways`)
-    and a gallery sharded over processes (:meth:`rank_sharded`)."""
+    and a gallery sharded over processes (:meth:`rank_sharded`). It reads a gallery held in
+    batches a block at a time, never joined."""
+
+    reads_row_batches: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return "BlockedEngine()"
@@ -110,6 +141,14 @@ class RankingOptions(RankingSettings):
 
     engine: RankingEngine = BLOCKED_ENGINE
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.engine, RankingEngine):
+            raise ValueError(
+                "`engine` must be a RankingEngine (retrieval_metrics.functional.ranking: "
+                f"subclass it and implement rank()), got {type(self.engine).__name__}"
+            )
+
     def rank(
         self, queries: Items, gallery: Items | None, exchange: Exchange | None = None
     ) -> RankTable:
@@ -121,9 +160,10 @@ class RankingOptions(RankingSettings):
         matrix once for both of its sides. ``exchange``: the processes that all hold these items
         share the ranking out (see ``rank_embeddings``). The embeddings are taken as checked
         finite (the metric classes check each batch at ``update``). A gallery held in batches
-        (:class:`RowBatches`) goes to the blocked engine as it is, to any other joined."""
+        (:class:`RowBatches`) goes to an engine that reads it so (the blocked one) as it is, to
+        any other joined."""
         if (
-            not isinstance(self.engine, BlockedEngine)
+            not self.engine.reads_row_batches
             and gallery is not None
             and isinstance(gallery.emb, RowBatches)
         ):
@@ -132,26 +172,14 @@ class RankingOptions(RankingSettings):
 
     def rank_two_ways(self, a: Items, b: Items) -> tuple[RankTable, RankTable]:
         """``b`` ranked for every item of ``a`` and ``a`` for every item of ``b`` (relevant: the
-        same label), both from one pass over the products.
-
-        An engine other than the blocked one ranks each direction with its ``rank`` (the same
-        tables: relevance by label only, the ignore label unread)."""
-        if isinstance(self.engine, BlockedEngine):
-            return self.engine.rank_two_ways(a, b, self)
-        labelled = replace(self, relevance="label", ignore_label=None)
-        a = Items(emb=a.emb, labels=a.labels)
-        b = Items(emb=b.emb.to(a.emb.device), labels=b.labels)
-        return self.engine.rank(a, b, labelled, None), self.engine.rank(b, a, labelled, None)
+        same label), both from one pass over the products (the blocked engine; another ranks each
+        direction with its ``rank``: the same tables)."""
+        return self.engine.rank_two_ways(a, b, self)
 
     def rank_sharded(self, queries: Items, shard: Items, exchange: Exchange) -> RankTable:
         """Rank every query against a gallery split over processes (this one holds ``shard``).
         The blocked engine's pass: a gallery that stays split needs its scores and counts
         exchanged between the block products."""
-        if not isinstance(self.engine, BlockedEngine):
-            raise ValueError(
-                f"a gallery sharded over processes is ranked by the blocked engine only, not "
-                f"{self.engine!r}"
-            )
         return self.engine.rank_sharded(queries, shard, self, exchange)
 
 

@@ -17,7 +17,11 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.names import cutoff_depth, judged_needed
 from retrieval_metrics.functional.ranking.items import Items
-from retrieval_metrics.functional.ranking.options import RankingOptions
+from retrieval_metrics.functional.ranking.options import (
+    BLOCKED_ENGINE,
+    RankingEngine,
+    RankingOptions,
+)
 from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.chunks import ranking_budget
@@ -70,6 +74,7 @@ class FormContext:
     ``qrels`` its judgments (None without); ``gallery_sharded`` whether its gallery stays split
     over the processes; ``fixed_gallery`` the gallery given with ``set_gallery`` (None
     without); ``id_examples`` an id of each side as the user gave it (for messages);
+    ``engine`` what ranks (the metric's ``engine=``);
     ``on_synced`` runs a function on every process's states; ``kept`` holds what a form
     derives once per ranking (cleared when the states change). A form reports the bytes it
     exchanged in ``bytes_exchanged``.
@@ -84,6 +89,7 @@ class FormContext:
     gallery_sharded: bool = False
     fixed_gallery: Items | None = None
     id_examples: dict[str, Any] = field(default_factory=dict)
+    engine: RankingEngine = BLOCKED_ENGINE
     on_synced: Callable[[Callable[[], Any]], Any] = lambda fn: fn()
     kept: dict[str, Any] = field(default_factory=dict)
     bytes_exchanged: int | None = None
@@ -101,6 +107,7 @@ class FormContext:
             relevance=options.relevance,
             similarity=options.similarity,
             ignore_identical_ids=options.ignore_identical_ids,
+            engine=self.engine,
         )
         if self.qrels is not None:
             # Every judged document's exact rank in the whole corpus; under an evaluator's
