@@ -123,6 +123,7 @@ def main() -> None:
     _, update, compute = walk()
     total_files: set[str] = set()
     total_calls = total_crossing = 0
+    back: set[tuple[str, str]] = set()
     for step, fn in (("update", update), ("compute", compute)):
         seen, crossing = traced(fn)
         calls = sum(len(v) for v in seen.values())
@@ -133,8 +134,16 @@ def main() -> None:
         total_files |= set(seen)
         total_calls += calls
         total_crossing += len(crossing)
+        back |= {
+            (a, b) for a, b in crossing
+            if a.startswith("metrics/forms/")
+            and b.split(":")[0] in ("metrics/retrieval.py", "metrics/base.py")
+        }
     print(f"{kind}: {len(total_files)} files, {total_calls} functions, {total_crossing} calls "
           "between files in update() + compute()")
+    print(f"## calls from an input form back into the metric: {len(back)}")
+    for caller, callee in sorted(back):
+        print(f"  {caller} -> {callee}")
     _, update, compute = walk()
     update()
     chain = stack_at_product(compute)
