@@ -8,37 +8,9 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional.ranking import RankingEngine
-from retrieval_metrics.functional.ranking.items import KEY_FIELDS
-from retrieval_metrics.functional.ranking.reference import rank_embeddings_by_full_sort
+from full_sort_engine import FullSortEngine
 
 NAMES = ["hit_rate@1", "hit_rate@5", "map@r", "r_precision", "mrr", "ndcg@10"]
-
-
-class FullSortEngine(RankingEngine):
-    """The reference path as an engine, counting its calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def rank(self, queries, gallery, options, exchange):
-        self.calls += 1
-        keys = {f"query_{name}": getattr(queries, name) for name in KEY_FIELDS}
-        if gallery is not None:
-            keys.update({f"gallery_{name}": getattr(gallery, name) for name in KEY_FIELDS})
-        return rank_embeddings_by_full_sort(
-            queries.emb,
-            None if gallery is None else gallery.emb,
-            similarity=options.similarity,
-            relevance=options.relevance,
-            radius=options.radius,
-            ignore_label=options.ignore_label,
-            qrels=options.qrels,
-            ignore_identical_ids=options.ignore_identical_ids,
-            depth=options.depth,
-            cover_relevant=options.cover_relevant,
-            **keys,
-        )
 
 
 def data(n=120, dim=8, seed=0):

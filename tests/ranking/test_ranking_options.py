@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from full_sort_engine import FullSortEngine
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking import (
     BlockedEngine,
@@ -25,8 +26,7 @@ from retrieval_metrics.functional.ranking import (
 )
 from retrieval_metrics.functional.ranking import embeddings as E
 from retrieval_metrics.functional.ranking.engine import schedule as S
-from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Items
-from retrieval_metrics.functional.ranking.reference import rank_embeddings_by_full_sort
+from retrieval_metrics.functional.ranking.items import Items
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
 
@@ -50,26 +50,6 @@ def problem(n: int = 300, classes: int = 12, seed: int = 0) -> Items:
         ids=torch.arange(n),
         cameras=torch.tensor(rng.integers(0, 3, n)),
     )
-
-
-class FullSortEngine(RankingEngine):
-    """A toy engine: the plain reference path (every score, a full sort of every row)."""
-
-    def rank(self, queries, gallery, options, exchange):
-        keys = {f"query_{name}": getattr(queries, name) for name in KEY_FIELDS}
-        if gallery is not None:
-            keys.update({f"gallery_{name}": getattr(gallery, name) for name in KEY_FIELDS})
-        return rank_embeddings_by_full_sort(
-            queries.emb,
-            None if gallery is None else gallery.emb,
-            similarity=options.similarity,
-            memory_budget=options.memory_budget,
-            block_size=options.block_size,
-            relevance=options.relevance,
-            radius=options.radius,
-            ignore_label=options.ignore_label,
-            **keys,
-        )
 
 
 # ------------------------------------------------------------------------------- the options
