@@ -36,8 +36,8 @@ from retrieval_metrics.metrics.distributed import gather_rows
 
 __all__ = ["SELECTION_KEY", "SelectOnValidation"]
 
-#: Key of the selection record in every checkpoint that ``SelectOnValidation`` keeps.
 SELECTION_KEY = "selection"
+"""Key of the selection record in every checkpoint that ``SelectOnValidation`` keeps."""
 
 # Kinds of sample ids other than plain query ids (image ids, caption ids) live in id spaces of
 # their own: an image and a caption may share a number. Each kind's ids are mapped into the one

@@ -138,6 +138,8 @@ OPTIONS: dict[str, Option] = {
                "(every relevant id missed) or refused", allowed=("score", "error")),
     )
 }
+"""Every option of the library, by name: its default, the layer that reads it, its meaning and the
+values it takes (docs/definitions.md's option table is this declaration)."""
 
 
 def check_option(name: str, value: Any) -> Any:

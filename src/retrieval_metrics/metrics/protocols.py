@@ -39,7 +39,6 @@ class NotGiven:
 
 NOT_GIVEN = NotGiven()
 
-#: name -> (options it fixes, what the field's code does that these options reproduce)
 PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
     "vsepp": (
         {"median": "vsepp", "percent": True, "similarity": "cosine"},
@@ -185,6 +184,8 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "Identical query and corpus ids are not removed, as in sentence-transformers",
     ),
 }
+"""Each protocol by name -> (the options it fixes, what the field's code does that they
+reproduce)."""
 
 #: protocol -> (an evaluator's measure name -> the library's), for the names that differ. A name
 #: is looked up whole, else by its base before the cut-off ("accuracy@10" -> "hit_rate@10"), and
@@ -217,14 +218,14 @@ EVALUATOR_REPORTS: dict[str, list[str]] = {
     ],
 }
 
-#: protocol -> the depth of the run its evaluator scores, for queries ranked against a corpus
-#: with judgments (``qrels=``): BEIR and MTEB retrieve the top 1000 documents by default (more
-#: where a cut-off asks), sentence-transformers as many as its largest cut-off. Under these
-#: protocols the ranking locates the judged documents within that depth (the largest of it and
-#: the metrics' cut-offs), and a query whose judged documents all lie deeper stops being ranked
-#: once that is known: every value is the whole ranking's. Without one of them, every judged
-#: document's exact rank in the whole corpus is located (``rank_table()`` holds them all).
 RUN_DEPTH: dict[str, int] = {"beir": 1000, "mteb": 1000, "sentence_transformers": 1}
+"""Protocol -> the depth of the run its evaluator scores, for queries ranked against a corpus with
+judgments (``qrels=``): BEIR and MTEB retrieve the top 1000 documents by default (more where a
+cut-off asks), sentence-transformers as many as its largest cut-off. Under these protocols the
+ranking locates the judged documents within that depth (the largest of it and the metrics'
+cut-offs), and a query whose judged documents all lie deeper stops being ranked once that is
+known: every value is the whole ranking's. Without one of them, every judged document's exact
+rank in the whole corpus is located (``rank_table()`` holds them all)."""
 
 _SPELLED = re.compile(r"^(?P<base>[a-z][a-z0-9_]*?)(?:(?:@|_at_)(?P<k>\d+|r))?(?P<rest>/\w+)?$")
 
@@ -263,10 +264,10 @@ def library_names(protocol: str | None, names: Sequence[str]) -> list[str]:
         out.append(name if new == text else new)
     return out
 
-#: The constructor defaults a protocol may replace (declared in functional/options.py).
 DEFAULTS: dict[str, Any] = {
     name: option.default for name, option in OPTIONS.items() if name != "memory_budget"
 }
+"""The constructor defaults a protocol may replace (declared in functional/options.py)."""
 
 
 def _left_out(name: str, value: Any) -> bool:

@@ -140,7 +140,6 @@ def _average_precision(
     )
 
 
-#: every named measure, by base name
 MEASURES: dict[str, Measure] = {
     m.base: m
     for m in (
@@ -189,6 +188,7 @@ MEASURES: dict[str, Measure] = {
                 params=frozenset({"p"}), needs_relevant=False),
     )
 }
+"""Every named measure, by base name."""
 _BUILT_IN = frozenset(MEASURES)
 #: the bases of the measures that are ranks (lower is better); kept up to date in place
 RANK_METRICS = {base for base, m in MEASURES.items() if m.rank}

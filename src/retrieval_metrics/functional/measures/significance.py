@@ -41,8 +41,8 @@ __all__ = [
     "wins_ties_losses",
 ]
 
-#: The paired tests, by the names :func:`paired_test` and ``compare_systems(test=...)`` take.
 TESTS = ("t-test", "randomization")
+"""The paired tests, by the names :func:`paired_test` and ``compare_systems(test=...)`` take."""
 #: The corrections, by the names :func:`correct_p_values` takes ("none": p-values as they are).
 CORRECTIONS = ("holm", "bonferroni", "benjamini-hochberg", "none")
 #: Two per-query values within this (absolute, and relative to the baseline's value) are a tie.

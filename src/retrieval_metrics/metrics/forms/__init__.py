@@ -32,8 +32,6 @@ __all__ = [
     "unregister_form",
 ]
 
-#: every input form, in the order ``update()`` offers them (a call is the first form's that
-#: ``accepts`` it among those whose ``arguments`` it passed)
 FORMS: list[InputForm] = [
     FixedGallery(),
     Qrels(),
@@ -43,6 +41,8 @@ FORMS: list[InputForm] = [
     PrecomputedRanks(),
     Scores(),
 ]
+"""Every input form, in the order ``update()`` offers them (a call is the first form's that
+``accepts`` it among those whose ``arguments`` it passed)."""
 
 
 def kinds() -> tuple[str, ...]:
