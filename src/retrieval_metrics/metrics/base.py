@@ -31,7 +31,11 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
 from retrieval_metrics.functional.options import OPTIONS
-from retrieval_metrics.functional.ranking.options import BLOCKED_ENGINE, RankingEngine
+from retrieval_metrics.functional.ranking.options import (
+    BLOCKED_ENGINE,
+    RankingEngine,
+    check_engine,
+)
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.options import MetricOptions
@@ -158,13 +162,8 @@ class RetrievalMetricBase(Metric):
         super().__init__(**kwargs)
         #: every option, resolved and checked once (``protocol`` applied)
         self.options = MetricOptions.build(protocol, given)
-        if engine is not None and not isinstance(engine, RankingEngine):
-            raise ValueError(
-                "`engine` must be a RankingEngine (retrieval_metrics.functional.ranking: "
-                f"subclass it and implement rank()) or None, got {type(engine).__name__}"
-            )
         #: what ranks the embeddings at compute(): the exact blocked engine by default
-        self.engine: RankingEngine = BLOCKED_ENGINE if engine is None else engine
+        self.engine: RankingEngine = BLOCKED_ENGINE if engine is None else check_engine(engine)
         self.bytes_exchanged = 0
         self._sync_bytes = 0
         #: the list states, by side (``add_side``), and the kinds of their keys
@@ -236,9 +235,6 @@ class RetrievalMetricBase(Metric):
 
     def _distributed(self) -> bool:
         return bool(self._to_sync and self.distributed_available_fn())
-
-    def _several_processes(self) -> bool:
-        return self._distributed() and D.rank_and_world(self.process_group)[1] > 1
 
     def _processes(self) -> D.Processes:
         """The processes the states are synced over, as they are now."""

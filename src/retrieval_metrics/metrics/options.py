@@ -9,13 +9,13 @@ layer below takes its own options object whole from it: the measures' :class:`Me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from retrieval_metrics.functional.measures import MeasureOptions
 from retrieval_metrics.functional.measures.options import MEASURE_OPTION_NAMES
-from retrieval_metrics.functional.options import OPTIONS, check_option
+from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.metrics.protocols import apply_protocol, protocol_name
 
 __all__ = ["MetricOptions"]
@@ -48,9 +48,7 @@ class MetricOptions(MeasureOptions):
     protocol: str | None = None
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            if f.name != "protocol":
-                check_option(f.name, getattr(self, f.name))
+        super().__post_init__()
         object.__setattr__(self, "radius", float(self.radius))
 
     @classmethod

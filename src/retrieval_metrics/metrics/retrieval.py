@@ -412,7 +412,7 @@ class RetrievalMetric(RetrievalMetricBase):
     def _query_parts_exchange(self) -> Callable[..., Any] | None:
         """How query chunks ranked on several processes are put together: every process's
         per-query parts and query fields, in process order (None on one process)."""
-        if not self._several_processes():
+        if not self._processes().several:
             return None
         return functools.partial(D.gather_query_parts, group=self.process_group)
 

@@ -57,8 +57,11 @@ class MeasureOptions:
     max_grade: float = DEFAULT_MAX_GRADE
 
     def __post_init__(self) -> None:
+        # every declared option among the fields (a subclass may add others, MetricOptions'
+        # protocol name)
         for f in fields(self):
-            check_option(f.name, getattr(self, f.name))
+            if f.name in OPTIONS:
+                check_option(f.name, getattr(self, f.name))
 
     @classmethod
     def of(cls, options: MeasureOptions | None = None, **keywords: Any) -> MeasureOptions:

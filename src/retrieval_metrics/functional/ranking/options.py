@@ -32,7 +32,7 @@ from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.sharded import sharded_table
 from retrieval_metrics.functional.table import RankTable
 
-__all__ = ["BLOCKED_ENGINE", "BlockedEngine", "RankingEngine", "RankingOptions"]
+__all__ = ["BLOCKED_ENGINE", "BlockedEngine", "RankingEngine", "RankingOptions", "check_engine"]
 
 
 class RankingEngine:
@@ -130,6 +130,16 @@ class BlockedEngine(RankingEngine):
         )
 
 
+def check_engine(engine: object) -> RankingEngine:
+    """``engine`` if it is a :class:`RankingEngine`, else a ValueError naming ``engine``."""
+    if not isinstance(engine, RankingEngine):
+        raise ValueError(
+            "`engine` must be a RankingEngine (retrieval_metrics.functional.ranking: "
+            f"subclass it and implement rank()), got {type(engine).__name__}"
+        )
+    return engine
+
+
 #: the default engine of :class:`RankingOptions`
 BLOCKED_ENGINE = BlockedEngine()
 
@@ -143,11 +153,7 @@ class RankingOptions(RankingSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not isinstance(self.engine, RankingEngine):
-            raise ValueError(
-                "`engine` must be a RankingEngine (retrieval_metrics.functional.ranking: "
-                f"subclass it and implement rank()), got {type(self.engine).__name__}"
-            )
+        check_engine(self.engine)
 
     def rank(
         self, queries: Items, gallery: Items | None, exchange: Exchange | None = None

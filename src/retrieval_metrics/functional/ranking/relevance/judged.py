@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from retrieval_metrics.functional.ranking.items import Keys
-from retrieval_metrics.functional.ranking.qrels import Judgments
 from retrieval_metrics.functional.ranking.relevance.exclusions import identical_ids_csr, sorted_rows
 from retrieval_metrics.functional.ranking.relevance.sets import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -28,7 +27,7 @@ def judged_relevance(
         raise ValueError("judgments (qrels) need the ids of the queries and of the gallery items")
     leave_out = settings.ignore_identical_ids is not False
     # the judgment of the query's own id is dropped with the document (in the corpus or not)
-    judged = Judgments.of(settings.qrels).relevance(
+    judged = settings.qrels.relevance(
         query_ids, gallery_ids, drop_identical=leave_out,
         every_judged=settings.judged_documents,
     )
