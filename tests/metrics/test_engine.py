@@ -4,22 +4,21 @@ sort of each row) gives the same values on every form that ranks embeddings."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 import retrieval_metrics as rm
+from emulated_cuda import fake_cuda_fixture  # noqa: F401
 from full_sort_engine import FullSortEngine
 
-NAMES = ["hit_rate@1", "hit_rate@5", "map@r", "r_precision", "mrr", "ndcg@10"]
+HERE = Path(__file__).resolve().parents[1] / "distributed"
+sys.path.insert(0, str(HERE))
 
-
-def data(n=120, dim=8, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    # few distinct rows: exact ties everywhere
-    base = torch.randn(n // 4, dim, generator=g)
-    emb = base[torch.randint(0, n // 4, (n,), generator=g)]
-    labels = torch.randint(0, 9, (n,), generator=g)
-    return emb, labels
+import launch  # noqa: E402
+from engine_data import NAMES, QRELS, data  # noqa: E402
 
 
 def both(make, feed):
@@ -84,3 +83,45 @@ def test_refusals_name_the_argument():
         rm.RetrievalMetrics(["mrr"], engine=object())
     with pytest.raises(ValueError, match="gallery_sharded=True ranks with the blocked engine"):
         rm.RetrievalMetrics(["mrr"], gallery_sharded=True, engine=FullSortEngine())
+
+
+def test_the_engine_ranks_on_the_emulated_device(fake_cuda):
+    """On a device the states, and so the items the engine is handed, live there: the reference
+    engine ranks them where they are and gives the CPU values."""
+    emb, labels = data(seed=3)
+    ids = torch.arange(len(emb))
+    expected = rm.RetrievalMetrics(NAMES, engine=FullSortEngine())
+    expected.update(emb, labels, ids=ids)
+    engine = FullSortEngine()
+    metric = rm.RetrievalMetrics(NAMES, engine=engine).to("cuda")
+    metric.update(emb.to("cuda"), labels.to("cuda"), ids=ids.to("cuda"))
+    values = metric.compute()
+    assert engine.calls > 0 and all(v.device.type == "cuda" for v in values.values())
+    for name, value in expected.compute().items():
+        torch.testing.assert_close(values[name].cpu(), value, rtol=0, atol=1e-6, msg=name)
+
+
+def test_the_engine_ranks_on_two_processes(tmp_path):
+    """Each process holds half of the items; every process gets one process's values, ranked by
+    the engine (on several processes it ranks a share of the queries, or all of them)."""
+    emb, labels = data()
+    expected = {}
+    one = rm.RetrievalMetrics(NAMES)
+    one.update(emb, labels, ids=torch.arange(len(emb)))
+    expected["same_source"] = one.compute()
+    one = rm.RetrievalMetrics(NAMES)
+    one.update(emb[:40], labels[:40], ids=torch.arange(40), role="query")
+    one.update(emb[40:], labels[40:], ids=torch.arange(40, len(emb)), role="gallery")
+    expected["query_gallery"] = one.compute()
+    one = rm.RetrievalMetrics(NAMES, qrels=QRELS)
+    one.update(emb[:40], ids=[f"q{i}" for i in range(40)], role="query")
+    one.update(emb[40:], ids=[f"d{i}" for i in range(40, len(emb))], role="gallery")
+    expected["qrels"] = one.compute()
+    results = launch.run_workers(HERE / "engine_worker.py", [], 2, tmp_path)
+    for rank, result in enumerate(results):
+        for case, values in expected.items():
+            assert result[case]["calls"] > 0, (rank, case)
+            for name, value in values.items():
+                assert abs(result[case]["values"][name] - float(value)) <= 1e-6, (
+                    rank, case, name
+                )
