@@ -125,3 +125,100 @@ def test_the_ranking_gives_the_same_table_with_and_without_the_compiled_count(me
             )
     for name in ("ptr", "above", "tied", "num_relevant", "gallery_size"):
         assert torch.equal(getattr(tables[0], name), getattr(tables[1], name)), name
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.integers(1, 90),
+    st.integers(1, 12),
+    st.integers(1, 8),
+    st.sampled_from([np.float32, np.float64]),
+    st.booleans(),
+    st.sampled_from([None, 1, 3, 20]),
+    st.booleans(),
+    st.integers(0, 2**31 - 1),
+)
+def test_count_above_counts_what_the_final_thresholds_list(
+    rows, n, m, distinct, dtype, columns, depth, among, seed
+):
+    """The compiled pass over the items above each row's threshold, by rows and by the columns
+    of a row-major block: for every relevant score at or above the row's final threshold, the
+    items above it and tied with it are exactly a count by comparison's (which is all the
+    ranking reads); the threshold never falls, never passes the cap, and with a heap stays a
+    lower bound of the depth-th best of the row's relevant scores and items (``among``: the
+    relevant items are among the items, as in a ranking, and count once)."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, distinct, (rows, n)).astype(dtype)
+    values[rng.random((rows, n)) < 0.1] = -np.inf
+    values[values == 0] = rng.choice([0.0, -0.0], int((values == 0).sum()))
+    rel = np.sort(rng.integers(0, distinct, (rows, m)).astype(dtype), axis=1)
+    finite = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
+    for i in range(rows):
+        if among:  # the relevant scores are some items' own
+            scored = np.flatnonzero(np.isfinite(values[i]))
+            finite[i, 0] = min(finite[i, 0], scored.size)
+            chosen = rng.choice(scored, int(finite[i, 0]), replace=False)
+            rel[i, : finite[i, 0]] = np.sort(values[i, chosen])
+        rel[i, finite[i, 0] :] = np.inf
+    lowest = rel[:, 0].copy()
+    best = np.array([rel[i, finite[i, 0] - 1] if finite[i, 0] else -np.inf for i in range(rows)],
+                    dtype=dtype)
+    start = np.where(rng.random(rows) < 0.5, lowest, rng.integers(-1, distinct, rows)).astype(dtype)
+    threshold = torch.from_numpy(start.copy())
+    heap = None
+    if depth is not None:
+        k = rng.integers(1, depth + 1, (rows, 1)).astype(np.int64)
+        width = depth
+        heap_rows = np.full((rows, width), -np.inf, dtype=dtype)
+        for i in range(rows):
+            known = sorted([*rel[i, : finite[i, 0]], *([-np.inf] * width)], reverse=True)[:width]
+            for place in range(width):
+                heap_rows[i, place] = known[max(0, int(k[i, 0]) - 1 - place)]
+        cap = np.where(rng.random(rows) < 0.5, best, np.inf).astype(dtype)
+        heap = (torch.from_numpy(heap_rows), torch.from_numpy(k), torch.from_numpy(cap))
+    if columns:
+        block = rng.normal(size=(n, rows + int(rng.integers(0, 3)))).astype(dtype)
+        block[:, :rows] = values.T
+        s = torch.from_numpy(block).T[:rows]
+    else:
+        s = torch.from_numpy(values)
+    hist = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
+    kernels.count_above(
+        s, threshold, torch.from_numpy(rel), torch.from_numpy(finite), hist[0], hist[1], heap
+    )
+    final = threshold.numpy()
+    assert (final >= start).all()
+    lt = hist[0].view(rows, m + 1)
+    le = (hist[1] + hist[0]).view(rows, m + 1)
+    above = lt.sum(1, keepdim=True) - lt.cumsum(1)[:, :-1]
+    tied = le.sum(1, keepdim=True) - le.cumsum(1)[:, :-1] - above
+    for i in range(rows):
+        if depth is not None:
+            assert final[i] <= max(start[i], heap[2][i].item())
+            # every score the heap could hold: the row's relevant scores and its items
+            held = [values[i]] if among else [rel[i, : finite[i, 0]], values[i]]
+            known = np.sort(np.concatenate(held))[::-1]
+            kth = known[int(heap[1][i, 0]) - 1] if known.size >= heap[1][i, 0] else -np.inf
+            assert final[i] <= max(start[i], kth)
+        else:
+            assert final[i] == start[i]
+        for j in range(int(finite[i, 0])):
+            if rel[i, j] >= final[i]:
+                assert int(above[i, j]) == int((values[i] > rel[i, j]).sum()), (i, j)
+                assert int(tied[i, j]) == int((values[i] == rel[i, j]).sum()), (i, j)
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+def test_count_above_by_columns_leaves_a_weak_models_block_to_the_rows():
+    """Read by columns, a block whose items nearly all pass stops early (the rest is counted
+    row by row, where such rows are counted whole); one where none pass is read to its end."""
+    block = np.random.default_rng(0).normal(size=(512, 64)).astype(np.float32)
+    rel = np.zeros((64, 1), dtype=np.float32)
+    finite = np.ones((64, 1), dtype=np.int64)
+    for start, whole in ((-np.inf, False), (np.inf, True)):
+        hist = np.zeros((2, 64, 2), dtype=np.int64)
+        threshold = np.full(64, start, dtype=np.float32)
+        read = kernels._count.count_above_columns(block, threshold, rel, finite, *hist)
+        assert (read == 512) == whole

@@ -28,7 +28,14 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking import reference as ref
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, rank_relevance
-from retrieval_metrics.functional.ranking.engine import counting, one_sided, schedule
+from retrieval_metrics.functional.ranking.engine import (
+    counting,
+    kernels,
+    one_sided,
+    schedule,
+    two_sided,
+)
+from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.reference import (
     rank_by_full_sort,
@@ -252,24 +259,76 @@ def clusters(n: int, classes: int, dim: int = 16, noise: float = 0.05, seed: int
     return torch.tensor(x.astype(np.float32)), torch.tensor(lab)
 
 
+@contextmanager
+def python_counts() -> Iterator[None]:
+    """Within it the engine counts as where the compiled module is not built: segment maxima,
+    then the sparse or the dense count of each block."""
+    saved = kernels._count
+    kernels._count = None
+    try:
+        yield
+    finally:
+        kernels._count = saved
+
+
 def test_a_good_model_with_a_depth_counts_sparsely_in_both_passes():
     x, lab = clusters(600, 30)
-    for block_size in ((64, 64), (16, 128)):  # the symmetric pass, then the one-sided one
-        expected = rank_embeddings_by_full_sort(x, query_labels=lab, block_size=block_size)
+    with python_counts():
+        for block_size in ((64, 64), (16, 128)):  # the symmetric pass, then the one-sided one
+            expected = rank_embeddings_by_full_sort(x, query_labels=lab, block_size=block_size)
+            with counting_branches() as calls:
+                engine = rank_embeddings(x, query_labels=lab, depth=3, block_size=block_size)
+            assert_prefix(engine, expected, 3, cover=False)
+            assert calls["sparse"].call_count > 0
+            if block_size[0] == block_size[1]:
+                # some counts read the transposed products (the columns of the symmetric pass)
+                assert any(c.args[7] is not None for c in calls["sparse"].call_args_list)
+        # query/gallery, without a depth: few relevant items per query keep the sparse count
+        q, gallery = x[:100], x[100:]
+        kwargs = dict(query_labels=lab[:100], gallery_labels=lab[100:], block_size=(32, 128))
         with counting_branches() as calls:
-            engine = rank_embeddings(x, query_labels=lab, depth=3, block_size=block_size)
-        assert_prefix(engine, expected, 3, cover=False)
+            engine = rank_embeddings(q, gallery, **kwargs)
         assert calls["sparse"].call_count > 0
-        if block_size[0] == block_size[1]:
-            # some counts read the transposed products (the columns of the symmetric pass)
-            assert any(c.args[7] is not None for c in calls["sparse"].call_args_list)
-    # query/gallery, without a depth: few relevant items per query keep the sparse count
-    q, gallery = x[:100], x[100:]
-    kwargs = dict(query_labels=lab[:100], gallery_labels=lab[100:], block_size=(32, 128))
-    with counting_branches() as calls:
-        engine = rank_embeddings(q, gallery, **kwargs)
-    assert calls["sparse"].call_count > 0
-    assert_same_table(engine, rank_embeddings_by_full_sort(q, gallery, **kwargs))
+        assert_same_table(engine, rank_embeddings_by_full_sort(q, gallery, **kwargs))
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+@pytest.mark.parametrize("cover", [False, True])
+def test_the_compiled_count_reads_the_items_above_the_thresholds_in_both_passes(cover):
+    """Where the compiled module is built, every block of a good model is counted by one pass
+    over the items above each row's threshold (``count_above``), the symmetric pass's columns
+    read in place: no segment maxima, no sparse or dense count; the listed items are the
+    reference's first, with a depth (the thresholds raised by the heaps) and without."""
+    x, lab = clusters(600, 30)
+    for depth in (3, None):
+        for block_size in ((64, 64), (16, 128)):
+            expected = rank_embeddings_by_full_sort(x, query_labels=lab, block_size=block_size)
+            with (
+                counting_branches() as calls,
+                mock.patch.object(
+                    one_sided, "segment_maxima", wraps=kernels.segment_maxima
+                ) as seeds,
+                mock.patch.object(two_sided, "segment_maxima", wraps=kernels.segment_maxima) as sm,
+                mock.patch.object(counting, "count_above", wraps=counting.count_above) as above,
+                mock.patch.object(
+                    kernels._count, "count_above_columns",
+                    wraps=kernels._count.count_above_columns,
+                ) as columns,
+            ):
+                engine = rank_embeddings(
+                    x, query_labels=lab, depth=depth, cover_relevant=cover,
+                    block_size=block_size,
+                )
+            if depth is None:
+                assert_same_table(engine, expected)
+            else:
+                assert_prefix(engine, expected, depth, cover)
+            assert above.call_count > 0
+            assert calls["sparse"].call_count == calls["dense"].call_count == 0
+            assert sm.call_count == 0
+            # (the one-sided pass reads a few blocks' maxima before counting, for its seeds)
+            assert seeds.call_count <= (THETA_EVERY * -(-600 // block_size[0]) if depth else 0)
+            assert (columns.call_count > 0) == (block_size[0] == block_size[1])
 
 
 @pytest.mark.parametrize("kind", ["normal", "binary", "collapsed"])

@@ -1,9 +1,11 @@
 """One block of queries across the gallery: relevant scores and histograms.
 
 A :class:`Pass` holds what every query block of one ranking shares; a :class:`QueryBlock` reads
-its relevant scores, counts every gallery block once (the sparse way, item by item of the
-segments that reach each row's threshold, or the dense way, the whole block: ``kernels``) and
-writes above, tied and listed of its relevant pairs into the outputs. Beside it: the rows'
+its relevant scores, counts every gallery block once and writes above, tied and listed of its
+relevant pairs into the outputs. On the CPU where the compiled count is built, a block is one
+pass over the items at or above each row's threshold (``kernels.count_above``); otherwise the
+sparse way, item by item of the segments whose maxima reach each row's threshold, or the dense
+way, the whole block (``kernels``). Beside it: the rows'
 thresholds (``threshold``) and the tied items a tie key puts first (``tie_keys``).
 """
 
@@ -21,6 +23,7 @@ from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
     by_block,
     compiled_for,
+    count_above,
     count_block,
     count_candidates,
     floor_div,
@@ -104,6 +107,9 @@ class QueryBlock:
         )
         self.thresholds = RowThresholds(p, self.r_row, self.r_block, self.r_local)
         self.went_dense = False
+        # counted by count_above (see start_counting)
+        self.above_only = False
+        self.heap: tuple[Tensor, Tensor, Tensor] | None = None
         # Rows still ranked (local rows of the block; None: all of them), and what finish reads
         # of the whole block once rows are dropped (see drop_finished).
         self.kept: Tensor | None = None
@@ -116,11 +122,13 @@ class QueryBlock:
     def reads_segment_maxima(self, b: int) -> bool:
         """Whether counting gallery block ``b`` needs its segment maxima: to raise the depth
         threshold, and on the CPU to choose between the sparse and the dense count (see
-        :data:`DENSE_RECHECK`). An accelerator counts every block whole and needs none, nor does
-        a ranking that lets finished rows go (``pruning``) with the compiled count: its counts
-        raise the threshold (``RowThresholds.raise_by_counts``), and a pass of the compiled
-        count over the relevant scores still counted costs about what the maxima cost."""
-        if self.p.device.type != "cpu":
+        :data:`DENSE_RECHECK`). An accelerator counts every block whole and needs none, nor
+        does the compiled pass over the items above the thresholds (``above_only``), whose
+        heaps raise them, nor a ranking that lets finished rows go (``pruning``) with the
+        compiled count: its counts raise the threshold (``RowThresholds.raise_by_counts``), and
+        a pass of the compiled count over the relevant scores still counted costs about what
+        the maxima cost."""
+        if self.p.device.type != "cpu" or self.above_only:
             return False
         if self.pruning and self.compiled:
             return False
@@ -204,6 +212,12 @@ class QueryBlock:
         self.thresholds.start(rel_sorted, finite, self.r_counts)
         self.width = rel_sorted.shape[1] + 1
         self.compiled = compiled_for(device, p.dtype, self.num_finite)
+        # The compiled pass over the items above each row's threshold, which it raises itself
+        # (from a heap of each row's best scores): no segment maxima, no candidates. Not where
+        # finished rows leave the ranking (``pruning``), whose thresholds rise from the counts.
+        self.above_only = self.compiled and not self.pruning
+        if self.above_only and p.options.depth is not None:
+            self.heap = self.thresholds.heap()
         # per row, its relevant scores (ascending) that depth counted items beat already: no
         # longer counted (see RowThresholds.raise_by_counts)
         self.first = (
@@ -332,6 +346,12 @@ class QueryBlock:
             count_block(
                 dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
                 self.num_finite,
+            )
+            return
+        if self.above_only:
+            count_above(
+                s, self.thresholds.value, self.rel_sorted, self.num_finite,
+                self.hist_lt, self.hist_le, self.heap,
             )
             return
         if seg_max is None:  # a block after a dense one (see DENSE_RECHECK), or pruning

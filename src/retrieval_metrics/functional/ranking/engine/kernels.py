@@ -3,7 +3,8 @@ and counting one score block into a query block's histograms.
 
 Where numpy is faster on the CPU the routine says so and takes it there (:func:`sort_rows`,
 :func:`count_block` through :func:`_merge_rows`), torch elsewhere; on the CPU, rows with few
-relevant scores are counted by the compiled ``_count`` module where it is built (setup.py).
+relevant scores are counted by the compiled ``_count`` module where it is built (setup.py):
+:func:`count_above` in place of the segment maxima and the sparse or dense count.
 """
 
 from __future__ import annotations
@@ -266,6 +267,49 @@ def count_block(
         hist_lt[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), ones)
         hist_le[r0 * width : r1 * width].index_add_(0, (le + offset).view(-1), ones)
         hist_le[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), -ones)
+
+
+def count_above(
+    s: Tensor,
+    threshold: Tensor,
+    rel_sorted: Tensor,
+    num_finite: Tensor,
+    hist_lt: Tensor,
+    hist_le: Tensor,
+    heap: tuple[Tensor, Tensor, Tensor] | None = None,
+) -> None:
+    """Add the items of the score block ``s`` at or above their row's ``threshold`` to the
+    histograms of :func:`count_block`, in one compiled pass (CPU, :func:`compiled_for`).
+
+    In place of the segment maxima and the candidates of :func:`count_candidates`: each row is
+    compared with its threshold a vector at a time, and the few items that pass are searched in
+    the row's relevant scores (a row where many pass is counted whole, as :func:`count_block`
+    does). ``heap`` (``(heap, k, cap)``, where the ranking stops at a depth): per row, a min-heap
+    of its ``k`` best scores of distinct items so far (``RowThresholds.heap``); each item that
+    passes and ties no relevant score joins it, and ``threshold`` rises, in place, to the lesser
+    of ``cap`` and the heap's least (a lower bound of the row's depth-th best score).
+    """
+    nb = s.shape[0]
+    width = rel_sorted.shape[1] + 1
+    rest = [
+        threshold.numpy(),
+        rel_sorted.contiguous().numpy(),
+        num_finite.contiguous().numpy(),
+        hist_lt.view(nb, width).numpy(),
+        hist_le.view(nb, width).numpy(),
+        *([] if heap is None else [part.numpy() for part in heap]),
+    ]
+    if not s.is_contiguous() and s.stride(1) >= nb and s.stride(0) == 1:
+        # The columns of a row-major block (the symmetric pass's transposed block): read in
+        # place, a row of items at a time, where a copy of the transpose costs more than the
+        # count. A weak model lets many items through: the rest is copied and counted by rows.
+        items, ld = s.shape[1], s.stride(1)
+        block = s.as_strided((items, ld), (ld, 1))
+        read = _count.count_above_columns(block.numpy(), *rest)
+        if read == items:
+            return
+        s = s[:, read:]
+    _count.count_above(s.contiguous().numpy(), *rest)
 
 
 def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:

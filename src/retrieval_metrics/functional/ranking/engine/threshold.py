@@ -3,9 +3,10 @@
 It starts at the row's lowest relevant score (nothing below it is above a relevant item) and,
 where the ranking stops at a depth, rises to a lower bound of the row's depth-th best score:
 from the maxima of the gallery's segments that hold no relevant item
-(:meth:`RowThresholds.raise_from_maxima`), and from the counts themselves
-(:meth:`RowThresholds.raise_by_counts`). A threshold that lags behind is still exact; it only
-lets more items through to be counted.
+(:meth:`RowThresholds.raise_from_maxima`), from the counts themselves
+(:meth:`RowThresholds.raise_by_counts`), or, in the compiled count, from a heap of the best
+scores the row has seen (:meth:`RowThresholds.heap`). A threshold that lags behind is still
+exact; it only lets more items through to be counted.
 """
 
 from __future__ import annotations
@@ -69,6 +70,20 @@ class RowThresholds:
             self.top_seg = torch.cat([pad, finite], 1)
         self._check_raising()
         self.from_blocks = False
+
+    def heap(self) -> tuple[Tensor, Tensor, Tensor]:
+        """What the compiled count (``kernels.count_above``) raises the thresholds with, where
+        the ranking stops at a depth: per row, a min-heap of the depth best scores of distinct
+        items known so far (its relevant scores: the items it counts that tie none join it),
+        the heap's size, and the cap (the best relevant score with ``locate_first``)."""
+        width = self.top_width
+        k = self.depth_col + 1
+        best_first = self.top_seg.topk(width, dim=1).values
+        # ascending in each row's first k places: a sorted row is a min-heap
+        places = (k - 1 - torch.arange(width, device=k.device)).clamp_min(0)
+        heap = best_first.gather(1, places).contiguous()
+        cap = self.best if self.locate_first else torch.full_like(self.best, float("inf"))
+        return heap, k.contiguous(), cap.contiguous()
 
     def _check_raising(self) -> None:
         """Whether a threshold can still rise: it never passes a row's best relevant score, so

@@ -204,18 +204,23 @@ class TwoSidedPass:
         block_a, block_b = self.pairs.block_a, self.pairs.block_b
         if not (self.symmetric and i == j):
             # The columns first: the rows' exclusions are then written into s in place.
+            maxima = cols.reads_segment_maxima(i)
             if cols.has_excluded(i):
                 st = self.products.transposed_buffer().copy_(s.T)
                 cols.mask_excluded(st, i)
-                cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb], i)
+                cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb] if maxima else None, i)
             else:
-                seg_max = s.view(block_a // SEGMENT, SEGMENT, block_b).amax(1).T.contiguous()
+                seg_max = None
+                if maxima:
+                    seg_max = s.view(block_a // SEGMENT, SEGMENT, block_b).amax(1).T
+                    seg_max = seg_max.contiguous()[: cols.nb]
                 cols.count(
-                    s.T[: cols.nb], seg_max[: cols.nb], i, segment_values=column_segments(s),
+                    s.T[: cols.nb], seg_max, i, segment_values=column_segments(s),
                     buffer=self.products.transposed_buffer(),
                 )
         rows.mask_excluded(s, j)
-        rows.count(s[: rows.nb], segment_maxima(s)[: rows.nb], j)
+        seg_max = segment_maxima(s)[: rows.nb] if rows.reads_segment_maxima(j) else None
+        rows.count(s[: rows.nb], seg_max, j)
 
     def run(self) -> None:
         shared = self.shared
