@@ -271,6 +271,22 @@ def python_counts() -> Iterator[None]:
         kernels._count = saved
 
 
+@SETTINGS
+@given(problems(), st.sampled_from([None, 1, 4]), st.booleans())
+def test_without_the_compiled_count_the_tables_are_the_references(args, depth, cover):
+    """Where the compiled module is not built (or rows hold over 128 relevant scores), the
+    segment maxima and the sparse or dense counts rank alike: the reference's table, and with
+    a depth its first items."""
+    query, gallery, rest = split(args)
+    expected = rank_embeddings_by_full_sort(query, gallery, **rest)
+    with python_counts():
+        engine = rank_embeddings(query, gallery, depth=depth, cover_relevant=cover, **rest)
+    if depth is None:
+        assert_same_table(engine, expected)
+    else:
+        assert_prefix(engine, expected, depth, cover)
+
+
 def test_a_good_model_with_a_depth_counts_sparsely_in_both_passes():
     x, lab = clusters(600, 30)
     with python_counts():
