@@ -127,87 +127,122 @@ def test_the_ranking_gives_the_same_table_with_and_without_the_compiled_count(me
         assert torch.equal(getattr(tables[0], name), getattr(tables[1], name)), name
 
 
+class _AboveSide:
+    """One side of a compiled count above the thresholds, drawn at random: the queries' items
+    (``values``, a row per query), relevant scores, start thresholds and, with a depth, heaps."""
+
+    def __init__(self, rng, values, m, depth, among, dtype):
+        rows = values.shape[0]
+        self.values = values
+        rel = np.sort(rng.integers(0, 8, (rows, m)).astype(dtype), axis=1)
+        finite = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
+        for i in range(rows):
+            if among:  # the relevant scores are some items' own
+                scored = np.flatnonzero(np.isfinite(values[i]))
+                finite[i, 0] = min(finite[i, 0], scored.size)
+                chosen = rng.choice(scored, int(finite[i, 0]), replace=False)
+                rel[i, : finite[i, 0]] = np.sort(values[i, chosen])
+            rel[i, finite[i, 0] :] = np.inf
+        self.rel, self.finite, self.among = rel, finite, among
+        best = np.array(
+            [rel[i, finite[i, 0] - 1] if finite[i, 0] else -np.inf for i in range(rows)],
+            dtype=dtype,
+        )
+        self.start = np.where(
+            rng.random(rows) < 0.5, rel[:, 0], rng.integers(-1, 8, rows)
+        ).astype(dtype)
+        self.threshold = torch.from_numpy(self.start.copy())
+        self.heap = None
+        if depth is not None:
+            k = rng.integers(1, depth + 1, (rows, 1)).astype(np.int64)
+            heap = np.full((rows, depth), -np.inf, dtype=dtype)
+            for i in range(rows):
+                known = sorted([*rel[i, : finite[i, 0]], *([-np.inf] * depth)], reverse=True)
+                for place in range(depth):
+                    heap[i, place] = known[max(0, int(k[i, 0]) - 1 - place)]
+            cap = np.where(rng.random(rows) < 0.5, best, np.inf).astype(dtype)
+            self.heap = (torch.from_numpy(heap), torch.from_numpy(k), torch.from_numpy(cap))
+        self.hist = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
+
+    def arrays(self):
+        return kernels.above_arrays(
+            self.threshold, torch.from_numpy(self.rel), torch.from_numpy(self.finite),
+            self.hist[0], self.hist[1], self.heap,
+        )
+
+    def check(self):
+        """What the ranking reads is a count by comparison's; the thresholds never fall nor
+        pass their caps, and stay lower bounds of the depth-th best score."""
+        values, rel, finite = self.values, self.rel, self.finite
+        rows, m = rel.shape
+        final = self.threshold.numpy()
+        assert (final >= self.start).all()
+        lt = self.hist[0].view(rows, m + 1)
+        le = (self.hist[1] + self.hist[0]).view(rows, m + 1)
+        above = lt.sum(1, keepdim=True) - lt.cumsum(1)[:, :-1]
+        tied = le.sum(1, keepdim=True) - le.cumsum(1)[:, :-1] - above
+        for i in range(rows):
+            if self.heap is not None:
+                assert final[i] <= max(self.start[i], self.heap[2][i].item())
+                # every score the heap could hold: the row's relevant scores and its items
+                held = [values[i]] if self.among else [rel[i, : finite[i, 0]], values[i]]
+                known = np.sort(np.concatenate(held))[::-1]
+                k = int(self.heap[1][i, 0])
+                kth = known[k - 1] if known.size >= k else -np.inf
+                assert final[i] <= max(self.start[i], kth)
+            else:
+                assert final[i] == self.start[i]
+            for j in range(int(finite[i, 0])):
+                if rel[i, j] >= final[i]:
+                    assert int(above[i, j]) == int((values[i] > rel[i, j]).sum()), (i, j)
+                    assert int(tied[i, j]) == int((values[i] == rel[i, j]).sum()), (i, j)
+
+
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
-    st.integers(1, 5),
-    st.integers(1, 90),
+    st.integers(1, 6),
+    st.integers(1, 70),
     st.integers(1, 12),
     st.integers(1, 8),
     st.sampled_from([np.float32, np.float64]),
-    st.booleans(),
+    st.sampled_from(["rows", "columns", "both"]),
     st.sampled_from([None, 1, 3, 20]),
     st.booleans(),
     st.integers(0, 2**31 - 1),
 )
 def test_count_above_counts_what_the_final_thresholds_list(
-    rows, n, m, distinct, dtype, columns, depth, among, seed
+    queries, n, m, distinct, dtype, mode, depth, among, seed
 ):
-    """The compiled pass over the items above each row's threshold, by rows and by the columns
-    of a row-major block: for every relevant score at or above the row's final threshold, the
-    items above it and tied with it are exactly a count by comparison's (which is all the
-    ranking reads); the threshold never falls, never passes the cap, and with a heap stays a
-    lower bound of the depth-th best of the row's relevant scores and items (``among``: the
-    relevant items are among the items, as in a ranking, and count once)."""
+    """The compiled pass over the items above each row's threshold, by the rows of a block, by
+    its columns (read in place), and by both at once (one pass over a block for its two sides):
+    for every relevant score at or above a query's final threshold, the items above it and tied
+    with it are exactly a count by comparison's (all the ranking reads); a threshold never
+    falls, never passes its cap, and with a heap stays a lower bound of the depth-th best of the
+    query's relevant scores and items (``among``: the relevant items are among the items, as
+    in a ranking, and count once)."""
     rng = np.random.default_rng(seed)
-    values = rng.integers(0, distinct, (rows, n)).astype(dtype)
-    values[rng.random((rows, n)) < 0.1] = -np.inf
-    values[values == 0] = rng.choice([0.0, -0.0], int((values == 0).sum()))
-    rel = np.sort(rng.integers(0, distinct, (rows, m)).astype(dtype), axis=1)
-    finite = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
-    for i in range(rows):
-        if among:  # the relevant scores are some items' own
-            scored = np.flatnonzero(np.isfinite(values[i]))
-            finite[i, 0] = min(finite[i, 0], scored.size)
-            chosen = rng.choice(scored, int(finite[i, 0]), replace=False)
-            rel[i, : finite[i, 0]] = np.sort(values[i, chosen])
-        rel[i, finite[i, 0] :] = np.inf
-    lowest = rel[:, 0].copy()
-    best = np.array([rel[i, finite[i, 0] - 1] if finite[i, 0] else -np.inf for i in range(rows)],
-                    dtype=dtype)
-    start = np.where(rng.random(rows) < 0.5, lowest, rng.integers(-1, distinct, rows)).astype(dtype)
-    threshold = torch.from_numpy(start.copy())
-    heap = None
-    if depth is not None:
-        k = rng.integers(1, depth + 1, (rows, 1)).astype(np.int64)
-        width = depth
-        heap_rows = np.full((rows, width), -np.inf, dtype=dtype)
-        for i in range(rows):
-            known = sorted([*rel[i, : finite[i, 0]], *([-np.inf] * width)], reverse=True)[:width]
-            for place in range(width):
-                heap_rows[i, place] = known[max(0, int(k[i, 0]) - 1 - place)]
-        cap = np.where(rng.random(rows) < 0.5, best, np.inf).astype(dtype)
-        heap = (torch.from_numpy(heap_rows), torch.from_numpy(k), torch.from_numpy(cap))
-    if columns:
-        block = rng.normal(size=(n, rows + int(rng.integers(0, 3)))).astype(dtype)
-        block[:, :rows] = values.T
-        s = torch.from_numpy(block).T[:rows]
-    else:
-        s = torch.from_numpy(values)
-    hist = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
-    kernels.count_above(
-        s, threshold, torch.from_numpy(rel), torch.from_numpy(finite), hist[0], hist[1], heap
-    )
-    final = threshold.numpy()
-    assert (final >= start).all()
-    lt = hist[0].view(rows, m + 1)
-    le = (hist[1] + hist[0]).view(rows, m + 1)
-    above = lt.sum(1, keepdim=True) - lt.cumsum(1)[:, :-1]
-    tied = le.sum(1, keepdim=True) - le.cumsum(1)[:, :-1] - above
-    for i in range(rows):
-        if depth is not None:
-            assert final[i] <= max(start[i], heap[2][i].item())
-            # every score the heap could hold: the row's relevant scores and its items
-            held = [values[i]] if among else [rel[i, : finite[i, 0]], values[i]]
-            known = np.sort(np.concatenate(held))[::-1]
-            kth = known[int(heap[1][i, 0]) - 1] if known.size >= heap[1][i, 0] else -np.inf
-            assert final[i] <= max(start[i], kth)
-        else:
-            assert final[i] == start[i]
-        for j in range(int(finite[i, 0])):
-            if rel[i, j] >= final[i]:
-                assert int(above[i, j]) == int((values[i] > rel[i, j]).sum()), (i, j)
-                assert int(tied[i, j]) == int((values[i] == rel[i, j]).sum()), (i, j)
+    # (n x width) scores, few distinct values: ties between items, between relevant scores,
+    # and across the two; an excluded pair's -inf, and -0.0 (which ties 0.0)
+    width = queries + int(rng.integers(0, 3)) if mode != "rows" else queries
+    block = rng.integers(0, distinct, (n, width)).astype(dtype)
+    block[rng.random(block.shape) < 0.1] = -np.inf
+    block[block == 0] = rng.choice([0.0, -0.0], int((block == 0).sum()))
+    if mode == "rows":
+        rows = _AboveSide(rng, block.T.copy(), m, depth, among, dtype)
+        kernels.count_above(torch.from_numpy(block.T.copy()), rows.arrays())
+        rows.check()
+        return
+    cols = _AboveSide(rng, block[:, :queries].T.copy(), m, depth, among, dtype)
+    if mode == "columns":
+        kernels.count_above(torch.from_numpy(block).T[:queries], cols.arrays())
+        cols.check()
+        return
+    row_queries = int(rng.integers(0, n + 1))
+    rows = _AboveSide(rng, block[:row_queries], m, depth, among, dtype)
+    kernels.count_above_both(torch.from_numpy(block), cols.arrays(), rows.arrays())
+    cols.check()
+    rows.check()
 
 
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")

@@ -312,9 +312,10 @@ def test_a_good_model_with_a_depth_counts_sparsely_in_both_passes():
 @pytest.mark.parametrize("cover", [False, True])
 def test_the_compiled_count_reads_the_items_above_the_thresholds_in_both_passes(cover):
     """Where the compiled module is built, every block of a good model is counted by one pass
-    over the items above each row's threshold (``count_above``), the symmetric pass's columns
-    read in place: no segment maxima, no sparse or dense count; the listed items are the
-    reference's first, with a depth (the thresholds raised by the heaps) and without."""
+    over the items above each row's threshold (``count_above``; in the symmetric pass one pass
+    over each block for the queries of its rows and of its columns): no segment maxima, no
+    sparse or dense count; the listed items are the reference's first, with a depth (the
+    thresholds raised by the heaps) and without."""
     x, lab = clusters(600, 30)
     for depth in (3, None):
         for block_size in ((64, 64), (16, 128)):
@@ -327,9 +328,8 @@ def test_the_compiled_count_reads_the_items_above_the_thresholds_in_both_passes(
                 mock.patch.object(two_sided, "segment_maxima", wraps=kernels.segment_maxima) as sm,
                 mock.patch.object(counting, "count_above", wraps=counting.count_above) as above,
                 mock.patch.object(
-                    kernels._count, "count_above_columns",
-                    wraps=kernels._count.count_above_columns,
-                ) as columns,
+                    kernels._count, "count_above_both", wraps=kernels._count.count_above_both,
+                ) as both,
             ):
                 engine = rank_embeddings(
                     x, query_labels=lab, depth=depth, cover_relevant=cover,
@@ -344,7 +344,8 @@ def test_the_compiled_count_reads_the_items_above_the_thresholds_in_both_passes(
             assert sm.call_count == 0
             # (the one-sided pass reads a few blocks' maxima before counting, for its seeds)
             assert seeds.call_count <= (THETA_EVERY * -(-600 // block_size[0]) if depth else 0)
-            assert (columns.call_count > 0) == (block_size[0] == block_size[1])
+            # the symmetric pass reads a block once for the queries on both of its sides
+            assert (both.call_count > 0) == (block_size[0] == block_size[1])
 
 
 @pytest.mark.parametrize("kind", ["normal", "binary", "collapsed"])

@@ -6,7 +6,7 @@
  * read a mask per pass. Here each row is read from the cache a few relevant scores at a time,
  * comparing and counting in registers (loops the compiler vectorizes): 2m compares per item.
  *
- * The results are the histograms _merge_rows adds, bit for bit (tests/ranking/test_count_kernel.py):
+ * The results are the histograms _merge_rows adds, bit for bit (tests/ranking/test_counting.py):
  * with at_most = [0, #{v <= r_0}, ..., #{v <= r_(m-1)}, n] and below = [0, #{v < r_0}, ...,
  * #{v < r_(m-1)}, n], hist_lt[j] += at_most[j+1] - at_most[j] and hist_le[j] += (below[j+1] -
  * below[j]) - (at_most[j+1] - at_most[j]). Padding (+inf) after a row's finite relevant scores
@@ -35,45 +35,45 @@
 #define VECTOR_CLONES
 #endif
 
-#define DEFINE_COUNTS(NAME, T)                                                                  \
-    VECTOR_CLONES                                                                              \
-    static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t j0, Py_ssize_t f,        \
-                     Py_ssize_t m, int64_t *at_most, int64_t *below) {                         \
-        /* the relevant scores before j0 are not counted: 0 items at or below them */         \
-        Py_ssize_t j = 0;                                                                      \
-        for (; j < j0; j++) {                                                                  \
-            at_most[j] = 0;                                                                    \
-            below[j] = 0;                                                                      \
-        }                                                                                      \
-        for (; j + GROUP <= f; j += GROUP) {                                                   \
-            const T r0 = r[j], r1 = r[j + 1], r2 = r[j + 2], r3 = r[j + 3];                    \
-            int32_t le0 = 0, le1 = 0, le2 = 0, le3 = 0, lt0 = 0, lt1 = 0, lt2 = 0, lt3 = 0;   \
-            for (Py_ssize_t k = 0; k < n; k++) {                                               \
-                const T x = v[k];                                                              \
-                le0 += x <= r0; lt0 += x < r0;                                                 \
-                le1 += x <= r1; lt1 += x < r1;                                                 \
-                le2 += x <= r2; lt2 += x < r2;                                                 \
-                le3 += x <= r3; lt3 += x < r3;                                                 \
-            }                                                                                  \
-            at_most[j] = le0; at_most[j + 1] = le1; at_most[j + 2] = le2; at_most[j + 3] = le3; \
-            below[j] = lt0; below[j + 1] = lt1; below[j + 2] = lt2; below[j + 3] = lt3;        \
-        }                                                                                      \
-        /* the rest one at a time, and the padding once: its scores are all +inf */          \
-        const Py_ssize_t last = f < m ? f + 1 : f;                                             \
-        for (; j < last; j++) {                                                                \
-            const T t = r[j];                                                                  \
-            int32_t le = 0, lt = 0;                                                            \
-            for (Py_ssize_t k = 0; k < n; k++) {                                               \
-                le += v[k] <= t;                                                               \
-                lt += v[k] < t;                                                                \
-            }                                                                                  \
-            at_most[j] = le;                                                                   \
-            below[j] = lt;                                                                     \
-        }                                                                                      \
-        for (Py_ssize_t p = last; p < m; p++) {                                                \
-            at_most[p] = at_most[f];                                                           \
-            below[p] = below[f];                                                               \
-        }                                                                                      \
+#define DEFINE_COUNTS(NAME, T)                                                                     \
+    VECTOR_CLONES                                                                                  \
+    static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t j0, Py_ssize_t f,            \
+                     Py_ssize_t m, int64_t *at_most, int64_t *below) {                             \
+        /* the relevant scores before j0 are not counted: 0 items at or below them */              \
+        Py_ssize_t j = 0;                                                                          \
+        for (; j < j0; j++) {                                                                      \
+            at_most[j] = 0;                                                                        \
+            below[j] = 0;                                                                          \
+        }                                                                                          \
+        for (; j + GROUP <= f; j += GROUP) {                                                       \
+            const T r0 = r[j], r1 = r[j + 1], r2 = r[j + 2], r3 = r[j + 3];                        \
+            int32_t le0 = 0, le1 = 0, le2 = 0, le3 = 0, lt0 = 0, lt1 = 0, lt2 = 0, lt3 = 0;        \
+            for (Py_ssize_t k = 0; k < n; k++) {                                                   \
+                const T x = v[k];                                                                  \
+                le0 += x <= r0; lt0 += x < r0;                                                     \
+                le1 += x <= r1; lt1 += x < r1;                                                     \
+                le2 += x <= r2; lt2 += x < r2;                                                     \
+                le3 += x <= r3; lt3 += x < r3;                                                     \
+            }                                                                                      \
+            at_most[j] = le0; at_most[j + 1] = le1; at_most[j + 2] = le2; at_most[j + 3] = le3;    \
+            below[j] = lt0; below[j + 1] = lt1; below[j + 2] = lt2; below[j + 3] = lt3;            \
+        }                                                                                          \
+        /* the rest one at a time, and the padding once: its scores are all +inf */                \
+        const Py_ssize_t last = f < m ? f + 1 : f;                                                 \
+        for (; j < last; j++) {                                                                    \
+            const T t = r[j];                                                                      \
+            int32_t le = 0, lt = 0;                                                                \
+            for (Py_ssize_t k = 0; k < n; k++) {                                                   \
+                le += v[k] <= t;                                                                   \
+                lt += v[k] < t;                                                                    \
+            }                                                                                      \
+            at_most[j] = le;                                                                       \
+            below[j] = lt;                                                                         \
+        }                                                                                          \
+        for (Py_ssize_t p = last; p < m; p++) {                                                    \
+            at_most[p] = at_most[f];                                                               \
+            below[p] = below[f];                                                                   \
+        }                                                                                          \
     }
 
 DEFINE_COUNTS(counts_float, float)
@@ -105,139 +105,250 @@ static void add_row(int64_t *at_most, int64_t *below, Py_ssize_t n, Py_ssize_t m
  * still lists, whose counts alone are read (QueryBlock.finish). A row where many items pass
  * (a weak model) is counted whole by the loops above instead, which is exact too. */
 
-/* per item passing the threshold: its search and a few scattered writes, in units of the
- * whole-row count's per-item cost of 1 + f / 4 (f relevant scores, 8 compares a vector) */
-#define SPARSE_COST 40
-/* items tested a vector group at a time before any is looked at one by one */
-#define CHUNK 16
-
-#define DEFINE_ABOVE(NAME, T, COUNTS)                                                           \
-    /* lt: relevant scores < x among the f finite ones; le: <= x */                            \
-    static inline Py_ssize_t NAME##_lower(const T *r, Py_ssize_t f, T x) {                      \
-        Py_ssize_t lo = 0, hi = f;                                                             \
-        while (lo < hi) {                                                                      \
-            Py_ssize_t mid = (lo + hi) / 2;                                                    \
-            if (r[mid] < x) lo = mid + 1; else hi = mid;                                        \
-        }                                                                                      \
-        return lo;                                                                             \
-    }                                                                                          \
-    /* a min-heap of k values: x replaces the root, which sinks */                             \
-    static inline void NAME##_push(T *h, Py_ssize_t k, T x) {                                   \
-        Py_ssize_t i = 0;                                                                      \
-        for (;;) {                                                                             \
-            Py_ssize_t c = 2 * i + 1;                                                          \
-            if (c >= k) break;                                                                 \
-            if (c + 1 < k && h[c + 1] < h[c]) c++;                                              \
-            if (h[c] >= x) break;                                                              \
-            h[i] = h[c];                                                                       \
-            i = c;                                                                             \
-        }                                                                                      \
-        h[i] = x;                                                                              \
-    }                                                                                          \
-    /* one item at or above its row's threshold t: counted (unless the row is counted whole), */\
-    /* and into the heap; returns the row's threshold after it */                            \
-    static inline T NAME##_item(T x, const T *r, Py_ssize_t f, int64_t *lt_row,               \
-                                int64_t *le_row, int count, T *h, Py_ssize_t k, T cap, T t) {  \
-        const Py_ssize_t lt = NAME##_lower(r, f, x);                                           \
-        const int tie = lt < f && r[lt] == x;                                                  \
-        if (count) {                                                                           \
-            lt_row[lt] += 1;                                                                   \
-            if (tie) {                                                                         \
-                Py_ssize_t le = lt + 1;                                                        \
-                while (le < f && r[le] == x) le++;                                             \
-                le_row[le] += 1;                                                               \
-                le_row[lt] -= 1;                                                               \
-            }                                                                                  \
-        }                                                                                      \
-        /* an item tying a relevant score may be that relevant item, which the heap holds */  \
-        /* from the start: left out (fewer items, still a lower bound) */                     \
-        if (h != NULL && !tie && x > h[0]) {                                                   \
-            NAME##_push(h, k, x);                                                              \
-            const T raised = h[0] < cap ? h[0] : cap;                                          \
-            if (raised > t) t = raised;                                                        \
-        }                                                                                      \
-        return t;                                                                              \
-    }                                                                                          \
-    VECTOR_CLONES                                                                              \
-    static int NAME##_any_of(const T *v, const T *t) {                                         \
-        int any = 0;                                                                           \
-        for (int u = 0; u < CHUNK; u++) any |= v[u] >= t[u];                                   \
-        return any;                                                                            \
-    }                                                                                          \
-    VECTOR_CLONES                                                                              \
-    static Py_ssize_t NAME##_passing(const T *v, Py_ssize_t n, T t) {                          \
-        Py_ssize_t c = 0;                                                                      \
-        for (Py_ssize_t k = 0; k < n; k++) c += v[k] >= t;                                     \
-        return c;                                                                              \
-    }                                                                                          \
-    VECTOR_CLONES                                                                              \
-    static int NAME##_any(const T *v, T t) {                                                   \
-        int any = 0;                                                                           \
-        for (int u = 0; u < CHUNK; u++) any |= v[u] >= t;                                      \
-        return any;                                                                            \
-    }                                                                                          \
-    /* one row: returns the row's threshold after it */                                       \
-    static T NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m, T t,       \
-                  int64_t *lt_row, int64_t *le_row, T *h, Py_ssize_t k, T cap,                 \
-                  int64_t *at_most, int64_t *below) {                                          \
-        Py_ssize_t passing = NAME##_passing(v, n, t);                                          \
-        if (passing == 0) return t;                                                            \
-        int whole = passing * SPARSE_COST > n * (1 + f / 4);                                   \
-        if (whole) {                                                                           \
-            COUNTS(v, n, r, 0, f, m, at_most, below);                                          \
-            add_row(at_most, below, n, m, lt_row, le_row);                                     \
-            if (h == NULL) return t;                                                           \
-        }                                                                                      \
-        /* the heap (and, unless counted whole, the counts) item by item */                   \
-        Py_ssize_t k0 = 0;                                                                     \
-        for (; k0 < n; k0 += CHUNK) {                                                          \
-            Py_ssize_t stop = k0 + CHUNK <= n ? k0 + CHUNK : n;                                \
-            if (stop - k0 == CHUNK && !NAME##_any(v + k0, t)) continue;                        \
-            for (Py_ssize_t q = k0; q < stop; q++) {                                           \
-                const T x = v[q];                                                              \
-                if (!(x >= t)) continue;                                                       \
-                if (whole && !(x > h[0])) continue;                                            \
-                t = NAME##_item(x, r, f, lt_row, le_row, !whole, h, k, cap, t);                \
-            }                                                                                  \
-        }                                                                                      \
-        return t;                                                                              \
-    }                                                                                          \
-    /* The queries are the first nq columns of v (rows x ld), its rows the items: each row of */\
-    /* items is compared with the columns' thresholds a vector at a time. Returns the rows */   \
-    /* read: it stops once more than `budget` items passed (a weak model), for the rest to */  \
-    /* be counted row by row (NAME above) where rows with many passing are counted whole. */   \
-    static Py_ssize_t NAME##_columns(const T *v, Py_ssize_t items, Py_ssize_t ld,             \
-                                     Py_ssize_t nq, T *thr, const T *seq, Py_ssize_t m,        \
-                                     const int64_t *fin, int64_t *lt, int64_t *le, T *heap,    \
-                                     Py_ssize_t w, const int64_t *ks, const T *cap,            \
-                                     int64_t budget) {                                         \
-        int64_t passed = 0;                                                                    \
-        for (Py_ssize_t q = 0; q < items; q++) {                                               \
-            if (passed > budget) return q;                                                     \
-            const T *row = v + q * ld;                                                         \
-            for (Py_ssize_t j0 = 0; j0 < nq; j0 += CHUNK) {                                    \
-                Py_ssize_t stop = j0 + CHUNK <= nq ? j0 + CHUNK : nq;                          \
-                if (stop - j0 == CHUNK && !NAME##_any_of(row + j0, thr + j0)) continue;        \
-                for (Py_ssize_t j = j0; j < stop; j++) {                                       \
-                    const T x = row[j];                                                        \
-                    if (!(x >= thr[j])) continue;                                              \
-                    passed++;                                                                  \
-                    Py_ssize_t k = heap != NULL ? clamped(ks[j], w) : 0;                       \
-                    thr[j] = NAME##_item(x, seq + j * m, clamped(fin[j], m), lt + j * (m + 1), \
-                                         le + j * (m + 1), 1, k > 0 ? heap + j * w : NULL, k,  \
-                                         k > 0 ? cap[j] : (T)0, thr[j]);                       \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        return items;                                                                          \
-    }
-
 static inline Py_ssize_t clamped(int64_t x, Py_ssize_t hi) {
     return x < 0 ? 0 : (x > hi ? hi : (Py_ssize_t)x);
 }
 
-DEFINE_ABOVE(above_float, float, counts_float)
-DEFINE_ABOVE(above_double, double, counts_double)
+/* One side of a block's count: its queries' thresholds, relevant scores (m a row, the first
+ * fin[i] finite), histograms (m + 1 a row) and, where the ranking stops at a depth, heaps (w a
+ * row, the first ks[i] used) and caps; thr, seq, heap and cap in the scores' dtype. */
+typedef struct {
+    Py_ssize_t n, m, w;
+    void *thr;
+    const void *seq;
+    const int64_t *fin;
+    int64_t *lt, *le;
+    void *heap;
+    const int64_t *ks;
+    const void *cap;
+} Side;
+
+/* 32-byte vectors of scores and of the masks their compares give */
+typedef float floats __attribute__((vector_size(32)));
+typedef int32_t ints __attribute__((vector_size(32)));
+typedef double doubles __attribute__((vector_size(32)));
+typedef int64_t longs __attribute__((vector_size(32)));
+
+/* whether any lane of a mask is set: its 32 bytes or'ed as four words, not lane by lane */
+static inline int any_set(const void *mask) {
+    uint64_t words[4];
+    memcpy(words, mask, sizeof words);
+    return (words[0] | words[1] | words[2] | words[3]) != 0;
+}
+
+/* The cost of an item passing the threshold, in units of the whole-row count's per-item cost of
+ * 1 + f / 4 (f relevant scores, 8 compares a vector): a search, a few writes and mispredicted
+ * branches. A row's own state sits in the cache (SPARSE_COST); a column's is one of many read
+ * in turn (COLUMN_COST). Set on an AMD EPYC (2 cores) where a passing item cost 30 to 100 ns
+ * and a unit about 0.3 ns: a weak model (classes of 60, most items passing) as fast as the
+ * whole count, a good one (SOP-sized, a few items a row) searched item by item. */
+#define SPARSE_COST 100
+#define COLUMN_COST 300
+/* items compared a chunk at a time (8 vectors of floats, 16 of doubles) before the vector that
+ * holds a passing item, then its items, are looked at: the fewer steps a row, the faster the
+ * pass over a block where few pass (64: 2.5x faster than 16) */
+#define CHUNK 64
+
+#define DEFINE_ABOVE(NAME, T, V, M, COUNTS)                                                        \
+    enum { NAME##_LANES = (int)(sizeof(V) / sizeof(T)) };                                          \
+    /* lt: relevant scores < x among the f finite ones; le: <= x */                                \
+    static inline Py_ssize_t NAME##_lower(const T *r, Py_ssize_t f, T x) {                         \
+        if (f <= 16) { /* a count without branches beats the search's mispredicted ones */         \
+            Py_ssize_t below = 0;                                                                  \
+            for (Py_ssize_t j = 0; j < f; j++) below += r[j] < x;                                  \
+            return below;                                                                          \
+        }                                                                                          \
+        Py_ssize_t lo = 0, hi = f;                                                                 \
+        while (lo < hi) {                                                                          \
+            Py_ssize_t mid = (lo + hi) / 2;                                                        \
+            if (r[mid] < x) lo = mid + 1; else hi = mid;                                           \
+        }                                                                                          \
+        return lo;                                                                                 \
+    }                                                                                              \
+    /* a min-heap of k values: x replaces the root, which sinks */                                 \
+    static inline void NAME##_push(T *h, Py_ssize_t k, T x) {                                      \
+        Py_ssize_t i = 0;                                                                          \
+        for (;;) {                                                                                 \
+            Py_ssize_t c = 2 * i + 1;                                                              \
+            if (c >= k) break;                                                                     \
+            if (c + 1 < k && h[c + 1] < h[c]) c++;                                                 \
+            if (h[c] >= x) break;                                                                  \
+            h[i] = h[c];                                                                           \
+            i = c;                                                                                 \
+        }                                                                                          \
+        h[i] = x;                                                                                  \
+    }                                                                                              \
+    /* one item at or above its row's threshold t: counted (unless the row is counted whole), */   \
+    /* and into the heap; returns the row's threshold after it */                                  \
+    static inline T NAME##_item(T x, const T *r, Py_ssize_t f, int64_t *lt_row,                    \
+                                int64_t *le_row, int count, T *h, Py_ssize_t k, T cap, T t) {      \
+        const Py_ssize_t lt = NAME##_lower(r, f, x);                                               \
+        const int tie = lt < f && r[lt] == x;                                                      \
+        if (count) {                                                                               \
+            lt_row[lt] += 1;                                                                       \
+            if (tie) {                                                                             \
+                Py_ssize_t le = lt + 1;                                                            \
+                while (le < f && r[le] == x) le++;                                                 \
+                le_row[le] += 1;                                                                   \
+                le_row[lt] -= 1;                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+        /* an item tying a relevant score may be that relevant item, which the heap holds */       \
+        /* from the start: left out (fewer items, still a lower bound) */                          \
+        if (h != NULL && !tie && x > h[0]) {                                                       \
+            NAME##_push(h, k, x);                                                                  \
+            const T raised = h[0] < cap ? h[0] : cap;                                              \
+            if (raised > t) t = raised;                                                            \
+        }                                                                                          \
+        return t;                                                                                  \
+    }                                                                                              \
+    /* whether an item of a chunk is at or above its threshold (t: one for all, or each's): */     \
+    /* compares of whole vectors (GCC's vector types: AVX2 registers in the avx2 clone), */        \
+    /* which the compiler does not make of a loop of scalar compares or'ed together */             \
+    static inline int NAME##_any(const T *v, T t) {                                                \
+        M acc = {0};                                                                               \
+        for (int u = 0; u < CHUNK; u += (int)(sizeof(V) / sizeof(T))) {                            \
+            V x;                                                                                   \
+            memcpy(&x, v + u, sizeof x);                                                           \
+            acc |= x >= t;                                                                         \
+        }                                                                                          \
+        return any_set(&acc);                                                                      \
+    }                                                                                              \
+    static inline int NAME##_any_lanes(const T *v, T t) {                                          \
+        V x;                                                                                       \
+        memcpy(&x, v, sizeof x);                                                                   \
+        M mask = x >= t;                                                                           \
+        return any_set(&mask);                                                                     \
+    }                                                                                              \
+    static inline int NAME##_any_lanes_of(const T *v, const T *t) {                                \
+        V x, y;                                                                                    \
+        memcpy(&x, v, sizeof x);                                                                   \
+        memcpy(&y, t, sizeof y);                                                                   \
+        M mask = x >= y;                                                                           \
+        return any_set(&mask);                                                                     \
+    }                                                                                              \
+    static inline int NAME##_any_of(const T *v, const T *t) {                                      \
+        M acc = {0};                                                                               \
+        for (int u = 0; u < CHUNK; u += (int)(sizeof(V) / sizeof(T))) {                            \
+            V x, y;                                                                                \
+            memcpy(&x, v + u, sizeof x);                                                           \
+            memcpy(&y, t + u, sizeof y);                                                           \
+            acc |= x >= y;                                                                         \
+        }                                                                                          \
+        return any_set(&acc);                                                                      \
+    }                                                                                              \
+    /* the starts of the chunks of a row with an item at or above t, in `found`: how many */       \
+    VECTOR_CLONES                                                                                  \
+    static Py_ssize_t NAME##_chunks(const T *v, Py_ssize_t n, T t, int32_t *found) {               \
+        Py_ssize_t c = 0, k0 = 0;                                                                  \
+        for (; k0 + CHUNK <= n; k0 += CHUNK)                                                       \
+            if (NAME##_any(v + k0, t)) found[c++] = (int32_t)k0;                                   \
+        for (Py_ssize_t q = k0; q < n; q++)                                                        \
+            if (v[q] >= t) {                                                                       \
+                found[c++] = (int32_t)k0;                                                          \
+                break;                                                                             \
+            }                                                                                      \
+        return c;                                                                                  \
+    }                                                                                              \
+    /* One row: returns the row's threshold after it. `found`: room for a chunk start per */       \
+    /* CHUNK items (and the tail). The chunks holding an item at or above the threshold are */     \
+    /* found in one pass; their items are then looked at one by one, or, where so many chunks */   \
+    /* hold one that the search of each would cost more, the row is counted whole (COUNTS). */     \
+    VECTOR_CLONES                                                                                  \
+    static T NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m, T t,           \
+                  int64_t *lt_row, int64_t *le_row, T *h, Py_ssize_t k, T cap,                     \
+                  int64_t *at_most, int64_t *below, int32_t *found) {                              \
+        const Py_ssize_t chunks = NAME##_chunks(v, n, t, found);                                   \
+        if (chunks == 0) return t;                                                                 \
+        Py_ssize_t passing = 0;                                                                    \
+        for (Py_ssize_t c = 0; c < chunks; c++) {                                                  \
+            const Py_ssize_t k0 = found[c], stop = k0 + CHUNK <= n ? k0 + CHUNK : n;               \
+            for (Py_ssize_t q = k0; q < stop; q++) passing += v[q] >= t;                           \
+        }                                                                                          \
+        const int whole = passing * SPARSE_COST > n * (1 + f / 4);                                 \
+        if (whole) {                                                                               \
+            COUNTS(v, n, r, 0, f, m, at_most, below);                                              \
+            add_row(at_most, below, n, m, lt_row, le_row);                                         \
+            if (h == NULL) return t;                                                               \
+        }                                                                                          \
+        /* the heap (and, unless counted whole, the counts) item by item */                        \
+        for (Py_ssize_t c = 0; c < chunks; c++) {                                                  \
+            const Py_ssize_t k0 = found[c], stop = k0 + CHUNK <= n ? k0 + CHUNK : n;               \
+            for (Py_ssize_t q0 = k0; q0 < stop; q0 += NAME##_LANES) {                              \
+                const Py_ssize_t end = q0 + NAME##_LANES <= stop ? q0 + NAME##_LANES : stop;       \
+                if (end - q0 == NAME##_LANES && !NAME##_any_lanes(v + q0, t)) continue;            \
+                for (Py_ssize_t q = q0; q < end; q++) {                                            \
+                    const T x = v[q];                                                              \
+                    if (!(x >= t)) continue;                                                       \
+                    if (whole && !(x > h[0])) continue;                                            \
+                    t = NAME##_item(x, r, f, lt_row, le_row, !whole, h, k, cap, t);                \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        return t;                                                                                  \
+    }                                                                                              \
+    /* one query of a side (see Side), its threshold raised in place */                            \
+    static void NAME##_query(const Side *side, Py_ssize_t i, const T *v, Py_ssize_t n,             \
+                             int64_t *at_most, int64_t *below, int32_t *found) {                   \
+        const Py_ssize_t m = side->m, k = side->heap != NULL ? clamped(side->ks[i], side->w) : 0;  \
+        T *t = (T *)side->thr + i;                                                                 \
+        *t = NAME(v, n, (const T *)side->seq + i * m, clamped(side->fin[i], m), m, *t,             \
+                  side->lt + i * (m + 1), side->le + i * (m + 1),                                  \
+                  k > 0 ? (T *)side->heap + i * side->w : NULL, k,                                 \
+                  k > 0 ? ((const T *)side->cap)[i] : (T)0, at_most, below, found);                \
+    }                                                                                              \
+    /* One pass over the rows of v (items x ld, row-major) for two sides at once. `cols`: the */   \
+    /* queries that are the first cols->n columns (the items are v's rows), each row of items */   \
+    /* compared with their thresholds a vector at a time; it stops once more than `budget` */      \
+    /* items passed (a weak model), for the rest to be counted by rows, where rows with many */    \
+    /* passing are counted whole. `rows` (or NULL): the queries that are the first rows->n */      \
+    /* rows, each counted by NAME while it is in the cache. Returns the rows of items read */      \
+    /* for `cols`. */                                                                              \
+    VECTOR_CLONES                                                                                  \
+    static Py_ssize_t NAME##_both(const T *v, Py_ssize_t items, Py_ssize_t ld,                     \
+                                  const Side *cols, int64_t budget, const Side *rows,              \
+                                  int64_t *at_most, int64_t *below, int32_t *found) {              \
+        int64_t passed = 0;                                                                        \
+        Py_ssize_t read = items;                                                                   \
+        const Py_ssize_t nq = cols->n, m = cols->m;                                                \
+        T *thr = (T *)cols->thr;                                                                   \
+        for (Py_ssize_t q = 0; q < items; q++) {                                                   \
+            const T *row = v + q * ld;                                                             \
+            /* stop at the budget, or once the rows read so far say the block will pass it */      \
+            if (read == items && (passed > budget || (q >= 8 && passed * items > 2 * budget * q))) \
+                read = q;                                                                          \
+            if (read == items) {                                                                   \
+                for (Py_ssize_t j0 = 0; j0 < nq; j0 += CHUNK) {                                    \
+                    Py_ssize_t stop = j0 + CHUNK <= nq ? j0 + CHUNK : nq;                          \
+                    if (stop - j0 == CHUNK && !NAME##_any_of(row + j0, thr + j0)) continue;        \
+                    for (Py_ssize_t j = j0; j < stop; j++) {                                       \
+                        if ((j - j0) % NAME##_LANES == 0 && j + NAME##_LANES <= stop &&            \
+                            !NAME##_any_lanes_of(row + j, thr + j)) {                              \
+                            j += NAME##_LANES - 1;                                                 \
+                            continue;                                                              \
+                        }                                                                          \
+                        const T x = row[j];                                                        \
+                        if (!(x >= thr[j])) continue;                                              \
+                        passed++;                                                                  \
+                        Py_ssize_t k = cols->heap != NULL ? clamped(cols->ks[j], cols->w) : 0;     \
+                        thr[j] = NAME##_item(                                                      \
+                            x, (const T *)cols->seq + j * m, clamped(cols->fin[j], m),             \
+                            cols->lt + j * (m + 1), cols->le + j * (m + 1), 1,                     \
+                            k > 0 ? (T *)cols->heap + j * cols->w : NULL, k,                       \
+                            k > 0 ? ((const T *)cols->cap)[j] : (T)0, thr[j]);                     \
+                    }                                                                              \
+                }                                                                                  \
+            } else if (rows == NULL) {                                                             \
+                break;                                                                             \
+            }                                                                                      \
+            if (rows != NULL && q < rows->n)                                                       \
+                NAME##_query(rows, q, row, ld, at_most, below, found);                             \
+        }                                                                                          \
+        return read;                                                                               \
+    }
+
+DEFINE_ABOVE(above_float, float, floats, ints, counts_float)
+DEFINE_ABOVE(above_double, double, doubles, longs, counts_double)
 
 /* format NULL: float32 or float64; "i8": int64 */
 static int get_buffer(PyObject *obj, Py_buffer *view, const char *name, const char *format,
@@ -346,70 +457,158 @@ finally:
     return result;
 }
 
-/* the buffers of count_above and count_above_columns */
+/* the buffers of one side (see Side) */
 typedef struct {
-    Py_buffer values, thr, seq, finite, hist_lt, hist_le, heap, heap_k, cap;
-    int got, with_heap, is_double;
-} Above;
+    Py_buffer views[8]; /* thr, seq, num_finite, hist_lt, hist_le, heap, heap_k, cap */
+    int got;
+} SideBuffers;
 
-static void above_release(Above *a) {
-    Py_buffer *views[] = {&a->values, &a->thr,  &a->seq,    &a->finite, &a->hist_lt,
-                          &a->hist_le, &a->heap, &a->heap_k, &a->cap};
-    for (int i = a->got - 1; i >= 0; i--) PyBuffer_Release(views[i]);
-    a->got = 0;
+static void side_release(SideBuffers *b) {
+    for (int i = b->got - 1; i >= 0; i--) PyBuffer_Release(&b->views[i]);
+    b->got = 0;
 }
 
-/* rows: the queries (the rows of values, or with columns the first rows of its columns) */
-static int above_parse(PyObject *args, Above *a, int columns) {
-    PyObject *values_obj, *thr_obj, *seq_obj, *finite_obj, *lt_obj, *le_obj;
-    PyObject *heap_obj = Py_None, *k_obj = Py_None, *cap_obj = Py_None;
-    a->got = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOO|OOO", &values_obj, &thr_obj, &seq_obj, &finite_obj,
-                          &lt_obj, &le_obj, &heap_obj, &k_obj, &cap_obj))
-        return -1;
-    if (get_buffer(values_obj, &a->values, "values", NULL, 2, 0) < 0) return -1;
-    a->got = 1;
-    a->is_double = strcmp(a->values.format, "d") == 0;
-    if (!a->is_double && strcmp(a->values.format, "f") != 0) {
-        PyErr_SetString(PyExc_ValueError, "`values` must be float32 or float64");
+/* A side from `args` (thr, seq, num_finite, hist_lt, hist_le[, heap, heap_k, cap]) for
+ * `queries` queries at most, in the scores' format `fmt`. */
+static int side_parse(PyObject *args, const char *fmt, Py_ssize_t queries, SideBuffers *b,
+                      Side *side) {
+    static const char *names[8] = {"thr",     "seq",  "num_finite", "hist_lt",
+                                   "hist_le", "heap", "heap_k",     "cap"};
+    const char *formats[8] = {fmt, fmt, "i8", "i8", "i8", fmt, "i8", fmt};
+    static const int ndims[8] = {1, 2, 2, 2, 2, 2, 2, 1};
+    static const int writable[8] = {1, 0, 0, 1, 1, 1, 0, 0};
+    b->got = 0;
+    Py_ssize_t given = PyTuple_Size(args);
+    if (given != 5 && given != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a side is (thr, seq, num_finite, hist_lt, hist_le[, heap, heap_k, cap])");
         return -1;
     }
-    const char *fmt = a->values.format;
-    if (get_buffer(thr_obj, &a->thr, "thr", fmt, 1, 1) < 0) return -1;
-    a->got = 2;
-    if (get_buffer(seq_obj, &a->seq, "seq", fmt, 2, 0) < 0) return -1;
-    a->got = 3;
-    if (get_buffer(finite_obj, &a->finite, "num_finite", "i8", 2, 0) < 0) return -1;
-    a->got = 4;
-    if (get_buffer(lt_obj, &a->hist_lt, "hist_lt", "i8", 2, 1) < 0) return -1;
-    a->got = 5;
-    if (get_buffer(le_obj, &a->hist_le, "hist_le", "i8", 2, 1) < 0) return -1;
-    a->got = 6;
-    a->with_heap = heap_obj != Py_None;
-    if (a->with_heap) {
-        if (get_buffer(heap_obj, &a->heap, "heap", fmt, 2, 1) < 0) return -1;
-        a->got = 7;
-        if (get_buffer(k_obj, &a->heap_k, "heap_k", "i8", 2, 0) < 0) return -1;
-        a->got = 8;
-        if (get_buffer(cap_obj, &a->cap, "cap", fmt, 1, 0) < 0) return -1;
-        a->got = 9;
+    for (Py_ssize_t i = 0; i < given; i++) {
+        if (get_buffer(PyTuple_GET_ITEM(args, i), &b->views[i], names[i], formats[i], ndims[i],
+                       writable[i]) < 0)
+            return -1;
+        b->got = (int)i + 1;
     }
-    Py_ssize_t rows = a->thr.shape[0], m = a->seq.shape[1];
-    Py_ssize_t queries = columns ? a->values.shape[1] : a->values.shape[0];
-    if ((columns ? rows > queries : rows != queries) || a->seq.shape[0] != rows ||
-        a->finite.shape[0] != rows || a->finite.shape[1] != 1 || a->hist_lt.shape[0] != rows ||
-        a->hist_lt.shape[1] != m + 1 || a->hist_le.shape[0] != rows ||
-        a->hist_le.shape[1] != m + 1 ||
-        (a->with_heap && (a->heap.shape[0] != rows || a->heap_k.shape[0] != rows ||
-                          a->heap_k.shape[1] != 1 || a->cap.shape[0] != rows))) {
+    Py_buffer *v = b->views;
+    Py_ssize_t n = v[0].shape[0], m = v[1].shape[1];
+    int ok = n <= queries && v[1].shape[0] == n && v[2].shape[0] == n && v[2].shape[1] == 1;
+    for (int i = 3; i < 5; i++) ok = ok && v[i].shape[0] == n && v[i].shape[1] == m + 1;
+    if (given == 8)
+        ok = ok && v[5].shape[0] == n && v[6].shape[0] == n && v[6].shape[1] == 1 &&
+             v[7].shape[0] == n;
+    if (!ok) {
         PyErr_SetString(PyExc_ValueError, "count_above: the shapes do not fit");
         return -1;
     }
-    if ((columns ? a->values.shape[0] : a->values.shape[1]) > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "count_above: rows of 2**31 items or more");
+    side->n = n;
+    side->m = m;
+    side->thr = v[0].buf;
+    side->seq = v[1].buf;
+    side->fin = (const int64_t *)v[2].buf;
+    side->lt = (int64_t *)v[3].buf;
+    side->le = (int64_t *)v[4].buf;
+    side->heap = given == 8 ? v[5].buf : NULL;
+    side->w = given == 8 ? v[5].shape[1] : 0;
+    side->ks = given == 8 ? (const int64_t *)v[6].buf : NULL;
+    side->cap = given == 8 ? v[7].buf : NULL;
+    return 0;
+}
+
+/* the scores (items of 32-bit counts at most) */
+static int values_parse(PyObject *obj, Py_buffer *values) {
+    if (get_buffer(obj, values, "values", NULL, 2, 0) < 0) return -1;
+    if ((strcmp(values->format, "d") != 0 && strcmp(values->format, "f") != 0) ||
+        values->shape[0] > INT32_MAX || values->shape[1] > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "`values` must be float32 or float64, under 2**31 a side");
+        PyBuffer_Release(values);
         return -1;
     }
     return 0;
+}
+
+/* what counting every query of `side` whole would cost per item, in the units of COLUMN_COST */
+static int64_t whole_cost(const Side *side) {
+    int64_t cost = 0;
+    for (Py_ssize_t j = 0; j < side->n; j++) cost += 1 + clamped(side->fin[j], side->m) / 4;
+    return cost;
+}
+
+/* count_above(values, *rows), count_above_columns(values, *cols) and count_above_both(values,
+ * cols, rows): one pass over values' rows; returns the rows read for the columns' side. */
+static PyObject *above_call(PyObject *args, int with_cols, int with_rows) {
+    Py_ssize_t given = PyTuple_Size(args);
+    if (given < 2) {
+        PyErr_SetString(PyExc_TypeError, "count_above: values and a side are needed");
+        return NULL;
+    }
+    Py_buffer values;
+    if (values_parse(PyTuple_GET_ITEM(args, 0), &values) < 0) return NULL;
+    const int is_double = strcmp(values.format, "d") == 0;
+    Py_ssize_t items = values.shape[0], ld = values.shape[1];
+    SideBuffers bufs[2] = {{.got = 0}, {.got = 0}};
+    Side sides[2];
+    PyObject *result = NULL;
+    int64_t *at_most = NULL;
+    int both = with_cols && with_rows;
+    for (int s = 0; s < (both ? 2 : 1); s++) {
+        PyObject *tuple = both ? PyTuple_GET_ITEM(args, 1 + s) : PyTuple_GetSlice(args, 1, given);
+        if (tuple == NULL) goto finally;
+        int bad = !PyTuple_Check(tuple);
+        if (bad) PyErr_SetString(PyExc_TypeError, "count_above_both: each side is a tuple");
+        int is_cols = both ? s == 0 : with_cols;
+        if (!bad)
+            bad = side_parse(tuple, values.format, is_cols ? ld : items, &bufs[s], &sides[s]);
+        if (!both) Py_DECREF(tuple);
+        if (bad) goto finally;
+    }
+    if (both && given != 3) {
+        PyErr_SetString(PyExc_TypeError, "count_above_both(values, cols, rows)");
+        goto finally;
+    }
+    const Side *cols = with_cols ? &sides[0] : NULL;
+    const Side *rows = with_rows ? &sides[both ? 1 : 0] : NULL;
+    /* scratch of the rows' counts: the whole count of a row's relevant scores, and a row's
+     * chunks holding an item above its threshold (ld / CHUNK and the tail) */
+    Py_ssize_t m = rows != NULL ? rows->m : 0;
+    at_most = (int64_t *)malloc((size_t)(2 * (m + 1)) * sizeof(int64_t) +
+                                (size_t)(ld / CHUNK + 1) * sizeof(int32_t));
+    if (at_most == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    int64_t *below = at_most + (m + 1);
+    int32_t *found = (int32_t *)(below + (m + 1));
+    Py_ssize_t read = items;
+    Py_BEGIN_ALLOW_THREADS
+    if (cols != NULL) {
+        int64_t budget = whole_cost(cols) * items / COLUMN_COST;
+        read = is_double ? above_double_both((const double *)values.buf, items, ld, cols, budget,
+                                             rows, at_most, below, found)
+                         : above_float_both((const float *)values.buf, items, ld, cols, budget,
+                                            rows, at_most, below, found);
+    } else {
+        for (Py_ssize_t i = 0; i < rows->n; i++) {
+            if (is_double)
+                above_double_query(rows, i, (const double *)values.buf + i * ld, ld, at_most,
+                                   below, found);
+            else
+                above_float_query(rows, i, (const float *)values.buf + i * ld, ld, at_most,
+                                  below, found);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (with_cols)
+        result = PyLong_FromSsize_t(read);
+    else
+        result = Py_NewRef(Py_None);
+finally:
+    free(at_most);
+    side_release(&bufs[1]);
+    side_release(&bufs[0]);
+    PyBuffer_Release(&values);
+    return result;
 }
 
 PyDoc_STRVAR(count_above_doc,
@@ -420,48 +619,10 @@ PyDoc_STRVAR(count_above_doc,
              "whole). heap (rows x w, the values' dtype, in place): each row's heap_k[row] best "
              "scores of distinct items so far, a min-heap in its first heap_k[row] places, which "
              "the row's items that pass and tie no relevant score join; thr[row] then rises to "
-             "min(cap[row], the heap's least).");
+             "min(cap[row], the heap's least). The queries may be the first len(thr) rows of "
+             "values.");
 
-static PyObject *count_above(PyObject *self, PyObject *args) {
-    Above a;
-    if (above_parse(args, &a, 0) < 0) {
-        above_release(&a);
-        return NULL;
-    }
-    Py_ssize_t rows = a.values.shape[0], n = a.values.shape[1], m = a.seq.shape[1];
-    int64_t *at_most = (int64_t *)malloc((size_t)(2 * (m + 1)) * sizeof(int64_t));
-    if (at_most == NULL) {
-        above_release(&a);
-        return PyErr_NoMemory();
-    }
-    int64_t *below = at_most + (m + 1);
-    const int64_t *fin = (const int64_t *)a.finite.buf;
-    const int64_t *ks = a.with_heap ? (const int64_t *)a.heap_k.buf : NULL;
-    Py_ssize_t w = a.with_heap ? a.heap.shape[1] : 0;
-    int64_t *lt = (int64_t *)a.hist_lt.buf, *le = (int64_t *)a.hist_le.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < rows; i++) {
-        Py_ssize_t f = clamped(fin[i], m);
-        Py_ssize_t k = ks != NULL ? clamped(ks[i], w) : 0;
-        if (a.is_double) {
-            double *t = (double *)a.thr.buf + i;
-            *t = above_double((const double *)a.values.buf + i * n, n,
-                              (const double *)a.seq.buf + i * m, f, m, *t, lt + i * (m + 1),
-                              le + i * (m + 1), k > 0 ? (double *)a.heap.buf + i * w : NULL, k,
-                              k > 0 ? ((const double *)a.cap.buf)[i] : 0.0, at_most, below);
-        } else {
-            float *t = (float *)a.thr.buf + i;
-            *t = above_float((const float *)a.values.buf + i * n, n,
-                             (const float *)a.seq.buf + i * m, f, m, *t, lt + i * (m + 1),
-                             le + i * (m + 1), k > 0 ? (float *)a.heap.buf + i * w : NULL, k,
-                             k > 0 ? ((const float *)a.cap.buf)[i] : 0.0f, at_most, below);
-        }
-    }
-    Py_END_ALLOW_THREADS
-    free(at_most);
-    above_release(&a);
-    Py_RETURN_NONE;
-}
+static PyObject *count_above(PyObject *self, PyObject *args) { return above_call(args, 0, 1); }
 
 PyDoc_STRVAR(count_above_columns_doc,
              "count_above_columns(values, thr, seq, num_finite, hist_lt, hist_le, heap=None, "
@@ -473,42 +634,26 @@ PyDoc_STRVAR(count_above_columns_doc,
              "to count_above.");
 
 static PyObject *count_above_columns(PyObject *self, PyObject *args) {
-    Above a;
-    if (above_parse(args, &a, 1) < 0) {
-        above_release(&a);
-        return NULL;
-    }
-    Py_ssize_t items = a.values.shape[0], ld = a.values.shape[1];
-    Py_ssize_t nq = a.thr.shape[0], m = a.seq.shape[1];
-    const int64_t *fin = (const int64_t *)a.finite.buf;
-    /* what the whole count of every query would cost, per row of items */
-    int64_t cost = 0;
-    for (Py_ssize_t j = 0; j < nq; j++) cost += 1 + clamped(fin[j], m) / 4;
-    int64_t budget = cost * items / SPARSE_COST;
-    Py_ssize_t w = a.with_heap ? a.heap.shape[1] : 0;
-    const int64_t *ks = a.with_heap ? (const int64_t *)a.heap_k.buf : NULL;
-    int64_t *lt = (int64_t *)a.hist_lt.buf, *le = (int64_t *)a.hist_le.buf;
-    Py_ssize_t read;
-    Py_BEGIN_ALLOW_THREADS
-    if (a.is_double)
-        read = above_double_columns((const double *)a.values.buf, items, ld, nq,
-                                    (double *)a.thr.buf, (const double *)a.seq.buf, m, fin, lt,
-                                    le, a.with_heap ? (double *)a.heap.buf : NULL, w, ks,
-                                    a.with_heap ? (const double *)a.cap.buf : NULL, budget);
-    else
-        read = above_float_columns((const float *)a.values.buf, items, ld, nq,
-                                   (float *)a.thr.buf, (const float *)a.seq.buf, m, fin, lt, le,
-                                   a.with_heap ? (float *)a.heap.buf : NULL, w, ks,
-                                   a.with_heap ? (const float *)a.cap.buf : NULL, budget);
-    Py_END_ALLOW_THREADS
-    above_release(&a);
-    return PyLong_FromSsize_t(read);
+    return above_call(args, 1, 0);
+}
+
+PyDoc_STRVAR(count_above_both_doc,
+             "count_above_both(values, cols, rows) -> rows read for cols\n\n"
+             "count_above_columns of the side cols and count_above of the side rows (each a tuple "
+             "of their arguments after values) in one pass over values: the block of a pair of "
+             "the symmetric pass read once for the queries on both of its sides. The rows beyond "
+             "those read for cols are left to count_above for cols, as count_above_columns "
+             "leaves them; rows are counted whole.");
+
+static PyObject *count_above_both(PyObject *self, PyObject *args) {
+    return above_call(args, 1, 1);
 }
 
 static PyMethodDef methods[] = {
     {"count_rows", count_rows, METH_VARARGS, count_rows_doc},
     {"count_above", count_above, METH_VARARGS, count_above_doc},
     {"count_above_columns", count_above_columns, METH_VARARGS, count_above_columns_doc},
+    {"count_above_both", count_above_both, METH_VARARGS, count_above_both_doc},
     {NULL, NULL, 0, NULL},
 };
 

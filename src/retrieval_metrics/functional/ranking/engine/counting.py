@@ -21,9 +21,11 @@ from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
+    above_arrays,
     by_block,
     compiled_for,
     count_above,
+    count_above_both,
     count_block,
     count_candidates,
     floor_div,
@@ -37,7 +39,7 @@ from retrieval_metrics.functional.ranking.engine.threshold import (
 )
 from retrieval_metrics.functional.ranking.engine.tie_keys import TieKeyCounts
 
-__all__ = ["DENSE_RECHECK", "Pass", "QueryBlock"]
+__all__ = ["DENSE_RECHECK", "Pass", "QueryBlock", "count_both_sides"]
 
 #: Once a block of a query block was counted the dense way, the next ones are counted so
 #: without their segment maxima (a weak model lets most items through everywhere), and every
@@ -349,10 +351,7 @@ class QueryBlock:
             )
             return
         if self.above_only:
-            count_above(
-                s, self.thresholds.value, self.rel_sorted, self.num_finite,
-                self.hist_lt, self.hist_le, self.heap,
-            )
+            count_above(s, self.above_arrays())
             return
         if seg_max is None:  # a block after a dense one (see DENSE_RECHECK), or pruning
             count_block(
@@ -395,6 +394,14 @@ class QueryBlock:
                 segment_values,
             )
 
+    def above_arrays(self) -> tuple:
+        """The block's state as the compiled pass over the items above the thresholds takes it
+        (``above_only``): thresholds, relevant scores, histograms and heaps, written in place."""
+        return above_arrays(
+            self.thresholds.value, self.rel_sorted, self.num_finite, self.hist_lt, self.hist_le,
+            self.heap,
+        )
+
     def finish(self) -> None:
         """Write above, tied and listed of every relevant pair into the outputs (CSR order)."""
         self._whole_block()
@@ -432,3 +439,18 @@ class QueryBlock:
             unsorted.scatter_(1, self.rel_perm, sorted_values)
             out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())
 
+
+
+def count_both_sides(rows: QueryBlock, cols: QueryBlock, s: Tensor, i: int, j: int) -> bool:
+    """Count the product ``s`` of the pair (``i``, ``j``) of a two-sided pass for the query
+    block of its rows (``rows``, against gallery block ``j``) and of its columns (``cols``,
+    against gallery block ``i``) in one pass over ``s`` (``kernels.count_above_both``), where
+    both count only the items above their thresholds with nothing else to do: no tie key, no
+    excluded pair in the block. Returns whether it counted them (else each side counts alone)."""
+    if not (
+        rows.above_only and cols.above_only and rows.ties is None and cols.ties is None
+        and s.is_contiguous() and not rows.has_excluded(j) and not cols.has_excluded(i)
+    ):
+        return False
+    count_above_both(s, cols.above_arrays(), rows.above_arrays())
+    return True

@@ -269,47 +269,65 @@ def count_block(
         hist_le[r0 * width : r1 * width].index_add_(0, (lt + offset).view(-1), -ones)
 
 
-def count_above(
-    s: Tensor,
+def above_arrays(
     threshold: Tensor,
     rel_sorted: Tensor,
     num_finite: Tensor,
     hist_lt: Tensor,
     hist_le: Tensor,
     heap: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> None:
-    """Add the items of the score block ``s`` at or above their row's ``threshold`` to the
-    histograms of :func:`count_block`, in one compiled pass (CPU, :func:`compiled_for`).
-
-    In place of the segment maxima and the candidates of :func:`count_candidates`: each row is
-    compared with its threshold a vector at a time, and the few items that pass are searched in
-    the row's relevant scores (a row where many pass is counted whole, as :func:`count_block`
-    does). ``heap`` (``(heap, k, cap)``, where the ranking stops at a depth): per row, a min-heap
-    of its ``k`` best scores of distinct items so far (``RowThresholds.heap``); each item that
-    passes and ties no relevant score joins it, and ``threshold`` rises, in place, to the lesser
-    of ``cap`` and the heap's least (a lower bound of the row's depth-th best score).
-    """
-    nb = s.shape[0]
+) -> tuple[np.ndarray, ...]:
+    """One side of :func:`count_above` as the compiled count takes it (views, no copies of the
+    state it writes: the thresholds, histograms and heaps are updated in place)."""
+    nb = threshold.shape[0]
     width = rel_sorted.shape[1] + 1
-    rest = [
+    return (
         threshold.numpy(),
         rel_sorted.contiguous().numpy(),
         num_finite.contiguous().numpy(),
         hist_lt.view(nb, width).numpy(),
         hist_le.view(nb, width).numpy(),
         *([] if heap is None else [part.numpy() for part in heap]),
-    ]
+    )
+
+
+def count_above(s: Tensor, side: tuple[np.ndarray, ...]) -> None:
+    """Add the items of the score block ``s`` at or above their row's threshold to the
+    histograms of :func:`count_block`, in one compiled pass (CPU, :func:`compiled_for`);
+    ``side``: the rows' state, from :func:`above_arrays`.
+
+    In place of the segment maxima and the candidates of :func:`count_candidates`: each row is
+    compared with its threshold a vector at a time, and the few items that pass are searched in
+    the row's relevant scores (a row where many pass is counted whole, as :func:`count_block`
+    does). With a heap (``(heap, k, cap)`` in :func:`above_arrays`, where the ranking stops at a
+    depth): per row, a min-heap of its ``k`` best scores of distinct items so far
+    (``RowThresholds.heap``); each item that passes and ties no relevant score joins it, and the
+    threshold rises, in place, to the lesser of ``cap`` and the heap's least (a lower bound of
+    the row's depth-th best score).
+    """
+    nb = s.shape[0]
     if not s.is_contiguous() and s.stride(1) >= nb and s.stride(0) == 1:
         # The columns of a row-major block (the symmetric pass's transposed block): read in
         # place, a row of items at a time, where a copy of the transpose costs more than the
         # count. A weak model lets many items through: the rest is copied and counted by rows.
         items, ld = s.shape[1], s.stride(1)
-        block = s.as_strided((items, ld), (ld, 1))
-        read = _count.count_above_columns(block.numpy(), *rest)
+        read = _count.count_above_columns(s.as_strided((items, ld), (ld, 1)).numpy(), *side)
         if read == items:
             return
         s = s[:, read:]
-    _count.count_above(s.contiguous().numpy(), *rest)
+    _count.count_above(s.contiguous().numpy(), *side)
+
+
+def count_above_both(
+    s: Tensor, cols: tuple[np.ndarray, ...], rows: tuple[np.ndarray, ...]
+) -> None:
+    """:func:`count_above` of the row-major block ``s`` for the queries of its first columns
+    (``cols``) and of its first rows (``rows``) in one pass over ``s``: each row of ``s`` is read
+    once for both sides (the two counts read it twice, and the block no longer sits in the
+    caches the second time)."""
+    read = _count.count_above_both(s.numpy(), cols, rows)
+    if read < s.shape[0]:  # a weak model: the rest of the columns' items by rows
+        _count.count_above(s.T[: cols[0].shape[0], read:].contiguous().numpy(), *cols)
 
 
 def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:

@@ -15,7 +15,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBlock
+from retrieval_metrics.functional.ranking.engine.counting import (
+    Pass,
+    QueryBlock,
+    count_both_sides,
+)
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
@@ -202,7 +206,10 @@ class TwoSidedPass:
         """Count product ``s`` of pair ``(i, j)`` for its columns' block and its rows' block."""
         rows, cols = self.rows_of[i], self.cols_of[j]
         block_a, block_b = self.pairs.block_a, self.pairs.block_b
-        if not (self.symmetric and i == j):
+        both_sides = not (self.symmetric and i == j)
+        if both_sides and count_both_sides(rows, cols, s, i, j):
+            return
+        if both_sides:
             # The columns first: the rows' exclusions are then written into s in place.
             maxima = cols.reads_segment_maxima(i)
             if cols.has_excluded(i):
