@@ -3,10 +3,11 @@
 A :class:`Pass` holds what every query block of one ranking shares; a :class:`QueryBlock` reads
 its relevant scores, counts every gallery block once and writes above, tied and listed of its
 relevant pairs into the outputs. On the CPU where the compiled count is built, a block is one
-pass over the items at or above each row's threshold (``kernels.count_above``); otherwise the
-sparse way, item by item of the segments whose maxima reach each row's threshold, or the dense
-way, the whole block (``kernels``). Beside it: the rows'
-thresholds (``threshold``) and the tied items a tie key puts first (``tie_keys``).
+pass over the items at or above each row's threshold (``kernels.count_above``; a block of the
+two-sided pass once for both of its sides, :func:`count_both_sides`); otherwise the sparse way,
+item by item of the segments whose maxima reach each row's threshold, or the dense way, the
+whole block (``kernels``). Beside it: the rows' thresholds (``threshold``) and the tied items a
+tie key puts first (``tie_keys``).
 """
 
 from __future__ import annotations
@@ -438,7 +439,6 @@ class QueryBlock:
             unsorted = torch.empty_like(sorted_values)
             unsorted.scatter_(1, self.rel_perm, sorted_values)
             out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())
-
 
 
 def count_both_sides(rows: QueryBlock, cols: QueryBlock, s: Tensor, i: int, j: int) -> bool:
