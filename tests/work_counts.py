@@ -3,8 +3,9 @@
 A clock drifts by 2x on a shared machine; a count does not. :func:`counting_work` records, while
 it is active, every matrix product's multiply-adds (``aten.mm``, ``addmm``, ``bmm``, ``matmul``
 and their ``out=`` forms: rows x columns x inner width, the padding of a product's blocks
-included), the passes of the engine (one-sided, symmetric, two-way), the query blocks and the
-rankings asked of the engine::
+included), the passes of the engine (one-sided, symmetric, two-way), the query blocks, the
+rankings asked of the engine, and the score entries the counting reads (a block of the
+two-sided pass read once for both of its sides counts once)::
 
     with counting_work() as work:
         metric.compute()
@@ -26,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from retrieval_metrics.functional.ranking import options as ranking_options
 from retrieval_metrics.functional.ranking.engine import counting, schedule
+from retrieval_metrics.functional.ranking.engine import two_sided as two_sided_pass
 
 _aten = torch.ops.aten
 
@@ -61,6 +63,9 @@ class Work:
     query_blocks: int = 0
     #: rankings asked of the engine (``BlockedEngine.rank`` and its two-way and sharded forms)
     rankings: int = 0
+    #: score entries the counting read: a block counted for one query block (``QueryBlock.count``)
+    #: or for both sides of a two-sided pair at once (``count_both_sides``)
+    entries_counted: int = 0
 
     def ratio(self, rows: int, columns: int, width: int) -> float:
         """The multiply-adds as a share of one ``rows x columns x width`` product."""
@@ -106,6 +111,18 @@ def counting_work() -> Iterator[Work]:
         work.query_blocks += 1
         block_init(self, *args, **kwargs)
 
+    block_count, both_sides = counting.QueryBlock.count, two_sided_pass.count_both_sides
+
+    def counted_count(self, s, *args, **kwargs):
+        work.entries_counted += s.numel()
+        return block_count(self, s, *args, **kwargs)
+
+    def counted_both_sides(rows, cols, s, *args, **kwargs):
+        done = both_sides(rows, cols, s, *args, **kwargs)
+        if done:
+            work.entries_counted += s.numel()
+        return done
+
     def counted_rank(method):
         def rank(*args, **kwargs):
             work.rankings += 1
@@ -116,6 +133,8 @@ def counting_work() -> Iterator[Work]:
     schedule.one_sided_pass = counted_one_sided
     schedule.two_sided_pass = counted_two_sided
     counting.QueryBlock.__init__ = counted_block
+    counting.QueryBlock.count = counted_count
+    two_sided_pass.count_both_sides = counted_both_sides
     for name, method in rank_methods.items():
         setattr(engine, name, counted_rank(method))
     try:
@@ -125,5 +144,7 @@ def counting_work() -> Iterator[Work]:
         schedule.one_sided_pass = one_sided
         schedule.two_sided_pass = two_sided
         counting.QueryBlock.__init__ = block_init
+        counting.QueryBlock.count = block_count
+        two_sided_pass.count_both_sides = both_sides
         for name, method in rank_methods.items():
             setattr(engine, name, method)

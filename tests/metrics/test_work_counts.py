@@ -26,7 +26,7 @@ import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
 from retrieval_metrics.functional import rank_embeddings
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
-from retrieval_metrics.functional.ranking.engine import plan, schedule
+from retrieval_metrics.functional.ranking.engine import kernels, plan, schedule
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.metrics.chunks import PAIR_BYTES
@@ -154,6 +154,10 @@ def test_same_source_computes_its_plan_half_the_product(plans, kind):
     assert -(-n // block) * block - n < -(-n // block) * 192  # even blocks
     assert work.ratio(n, n, dim) == pytest.approx(half_product(n, block))
     assert half_product(n, block) <= 0.75  # several blocks: about half of the product
+    # the counting reads each product once, for the queries on both of its sides (where the
+    # compiled count is built): the entries the products computed, not twice as many
+    if kernels._count is not None:
+        assert 0.9 <= work.entries_counted / (work.multiply_adds // dim) <= 1.0
     with counting_work() as functional:
         rank_embeddings(emb, query_labels=labels, memory_budget=ranking_budget(labels))
     assert functional.multiply_adds == work.multiply_adds
@@ -289,6 +293,10 @@ def test_image_text_both_ways_is_one_product(images, per_image):
     # each set in even blocks of its own, padded to whole panels of 192 (560 images: 576 rows;
     # 2,800 captions: two blocks of 1,536); no set padded to the other's block
     assert 1.0 <= work.ratio(images, captions, dim) <= 1.15
+    # each product read once by the counting, for both directions (where the compiled count
+    # is built)
+    if kernels._count is not None:
+        assert work.entries_counted == work.multiply_adds // dim
 
 
 def test_emulated_device_same_source_takes_the_symmetric_pass(plans):
