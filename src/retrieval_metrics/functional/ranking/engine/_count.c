@@ -207,7 +207,7 @@ static inline int any_set(const void *mask) {
     /* which the compiler does not make of a loop of scalar compares or'ed together */             \
     static inline int NAME##_any(const T *v, T t) {                                                \
         M acc = {0};                                                                               \
-        for (int u = 0; u < CHUNK; u += (int)(sizeof(V) / sizeof(T))) {                            \
+        for (int u = 0; u < CHUNK; u += NAME##_LANES) {                                            \
             V x;                                                                                   \
             memcpy(&x, v + u, sizeof x);                                                           \
             acc |= x >= t;                                                                         \
@@ -229,7 +229,7 @@ static inline int any_set(const void *mask) {
     }                                                                                              \
     static inline int NAME##_any_of(const T *v, const T *t) {                                      \
         M acc = {0};                                                                               \
-        for (int u = 0; u < CHUNK; u += (int)(sizeof(V) / sizeof(T))) {                            \
+        for (int u = 0; u < CHUNK; u += NAME##_LANES) {                                            \
             V x, y;                                                                                \
             memcpy(&x, v + u, sizeof x);                                                           \
             memcpy(&y, t + u, sizeof y);                                                           \
@@ -252,8 +252,9 @@ static inline int any_set(const void *mask) {
     }                                                                                              \
     /* One row: returns the row's threshold after it. `found`: room for a chunk start per */       \
     /* CHUNK items (and the tail). The chunks holding an item at or above the threshold are */     \
-    /* found in one pass; their items are then looked at one by one, or, where so many chunks */   \
-    /* hold one that the search of each would cost more, the row is counted whole (COUNTS). */     \
+    /* found in one pass; their items are then looked at one by one, or, where so many pass */     \
+    /* (counted in those chunks) that the search of each would cost more, the row is counted */    \
+    /* whole (COUNTS). */                                                                          \
     VECTOR_CLONES                                                                                  \
     static T NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m, T t,           \
                   int64_t *lt_row, int64_t *le_row, T *h, Py_ssize_t k, T cap,                     \
@@ -287,15 +288,28 @@ static inline int any_set(const void *mask) {
         }                                                                                          \
         return t;                                                                                  \
     }                                                                                              \
-    /* one query of a side (see Side), its threshold raised in place */                            \
+    /* query i of a side (see Side): its relevant scores, histogram rows, heap and cap */          \
+    typedef struct {                                                                               \
+        const T *r;                                                                                \
+        Py_ssize_t f, k;                                                                           \
+        int64_t *lt, *le;                                                                          \
+        T *h, cap;                                                                                 \
+    } NAME##_Query;                                                                                \
+    static inline NAME##_Query NAME##_at(const Side *side, Py_ssize_t i) {                         \
+        const Py_ssize_t m = side->m, k = side->heap != NULL ? clamped(side->ks[i], side->w) : 0;  \
+        NAME##_Query q = {(const T *)side->seq + i * m, clamped(side->fin[i], m), k,               \
+                          side->lt + i * (m + 1), side->le + i * (m + 1),                          \
+                          k > 0 ? (T *)side->heap + i * side->w : NULL,                            \
+                          k > 0 ? ((const T *)side->cap)[i] : (T)0};                               \
+        return q;                                                                                  \
+    }                                                                                              \
+    /* query i of a side counted on its row of items v, its threshold raised in place */           \
     static void NAME##_query(const Side *side, Py_ssize_t i, const T *v, Py_ssize_t n,             \
                              int64_t *at_most, int64_t *below, int32_t *found) {                   \
-        const Py_ssize_t m = side->m, k = side->heap != NULL ? clamped(side->ks[i], side->w) : 0;  \
+        const NAME##_Query q = NAME##_at(side, i);                                                 \
         T *t = (T *)side->thr + i;                                                                 \
-        *t = NAME(v, n, (const T *)side->seq + i * m, clamped(side->fin[i], m), m, *t,             \
-                  side->lt + i * (m + 1), side->le + i * (m + 1),                                  \
-                  k > 0 ? (T *)side->heap + i * side->w : NULL, k,                                 \
-                  k > 0 ? ((const T *)side->cap)[i] : (T)0, at_most, below, found);                \
+        *t = NAME(v, n, q.r, q.f, side->m, *t, q.lt, q.le, q.h, q.k, q.cap, at_most, below,        \
+                  found);                                                                          \
     }                                                                                              \
     /* One pass over the rows of v (items x ld, row-major) for two sides at once. `cols`: the */   \
     /* queries that are the first cols->n columns (the items are v's rows), each row of items */   \
@@ -310,7 +324,7 @@ static inline int any_set(const void *mask) {
                                   int64_t *at_most, int64_t *below, int32_t *found) {              \
         int64_t passed = 0;                                                                        \
         Py_ssize_t read = items;                                                                   \
-        const Py_ssize_t nq = cols->n, m = cols->m;                                                \
+        const Py_ssize_t nq = cols->n;                                                             \
         T *thr = (T *)cols->thr;                                                                   \
         for (Py_ssize_t q = 0; q < items; q++) {                                                   \
             const T *row = v + q * ld;                                                             \
@@ -319,23 +333,20 @@ static inline int any_set(const void *mask) {
                 read = q;                                                                          \
             if (read == items) {                                                                   \
                 for (Py_ssize_t j0 = 0; j0 < nq; j0 += CHUNK) {                                    \
-                    Py_ssize_t stop = j0 + CHUNK <= nq ? j0 + CHUNK : nq;                          \
+                    const Py_ssize_t stop = j0 + CHUNK <= nq ? j0 + CHUNK : nq;                    \
                     if (stop - j0 == CHUNK && !NAME##_any_of(row + j0, thr + j0)) continue;        \
-                    for (Py_ssize_t j = j0; j < stop; j++) {                                       \
-                        if ((j - j0) % NAME##_LANES == 0 && j + NAME##_LANES <= stop &&            \
-                            !NAME##_any_lanes_of(row + j, thr + j)) {                              \
-                            j += NAME##_LANES - 1;                                                 \
+                    for (Py_ssize_t j1 = j0; j1 < stop; j1 += NAME##_LANES) {                      \
+                        const Py_ssize_t end =                                                     \
+                            j1 + NAME##_LANES <= stop ? j1 + NAME##_LANES : stop;                  \
+                        if (end - j1 == NAME##_LANES && !NAME##_any_lanes_of(row + j1, thr + j1))  \
                             continue;                                                              \
+                        for (Py_ssize_t j = j1; j < end; j++) {                                    \
+                            if (!(row[j] >= thr[j])) continue;                                     \
+                            passed++;                                                              \
+                            const NAME##_Query c = NAME##_at(cols, j);                             \
+                            thr[j] = NAME##_item(row[j], c.r, c.f, c.lt, c.le, 1, c.h, c.k, c.cap, \
+                                                 thr[j]);                                          \
                         }                                                                          \
-                        const T x = row[j];                                                        \
-                        if (!(x >= thr[j])) continue;                                              \
-                        passed++;                                                                  \
-                        Py_ssize_t k = cols->heap != NULL ? clamped(cols->ks[j], cols->w) : 0;     \
-                        thr[j] = NAME##_item(                                                      \
-                            x, (const T *)cols->seq + j * m, clamped(cols->fin[j], m),             \
-                            cols->lt + j * (m + 1), cols->le + j * (m + 1), 1,                     \
-                            k > 0 ? (T *)cols->heap + j * cols->w : NULL, k,                       \
-                            k > 0 ? ((const T *)cols->cap)[j] : (T)0, thr[j]);                     \
                     }                                                                              \
                 }                                                                                  \
             } else if (rows == NULL) {                                                             \

@@ -309,12 +309,10 @@ def count_above(s: Tensor, side: tuple[np.ndarray, ...]) -> None:
     if not s.is_contiguous() and s.stride(1) >= nb and s.stride(0) == 1:
         # The columns of a row-major block (the symmetric pass's transposed block): read in
         # place, a row of items at a time, where a copy of the transpose costs more than the
-        # count. A weak model lets many items through: the rest is copied and counted by rows.
+        # count.
         items, ld = s.shape[1], s.stride(1)
-        read = _count.count_above_columns(s.as_strided((items, ld), (ld, 1)).numpy(), *side)
-        if read == items:
-            return
-        s = s[:, read:]
+        _count_columns(s.as_strided((items, ld), (ld, 1)), side)
+        return
     _count.count_above(s.contiguous().numpy(), *side)
 
 
@@ -325,9 +323,22 @@ def count_above_both(
     (``cols``) and of its first rows (``rows``) in one pass over ``s``: each row of ``s`` is read
     once for both sides (the two counts read it twice, and the block no longer sits in the
     caches the second time)."""
-    read = _count.count_above_both(s.numpy(), cols, rows)
-    if read < s.shape[0]:  # a weak model: the rest of the columns' items by rows
-        _count.count_above(s.T[: cols[0].shape[0], read:].contiguous().numpy(), *cols)
+    _count_columns(s, cols, rows)
+
+
+def _count_columns(
+    block: Tensor, cols: tuple[np.ndarray, ...], rows: tuple[np.ndarray, ...] | None = None
+) -> None:
+    """The compiled count of the queries that are the first columns of the row-major ``block``
+    (and of those that are its first ``rows``, in the same pass). A weak model lets so many
+    items through that the columns give up the pass: the rest of their items is copied, a
+    query a row, and counted by rows."""
+    if rows is None:
+        read = _count.count_above_columns(block.numpy(), *cols)
+    else:
+        read = _count.count_above_both(block.numpy(), cols, rows)
+    if read < block.shape[0]:
+        _count.count_above(block.T[: cols[0].shape[0], read:].contiguous().numpy(), *cols)
 
 
 def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:
