@@ -68,7 +68,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes

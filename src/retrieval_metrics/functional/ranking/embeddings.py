@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.direction import RankingInput
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange

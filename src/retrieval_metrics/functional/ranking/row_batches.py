@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.checks import all_finite
+from retrieval_metrics.functional.primitives import all_finite
 
 __all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
 

@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.csr import ptr_from_counts
-from retrieval_metrics.functional.primitives import masked
+from retrieval_metrics.functional.primitives import all_finite, masked
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 

@@ -9,9 +9,9 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.checks import all_finite
 from retrieval_metrics.functional.measures.aggregation import micro_parts
 from retrieval_metrics.functional.measures.names import average_for
+from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
