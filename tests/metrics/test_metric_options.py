@@ -63,3 +63,25 @@ def test_the_constructor_takes_every_option_of_the_object_by_its_name():
     assert all(f"{name}:" in doc for name in keywords), sorted(
         name for name in keywords if f"{name}:" not in doc
     )
+
+
+@pytest.mark.parametrize("ignore_identical_ids", [None, True, False])
+def test_a_metric_builds_its_options_once(monkeypatch, ignore_identical_ids):
+    """One MetricOptions per metric, the one-direction kind's own option included: a second
+    object (a dataclass replace after the base made the first) would check every option
+    again."""
+    made = []
+    original = MetricOptions.__post_init__
+
+    def counted(self):
+        made.append(self)
+        original(self)
+
+    monkeypatch.setattr(MetricOptions, "__post_init__", counted)
+    metric = rm.RetrievalMetrics(
+        ["ndcg@10"], qrels={"q": {"d": 1}}, ignore_identical_ids=ignore_identical_ids
+    )
+    assert made == [metric.options]
+    assert metric.options.ignore_identical_ids is ignore_identical_ids
+    with pytest.raises(ValueError, match="`ignore_identical_ids` applies with `qrels=` only"):
+        rm.RetrievalMetrics(["ndcg@10"], ignore_identical_ids=True)

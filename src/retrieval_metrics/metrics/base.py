@@ -159,6 +159,8 @@ class RetrievalMetricBase(Metric):
     ) -> None:
         # every option as passed, by its name (locals() before anything else is assigned)
         given = {name: value for name, value in locals().items() if name in OPTIONS}
+        # a kind's own declared options (RetrievalMetric's ignore_identical_ids) come in kwargs
+        given |= {name: kwargs.pop(name) for name in list(kwargs) if name in OPTIONS}
         super().__init__(**kwargs)
         #: every option, resolved and checked once (``protocol`` applied)
         self.options = MetricOptions.build(protocol, given)

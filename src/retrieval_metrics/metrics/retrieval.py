@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +89,12 @@ class RetrievalMetric(RetrievalMetricBase):
                     f"relevance={kwargs['relevance']!r})"
                 )
             kwargs["relevance"] = "qrels"
-        super().__init__(**kwargs)
+        super().__init__(ignore_identical_ids=ignore_identical_ids, **kwargs)
         self.qrels = None if qrels is None else Judgments.of(qrels)
         if self.relevance == "qrels" and self.qrels is None:
             raise ValueError('relevance="qrels" needs the judgments: pass `qrels=`')
         if self.qrels is None and ignore_identical_ids is not None:
             raise ValueError("`ignore_identical_ids` applies with `qrels=` only")
-        self.options = replace(self.options, ignore_identical_ids=ignore_identical_ids)
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
