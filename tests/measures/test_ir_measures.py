@@ -187,6 +187,32 @@ def test_every_new_measure_is_its_definition_over_the_orders_of_its_ties(ties):
     assert checked > 1000
 
 
+@pytest.mark.parametrize("terms", [1, 5, 13])
+def test_err_sums_a_wide_tie_group_in_parts_to_its_definition(monkeypatch, terms):
+    """ERR under "expected" holds at most ``TERMS`` (group, relevant, position) terms at once:
+    a group wider than that (a collapsed model ties the whole gallery) sums its positions a
+    part at a time. Parts of 1 to 13 terms give the definition over every order."""
+    from retrieval_metrics.functional.measures import user_models
+
+    monkeypatch.setattr(user_models, "TERMS", terms)
+    rng = random.Random(11)
+    checked = 0
+    for _ in range(40):
+        n = rng.randint(3, 7)
+        scores = [rng.randint(0, 1) for _ in range(n)]
+        docs = rng.sample(range(n), rng.randint(2, n))
+        grades = {i: rng.choice([0, 1, 2, 3, 4]) for i in docs}
+        grades[docs[0]] = rng.choice([2, 3])
+        table = one_query_table(scores, grades)
+        for name in ("err", "err@3", "err(max_grade=5)@5"):
+            spec = parse_metric(name)
+            every = [plain(name, o, grades) for o in orders(scores, grades, "expected")]
+            got = float(per_query_values(table, spec, options=MeasureOptions())[0])
+            assert got == pytest.approx(sum(every) / len(every), abs=1e-12), (name, scores)
+            checked += 1
+    assert checked == 120
+
+
 def test_worked_examples_of_the_definitions_page():
     # scores 5 4 3 2 1 for documents a..e; a unjudged, b grade 0, c grade 2, d unjudged,
     # e grade 1; one judged document (grade 3) is not in the gallery

@@ -27,6 +27,10 @@ from retrieval_metrics.functional.measures.per_query import (
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.table import RankTable
 
+#: (group, relevant, position) terms ERR's tie groups hold at once under ties="expected"
+#: (float64 each, several temporaries: about 200 MB at the peak)
+TERMS = 2**22
+
 __all__ = ["err_per_query", "rbp_per_query", "rbp_residual_per_query"]
 
 
@@ -203,10 +207,11 @@ def _group_expectation(
         inside[single], values[single, 0] / (above[single] + 1).to(torch.float64), 0.0
     )
     rest = flat_nonzero(~single & (above < cutoff))
-    # groups in chunks of a few million (group, relevant, position) terms
+    # groups in chunks of at most TERMS (group, relevant, position) terms; a group wider than
+    # that alone (a collapsed model: one group of the whole gallery) sums its positions in parts
     span = torch.minimum(size, (cutoff - above).clamp_min(0))
     widest = int(span[rest].max()) if rest.numel() else 1
-    step = max(1, 2**22 // max(1, r_max * widest))
+    step = max(1, TERMS // max(1, r_max * widest))
     for start in range(0, rest.numel(), step):
         chunk = rest[start : start + step]
         out[chunk] = _tied_groups(
@@ -235,9 +240,22 @@ def _tied_groups(v: Tensor, r: Tensor, a: Tensor, t: Tensor, k: Tensor) -> Tenso
         updated[:, 1:] = torch.where(m[None, :] <= count, updated[:, 1:], 0.0)
         mean = torch.where(active[:, None], updated, mean)
     first = mean[:, :-1] - mean[:, 1:]  # P(the i-th relevant in order satisfies first)
-    # E[1 / position of the i-th relevant], positions within the cut-off only
+    # E[1 / position of the i-th relevant], positions within the cut-off only, summed over
+    # the positions a part at a time: (g, r_max, positions) terms at most TERMS at once
     span = int(torch.minimum(t, (k - a).clamp_min(0)).max())
-    p = torch.arange(1, span + 1, dtype=torch.float64)  # position inside the group
+    part = max(1, TERMS // (g * r_max))
+    expected_inverse = torch.zeros(g, r_max, dtype=torch.float64)
+    for start in range(1, span + 1, part):
+        p = torch.arange(start, min(span, start + part - 1) + 1, dtype=torch.float64)
+        expected_inverse += _inverse_position_terms(p, r_max, a, t, r, k).sum(2)
+    return (expected_inverse * first).sum(1)
+
+
+def _inverse_position_terms(
+    p: Tensor, r_max: int, a: Tensor, t: Tensor, r: Tensor, k: Tensor
+) -> Tensor:
+    """Per (group, i, position p in ``p``): P(the i-th relevant of a random order of the group
+    sits at p) / (a + p), zero outside the cut-off (a ``(g, r_max, len(p))`` tensor)."""
     i = torch.arange(1, r_max + 1, dtype=torch.float64)
     tf, rf = t.to(torch.float64)[:, None, None], r.to(torch.float64)[:, None, None]
     pp, ii = p[None, None, :], i[None, :, None]
@@ -250,6 +268,4 @@ def _tied_groups(v: Tensor, r: Tensor, a: Tensor, t: Tensor, k: Tensor) -> Tenso
         - T.log_binomial(tf, rf).expand_as(valid)
     )
     prob = torch.where(valid, torch.exp(log_prob), 0.0)
-    inverse = prob / (a.to(torch.float64)[:, None, None] + pp)
-    expected_inverse = inverse.sum(2)  # (g, r_max)
-    return (expected_inverse * first).sum(1)
+    return prob / (a.to(torch.float64)[:, None, None] + pp)
