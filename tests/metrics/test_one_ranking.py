@@ -115,6 +115,31 @@ def test_whole_table_is_ranked_once_per_state(engine_calls):
     assert engine_calls["rank"] == 3
 
 
+@pytest.mark.parametrize("same_source", [True, False])
+def test_label_pairs_are_counted_once_per_ranking(monkeypatch, same_source):
+    """The chunking decision and the ranking's budget both read each query's relevant pairs:
+    one count (a sort of the labels) serves both."""
+    from retrieval_metrics.metrics.forms import embeddings as forms_embeddings
+
+    counted = []
+    original = forms_embeddings.label_pair_counts
+
+    def counting(query_labels, gallery_labels):
+        counted.append(len(query_labels))
+        return original(query_labels, gallery_labels)
+
+    monkeypatch.setattr(forms_embeddings, "label_pair_counts", counting)
+    emb, labels = clustered(200, 10)
+    metric = rm.RetrievalMetrics(NAMES)
+    if same_source:
+        metric.update(emb, labels)
+    else:
+        metric.update(emb[:50], labels[:50], role="query")
+        metric.update(emb, labels, role="gallery")
+    metric.compute()
+    assert counted == [200 if same_source else 50]
+
+
 def test_ranking_in_query_chunks_is_done_once_per_state(engine_calls):
     """Few large classes and the smallest budget: compute() ranks a chunk of queries at a time
     and keeps per-query parts only; per_query() and summary() read those parts instead of

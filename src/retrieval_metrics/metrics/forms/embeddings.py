@@ -117,13 +117,17 @@ class _EmbeddingStates(InputForm):
 
 def _label_pairs(context: FormContext, queries: Items, gallery: Items | None) -> Tensor | None:
     """Per query, its relevant pairs before exclusions, where they can be counted before the
-    ranking (label relevance, labels on both sides); None elsewhere."""
+    ranking (label relevance, labels on both sides); None elsewhere. Counted once per ranking:
+    the chunking decision and the ranking's budget read the same sides."""
     if context.options.relevance != "label":
         return None
     gallery = queries if gallery is None else gallery
     if queries.labels is None or gallery.labels is None:
         return None
-    return label_pair_counts(queries.labels, gallery.labels)
+    query_labels, gallery_labels = queries.labels, gallery.labels
+    return context.store.once(
+        "label_pairs", lambda: label_pair_counts(query_labels, gallery_labels)
+    )
 
 
 class SameSource(_EmbeddingStates):
