@@ -26,7 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from retrieval_metrics.functional.ranking import options as ranking_options
-from retrieval_metrics.functional.ranking.engine import counting, schedule
+from retrieval_metrics.functional.ranking.engine import counting, kernels, schedule
+from retrieval_metrics.functional.ranking.engine import one_sided as one_sided_module
 from retrieval_metrics.functional.ranking.engine import two_sided as two_sided_pass
 
 _aten = torch.ops.aten
@@ -66,6 +67,8 @@ class Work:
     #: score entries the counting read: a block counted for one query block (``QueryBlock.count``)
     #: or for both sides of a two-sided pair at once (``count_both_sides``)
     entries_counted: int = 0
+    #: score entries reduced to segment maxima (``kernels.segment_maxima``, as the passes call it)
+    entries_maxima: int = 0
 
     def ratio(self, rows: int, columns: int, width: int) -> float:
         """The multiply-adds as a share of one ``rows x columns x width`` product."""
@@ -112,6 +115,11 @@ def counting_work() -> Iterator[Work]:
         block_init(self, *args, **kwargs)
 
     block_count, both_sides = counting.QueryBlock.count, two_sided_pass.count_both_sides
+    maxima = {module: module.segment_maxima for module in (one_sided_module, two_sided_pass)}
+
+    def counted_maxima(s, *args, **kwargs):
+        work.entries_maxima += s.numel()
+        return kernels.segment_maxima(s, *args, **kwargs)
 
     def counted_count(self, s, *args, **kwargs):
         work.entries_counted += s.numel()
@@ -135,6 +143,8 @@ def counting_work() -> Iterator[Work]:
     counting.QueryBlock.__init__ = counted_block
     counting.QueryBlock.count = counted_count
     two_sided_pass.count_both_sides = counted_both_sides
+    for module in maxima:
+        module.segment_maxima = counted_maxima
     for name, method in rank_methods.items():
         setattr(engine, name, counted_rank(method))
     try:
@@ -146,5 +156,7 @@ def counting_work() -> Iterator[Work]:
         counting.QueryBlock.__init__ = block_init
         counting.QueryBlock.count = block_count
         two_sided_pass.count_both_sides = both_sides
+        for module, function in maxima.items():
+            module.segment_maxima = function
         for name, method in rank_methods.items():
             setattr(engine, name, method)

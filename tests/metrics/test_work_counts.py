@@ -158,6 +158,7 @@ def test_same_source_computes_its_plan_half_the_product(plans, kind):
     # compiled count is built): the entries the products computed, not twice as many
     if kernels._count is not None:
         assert 0.9 <= work.entries_counted / (work.multiply_adds // dim) <= 1.0
+        assert work.entries_maxima == 0
     with counting_work() as functional:
         rank_embeddings(emb, query_labels=labels, memory_budget=ranking_budget(labels))
     assert functional.multiply_adds == work.multiply_adds
@@ -192,6 +193,10 @@ def test_query_gallery_computes_one_product(num_q, num_g):
     assert work.passes["symmetric"] == work.passes["two_way"] == 0
     # the padding: query rows to a multiple of 8, gallery blocks to whole panels of 192
     assert 1.0 <= work.ratio(num_q, num_g, dim) <= 1.1
+    # the compiled count raises each row's depth threshold from its own heap: no block is
+    # reduced to segment maxima, not even the first ones read before counting starts
+    if kernels._count is not None:
+        assert work.entries_maxima == 0
 
 
 @pytest.mark.parametrize("protocol", [None, "beir"])

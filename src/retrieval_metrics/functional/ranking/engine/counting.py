@@ -122,6 +122,18 @@ class QueryBlock:
             options.depth is not None and not options.locate_first and device.type == "cpu"
         )
 
+    def seeds_from_maxima(self) -> bool:
+        """Whether the blocks read before counting starts seed the depth thresholds with their
+        segment maxima (:meth:`seed`): not where the compiled pass will count above the
+        thresholds (``above_only``), whose heaps start from the relevant scores and never read
+        the seeds. Known before the relevant scores are read: a row holds at most its relevant
+        items' count of finite relevant scores, so where the counts allow the compiled pass,
+        :meth:`start_counting` takes it."""
+        p = self.p
+        if p.options.depth is None:
+            return False
+        return self.pruning or not compiled_for(p.device, p.dtype, self.r_counts)
+
     def reads_segment_maxima(self, b: int) -> bool:
         """Whether counting gallery block ``b`` needs its segment maxima: to raise the depth
         threshold, and on the CPU to choose between the sparse and the dense count (see

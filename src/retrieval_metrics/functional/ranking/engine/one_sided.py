@@ -75,9 +75,11 @@ def one_sided_pass(
             return s
 
         # Read relevant scores from the blocks that hold them (same products as the counting).
-        # With a depth, the first blocks are read here too (as many as stay cached), so that the
-        # first threshold knows THETA_EVERY blocks: filtered against one block's threshold, the
-        # early blocks let several times as many candidates through as the later ones.
+        # With a depth that segment maxima raise (not the compiled pass's heaps:
+        # seeds_from_maxima), the first blocks are read here too (as many as stay cached), so
+        # that the first threshold knows THETA_EVERY blocks: filtered against one block's
+        # threshold, the early blocks let several times as many candidates through as the
+        # later ones.
         read_first = qb.relevant_blocks()
         cache_room = max(0, (p.budget // 2) // max(1, nb * block_g * elem) - 1)
         if mode == "scores":
@@ -91,7 +93,8 @@ def one_sided_pass(
             # holds it (what the padded last block relies on too).
             read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first[cache_room:])
             read_first = read_first[:cache_room]
-        if p.options.depth is not None:
+        seeding = qb.seeds_from_maxima()
+        if seeding:
             extra = min(THETA_EVERY, cache_room) - len(read_first)
             read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
@@ -104,7 +107,7 @@ def one_sided_pass(
                 s = block_scores(b, scores)
             qb.read_relevant(s, b)
             seg_max = None
-            if p.options.depth is not None:
+            if seeding:
                 seg_max = segment_maxima(s)
                 qb.seed(seg_max, b)
             if len(cache) < cache_room:
