@@ -257,3 +257,60 @@ def test_count_above_by_columns_leaves_a_weak_models_block_to_the_rows():
         threshold = np.full(64, start, dtype=np.float32)
         read = kernels._count.count_above_columns(block, threshold, rel, finite, *hist)
         assert (read == 512) == whole
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(1, 60),
+    st.integers(129, 260),
+    st.sampled_from([2, 7, 1000, None, "close"]),
+    st.sampled_from([np.float32, np.float64]),
+    st.integers(0, 2**31 - 1),
+)
+def test_rows_of_many_relevant_scores_are_sorted_to_the_same_counts(
+    rows, n, m, distinct, dtype, seed
+):
+    """Rows of more than COMPILED_MAX_RELEVANT relevant scores (classes of thousands) are
+    counted by a radix sort of the row in the compiled count: the same histograms as the count
+    by comparison, with ties, -inf, -0.0 against 0.0, negative scores, +inf padding and
+    relevant scores passed over (``first``)."""
+    if kernels._count is None:
+        pytest.skip("the compiled count is not built")
+    rng = np.random.default_rng(seed)
+    if distinct == "close":  # neighbours one unit of the last place apart: the low bytes sort
+        ulp = np.finfo(dtype).eps
+        values = (1 + rng.integers(0, 3000, (rows, n)) * ulp).astype(dtype)
+        rel = np.sort(1 + rng.integers(0, 3000, (rows, m)) * ulp, axis=1).astype(dtype)
+    elif distinct is None:  # every value its own: all bytes of the keys differ
+        values = rng.standard_normal((rows, n)).astype(dtype)
+        rel = np.sort(rng.standard_normal((rows, m)).astype(dtype), axis=1)
+        rel[:, : m // 3] = np.sort(rng.choice(values.ravel(), (rows, m // 3)), axis=1)
+        rel.sort(axis=1)
+    else:
+        values = (rng.integers(0, distinct, (rows, n)) - distinct // 2).astype(dtype)
+        rel = np.sort(rng.integers(0, distinct, (rows, m)) - distinct // 2, axis=1).astype(dtype)
+    values[rng.random((rows, n)) < 0.1] = -np.inf
+    values[values == 0] = rng.choice([0.0, -0.0], int((values == 0).sum()))
+    finite = rng.integers(COMPILED + 1, m + 1, (rows, 1)).astype(np.int64)
+    for i in range(rows):
+        rel[i, int(finite[i, 0]) :] = np.inf
+    lt, le = _brute(values, rel)
+    direct = torch.zeros(2, rows, m + 1, dtype=torch.int64)
+    kernels._count.count_rows(values, rel, finite, direct[0].numpy(), direct[1].numpy())
+    np.testing.assert_array_equal(direct[0].numpy(), lt)
+    np.testing.assert_array_equal(direct[1].numpy(), le)
+    whole = torch.zeros(2, rows * (m + 1), dtype=torch.int64)
+    count_block(torch.from_numpy(values), torch.from_numpy(rel), whole[0], whole[1], 2**16)
+    np.testing.assert_array_equal(whole.view(2, rows, m + 1).numpy(), direct.numpy())
+    first = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
+    partial = torch.zeros(2, rows, m + 1, dtype=torch.int64)
+    kernels._count.count_rows(values, rel, finite, partial[0].numpy(), partial[1].numpy(), first)
+    for i in range(rows):
+        after = min(int(first[i, 0]), int(finite[i, 0])) + 1
+        np.testing.assert_array_equal(partial[0, i, after:].numpy(), lt[i, after:])
+        np.testing.assert_array_equal(partial[1, i, after:].numpy(), le[i, after:])
+        assert int(partial[0, i].sum()) == n
+
+
+COMPILED = kernels.COMPILED_MAX_RELEVANT

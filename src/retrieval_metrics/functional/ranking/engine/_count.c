@@ -1,4 +1,5 @@
-/* count_block's histograms on the CPU for rows with few relevant scores, in C.
+/* count_block's histograms on the CPU, in C: rows with few relevant scores by compares, rows
+ * with many by a radix sort of the row (below).
  *
  * Why C: for each row of a score block and each of its m relevant scores r_j, the ranking needs
  * #{v <= r_j} and #{v < r_j} over the row's items. The sort of every row (kernels._merge_rows)
@@ -78,6 +79,82 @@
 
 DEFINE_COUNTS(counts_float, float)
 DEFINE_COUNTS(counts_double, double)
+
+/* Rows with many relevant scores (classes of thousands: hashing benchmarks) are counted by
+ * sorting the row's items and walking the relevant scores along them: a few passes over each
+ * item instead of 2m compares. The sort is a radix sort of keys whose unsigned order is the
+ * scores' order (-0.0 made +0.0 first, so that it ties 0.0 as the compares do; no NaN here),
+ * a byte a pass, skipping the bytes that every key shares (the high bytes of tied scores). */
+#define SORT_ABOVE 128 /* a row with more finite relevant scores than this is sorted
+                          * (kernels.COMPILED_MAX_RELEVANT) */
+
+static inline uint32_t key_float(float x) {
+    x += 0.0f;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static inline uint64_t key_double(double x) {
+    x += 0.0;
+    uint64_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u >> 63) ? ~u : (u | 0x8000000000000000ull);
+}
+
+#define DEFINE_SORTED_COUNTS(NAME, T, K, KEY)                                                      \
+    static void NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t j0, Py_ssize_t m, K *keys,   \
+                     K *spare, int64_t *at_most, int64_t *below) {                                 \
+        enum { BYTES = sizeof(K) };                                                                \
+        K low = (K)-1, high = 0;                                                                   \
+        for (Py_ssize_t k = 0; k < n; k++) {                                                       \
+            const K u = KEY(v[k]);                                                                 \
+            keys[k] = u;                                                                           \
+            low = u < low ? u : low;                                                               \
+            high = u > high ? u : high;                                                            \
+        }                                                                                          \
+        /* every key lies between the lowest and the highest: the bytes above the highest one     \
+         * where those two differ are every key's (all of them where all scores tie) */            \
+        int top = 0;                                                                               \
+        for (int b = 0; b < BYTES && n > 0; b++)                                                   \
+            if (((low ^ high) >> (8 * b)) & 255) top = b + 1;                                      \
+        Py_ssize_t counts[BYTES][256];                                                             \
+        memset(counts, 0, sizeof counts);                                                          \
+        for (Py_ssize_t k = 0; k < n && top > 0; k++)                                              \
+            for (int b = 0; b < top; b++) counts[b][(keys[k] >> (8 * b)) & 255]++;                 \
+        K *from = keys, *to = spare;                                                               \
+        for (int b = 0; b < top; b++) {                                                            \
+            if (counts[b][(from[0] >> (8 * b)) & 255] == n) continue; /* one byte for all */      \
+            Py_ssize_t at = 0;                                                                     \
+            for (int d = 0; d < 256; d++) {                                                        \
+                const Py_ssize_t c = counts[b][d];                                                 \
+                counts[b][d] = at;                                                                 \
+                at += c;                                                                           \
+            }                                                                                      \
+            for (Py_ssize_t k = 0; k < n; k++)                                                     \
+                to[counts[b][(from[k] >> (8 * b)) & 255]++] = from[k];                             \
+            K *swap = from;                                                                        \
+            from = to;                                                                             \
+            to = swap;                                                                             \
+        }                                                                                          \
+        /* the relevant scores ascend (+inf padding last): both positions only move on */          \
+        Py_ssize_t lt = 0, le = 0, j = 0;                                                          \
+        for (; j < j0; j++) {                                                                      \
+            at_most[j] = 0;                                                                        \
+            below[j] = 0;                                                                          \
+        }                                                                                          \
+        for (; j < m; j++) {                                                                       \
+            const K t = KEY(r[j]);                                                                 \
+            while (lt < n && from[lt] < t) lt++;                                                   \
+            if (le < lt) le = lt;                                                                  \
+            while (le < n && from[le] <= t) le++;                                                  \
+            below[j] = lt;                                                                         \
+            at_most[j] = le;                                                                       \
+        }                                                                                          \
+    }
+
+DEFINE_SORTED_COUNTS(sorted_counts_float, float, uint32_t, key_float)
+DEFINE_SORTED_COUNTS(sorted_counts_double, double, uint64_t, key_double)
 
 /* A row's "<=" and "<" counts of its m relevant scores (at_most, below: m + 1 places, the last
  * set here to the row's n items) added to its histograms as differences. */
@@ -435,6 +512,19 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         goto finally;
     }
     int64_t *below = at_most + (m + 1);
+    /* keys and their sorting buffer, for rows sorted (SORT_ABOVE) */
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (((const int64_t *)finite.buf)[i] > longest) longest = ((const int64_t *)finite.buf)[i];
+    uint64_t *keys = NULL;
+    if (longest > SORT_ABOVE && n > 0) {
+        keys = (uint64_t *)malloc((size_t)(2 * n) * sizeof(uint64_t));
+        if (keys == NULL) {
+            free(at_most);
+            PyErr_NoMemory();
+            goto finally;
+        }
+    }
     const int64_t *fin = (const int64_t *)finite.buf;
     const int64_t *from = got == 6 ? (const int64_t *)first.buf : NULL;
     int64_t *lt = (int64_t *)hist_lt.buf, *le = (int64_t *)hist_le.buf;
@@ -446,7 +536,15 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         Py_ssize_t j0 = from ? (Py_ssize_t)from[i] : 0;
         if (j0 > f) j0 = f;
         if (j0 < 0) j0 = 0;
-        if (is_double)
+        if (f > SORT_ABOVE && is_double)
+            sorted_counts_double((const double *)values.buf + i * n, n,
+                                 (const double *)seq.buf + i * m, j0, m, keys, keys + n,
+                                 at_most, below);
+        else if (f > SORT_ABOVE)
+            sorted_counts_float((const float *)values.buf + i * n, n,
+                                (const float *)seq.buf + i * m, j0, m, (uint32_t *)keys,
+                                (uint32_t *)keys + n, at_most, below);
+        else if (is_double)
             counts_double((const double *)values.buf + i * n, n, (const double *)seq.buf + i * m,
                           j0, f, m, at_most, below);
         else
@@ -455,6 +553,7 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         add_row(at_most, below, n, m, lt + i * (m + 1), le + i * (m + 1));
     }
     Py_END_ALLOW_THREADS
+    free(keys);
     free(at_most);
     Py_INCREF(Py_None);
     result = Py_None;

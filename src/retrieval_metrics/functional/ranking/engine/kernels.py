@@ -25,7 +25,8 @@ except ImportError:  # pragma: no cover - a build without a C compiler
 
 #: The compiled count compares each item with each relevant score of its row (two compares a
 #: score, a few relevant scores a pass, in vector registers): up to this many relevant scores a
-#: row it beats the sort of the row that the Python path does.
+#: row it beats a sort of the row. ``count_rows`` sorts the longer rows itself (a radix sort);
+#: ``count_above`` takes rows of at most this many only.
 COMPILED_MAX_RELEVANT = 128
 
 #: Width of the gallery segments whose maxima :func:`segment_maxima` takes: the gallery is cut
@@ -185,8 +186,10 @@ def count_block(
     and only the row's bins after ``first`` (what the items above them sum) are exact. The other
     ways count them all.
 
-    One batched binary search of each row of scores in its own row of ``rel_sorted``: no copy
-    per item, O(log m) per item whatever survives. Items below a row's threshold land in bins
+    On the CPU where the compiled module is built, every row is counted there
+    (:func:`compiled_counts`). Elsewhere: one batched binary search of each row of scores in its
+    own row of ``rel_sorted`` (a sort of each row on the CPU, :func:`_merge_rows`): no copy per
+    item, O(log m) per item whatever survives. Items below a row's threshold land in bins
     of relevant scores below the threshold, whose counts are never used, so they need no
     filtering. Rows are taken a few at a time so the scratch stays within the budget.
 
@@ -201,7 +204,7 @@ def count_block(
     width = m + 1
     if num_finite is None:  # (the query block counts them once for all its gallery blocks)
         num_finite = rel_sorted.isfinite().sum(1, keepdim=True)
-    if compiled_counts(s, num_finite):
+    if compiled_counts(s):
         _count.count_rows(
             s.contiguous().numpy(),
             rel_sorted.contiguous().numpy(),
@@ -355,11 +358,18 @@ def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor
     return bool(((values >= lowest) & (values <= highest) & spread).any())
 
 
-def compiled_counts(s: Tensor, num_finite: Tensor) -> bool:
-    """Whether :func:`count_block` counts the block ``s`` with the compiled loop: on the CPU, in
-    float32 or float64, with at most :data:`COMPILED_MAX_RELEVANT` relevant scores a row (and
-    rows shorter than its 32-bit counters)."""
-    return s.shape[1] < 2**31 and compiled_for(s.device, s.dtype, num_finite)
+def compiled_counts(s: Tensor) -> bool:
+    """Whether :func:`count_block` counts the block ``s`` with the compiled loops: on the CPU,
+    in float32 or float64, rows shorter than its 32-bit counters. A row of at most
+    :data:`COMPILED_MAX_RELEVANT` relevant scores is compared with each; a longer one (classes
+    of thousands) is sorted there (a radix sort) and walked along its relevant scores, the
+    merge of :func:`_merge_rows` without numpy's comparison sort."""
+    return (
+        _count is not None
+        and s.device.type == "cpu"
+        and s.dtype in (torch.float32, torch.float64)
+        and s.shape[1] < 2**31
+    )
 
 
 def compiled_for(device: torch.device, dtype: torch.dtype, num_finite: Tensor) -> bool:
