@@ -6,6 +6,8 @@ unit rows for cosine, the embeddings themselves for dot, one extra column for eu
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
@@ -25,6 +27,29 @@ def _short_rows(norm: Tensor) -> Tensor:
     """Indices of the rows whose ``(N, 1)`` norm is below :data:`TINY_NORM`: zero rows, and
     rows whose squares underflow (their norm wrong or 0)."""
     return flat_nonzero(norm[:, 0] < TINY_NORM)
+
+
+BINARY_COSINE = (
+    'similarity="cosine" on binary codes (every entry +1 or -1): each code is divided by its norm '
+    "before the product, and the rounding splits items at one Hamming distance from a query into "
+    'nearby scores, which then do not tie; similarity="dot" ranks them in the same order with '
+    "their ties exact"
+)
+
+
+def _sign_codes(x: Tensor) -> bool:
+    """Whether every entry of ``x`` is +1 or -1 (binary hash codes as signs). The first test
+    reads the matrix once without a copy: entries within [-1, 1] whose every row has the squared
+    norm of its width can only be +1 and -1, short of a rounding; a match is confirmed exactly."""
+    if x.numel() == 0 or not x.is_floating_point():
+        return False
+    if torch.stack(torch.aminmax(x)).tolist() != [-1.0, 1.0]:  # (one wait on a device)
+        return False
+    width = x.shape[1]
+    squares = torch.linalg.vector_norm(x, dim=1).square()
+    if not bool(((squares - width).abs() <= 1e-3 * width).all()):
+        return False
+    return bool((x.abs() == 1).all())
 
 
 def _divisor(norm: Tensor) -> Tensor:
@@ -122,6 +147,8 @@ def prepare(
     same = gallery is query and gallery_rows is None
     q = None if query is None else (g if same else query.to(dtype))
     if similarity == "cosine":
+        if _sign_codes(g) and (q is None or q is g or _sign_codes(q)):
+            warnings.warn(BINARY_COSINE, stacklevel=2)
         g = _unit_rows(g, in_place=owned)
         q = g if same else (None if q is None else _unit_rows(q))
     elif similarity == "euclidean":
