@@ -512,10 +512,11 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
         goto finally;
     }
     int64_t *below = at_most + (m + 1);
+    const int64_t *fin = (const int64_t *)finite.buf;
     /* keys and their sorting buffer, for rows sorted (SORT_ABOVE) */
-    Py_ssize_t longest = 0;
+    int64_t longest = 0;
     for (Py_ssize_t i = 0; i < rows; i++)
-        if (((const int64_t *)finite.buf)[i] > longest) longest = ((const int64_t *)finite.buf)[i];
+        if (fin[i] > longest) longest = fin[i];
     uint64_t *keys = NULL;
     if (longest > SORT_ABOVE && n > 0) {
         keys = (uint64_t *)malloc((size_t)(2 * n) * sizeof(uint64_t));
@@ -525,7 +526,6 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
             goto finally;
         }
     }
-    const int64_t *fin = (const int64_t *)finite.buf;
     const int64_t *from = got == 6 ? (const int64_t *)first.buf : NULL;
     int64_t *lt = (int64_t *)hist_lt.buf, *le = (int64_t *)hist_le.buf;
     Py_BEGIN_ALLOW_THREADS
