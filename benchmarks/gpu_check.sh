@@ -1,27 +1,24 @@
 #!/usr/bin/env bash
-# One check of everything that touches an accelerator, in under 5 minutes on one CUDA GPU:
-#   1. the device tests on real CUDA (states on the device, .to(device), every input form with
-#      device tensors, image-text, two processes on one gloo group exchanging CUDA tensors: two
-#      processes cannot share one GPU over NCCL), then the device matrix on the emulated device
-#      of tests/emulated_cuda.py (a failure there is reported at the end, after the benchmarks);
-#   2. benchmarks/bench_device_classes.py: the metric classes users run (SOP-sized
-#      RetrievalMetrics, 5,000 x 25,000 CrossModalRetrieval), synchronize-timed medians, one
-#      product on the same device, and the host syncs of one compute() counted by CUDA's sync
-#      debug mode -> benchmarks/results/gpu.json;
-#   3. benchmarks/bench_ranking.py --device cuda (the functional path beside the classes, and
-#      the 100k memory case; the CPU peers are skipped: they say nothing about the device);
-#   4. benchmarks/bench_crossmodal.py --device cuda (5,000 images x 25,000 captions, D = 512);
-#   5. benchmarks/bench_qrels.py --device cuda: dense retrieval against qrels through the classes,
-#      a 1,000,000 x 768 corpus in batches and 7,000 queries, beside one product on the device;
-#   6. benchmarks/bench_msmarco.py --device cuda: MS MARCO dev's shape in device memory,
-#      8,841,823 x 768 in bfloat16 and in float32, 6,980 queries, BEIR's measures + MRR@10
-#      through the classes, beside one float32 product at the device's rate (about 40 GB of
-#      device memory at the float32 step).
-# Results land in benchmarks/results/ (gpu.json, *_cuda.*); each step's log is printed as it runs.
+# One check of everything that touches an accelerator, in under 4 minutes on one CUDA GPU (a GPU
+# is often lent for minutes: a check that can run twice):
+#   1. the device tests on real CUDA (states on the device, every input form with device tensors,
+#      image-text, two processes on one gloo group exchanging CUDA tensors), the counting
+#      backends (tests/ranking/test_counters.py: the fused Triton kernel compiled on the GPU
+#      against the definition, every backend's values against the CPU's), then the device matrix
+#      and the host-sync counts on the emulated device of tests/emulated_cuda.py (a failure there
+#      is reported at the end, after the benchmark);
+#   2. benchmarks/bench_gpu.py: the metric classes users run (SOP-sized same source in float32
+#      and bfloat16, MS MARCO dev's shape in device memory, image-text 5,000 x 25,000, a
+#      1,000,000 x 768 corpus against qrels), each counting backend, beside the blocked product
+#      + topk a user writes (float32 and bfloat16) and one product, with host syncs and peak
+#      device memory -> benchmarks/results/gpu_cuda.json and .txt.
+# GPU_CHECK_FULL=1 also runs the older, longer benchmarks (bench_device_classes, bench_ranking,
+# bench_crossmodal, bench_qrels and bench_msmarco with --device cuda: several minutes more).
 #
-# The GPU machine has torch with CUDA, lightning, torchmetrics, numpy, pytest and hypothesis but
-# no package index: nothing is installed, the package runs from src/ on PYTHONPATH (the same as
-# `pip install --no-deps --no-build-isolation -e .`, without touching that python).
+# The GPU machine has torch with CUDA (and Triton), lightning, torchmetrics, numpy, pytest and
+# hypothesis but no package index: nothing is installed, the package runs from src/ on
+# PYTHONPATH (the same as `pip install --no-deps --no-build-isolation -e .`, without touching
+# that python).
 #
 # Run from anywhere, with a python that has torch with CUDA (PYTHON=..., default python3):
 #     bash benchmarks/gpu_check.sh
@@ -67,6 +64,7 @@ if [[ "$SMALL" == 1 ]]; then
     CLASSES_ARGS=(--small --repeats 1)
     QRELS_ARGS=(--docs 20000 --dim 64 --queries 100)
     MSMARCO_ARGS=(--docs 50000 --dim 64 --queries 200)
+    GPU_ARGS=(--small --repeats 1)
     SUFFIX=_smoke
 else
     RANKING_ARGS=()
@@ -74,42 +72,45 @@ else
     CLASSES_ARGS=()
     QRELS_ARGS=(--docs 1000000 --dim 768 --queries 7000)
     MSMARCO_ARGS=(--queries 6980)
+    GPU_ARGS=()
     SUFFIX=
 fi
 TAG="${DEVICE%%:*}${SUFFIX}"
 
-step "device tests (tests/metrics/test_devices.py on $DEVICE, tests/ranking/test_precision.py)"
+step "device tests (tests/metrics/test_devices.py on $DEVICE, test_precision, test_counters)"
 # the CUDA cases skip on a machine without CUDA; -rs lists what was skipped and why
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_devices.py tests/ranking/test_precision.py
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_devices.py \
+    tests/ranking/test_precision.py tests/ranking/test_counters.py
 
-step "device matrix and host-sync budget (the emulated device, also beside real CUDA)"
-# Not stopping the benchmarks if the emulator and a CUDA build of torch disagree: recorded, and
+step "device matrix and host-sync counts (the emulated device, also beside real CUDA)"
+# Not stopping the benchmark if the emulator and a CUDA build of torch disagree: recorded, and
 # the script exits non-zero at the end.
 MATRIX_STATUS=0
-"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_device_matrix.py tests/ranking/test_device_syncs.py \
-    || MATRIX_STATUS=$?
+"$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_device_matrix.py \
+    tests/ranking/test_device_syncs.py || MATRIX_STATUS=$?
 
-step "metric classes on $DEVICE (benchmarks/bench_device_classes.py)"
-"$PYTHON" benchmarks/bench_device_classes.py --device "$DEVICE" "${CLASSES_ARGS[@]}" \
-    --out "$RESULTS/gpu$SUFFIX.json" | tee "$RESULTS/gpu$SUFFIX.txt"
+step "the metric classes beside the user's product + topk on $DEVICE (benchmarks/bench_gpu.py)"
+"$PYTHON" benchmarks/bench_gpu.py --device "$DEVICE" "${GPU_ARGS[@]}" \
+    --out "$RESULTS/gpu_$TAG"
 
-step "ranking benchmark on $DEVICE"
-set -o pipefail
-"$PYTHON" benchmarks/bench_ranking.py --device "$DEVICE" --skip-peers "${RANKING_ARGS[@]}" \
-    --out "$RESULTS/bench_ranking_$TAG.json" | tee "$RESULTS/bench_ranking_$TAG.txt"
-
-step "image-text benchmark on $DEVICE"
-"$PYTHON" benchmarks/bench_crossmodal.py --device "$DEVICE" "${CROSSMODAL_ARGS[@]}" \
-    --out "$RESULTS/bench_crossmodal_$TAG"
+if [[ "${GPU_CHECK_FULL:-0}" == 1 ]]; then
+    step "metric classes on $DEVICE (benchmarks/bench_device_classes.py)"
+    "$PYTHON" benchmarks/bench_device_classes.py --device "$DEVICE" "${CLASSES_ARGS[@]}" \
+        --out "$RESULTS/gpu$SUFFIX.json" | tee "$RESULTS/gpu$SUFFIX.txt"
+    step "ranking benchmark on $DEVICE"
+    "$PYTHON" benchmarks/bench_ranking.py --device "$DEVICE" --skip-peers "${RANKING_ARGS[@]}" \
+        --out "$RESULTS/bench_ranking_$TAG.json" | tee "$RESULTS/bench_ranking_$TAG.txt"
+    step "image-text benchmark on $DEVICE"
+    "$PYTHON" benchmarks/bench_crossmodal.py --device "$DEVICE" "${CROSSMODAL_ARGS[@]}" \
+        --out "$RESULTS/bench_crossmodal_$TAG"
+    step "qrels benchmark on $DEVICE"
+    "$PYTHON" benchmarks/bench_qrels.py --device "$DEVICE" "${QRELS_ARGS[@]}" \
+        --paths product classes --repeat 1 --out "$RESULTS/bench_qrels_$TAG"
+    step "MS MARCO dev's shape on $DEVICE"
+    "$PYTHON" benchmarks/bench_msmarco.py --device "$DEVICE" "${MSMARCO_ARGS[@]}"
+fi
 
 if [[ "$MATRIX_STATUS" != 0 ]]; then
-    fail "the device matrix failed (exit $MATRIX_STATUS); the benchmarks above ran"
+    fail "the device matrix failed (exit $MATRIX_STATUS); the benchmark above ran"
 fi
-step "qrels benchmark on $DEVICE (1,000,000 x 768 corpus, 7,000 queries)"
-"$PYTHON" benchmarks/bench_qrels.py --device "$DEVICE" "${QRELS_ARGS[@]}" --paths product classes --repeat 1 \
-    --out "$RESULTS/bench_qrels_$TAG"
-
-step "MS MARCO dev's shape on $DEVICE (8,841,823 x 768, bfloat16 and float32, 6,980 queries)"
-"$PYTHON" benchmarks/bench_msmarco.py --device "$DEVICE" "${MSMARCO_ARGS[@]}"
-
-step "done: results in $RESULTS/gpu$SUFFIX.json and $RESULTS/*_$TAG.*"
+step "done in $((SECONDS - START)) s: results in $RESULTS/gpu_$TAG.json and .txt"

@@ -129,7 +129,7 @@ def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts
     assert layouts[0].symmetric, layouts[0]
     # wide square blocks (at least half the CPU's widest: fewer pairs of blocks, fewer
     # counting steps), about half of the product
-    assert layouts[0].block_g >= plan.block_caps("cpu")[2] // 2, layouts[0]
+    assert layouts[0].block_g >= plan.CPU_BLOCK_CAPS[2] // 2, layouts[0]
     assert half_product(n, layouts[0].block_g) <= 0.55
 
 

@@ -104,3 +104,102 @@ if __name__ == "__main__":
         syncs, blocks, log = _syncs_of_compute(*_same_source(n))
         print(f"{n}: {syncs} host syncs, {blocks} query blocks;",
               collections.Counter(log).most_common())
+
+
+# Every form's compute() on the emulated device at 1x, 4x and 16x the queries and items, at a
+# budget that makes the larger ones many blocks: the same host syncs at every size (reads of
+# the states' bits, the synced sides, and the finished table once per direction), none per
+# block. A fixed gallery ranks each query batch at update(): its syncs are the update's and
+# the compute's together.
+FORM_BUDGET = 16 * 2**20
+FORM_NAMES = ["hit_rate@1", "map@r", "mrr", "ndcg@10"]
+
+
+def _form_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(n)
+    return torch.randint(-2, 3, (n, 16), generator=gen).float(), torch.randint(
+        0, max(2, n // 4), (n,), generator=gen
+    )
+
+
+def _same_source_form(n, emu):
+    emb, labels = _form_data(n)
+    m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
+    m.update(emb.cuda(), labels.cuda())
+    with emu.counting() as log:
+        m.compute()
+    return log
+
+
+def _query_gallery_form(n, emu):
+    emb, labels = _form_data(n)
+    q = n // 4
+    m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
+    m.update(emb[:q].cuda(), labels[:q].cuda(), role="query")
+    m.update(emb[q:].cuda(), labels[q:].cuda(), role="gallery")
+    with emu.counting() as log:
+        m.compute()
+    return log
+
+
+def _qrels_form(n, emu):
+    emb, _ = _form_data(n)
+    q = n // 4
+    step = max(1, (n - q) // 5)
+    qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 7, n - q, step)} for i in range(q)}
+    m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", qrels=qrels,
+                            memory_budget=FORM_BUDGET).to("cuda")
+    m.update(emb[:q].cuda(), ids=[f"q{i}" for i in range(q)], role="query")
+    m.update(emb[q:].cuda(), ids=[f"d{j}" for j in range(n - q)], role="gallery")
+    with emu.counting() as log:
+        m.compute()
+    return log
+
+
+def _fixed_gallery_form(n, emu):
+    emb, labels = _form_data(n)
+    q = n // 4
+    m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
+    m.set_gallery(emb[q:].cuda(), labels[q:].cuda())
+    with emu.counting() as log:
+        m.update(emb[:q].cuda(), labels[:q].cuda(), role="query")
+        m.compute()
+    return log
+
+
+def _image_text_form(n, emu):
+    emb, _ = _form_data(n)
+    images = n // 5
+    owner = torch.arange(images).repeat_interleave(5)
+    cm = rm.CrossModalRetrieval(similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
+    cm.update(emb[:images][owner].cuda(), emb[: 5 * images].cuda(), owner.cuda())
+    with emu.counting() as log:
+        cm.compute()
+    return log
+
+
+@pytest.mark.parametrize(
+    "form",
+    [_same_source_form, _query_gallery_form, _qrels_form, _fixed_gallery_form, _image_text_form],
+    ids=["same source", "query/gallery", "qrels", "fixed gallery", "image-text"],
+)
+def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form):
+    syncs, blocks = [], []
+    original = counting.QueryBlock.__init__
+
+    def counted(self, *args, **kwargs):
+        blocks[-1] += 1
+        original(self, *args, **kwargs)
+
+    counting.QueryBlock.__init__ = counted
+    try:
+        for n in (256, 1024, 4096):
+            blocks.append(0)
+            with emulated_cuda() as emu:
+                syncs.append(len(form(n, emu)))
+    finally:
+        counting.QueryBlock.__init__ = original
+    assert syncs[0] == syncs[1] == syncs[2], syncs
+    assert syncs[0] <= 50, syncs
+    assert blocks[2] > blocks[0], blocks  # the largest is ranked in more blocks
+

@@ -292,7 +292,7 @@ class InformationRetrievalEvaluator:
         corpus_prompt_name: str | None = None,
         write_predictions: bool = False,
         *,
-        memory_budget: int = OPTIONS["memory_budget"].default,
+        memory_budget: int | None = OPTIONS["memory_budget"].default,
     ) -> None:
         super().__init__()  # BaseEvaluator: greater_is_better, primary_metric
         st = _sentence_transformers()

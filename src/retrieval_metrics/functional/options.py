@@ -71,7 +71,9 @@ def _positive_number(value: Any) -> bool:
 
 
 def _budget(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 2**16
+    return value is None or (
+        isinstance(value, int) and not isinstance(value, bool) and value >= 2**16
+    )
 
 
 OPTIONS: dict[str, Option] = {
@@ -92,9 +94,10 @@ OPTIONS: dict[str, Option] = {
                "with qrels=: whether the document whose id is the query's id is left out of "
                "its ranking; None leaves it out and refuses integer ids that collide",
                allowed=(None, True, False)),
-        Option("memory_budget", 256 * 2**20, "ranking",
-               "bytes of scratch memory the ranking may use",
-               valid=_budget, expected="an int >= 65536 bytes"),
+        Option("memory_budget", None, "ranking",
+               "bytes of scratch memory the ranking may use; None: 256 MiB on the CPU, on an "
+               "accelerator a quarter of its free memory, at most 32 GiB",
+               valid=_budget, expected="an int >= 65536 bytes or None"),
         Option("ties", "expected", "measures", "how equal scores are ordered: averaged over "
                "every order, relevant first or last, or by ascending gallery id (a ranking "
                "of embeddings with gallery ids: sentence-transformers' order)",

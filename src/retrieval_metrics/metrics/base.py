@@ -73,7 +73,9 @@ class RetrievalMetricBase(Metric):
             relevant (query, item) pairs held at once, and the ranking the rest (at least
             half). With
             more pairs than it holds (few classes of thousands), ``compute()`` ranks a chunk of
-            queries at a time and keeps only per-query values.
+            queries at a time and keeps only per-query values. None (the default): 256 MiB
+            on the CPU; on an accelerator a quarter of its free memory when ``compute()``
+            starts, at most 32 GiB (blocks the size of the device, not of a CPU's caches).
         protocol: a field's official evaluation by name ("vsepp", "pml", "torchreid",
             "market1501_official", "netvlad", "msls", "ann_benchmarks", "trec_eval",
             "torchmetrics"; see :mod:`retrieval_metrics.protocols`); it sets the options it
@@ -140,7 +142,7 @@ class RetrievalMetricBase(Metric):
         radius: float | None = None,
         ignore_label: int | NotGiven | None = NOT_GIVEN,
         average: str | None = None,
-        memory_budget: int = OPTIONS["memory_budget"].default,
+        memory_budget: int | None = OPTIONS["memory_budget"].default,
         ap: str | None = None,
         divisor: str | None = None,
         gain: str | None = None,

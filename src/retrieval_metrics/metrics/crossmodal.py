@@ -29,6 +29,7 @@ from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.options import RankingOptions
+from retrieval_metrics.functional.ranking.settings import memory_budget_on
 from retrieval_metrics.functional.table import RankTable, concat_tables
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
@@ -238,7 +239,9 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         # a caption's one image, and each image its captions: two relevant pairs a caption
         options = RankingOptions(
             similarity=self.similarity,
-            memory_budget=ranking_budget(self.memory_budget, 2 * len(captions)),
+            memory_budget=ranking_budget(
+                memory_budget_on(self.memory_budget, self.device), 2 * len(captions)
+            ),
             depth=max(self.k),
             engine=self.engine,
         )

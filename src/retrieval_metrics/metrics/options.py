@@ -40,7 +40,7 @@ class MetricOptions(MeasureOptions):
     radius: float = OPTIONS["radius"].default
     ignore_label: int | None = OPTIONS["ignore_label"].default
     ignore_identical_ids: bool | None = OPTIONS["ignore_identical_ids"].default
-    memory_budget: int = OPTIONS["memory_budget"].default
+    memory_budget: int | None = OPTIONS["memory_budget"].default
     all_skipped: str = OPTIONS["all_skipped"].default
     nonpositive: str = OPTIONS["nonpositive"].default
     duplicates: str = OPTIONS["duplicates"].default

@@ -71,6 +71,11 @@ class SideStore:
         for name in fields:
             self.add(f"{side}_{name}")
 
+    @property
+    def device(self) -> torch.device:
+        """The device the states live on (the metric's)."""
+        return self.metric.device
+
     def append(self, name: str, value: Tensor) -> None:
         """Append one batch to the state ``name`` (on the metric's device)."""
         state = getattr(self.metric, name)

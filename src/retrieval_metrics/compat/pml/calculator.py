@@ -33,10 +33,10 @@ from retrieval_metrics.compat.pml.measures import (
     pml_per_query,
     ranked_from_knn,
 )
+from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.embeddings import rank_relevance
-from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
 
 __all__ = ["CLUSTERING_KEYS", "RANKED_KEYS", "AccuracyCalculator"]
 
@@ -134,7 +134,7 @@ class AccuracyCalculator:
         knn_func: Any = None,
         kmeans_func: Callable[[Tensor, int], Any] | None = None,
         *,
-        memory_budget: int = DEFAULT_MEMORY_BUDGET,
+        memory_budget: int | None = None,
     ) -> None:
         self.function_keyword = "calculate_"
         function_names = [x for x in dir(self) if x.startswith(self.function_keyword)]
@@ -167,11 +167,7 @@ class AccuracyCalculator:
         ):
             raise ValueError("k must be an integer greater than 0, or None, or 'max_bin_count'")
         self.k = k
-        if not isinstance(memory_budget, int) or memory_budget < 2**16:
-            raise ValueError(
-                f"`memory_budget` must be an int of at least 65536 bytes, got {memory_budget!r}"
-            )
-        self.memory_budget = memory_budget
+        self.memory_budget = OPTIONS["memory_budget"].check(memory_budget)
 
         if label_comparison_fn:
             self.label_comparison_fn = label_comparison_fn

@@ -24,7 +24,6 @@ from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.direction import RankingInput
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
-from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import encode_labels, label_codes
 from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
@@ -88,7 +87,7 @@ def rank_embeddings(
     depth: int | None = None,
     cover_relevant: bool = False,
     locate_first: bool = True,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     block_size: tuple[int, int] | None = None,
     exchange: Exchange | None = None,
     ties_by_id: bool = False,
@@ -126,7 +125,8 @@ def rank_embeddings(
             deeper then lists none, and on the CPU stops being ranked once that is known.
         memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings and
             its outputs (the table, and until it returns the relevance sets and per-pair results
-            it is built from); the normalised copy of the embeddings counts in it.
+            it is built from); the normalised copy of the embeddings counts in it. None: 256
+            MiB on the CPU, a quarter of an accelerator's free memory (at most 32 GiB).
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget`` (the gallery block must be a multiple of 64). Results do not depend
             on it.
@@ -309,7 +309,7 @@ def rank_relevance(
     similarity: str = "cosine",
     depth: int | None = None,
     cover_relevant: bool = False,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     block_size: tuple[int, int] | None = None,
     query_order_key: Tensor | None = None,
     gallery_order_key: Tensor | None = None,
@@ -350,7 +350,7 @@ def rank_two_ways(
     similarity: str = "cosine",
     depth: int | None = None,
     cover_relevant: bool = False,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     block_size: int | None = None,
 ) -> tuple[RankTable, RankTable]:
     """Rank ``b`` for every row of ``a`` and ``a`` for every row of ``b`` (relevant: same label).

@@ -29,7 +29,7 @@ from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine.direction import Direction, RankingInput
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.layout import Layout, choose_layout
-from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, product_rows
+from retrieval_metrics.functional.ranking.engine.plan import product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.relevance import Relevance
@@ -81,7 +81,7 @@ def rank_by_full_sort(
     relevance_sets: Relevance,
     *,
     similarity: str = "cosine",
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     block_size: tuple[int, int] | None = None,
     query_order_key: Tensor | None = None,
     gallery_order_key: Tensor | None = None,
@@ -165,7 +165,7 @@ def rank_embeddings_by_full_sort(
     gallery: Tensor | None = None,
     *,
     similarity: str = "cosine",
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
     block_size: tuple[int, int] | None = None,
     **relevance_args: Any,
 ) -> RankTable:

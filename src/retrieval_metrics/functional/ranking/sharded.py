@@ -15,8 +15,9 @@ from torch import Tensor
 from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, id_codes
 from retrieval_metrics.functional.ranking.engine import schedule
+from retrieval_metrics.functional.ranking.engine.counters import choose_counter
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
-from retrieval_metrics.functional.ranking.engine.plan import DEFAULT_MEMORY_BUDGET, block_sizes
+from retrieval_metrics.functional.ranking.engine.plan import block_sizes
 from retrieval_metrics.functional.ranking.engine.similarity import score_dtype
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
@@ -49,7 +50,7 @@ def rank_embeddings_sharded(
     radius: float | None = 25.0,
     ignore_label: int | None = None,
     similarity: str = "cosine",
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
 ) -> RankTable:
     """Rank every query against a gallery split over shards; every shard gets the whole table.
 
@@ -113,7 +114,8 @@ def sharded_table(
     )
     dim = query.shape[1] + (1 if options.similarity == "euclidean" else 0)
     block = block_sizes(
-        num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, options.memory_budget
+        num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, options.budget_on(query.device),
+        choose_counter(query.device).block_caps(),
     )
     block = (max(1, min(block[0], 1024)), block[1])
     blocked = replace(options, depth=None, cover_relevant=False, block_size=block)

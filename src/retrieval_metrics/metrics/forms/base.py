@@ -23,6 +23,7 @@ from retrieval_metrics.functional.ranking.options import (
     RankingOptions,
 )
 from retrieval_metrics.functional.ranking.qrels import Judgments
+from retrieval_metrics.functional.ranking.settings import memory_budget_on
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.chunks import ranking_budget
 from retrieval_metrics.metrics.distributed import Processes
@@ -99,6 +100,11 @@ class FormContext:
         """The measures' options."""
         return self.options.measures
 
+    def memory_budget(self) -> int:
+        """The bytes of scratch a ranking of the states may use: the metric's ``memory_budget``,
+        or where that is None the default of the device the states live on."""
+        return memory_budget_on(self.options.memory_budget, self.store.device)
+
     def ranking_options(self, pairs: int | None = None) -> RankingOptions:
         """The ranking's options; ``pairs``: its relevant pairs where known before it (see
         :func:`~retrieval_metrics.metrics.chunks.ranking_budget`)."""
@@ -118,7 +124,7 @@ class FormContext:
             cutoff = cutoff_depth(self.names)
             return RankingOptions(
                 **shared,
-                memory_budget=ranking_budget(options.memory_budget),
+                memory_budget=ranking_budget(self.memory_budget()),
                 depth=None if run is None or cutoff is None else max(run, cutoff),
                 locate_first=False,
                 qrels=self.qrels,
@@ -129,7 +135,7 @@ class FormContext:
             **shared,
             radius=options.radius,
             ignore_label=options.ignore_label,
-            memory_budget=ranking_budget(options.memory_budget, pairs),
+            memory_budget=ranking_budget(self.memory_budget(), pairs),
             depth=depth,
             cover_relevant=cover,
         )

@@ -89,7 +89,7 @@ class _EmbeddingStates(InputForm):
         budget, and the ranking the rest (``chunks.ranking_budget``). Taken where the
         pairs can be counted before ranking (label relevance), not for a sharded gallery; on several
         processes, this process's share of the queries (their parts are gathered after)."""
-        budget = context.options.memory_budget
+        budget = context.memory_budget()
         if context.gallery_sharded or context.options.nonpositive != "hit":
             return None
         queries, gallery = self.sides(context)

@@ -119,7 +119,8 @@ class QueryBlock:
         self._whole: tuple[int, Tensor, Tensor | None] | None = None
         options = p.options
         self.pruning = (
-            options.depth is not None and not options.locate_first and device.type == "cpu"
+            options.depth is not None and not options.locate_first
+            and not p.counter.whole_blocks
         )
 
     def seeds_from_maxima(self) -> bool:
@@ -132,7 +133,9 @@ class QueryBlock:
         p = self.p
         if p.options.depth is None:
             return False
-        return self.pruning or not compiled_for(p.device, p.dtype, self.r_counts)
+        if p.counter.whole_blocks:
+            return False
+        return self.pruning or not compiled_for(p.dtype, self.r_counts)
 
     def reads_segment_maxima(self, b: int) -> bool:
         """Whether counting gallery block ``b`` needs its segment maxima: to raise the depth
@@ -143,7 +146,7 @@ class QueryBlock:
         compiled count: its counts raise the threshold (``RowThresholds.raise_by_counts``), and
         a pass of the compiled count over the relevant scores still counted costs about what
         the maxima cost."""
-        if self.p.device.type != "cpu" or self.above_only:
+        if self.p.counter.whole_blocks or self.above_only:
             return False
         if self.pruning and self.compiled:
             return False
@@ -197,7 +200,8 @@ class QueryBlock:
         )
 
     def relevant_values(self) -> Tensor:
-        return self._in_csr_order(self.rel_scores).cpu()
+        """The block's relevant scores in CSR order, on the ranking's device."""
+        return self._in_csr_order(self.rel_scores)
 
     def _in_csr_order(self, per_row: Tensor) -> Tensor:
         """The entries of a (rows x longest) array at the block's relevant pairs, in CSR order."""
@@ -226,7 +230,7 @@ class QueryBlock:
         del is_finite
         self.thresholds.start(rel_sorted, finite, self.r_counts)
         self.width = rel_sorted.shape[1] + 1
-        self.compiled = compiled_for(device, p.dtype, self.num_finite)
+        self.compiled = not p.counter.whole_blocks and compiled_for(p.dtype, self.num_finite)
         # The compiled pass over the items above each row's threshold, which it raises itself
         # (from a heap of each row's best scores): no segment maxima, no candidates. Not where
         # finished rows leave the ranking (``pruning``), whose thresholds rise from the counts.
@@ -351,15 +355,14 @@ class QueryBlock:
                 return s
             return s.contiguous() if buffer is None else buffer[: s.shape[0]].copy_(s)
 
-        if s.device.type != "cpu":
-            # An accelerator counts the whole block in a few kernels. The pruning's choices
-            # (the threshold's rise, the surviving segments, sparse or dense) each read a
-            # data-dependent size on the host: one wait per block pair, where the product takes
-            # microseconds. Every item counted makes every count exact, and the threshold that
-            # never rose lists every relevant item: the same values as the CPU's.
-            dense = row_major()
-            count_block(
-                dense, self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
+        if self.p.counter.whole_blocks:
+            # An accelerator counts the whole block in a few kernels (or one). The pruning's
+            # choices (the threshold's rise, the surviving segments, sparse or dense) each read
+            # a data-dependent size on the host: one wait per block pair, where the product
+            # takes microseconds. Every item counted makes every count exact, and the threshold
+            # that never rose lists every relevant item: the same values as the CPU's.
+            self.p.counter.count_whole(
+                row_major(), self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
                 self.num_finite,
             )
             return
@@ -434,23 +437,25 @@ class QueryBlock:
             # (each row's m scores sort first: the padding is +inf). The flat positions of
             # (row, j < m) are those of the CSR entries (row, column j): r_flat.
             dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
+            dest = dest.to(self.p.device)
             # without a depth every relevant item is listed, as the outputs start
             written = 3 if self.p.options.depth is not None else 2
             for out, sorted_values in zip(
                 self.p.outputs[:written], (above_sorted, tied_sorted, listed_sorted), strict=False
             ):
-                out.index_copy_(0, dest, self._in_csr_order(sorted_values).cpu())
+                out.index_copy_(0, dest, self._in_csr_order(sorted_values))
             return
+        r_pos = self.r_pos.to(self.p.device)
         # Back from sorted order to the CSR order of the relevant items.
         if self.ties is not None:
             # (counted where the scores were read: in CSR layout already)
-            self.p.outputs[3].scatter_(0, self.r_pos, self._in_csr_order(self.ties.before).cpu())
+            self.p.outputs[3].scatter_(0, r_pos, self._in_csr_order(self.ties.before))
         for out, sorted_values in zip(
             self.p.outputs[:3], (above_sorted, tied_sorted, listed_sorted), strict=True
         ):
             unsorted = torch.empty_like(sorted_values)
             unsorted.scatter_(1, self.rel_perm, sorted_values)
-            out.scatter_(0, self.r_pos, self._in_csr_order(unsorted).cpu())
+            out.scatter_(0, r_pos, self._in_csr_order(unsorted))
 
 
 def count_both_sides(rows: QueryBlock, cols: QueryBlock, s: Tensor, i: int, j: int) -> bool:

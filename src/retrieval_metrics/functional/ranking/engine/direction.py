@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import is_identity, repeat
+from retrieval_metrics.functional.ranking.engine.counters import Counter, choose_counter
 from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -77,6 +78,7 @@ class Pass:
     ext_scores: Tensor | None = None
     by_score: bool = False
     tie_key: Tensor | None = None
+    counter: Counter = field(default_factory=lambda: choose_counter("cpu"))
     neg_inf: Tensor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +114,8 @@ class Direction:
     ext_scores: Tensor | None = None
     by_score: bool = False
     tie_key: Tensor | None = None
+    #: how the ranking counts its blocks, chosen once for its device (``counters``)
+    counter: Counter = field(default_factory=lambda: choose_counter("cpu"))
 
     @staticmethod
     def make(
@@ -179,11 +183,13 @@ class Direction:
             order = torch.arange(num_q)
         # One entry per relevant pair: with thousands of relevant items per query these are the
         # largest allocations of the ranking, so each mode allocates only what it returns.
+        # On the device the ranking runs on: each query block writes its results there, and they
+        # reach the host once, when the direction is read (host_outputs), not once per block.
         num_pairs = int(rel_ptr[-1]) if num_q else 0
         if mode == "scores":
-            outputs: tuple[Tensor, ...] = (torch.zeros(num_pairs, dtype=dtype),)
+            outputs: tuple[Tensor, ...] = (torch.zeros(num_pairs, dtype=dtype, device=device),)
         else:
-            above = torch.zeros(num_pairs, dtype=torch.int64)
+            above = torch.zeros(num_pairs, dtype=torch.int64, device=device)
             outputs = (above, torch.zeros_like(above), torch.ones_like(above, dtype=torch.bool))
             if tie_key is not None:
                 outputs += (torch.zeros_like(above),)  # tied items of a smaller key
@@ -206,6 +212,7 @@ class Direction:
             # by key by their places: CSR order + sort)
             by_score=mode == "table" and relevance_sets.query_grades is None and tie_key is None,
             tie_key=tie_key,
+            counter=choose_counter(device),
         )
 
     @property
@@ -251,6 +258,7 @@ class Direction:
             ext_scores=self.ext_scores,
             by_score=self.by_score,
             tie_key=self.tie_key,
+            counter=self.counter,
         )
 
     def table(self, relevance_sets: Relevance) -> RankTable:
@@ -264,11 +272,12 @@ class Direction:
             depth_out = num_relevant.clamp_min(depth)
         else:
             depth_out = torch.full((num_q,), depth, dtype=torch.int64)
-        above, tied, listed = self.outputs[:3]
+        outputs = self.host_outputs()
+        above, tied, listed = outputs[:3]
         if self.tie_key is not None:
             # Ties ordered by key: each relevant item has a place of its own, after the items
             # above it and the tied items of a smaller key; it shares it with nobody.
-            above = above + self.outputs[3]
+            above = above + outputs[3]
             tied = torch.ones_like(tied)
         items = ItemResults(
             self.rel_ptr, above, tied, listed=listed, grade=relevance_sets.query_grades
@@ -277,14 +286,20 @@ class Direction:
             items, num_relevant, gallery_size, depth_out, by_score=self.by_score
         )
 
+    def host_outputs(self) -> tuple[Tensor, ...]:
+        """The outputs on the host: one copy each from the device, after the pass (the only
+        reads of the ranking's results there; a no-op on the CPU)."""
+        return tuple(out.cpu() for out in self.outputs)
+
     def scores(self) -> Tensor:
         """The relevant pairs' scores of a ``"scores"`` direction, in the CSR order of its
         relevance sets."""
-        return self.outputs[0]
+        return self.host_outputs()[0]
 
     def counts(self) -> tuple[Tensor, Tensor]:
         """Above and tied of every given score of a ``"count"`` direction."""
-        return self.outputs[0], self.outputs[1]
+        above, tied = self.host_outputs()[:2]
+        return above, tied
 
 
 def _by_count_then_key(counts: Tensor, key: Tensor | None) -> Tensor:

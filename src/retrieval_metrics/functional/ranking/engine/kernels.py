@@ -37,14 +37,14 @@ SEGMENT = 64
 #: rows) take at most this many bytes, whatever the budget: a stage of a million items gains
 #: nothing from being larger, and the heap, handed back transients of ever-changing sizes, grows
 #: with them (with a quarter of the budget per stage, resident memory rose by 0.3 to 0.4 times the
-#: budget over a long same-source pass). An accelerator takes a quarter of the budget per stage.
+#: budget over a long same-source pass). An accelerator takes a quarter of the budget per
+#: stage (``counters``).
 CPU_STAGE_BYTES = 2**23
 
 
-def stage_bytes(memory_budget: int, device: torch.device) -> int:
-    """The bytes of one stage of the counting on ``device``, from the counting's budget."""
-    quarter = memory_budget // 4
-    return min(quarter, CPU_STAGE_BYTES) if device.type == "cpu" else quarter
+def cpu_stage_bytes(memory_budget: int) -> int:
+    """The bytes of one stage of the CPU's counting, from the counting's budget."""
+    return min(memory_budget // 4, CPU_STAGE_BYTES)
 
 
 def segment_maxima(s: Tensor) -> Tensor:
@@ -137,7 +137,7 @@ def count_candidates(
     elem = s.element_size()
     # Segments are read a chunk at a time (their scores, a flag and an index per item); the
     # survivors, each copying a row of relevant scores, a sub-chunk at a time.
-    stage = stage_bytes(memory_budget, s.device)
+    stage = cpu_stage_bytes(memory_budget)
     chunk = max(1, stage // (SEGMENT * (elem + 1 + 8)))
     sub = max(1, stage // (width * elem + 4 * 8 + 2 * elem))
     for c0 in range(0, candidates.numel(), chunk):
@@ -179,25 +179,24 @@ def count_block(
     num_finite: Tensor | None = None,
     first: Tensor | None = None,
 ) -> None:
-    """Add every item of the score block ``s`` to the histograms of :func:`count_candidates`.
+    """Add every item of the score block ``s`` (on the CPU) to the histograms of
+    :func:`count_candidates`.
 
     ``first`` (``(rows, 1)`` int64, or None): per row, the relevant scores before ``first``
     need no counts (they lie below the depth for good): the compiled count passes them over,
     and only the row's bins after ``first`` (what the items above them sum) are exact. The other
     ways count them all.
 
-    On the CPU where the compiled module is built, every row is counted there
-    (:func:`compiled_counts`). Elsewhere: one batched binary search of each row of scores in its
-    own row of ``rel_sorted`` (a sort of each row on the CPU, :func:`_merge_rows`): no copy per
-    item, O(log m) per item whatever survives. Items below a row's threshold land in bins
-    of relevant scores below the threshold, whose counts are never used, so they need no
-    filtering. Rows are taken a few at a time so the scratch stays within the budget.
+    Where the compiled module is built, every row is counted there (:func:`compiled_counts`).
+    Elsewhere each row of scores is sorted and merged with its row of ``rel_sorted``
+    (:func:`_merge_rows`): items below a row's threshold land in bins of relevant scores below
+    the threshold, whose counts are never used, so they need no filtering. Rows are taken a
+    few at a time so the scratch stays within the budget. An accelerator counts with
+    :func:`count_block_searched` (the counting backends, ``counters``).
 
-    Two shortcuts for degenerate data. Where every item of the rows lies below its row's lowest
+    A shortcut for degenerate data: where every item of the rows lies below its row's lowest
     relevant score, above its highest, or on the one score of a row whose relevant scores are
-    all equal (collapsed embeddings), comparisons place every item and nothing is searched. And
-    an item tying a relevant score is counted "<=" from its "<" position and the length of the
-    run of equal relevant scores there, not by a second search.
+    all equal (collapsed embeddings), comparisons place every item and nothing is sorted.
     """
     nb, block_g = s.shape
     m = rel_sorted.shape[1]
@@ -215,10 +214,8 @@ def count_block(
         )
         return
     elem = s.element_size()
-    # Per item: two int32 positions, an int64 gather index, the relevant score found there and
-    # a few flags; per row: the two histograms bincount returns and the runs of equal scores.
     per_row = block_g * (2 * 4 + 8 + elem + 4) + 4 * width * 8
-    rows = max(1, stage_bytes(memory_budget, s.device) // per_row)
+    rows = max(1, cpu_stage_bytes(memory_budget) // per_row)
     for r0 in range(0, nb, rows):
         r1 = min(nb, r0 + rows)
         values, seq = s[r0:r1], rel_sorted[r0:r1]
@@ -229,40 +226,55 @@ def count_block(
         # A row whose relevant scores are all equal has no item strictly between them, so
         # every item is below, on or above; other rows need no item in [lowest, highest].
         spread = lowest < highest
-        on_cpu = s.device.type == "cpu"
-        # (the shortcuts read a flag on the host: on an accelerator, a wait per row chunk)
-        outside = on_cpu and (
-            not bool(spread.any()) or not _any_between(values, lowest, highest, spread)
-        )
-        if outside:
+        if not bool(spread.any()) or not _any_between(values, lowest, highest, spread):
             # Every item lands in bin 0 or in bin m (the row's relevant scores), "<" for the
             # items above the highest, "<=" for those at or above it: two counts per row.
             n_above = torch.count_nonzero(values > highest, dim=1)
             n_at_least = torch.count_nonzero(values >= highest, dim=1)
-            first_bin = torch.arange(r0, r1, device=s.device) * width
+            first_bin = torch.arange(r0, r1) * width
             last_bin = first_bin + finite_here[:, 0]
             hist_lt.index_add_(0, first_bin, block_g - n_above)
             hist_lt.index_add_(0, last_bin, n_above)
             hist_le.index_add_(0, first_bin, n_above - n_at_least)
             hist_le.index_add_(0, last_bin, n_at_least - n_above)
             continue
-        if on_cpu:
-            _merge_rows(
-                values,
-                seq,
-                hist_lt[r0 * width : r1 * width].view(r1 - r0, width),
-                hist_le[r0 * width : r1 * width].view(r1 - r0, width),
-            )
-            continue
+        _merge_rows(
+            values,
+            seq,
+            hist_lt[r0 * width : r1 * width].view(r1 - r0, width),
+            hist_le[r0 * width : r1 * width].view(r1 - r0, width),
+        )
+
+
+def count_block_searched(
+    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, stage: int
+) -> None:
+    """:func:`count_block`'s histograms from torch's kernels alone, on any device (an
+    accelerator's counting, ``counters.TorchDeviceCounter``): one batched binary search of each
+    row of scores in its own row of ``rel_sorted``, then scatter-adds; a fixed sequence of
+    kernels per chunk of rows (``stage`` bytes of scratch a chunk) and no read on the host.
+
+    An item tying the relevant score at position j is counted "<=" from its "<" position and
+    the length of the run of equal relevant scores there, not by a second search.
+    """
+    nb, block_g = s.shape
+    m = rel_sorted.shape[1]
+    width = m + 1
+    elem = s.element_size()
+    # Per item: two int32 positions, an int64 gather index, the relevant score found there and
+    # a few flags; per row: the runs of equal scores.
+    per_row = block_g * (2 * 4 + 8 + elem + 4 + 8) + 4 * width * 8
+    rows = max(1, stage // per_row)
+    run_end = _run_end(rel_sorted)
+    for r0 in range(0, nb, rows):
+        r1 = min(nb, r0 + rows)
+        values, seq = s[r0:r1], rel_sorted[r0:r1]
         lt = torch.searchsorted(seq, values, right=False, out_int32=True)
         at = lt.clamp_max(m - 1).to(torch.int64)
         tie = seq.gather(1, at) == values
-        # An item tying the relevant score at position j is "<=" to the run of equal scores
-        # from j to the run's end. (Computed for every item on an accelerator: asking whether
-        # any item ties would wait on the host.)
-        le = torch.where(tie, _run_end(seq).gather(1, at).to(torch.int32) + 1, lt)
+        # (computed for every item: asking whether any item ties would wait on the host)
+        le = torch.where(tie, run_end[r0:r1].gather(1, at).to(torch.int32) + 1, lt)
         del at, tie
-        del outside
         offset = torch.arange(r1 - r0, dtype=torch.int32, device=s.device)[:, None] * width
         # scatter-added ones, not bincount: bincount sizes its output from the data's maximum,
         # read on the host
@@ -364,20 +376,14 @@ def compiled_counts(s: Tensor) -> bool:
     :data:`COMPILED_MAX_RELEVANT` relevant scores is compared with each; a longer one (classes
     of thousands) is sorted there (a radix sort) and walked along its relevant scores, the
     merge of :func:`_merge_rows` without numpy's comparison sort."""
-    return (
-        _count is not None
-        and s.device.type == "cpu"
-        and s.dtype in (torch.float32, torch.float64)
-        and s.shape[1] < 2**31
-    )
+    return _count is not None and s.dtype in (torch.float32, torch.float64) and s.shape[1] < 2**31
 
 
-def compiled_for(device: torch.device, dtype: torch.dtype, num_finite: Tensor) -> bool:
-    """Whether score blocks on ``device`` of ``dtype`` whose rows hold ``num_finite`` relevant
+def compiled_for(dtype: torch.dtype, num_finite: Tensor) -> bool:
+    """Whether the CPU's score blocks of ``dtype`` whose rows hold ``num_finite`` relevant
     scores are counted by the compiled loop (rows shorter than 2**31 items)."""
     return (
         _count is not None
-        and device.type == "cpu"
         and dtype in (torch.float32, torch.float64)
         and (num_finite.numel() == 0 or int(num_finite.max()) <= COMPILED_MAX_RELEVANT)
     )

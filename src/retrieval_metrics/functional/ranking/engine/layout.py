@@ -60,7 +60,7 @@ def choose_layout(
     queries' alone where the gallery is read in blocks from its batches: not
     ``gallery_copied``). The reference path (``reference.py``) takes the same layout."""
     options = side.options
-    block_size, memory_budget = options.block_size, options.memory_budget
+    block_size, memory_budget = options.block_size, options.budget_on(side.device)
     elem = torch.finfo(side.dtype).bits // 8
     num_q, num_g = side.order.numel(), side.num_g
     if block_size is not None:
@@ -87,7 +87,7 @@ def choose_layout(
     if block_size is not None:
         return Layout(False, *block_size, budget)
     block_q, block_g = block_sizes(
-        num_q, num_g, dim, side.max_relevant, elem, budget, side.device
+        num_q, num_g, dim, side.max_relevant, elem, budget, side.counter.block_caps()
     )
     return Layout(False, block_q, block_g, budget)
 
@@ -99,7 +99,7 @@ def _symmetric_block(side: Direction, elem: int, budget: int) -> int | None:
     does, the widest whose states fit (a product then computed again where it cannot be kept:
     narrower still, the counting steps of four times as many block pairs cost more)."""
     num = side.num_g
-    widest = square_block(num, elem, budget, side.device)
+    widest = square_block(num, elem, budget, side.counter.block_caps())
     narrowest = max(PRODUCT_COLUMNS, widest // 2)
     block, fallback = widest, None
     pairs = side.pair_state_bytes()
@@ -170,7 +170,6 @@ def two_way_blocks(
     squares: tuple[int, int] | None,
     budget: int,
     dtype: torch.dtype,
-    device: torch.device,
 ) -> tuple[int, int]:
     """The blocks of the two sets of a two-way pass (the rows' and the columns'): the square
     ``squares`` where the caller set them, else each set in even blocks of its own, none wider
@@ -178,20 +177,18 @@ def two_way_blocks(
     captions' block."""
     if squares is not None:
         return squares[0], squares[0]
-    block = two_way_block(sides, budget, dtype, device)
+    block = two_way_block(sides, budget, dtype)
     num_a, num_b = (side.order.numel() for side in sides)
     return balanced(num_a, block), balanced(num_b, block)
 
 
-def two_way_block(
-    sides: list[Direction], budget: int, dtype: torch.dtype, device: torch.device
-) -> int:
+def two_way_block(sides: list[Direction], budget: int, dtype: torch.dtype) -> int:
     """The square block of the two-way pass from the pass's ``budget``: each block of one side
     needs the relevant scores of many pairs before it counts its first, so half-size blocks when
     that keeps every such product for its counting."""
     elem = torch.finfo(dtype).bits // 8
     larger = max(side.order.numel() for side in sides)
-    block = square_block(larger, elem, budget, device)
+    block = square_block(larger, elem, budget, sides[0].counter.block_caps())
     half = halved(block)
     if (
         half >= 512

@@ -113,7 +113,7 @@ def one_sided_pass(
             if len(cache) < cache_room:
                 cache[b] = (s, seg_max)
         if mode == "scores":
-            p.outputs[0][qb.r_pos] = qb.relevant_values()
+            p.outputs[0][qb.r_pos.to(device)] = qb.relevant_values()
             continue
 
         qb.start_counting()

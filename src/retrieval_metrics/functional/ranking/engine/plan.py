@@ -27,8 +27,6 @@ from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
 
-DEFAULT_MEMORY_BUDGET = 256 * 2**20
-
 #: Gallery blocks (and the square blocks) are whole multiples of this many items wherever the
 #: budget allows blocks that wide. A BLAS kernel computes a product in panels of a few columns
 #: and rows, and a last, narrower panel of another kernel, which rounds differently: MKL's
@@ -38,17 +36,19 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 #: fell). 192 is a multiple of the segment (64) and of the panel widths of 4, 6, 8, 12, 16, 24,
 #: 32, 48 and 96 columns: no panel is left narrower.
 PRODUCT_COLUMNS = 192
-#: The largest blocks by device type: (queries, gallery items) of the one-sided pass, and the
-#: square block of the symmetric pass. The CPU keeps a score block in its caches (2112 gallery
-#: items, up to 1024 queries); the symmetric pass also counts each block down its columns, a
-#: strided read that leaves the caches sooner: 1344 (7 panels) measured best on 2 cores (a
-#: 20,000 x 128 set 0.45 s against 0.71 s at 2112 and 0.44 s at 960; SOP's 60,502 x 128 4.3 s
-#: against 5.1 s at 2112 and 5.5 s at 960, whose four times as many block pairs cost Python
-#: steps). A GPU has no cache to fit but waits on the host at every query
-#: block and block pair (each counts with a few data-dependent sizes), so there the memory
-#: budget alone sets the query blocks and the square blocks: fewer of both for the same scores.
-BLOCK_CAPS = {"cpu": (1024, 11 * PRODUCT_COLUMNS, 7 * PRODUCT_COLUMNS)}
-DEVICE_BLOCK_CAPS = (2**15, 11 * PRODUCT_COLUMNS, 170 * PRODUCT_COLUMNS)
+#: The largest blocks of the CPU's counting (``counters.CpuCounter``): (queries, gallery items)
+#: of the one-sided pass, and the square block of the symmetric pass. The CPU keeps a score
+#: block in its caches (2112 gallery items, up to 1024 queries); the symmetric pass also
+#: counts each block down its columns, a strided read that leaves the caches sooner: 1344
+#: (7 panels) measured best on 2 cores (a 20,000 x 128 set 0.45 s against 0.71 s at 2112 and
+#: 0.44 s at 960; SOP's 60,502 x 128 4.3 s against 5.1 s at 2112 and 5.5 s at 960, whose four
+#: times as many block pairs cost Python steps).
+CPU_BLOCK_CAPS = (1024, 11 * PRODUCT_COLUMNS, 7 * PRODUCT_COLUMNS)
+#: An accelerator's (``counters.TorchDeviceCounter``): no cache to fit, but a fixed cost per
+#: block (a launch of each of its kernels, Python's steps), so the memory budget alone sets the
+#: blocks: 32,768 queries, 262,080 gallery items (an 8.8M corpus in 34 blocks, not 4,190 of
+#: the CPU's 2,112) and square blocks of 32,640 (SOP's 60,502 items in 2 x 2).
+DEVICE_BLOCK_CAPS = (2**15, 1365 * PRODUCT_COLUMNS, 170 * PRODUCT_COLUMNS)
 
 
 def whole_blocks(n: int) -> int:
@@ -86,12 +86,6 @@ def balanced(num: int, block: int) -> int:
     return min(block, -(-num // (count * unit)) * unit)
 
 
-def block_caps(device: torch.device | str | None) -> tuple[int, int, int]:
-    """The largest query, gallery and square blocks for ``device`` (the CPU's by default)."""
-    kind = "cpu" if device is None else torch.device(device).type
-    return BLOCK_CAPS.get(kind, DEVICE_BLOCK_CAPS)
-
-
 def _per_pair_bytes(elem: int) -> int:
     """Scratch per (query, relevant item) pair of a query block, all live at once at worst.
 
@@ -109,13 +103,13 @@ def block_sizes(
     max_relevant: int,
     elem: int,
     memory_budget: int,
-    device: torch.device | str | None = None,
+    caps: tuple[int, int, int] = CPU_BLOCK_CAPS,
 ) -> tuple[int, int]:
-    """Query and gallery block sizes whose scratch fits in ``memory_budget`` (and, on the CPU,
-    its caches: :data:`BLOCK_CAPS`)."""
+    """Query and gallery block sizes whose scratch fits in ``memory_budget`` and the counting
+    backend's ``caps`` (the CPU's caches: :data:`CPU_BLOCK_CAPS`)."""
     # On the CPU a gallery block of 2112 keeps the score block in cache for typical query
     # blocks; the query block is the largest power of two (up to the cap) whose scratch fits.
-    cap_q, cap_g, _ = block_caps(device)
+    cap_q, cap_g, _ = caps
     block_g = min(cap_g, whole_blocks(num_g))
     block_q = cap_q
     while block_q > 8:
@@ -158,11 +152,11 @@ def checked_block_size(block_size: tuple[int, int]) -> tuple[int, int]:
 
 
 def square_block(
-    num: int, elem: int, memory_budget: int, device: torch.device | str | None = None
+    num: int, elem: int, memory_budget: int, caps: tuple[int, int, int] = CPU_BLOCK_CAPS
 ) -> int:
     """The block of the symmetric pass: a few score blocks of ``block x block`` fit the budget
-    (and, on the CPU, the cache bound of :data:`BLOCK_CAPS`)."""
-    block = min(block_caps(device)[2], whole_blocks(num))
+    and the counting backend's ``caps`` (the CPU's cache bound: :data:`CPU_BLOCK_CAPS`)."""
+    block = min(caps[2], whole_blocks(num))
     while block > SEGMENT and 4 * block * block * elem > memory_budget // 2:
         block = narrowed(block)
     return balanced(num, block)

@@ -32,7 +32,9 @@ class RowThresholds:
 
     def __init__(self, p: Pass, r_row: Tensor, r_block: Tensor, r_local: Tensor) -> None:
         self.p = p
-        self.depth = p.options.depth
+        # A backend that counts every item of every block (``Counter.whole_blocks``) never
+        # raises a threshold: nothing to prepare for it, nothing to read back.
+        self.depth = None if p.counter.whole_blocks else p.options.depth
         self.locate_first = p.options.locate_first
         self.pending: list[Tensor] = []
         self.raising = False

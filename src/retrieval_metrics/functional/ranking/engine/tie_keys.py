@@ -41,7 +41,7 @@ class TieKeyCounts:
         gallery block ``b`` (scores ``s``); ``hist_le``: the block's "<=" histogram of
         ``width`` bins a row, which ``count_items`` adds to."""
         rows = None
-        if s.device.type == "cpu":
+        if not self.p.counter.whole_blocks:
             # Only the rows where this block ties a relevant score. While counting, hist_le
             # holds each item's "<=" bin minus its "<" bin (finish adds hist_lt back): nothing
             # for an item that ties no relevant score, and for one that does a -1 in a lower bin

@@ -1,0 +1,314 @@
+"""Benchmark: the metric classes on one GPU beside what a user writes instead, same process.
+
+Four workloads, each through the classes as users run them (updates in batches, then
+``compute()``; ``set_gallery`` for the corpus in device memory), with each counting backend
+(``RETRIEVAL_METRICS_COUNTER``: the fused Triton kernel where Triton runs, and torch's kernels):
+
+* ``sop``: same source, 60,502 x 512 in classes of 2 to 12 (SOP's size), hit rate@1/10, MAP@R,
+  R-precision; float32 and bfloat16 states. Beside it: a blocked product + ``topk`` of the
+  largest class (the three lines users write), in float32 and in bfloat16, and one product;
+* ``msmarco``: MS MARCO dev's shape, 8,841,823 x 768 bfloat16 in device memory, 6,980 queries,
+  BEIR's measures + MRR@10; beside it a blocked bfloat16 product + running top-1000 (BEIR's
+  exact search), and one product;
+* ``image_text``: 5,000 images x 25,000 captions, D = 512, both directions; one product;
+* ``qrels``: a 1,000,000 x 768 corpus in batches, 7,000 queries, BEIR's measures; one product.
+
+Each time is the median of ``--repeats`` runs ended by ``torch.cuda.synchronize()``; beside it
+the host synchronisations of one ``compute()`` (CUDA's sync debug mode, its warnings counted)
+and the peak device memory above the start. The backends' values are compared with each other
+(they must be equal). ``--small`` runs every workload at a size a CPU finishes in seconds (to
+check the script; Triton is left out on the CPU).
+
+    python benchmarks/bench_gpu.py --device cuda           # benchmarks/gpu_check.sh runs this
+    python benchmarks/bench_gpu.py --device cpu --small    # smoke run
+
+Writes ``benchmarks/results/gpu_<device>.json`` and ``.txt`` (``--out`` to change the stem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measuring import load_metric_classes
+
+import retrieval_metrics as rm
+from retrieval_metrics.functional.ranking.engine.counters import COUNTER_ENV
+from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
+
+load_metric_classes()
+RESULTS = Path(__file__).resolve().parent / "results"
+BEIR = [f"{m}@{k}" for m in ("ndcg", "map", "recall", "precision") for k in (1, 3, 5, 10, 100,
+                                                                                 1000)]
+SOP_NAMES = ["hit_rate@1", "hit_rate@10", "map@r", "r_precision"]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> tuple[float, object]:
+    """Median seconds of ``repeats`` runs of ``fn`` (synchronised), and its last result."""
+    times, result = [], None
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        result = fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def syncs_and_peak(fn: Callable[[], object], device: torch.device) -> tuple[int | None, float]:
+    """Host syncs of ``fn`` (CUDA's sync debug mode) and its peak device memory, in GiB."""
+    if device.type != "cuda":
+        fn()
+        return None, 0.0
+    sync(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    start = torch.cuda.memory_allocated(device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    sync(device)
+    peak = (torch.cuda.max_memory_allocated(device) - start) / 2**30
+    return sum("synchroniz" in str(w.message) for w in caught), peak
+
+
+def backends(device: torch.device) -> list[str]:
+    """The counting backends to time: on CUDA the fused kernel (where Triton is) and torch's;
+    elsewhere the device's own (``"default"``, the variable unset)."""
+    from retrieval_metrics.functional.ranking.engine import triton_count
+
+    if device.type != "cuda":
+        return ["default"]
+    return ["triton", "torch"] if triton_count.available() else ["torch"]
+
+
+def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats) -> dict:
+    """The classes with each backend: median seconds (update + compute), host syncs and peak
+    device memory of one compute(), and the values."""
+    out = {}
+    for backend in backends(device):
+        os.environ.pop(COUNTER_ENV, None)
+        if backend != "default":
+            os.environ[COUNTER_ENV] = backend
+
+        def run():
+            metric = make()
+            feed(metric)
+            return {k: float(v) for k, v in metric.compute().items()}
+
+        seconds, values = timed(run, device, repeats)
+        metric = make()
+        feed(metric)
+        syncs, peak = syncs_and_peak(metric.compute, device)
+        out[backend] = {"seconds": seconds, "host_syncs": syncs, "peak_gib": peak,
+                        "values": values}
+    os.environ.pop(COUNTER_ENV, None)
+    first = next(iter(out.values()))["values"]
+    out["backends_equal"] = all(o["values"] == first for o in out.values()
+                                if isinstance(o, dict))
+    return out
+
+
+def one_product(a: torch.Tensor, b: torch.Tensor, device, repeats, block: int = 2**16) -> float:
+    """One a x b product (float32 out), in blocks of ``b``'s rows (no a x b matrix held)."""
+    def run():
+        for lo in range(0, b.shape[0], block):
+            torch.mm(a, b[lo : lo + block].T)
+    with full_fp32_products():
+        return timed(run, device, repeats)[0]
+
+
+def blocked_topk(q: torch.Tensor, g: torch.Tensor, k: int, same: bool, device, repeats,
+                 rows: int = 8192) -> float:
+    """The user's three lines: a blocked product and topk (self removed in same source)."""
+    def run():
+        for lo in range(0, q.shape[0], rows):
+            s = q[lo : lo + rows] @ g.T
+            if same:
+                idx = torch.arange(lo, min(lo + rows, q.shape[0]), device=device)
+                s[idx - lo, idx] = float("-inf")
+            s.topk(k, dim=1)
+    with full_fp32_products():
+        return timed(run, device, repeats)[0]
+
+
+def running_topk(q: torch.Tensor, g: torch.Tensor, k: int, device, repeats,
+                 chunk: int = 2**20) -> float:
+    """BEIR's exact search: the corpus in chunks, a running top-k per query."""
+    def run():
+        best = None
+        for lo in range(0, g.shape[0], chunk):
+            s = (q @ g[lo : lo + chunk].T).float()
+            top = s.topk(min(k, s.shape[1]), dim=1).values
+            best = top if best is None else torch.cat([best, top], 1).topk(k, dim=1).values
+    with full_fp32_products():
+        return timed(run, device, repeats)[0]
+
+
+def sop(args, device) -> dict:
+    n, dim = (3000, 64) if args.small else (60_502, 512)
+    gen = torch.Generator().manual_seed(0)
+    sizes = torch.randint(2, 13, (n,), generator=gen)
+    labels = torch.repeat_interleave(torch.arange(n), sizes)[:n]
+    labels = labels[torch.randperm(n, generator=gen)]
+    centres = torch.nn.functional.normalize(torch.randn(int(labels.max()) + 1, dim, generator=gen))
+    emb = torch.nn.functional.normalize(centres[labels] + 0.06 * torch.randn(n, dim,
+                                                                             generator=gen))
+    emb, labels = emb.to(device), labels.to(device)
+    out = {"shape": [n, dim]}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = emb.to(dtype)
+
+        def feed(metric, x=x):
+            for lo in range(0, n, 4096):
+                metric.update(x[lo : lo + 4096], labels[lo : lo + 4096])
+
+        name = str(dtype).split(".")[-1]
+        out[name] = ours(lambda: rm.RetrievalMetrics(SOP_NAMES).to(device), feed, device,
+                         args.repeats)
+        out[name]["product_topk"] = blocked_topk(x, x, int(sizes.max()), True, device,
+                                                 args.repeats)
+        out[name]["one_product"] = one_product(x, x, device, args.repeats)
+    return out
+
+
+def msmarco(args, device) -> dict:
+    docs, dim, queries = (50_000, 64, 200) if args.small else (8_841_823, 768, 6_980)
+    gen = torch.Generator(device=device).manual_seed(0)
+    corpus = torch.empty(docs, dim, dtype=torch.bfloat16, device=device)
+    for lo in range(0, docs, 2**18):
+        part = torch.randn(min(2**18, docs - lo), dim, generator=gen, device=device)
+        corpus[lo : lo + 2**18] = torch.nn.functional.normalize(part)
+    judged = torch.randperm(docs, generator=gen, device=device)[:queries]
+    q = (corpus[judged].float() + 5.5 / dim**0.5 * torch.randn(queries, dim, generator=gen,
+                                                                device=device))
+    qrels = {i: {int(d): 1} for i, d in enumerate(judged.tolist())}
+    ids, qids = torch.arange(docs, device=device), torch.arange(queries, device=device)
+
+    def make():
+        metric = rm.RetrievalMetrics([*BEIR, "mrr@10"], qrels=qrels, protocol="beir",
+                                     ignore_identical_ids=False).to(device)
+        metric.set_gallery(corpus, ids=ids)
+        return metric
+
+    out = {"shape": [docs, dim, queries]}
+    out["bfloat16"] = ours(make, lambda m: m.update(q, ids=qids, role="query"), device,
+                           max(1, args.repeats // 3))
+    qb = q.to(torch.bfloat16)
+    out["bfloat16"]["product_topk"] = running_topk(qb, corpus, 1000, device, 1)
+    out["bfloat16"]["one_product"] = one_product(qb, corpus, device, 1, block=2**20)
+    return out
+
+
+def image_text(args, device) -> dict:
+    images, dim = (300, 64) if args.small else (5_000, 512)
+    gen = torch.Generator().manual_seed(1)
+    img = torch.nn.functional.normalize(torch.randn(images, dim, generator=gen)).to(device)
+    owner = torch.arange(images).repeat_interleave(5).to(device)
+    cap = torch.nn.functional.normalize(img[owner] + 0.08 * torch.randn(
+        5 * images, dim, generator=gen).to(device))
+
+    def feed(metric):
+        for lo in range(0, owner.numel(), 1000):
+            metric.update(img[owner[lo : lo + 1000]], cap[lo : lo + 1000], owner[lo : lo + 1000])
+
+    out = {"shape": [images, 5 * images, dim]}
+    out["float32"] = ours(lambda: rm.CrossModalRetrieval().to(device), feed, device,
+                          args.repeats)
+    out["float32"]["one_product"] = one_product(img, cap, device, args.repeats)
+    return out
+
+
+def qrels_case(args, device) -> dict:
+    docs, dim, queries = (40_000, 64, 300) if args.small else (1_000_000, 768, 7_000)
+    gen = torch.Generator(device=device).manual_seed(2)
+    corpus = torch.nn.functional.normalize(torch.randn(docs, dim, generator=gen, device=device))
+    judged = torch.randperm(docs, generator=gen, device=device)[: 3 * queries].view(queries, 3)
+    q = torch.nn.functional.normalize(corpus[judged[:, 0]] + 0.2 * torch.randn(
+        queries, dim, generator=gen, device=device))
+    qrels = {i: {int(d): 1 for d in row} for i, row in enumerate(judged.tolist())}
+
+    def feed(metric):
+        metric.update(q, ids=torch.arange(queries, device=device), role="query")
+        for lo in range(0, docs, 100_000):
+            metric.update(corpus[lo : lo + 100_000],
+                          ids=torch.arange(lo, min(lo + 100_000, docs), device=device),
+                          role="gallery")
+
+    out = {"shape": [docs, dim, queries]}
+    out["float32"] = ours(lambda: rm.RetrievalMetrics(
+        BEIR, qrels=qrels, ignore_identical_ids=False).to(device), feed,
+                          device, args.repeats)
+    out["float32"]["one_product"] = one_product(q, corpus, device, args.repeats)
+    return out
+
+
+WORKLOADS = {"sop": sop, "msmarco": msmarco, "image_text": image_text, "qrels": qrels_case}
+
+
+def report(results: dict) -> str:
+    lines = []
+    for name, workload in results["workloads"].items():
+        for dtype, row in workload.items():
+            if not isinstance(row, dict):
+                continue
+            alt = row.get("product_topk")
+            for backend in backends(torch.device(results["device"])):
+                o = row[backend]
+                ratio = f", {o['seconds'] / alt:.2f}x product+topk" if alt else ""
+                lines.append(
+                    f"{name:10s} {dtype:8s} {backend:6s} ours {o['seconds']:8.3f} s"
+                    f" ({o['seconds'] / row['one_product']:.2f}x one product{ratio}),"
+                    f" host syncs {o['host_syncs']}, peak {o['peak_gib']:.2f} GiB"
+                )
+            extra = f"product+topk {alt:.3f} s, " if alt else ""
+            lines.append(f"{'':10s} {dtype:8s} {extra}one product {row['one_product']:.3f} s,"
+                         f" backends equal: {row['backends_equal']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--small", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    results: dict = {"device": str(device), "torch": torch.__version__, "workloads": {}}
+    if device.type == "cuda":
+        results["gpu"] = torch.cuda.get_device_name(device)
+    for name in args.workloads.split(","):
+        start = time.perf_counter()
+        results["workloads"][name] = WORKLOADS[name](args, device)
+        print(f"[{name}: {time.perf_counter() - start:.1f} s]", flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    text = report(results)
+    print(text)
+    stem = args.out or str(RESULTS / f"gpu_{device.type}{'_smoke' if args.small else ''}")
+    Path(stem + ".json").write_text(json.dumps(results, indent=1))
+    Path(stem + ".txt").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""How a ranking counts its score blocks: one counting backend, chosen once per ranking.
+
+Every backend gives each relevant pair the same two counts (items above it, items tied with
+it); they differ in what they skip and where they run:
+
+* :class:`CpuCounter`: the CPU. Each row's threshold rises (segment maxima, the compiled pass's
+  heaps, the counts themselves), items below it are never looked at, finished rows leave the
+  products, and the compiled ``_count`` module counts where it is built (``kernels``).
+* :class:`TorchDeviceCounter`: an accelerator, with torch's own kernels. Each block is counted
+  whole (a batched binary search of every score in its row's relevant scores, then two
+  scatter-adds): a fixed handful of kernels a block and no wait on the host, where the CPU's
+  pruning would read a data-dependent size on the host at every block.
+* :class:`TritonCounter`: a CUDA device with Triton: the same counts in one fused kernel over the
+  score block (``triton_count``), which reads each score once and writes nothing per item.
+
+:func:`choose_counter` is the one place that looks at the device's type to decide how to count;
+the passes ask the chosen counter (``Pass.counter``) what to do.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking.engine import kernels, plan
+
+__all__ = [
+    "COUNTER_ENV",
+    "Counter",
+    "CpuCounter",
+    "TorchDeviceCounter",
+    "TritonCounter",
+    "choose_counter",
+]
+
+#: Environment variable naming the counting backend of accelerator rankings ("torch" or
+#: "triton"): for comparing the two on one device; unset, Triton where it can run.
+COUNTER_ENV = "RETRIEVAL_METRICS_COUNTER"
+
+
+class Counter:
+    """A counting backend: how the query blocks of one ranking count their score blocks."""
+
+    #: the backend's name (benchmarks and messages)
+    name: ClassVar[str] = ""
+    #: every item of every block is counted: no threshold rises, no segment maxima are taken,
+    #: no finished row leaves the products (each of those reads a size on the host)
+    whole_blocks: ClassVar[bool] = False
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def block_caps(self) -> tuple[int, int, int]:
+        """The largest query, gallery and square blocks this backend is given."""
+        raise NotImplementedError
+
+    def stage_bytes(self, budget: int) -> int:
+        """The bytes of one stage of the counting (a chunk of rows), from its budget."""
+        return budget // 4
+
+    def count_whole(
+        self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
+        num_finite: Tensor,
+    ) -> None:
+        """Add every item of score block ``s`` to the histograms (``kernels.count_block``'s
+        contract)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.device})"
+
+
+class CpuCounter(Counter):
+    """The CPU: thresholds that rise, pruning, the compiled count where it is built."""
+
+    name = "cpu"
+    whole_blocks = False
+
+    def block_caps(self) -> tuple[int, int, int]:
+        return plan.CPU_BLOCK_CAPS
+
+    def stage_bytes(self, budget: int) -> int:
+        return kernels.cpu_stage_bytes(budget)
+
+    def count_whole(
+        self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
+        num_finite: Tensor,
+    ) -> None:
+        kernels.count_block(s, rel_sorted, hist_lt, hist_le, budget, num_finite)
+
+
+class TorchDeviceCounter(Counter):
+    """An accelerator through torch's kernels: every block counted whole, no host waits."""
+
+    name = "torch"
+    whole_blocks = True
+
+    def block_caps(self) -> tuple[int, int, int]:
+        return plan.DEVICE_BLOCK_CAPS
+
+    def count_whole(
+        self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
+        num_finite: Tensor,
+    ) -> None:
+        kernels.count_block_searched(
+            s, rel_sorted, hist_lt, hist_le, self.stage_bytes(budget)
+        )
+
+
+class TritonCounter(TorchDeviceCounter):
+    """A CUDA device with Triton: each block counted by one fused kernel."""
+
+    name = "triton"
+
+    def count_whole(
+        self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
+        num_finite: Tensor,
+    ) -> None:
+        from retrieval_metrics.functional.ranking.engine import triton_count
+
+        triton_count.count_block_fused(s, rel_sorted, hist_lt, hist_le)
+
+
+def _triton_runs_on(device: torch.device) -> bool:
+    """Whether Triton can launch kernels on ``device``: a CUDA build of torch, a CUDA device and
+    the ``triton`` package (the emulated device of the tests is a CPU build: no)."""
+    if device.type != "cuda" or torch.version.cuda is None:
+        return False
+    from retrieval_metrics.functional.ranking.engine import triton_count
+
+    return triton_count.available()
+
+
+def choose_counter(device: torch.device | str | None) -> Counter:
+    """The counting backend of a ranking on ``device``: the CPU's, Triton's fused kernel on a
+    CUDA device where Triton is installed, else torch's kernels.
+
+    ``RETRIEVAL_METRICS_COUNTER`` (:data:`COUNTER_ENV`) = ``"torch"`` or ``"triton"`` picks one
+    of the whole-block backends on any device, the CPU included (for comparing them, and for
+    the tests, which run the Triton kernel on the CPU under ``TRITON_INTERPRET=1``); the values
+    are the same whichever counts.
+
+    >>> choose_counter("cpu")
+    CpuCounter(cpu)
+    """
+    device = torch.device("cpu" if device is None else device)
+    wanted = os.environ.get(COUNTER_ENV, "").strip().lower()
+    if wanted not in ("", "torch", "triton"):
+        raise ValueError(f'{COUNTER_ENV} must be "torch" or "triton", got {wanted!r}')
+    if wanted == "torch":
+        return TorchDeviceCounter(device)
+    if wanted == "triton":
+        return TritonCounter(device)
+    if device.type == "cpu":
+        return CpuCounter(device)
+    if _triton_runs_on(device):
+        return TritonCounter(device)
+    return TorchDeviceCounter(device)

@@ -1,0 +1,133 @@
+"""A score block counted by one Triton kernel (``counters.TritonCounter``): the histograms of
+``kernels.count_block_searched``, reading each score once and writing nothing per item.
+
+Each program takes a tile of ``ROWS x COLUMNS`` scores of the block. Every score is placed
+among its row's relevant scores by a branch-free binary search (``lt``: how many are strictly
+below it, ``le``: how many are at or below it), all in registers. The tile's counts then reach
+the histograms as sums, not one atomic per item:
+
+* rows of at most :data:`PER_BIN_WIDTH` bins: per bin j, the tile's items with ``lt == j``
+  (and ``le == j``) summed per row, one atomic add per row and bin;
+* longer rows (classes of thousands): the items of bin 0 (below the row's lowest relevant
+  score: most of them in a good ranking) summed per row, the others added one by one.
+
+The comparisons are the very ``<`` and ``<=`` of torch's ``searchsorted`` on the same scores,
+so the counts are exactly those of the reference (``kernels.count_block_searched``): the
+property tests run this kernel under ``TRITON_INTERPRET=1`` on the CPU against it. The block's
+scores come from the product that also gave the relevant scores (the pass reads them from the
+same score block), so a relevant item ties itself exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+from torch import Tensor
+
+__all__ = ["COLUMNS", "PER_BIN_WIDTH", "ROWS", "available", "count_block_fused"]
+
+#: a tile of the score block: rows and columns of one program
+ROWS = 16
+COLUMNS = 256
+#: rows of at most this many histogram bins (relevant scores + 1) are summed bin by bin
+PER_BIN_WIDTH = 64
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the ``triton`` package is importable (it ships with CUDA builds of torch)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+@functools.cache
+def _kernel():
+    """The kernel, compiled on first use (``triton`` is imported only here)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def count_tile(
+        s_ptr, s_stride, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m,
+        ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+        PER_BIN: tl.constexpr,
+    ):
+        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+        cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
+        row_in = rows < n_rows
+        inside = row_in[:, None] & (cols < n_cols)[None, :]
+        rows64 = rows.to(tl.int64)
+        s = tl.load(s_ptr + rows64[:, None] * s_stride + cols[None, :], mask=inside, other=0.0)
+        rel_row = rel_ptr + rows64[:, None] * m
+        # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
+        lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
+        le = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
+        for k in tl.static_range(SEARCH_STEPS):
+            step = 1 << (SEARCH_STEPS - 1 - k)
+            probe = lt + step
+            value = tl.load(rel_row + (probe - 1), mask=inside & (probe <= m), other=0.0)
+            lt = tl.where(inside & (probe <= m) & (value < s), probe, lt)
+            probe = le + step
+            value = tl.load(rel_row + (probe - 1), mask=inside & (probe <= m), other=0.0)
+            le = tl.where(inside & (probe <= m) & (value <= s), probe, le)
+        width = m + 1
+        lt_base = hist_lt_ptr + rows64 * width
+        le_base = hist_le_ptr + rows64 * width
+        if PER_BIN:
+            for j in range(0, width):
+                n_lt = tl.sum((inside & (lt == j)).to(tl.int64), axis=1)
+                n_le = tl.sum((inside & (le == j)).to(tl.int64), axis=1)
+                tl.atomic_add(lt_base + j, n_lt, mask=row_in & (n_lt != 0))
+                tl.atomic_add(le_base + j, n_le - n_lt, mask=row_in & (n_le != n_lt))
+        else:
+            below = tl.sum((inside & (lt == 0)).to(tl.int64), axis=1)
+            tl.atomic_add(lt_base, below, mask=row_in & (below != 0))
+            ones = tl.full((ROWS, COLUMNS), 1, dtype=tl.int64)
+            rows_lt = lt_base[:, None] + lt
+            tl.atomic_add(rows_lt, ones, mask=inside & (lt != 0))
+            tie = inside & (le != lt)
+            tl.atomic_add(le_base[:, None] + le, ones, mask=tie)
+            tl.atomic_add(le_base[:, None] + lt, -ones, mask=tie)
+
+    return count_tile
+
+
+def count_block_fused(
+    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor
+) -> None:
+    """Add every item of score block ``s`` (``rows x items``, rows with unit stride) to the
+    int64 histograms ``hist_lt`` and ``hist_le`` (``rows * (m + 1)``, row-major) against each
+    row's relevant scores ``rel_sorted`` (``rows x m``, ascending, +inf padding), as
+    ``kernels.count_block_searched`` does; one kernel launch, no host read."""
+    n_rows, n_cols = s.shape
+    m = rel_sorted.shape[1]
+    if n_rows == 0 or n_cols == 0:
+        return
+    if s.stride(1) != 1:
+        s = s.contiguous()
+    rel = rel_sorted.contiguous()
+    if rel.dtype != s.dtype:
+        raise TypeError(f"scores and relevant scores differ in dtype: {s.dtype}, {rel.dtype}")
+    steps = max(1, int(m).bit_length())  # 2**steps > m: the search reaches every count 0..m
+    grid = (-(-n_rows // ROWS), -(-n_cols // COLUMNS))
+    _kernel()[grid](
+        s, s.stride(0), rel, hist_lt, hist_le, n_rows, n_cols, m,
+        ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps, PER_BIN=m + 1 <= PER_BIN_WIDTH,
+    )
+
+
+def count_block_fused_reference(
+    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor
+) -> None:
+    """The same histograms by the definition, for reading beside the kernel: each item's bins
+    from ``torch.searchsorted`` (left and right), one count each (``hist_le`` holds the "<="
+    counts less the "<" ones)."""
+    width = rel_sorted.shape[1] + 1
+    lt = torch.searchsorted(rel_sorted, s, right=False)
+    le = torch.searchsorted(rel_sorted, s, right=True)
+    rows = torch.arange(s.shape[0], device=s.device)[:, None] * width
+    ones = torch.ones(s.numel(), dtype=hist_lt.dtype, device=s.device)
+    hist_lt.index_add_(0, (lt + rows).reshape(-1), ones)
+    hist_le.index_add_(0, (le + rows).reshape(-1), ones)
+    hist_le.index_add_(0, (lt + rows).reshape(-1), -ones)

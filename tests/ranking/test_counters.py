@@ -1,0 +1,297 @@
+"""The counting backends (engine/counters.py): chosen once per ranking, equal to each other.
+
+* The fused Triton kernel (``triton_count``) against the definition and against torch's
+  whole-block count, under ``TRITON_INTERPRET=1`` on the CPU (hypothesis: ties, -inf, +inf
+  padding, -0.0, rows of one relevant score and of thousands).
+* Every backend ranks the metric classes' forms to the CPU's values (same source,
+  queries/gallery, judgments, image-text).
+* The work of a block on a whole-block backend: a fixed number of torch operations per block,
+  whatever the relevant items per query (counted with a ``TorchFunctionMode``).
+* The default budget on an accelerator follows its free memory; an explicit one wins.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton's interpreter runs the kernel on the CPU (set before triton is first imported);
+    # on a CUDA machine (benchmarks/gpu_check.sh) the kernel runs compiled, on the GPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
+
+import retrieval_metrics as rm
+from emulated_cuda import emulated_cuda
+from retrieval_metrics.functional.ranking.engine import counters, counting, kernels
+from retrieval_metrics.functional.ranking.settings import (
+    DEFAULT_MEMORY_BUDGET,
+    DEVICE_BUDGET_CAP,
+    RankingSettings,
+    memory_budget_on,
+)
+
+triton_count = pytest.importorskip(
+    "retrieval_metrics.functional.ranking.engine.triton_count"
+)
+needs_triton = pytest.mark.skipif(
+    not triton_count.available(), reason="needs the triton package (its interpreter runs on CPU)"
+)
+#: where the kernel's property tests run it: compiled on a GPU, else interpreted on the CPU
+KERNEL_DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+
+
+def _histograms(rows: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.zeros(rows * (m + 1), dtype=torch.int64),
+            torch.zeros(rows * (m + 1), dtype=torch.int64))
+
+
+def _by_definition(s: torch.Tensor, rel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bin j of a row's "<" histogram: its items with exactly j relevant scores strictly below;
+    the "<=" histogram holds, per bin, the items with j relevant scores at or below less those
+    of the "<" one. Counted item by item in Python floats."""
+    rows, m = rel.shape
+    lt, le = _histograms(rows, m)
+    for r in range(rows):
+        values = rel[r].tolist()
+        for x in s[r].tolist():
+            below = sum(v < x for v in values)
+            at_most = sum(v <= x for v in values)
+            lt[r * (m + 1) + below] += 1
+            le[r * (m + 1) + at_most] += 1
+            le[r * (m + 1) + below] -= 1
+    return lt, le
+
+
+def _fused_on_kernel_device(s, rel, histograms) -> None:
+    """The fused kernel's histograms of ``s`` against ``rel``, run on :data:`KERNEL_DEVICE`,
+    written into the host ``histograms``."""
+    on = [h.to(KERNEL_DEVICE) for h in histograms]
+    triton_count.count_block_fused(s.to(KERNEL_DEVICE), rel.to(KERNEL_DEVICE), *on)
+    for host, device_copy in zip(histograms, on, strict=True):
+        host.copy_(device_copy)
+
+
+@st.composite
+def blocks(draw, max_relevant: int = 12):
+    """A score block and its rows' sorted relevant scores, drawn from few values (ties),
+    with -inf (excluded items), +inf padding and -0.0 against 0.0."""
+    rows = draw(st.integers(1, 9))
+    cols = draw(st.integers(1, 300))
+    m = draw(st.integers(1, max_relevant))
+    levels = [-1.5, -0.0, 0.0, 0.25, 0.5, 2.0, float("-inf")]
+    seed = draw(st.integers(0, 2**31 - 1))
+    gen = torch.Generator().manual_seed(seed)
+    pick = torch.tensor(levels, dtype=torch.float32)
+    s = pick[torch.randint(0, len(levels), (rows, cols), generator=gen)]
+    rel = pick[torch.randint(0, len(levels) - 1, (rows, m), generator=gen)]
+    rel = rel + 0.0  # the engine's relevant scores: -0.0 made 0.0 (QueryBlock.start_counting)
+    padding = draw(st.integers(0, m - 1))
+    if padding:
+        rel[: rows // 2 + 1, m - padding :] = float("inf")
+    return s, torch.sort(rel, dim=1).values
+
+
+@needs_triton
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks())
+def test_the_fused_kernel_counts_as_the_definition(block):
+    s, rel = block
+    expected = _by_definition(s, rel)
+    fused = _histograms(*rel.shape)
+    _fused_on_kernel_device(s, rel, fused)
+    searched = _histograms(*rel.shape)
+    kernels.count_block_searched(s, rel, *searched, stage=2**20)
+    for got in (fused, searched):
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+@needs_triton
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31 - 1), st.sampled_from([65, 300, 2000]))
+def test_the_fused_kernel_counts_rows_of_thousands(seed, m):
+    """Rows past the per-bin width (one atomic add per item above the lowest relevant score),
+    in float64 too: equal to torch's searched count."""
+    gen = torch.Generator().manual_seed(seed)
+    for dtype in (torch.float32, torch.float64):
+        s = torch.randint(-20, 21, (3, 700), generator=gen).to(dtype) / 4
+        rel = torch.sort(torch.randint(-20, 21, (3, m), generator=gen).to(dtype) / 4, 1).values
+        rel[2, m // 2 :] = float("inf")
+        fused, searched = _histograms(3, m), _histograms(3, m)
+        _fused_on_kernel_device(s, rel, fused)
+        kernels.count_block_searched(s, rel, *searched, stage=2**20)
+        assert torch.equal(fused[0], searched[0]) and torch.equal(fused[1], searched[1])
+
+
+def _forms(n: int, device: str = "cpu") -> dict[str, dict[str, torch.Tensor]]:
+    """Each form's values through the metric classes on small integer embeddings (ties; dot
+    products, exact on every device), on ``device``, as host tensors."""
+    gen = torch.Generator().manual_seed(3)
+    labels = torch.randint(0, n // 6, (n,), generator=gen).to(device)
+    emb = torch.randint(-2, 3, (n, 8), generator=gen).float().to(device)
+    names = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr", "map", "ndcg@10"]
+    out = {}
+    m = rm.RetrievalMetrics(names, similarity="dot").to(device)
+    m.update(emb, labels)
+    out["same source"] = m.compute()
+    m = rm.RetrievalMetrics(names, similarity="dot").to(device)
+    m.update(emb[: n // 3], labels[: n // 3], role="query")
+    m.update(emb[n // 3 :], labels[n // 3 :], role="gallery")
+    out["query/gallery"] = m.compute()
+    q = n // 4
+    qrels = {f"q{i}": {f"d{j}": 1 + j % 2 for j in range(i % 5, n - q, 7)} for i in range(q)}
+    m = rm.RetrievalMetrics(["ndcg@10", "recall@20", "map", "mrr"], qrels=qrels,
+                            similarity="dot").to(device)
+    m.update(emb[:q], ids=[f"q{i}" for i in range(q)], role="query")
+    m.update(emb[q:], ids=[f"d{j}" for j in range(n - q)], role="gallery")
+    out["qrels"] = m.compute()
+    owner = torch.arange(n // 6).repeat_interleave(3).to(device)
+    cm = rm.CrossModalRetrieval(similarity="dot").to(device)
+    cm.update(emb[: n // 6][owner], emb[n // 6 : n // 6 + owner.numel()], owner)
+    out["image-text"] = cm.compute()
+    return {form: {k: v.cpu() for k, v in values.items()} for form, values in out.items()}
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_every_backend_gives_the_cpu_values(backend, monkeypatch):
+    expected = _forms(180)
+    monkeypatch.setenv(counters.COUNTER_ENV, backend)
+    got = _forms(180, KERNEL_DEVICE if backend == "triton" else "cpu")
+    for form, values in expected.items():
+        for name, value in values.items():
+            assert torch.equal(got[form][name], value), (backend, form, name)
+
+
+def test_the_backend_is_chosen_once_by_device(monkeypatch):
+    monkeypatch.delenv(counters.COUNTER_ENV, raising=False)
+    assert type(counters.choose_counter("cpu")) is counters.CpuCounter
+    with emulated_cuda():
+        # a CPU build of torch (the emulated device) cannot launch Triton: torch's kernels
+        assert type(counters.choose_counter("cuda")) is counters.TorchDeviceCounter
+    monkeypatch.setenv(counters.COUNTER_ENV, "fast")
+    with pytest.raises(ValueError, match="RETRIEVAL_METRICS_COUNTER"):
+        counters.choose_counter("cpu")
+
+
+class _CountOps(TorchFunctionMode):
+    """Counts torch calls; a Triton launch counts one (``launch``): under the interpreter the
+    kernel itself runs as torch and numpy calls on the CPU, on a GPU it is one launch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+        self.in_kernel = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if not self.in_kernel:
+            self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+    def launch(self, kernel):
+        def launched(*args, **kwargs):
+            self.ops += 1
+            self.in_kernel = True
+            try:
+                return kernel(*args, **kwargs)
+            finally:
+                self.in_kernel = False
+
+        return launched
+
+
+def _ops_per_block(class_size: int, backend: str, monkeypatch) -> list[int]:
+    """Torch operations of each QueryBlock.count (one gallery block), a set ranked against
+    itself in classes of ``class_size`` items, on a whole-block backend (an accelerator's), the
+    blocks fixed at (64, 384) so that only the relevant items per query change."""
+    from retrieval_metrics.functional.ranking import rank_embeddings
+
+    monkeypatch.setenv(counters.COUNTER_ENV, backend)
+    gen = torch.Generator().manual_seed(class_size)
+    n = 576
+    device = KERNEL_DEVICE if backend == "triton" else "cpu"
+    labels = (torch.arange(n) // class_size).to(device)
+    emb = torch.randn(n, 8, generator=gen).to(device)
+    ops = []
+    original = counting.QueryBlock.count
+
+    fused = triton_count.count_block_fused
+
+    def counted(self, *args, **kwargs):
+        with _CountOps() as mode:
+            monkeypatch.setattr(triton_count, "count_block_fused", mode.launch(fused))
+            original(self, *args, **kwargs)
+        ops.append(mode.ops)
+
+    monkeypatch.setattr(counting.QueryBlock, "count", counted)
+    rank_embeddings(
+        emb, None, query_labels=labels, block_size=(64, 384), memory_budget=2**28
+    )
+    monkeypatch.setattr(counting.QueryBlock, "count", original)
+    monkeypatch.setattr(triton_count, "count_block_fused", fused)
+    assert ops
+    return sorted(set(ops))
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_the_work_of_a_block_does_not_grow_with_the_relevant_items(backend, monkeypatch):
+    """A block is a fixed handful of torch operations (no loop over relevant items, no step
+    per relevant score): the same count for every block, for classes of 2, 24 and 288 items."""
+    per_block = [_ops_per_block(size, backend, monkeypatch) for size in (2, 24, 288)]
+    assert per_block[0] == per_block[1] == per_block[2] and len(per_block[0]) == 1, per_block
+    assert per_block[0][0] <= (16 if backend == "triton" else 64), per_block
+
+
+def test_the_default_budget_follows_the_devices_free_memory(monkeypatch):
+    gib = 2**30
+    assert memory_budget_on(None, "cpu") == DEFAULT_MEMORY_BUDGET
+    assert memory_budget_on(2**20, "cpu") == 2**20
+    with emulated_cuda():
+        for free, expected in ((8 * gib, 2 * gib), (140 * gib, DEVICE_BUDGET_CAP),
+                               (gib // 2, DEFAULT_MEMORY_BUDGET)):
+            monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, f=free: (f, f))
+            assert memory_budget_on(None, "cuda") == expected
+            assert RankingSettings().budget_on("cuda") == expected
+            assert RankingSettings(memory_budget=2**22).budget_on("cuda") == 2**22
+
+
+def test_a_ranking_on_a_device_takes_the_devices_budget(monkeypatch):
+    """The budget each ranking of a compute() is given: a share of the mocked free memory
+    by default (square blocks of the symmetric pass grow with it), the explicit one where
+    given (and the blocks it allows)."""
+    from retrieval_metrics.functional.ranking.engine import layout
+
+    seen = []
+    original = layout.choose_layout
+
+    def recorded(side, *args, **kwargs):
+        chosen = original(side, *args, **kwargs)
+        seen.append((side.options.budget_on(side.device), chosen))
+        return chosen
+
+    monkeypatch.setattr(layout, "choose_layout", recorded)
+    from retrieval_metrics.functional.ranking.engine import schedule
+
+    monkeypatch.setattr(schedule, "choose_layout", recorded)
+    gen = torch.Generator().manual_seed(0)
+    emb, labels = torch.randn(1500, 8, generator=gen), torch.arange(1500) // 4
+
+    def budget_and_block(**kwargs):
+        seen.clear()
+        with emulated_cuda():
+            monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (2**34, 2**35))
+            m = rm.RetrievalMetrics(["hit_rate@1"], **kwargs).to("cuda")
+            m.update(emb.to("cuda"), labels.to("cuda"))
+            m.compute()
+        # (the largest: with a small budget the metric ranks a chunk of queries at a time)
+        return max(b for b, _ in seen), max(c.block_q * c.block_g for _, c in seen)
+
+    auto_budget, auto_block = budget_and_block()
+    # 16 GiB free: a quarter (the metric keeps half for the relevant pairs it holds)
+    assert auto_budget >= 2**31, auto_budget
+    explicit_budget, explicit_block = budget_and_block(memory_budget=2**21)
+    assert explicit_budget <= 2**21
+    assert explicit_block < auto_block  # scores a block
