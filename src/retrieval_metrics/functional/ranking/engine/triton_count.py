@@ -31,7 +31,8 @@ __all__ = ["COLUMNS", "PER_BIN_WIDTH", "ROWS", "available", "count_block_fused"]
 #: a tile of the score block: rows and columns of one program
 ROWS = 16
 COLUMNS = 256
-#: rows of at most this many histogram bins (relevant scores + 1) are summed bin by bin
+#: rows of at most this many histogram bins (relevant scores + 1) are summed bin by bin: those of
+#: at most 63 relevant scores, whose search takes at most 6 halving steps (the kernel's test)
 PER_BIN_WIDTH = 64
 
 
@@ -49,16 +50,15 @@ def _kernel():
 
     @triton.jit
     def count_tile(
-        s_ptr, s_stride, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m,
+        s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m,
         ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-        PER_BIN: tl.constexpr,
     ):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
         row_in = rows < n_rows
         inside = row_in[:, None] & (cols < n_cols)[None, :]
         rows64 = rows.to(tl.int64)
-        s = tl.load(s_ptr + rows64[:, None] * s_stride + cols[None, :], mask=inside, other=0.0)
+        s = tl.load(s_ptr + rows64[:, None] * n_cols + cols[None, :], mask=inside, other=0.0)
         rel_row = rel_ptr + rows64[:, None] * m
         # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
         lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
@@ -74,7 +74,7 @@ def _kernel():
         width = m + 1
         lt_base = hist_lt_ptr + rows64 * width
         le_base = hist_le_ptr + rows64 * width
-        if PER_BIN:
+        if SEARCH_STEPS <= 6:  # m <= 63: at most PER_BIN_WIDTH bins
             for j in range(0, width):
                 n_lt = tl.sum((inside & (lt == j)).to(tl.int64), axis=1)
                 n_le = tl.sum((inside & (le == j)).to(tl.int64), axis=1)
@@ -104,16 +104,15 @@ def count_block_fused(
     m = rel_sorted.shape[1]
     if n_rows == 0 or n_cols == 0:
         return
-    if s.stride(1) != 1:
-        s = s.contiguous()
+    s = s.contiguous()  # (row-major: the kernel's row stride is the row's length)
     rel = rel_sorted.contiguous()
     if rel.dtype != s.dtype:
         raise TypeError(f"scores and relevant scores differ in dtype: {s.dtype}, {rel.dtype}")
     steps = max(1, int(m).bit_length())  # 2**steps > m: the search reaches every count 0..m
     grid = (-(-n_rows // ROWS), -(-n_cols // COLUMNS))
     _kernel()[grid](
-        s, s.stride(0), rel, hist_lt, hist_le, n_rows, n_cols, m,
-        ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps, PER_BIN=m + 1 <= PER_BIN_WIDTH,
+        s, rel, hist_lt, hist_le, n_rows, n_cols, m,
+        ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps,
     )
 
 
