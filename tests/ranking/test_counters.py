@@ -295,3 +295,21 @@ def test_a_ranking_on_a_device_takes_the_devices_budget(monkeypatch):
     explicit_budget, explicit_block = budget_and_block(memory_budget=2**21)
     assert explicit_budget <= 2**21
     assert explicit_block < auto_block  # scores a block
+
+
+def test_the_engine_asks_the_devices_type_in_one_place():
+    """How a block is counted depends on the device through the counter chosen for it, never
+    through a test of the device's type elsewhere in the engine (functional/ranking/engine)."""
+    import ast
+    from pathlib import Path
+
+    engine = Path(counters.__file__).parent
+    readers = set()
+    for path in engine.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "type" and (
+                isinstance(node.value, ast.Attribute) and node.value.attr == "device"
+                or isinstance(node.value, ast.Name) and node.value.id == "device"
+            ):
+                readers.add(path.name)
+    assert readers == {"counters.py"}, readers

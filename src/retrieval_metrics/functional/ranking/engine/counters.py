@@ -69,6 +69,11 @@ class Counter:
         contract)."""
         raise NotImplementedError
 
+    def sort_rows(self, x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
+        """``torch.sort(x, dim=1)`` (values, and the permutation where asked)."""
+        values, perm = torch.sort(x, dim=1)
+        return values, perm if with_perm else None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device})"
 
@@ -90,6 +95,9 @@ class CpuCounter(Counter):
         num_finite: Tensor,
     ) -> None:
         kernels.count_block(s, rel_sorted, hist_lt, hist_le, budget, num_finite)
+
+    def sort_rows(self, x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
+        return kernels.sort_rows(x, with_perm)  # numpy's, several times torch's on long rows
 
 
 class TorchDeviceCounter(Counter):

@@ -31,7 +31,6 @@ from retrieval_metrics.functional.ranking.engine.kernels import (
     count_candidates,
     floor_div,
     pairs_in_block,
-    sort_rows,
 )
 from retrieval_metrics.functional.ranking.engine.threshold import (
     THETA_EVERY,
@@ -218,7 +217,9 @@ class QueryBlock:
         # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
         self.rel_scores.add_(0.0)
         # +inf padding last; the permutation only to write back in CSR order
-        self.rel_sorted, self.rel_perm = sort_rows(self.rel_scores, with_perm=not p.by_score)
+        self.rel_sorted, self.rel_perm = p.counter.sort_rows(
+            self.rel_scores, with_perm=not p.by_score
+        )
         if self.ties is not None:
             # the tie-key count compares with the scores where the keys are
             self.ties.start(self.rel_scores)
