@@ -308,8 +308,42 @@ def test_the_engine_asks_the_devices_type_in_one_place():
     for path in engine.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and node.attr == "type" and (
-                isinstance(node.value, ast.Attribute) and node.value.attr == "device"
-                or isinstance(node.value, ast.Name) and node.value.id == "device"
+                (isinstance(node.value, ast.Attribute) and node.value.attr == "device")
+                or (isinstance(node.value, ast.Name) and node.value.id == "device")
             ):
                 readers.add(path.name)
     assert readers == {"counters.py"}, readers
+
+
+_COMPILE = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from retrieval_metrics.functional.ranking.engine import triton_count as T
+
+signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_le_ptr": "*i64",
+             "n_rows": "i32", "n_cols": "i32", "m": "i32",
+             "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr"}
+for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic adds
+    source = ASTSource(fn=triton.runtime.jit.JITFunction(T.count_tile), signature=signature,
+                       constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS, "SEARCH_STEPS": steps})
+    assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+print("compiled")
+"""
+
+
+@needs_triton
+def test_the_fused_kernel_compiles_for_an_h200():
+    """The kernel as the GPU runs it, not as the interpreter does: compiled to a cubin for
+    compute capability 9.0 (H100/H200), both ways of adding the counts, float32 scores.
+    Compiling needs no GPU (Triton ships its own ptxas); in a fresh process, as the interpreter
+    of the tests above leaves triton.language patched."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton.backends.nvidia")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    done = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True,
+                          env=env, timeout=240)
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]

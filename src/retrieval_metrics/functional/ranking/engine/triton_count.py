@@ -21,12 +21,19 @@ same score block), so a relevant item ties itself exactly.
 from __future__ import annotations
 
 import functools
-import importlib.util
 
 import torch
 from torch import Tensor
 
-__all__ = ["COLUMNS", "PER_BIN_WIDTH", "ROWS", "available", "count_block_fused"]
+try:  # optional: CUDA builds of torch ship it; the counters use it only where it is here
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - a build without triton
+    triton = tl = None
+
+__all__ = [
+    "COLUMNS", "PER_BIN_WIDTH", "ROWS", "available", "count_block_fused", "count_tile",
+]
 
 #: a tile of the score block: rows and columns of one program
 ROWS = 16
@@ -36,61 +43,58 @@ COLUMNS = 256
 PER_BIN_WIDTH = 64
 
 
-@functools.cache
 def available() -> bool:
     """Whether the ``triton`` package is importable (it ships with CUDA builds of torch)."""
-    return importlib.util.find_spec("triton") is not None
+    return tl is not None
+
+
+def count_tile(
+    s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m,
+    ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+):
+    """The kernel's source: one ``ROWS x COLUMNS`` tile of the block (:func:`_kernel` makes it
+    a Triton kernel)."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
+    row_in = rows < n_rows
+    inside = row_in[:, None] & (cols < n_cols)[None, :]
+    rows64 = rows.to(tl.int64)
+    s = tl.load(s_ptr + rows64[:, None] * n_cols + cols[None, :], mask=inside, other=0.0)
+    rel_row = rel_ptr + rows64[:, None] * m
+    # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
+    lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
+    le = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
+    for k in tl.static_range(SEARCH_STEPS):
+        step = 1 << (SEARCH_STEPS - 1 - k)
+        probe = lt + step
+        value = tl.load(rel_row + (probe - 1), mask=inside & (probe <= m), other=0.0)
+        lt = tl.where(inside & (probe <= m) & (value < s), probe, lt)
+        probe = le + step
+        value = tl.load(rel_row + (probe - 1), mask=inside & (probe <= m), other=0.0)
+        le = tl.where(inside & (probe <= m) & (value <= s), probe, le)
+    width = m + 1
+    lt_base = hist_lt_ptr + rows64 * width
+    le_base = hist_le_ptr + rows64 * width
+    if SEARCH_STEPS <= 6:  # m <= 63: at most PER_BIN_WIDTH bins, summed bin by bin
+        for j in range(0, width):
+            n_lt = tl.sum((inside & (lt == j)).to(tl.int64), axis=1)
+            n_le = tl.sum((inside & (le == j)).to(tl.int64), axis=1)
+            tl.atomic_add(lt_base + j, n_lt, mask=row_in & (n_lt != 0))
+            tl.atomic_add(le_base + j, n_le - n_lt, mask=row_in & (n_le != n_lt))
+    else:
+        below = tl.sum((inside & (lt == 0)).to(tl.int64), axis=1)
+        tl.atomic_add(lt_base, below, mask=row_in & (below != 0))
+        ones = tl.full((ROWS, COLUMNS), 1, dtype=tl.int64)
+        tl.atomic_add(lt_base[:, None] + lt, ones, mask=inside & (lt != 0))
+        tie = inside & (le != lt)
+        tl.atomic_add(le_base[:, None] + le, ones, mask=tie)
+        tl.atomic_add(le_base[:, None] + lt, -ones, mask=tie)
 
 
 @functools.cache
 def _kernel():
-    """The kernel, compiled on first use (``triton`` is imported only here)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def count_tile(
-        s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m,
-        ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    ):
-        rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-        cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
-        row_in = rows < n_rows
-        inside = row_in[:, None] & (cols < n_cols)[None, :]
-        rows64 = rows.to(tl.int64)
-        s = tl.load(s_ptr + rows64[:, None] * n_cols + cols[None, :], mask=inside, other=0.0)
-        rel_row = rel_ptr + rows64[:, None] * m
-        # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
-        lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
-        le = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
-        for k in tl.static_range(SEARCH_STEPS):
-            step = 1 << (SEARCH_STEPS - 1 - k)
-            probe = lt + step
-            value = tl.load(rel_row + (probe - 1), mask=inside & (probe <= m), other=0.0)
-            lt = tl.where(inside & (probe <= m) & (value < s), probe, lt)
-            probe = le + step
-            value = tl.load(rel_row + (probe - 1), mask=inside & (probe <= m), other=0.0)
-            le = tl.where(inside & (probe <= m) & (value <= s), probe, le)
-        width = m + 1
-        lt_base = hist_lt_ptr + rows64 * width
-        le_base = hist_le_ptr + rows64 * width
-        if SEARCH_STEPS <= 6:  # m <= 63: at most PER_BIN_WIDTH bins
-            for j in range(0, width):
-                n_lt = tl.sum((inside & (lt == j)).to(tl.int64), axis=1)
-                n_le = tl.sum((inside & (le == j)).to(tl.int64), axis=1)
-                tl.atomic_add(lt_base + j, n_lt, mask=row_in & (n_lt != 0))
-                tl.atomic_add(le_base + j, n_le - n_lt, mask=row_in & (n_le != n_lt))
-        else:
-            below = tl.sum((inside & (lt == 0)).to(tl.int64), axis=1)
-            tl.atomic_add(lt_base, below, mask=row_in & (below != 0))
-            ones = tl.full((ROWS, COLUMNS), 1, dtype=tl.int64)
-            rows_lt = lt_base[:, None] + lt
-            tl.atomic_add(rows_lt, ones, mask=inside & (lt != 0))
-            tie = inside & (le != lt)
-            tl.atomic_add(le_base[:, None] + le, ones, mask=tie)
-            tl.atomic_add(le_base[:, None] + lt, -ones, mask=tie)
-
-    return count_tile
+    """:func:`count_tile` as a Triton kernel (interpreted where ``TRITON_INTERPRET=1``)."""
+    return triton.jit(count_tile)
 
 
 def count_block_fused(
