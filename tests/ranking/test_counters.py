@@ -325,7 +325,7 @@ signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_
              "n_rows": "i32", "n_cols": "i32", "m": "i32",
              "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr"}
 for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic adds
-    source = ASTSource(fn=triton.runtime.jit.JITFunction(T.count_tile), signature=signature,
+    source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
                        constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS, "SEARCH_STEPS": steps})
     assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 print("compiled")

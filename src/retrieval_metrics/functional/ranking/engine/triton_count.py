@@ -93,8 +93,10 @@ def count_tile(
 
 @functools.cache
 def _kernel():
-    """:func:`count_tile` as a Triton kernel (interpreted where ``TRITON_INTERPRET=1``)."""
-    return triton.jit(count_tile)
+    """:func:`count_tile` as a Triton kernel (interpreted where ``TRITON_INTERPRET=1``). The
+    rows and the relevant scores a row are not specialised on (one compiled kernel for every
+    query block of a ranking); the row length is, so that a row's loads can be vectorised."""
+    return triton.jit(count_tile, do_not_specialize=["n_rows", "m"])
 
 
 def count_block_fused(
