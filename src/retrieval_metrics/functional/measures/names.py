@@ -336,7 +336,12 @@ _ALIASES: tuple[tuple[str, str], ...] = (
 
 def suggest_metric(name: str) -> str | None:
     """A hint for an unknown metric name: the library's name for a common alias ("R@1", "P@10",
-    "rank-1", "ndcg_cut_10", ...) or the closest known name for a typo; None if nothing is near."""
+    "rank-1", "ndcg_cut_10", ...) or the closest known name for a typo; None if nothing is near.
+    A name written as ir_measures writes its strings ("nDCG @10", "Judgd@10") is offered the
+    ir_measures string ("nDCG@10": trec_eval's linear gain), not the library's name."""
+    ir_hint = _ir_suggestion(str(name))
+    if ir_hint is not None:
+        return ir_hint
     text = str(name).strip().lower()
     head, slash, average = text.partition("/")
     if slash:
@@ -530,6 +535,28 @@ _IR_NAME = re.compile(r"^(?P<name>[A-Za-z]+)(\((?P<params>[^()]*)\))?(@(?P<k>\d+
 # ir_measures' option spellings
 _IR_KEYS = {"rel": "rel", "judged_only": "judged_only", "p": "p", "dcg": "gain"}
 _IR_DCG = {"log2": "linear", "exp-log2": "exponential"}
+
+
+def _ir_suggestion(name: str) -> str | None:
+    """The ir_measures string near ``name`` where ``name`` is written as ir_measures writes
+    its strings (a capital letter in its name): spaces dropped, a misspelt name corrected."""
+    text = re.sub(r"\s+", "", name)
+    match = _IR_NAME.match(text)
+    if match is None or match.group("name").islower():
+        return None
+    written = match.group("name")
+    if written not in IR_MEASURES:
+        close = difflib.get_close_matches(written, list(IR_MEASURES), n=1, cutoff=0.7)
+        if not close:
+            return None
+        text = close[0] + text[len(written):]
+    if text == name.strip():
+        return None
+    try:
+        _ir_measures_spec(text)
+    except ValueError:
+        return None
+    return f"did you mean {text} (ir_measures' name)?"
 
 
 def _ir_measures_spec(text: str) -> MetricSpec | None:
