@@ -3,7 +3,6 @@
 and their parser (:mod:`retrieval_metrics.functional.measures.parsing`), read from one place."""
 
 from retrieval_metrics.functional.measures.parsing import (
-    IR_PROTOCOLS,
     MetricSpec,
     average_for,
     cutoff_depth,
@@ -26,7 +25,6 @@ from retrieval_metrics.functional.measures.registry import (
 
 __all__ = [
     "IR_MEASURES",
-    "IR_PROTOCOLS",
     "MEASURES",
     "NAME_PARAMS",
     "RANK_METRICS",

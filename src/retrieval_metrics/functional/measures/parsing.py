@@ -23,7 +23,6 @@ from retrieval_metrics.functional.measures.registry import (
 from retrieval_metrics.functional.options import OPTIONS, check_option
 
 __all__ = [
-    "IR_PROTOCOLS",
     "MetricSpec",
     "average_for",
     "cutoff_depth",
@@ -337,19 +336,14 @@ def _ir_measures_spec(text: str) -> MetricSpec | None:
     return _checked_spec(text, base, match.group("k"), None, tuple(sorted(options.items())))
 
 
-#: the protocols of fields whose "R@K" is recall (IR, RAG): there ir_measures' R@K is read as
-#: written without judgments too
-IR_PROTOCOLS = frozenset({"trec_eval", "beir", "mteb", "sentence_transformers", "llama_index",
-                          "haystack", "haystack<3.1", "ragas"})
-
-
-def refuse_ambiguous_recall(spec: MetricSpec, judged: bool, protocol: str | None) -> None:
+def refuse_ambiguous_recall(spec: MetricSpec, as_written: bool) -> None:
     """Refuse ir_measures' ``R@K`` (recall) where it may mean the hit rate: image-text,
     metric-learning and re-id papers write "R@K" for a relevant item in the top K. It is read as
-    written with judgments (``qrels=``) or under an IR or RAG protocol."""
+    written (``as_written``) with judgments (``qrels=``) or under an IR or RAG protocol (the
+    metrics' ``protocols.IR_PROTOCOLS``)."""
     if spec.base != "recall" or not re.fullmatch(r"R(\(.*\))?(@\d+)?", spec.name):
         return
-    if judged or protocol in IR_PROTOCOLS:
+    if as_written:
         return
     k = spec.k if spec.k is not None else "K"
     raise ValueError(
