@@ -12,6 +12,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.comparison_text import (
+    CORRECTION_TEXT,
+    TEST_TEXT,
+    baseline_index,
+    latex,
+    markdown_cell,
+    number,
+    p_text,
+    percent_text,
+    signed,
+    system_names,
+)
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import significance as S
 from retrieval_metrics.functional.measures.stats import (
@@ -104,12 +116,6 @@ def compare(
 #: the comparisons of each measure apart.
 FAMILIES = ("all", "measure")
 
-_TEST_TEXT = {"t-test": "paired t-test", "randomization": "paired randomization test"}
-_CORRECTION_TEXT = {
-    "holm": "Holm", "bonferroni": "Bonferroni", "benjamini-hochberg": "Benjamini-Hochberg",
-    "none": "none",
-}  # fmt: skip
-
 
 @dataclass
 class SystemComparison:
@@ -163,7 +169,7 @@ class SystemComparison:
 
     def description(self) -> str:
         """One sentence: the test, the baseline, the correction and its family."""
-        test = _TEST_TEXT[self.test]
+        test = TEST_TEXT[self.test]
         if self.test == "randomization":
             test += (
                 f" ({self.num_resamples} random sign flips, seed {self.seed}; every sign flip "
@@ -174,14 +180,14 @@ class SystemComparison:
             fix = "p-values not corrected for multiple comparisons"
         elif self.family == "all":
             fix = (
-                f"p-values corrected by {_CORRECTION_TEXT[self.correction]} over the "
+                f"p-values corrected by {CORRECTION_TEXT[self.correction]} over the "
                 f"{self.comparisons} comparisons ({others} "
                 f"{'system' if others == 1 else 'systems'} x {measures} "
                 f"{'measure' if measures == 1 else 'measures'})"
             )
         else:
             fix = (
-                f"p-values corrected by {_CORRECTION_TEXT[self.correction]} within each "
+                f"p-values corrected by {CORRECTION_TEXT[self.correction]} within each "
                 f"measure, over its {others} {'comparison' if others == 1 else 'comparisons'}"
             )
         return f"Two-sided {test} of each system against the baseline {self.baseline!r}; {fix}."
@@ -190,14 +196,14 @@ class SystemComparison:
 
     def _cells(self, row: dict[str, Any]) -> list[str]:
         lo, hi = row["interval"]
-        cells = [row["system"], _number(row["value"]), f"[{_number(lo)}, {_number(hi)}]"]
+        cells = [row["system"], number(row["value"]), f"[{number(lo)}, {number(hi)}]"]
         if row["is_baseline"]:
             cells += ["baseline", ""] + ([""] if self.correction != "none" else []) + [""]
         else:
             star = "*" if row["significant"] else ""
-            cells += [_signed(row["difference"]), _p(row["p_value"])]
+            cells += [signed(row["difference"]), p_text(row["p_value"])]
             if self.correction != "none":
-                cells.append(_p(row["p_corrected"]) + star)
+                cells.append(p_text(row["p_corrected"]) + star)
             else:
                 cells[-1] += star
             cells.append(f"{row['wins']}/{row['ties']}/{row['losses']}")
@@ -205,10 +211,10 @@ class SystemComparison:
         return cells
 
     def _head(self) -> list[str]:
-        head = ["measure", "system", "value", f"{_percent(self.level)} interval", "difference",
+        head = ["measure", "system", "value", f"{percent_text(self.level)} interval", "difference",
                 "p"]  # fmt: skip
         if self.correction != "none":
-            head.append(f"p ({_CORRECTION_TEXT[self.correction]})")
+            head.append(f"p ({CORRECTION_TEXT[self.correction]})")
         return [*head, "wins/ties/losses", "queries"]
 
     def _footnote(self) -> str:
@@ -259,7 +265,7 @@ class SystemComparison:
         """
         head, lines = self._head(), self._table()
         rows = [
-            "| " + " | ".join(_markdown_cell(c) for c in cells) + " |" for cells in [head, *lines]
+            "| " + " | ".join(markdown_cell(c) for c in cells) + " |" for cells in [head, *lines]
         ]
         rule = "|" + "|".join("---" if i < 2 else "--:" for i in range(len(head))) + "|"
         return "\n".join(
@@ -282,11 +288,11 @@ class SystemComparison:
         head, lines = self._head(), self._table()
         spec = "ll" + "".join("l" if "interval" in h else "r" for h in head[2:])
         out = [f"% {self.description()}", f"% {self._footnote()}", f"\\begin{{tabular}}{{{spec}}}",
-               "\\toprule", " & ".join(_latex(h) for h in head) + " \\\\", "\\midrule"]  # fmt: skip
+               "\\toprule", " & ".join(latex(h) for h in head) + " \\\\", "\\midrule"]  # fmt: skip
         for i, cells in enumerate(lines):
             if i and cells[0]:
                 out.append("\\midrule")
-            out.append(" & ".join(_latex(c) for c in cells) + " \\\\")
+            out.append(" & ".join(latex(c) for c in cells) + " \\\\")
         out += ["\\bottomrule", "\\end{tabular}", ""]
         return "\n".join(out)
 
@@ -357,77 +363,6 @@ class SystemComparison:
                 }
             )  # fmt: skip
         return pd.DataFrame.from_records(records)
-
-
-def _number(x: float | None) -> str:
-    return "nan" if x is None or math.isnan(x) else f"{x:.4f}"
-
-
-def _signed(x: float | None) -> str:
-    return "nan" if x is None or math.isnan(x) else f"{x:+.4f}"
-
-
-def _p(p: float | None) -> str:
-    if p is None or math.isnan(p):
-        return "n/a"
-    return f"{p:.4g}"
-
-
-def _percent(level: float) -> str:
-    return f"{level * 100:.6g}%"
-
-
-def _markdown_cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-_LATEX_SPECIAL = {
-    "\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "$": "\\$", "#": "\\#", "_": "\\_",
-    "{": "\\{", "}": "\\}", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}",
-}  # fmt: skip
-
-
-def _latex(text: str) -> str:
-    return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
-
-
-def _system_names(names: Sequence[str] | None, count: int) -> list[str]:
-    if names is None:
-        return [f"system {i}" for i in range(count)]
-    if isinstance(names, str) or not isinstance(names, Sequence):
-        raise ValueError(
-            f"`names` must be a list of {count} strings, one per metric, got {names!r}"
-        )
-    labels = list(names)
-    if len(labels) != count or not all(isinstance(n, str) and n for n in labels):
-        raise ValueError(
-            f"`names` must be a list of {count} non-empty strings, one per metric, got {labels!r}"
-        )
-    twice = sorted({n for n in labels if labels.count(n) > 1})
-    if twice:
-        raise ValueError(f"`names` must name each system once, got {twice} more than once")
-    return labels
-
-
-def _baseline_index(baseline: int | str, names: list[str]) -> int:
-    if isinstance(baseline, str):
-        if baseline in names:
-            return names.index(baseline)
-        raise ValueError(
-            f"`baseline` {baseline!r} names no system; the systems are {names} (or give its "
-            "index, 0 for the first)"
-        )
-    if isinstance(baseline, bool) or not isinstance(baseline, int):
-        raise ValueError(
-            f"`baseline` must be a system's index (0 to {len(names) - 1}) or its name, got "
-            f"{baseline!r}"
-        )
-    if not 0 <= baseline < len(names):
-        raise ValueError(
-            f"`baseline` must be an index from 0 to {len(names) - 1} ({len(names)} systems), "
-            f"got {baseline}"
-        )
-    return baseline
 
 
 def _computed(metric: RetrievalMetricBase, keys: list[str]) -> dict[str, Tensor]:
@@ -537,8 +472,8 @@ def compare_systems(
                 f"`metrics`: argument {i} is a {type(metric).__name__}; compare_systems() takes "
                 "retrieval_metrics metric objects, one per system"
             )
-    labels = _system_names(names, len(metrics))
-    base = _baseline_index(baseline, labels)
+    labels = system_names(names, len(metrics))
+    base = baseline_index(baseline, labels)
     test = S.check_test(test, "test")
     correction = S.check_correction(correction, "correction")
     if family not in FAMILIES:

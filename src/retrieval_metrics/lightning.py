@@ -19,9 +19,7 @@ checkpoint (the selection record is part of the callback's state).
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
@@ -33,65 +31,20 @@ from torch import Tensor
 
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.distributed import gather_rows
+from retrieval_metrics.selection_checks import (
+    DATALOADER_SUFFIX,
+    dataset_of,
+    flatten_loaders,
+    is_test_key,
+    namespaced_ids,
+    same_file,
+    unique_ids,
+)
 
 __all__ = ["SELECTION_KEY", "SelectOnValidation"]
 
 SELECTION_KEY = "selection"
 """Key of the selection record in every checkpoint that ``SelectOnValidation`` keeps."""
-
-# Kinds of sample ids other than plain query ids (image ids, caption ids) live in id spaces of
-# their own: an image and a caption may share a number. Each kind's ids are mapped into the one
-# set of compared ids by an invertible mix with a salt of its own, so that ids of different kinds
-# meet only by a 2**-64 chance.
-_MIX = -7046029254386353131  # 0x9E3779B97F4A7C15 as int64: odd, so the product is invertible
-
-
-def _namespaced(kind: str, ids: Tensor) -> Tensor:
-    ids = ids.reshape(-1).to("cpu", torch.int64)
-    if kind == "query":
-        return ids
-    salt = int.from_bytes(kind.encode()[:8].ljust(8, b"\0"), "little", signed=True)
-    return (ids ^ salt) * _MIX
-_DATALOADER_SUFFIX = re.compile(r"/dataloader_idx_(\d+)$")
-
-
-def _is_test_key(key: str) -> bool:
-    """``test/...``, ``test_...``, ``.../test/...``: a name that says it comes from test data."""
-    return any(
-        part == "test" or part.startswith(("test_", "test.", "test-"))
-        for part in key.lower().split("/")
-    )
-
-
-def _same_file(a: Any, b: Any) -> bool:
-    if not a or not b:
-        return False
-    a, b = str(a), str(b)
-    if "://" in a or "://" in b:
-        return a == b
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _flatten_loaders(loaders: Any) -> list[Any]:
-    if loaders is None:
-        return []
-    if isinstance(loaders, Mapping):
-        return [dl for value in loaders.values() for dl in _flatten_loaders(value)]
-    if isinstance(loaders, (list, tuple)):
-        return [dl for value in loaders for dl in _flatten_loaders(value)]
-    return [loaders]
-
-
-def _dataset_of(loader: Any) -> Any:
-    return getattr(loader, "dataset", loader)
-
-
-def _unique(parts: Iterable[Tensor]) -> Tensor:
-    parts = [p.reshape(-1).to("cpu", torch.int64) for p in parts]
-    if not parts:
-        return torch.zeros(0, dtype=torch.int64)
-    return torch.unique(torch.cat(parts))
-
 
 class SelectOnValidation(ModelCheckpoint):
     """A ``ModelCheckpoint`` that selects on validation metrics and makes ``trainer.test`` use them.
@@ -188,7 +141,7 @@ class SelectOnValidation(ModelCheckpoint):
                 'in the validation loop, e.g. monitor="val/rsum" (use a plain ModelCheckpoint to '
                 "keep checkpoints without selecting)"
             )
-        if _is_test_key(monitor):
+        if is_test_key(monitor):
             raise ValueError(
                 f"monitor={monitor!r} names a test metric: choosing a checkpoint on test data "
                 "makes the test number optimistic. Monitor a metric logged in the validation loop "
@@ -332,12 +285,12 @@ class SelectOnValidation(ModelCheckpoint):
             self._collect_ids()
             ids = self._gather_ids(trainer)
             if self.check_ids:
-                self._val_ids = _unique([self._val_ids, ids])
+                self._val_ids = unique_ids([self._val_ids, ids])
             if not trainer.sanity_checking:
                 self._val_keys |= self._validation_keys(trainer)
                 self._validated_step = trainer.global_step
                 self._val_datasets = [
-                    _dataset_of(dl) for dl in _flatten_loaders(trainer.val_dataloaders)
+                    dataset_of(dl) for dl in flatten_loaders(trainer.val_dataloaders)
                 ]
                 self._corpus_loaders = {i for i, fed in self._fed.items() if fed == {"gallery"}}
         self._batch_ids, self._latest = [], {}
@@ -382,7 +335,7 @@ class SelectOnValidation(ModelCheckpoint):
             and current is not None
             and all(loaded_record.get(k) == current.get(k) for k in ("path", "epoch", "step"))
         )
-        if best and (_same_file(ckpt_path, best) or is_copy):
+        if best and (same_file(ckpt_path, best) or is_copy):
             self.test_selection = self._record_for(best, self._loaded)
             return
         rank_zero_warn(
@@ -537,7 +490,7 @@ class SelectOnValidation(ModelCheckpoint):
         return dict(record) if record is not None else None
 
     def _check_choice(self, trainer: pl.Trainer, monitor_candidates: Mapping[str, Any]) -> None:
-        test_keys = sorted(k for k in monitor_candidates if _is_test_key(k))
+        test_keys = sorted(k for k in monitor_candidates if is_test_key(k))
         if test_keys:
             raise ValueError(
                 f"SelectOnValidation: test metrics {test_keys} were logged during fit, so they "
@@ -570,7 +523,7 @@ class SelectOnValidation(ModelCheckpoint):
         """The datasets of the validation dataloaders that fed the monitor; a dataloader whose
         batches only fed the metrics' gallery (a corpus) is left out: validation and test
         queries may be ranked against one corpus."""
-        match = _DATALOADER_SUFFIX.search(self.monitor or "")
+        match = DATALOADER_SUFFIX.search(self.monitor or "")
         if match is None:
             return [d for i, d in enumerate(self._val_datasets) if i not in self._corpus_loaders]
         index = int(match.group(1))
@@ -580,8 +533,8 @@ class SelectOnValidation(ModelCheckpoint):
         monitored = self._monitored_val_datasets()
         if not monitored:
             return
-        for index, loader in enumerate(_flatten_loaders(trainer.test_dataloaders)):
-            dataset = _dataset_of(loader)
+        for index, loader in enumerate(flatten_loaders(trainer.test_dataloaders)):
+            dataset = dataset_of(loader)
             if any(dataset is d for d in monitored):
                 raise ValueError(
                     f"SelectOnValidation: test dataloader {index} holds the same dataset as the "
@@ -607,14 +560,14 @@ class SelectOnValidation(ModelCheckpoint):
                 before = self._latest.get(key)
                 if before is not None and ids.numel() < before.numel():
                     self._batch_ids.append(before)  # the metric was reset since: keep what it had
-                self._latest[key] = _namespaced(kind, ids)
+                self._latest[key] = namespaced_ids(kind, ids)
         if len(self._batch_ids) > 64:
-            self._batch_ids = [_unique(self._batch_ids)]
+            self._batch_ids = [unique_ids(self._batch_ids)]
 
     def _gather_ids(self, trainer: pl.Trainer) -> Tensor:
         """The ids every process collected in this loop (the same tensor on every process)."""
         local = (
-            _unique([*self._batch_ids, *self._latest.values()])
+            unique_ids([*self._batch_ids, *self._latest.values()])
             if self.check_ids
             else torch.zeros(0, dtype=torch.int64)
         )
@@ -622,4 +575,4 @@ class SelectOnValidation(ModelCheckpoint):
             return local
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             return local
-        return _unique(gather_rows([local])[:1])
+        return unique_ids(gather_rows([local])[:1])

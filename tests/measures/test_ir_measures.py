@@ -434,9 +434,16 @@ def test_ir_measures_names_are_keyed_as_written_and_carry_their_conventions():
     ("bpref@10", "takes no cut-off"),
     ("Bpref@10", "takes no cut-off"),
     # unknown names: the nearest one
-    ("nDGC@10", "did you mean ndcg@10"),
-    ("Judgd@10", "did you mean judged@10"),
-    ("Bpreff", "did you mean bpref"),
+    ("ndgc@10", "did you mean ndcg@10"),
+    ("judgd@10", "did you mean judged@10"),
+    ("bpreff", "did you mean bpref"),
+    # written as ir_measures writes its strings: the ir_measures string (nDCG@10 is trec_eval's
+    # linear gain, the library's ndcg@10 the exponential one)
+    ("nDCG @10", "did you mean nDCG@10 (ir_measures' name)"),
+    ("nDGC@10", "did you mean nDCG@10 (ir_measures' name)"),
+    ("Judgd@10", "did you mean Judged@10"),
+    ("Bpreff", "did you mean Bpref"),
+    ("P(rel=2) @5", "did you mean P(rel=2)@5"),
     ("RBP(q=0.8)", "one of gain, judged_only, p, rel"),
 ])
 def test_bad_options_in_a_name_are_refused_by_name(name, message):

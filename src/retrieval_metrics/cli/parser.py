@@ -10,6 +10,7 @@ import argparse
 
 from retrieval_metrics import __version__
 from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.metrics.protocols import PROTOCOLS
 
 __all__ = [
     "COMPARE_HELP",
@@ -29,23 +30,9 @@ EMBEDDING_METRICS = "hit_rate@1,hit_rate@5,hit_rate@10,map@r,r_precision"
 TREC_METRICS = "map,r_precision,mrr,precision@10,recall@100,ndcg@10"
 #: queries and a corpus judged by qrels (a dense retriever, as BEIR and MTEB score one)
 QRELS_METRICS = "ndcg@10,recall@100,map@100,mrr@10"
-PROTOCOL_NAMES = (
-    "vsepp",
-    "pml",
-    "torchreid",
-    "market1501_official",
-    "netvlad",
-    "msls",
-    "ann_benchmarks",
-    "trec_eval",
-    "llama_index",
-    "haystack",
-    "haystack<3.1",
-    "ragas",
-    "beir",
-    "mteb",
-    "sentence_transformers",
-)
+#: every named protocol, as metrics/protocols.py's PROTOCOLS lists them (that module imports no
+#: torch, so --help stays fast)
+PROTOCOL_NAMES = tuple(PROTOCOLS)
 #: compare's tests, corrections and families, as retrieval_metrics.functional.measures.significance
 #: and retrieval_metrics.comparison name them (spelled out here: --help imports no torch)
 TESTS = ("t-test", "randomization")

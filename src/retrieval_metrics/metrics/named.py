@@ -20,7 +20,7 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.names import refuse_ambiguous_recall
 from retrieval_metrics.metrics.plotting import Plotted
-from retrieval_metrics.metrics.protocols import library_names
+from retrieval_metrics.metrics.protocols import IR_PROTOCOLS, library_names
 from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
 __all__ = [
@@ -240,7 +240,9 @@ class RetrievalMetrics(Plotted, RetrievalMetric):
         # an evaluator's own names under its protocol ("ap" under "llama_index" is "map")
         specs = [M.parse_metric(name) for name in library_names(self.protocol, metrics)]
         for spec in specs:
-            refuse_ambiguous_recall(spec, self.qrels is not None, self.protocol)
+            refuse_ambiguous_recall(
+                spec, self.qrels is not None or self.protocol in IR_PROTOCOLS
+            )
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             twice = {name for name in names if names.count(name) > 1}

@@ -20,6 +20,7 @@ from retrieval_metrics.functional.options import OPTIONS
 __all__ = [
     "EVALUATOR_NAMES",
     "EVALUATOR_REPORTS",
+    "IR_PROTOCOLS",
     "NOT_GIVEN",
     "PROTOCOLS",
     "RUN_DEPTH",
@@ -186,6 +187,14 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
 }
 """Each protocol by name -> (the options it fixes, what the field's code does that they
 reproduce)."""
+
+#: the protocols of fields whose "R@K" is recall (IR, RAG): under them ir_measures' R@K is read
+#: as written without judgments too (image-text, metric-learning and re-id papers' R@K is the
+#: hit rate)
+IR_PROTOCOLS = frozenset({"trec_eval", "beir", "mteb", "sentence_transformers", "llama_index",
+                          "haystack", "haystack<3.1", "ragas"})
+if not IR_PROTOCOLS <= set(PROTOCOLS):
+    raise AssertionError(f"IR_PROTOCOLS names no protocol: {sorted(IR_PROTOCOLS - set(PROTOCOLS))}")
 
 #: protocol -> (an evaluator's measure name -> the library's), for the names that differ. A name
 #: is looked up whole, else by its base before the cut-off ("accuracy@10" -> "hit_rate@10"), and

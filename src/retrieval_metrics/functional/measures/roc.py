@@ -13,10 +13,9 @@ from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
 from retrieval_metrics.functional.measures.per_query import (
     SharedTieGroups,
-    _as_cutoff,
-    _query_sum,
     expected_hits_per_query,
 )
+from retrieval_metrics.functional.measures.per_query.common import as_cutoff, query_sum
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["auroc_per_query", "fall_out_per_query"]
@@ -45,7 +44,7 @@ def fall_out_per_query(
         ``(Q,)`` float64.
     """
     n = table.gallery_size
-    cutoff = torch.minimum(_as_cutoff(table, k), n)
+    cutoff = torch.minimum(as_cutoff(table, k), n)
     hits = expected_hits_per_query(table, cutoff, ties, shared=shared)
     negatives = (n - table.num_relevant).to(torch.float64)
     value = (cutoff.to(torch.float64) - hits) / negatives.clamp_min(1)
@@ -89,12 +88,12 @@ def auroc_per_query(
     if max_fpr is not None and not (0 < max_fpr <= 1):
         raise ValueError(f"`max_fpr` must be in (0, 1], got {max_fpr!r}")
     n = table.gallery_size
-    cutoff = torch.minimum(_as_cutoff(table, k), n)
+    cutoff = torch.minimum(as_cutoff(table, k), n)
     # A group across the K-th position counts whole: runs of relevant groups stay apart.
     groups = T.tie_groups(table, ties, merge_runs=False)
     inside = groups.above < cutoff[groups.query]
     p_group = torch.where(inside, groups.relevant, 0).to(torch.float64)
-    positives = _query_sum(table, groups, p_group)
+    positives = query_sum(table, groups, p_group)
     negatives = cutoff.to(torch.float64) - positives
     neg_above = (groups.above - groups.relevant_before).to(torch.float64)
     neg_tied = (groups.size - groups.relevant).to(torch.float64)
@@ -102,7 +101,7 @@ def auroc_per_query(
     f0, f1 = neg_above / n_q, (neg_above + neg_tied) / n_q
     limit = 1.0 if max_fpr is None else float(max_fpr)
     area = _ramp_area(f0, f1, torch.full_like(f0, limit))
-    value = _query_sum(table, groups, p_group * area) / positives.clamp_min(1)
+    value = query_sum(table, groups, p_group * area) / positives.clamp_min(1)
     if max_fpr is not None and max_fpr != 1:
         low = 0.5 * limit**2
         value = 0.5 * (1 + (value - low) / (limit - low))

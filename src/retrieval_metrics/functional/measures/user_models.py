@@ -19,10 +19,10 @@ from torch import Tensor
 from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.measures.judged import judged_view
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
-from retrieval_metrics.functional.measures.per_query import (
-    _as_cutoff,
-    _require_depth,
-    _unanswerable_nan,
+from retrieval_metrics.functional.measures.per_query.common import (
+    as_cutoff,
+    require_depth,
+    unanswerable_nan,
 )
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.table import RankTable
@@ -65,8 +65,8 @@ def rbp_per_query(
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
     p = _check_persistence(p)
-    cutoff = _as_cutoff(table, k)
-    _require_depth(table, cutoff, "RBP")
+    cutoff = as_cutoff(table, k)
+    require_depth(table, cutoff, "RBP")
     if gain == "binary" or table.grade is None:
         from dataclasses import replace
 
@@ -76,7 +76,7 @@ def rbp_per_query(
     weight = _window_weight(p, groups.above, groups.size, cutoff[groups.query])
     part = groups.gain / groups.size.to(torch.float64) * weight
     out = torch.zeros(table.num_queries, dtype=torch.float64).index_add_(0, groups.query, part)
-    return _unanswerable_nan(table, out)
+    return unanswerable_nan(table, out)
 
 
 def rbp_residual_per_query(
@@ -91,9 +91,9 @@ def rbp_residual_per_query(
         ``(Q,)`` float64 (defined for every query).
     """
     p = _check_persistence(p)
-    cutoff = _as_cutoff(table, k)
+    cutoff = as_cutoff(table, k)
     view = judged_view(table, "RBP's residual")
-    _require_depth(view, cutoff, "RBP's residual")
+    require_depth(view, cutoff, "RBP's residual")
     groups = T.tie_groups(view, ties)
     weight = _window_weight(p, groups.above, groups.size, cutoff[groups.query])
     part = groups.relevant.to(torch.float64) / groups.size.to(torch.float64) * weight
@@ -137,13 +137,13 @@ def err_per_query(
     Returns:
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
-    cutoff = _as_cutoff(table, k)
-    _require_depth(table, cutoff, "ERR")
+    cutoff = as_cutoff(table, k)
+    require_depth(table, cutoff, "ERR")
     sat = _satisfaction(table, max_grade)
     n = table.above.numel()
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     if n == 0:
-        return _unanswerable_nan(table, out)
+        return unanswerable_nan(table, out)
     if ties != "expected":
         # every relevant document at a position of its own (ties.tie_groups: "optimistic" and
         # "pessimistic" put a tie's documents first or last, the higher grades first or last;
@@ -154,7 +154,7 @@ def err_per_query(
         position = groups.above + 1
         inside = position <= cutoff[groups.query]
         part = torch.where(inside, sat * survive / position.to(torch.float64), 0.0)
-        return _unanswerable_nan(table, out.index_add_(0, groups.query, part))
+        return unanswerable_nan(table, out.index_add_(0, groups.query, part))
     query = table.item_query
     above, tied = table.above, table.tied
     # expected: one group per (query, score)
@@ -177,7 +177,7 @@ def err_per_query(
     g_cut = cutoff[g_query]
     contribution = _group_expectation(values, g_relevant, g_above, g_size, g_cut)
     out.index_add_(0, g_query, g_survive * contribution)
-    return _unanswerable_nan(table, out)
+    return unanswerable_nan(table, out)
 
 
 def _exclusive_sums(query: Tensor, values: Tensor) -> Tensor:

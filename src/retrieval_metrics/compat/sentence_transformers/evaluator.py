@@ -1,62 +1,6 @@
-"""sentence-transformers' ``InformationRetrievalEvaluator``, ranked and scored by this library.
+"""sentence-transformers' ``InformationRetrievalEvaluator``, exact: the class (the package's
+docstring says how it is used)."""
 
-Swap the import and keep the code: the constructor, the call (also inside
-``SentenceTransformerTrainer``), the result keys, ``primary_metric`` and the CSV file are
-sentence-transformers' (6.x)::
-
-    # from sentence_transformers.evaluation import InformationRetrievalEvaluator
-    from retrieval_metrics.compat.sentence_transformers import InformationRetrievalEvaluator
-
-The model encodes the queries and the corpus as sentence-transformers' evaluator has it do
-(``encode_query`` / ``encode_document``, or ``encode`` for a model without them, with
-``batch_size``, the prompts, ``truncate_dim`` and ``show_progress_bar``; the corpus in chunks of
-``corpus_chunk_size``). The embeddings then go to :class:`retrieval_metrics.RetrievalMetrics`
-with ``protocol="sentence_transformers"`` and the judgments as ``qrels=``: every relevant
-document gets its exact rank in the whole corpus, in blocks that fit ``memory_budget``, and no
-top-k list is built. Its keys come back under sentence-transformers' names
-(``{name}_{score function}_accuracy@{k}``, ``..._precision@k``, ``..._recall@k``,
-``..._ndcg@k``, ``..._mrr@k``, ``..._map@k``), as Python floats.
-
-Score functions: the model's ``similarity_fn_name`` (by default, read at every call, as 6.2 does)
-or ``score_functions`` made of ``sentence_transformers.util.cos_sim``, ``dot_score``,
-``euclidean_sim`` or a model's ``similarity`` method are the library's ``similarity`` "cosine",
-"dot" and "euclidean". Any other callable (a Manhattan distance, a lambda) cannot be handed to the
-ranking and is refused by name; so is ``write_predictions=True`` (no top-k lists to write).
-
-Tied scores are ranked as sentence-transformers 6.x ranks them: tied documents in ascending
-corpus-id order (the protocol's ``ties="id"``; corpus ids that Python cannot sort, such as ints
-mixed with strs, are refused). Differences: the corpus embeddings
-are held until the call ends (sentence-transformers holds one chunk, unless given
-``corpus_embeddings``). Judgments are read as sentence-transformers reads them: a document id is
-relevant when it is in the query's ``relevant_docs`` entry (grades are not read), compared with
-Python's ``==``. A cut-off listed twice (``accuracy_at_k=[1, 1]``) is one value here, where
-sentence-transformers adds each query's hit (and reciprocal rank) once per listing.
-
-sentence-transformers is an optional dependency, imported when an evaluator is constructed:
-``pip install "retrieval-metrics[sentence-transformers]"``.
-
-Example:
-    >>> import torch
-    >>> from retrieval_metrics.compat.sentence_transformers import InformationRetrievalEvaluator
-    >>> class Model:  # a SentenceTransformer, or anything with `encode`
-    ...     similarity_fn_name = "cosine"
-    ...     def encode(self, texts, **kwargs):
-    ...         return torch.tensor([[float(w in t) for w in ("cat", "dog", "fish")]
-    ...                              for t in texts])
-    >>> evaluator = InformationRetrievalEvaluator(
-    ...     queries={"q1": "a cat", "q2": "a dog and a fish"},
-    ...     corpus={"d1": "cat", "d2": "dog", "d3": "cat fish", "d4": "dog fish"},
-    ...     relevant_docs={"q1": {"d3"}, "q2": {"d2", "d4"}},
-    ...     name="toy", accuracy_at_k=[1], precision_recall_at_k=[2],
-    ...     mrr_at_k=[10], ndcg_at_k=[10], map_at_k=[10])
-    >>> results = evaluator(Model())
-    >>> evaluator.primary_metric
-    'toy_cosine_ndcg@10'
-    >>> results["toy_cosine_accuracy@1"], results["toy_cosine_mrr@10"]
-    (0.5, 0.75)
-    >>> round(results["toy_cosine_ndcg@10"], 4)
-    0.8155
-"""
 
 from __future__ import annotations
 
@@ -69,151 +13,30 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.compat.sentence_transformers.support import (
+    bound_class,
+    check_ks,
+    check_positive_int,
+    dense_rows,
+    engine_similarity,
+    rebuild,
+    resolved_similarity,
+    score_function_similarity,
+    sentence_transformers_package,
+)
 from retrieval_metrics.functional.options import OPTIONS
 
 __all__ = ["InformationRetrievalEvaluator"]
 
-logger = logging.getLogger(__name__)
+# (the package's logger: its name is the module users know)
+logger = logging.getLogger("retrieval_metrics.compat.sentence_transformers")
 
-INSTALL = 'pip install "retrieval-metrics[sentence-transformers]"'
-#: sentence-transformers' similarity names -> the library's ``similarity``
-SIMILARITIES = {"cosine": "cosine", "dot": "dot", "euclidean": "euclidean"}
 #: the measures of sentence-transformers' results, in its order: its key -> the library's name
 MEASURES = {
     "accuracy@k": "hit_rate", "precision@k": "precision", "recall@k": "recall",
     "ndcg@k": "ndcg", "mrr@k": "mrr", "map@k": "map",
 }
 _WHOLE_GALLERY = r".*the cut-off reaches the whole gallery"
-
-
-def _sentence_transformers() -> Any:
-    """The sentence_transformers package, or an ImportError that says how to install it."""
-    try:
-        import sentence_transformers
-        from sentence_transformers.base.evaluation import evaluator  # noqa: F401  (6.x layout)
-        from sentence_transformers.util import similarity  # noqa: F401
-    except ImportError as err:
-        raise ImportError(
-            "retrieval_metrics.compat.sentence_transformers needs sentence-transformers >= 6 "
-            f"({err}); install it with {INSTALL} (or pip install sentence-transformers)"
-        ) from err
-    return sentence_transformers
-
-
-_BOUND: dict[type, type] = {}
-
-
-def _bound_class(cls: type) -> type:
-    """``cls`` with sentence-transformers' ``BaseEvaluator`` as a base, made once per class, so
-    that its trainer (``isinstance(evaluator, BaseEvaluator)``) and model card take it."""
-    st = _sentence_transformers()
-    base = st.base.evaluation.evaluator.BaseEvaluator
-    if issubclass(cls, base):
-        return cls
-    if cls not in _BOUND:
-        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                     "__doc__": cls.__doc__, "_unbound_class": cls}
-        _BOUND[cls] = type(cls.__name__, (cls, base), namespace)
-    return _BOUND[cls]
-
-
-def _rebuild(cls: type, state: dict[str, Any]) -> Any:
-    """Unpickle an evaluator: the bound class is made again from the importable one."""
-    evaluator = cls.__new__(cls)
-    evaluator.__dict__.update(state)
-    return evaluator
-
-
-def _check_ks(name: str, value: Any) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0:
-        raise ValueError(f"`{name}` must be a non-empty list of positive ints, got {value!r}")
-    for k in value:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"`{name}` must hold positive ints, got {k!r} in {value!r}")
-    return list(value)
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}")
-    return value
-
-
-def _engine_similarity(value: Any, where: str) -> str:
-    """A sentence-transformers similarity name (or ``SimilarityFunction``) as the library's."""
-    st = _sentence_transformers()
-    try:
-        name = st.util.similarity.SimilarityFunction(value).value
-    except ValueError:
-        name = value
-    if name not in SIMILARITIES:
-        raise ValueError(
-            f"{where} is {value!r}, which the ranking cannot express: it scores by "
-            f"{', '.join(repr(s) for s in SIMILARITIES)} only. Use sentence_transformers' own "
-            "InformationRetrievalEvaluator for other similarities"
-        )
-    return SIMILARITIES[name]
-
-
-def _score_function_similarity(key: str, function: Any) -> Any:
-    """What a ``score_functions`` entry ranks by: the library's similarity name, or the model
-    whose ``similarity`` method it is (read at each call: that model's ``similarity_fn_name``);
-    a ValueError naming the entry for a function the ranking cannot express."""
-    where = f"`score_functions[{key!r}]`"
-    util = _sentence_transformers().util
-    known = {
-        util.cos_sim: "cosine", util.pytorch_cos_sim: "cosine", util.dot_score: "dot",
-        util.euclidean_sim: "euclidean",
-    }
-    try:
-        similarity = known.get(function)
-    except TypeError:  # unhashable
-        similarity = None
-    if similarity is not None:
-        return similarity
-    owner = getattr(function, "__self__", None)
-    if getattr(function, "__name__", None) == "similarity" and hasattr(
-        owner, "similarity_fn_name"
-    ):
-        return owner
-    if function is util.manhattan_sim:
-        raise ValueError(
-            f"{where} is sentence_transformers.util.manhattan_sim: the ranking scores by cosine, "
-            "dot or euclidean only; use sentence_transformers' own InformationRetrievalEvaluator "
-            "for the Manhattan distance"
-        )
-    raise ValueError(
-        f"{where} is {function!r}, a score function this evaluator cannot express: it ranks "
-        "with its own engine, which scores by cosine, dot or euclidean. Pass "
-        "sentence_transformers.util.cos_sim, dot_score or euclidean_sim, or a model's "
-        "`similarity` method, or leave `score_functions` out (the model's own similarity); for "
-        "any other function use sentence_transformers' own InformationRetrievalEvaluator"
-    )
-
-
-def _resolved_similarity(key: str, spec: Any) -> str:
-    """A :func:`_score_function_similarity` result as the library's similarity name."""
-    if isinstance(spec, str):
-        return spec
-    return _engine_similarity(
-        spec.similarity_fn_name,
-        f"`score_functions[{key!r}]` (a model's similarity) has similarity_fn_name, which",
-    )
-
-
-def _dense_rows(embeddings: Any, rows: int, what: str) -> Tensor:
-    """``embeddings`` as a dense 2-D tensor of ``rows`` rows, or a ValueError naming ``what``."""
-    if isinstance(embeddings, (list, tuple)) and embeddings and isinstance(embeddings[0], Tensor):
-        embeddings = torch.stack(list(embeddings))
-    emb = torch.as_tensor(embeddings)
-    if emb.is_sparse:
-        emb = emb.to_dense()
-    if emb.dim() != 2 or emb.shape[0] != rows:
-        raise ValueError(
-            f"{what} must be {rows} rows of embeddings (a 2-D tensor), got shape "
-            f"{tuple(emb.shape)}"
-        )
-    return emb
 
 
 class InformationRetrievalEvaluator:
@@ -263,10 +86,10 @@ class InformationRetrievalEvaluator:
     def __new__(cls, *args: Any, **kwargs: Any) -> InformationRetrievalEvaluator:
         # An instance of this class with sentence-transformers' BaseEvaluator as a base too:
         # sentence-transformers is imported here, not when this module is.
-        return object.__new__(_bound_class(cls))
+        return object.__new__(bound_class(cls))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _rebuild, (self._unbound_class or type(self), dict(self.__dict__))
+        return rebuild, (self._unbound_class or type(self), dict(self.__dict__))
 
     def __init__(
         self,
@@ -295,7 +118,7 @@ class InformationRetrievalEvaluator:
         memory_budget: int | None = OPTIONS["memory_budget"].default,
     ) -> None:
         super().__init__()  # BaseEvaluator: greater_is_better, primary_metric
-        st = _sentence_transformers()
+        st = sentence_transformers_package()
         for arg, value in (("queries", queries), ("corpus", corpus),
                            ("relevant_docs", relevant_docs)):
             if not isinstance(value, Mapping):
@@ -312,7 +135,7 @@ class InformationRetrievalEvaluator:
         if not isinstance(name, str):
             raise ValueError(f"`name` must be a string, got {name!r}")
         if truncate_dim is not None:
-            _check_positive_int("truncate_dim", truncate_dim)
+            check_positive_int("truncate_dim", truncate_dim)
         OPTIONS["memory_budget"].check(memory_budget)
 
         self.queries_ids = []
@@ -336,15 +159,15 @@ class InformationRetrievalEvaluator:
         self.corpus_prompt_name = corpus_prompt_name
 
         self.relevant_docs = relevant_docs
-        self.corpus_chunk_size = _check_positive_int("corpus_chunk_size", corpus_chunk_size)
-        self.mrr_at_k = _check_ks("mrr_at_k", mrr_at_k)
-        self.ndcg_at_k = _check_ks("ndcg_at_k", ndcg_at_k)
-        self.accuracy_at_k = _check_ks("accuracy_at_k", accuracy_at_k)
-        self.precision_recall_at_k = _check_ks("precision_recall_at_k", precision_recall_at_k)
-        self.map_at_k = _check_ks("map_at_k", map_at_k)
+        self.corpus_chunk_size = check_positive_int("corpus_chunk_size", corpus_chunk_size)
+        self.mrr_at_k = check_ks("mrr_at_k", mrr_at_k)
+        self.ndcg_at_k = check_ks("ndcg_at_k", ndcg_at_k)
+        self.accuracy_at_k = check_ks("accuracy_at_k", accuracy_at_k)
+        self.precision_recall_at_k = check_ks("precision_recall_at_k", precision_recall_at_k)
+        self.map_at_k = check_ks("map_at_k", map_at_k)
 
         self.show_progress_bar = show_progress_bar
-        self.batch_size = _check_positive_int("batch_size", batch_size)
+        self.batch_size = check_positive_int("batch_size", batch_size)
         self.name = name
         self.write_csv = write_csv
         self.truncate_dim = truncate_dim
@@ -357,7 +180,7 @@ class InformationRetrievalEvaluator:
                     f"None (the model's own similarity), got {score_functions!r}"
                 )
             self._similarity_of = {
-                key: _score_function_similarity(key, fn) for key, fn in score_functions.items()
+                key: score_function_similarity(key, fn) for key, fn in score_functions.items()
             }
         self.score_functions = dict(score_functions) if score_functions else None
         self.score_function_names = sorted(self.score_functions) if self.score_functions else []
@@ -395,9 +218,9 @@ class InformationRetrievalEvaluator:
         name = getattr(name, "value", name)  # a SimilarityFunction
         function = getattr(model, "similarity", None)
         if function is None:
-            st = _sentence_transformers()
+            st = sentence_transformers_package()
             function = st.util.similarity.SimilarityFunction.to_similarity_fn(name)
-        self._similarity_of = {name: _engine_similarity(name, "the model's `similarity_fn_name`")}
+        self._similarity_of = {name: engine_similarity(name, "the model's `similarity_fn_name`")}
         return {name: function}
 
     # ------------------------------------------------------------------ the call
@@ -600,14 +423,14 @@ class InformationRetrievalEvaluator:
                     f"({len(self.corpus)}), got {rows}"
                 )
 
-        query_embeddings = _dense_rows(
+        query_embeddings = dense_rows(
             self.embed_inputs(model, self.queries, encode_fn_name="query",
                               prompt_name=self.query_prompt_name, prompt=self.query_prompt),
             len(self.queries), "the model's query embeddings",
         )
         # one ranking per similarity, shared by the score functions that rank by it
         similarity = {
-            name: _resolved_similarity(name, self._similarity_of[name])
+            name: resolved_similarity(name, self._similarity_of[name])
             for name in self.score_functions
         }
         places = self._corpus_places()
@@ -644,7 +467,7 @@ class InformationRetrievalEvaluator:
                 chunk = corpus_embeddings.index_select(0, rows)
             else:
                 chunk = corpus_embeddings[start:stop]
-            chunk = _dense_rows(chunk, stop - start, "the corpus embeddings")
+            chunk = dense_rows(chunk, stop - start, "the corpus embeddings")
             for metric in rankers.values():
                 metric.update(chunk, ids=place_ids[start:stop], role="gallery")
 

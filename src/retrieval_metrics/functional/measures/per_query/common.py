@@ -1,0 +1,107 @@
+"""The helpers every family of per-query measures shares: the tie groups of a shared call
+(:class:`SharedTieGroups`), cut-offs, the depth check and the NaN of an unanswerable query.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.measures import ties as T
+from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.table import UNBOUNDED, RankTable
+
+__all__ = [
+    "SharedTieGroups",
+    "as_cutoff",
+    "check_cutoff",
+    "query_sum",
+    "require_depth",
+    "tie_groups_of",
+    "unanswerable_nan",
+    "whole_precision_sum",
+]
+
+
+class SharedTieGroups:
+    """What the measures of one shared call (one ``retrieval_measures`` call, one chunk of
+    ``query_parts_in_chunks``) compute once and share: each table's tie groups under each rule,
+    and the groups' precision sums over the whole ranking (AP, MAP@R and AP@K each cut them).
+
+    Made per call and handed down as ``shared=`` to the per-query functions, it is dropped with
+    the call: no two calls, and no two threads, ever read one. Without it (``shared=None``)
+    nothing is kept. An entry holds its table, so that the table's id, part of the key, cannot
+    be taken by another table while the entry lives.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[Any, ...], tuple[RankTable, Any]] = {}
+
+    def get(self, table: RankTable, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+        """The value kept for ``(table, *key)``, made by ``make()`` the first time."""
+        full = (id(table), *key)
+        entry = self._entries.get(full)
+        if entry is None:
+            entry = self._entries[full] = (table, make())
+        return entry[1]
+
+def tie_groups_of(
+    table: RankTable, ties: str, gain: str | None = None, shared: SharedTieGroups | None = None
+) -> T.TieGroups:
+    if gain in ("linear", "binary") or (
+        gain == "exponential" and (table.grade is None or bool((table.grade == 1).all()))
+    ):
+        # Grades of 1 (binary relevance included) give 2^1 - 1 = 1 = the linear gain: the same
+        # groups as the measures without a gain, so they are built once.
+        gain = None
+    if shared is None:
+        return T.tie_groups(table, ties, gain=gain)
+    return shared.get(table, ("groups", ties, gain), lambda: T.tie_groups(table, ties, gain=gain))
+
+def whole_precision_sum(
+    table: RankTable, groups: T.TieGroups, ties: str, shared: SharedTieGroups | None
+) -> Tensor | None:
+    """The groups' precision sums without a cut-off, computed once per shared call (None
+    outside one: a single measure gains nothing from computing them)."""
+    if shared is None:
+        return None
+
+    def whole() -> Tensor:
+        return T.expected_precision_sum(groups, torch.full_like(groups.above, UNBOUNDED))
+
+    return shared.get(table, ("precision sums", ties), whole)
+
+def check_cutoff(k: int, name: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"`{name}` must be a positive int, got {k!r}")
+    return k
+
+def query_sum(table: RankTable, groups: T.TieGroups, values: Tensor) -> Tensor:
+    out = torch.zeros(table.num_queries, dtype=torch.float64)
+    return out.index_add_(0, groups.query, values.to(torch.float64))
+
+def require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
+    """Refuse a measure whose cut-off reaches below the depth the table was ranked to."""
+    bad = table.truncated_above(cutoff)
+    if bool(bad.any()):
+        q = int(flat_nonzero(bad)[0])
+        raise ValueError(
+            f"{what} needs positions down to {int(cutoff[q])} but the ranking was truncated at "
+            f"depth {int(table.depth[q])} (query {q}); rank with a larger `depth` or depth=None"
+        )
+
+def unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
+    return torch.where(table.num_relevant > 0, values, torch.full_like(values, math.nan))
+
+def as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
+    if k is None:
+        return torch.full((table.num_queries,), UNBOUNDED, dtype=torch.int64)
+    if isinstance(k, Tensor):
+        return k.to(torch.int64)
+    return torch.full((table.num_queries,), check_cutoff(k), dtype=torch.int64)
