@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.ranking.settings import memory_budget_on
+
 __all__ = ["KNN_NAMES", "blocked_knn", "fill_index_as_pml_leaves_it", "similarity_of"]
 
 KNN_NAMES = (
@@ -77,7 +79,7 @@ def blocked_knn(
     k: int,
     ref_includes_query: bool,
     similarity: str,
-    memory_budget: int,
+    memory_budget: int | None,
 ) -> tuple[Tensor, Tensor]:
     """Exact k nearest reference items of every query, self removed: (distances, indices).
 
@@ -91,7 +93,8 @@ def blocked_knn(
         query = torch.nn.functional.normalize(query, dim=1)
         reference = torch.nn.functional.normalize(reference, dim=1)
     ref_sq = (reference * reference).sum(1)
-    block = max(1, min(num_q, memory_budget // max(1, 16 * num_r)))
+    budget = memory_budget_on(memory_budget, query.device)
+    block = max(1, min(num_q, budget // max(1, 16 * num_r)))
     distances = torch.empty(num_q, k, device=query.device)
     indices = torch.empty(num_q, k, dtype=torch.int64, device=query.device)
     for start in range(0, num_q, block):
