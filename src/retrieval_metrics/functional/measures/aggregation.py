@@ -196,11 +196,17 @@ def counted_values(
 ) -> Tensor:
     """Per-query ``values`` of ``spec`` as the mean counts them: under ``empty_queries="zero"``
     a query with nothing relevant is 0 (a rank: the worst rank, gallery size + 1), not NaN;
-    otherwise unchanged (NaN is a query left out). ``table``: the queries' fields."""
+    otherwise unchanged (NaN is a query left out). A measure defined for every query
+    (Judged@K) counts the queries the others count: under ``"skip"`` a query with nothing
+    relevant is NaN there too, so that the value, the rows and the interval cover the same
+    queries. ``table``: the queries' fields."""
+    if not spec.measure.needs_relevant:
+        if options.empty_queries != "skip":
+            return values  # defined for every query: nothing to fill
+        empty = table.num_relevant == 0
+        return torch.where(empty.view(-1, *([1] * (values.dim() - 1))), math.nan, values)
     if options.empty_queries != "zero":
         return values
-    if not spec.measure.needs_relevant:
-        return values  # defined for every query (Judged@K): nothing to fill
     if spec.base in RANK_METRICS:
         return worst_rank_fill(values, table)
     return _empty_fill(values, table, "zero", 0.0)
@@ -385,9 +391,8 @@ def _aggregate_parts(
         rule = empty_queries
         if not spec.measure.needs_relevant:
             # defined for every query (Judged@K): the queries counted are the others'
-            if empty_queries == "skip":
-                values = torch.where(table.num_relevant > 0, values, math.nan)
-            elif empty_queries == "zero":
+            values = counted_values(values, table, spec, options)
+            if empty_queries == "zero":
                 rule = "nan"
         out[spec.name] = aggregate(
             values,

@@ -313,14 +313,12 @@ def _summary(
         per_query = per_query_of[spec.name]
         # the interval and the count on exactly the queries the value averages: under "zero"
         # the unanswerable ones too, at 0 (or the worst rank), curves (CMC) included
-        if empty_policy == "zero":
-            if spec.base in N.RANK_METRICS and per_query.dim() == 1:
-                per_query = A.worst_rank_fill(per_query, table)
-            else:
-                empty = table.num_relevant == 0
-                per_query = torch.where(
-                    empty if per_query.dim() == 1 else empty[:, None], 0.0, per_query
-                )
+        # (A.counted_values, the one rule per_query() follows too)
+        if empty_policy == "zero" and spec.base in N.RANK_METRICS and per_query.dim() > 1:
+            empty = table.num_relevant == 0
+            per_query = torch.where(empty[:, None], 0.0, per_query)  # a CMC curve: misses
+        else:
+            per_query = A.counted_values(per_query, table, spec, options)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
         scale = 100.0 if options.percent and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
