@@ -30,6 +30,7 @@ from torchmetrics.utilities.data import dim_zero_cat
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
+from retrieval_metrics.functional.measures.names import judged_needed
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking.options import (
     BLOCKED_ENGINE,
@@ -182,6 +183,7 @@ class RetrievalMetricBase(Metric):
         self._notes: dict[str, int] = {}
         self._warned_forward = False
         self._warned_cutoffs = False
+        self._warned_unjudged = False
 
     # ------------------------------------------------------------------ dtype of the results
 
@@ -340,6 +342,31 @@ class RetrievalMetricBase(Metric):
             stacklevel=stacklevel,
         )
 
+    def _warn_if_unjudged(self, fields: dict[str, RankTable], stacklevel: int = 4) -> None:
+        """Warn once per metric when a measure that reads which documents were judged not
+        relevant (Judged@K, bpref, a condensed list) is given judgments without one: it then
+        reads every unlisted document as unjudged (bpref equals recall, Judged@K counts the
+        relevant documents only), as from ``relevant_ids`` that hold the relevant ones alone."""
+        if self._warned_unjudged:
+            return
+        names = [n for n in self.metric_names() if judged_needed([n], self.measure_options)]
+        if not names:
+            return
+        tables = [t for t in fields.values() if t.num_nonrelevant is not None and t.num_queries]
+        if not tables or any(bool((t.num_nonrelevant > 0).any()) for t in tables):
+            return
+        warnings.warn(
+            f"{type(self).__name__}: {', '.join(names)} read which documents were judged not "
+            "relevant, and the judgments given hold none (every judged document is relevant): "
+            "every other document counts as unjudged there. Pass every judgment with its "
+            "grade, those judged not relevant at grade 0: `relevant_ids=[{doc: grade, ...}]` "
+            "(read_ranked_lists(...).judgments, not .relevant_ids) or `qrels=` with the grade 0 "
+            "lines",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+        self._warned_unjudged = True
+
     def _warn_if_cutoffs_reach_gallery(
         self, fields: dict[str, RankTable], stacklevel: int = 4
     ) -> None:
@@ -438,7 +465,9 @@ class RetrievalMetricBase(Metric):
         for key, part in self._summaries(options):
             rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
         # the warnings compute() gives, given here too (the command line reads summary() alone)
-        self._warn_if_cutoffs_reach_gallery(self.ranking_fields(), stacklevel=3)
+        fields = self.ranking_fields()
+        self._warn_if_cutoffs_reach_gallery(fields, stacklevel=3)
+        self._warn_if_unjudged(fields, stacklevel=3)
         return stats.Summary(rows=rows, level=level, notes=self._summary_notes())
 
     def ranking_fields(self) -> dict[str, RankTable]:

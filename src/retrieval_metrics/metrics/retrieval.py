@@ -468,6 +468,7 @@ class RetrievalMetric(RetrievalMetricBase):
             fields = self.rank_table()
             values = self._input_form().values(self.context(), fields)
         self._warn_if_cutoffs_reach_gallery({"": fields})
+        self._warn_if_unjudged({"": fields})
         if self.all_skipped == "zero" and not bool((fields.num_relevant > 0).any()):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
         # on the metric's device, as torchmetrics returns its values (the tables are host data)
