@@ -315,10 +315,11 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             files_used = [str(path)] + ([] if args.qrels is None else [str(args.qrels)])
             run_ = Run(label, "trec", files_used, metric, len(lists), notes)
             run_.queries_key = _digest(*(q.encode() for q in lists.qids))
-            # every judgment (grade 0 too) where a measure reads which documents were judged
-            from retrieval_metrics.functional.measures.names import judged_needed
+            # every judgment (grade 0 too) where a measure reads which documents were judged,
+            # or an ir_measures string scores the queries judged grade 0 only
+            from retrieval_metrics.functional.measures.names import judged_queries_needed
 
-            judged = judged_needed(metric.metric_names(), metric.measure_options)
+            judged = judged_queries_needed(metric.metric_names(), metric.measure_options)
             relevant = lists.judgments if judged else lists.relevant_ids
             with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar:
                 evaluate_trec(metric, lists.qids, lists.ranked_ids, relevant, bar)

@@ -305,7 +305,6 @@ def _summary(
     # measures that read them (Judged@K, bpref, condensed lists) have no chance level here
     ranked_alike = [name for name in names if not N.judged_needed([name], options)]
     chance = A.chance_measures(table, ranked_alike, options) if has_gallery else None
-    skipped = int((table.num_relevant == 0).sum())
     empty_policy = options.empty_queries
     summary = Summary(level=level)
     for name in names:
@@ -347,7 +346,8 @@ def _summary(
                 "skipped": (
                     0 if empty_policy == "zero"
                     # "nan": a measure scores the queries where its formula is defined
-                    else table.num_queries - counted if empty_policy == "nan" else skipped
+                    else table.num_queries - counted if empty_policy == "nan"
+                    else int(A.unanswerable(table, spec).sum())
                 ),
                 "gallery": _gallery_text(table),
             }
