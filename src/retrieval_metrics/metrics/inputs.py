@@ -90,8 +90,20 @@ def _on_disk(name: str, value: Any) -> list[np.ndarray] | None:
                 f"`{name}`: a corpus on disk is read from .npy files (numpy.save), got "
                 f"{str(path)!r}"
             )
-        arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
+        arrays.append(_load_npy(name, path, mmap_mode="r"))
     return arrays
+
+
+def _load_npy(name: str, path: str | Path, mmap_mode: str | None = None) -> np.ndarray:
+    """``numpy.load`` of one .npy file, its errors (a truncated file: "mmap length is greater
+    than file size") naming the argument and the file."""
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ValueError(
+            f"`{name}`: {str(path)!r} cannot be read as a .npy file (numpy.save's format, "
+            f"whole; a truncated or partly written file is refused): {err}"
+        ) from None
 
 
 def read_ids(path: str | Path) -> list[str] | np.ndarray:
@@ -101,7 +113,7 @@ def read_ids(path: str | Path) -> list[str] | np.ndarray:
     if not path.is_file():
         raise ValueError(f"`ids`: no such file {str(path)!r}")
     if path.suffix.lower() == ".npy":
-        return np.load(path, allow_pickle=False)
+        return _load_npy("ids", path)
     ids = path.read_text(encoding="utf-8").splitlines()
     if "" in ids:
         raise ValueError(f"`ids`: {path} line {ids.index('') + 1} is empty (one id a line)")
