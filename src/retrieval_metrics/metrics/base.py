@@ -17,6 +17,7 @@ ranking shared out, so every process returns the value a single process would.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -341,6 +342,31 @@ class RetrievalMetricBase(Metric):
             UserWarning,
             stacklevel=stacklevel,
         )
+
+    def _refuse_several_in_log(self, values: Any) -> Any:
+        """``values``, unless they are several (a dict) and Lightning's ``self.log(name,
+        metric)`` is computing them: it logs one tensor per metric object, and would say only
+        that the return "must be a tensor". Looks at a few calling frames, only for a dict."""
+        if not isinstance(values, dict):
+            return values
+        frame = sys._getframe(1)
+        for _ in range(8):
+            frame = frame.f_back  # type: ignore[assignment]
+            if frame is None:
+                return values
+            module = frame.f_globals.get("__name__", "")
+            if module.endswith("logger_connector.result") and frame.f_code.co_name == "compute":
+                meta = getattr(frame.f_locals.get("self"), "meta", None)
+                name = getattr(meta, "name", None)
+                logged = f"self.log({name!r}, metric)" if name else "self.log(name, metric)"
+                raise ValueError(
+                    f"{type(self).__name__} computes several values ({', '.join(values)}), and "
+                    f"{logged} logs one tensor per metric object: call metric.update(...) in "
+                    "the step and, at the epoch's end (on_validation_epoch_end), "
+                    "self.log_dict(metric.compute(), sync_dist=True) then metric.reset(); or "
+                    "ask for one value (one k, one metric name)"
+                )
+        return values
 
     def _warn_if_unjudged(self, fields: dict[str, RankTable], stacklevel: int = 4) -> None:
         """Warn once per metric when a measure that reads which documents were judged not

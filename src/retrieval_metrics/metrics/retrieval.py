@@ -472,6 +472,6 @@ class RetrievalMetric(RetrievalMetricBase):
         if self.all_skipped == "zero" and not bool((fields.num_relevant > 0).any()):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
         # on the metric's device, as torchmetrics returns its values (the tables are host data)
-        return self._format(
+        return self._refuse_several_in_log(self._format(
             {k: self._result(v) for k, v in values.items()}
-        )
+        ))
