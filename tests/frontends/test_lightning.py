@@ -50,6 +50,8 @@ def test_example_module_single_device(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "val/map_at_r" in proc.stdout and "best checkpoint" in proc.stdout
+    # the checkpoints went to a temporary folder: nothing written in the working directory
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.timeout(400)
