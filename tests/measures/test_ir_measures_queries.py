@@ -123,3 +123,17 @@ def test_the_command_line_counts_judged_queries_for_ir_measures_strings_without_
         assert got[name]["value"] == pytest.approx(sum(rows[name].values()) / 3, abs=1e-6)
     # the library's name under --protocol none (empty_queries="skip"): q2 left out
     assert got["ndcg@10"]["queries"] == 2  # q1 and q3
+
+
+def test_empty_queries_error_refuses_only_the_queries_no_provider_reports():
+    # q2 judged grade 0 only: scored by the ir_measures string (0), so not refused
+    metric = _ranked_lists_metric(["nDCG@10"], empty_queries="error")
+    _, means = _ir_measures()
+    assert float(metric.compute()["nDCG@10"]) == pytest.approx(means["nDCG@10"], abs=1e-6)
+    # the library's name refuses q2, and the string refuses a query given no judgment at all
+    with pytest.raises(ValueError, match="1 queries have no relevant gallery item"):
+        _ranked_lists_metric(["ndcg@10"], empty_queries="error").compute()
+    unjudged = rm.RetrievalMetrics(["nDCG@10"], empty_queries="error")
+    unjudged.update(ranked_ids=[["d1"], ["d2"]], relevant_ids=[{"d1": 1}, {}])
+    with pytest.raises(ValueError, match="1 queries have no relevant gallery item"):
+        unjudged.compute()

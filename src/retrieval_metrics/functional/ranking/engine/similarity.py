@@ -61,12 +61,14 @@ def _divisor(norm: Tensor) -> Tensor:
 def _warn_zero_rows(count: int, side: str) -> None:
     """A zero vector has no direction: under cosine it scores 0 against everything. Said by
     name, once per ranking side, where the rows were found anyway (no scan of its own)."""
+    what, its, it_is = (
+        ("embeddings are zero vectors", "their", "they are") if count > 1
+        else ("embedding is a zero vector", "its", "it is")
+    )
     warnings.warn(
-        f'similarity="cosine": {count} {side} '
-        f'{"embeddings are zero vectors" if count > 1 else "embedding is a zero vector"} (no '
-        "direction): its cosine with every item is 0, so it is ranked as tied with everything "
-        "at score 0. Leave such rows out, check the encoder's output, or use "
-        'similarity="dot" or "euclidean"',
+        f'similarity="cosine": {count} {side} {what} (no direction): {its} cosine with every '
+        f"item is 0, so {it_is} ranked as tied with everything at score 0. Leave such rows "
+        'out, check the encoder\'s output, or use similarity="dot" or "euclidean"',
         UserWarning,
         stacklevel=3,
     )
