@@ -86,3 +86,15 @@ def test_no_zero_vector_no_warning_and_dot_is_not_warned():
         warnings.simplefilter("error")
         metric.compute()
         dot.compute()
+
+
+def test_relevant_ids_grading_one_id_twice_under_two_spellings_are_refused():
+    # 7 and "7" are one id (ids compare as text): two grades for it cannot both hold
+    metric = rm.RetrievalMetrics(["ndcg@2"])
+    with pytest.raises(ValueError, match=r"`relevant_ids\[1\]` grades one id twice: 7 at 1 and "
+                                         r"'7' at 3"):
+        metric.update(ranked_ids=[["a"], ["7", "a"]], relevant_ids=[{"a": 1}, {7: 1, "7": 3}])
+    # one grade under both spellings is one judgment: NDCG@2 of its list is 1 (found first)
+    same = rm.RetrievalMetrics(["ndcg@2"])
+    same.update(ranked_ids=[["7", "a"]], relevant_ids=[{7: 2, "7": 2}])
+    assert float(same.compute()["ndcg@2"]) == 1.0
