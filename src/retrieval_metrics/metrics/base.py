@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import Metric
@@ -33,6 +34,7 @@ from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
 from retrieval_metrics.functional.measures.names import judged_needed
 from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.options import (
     BLOCKED_ENGINE,
     RankingEngine,
@@ -450,11 +452,30 @@ class RetrievalMetricBase(Metric):
 
     # ------------------------------------------------------------------ beyond compute()
 
-    def per_query(self) -> dict[str, Tensor]:
+    def per_query(self, ids: Any = None) -> dict[str, Any]:
         """Each query's value of every reported measure as the mean counts it (NaN for skipped
         queries; 0, or the worst rank, under ``empty_queries="zero"``), queries in a stable
         order (by sample id when ids were given, else the order they arrived in); keys carry the
-        direction for image-text ("i2t/hit_rate@1")."""
+        direction for image-text ("i2t/hit_rate@1").
+
+        With ``ids`` (the query ids given to ``update``, int or str, any subset in any order):
+        ``{name: {query id: value}}`` in the order of ``ids``, a value a float (a list for a
+        CMC curve); ``pandas.DataFrame(metric.per_query(ids=...))`` makes it a table.
+
+        >>> import retrieval_metrics as rm
+        >>> m = rm.RetrievalMetrics(["mrr"])
+        >>> m.update(ranked_ids=[["d1", "d2"], ["d2", "d1"]], relevant_ids=[{"d1"}, {"d1"}],
+        ...          ids=["who", "what"])
+        >>> m.per_query(ids=["who", "what"])
+        {'mrr': {'who': 1.0, 'what': 0.5}}
+        """
+        rows = self._per_query_rows()
+        if ids is None:
+            return {name: values for name, (values, _) in rows.items()}
+        return keyed_rows(rows, ids)
+
+    def _per_query_rows(self) -> dict[str, tuple[Tensor, Tensor | None]]:
+        """:meth:`per_query`'s rows by name, each with its queries' id codes (None without ids)."""
         out = {}
         for key, table in self.rank_tables().items():
             for name in self.metric_names():
@@ -462,7 +483,7 @@ class RetrievalMetricBase(Metric):
                 values = counted_values(
                     self._per_query_values(table, spec), table, spec, self.measure_options
                 )
-                out[f"{key}{spec.name}"] = values.to(self.device)
+                out[f"{key}{spec.name}"] = (values.to(self.device), table.query_id)
         return out
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
@@ -521,6 +542,35 @@ class RetrievalMetricBase(Metric):
         a seeded percentile bootstrap over queries."""
         summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
         return {row["name"]: row["interval"] for row in summary.rows}
+
+
+def keyed_rows(
+    rows: dict[str, tuple[Tensor, Tensor | None]], ids: Any
+) -> dict[str, dict[Any, Any]]:
+    """``rows`` (per name, the values and the queries' id codes) as ``{name: {id: value}}`` in
+    the order of ``ids``; an id that is no query's is refused, naming it."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"`ids` must be a sequence of query ids, got the single id {ids!r}")
+    ids = ids.tolist() if isinstance(ids, (Tensor, np.ndarray)) else list(ids)
+    codes = label_codes(ids, "ids").tolist()
+    out: dict[str, dict[Any, Any]] = {}
+    for name, (values, query_codes) in rows.items():
+        if query_codes is None:
+            raise ValueError(
+                f"per_query(ids=...) finds each query by the `ids` given to update(), and "
+                f"the queries of {name!r} came without them: pass `ids=` to update() (or call "
+                "per_query() for the rows in the order the queries arrived)"
+            )
+        row_of = {code: row for row, code in enumerate(query_codes.tolist())}
+        missing = [i for i, code in zip(ids, codes, strict=True) if code not in row_of]
+        if missing:
+            raise ValueError(
+                f"per_query(ids=...): {len(missing)} of the `ids` are no query's ({name!r} "
+                f"has {len(row_of)} queries): {missing[:5]}{' ...' if len(missing) > 5 else ''}"
+            )
+        listed = values.cpu().tolist()
+        out[name] = {i: listed[row_of[code]] for i, code in zip(ids, codes, strict=True)}
+    return out
 
 
 def _option_property(name: str) -> property:

@@ -417,18 +417,18 @@ class RetrievalMetric(RetrievalMetricBase):
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
         return self._input_form().per_query_values(self.context(), table, spec)
 
-    def per_query(self) -> dict[str, Tensor]:
+    def _per_query_rows(self) -> dict[str, tuple[Tensor, Tensor | None]]:
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
         # compute(), so that the whole table never exists (on several processes each ranks its
         # share and the per-query values are gathered)
         self._ranked()
         if self._chunk_parts is None:
-            return super().per_query()
+            return super()._per_query_rows()
         parts, queries = self._chunk_parts
         return {
-            name: counted_values(
+            name: (counted_values(
                 values, queries, M.parse_metric(name), self.measure_options
-            ).to(self.device)
+            ).to(self.device), queries.query_id)
             for name, (values, _, _) in parts.items()
         }
 
