@@ -137,3 +137,31 @@ def test_empty_queries_error_refuses_only_the_queries_no_provider_reports():
     unjudged.update(ranked_ids=[["d1"], ["d2"]], relevant_ids=[{"d1": 1}, {}])
     with pytest.raises(ValueError, match="1 queries have no relevant gallery item"):
         unjudged.compute()
+
+
+def _ndcg_linear(order: list[str], grades: dict[str, int], k: int) -> float:
+    """trec_eval's ndcg_cut (linear gain) of one ranking, by its definition."""
+    import math as m
+
+    dcg = sum(grades.get(d, 0) / m.log2(i + 2) for i, d in enumerate(order[:k]) if grades.get(d))
+    ideal = sorted((g for g in grades.values() if g > 0), reverse=True)[:k]
+    return dcg / sum(g / m.log2(i + 2) for i, g in enumerate(ideal))
+
+
+def test_the_chance_level_of_an_ir_measures_string_covers_the_queries_its_value_does():
+    import itertools
+
+    docs = ["d1", "d2", "d3", "d4", "d5", "d6"]
+    g = torch.Generator().manual_seed(0)
+    queries = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    metric = rm.RetrievalMetrics(["nDCG@3"], qrels=QRELS)
+    metric.update(queries, ids=["q1", "q2", "q3"], role="query")
+    metric.update(torch.randn(6, 4, generator=g, dtype=torch.float64), ids=docs, role="gallery")
+    row = metric.summary(num_bootstrap=20).rows[0]
+    # brute force: NDCG@3 averaged over every order of the 6 documents; q2 (judged grade 0
+    # only) scores 0 under every order and is counted, as in the value
+    orders = list(itertools.permutations(docs))
+    chance = [sum(_ndcg_linear(list(o), QRELS[q], 3) for o in orders) / len(orders)
+              if q != "q2" else 0.0 for q in ("q1", "q2", "q3")]
+    assert row["queries"] == 3
+    assert float(row["chance"]) == pytest.approx(sum(chance) / 3, abs=1e-9)

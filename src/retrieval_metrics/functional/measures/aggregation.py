@@ -201,6 +201,7 @@ def chance_table(table: RankTable) -> RankTable:
         ideal_ptr=table.ideal_ptr,
         ideal_grade=table.ideal_grade,
         query_class=table.query_class,
+        num_nonrelevant=table.num_nonrelevant,  # (the queries judged: see unanswerable)
     )
 
 
@@ -354,7 +355,10 @@ def chance_measures(
     # The chance table of the representatives only (one item per relevant pair of every query
     # would be as large as the rank table); the aggregation reads the per-query fields alone.
     fields = query_fields(table)
-    chance_fields = replace(fields, depth=fields.gallery_size.clone())
+    # (which queries were judged: an ir_measures string counts those judged grade 0 only)
+    chance_fields = replace(
+        fields, depth=fields.gallery_size.clone(), num_nonrelevant=table.num_nonrelevant
+    )
     small = chance_table(fields.select(representative))
     return _measures(chance_fields, names, options, rows=(small, inverse))
 
