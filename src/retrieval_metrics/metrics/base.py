@@ -499,18 +499,23 @@ class RetrievalMetricBase(Metric):
             )
 
     def summary(
-        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0, ids: Any = None
     ) -> stats.Summary:
         """Values with queries counted and skipped, gallery size, chance level and a confidence
-        interval (seeded percentile bootstrap over queries). Prints as a table."""
+        interval (seeded percentile bootstrap over queries). Prints as a table. With ``ids``
+        (as :meth:`per_query` takes them) each row also holds ``"per_query"``, its values keyed
+        by those query ids (``summary.as_dict()[name]["per_query"]``)."""
         self.refuse_nonpositive("summary()")
         options = dict(
             level=level, num_bootstrap=num_bootstrap, seed=seed, options=self.measure_options
         )
         prefix = self.prefix
+        keyed = {} if ids is None else self.per_query(ids=ids)
         rows = []
         for key, part in self._summaries(options):
-            rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+            rows += [{**row, "name": f"{prefix}{key}{row['name']}"}
+                     | ({"per_query": keyed[f"{key}{row['name']}"]} if keyed else {})
+                     for row in part.rows]
         # the warnings compute() gives, given here too (the command line reads summary() alone)
         fields = self.ranking_fields()
         self._warn_if_cutoffs_reach_gallery(fields, stacklevel=3)
