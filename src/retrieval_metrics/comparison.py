@@ -26,6 +26,7 @@ from retrieval_metrics.comparison_text import (
 )
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import significance as S
+from retrieval_metrics.functional.measures.aggregation import counted_values
 from retrieval_metrics.functional.measures.stats import (
     Comparison,
     bootstrap_interval,
@@ -97,7 +98,10 @@ def compare(
             values = []
             label = f"{key}{spec.name}"
             for metric, table in ((first, table_a), (second, table_b)):
-                v = M.per_query_values(table, spec, options=metric.measure_options)
+                # the queries compute() and per_query() count (aggregation's one rule)
+                options = metric.measure_options
+                v = counted_values(M.per_query_values(table, spec, options=options), table, spec,
+                                   options)
                 if v.dim() > 1:
                     # a CMC curve, one column per K: compare its mean over K (the area under
                     # it), and say so, since "cmc@20: 0.61 vs 0.55" reads like a hit rate @20

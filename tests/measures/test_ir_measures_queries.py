@@ -165,3 +165,27 @@ def test_the_chance_level_of_an_ir_measures_string_covers_the_queries_its_value_
               if q != "q2" else 0.0 for q in ("q1", "q2", "q3")]
     assert row["queries"] == 3
     assert float(row["chance"]) == pytest.approx(sum(chance) / 3, abs=1e-9)
+
+
+@pytest.mark.parametrize("empty_queries", ["skip", "zero"])
+def test_compare_pairs_the_queries_the_values_count(empty_queries):
+    # a second system: q1's list reversed. compare()'s two means are the two compute() values,
+    # over the queries they count (q2, judged grade 0 only, counts at 0 for the ir_measures
+    # string; the library's judged@2 follows empty_queries)
+    names = ["nDCG@10", "judged@2", "ndcg@10"]
+    first = _ranked_lists_metric(names, empty_queries=empty_queries)
+    second = rm.RetrievalMetrics(names, empty_queries=empty_queries)
+    qids = sorted(QRELS)
+    lists = [sorted(RUN[q], key=lambda d: -RUN[q][d]) for q in qids]
+    second.update(ranked_ids=[lists[0][::-1], *lists[1:]], relevant_ids=[QRELS[q] for q in qids])
+    rows, _ = _ir_measures()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = rm.compare(first, second, num_bootstrap=50)
+        values_a, values_b = first.compute(), second.compute()
+    for name in names:
+        assert result[name].first == pytest.approx(float(values_a[name]), abs=1e-6), name
+        assert result[name].second == pytest.approx(float(values_b[name]), abs=1e-6), name
+    assert result["nDCG@10"].queries == 3
+    assert result["nDCG@10"].first == pytest.approx(sum(rows["nDCG@10"].values()) / 3)
+    assert result["ndcg@10"].queries == (2 if empty_queries == "skip" else 3)
