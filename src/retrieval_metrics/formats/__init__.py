@@ -14,6 +14,7 @@ Every reader raises :class:`FormatError` (a ``ValueError``) naming the file and 
 from retrieval_metrics.formats.converters import ann_benchmarks_ranks, trec_run_to_lists
 from retrieval_metrics.formats.embeddings import EmbeddingFile, load_items
 from retrieval_metrics.formats.errors import FormatError
+from retrieval_metrics.formats.run_writer import write_run, write_run_lines
 from retrieval_metrics.formats.runs import (
     RankedLists,
     order_by_score,
@@ -24,7 +25,6 @@ from retrieval_metrics.formats.runs import (
     read_trec_qrels,
     read_trec_run,
     trec_eval_order,
-    write_run,
 )
 
 __all__ = [
@@ -43,4 +43,5 @@ __all__ = [
     "trec_eval_order",
     "trec_run_to_lists",
     "write_run",
+    "write_run_lines",
 ]
