@@ -130,6 +130,7 @@ def evaluate_embeddings(
     metric.set_gallery(
         g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
     )
+    data.give_back_freed()  # (the ids' sorting and hashing, before the ranking's blocks)
     for part in _chunks(len(query)):
         q = data.select_rows(query, part)
         metric.update(

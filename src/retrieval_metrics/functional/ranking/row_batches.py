@@ -40,7 +40,7 @@ __all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
 
 #: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
 #: freed memory is reused, not piled up by the allocator)
-READ_BYTES = 1 << 22
+READ_BYTES = 1 << 20
 
 #: stored as they are, read (and scored) as float32
 HALF_PRECISION = (torch.float16, torch.bfloat16)

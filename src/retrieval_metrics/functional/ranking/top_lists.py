@@ -42,7 +42,7 @@ TIES = ("position", "id")
 #: gallery ids made codes at once, for the items of a query's id
 ID_CHUNK = 1 << 16
 #: gallery items scored at once per query (the block's columns)
-BLOCK_G = 8192
+BLOCK_G = 4096
 #: scores computed at once, per query block x gallery block (float32: 64 MiB)
 BLOCK_ENTRIES = 1 << 24
 
