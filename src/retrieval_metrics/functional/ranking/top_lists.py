@@ -151,10 +151,11 @@ def top_k(
     else:
         key = None  # the gallery's order
     # the gallery in key order: the columns of every block are then in tie order
-    columns = torch.arange(num_g) if key is None else torch.argsort(key, stable=True)
+    # (None: the gallery's own order, no index of it made)
+    columns = None if key is None else torch.argsort(key, stable=True)
     excluded = _excluded(num_q, num_g, same, query_ids, item_ids, exclude_identical_ids)
     dtype = score_dtype(query, items)
-    in_order = key is None or bool(torch.equal(columns, torch.arange(num_g)))
+    in_order = columns is None or bool(torch.equal(columns, torch.arange(num_g)))
     # a gallery in its own order is read a block at a time where that needs no copy of it (a
     # corpus in batches or on disk, for cosine and dot): never joined, normalised or upcast
     g_blocks = gallery_in_blocks(
@@ -163,10 +164,12 @@ def top_k(
     if g_blocks is not None:
         q_mat, g_mat = prepare_query(query, similarity, dtype), g_blocks
     else:
+        if columns is None:
+            columns = torch.arange(num_g)
         q_mat, g_mat = prepare(query, items, similarity, dtype, gallery_rows=columns)
     assert q_mat is not None
     device = q_mat.device
-    if excluded is not None and key is not None:
+    if excluded is not None and columns is not None:
         # as columns of the gallery in key order
         place = torch.empty_like(columns)
         place[columns] = torch.arange(num_g)
@@ -201,7 +204,8 @@ def top_k(
                 s_scores, s_cols = _block_best(s, width, masks)
                 scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
             best_scores[q0:q1], best_cols[q0:q1] = scores, cols
-    indices = columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape)
+    indices = best_cols if columns is None else (
+        columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape))
     empty = torch.isneginf(best_scores)
     if similarity == "euclidean":
         # the prepared product is 2 q.g - |g|^2 = |q|^2 - |q - g|^2: a per-query shift, so the
