@@ -161,7 +161,8 @@ class RetrievalMetric(RetrievalMetricBase):
         positions: Any = None,
     ) -> None:
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
-        at once and only per-query results are kept (the query embeddings are not stored).
+        at once and only per-query results are kept, with the queries' embeddings as given and
+        their ids, for :meth:`run` (which ranks them against the gallery again).
 
         ``embeddings`` may also be a corpus on disk, read a block at a time and never whole:
         the path of a ``.npy`` file, a glob or a list of them (their rows in that order), or
@@ -245,12 +246,13 @@ class RetrievalMetric(RetrievalMetricBase):
         of a separate gallery.
 
         For embeddings whose states hold both sides (same source; queries and gallery in
-        updates, with or without ``qrels``); queries ranked against a gallery given with
-        :meth:`set_gallery` are not kept (``functional.top_k`` lists them). String ids are kept
-        as 64-bit codes: give ``ids``, every id as given (in any order, e.g. the dataset's
-        query and document ids), to have them back. On several processes, every process calls
-        it and gets the whole run; with ``gallery_sharded=True`` each lists the best of its
-        shard and the lists are merged (tied scores at the cut by id code).
+        updates, with or without ``qrels``), and for queries ranked against a gallery given with
+        :meth:`set_gallery` (a corpus on disk read again a block at a time, never whole: the
+        run ``retrieval-metrics evaluate --write-run`` writes for the same files). String ids
+        are kept as 64-bit codes: give ``ids``, every id as given (in any order, e.g. the
+        dataset's query and document ids), to have them back. On several processes, every
+        process calls it and gets the whole run; with ``gallery_sharded=True`` each lists the
+        best of its shard and the lists are merged (tied scores at the cut by id code).
 
         >>> from retrieval_metrics import RetrievalMetrics
         >>> m = RetrievalMetrics(["mrr"], similarity="dot")
