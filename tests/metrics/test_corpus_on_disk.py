@@ -71,9 +71,21 @@ def test_a_corpus_on_disk_scores_as_in_memory(tmp_path, dtype, similarity):
         assert _score(given, given_ids, queries, qrels, similarity) == expected, given
 
 
-def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda):
+def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda, monkeypatch):
+    """A metric on a device ranks a corpus on disk there: each chunk read from the file is
+    copied to the device (every score block is a device tensor), the values the CPU's."""
+    from retrieval_metrics.functional.ranking.engine import counting
+
     corpus, queries, ids, qrels = _case(tmp_path, np.float16)
     expected = _score(torch.from_numpy(corpus), ids, queries, qrels, "cosine")
+    blocks_on = set()
+    count = counting.QueryBlock.count
+
+    def seen(self, s, *args, **kwargs):
+        blocks_on.add(s.device.type)
+        return count(self, s, *args, **kwargs)
+
+    monkeypatch.setattr(counting.QueryBlock, "count", seen)
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, memory_budget=2**21).to("cuda")
     metric.set_gallery(tmp_path / "all.npy", ids=ids)
     for part in np.array_split(np.arange(len(queries)), 3):
@@ -81,6 +93,7 @@ def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda):
                       role="query")
     values = metric.compute()
     assert all(v.device.type == "cuda" for v in values.values())
+    assert blocks_on == {"cuda"}  # (ranked on the host, before: {"cpu"})
     assert {k: float(v) for k, v in values.items()} == expected
 
 

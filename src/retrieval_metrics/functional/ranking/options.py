@@ -106,6 +106,11 @@ class BlockedEngine(RankingEngine):
             )
         else:
             query_keys, gallery_keys = _side_keys(queries, gallery)
+            emb = gallery.emb
+            if isinstance(emb, RowBatches) and emb.on_disk:
+                # a corpus on disk is streamed to the queries' device (a GPU's), a chunk at a
+                # time, and ranked there
+                gallery = replace(gallery, emb=emb.onto(queries.emb.device))
             query = queries.emb.to(gallery.emb.device)
             inputs = embedding_relevance(
                 query, gallery.emb, query_keys, gallery_keys, options, scan=False

@@ -198,7 +198,8 @@ class RowBatches:
     """
 
     def __init__(
-        self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None
+        self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
+        device: torch.device | None = None,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -222,9 +223,14 @@ class RowBatches:
         self._starts = self.starts.tolist()
         self.shape = torch.Size((self._starts[-1], first.shape[1]))
         self.stored_dtype, self.device = first.dtype, first.device
+        if device is not None:
+            if not all(m is not None for m in self.mapped):
+                raise ValueError("only rows read from files are read onto another device")
+            self.device = torch.device(device)  # each chunk read from the file copied there
         self.dtype = read_dtype(first.dtype)
         self.divisor = divisor
         self._norms: Tensor | None = None
+        self._onto: dict[torch.device, RowBatches] = {}
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -294,7 +300,23 @@ class RowBatches:
 
     def divided(self, divisor: Tensor) -> RowBatches:
         """These rows read divided by ``divisor`` (``(N, 1)``, one entry a row)."""
-        return RowBatches(self.sources(), divisor)
+        return RowBatches(self.sources(), divisor, self.device if self.on_disk else None)
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether every row is read from a file (a corpus on disk)."""
+        return all(m is not None for m in self.mapped)
+
+    def onto(self, device: torch.device) -> RowBatches:
+        """A corpus on disk read onto ``device`` (a GPU's): each chunk read from the file into
+        the host's buffer, copied there, never held whole on either (itself where already)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        if device not in self._onto:  # (one view a device: its row norms computed once)
+            divisor = None if self.divisor is None else self.divisor.to(device)
+            self._onto[device] = RowBatches(self.sources(), divisor, device)
+        return self._onto[device]
 
     def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
         """Rows ``start:stop``: a view of their batch where it holds them all, they are read as
@@ -319,8 +341,10 @@ class RowBatches:
                 target = out[row - start : row - start + piece.shape[0]]
                 if self.divisor is None:
                     target.copy_(piece)
-                else:
+                elif piece.device == target.device:
                     torch.div(piece, self.divisor[row : row + piece.shape[0]], out=target)
+                else:  # (read onto a device: copied there, then divided, the same values)
+                    target.copy_(piece).div_(self.divisor[row : row + piece.shape[0]])
             at, i = end, i + 1
         return out[: stop - start]
 
