@@ -18,6 +18,7 @@ What it shows:
 from __future__ import annotations
 
 import argparse
+import tempfile
 
 import lightning as L
 import torch
@@ -146,20 +147,24 @@ def main() -> None:
     train_loader = DataLoader(Pairs(train[0], docs[train[1]]), batch_size=64, shuffle=True)
     val_loaders = [DataLoader(Texts(val[0], val[2]), batch_size=50), corpus]
     test_loaders = [DataLoader(Texts(test[0], test[2]), batch_size=50), corpus]
-    select = SelectOnValidation(monitor="val/ndcg@10", mode="max")
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=args.devices,
-        strategy="ddp" if args.devices > 1 else "auto",
-        max_epochs=args.epochs,
-        callbacks=[select],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(model, train_loader, val_loaders)
-    # no ckpt_path: the selected weights are loaded on every process before testing
-    tested = trainer.test(model, test_loaders, verbose=False)[0]
+    # checkpoints in a temporary folder, not the working directory (under DDP every process
+    # uses the first process's: ModelCheckpoint shares its dirpath)
+    with tempfile.TemporaryDirectory() as root:
+        select = SelectOnValidation(dirpath=root, monitor="val/ndcg@10", mode="max")
+        trainer = L.Trainer(
+            accelerator="cpu",
+            devices=args.devices,
+            strategy="ddp" if args.devices > 1 else "auto",
+            max_epochs=args.epochs,
+            callbacks=[select],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=root,
+        )
+        trainer.fit(model, train_loader, val_loaders)
+        # no ckpt_path: the selected weights are loaded on every process before testing
+        tested = trainer.test(model, test_loaders, verbose=False)[0]
     if trainer.is_global_zero:
         selection = select.selection
         print(f"selected epoch {selection['epoch']}: val/ndcg@10 = {selection['score']:.6f}")

@@ -15,6 +15,8 @@ What it shows:
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -87,26 +89,30 @@ def main() -> None:
     torch.manual_seed(0)
     train = DataLoader(ClassData(20, 20, seed=1), batch_size=32, shuffle=True)
     val = DataLoader(ClassData(20, 7, seed=2, id_offset=10_000), batch_size=25)
-    checkpoint = ModelCheckpoint(monitor="val/map_at_r", mode="max")
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=args.devices,
-        strategy="ddp" if args.devices > 1 else "auto",
-        max_epochs=args.epochs,
-        callbacks=[checkpoint],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
-    trainer.fit(EmbeddingModule(), train, val)
-    if trainer.is_global_zero:
-        print({k: round(float(v), 4) for k, v in trainer.callback_metrics.items()})
-        print(
-            "best checkpoint:",
-            checkpoint.best_model_path,
-            "val/map_at_r =",
-            round(float(checkpoint.best_model_score), 4),
+    # checkpoints in a temporary folder, not the working directory (under DDP every process
+    # uses the first process's: ModelCheckpoint shares its dirpath)
+    with tempfile.TemporaryDirectory() as root:
+        checkpoint = ModelCheckpoint(dirpath=root, monitor="val/map_at_r", mode="max")
+        trainer = L.Trainer(
+            accelerator="cpu",
+            devices=args.devices,
+            strategy="ddp" if args.devices > 1 else "auto",
+            max_epochs=args.epochs,
+            callbacks=[checkpoint],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=root,
         )
+        trainer.fit(EmbeddingModule(), train, val)
+        if trainer.is_global_zero:
+            print({k: round(float(v), 4) for k, v in trainer.callback_metrics.items()})
+            print(
+                "best checkpoint:",
+                Path(checkpoint.best_model_path).name,
+                "val/map_at_r =",
+                round(float(checkpoint.best_model_score), 4),
+            )
 
 
 if __name__ == "__main__":

@@ -48,3 +48,5 @@ def test_bi_encoder_on_two_ddp_processes_logs_the_one_process_value(tmp_path):
     assert logged and alone, out
     assert float(logged.group(1)) == float(alone.group(1)) > 0
     assert "'test/ndcg@10'" in out and "'selection/epoch'" in out
+    # the checkpoints went to a temporary folder: nothing written in the working directory
+    assert list(tmp_path.iterdir()) == []

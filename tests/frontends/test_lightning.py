@@ -50,6 +50,8 @@ def test_example_module_single_device(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "val/map_at_r" in proc.stdout and "best checkpoint" in proc.stdout
+    # the checkpoints went to a temporary folder: nothing written in the working directory
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.timeout(400)
@@ -67,3 +69,38 @@ def test_ddp_rsum_without_ids_selects_the_epoch_one_process_would(tmp_path):
     best = max(single, key=single.get)
     assert result["selection"]["epoch"] == int(best)
     assert result["selection"]["score"] == pytest.approx(single[best], abs=1e-3)
+
+
+def test_a_metric_of_several_values_logged_with_self_log_points_to_log_dict(tmp_path):
+    # Lightning alone says the compute() return "must be a tensor", naming no way out
+    pl = pytest.importorskip("lightning.pytorch")
+    import torch
+
+    import retrieval_metrics as rm
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 4)
+            self.metric = rm.HitRateAtK(k=(1, 5))
+
+        def validation_step(self, batch, index):
+            x, y = batch
+            self.metric.update(self.layer(x), y)
+            self.log("val/hit", self.metric)
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.arange(16) % 4)
+    trainer = pl.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    with pytest.raises(ValueError, match=r"\(hit_rate@1, hit_rate@5\), and self.log\('val/hit', "
+                       r"metric\) logs one tensor.*self.log_dict\(metric.compute\(\)"):
+        trainer.validate(Module(), torch.utils.data.DataLoader(data, batch_size=8))
+    # compute() called directly still returns the dict
+    # (each item's nearest other item is the other of its label: hit rate @1 and @2 are 1)
+    metric = rm.HitRateAtK(k=(1, 2))
+    metric.update(torch.tensor([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0], [0.1, 1.0]]),
+                  torch.tensor([0, 0, 1, 1]))
+    assert {k: float(v) for k, v in metric.compute().items()} == {
+        "hit_rate@1": 1.0, "hit_rate@2": 1.0}

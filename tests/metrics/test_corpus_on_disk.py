@@ -112,6 +112,21 @@ def test_a_corpus_on_disk_that_cannot_be_read_is_named(tmp_path, given, message)
         metric.set_gallery(str(tmp_path / given), torch.zeros(4, dtype=torch.int64))
 
 
+def test_a_truncated_npy_file_is_named(tmp_path):
+    # numpy alone says "mmap length is greater than file size", naming no file
+    np.save(tmp_path / "whole.npy", np.ones((100, 8), dtype=np.float32))
+    data = (tmp_path / "whole.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[: len(data) // 2])
+    metric = rm.RetrievalMetrics(["mrr"])
+    with pytest.raises(ValueError, match=r"`embeddings`: '.*cut\.npy' cannot be read as a \.npy"):
+        metric.set_gallery(str(tmp_path / "cut.npy"), torch.zeros(100, dtype=torch.int64))
+    np.save(tmp_path / "ids.npy", np.arange(100))
+    data = (tmp_path / "ids.npy").read_bytes()
+    (tmp_path / "ids_cut.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"`ids`: '.*ids_cut\.npy' cannot be read"):
+        metric.set_gallery(str(tmp_path / "whole.npy"), ids=str(tmp_path / "ids_cut.npy"))
+
+
 def test_ids_from_a_text_file_with_an_empty_line_are_refused(tmp_path):
     np.save(tmp_path / "c.npy", np.ones((3, 2), dtype=np.float32))
     (tmp_path / "ids.txt").write_text("a\n\nc\n")

@@ -67,8 +67,10 @@ from retrieval_metrics.cli.runs import (
 from retrieval_metrics.cli.summary import (
     default_protocol_note,
     number,
+    per_query_json,
     print_summary,
     summary_json,
+    write_per_query,
 )
 
 __all__ = ["CLIError", "Progress", "evaluate_embeddings", "evaluate_trec", "main", "run"]
@@ -159,6 +161,13 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         except (OSError, ValueError) as err:
             raise CLIError(f"--plot {args.plot}: {err}") from None
         print(f"\nplot written to {args.plot}", file=out)
+    if args.per_query:
+        values = {run.name: per_query_json(run.metric, run.query_ids) for run in runs}
+        try:
+            write_per_query(Path(args.per_query), values)
+        except OSError as err:
+            raise CLIError(f"--per-query {args.per_query}: {err}") from None
+        print(f"\nper-query values written to {args.per_query}", file=out)
     if args.json:
         try:
             Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

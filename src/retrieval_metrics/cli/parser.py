@@ -276,6 +276,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_inputs(ev)
     ev.add_argument("--json", metavar="OUT.json", help="write every value to a JSON file")
     ev.add_argument(
+        "--per-query",
+        dest="per_query",
+        metavar="OUT",
+        help="write each query's value of every measure, keyed by the query ids (TREC run "
+        "qids, the query file's ids; row numbers where a file has none): .json {run: {measure: "
+        "{query id: value}}}, else tab-separated lines 'run query_id measure value' (null / "
+        "empty for a query left out), for significance tests and error analysis elsewhere",
+    )
+    ev.add_argument(
         "--plot",
         metavar="OUT.png",
         help="draw hit rate vs K with the chance curve, every run on one axis; embeddings with "

@@ -82,6 +82,9 @@ class Run:
     notes: dict[str, Any] = field(default_factory=dict)
     summary: Any = None
     queries_key: str = ""  # equal for two runs that score the same queries in the same order
+    #: the query ids given to the metric, in the order given (None: the queries are keyed by
+    #: their row numbers), what --per-query keys each value by
+    query_ids: list[Any] | None = None
 
 
 def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
@@ -154,7 +157,8 @@ def evaluate_trec(
     progress: Progress | None = None,
 ) -> int:
     for part in _chunks(len(qids), minimum=500):
-        metric.update(ranked_ids=ranked[part], relevant_ids=relevant[part])
+        # the qids as the queries' ids: per_query(ids=...) keys each value by them
+        metric.update(ranked_ids=ranked[part], relevant_ids=relevant[part], ids=qids[part])
         if progress is not None:
             progress.advance(part.stop - part.start)
     return len(qids)
@@ -316,10 +320,12 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             files_used = [str(path)] + ([] if args.qrels is None else [str(args.qrels)])
             run_ = Run(label, "trec", files_used, metric, len(lists), notes)
             run_.queries_key = _digest(*(q.encode() for q in lists.qids))
-            # every judgment (grade 0 too) where a measure reads which documents were judged
-            from retrieval_metrics.functional.measures.names import judged_needed
+            run_.query_ids = list(lists.qids)
+            # every judgment (grade 0 too) where a measure reads which documents were judged,
+            # or an ir_measures string scores the queries judged grade 0 only
+            from retrieval_metrics.functional.measures.names import judged_queries_needed
 
-            judged = judged_needed(metric.metric_names(), metric.measure_options)
+            judged = judged_queries_needed(metric.metric_names(), metric.measure_options)
             relevant = lists.judgments if judged else lists.relevant_ids
             with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar:
                 evaluate_trec(metric, lists.qids, lists.ranked_ids, relevant, bar)
@@ -365,6 +371,8 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
             try:
                 evaluate_embeddings(metric, query, gallery, bar)
+                if query.ids is not None:  # (same source: the row numbers, given as ids)
+                    run_.query_ids = query.ids.tolist()
                 runs.append(_summarize(run_, args, bar))
                 data.write_run_of(args, run_, query, gallery, len(pairs))
             except ValueError as err:
@@ -417,6 +425,7 @@ def _judged_run(
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
             evaluate_embeddings(metric, query, gallery, bar)
+            run_.query_ids = query.ids.tolist()
             data.write_run_of(args, run_, query, gallery, count)
             return _summarize(run_, args, bar)
         except ValueError as err:

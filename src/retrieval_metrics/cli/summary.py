@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 
-__all__ = ["default_protocol_note", "gallery_value", "number", "print_summary", "summary_json"]
+__all__ = [
+    "default_protocol_note",
+    "gallery_value",
+    "number",
+    "per_query_json",
+    "print_summary",
+    "summary_json",
+    "write_per_query",
+]
 
 
 def gallery_value(text: str) -> int | list[int] | None:
@@ -45,6 +55,43 @@ def summary_json(summary: Any) -> dict[str, Any]:
             "gallery_size": gallery_value(str(row["gallery"])),
         }
     return out
+
+
+def per_query_json(metric: Any, query_ids: list[Any] | None) -> dict[str, dict[str, Any]]:
+    """Each measure's value per query, ``{measure: {query id: value}}``, keyed by
+    ``query_ids`` (as text, in the order given, each once; ``metric.per_query(ids=...)``) or,
+    where the queries had no ids, by their row numbers in the order they arrived; None for a
+    query left out, a list for a CMC curve."""
+    if query_ids is None:
+        rows = metric.per_query()
+        return {name: {str(i): number(v) for i, v in enumerate(values)}
+                for name, values in rows.items()}
+    keyed = metric.per_query(ids=list(dict.fromkeys(query_ids)))
+    return {
+        name: {str(q): [number(x) for x in v] if isinstance(v, list) else number(v)
+               for q, v in by_id.items()}
+        for name, by_id in keyed.items()
+    }
+
+
+def write_per_query(path: Path, values: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """``values`` (``{run: {measure: {query id: value}}}``) to ``path``: JSON for ``.json``,
+    else one tab-separated line ``run query_id measure value`` a value under a header (empty
+    for a query left out; a CMC curve's values joined by commas)."""
+    if path.suffix.lower() == ".json":
+        path.write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
+        return
+
+    def cell(v: Any) -> str:
+        if isinstance(v, list):
+            return ",".join(cell(x) for x in v)
+        return "" if v is None else repr(v)
+
+    lines = ["run\tquery_id\tmeasure\tvalue"]
+    for run, measures in values.items():
+        for measure, by_query in measures.items():
+            lines += [f"{run}\t{q}\t{measure}\t{cell(v)}" for q, v in by_query.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def print_summary(summary: Any, out: TextIO) -> None:

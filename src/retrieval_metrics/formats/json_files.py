@@ -204,9 +204,15 @@ def read_jsonl(
     for lineno, line in file_lines(path):
         where = f"{path}, line {lineno}"
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_one_value_a_key)
         except json.JSONDecodeError as err:
             raise FormatError(f"{where}: not valid JSON: {err.msg}") from None
+        except _KeyTwice as err:
+            key, first, second = err.args
+            raise FormatError(
+                f"{where}: {key!r} is given twice in one object, as {first!r} and {second!r} "
+                "(JSON would keep the last silently): give each key once, a document one grade"
+            ) from None
         if not isinstance(row, dict):
             raise FormatError(
                 f'{where}: expected an object {{"id": ..., "{need}": [...]}}, got a '
@@ -243,6 +249,23 @@ def read_jsonl(
     if not lists and not qrels:
         raise FormatError(f"{path}: no questions")
     return lists, (qrels if need == "relevant" or with_relevant else None)
+
+
+class _KeyTwice(Exception):
+    """A key given twice in one JSON object with two values: ``(key, first, second)``."""
+
+
+def _one_value_a_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: the object's dict, a key repeated at another value refused
+    (``{"d1": 1, "d1": 2}``: which grade holds is unknown); the same value repeated kept once."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen and seen[key] != value:
+                raise _KeyTwice(key, seen[key], value)
+            seen[key] = value
+    return out
 
 
 def _jsonl_ranked(value: Any, where: str, qid: str, duplicates: str) -> list[str]:

@@ -18,6 +18,9 @@ Judgments (qrels):
 * ``.json``: ``{"qid": {"docid": grade, ...}, ...}``;
 * ``.jsonl``: ``{"id": ..., "relevant": [docid, ...]}`` or with grades as a dict.
 
+A qrels file judges each (query, document) once: the same judgment repeated is kept once, and
+one judged again at another grade is refused, naming the line (which grade holds is unknown).
+
 Scored runs are ranked as trec_eval ranks them: by decreasing score, ties by document id in
 descending byte order (the file's rank column and its order of lines do not matter); a scored
 run holds one score per document, so a document listed twice for a query is an error, as in
@@ -148,6 +151,19 @@ def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
     return run
 
 
+def _judge(qrels: Qrels, qid: str, doc: str, grade: int, where: str) -> None:
+    """Record one judgment; a document judged again for the same query at another grade is
+    refused (which grade holds is unknown), the same judgment repeated is kept once."""
+    judged = qrels.setdefault(qid, {})
+    before = judged.setdefault(doc, grade)
+    if before != grade:
+        raise FormatError(
+            f"{where}: query {qid!r}, document {doc!r} is judged again, at grade {grade} "
+            f"(grade {before} on an earlier line): each (query, document) takes one grade; "
+            "keep the line that holds"
+        )
+
+
 def read_trec_qrels(path: str | Path) -> Qrels:
     """A TREC qrels file (``qid iter docid rel`` per line) as qid -> docid -> grade."""
     path = Path(path)
@@ -160,7 +176,7 @@ def read_trec_qrels(path: str | Path) -> Qrels:
                 f"{where}: a qrels line has 4 fields 'qid iter docid rel', got {len(fields)}"
             )
         qid, _, doc, rel = fields
-        qrels.setdefault(qid, {})[doc] = _grade(rel, where)
+        _judge(qrels, qid, doc, _grade(rel, where), where)
     if not qrels:
         raise FormatError(f"{path}: the qrels are empty")
     return qrels
@@ -185,7 +201,7 @@ def _read_beir_qrels(path: Path) -> Qrels:
         qid, doc, rel = (f.strip() for f in fields)
         if not qid or not doc:
             raise FormatError(f"{where}: empty query-id or corpus-id")
-        qrels.setdefault(qid, {})[doc] = _grade(rel, where)
+        _judge(qrels, qid, doc, _grade(rel, where), where)
     if not qrels:
         raise FormatError(f"{path}: the qrels are empty")
     return qrels

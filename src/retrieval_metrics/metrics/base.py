@@ -17,11 +17,13 @@ ranking shared out, so every process returns the value a single process would.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import Metric
@@ -30,7 +32,9 @@ from torchmetrics.utilities.data import dim_zero_cat
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
+from retrieval_metrics.functional.measures.names import judged_needed
 from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.options import (
     BLOCKED_ENGINE,
     RankingEngine,
@@ -182,6 +186,7 @@ class RetrievalMetricBase(Metric):
         self._notes: dict[str, int] = {}
         self._warned_forward = False
         self._warned_cutoffs = False
+        self._warned_unjudged = False
 
     # ------------------------------------------------------------------ dtype of the results
 
@@ -340,6 +345,56 @@ class RetrievalMetricBase(Metric):
             stacklevel=stacklevel,
         )
 
+    def _refuse_several_in_log(self, values: Any) -> Any:
+        """``values``, unless they are several (a dict) and Lightning's ``self.log(name,
+        metric)`` is computing them: it logs one tensor per metric object, and would say only
+        that the return "must be a tensor". Looks at a few calling frames, only for a dict."""
+        if not isinstance(values, dict):
+            return values
+        frame = sys._getframe(1)
+        for _ in range(8):
+            frame = frame.f_back  # type: ignore[assignment]
+            if frame is None:
+                return values
+            module = frame.f_globals.get("__name__", "")
+            if module.endswith("logger_connector.result") and frame.f_code.co_name == "compute":
+                meta = getattr(frame.f_locals.get("self"), "meta", None)
+                name = getattr(meta, "name", None)
+                logged = f"self.log({name!r}, metric)" if name else "self.log(name, metric)"
+                raise ValueError(
+                    f"{type(self).__name__} computes several values ({', '.join(values)}), and "
+                    f"{logged} logs one tensor per metric object: call metric.update(...) in "
+                    "the step and, at the epoch's end (on_validation_epoch_end), "
+                    "self.log_dict(metric.compute(), sync_dist=True) then metric.reset(); or "
+                    "ask for one value (one k, one metric name)"
+                )
+        return values
+
+    def _warn_if_unjudged(self, fields: dict[str, RankTable], stacklevel: int = 4) -> None:
+        """Warn once per metric when a measure that reads which documents were judged not
+        relevant (Judged@K, bpref, a condensed list) is given judgments without one: it then
+        reads every unlisted document as unjudged (bpref equals recall, Judged@K counts the
+        relevant documents only), as from ``relevant_ids`` that hold the relevant ones alone."""
+        if self._warned_unjudged:
+            return
+        names = [n for n in self.metric_names() if judged_needed([n], self.measure_options)]
+        if not names:
+            return
+        tables = [t for t in fields.values() if t.num_nonrelevant is not None and t.num_queries]
+        if not tables or any(bool((t.num_nonrelevant > 0).any()) for t in tables):
+            return
+        warnings.warn(
+            f"{type(self).__name__}: {', '.join(names)} read which documents were judged not "
+            "relevant, and the judgments given hold none (every judged document is relevant): "
+            "every other document counts as unjudged there. Pass every judgment with its "
+            "grade, those judged not relevant at grade 0: `relevant_ids=[{doc: grade, ...}]` "
+            "(read_ranked_lists(...).judgments, not .relevant_ids) or `qrels=` with the grade 0 "
+            "lines",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+        self._warned_unjudged = True
+
     def _warn_if_cutoffs_reach_gallery(
         self, fields: dict[str, RankTable], stacklevel: int = 4
     ) -> None:
@@ -397,11 +452,30 @@ class RetrievalMetricBase(Metric):
 
     # ------------------------------------------------------------------ beyond compute()
 
-    def per_query(self) -> dict[str, Tensor]:
+    def per_query(self, ids: Any = None) -> dict[str, Any]:
         """Each query's value of every reported measure as the mean counts it (NaN for skipped
         queries; 0, or the worst rank, under ``empty_queries="zero"``), queries in a stable
         order (by sample id when ids were given, else the order they arrived in); keys carry the
-        direction for image-text ("i2t/hit_rate@1")."""
+        direction for image-text ("i2t/hit_rate@1").
+
+        With ``ids`` (the query ids given to ``update``, int or str, any subset in any order):
+        ``{name: {query id: value}}`` in the order of ``ids``, a value a float (a list for a
+        CMC curve); ``pandas.DataFrame(metric.per_query(ids=...))`` makes it a table.
+
+        >>> import retrieval_metrics as rm
+        >>> m = rm.RetrievalMetrics(["mrr"])
+        >>> m.update(ranked_ids=[["d1", "d2"], ["d2", "d1"]], relevant_ids=[{"d1"}, {"d1"}],
+        ...          ids=["who", "what"])
+        >>> m.per_query(ids=["who", "what"])
+        {'mrr': {'who': 1.0, 'what': 0.5}}
+        """
+        rows = self._per_query_rows()
+        if ids is None:
+            return {name: values for name, (values, _) in rows.items()}
+        return keyed_rows(rows, ids)
+
+    def _per_query_rows(self) -> dict[str, tuple[Tensor, Tensor | None]]:
+        """:meth:`per_query`'s rows by name, each with its queries' id codes (None without ids)."""
         out = {}
         for key, table in self.rank_tables().items():
             for name in self.metric_names():
@@ -409,7 +483,7 @@ class RetrievalMetricBase(Metric):
                 values = counted_values(
                     self._per_query_values(table, spec), table, spec, self.measure_options
                 )
-                out[f"{key}{spec.name}"] = values.to(self.device)
+                out[f"{key}{spec.name}"] = (values.to(self.device), table.query_id)
         return out
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
@@ -425,20 +499,27 @@ class RetrievalMetricBase(Metric):
             )
 
     def summary(
-        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0
+        self, level: float = 0.95, num_bootstrap: int = 1000, seed: int = 0, ids: Any = None
     ) -> stats.Summary:
         """Values with queries counted and skipped, gallery size, chance level and a confidence
-        interval (seeded percentile bootstrap over queries). Prints as a table."""
+        interval (seeded percentile bootstrap over queries). Prints as a table. With ``ids``
+        (as :meth:`per_query` takes them) each row also holds ``"per_query"``, its values keyed
+        by those query ids (``summary.as_dict()[name]["per_query"]``)."""
         self.refuse_nonpositive("summary()")
         options = dict(
             level=level, num_bootstrap=num_bootstrap, seed=seed, options=self.measure_options
         )
         prefix = self.prefix
+        keyed = {} if ids is None else self.per_query(ids=ids)
         rows = []
         for key, part in self._summaries(options):
-            rows += [{**row, "name": f"{prefix}{key}{row['name']}"} for row in part.rows]
+            rows += [{**row, "name": f"{prefix}{key}{row['name']}"}
+                     | ({"per_query": keyed[f"{key}{row['name']}"]} if keyed else {})
+                     for row in part.rows]
         # the warnings compute() gives, given here too (the command line reads summary() alone)
-        self._warn_if_cutoffs_reach_gallery(self.ranking_fields(), stacklevel=3)
+        fields = self.ranking_fields()
+        self._warn_if_cutoffs_reach_gallery(fields, stacklevel=3)
+        self._warn_if_unjudged(fields, stacklevel=3)
         return stats.Summary(rows=rows, level=level, notes=self._summary_notes())
 
     def ranking_fields(self) -> dict[str, RankTable]:
@@ -466,6 +547,35 @@ class RetrievalMetricBase(Metric):
         a seeded percentile bootstrap over queries."""
         summary = self.summary(level=level, num_bootstrap=num_bootstrap, seed=seed)
         return {row["name"]: row["interval"] for row in summary.rows}
+
+
+def keyed_rows(
+    rows: dict[str, tuple[Tensor, Tensor | None]], ids: Any
+) -> dict[str, dict[Any, Any]]:
+    """``rows`` (per name, the values and the queries' id codes) as ``{name: {id: value}}`` in
+    the order of ``ids``; an id that is no query's is refused, naming it."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"`ids` must be a sequence of query ids, got the single id {ids!r}")
+    ids = ids.tolist() if isinstance(ids, (Tensor, np.ndarray)) else list(ids)
+    codes = label_codes(ids, "ids").tolist()
+    out: dict[str, dict[Any, Any]] = {}
+    for name, (values, query_codes) in rows.items():
+        if query_codes is None:
+            raise ValueError(
+                f"per_query(ids=...) finds each query by the `ids` given to update(), and "
+                f"the queries of {name!r} came without them: pass `ids=` to update() (or call "
+                "per_query() for the rows in the order the queries arrived)"
+            )
+        row_of = {code: row for row, code in enumerate(query_codes.tolist())}
+        missing = [i for i, code in zip(ids, codes, strict=True) if code not in row_of]
+        if missing:
+            raise ValueError(
+                f"per_query(ids=...): {len(missing)} of the `ids` are no query's ({name!r} "
+                f"has {len(row_of)} queries): {missing[:5]}{' ...' if len(missing) > 5 else ''}"
+            )
+        listed = values.cpu().tolist()
+        out[name] = {i: listed[row_of[code]] for i, code in zip(ids, codes, strict=True)}
+    return out
 
 
 def _option_property(name: str) -> property:

@@ -295,10 +295,10 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]
-        return {
+        return self._refuse_several_in_log({
             f"{self.prefix}{k}": self._result(v)
             for k, v in self.compute_values().items()
-        }
+        })
 
 
 class RSum(CrossModalRetrieval):

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import all_finite
-from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
+from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings, load_npy
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
@@ -34,7 +34,7 @@ def read_ids(path: str | Path) -> list[str] | np.ndarray:
     if not path.is_file():
         raise ValueError(f"`ids`: no such file {str(path)!r}")
     if path.suffix.lower() == ".npy":
-        return np.load(path, allow_pickle=False)
+        return load_npy("ids", path)
     ids = path.read_text(encoding="utf-8").splitlines()
     if "" in ids:
         raise ValueError(f"`ids`: {path} line {ids.index('') + 1} is empty (one id a line)")

@@ -425,18 +425,18 @@ class RetrievalMetric(RetrievalMetricBase):
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
         return self._input_form().per_query_values(self.context(), table, spec)
 
-    def per_query(self) -> dict[str, Tensor]:
+    def _per_query_rows(self) -> dict[str, tuple[Tensor, Tensor | None]]:
         # many relevant items per query: ranked and reduced a chunk of queries at a time, as in
         # compute(), so that the whole table never exists (on several processes each ranks its
         # share and the per-query values are gathered)
         self._ranked()
         if self._chunk_parts is None:
-            return super().per_query()
+            return super()._per_query_rows()
         parts, queries = self._chunk_parts
         return {
-            name: counted_values(
+            name: (counted_values(
                 values, queries, M.parse_metric(name), self.measure_options
-            ).to(self.device)
+            ).to(self.device), queries.query_id)
             for name, (values, _, _) in parts.items()
         }
 
@@ -476,9 +476,10 @@ class RetrievalMetric(RetrievalMetricBase):
             fields = self.rank_table()
             values = self._input_form().values(self.context(), fields)
         self._warn_if_cutoffs_reach_gallery({"": fields})
+        self._warn_if_unjudged({"": fields})
         if self.all_skipped == "zero" and not bool((fields.num_relevant > 0).any()):
             values = {k: torch.nan_to_num(v, nan=0.0) for k, v in values.items()}
         # on the metric's device, as torchmetrics returns its values (the tables are host data)
-        return self._format(
+        return self._refuse_several_in_log(self._format(
             {k: self._result(v) for k, v in values.items()}
-        )
+        ))

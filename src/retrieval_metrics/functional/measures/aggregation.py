@@ -41,11 +41,13 @@ __all__ = [
     "chance_measures",
     "chance_table",
     "counted_values",
+    "judged_without_relevant",
     "median_rank",
     "per_query_values",
     "query_fields",
     "query_parts_in_chunks",
     "retrieval_measures",
+    "unanswerable",
 ]
 
 EMPTY_QUERIES = OPTIONS["empty_queries"].allowed
@@ -53,9 +55,15 @@ AVERAGES = OPTIONS["average"].allowed
 MEDIAN_CONVENTIONS = OPTIONS["median"].allowed
 
 
-def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: float) -> Tensor:
+def _empty_fill(
+    values: Tensor, table: RankTable, empty_queries: str, fill: float,
+    empty: Tensor | None = None,
+) -> Tensor:
+    """``values`` under the policy ``empty_queries`` for the queries ``empty`` (by default
+    those with nothing relevant, ``table.num_relevant == 0``)."""
     check_option("empty_queries", empty_queries)
-    empty = table.num_relevant == 0
+    if empty is None:
+        empty = table.num_relevant == 0
     if empty_queries == "error" and bool(empty.any()):
         which = flat_nonzero(empty)
         shown = which[:10].tolist()
@@ -66,8 +74,33 @@ def _empty_fill(values: Tensor, table: RankTable, empty_queries: str, fill: floa
         )
     if empty_queries == "zero":
         fill_value = torch.full_like(values, fill)
-        return torch.where(empty.view(-1, *([1] * (values.dim() - 1))), fill_value, values)
+        return torch.where(_by_query(empty, values), fill_value, values)
     return values
+
+
+def _by_query(mask: Tensor, values: Tensor) -> Tensor:
+    """A per-query ``mask`` shaped to broadcast over ``values`` (a CMC row per query)."""
+    return mask.view(-1, *([1] * (values.dim() - 1)))
+
+
+def judged_without_relevant(table: RankTable, spec: MetricSpec) -> Tensor | None:
+    """The queries that an ir_measures string scores though nothing of theirs is relevant:
+    judged, with grades <= 0 only. Its provider reports every judged query (0; Judged@K its
+    share of judged documents), so such a query counts whatever ``empty_queries`` says. None
+    where there is none, the name is the library's own, or the table does not say which
+    documents were judged (``num_nonrelevant``: the ranking placed them)."""
+    if not spec.ir_measures or table.num_nonrelevant is None:
+        return None
+    judged = (table.num_relevant == 0) & (table.num_nonrelevant > 0)
+    return judged if bool(judged.any()) else None
+
+
+def unanswerable(table: RankTable, spec: MetricSpec) -> Tensor:
+    """``(Q,)`` bool: the queries that ``empty_queries`` rules for ``spec``: those with nothing
+    relevant, less those an ir_measures string scores (:func:`judged_without_relevant`)."""
+    empty = table.num_relevant == 0
+    judged = judged_without_relevant(table, spec)
+    return empty if judged is None else empty & ~judged
 
 
 def aggregate(
@@ -168,6 +201,7 @@ def chance_table(table: RankTable) -> RankTable:
         ideal_ptr=table.ideal_ptr,
         ideal_grade=table.ideal_grade,
         query_class=table.query_class,
+        num_nonrelevant=table.num_nonrelevant,  # (the queries judged: see unanswerable)
     )
 
 
@@ -194,16 +228,26 @@ def per_query_values(
 def counted_values(
     values: Tensor, table: RankTable, spec: MetricSpec, options: MeasureOptions
 ) -> Tensor:
-    """Per-query ``values`` of ``spec`` as the mean counts them: under ``empty_queries="zero"``
-    a query with nothing relevant is 0 (a rank: the worst rank, gallery size + 1), not NaN;
-    otherwise unchanged (NaN is a query left out). ``table``: the queries' fields."""
+    """Per-query ``values`` of ``spec`` as the mean counts them, the one rule that the value,
+    the per-query rows and the interval follow: NaN is a query left out. Under
+    ``empty_queries="zero"`` a query with nothing relevant is 0 (a rank: the worst rank, gallery
+    size + 1); under ``"skip"`` it is NaN, for a measure defined for every query (Judged@K) too,
+    so that it counts the queries the others count. An ir_measures string scores a query judged
+    with grades <= 0 only as its provider does (0; Judged@K its share), whatever
+    ``empty_queries`` says (:func:`judged_without_relevant`). ``table``: the queries' fields."""
+    judged = judged_without_relevant(table, spec)
+    if judged is not None and spec.measure.needs_relevant:
+        values = torch.where(_by_query(judged, values), 0.0, values)
+    empty = unanswerable(table, spec)
+    if not spec.measure.needs_relevant:
+        if options.empty_queries != "skip":
+            return values  # defined for every query: nothing to fill
+        return torch.where(_by_query(empty, values), math.nan, values)
     if options.empty_queries != "zero":
         return values
-    if not spec.measure.needs_relevant:
-        return values  # defined for every query (Judged@K): nothing to fill
     if spec.base in RANK_METRICS:
         return worst_rank_fill(values, table)
-    return _empty_fill(values, table, "zero", 0.0)
+    return _empty_fill(values, table, "zero", 0.0, empty)
 
 
 def _view_of(
@@ -311,7 +355,10 @@ def chance_measures(
     # The chance table of the representatives only (one item per relevant pair of every query
     # would be as large as the rank table); the aggregation reads the per-query fields alone.
     fields = query_fields(table)
-    chance_fields = replace(fields, depth=fields.gallery_size.clone())
+    # (which queries were judged: an ir_measures string counts those judged grade 0 only)
+    chance_fields = replace(
+        fields, depth=fields.gallery_size.clone(), num_nonrelevant=table.num_nonrelevant
+    )
     small = chance_table(fields.select(representative))
     return _measures(chance_fields, names, options, rows=(small, inverse))
 
@@ -382,17 +429,15 @@ def _aggregate_parts(
                 counted = values[~torch.isnan(values)]
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
             continue
-        rule = empty_queries
-        if not spec.measure.needs_relevant:
-            # defined for every query (Judged@K): the queries counted are the others'
-            if empty_queries == "skip":
-                values = torch.where(table.num_relevant > 0, values, math.nan)
-            elif empty_queries == "zero":
-                rule = "nan"
+        # the queries counted are those of per_query() and summary() (counted_values); "error"
+        # refuses the queries the rule leaves unanswerable
+        values = counted_values(values, table, spec, options)
+        if empty_queries == "error":
+            _empty_fill(values, table, "error", 0.0, unanswerable(table, spec))
         out[spec.name] = aggregate(
             values,
             table,
-            empty_queries=rule,
+            empty_queries="nan",
             average=average_for(spec, options.average),
             percent=options.percent,
             numerator=numerator,

@@ -9,7 +9,7 @@ import difflib
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from retrieval_metrics.functional.measures.options import MeasureOptions
@@ -29,6 +29,7 @@ __all__ = [
     "depth_for",
     "divides_by_retrieved",
     "judged_needed",
+    "judged_queries_needed",
     "parse_metric",
     "refuse_ambiguous_recall",
     "suggest_metric",
@@ -62,6 +63,8 @@ class MetricSpec:
     k: int | str | None
     average: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    #: an ir_measures string: a query judged with grade <= 0 only scores and counts, as there
+    ir_measures: bool = False
 
     @property
     def measure(self) -> Measure:
@@ -333,7 +336,8 @@ def _ir_measures_spec(text: str) -> MetricSpec | None:
     if base == "rbp" and "relevance_level" in written:
         options["gain"] = "binary"  # cwl_eval's RBP(rel=N): binary relevance at level N
     options.update(written)
-    return _checked_spec(text, base, match.group("k"), None, tuple(sorted(options.items())))
+    spec = _checked_spec(text, base, match.group("k"), None, tuple(sorted(options.items())))
+    return replace(spec, ir_measures=True)
 
 
 def refuse_ambiguous_recall(spec: MetricSpec, as_written: bool) -> None:
@@ -390,6 +394,20 @@ def judged_needed(names: Iterable[str], options: MeasureOptions | None = None) -
         if spec.measure.reads_judged or spec.options_over(base_options).judged_only:
             return True
     return False
+
+
+def judged_queries_needed(
+    names: Iterable[str], options: MeasureOptions | None = None
+) -> bool:
+    """Whether the ranking must place the judged documents that are not relevant for ``names``:
+    a measure reads them (:func:`judged_needed`), or an ir_measures string tells the queries
+    judged with grade <= 0 only (it scores them, as its provider does) from those not judged.
+
+    >>> judged_queries_needed(["ndcg@10"]), judged_queries_needed(["nDCG@10"])
+    (False, True)
+    """
+    names = list(names)
+    return judged_needed(names, options) or any(parse_metric(n).ir_measures for n in names)
 
 
 def cutoff_depth(names: Iterable[str]) -> int | None:

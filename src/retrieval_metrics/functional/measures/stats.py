@@ -305,7 +305,6 @@ def _summary(
     # measures that read them (Judged@K, bpref, condensed lists) have no chance level here
     ranked_alike = [name for name in names if not N.judged_needed([name], options)]
     chance = A.chance_measures(table, ranked_alike, options) if has_gallery else None
-    skipped = int((table.num_relevant == 0).sum())
     empty_policy = options.empty_queries
     summary = Summary(level=level)
     for name in names:
@@ -313,14 +312,12 @@ def _summary(
         per_query = per_query_of[spec.name]
         # the interval and the count on exactly the queries the value averages: under "zero"
         # the unanswerable ones too, at 0 (or the worst rank), curves (CMC) included
-        if empty_policy == "zero":
-            if spec.base in N.RANK_METRICS and per_query.dim() == 1:
-                per_query = A.worst_rank_fill(per_query, table)
-            else:
-                empty = table.num_relevant == 0
-                per_query = torch.where(
-                    empty if per_query.dim() == 1 else empty[:, None], 0.0, per_query
-                )
+        # (A.counted_values, the one rule per_query() follows too)
+        if empty_policy == "zero" and spec.base in N.RANK_METRICS and per_query.dim() > 1:
+            empty = table.num_relevant == 0
+            per_query = torch.where(empty[:, None], 0.0, per_query)  # a CMC curve: misses
+        else:
+            per_query = A.counted_values(per_query, table, spec, options)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
         scale = 100.0 if options.percent and spec.higher_is_better else 1.0
         if per_query.dim() > 1:
@@ -349,7 +346,8 @@ def _summary(
                 "skipped": (
                     0 if empty_policy == "zero"
                     # "nan": a measure scores the queries where its formula is defined
-                    else table.num_queries - counted if empty_policy == "nan" else skipped
+                    else table.num_queries - counted if empty_policy == "nan"
+                    else int(A.unanswerable(table, spec).sum())
                 ),
                 "gallery": _gallery_text(table),
             }

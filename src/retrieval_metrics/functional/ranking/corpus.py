@@ -17,7 +17,7 @@ from torch import Tensor
 from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 
-__all__ = ["as_corpus", "as_embeddings", "on_disk"]
+__all__ = ["as_corpus", "as_embeddings", "load_npy", "on_disk"]
 
 
 def as_embeddings(name: str, value: Any) -> Tensor:
@@ -81,5 +81,17 @@ def on_disk(name: str, value: Any) -> list[np.ndarray] | None:
                 f"`{name}`: a corpus on disk is read from .npy files (numpy.save), got "
                 f"{str(path)!r}"
             )
-        arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
+        arrays.append(load_npy(name, path, mmap_mode="r"))
     return arrays
+
+
+def load_npy(name: str, path: str | Path, mmap_mode: str | None = None) -> np.ndarray:
+    """``numpy.load`` of one .npy file, its errors (a truncated file: "mmap length is greater
+    than file size") naming the argument and the file."""
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ValueError(
+            f"`{name}`: {str(path)!r} cannot be read as a .npy file (numpy.save's format, "
+            f"whole; a truncated or partly written file is refused): {err}"
+        ) from None

@@ -188,6 +188,20 @@ class _Found:
         return row, above, grade
 
 
+def _check_one_grade(q: int, gains: dict[Any, float]) -> None:
+    """Refuse two spellings of one id (7 and "7") at two grades in ``relevant_ids[q]``."""
+    seen: dict[Any, tuple[Any, float]] = {}
+    for item, grade in gains.items():
+        key = canonical_id(item)
+        if key in seen and seen[key][1] != grade:
+            first, before = seen[key]
+            raise ValueError(
+                f"`relevant_ids[{q}]` grades one id twice: {first!r} at {before:g} and {item!r} "
+                f"at {grade:g} (an int id and its decimal text are one id); give it once"
+            )
+        seen.setdefault(key, (item, grade))
+
+
 def _match_in_python(
     found: _Found,
     ranked_ids: Sequence[Sequence[Any]],
@@ -237,7 +251,10 @@ def _match_in_python(
             # is rewritten to canonical ids; one whose ids are of one type compares them as
             # they are.
             ranked = [canonical_id(item) for item in ranked]
-            gains = {canonical_id(item): grade for item, grade in gains.items()}
+            canonical = {canonical_id(item): grade for item, grade in gains.items()}
+            if len(canonical) != len(gains):
+                _check_one_grade(q, gains)
+            gains = canonical
         # (after the type check, whose linear pass over the ids makes the set's lookups faster)
         returned = set(ranked) if build_set else None
         if returned is not None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.measures.names import cutoff_depth, judged_needed
+from retrieval_metrics.functional.measures.names import cutoff_depth, judged_queries_needed
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.options import (
     BLOCKED_ENGINE,
@@ -129,7 +129,7 @@ class FormContext:
                 depth=None if run is None or cutoff is None else max(run, cutoff),
                 locate_first=False,
                 qrels=self.qrels,
-                judged_documents=judged_needed(self.names, self.measures),
+                judged_documents=judged_queries_needed(self.names, self.measures),
             )
         depth, cover = M.depth_for(self.names)
         return RankingOptions(

@@ -74,11 +74,11 @@ class _EmbeddingStates(InputForm):
     def table(self, context: FormContext) -> RankTable:
         queries, gallery = self.sides(context)
         pairs = _label_pairs(context, queries, gallery)
-        return D.rank_queries(
+        return with_query_ids(context, queries, D.rank_queries(
             queries, gallery,
             context.ranking_options(None if pairs is None else int(pairs.sum())),
             context.processes.group, context.processes.distributed,
-        )
+        ))
 
     def tables_in_chunks(self, context: FormContext) -> Iterator[RankTable] | None:
         """Relevant pairs beyond ``memory_budget`` at ``PAIR_BYTES`` each (thousands of relevant
@@ -105,14 +105,32 @@ class _EmbeddingStates(InputForm):
             queries, pairs = queries.select(mine), pairs[mine]
             if len(queries) == 0:
                 # nothing to rank here, but empty parts of the right kinds to gather
-                return iter([options.rank(queries, gallery)])
+                return iter([with_query_ids(context, queries, options.rank(queries, gallery))])
         return (
-            options.rank(queries.select(slice(start, stop)), gallery)
-            for start, stop in query_chunks(pairs, budget)
+            with_query_ids(context, chunk, options.rank(chunk, gallery))
+            for chunk in (
+                queries.select(slice(start, stop)) for start, stop in query_chunks(pairs, budget)
+            )
         )
 
     def skip_reason(self, context: FormContext) -> str:
         return relevance_skip_reason(context)
+
+
+def with_query_ids(context: FormContext, queries: Items, table: RankTable) -> RankTable:
+    """``table`` of ``queries`` with their sample ids (``query_id``: what ``per_query(ids=...)``
+    finds each query by), where the queries came with ids (not the positions standing in)."""
+    given = getattr(context.store.metric, "q_ids", None)  # (the state, not concatenated)
+    if isinstance(given, list):
+        given = given or None
+    if (
+        table.query_id is not None
+        or queries.ids is None
+        or given is None
+        or table.num_queries != len(queries)
+    ):
+        return table
+    return replace(table, query_id=queries.ids.to(table.num_relevant.device))
 
 
 def _label_pairs(context: FormContext, queries: Items, gallery: Items | None) -> Tensor | None:
@@ -220,4 +238,4 @@ class QueryGallery(_EmbeddingStates):
         # what this process sent: its states, the shard's ids and the ranking's relevant
         # scores and counts
         context.bytes_exchanged = sent + ranked + context.processes.synced_bytes
-        return table
+        return with_query_ids(context, queries, table)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from retrieval_metrics.functional.measures.names import divides_by_retrieved, judged_needed
+from retrieval_metrics.functional.measures.names import divides_by_retrieved, judged_queries_needed
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
@@ -104,7 +104,7 @@ class RankedLists(TableStates):
             duplicates=options.duplicates,
             # the distinct ids of each list, only where a measure divides by them
             distinct=divides_by_retrieved(context.names),
-            judged_documents=judged_needed(context.names, context.measures),
+            judged_documents=judged_queries_needed(context.names, context.measures),
         )
         context.store.note_key_kinds("q", batch.keys())
         append_table(context, table, batch.ids)

@@ -58,7 +58,23 @@ def _divisor(norm: Tensor) -> Tensor:
     return torch.where(norm > 0, norm, torch.ones_like(norm))
 
 
-def _unit_rows(x: Tensor, in_place: bool = False) -> Tensor:
+def _warn_zero_rows(count: int, side: str) -> None:
+    """A zero vector has no direction: under cosine it scores 0 against everything. Said by
+    name, once per ranking side, where the rows were found anyway (no scan of its own)."""
+    what, its, it_is = (
+        ("embeddings are zero vectors", "their", "they are") if count > 1
+        else ("embedding is a zero vector", "its", "it is")
+    )
+    warnings.warn(
+        f'similarity="cosine": {count} {side} {what} (no direction): {its} cosine with every '
+        f"item is 0, so {it_is} ranked as tied with everything at score 0. Leave such rows "
+        'out, check the encoder\'s output, or use similarity="dot" or "euclidean"',
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _unit_rows(x: Tensor, in_place: bool = False, side: str = "query") -> Tensor:
     """Rows scaled to unit length; a zero row stays zero, so its cosine with anything is 0.
 
     ``torch.nn.functional.normalize`` divides by max(norm, 1e-12), which leaves rows shorter
@@ -77,7 +93,10 @@ def _unit_rows(x: Tensor, in_place: bool = False) -> Tensor:
     out = x.div_(divisor) if in_place else x / divisor
     if rows is not None:
         tiny = (rows != 0).any(1)  # zero rows stay zero
-        if bool(tiny.any()):
+        zero = int((~tiny).sum())
+        if zero:
+            _warn_zero_rows(zero, side)
+        if zero < tiny.numel():
             rows = rows[tiny].to(torch.float64)
             rows = rows / rows.abs().amax(1, keepdim=True)
             unit = rows / torch.linalg.vector_norm(rows, dim=1, keepdim=True)
@@ -106,8 +125,11 @@ def gallery_in_blocks(
     # _unit_rows' division; a non-zero row too short for its squares is rescaled by it instead,
     # on a joined copy
     short = _short_rows(norm)
-    if short.numel() and bool((gallery[short] != 0).any()):
-        return None
+    if short.numel():
+        nonzero = (gallery[short] != 0).any(1)
+        if bool(nonzero.any()):
+            return None
+        _warn_zero_rows(short.numel(), "gallery")
     return gallery.divided(_divisor(norm))
 
 
@@ -149,7 +171,9 @@ def prepare(
     if similarity == "cosine":
         if _sign_codes(g) and (q is None or q is g or _sign_codes(q)):
             warnings.warn(BINARY_COSINE, stacklevel=2)
-        g = _unit_rows(g, in_place=owned)
+        # (no queries apart, or the same rows: the set is ranked against itself or both ways)
+        both = q is None or same
+        g = _unit_rows(g, in_place=owned, side="query and gallery" if both else "gallery")
         q = g if same else (None if q is None else _unit_rows(q))
     elif similarity == "euclidean":
         # -|q - g|^2 + |q|^2 = 2 q.g - |g|^2 orders the gallery exactly as -|q - g| does, and is
