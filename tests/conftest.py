@@ -13,6 +13,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+if not (torch.cuda.is_available() and torch.version.cuda):
+    # Without a CUDA GPU, Triton kernels (the fused count, engine/triton_count.py) run in
+    # Triton's interpreter on the CPU: set before anything imports triton, which reads it then
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # two test processes share the cores: one thread each, not two each on two cores
     torch.set_num_threads(1)

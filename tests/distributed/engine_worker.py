@@ -18,7 +18,7 @@ from engine_data import NAMES, QRELS, data
 from launch import worker_main
 
 import retrieval_metrics as rm
-from full_sort_engine import FullSortEngine
+from engines import CountedReference
 
 
 def run(rank: int, world: int) -> dict:
@@ -27,7 +27,7 @@ def run(rank: int, world: int) -> dict:
     mine = ids[rank::world]
     out = {}
     for case in ("same_source", "query_gallery", "qrels"):
-        engine = FullSortEngine()
+        engine = CountedReference()
         if case == "qrels":
             metric = rm.RetrievalMetrics(NAMES, qrels=QRELS, engine=engine)
         else:

@@ -71,9 +71,21 @@ def test_a_corpus_on_disk_scores_as_in_memory(tmp_path, dtype, similarity):
         assert _score(given, given_ids, queries, qrels, similarity) == expected, given
 
 
-def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda):
+def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda, monkeypatch):
+    """A metric on a device ranks a corpus on disk there: each chunk read from the file is
+    copied to the device (every score block is a device tensor), the values the CPU's."""
+    from retrieval_metrics.functional.ranking.engine import counting
+
     corpus, queries, ids, qrels = _case(tmp_path, np.float16)
     expected = _score(torch.from_numpy(corpus), ids, queries, qrels, "cosine")
+    blocks_on = set()
+    count = counting.QueryBlock.count
+
+    def seen(self, s, *args, **kwargs):
+        blocks_on.add(s.device.type)
+        return count(self, s, *args, **kwargs)
+
+    monkeypatch.setattr(counting.QueryBlock, "count", seen)
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, memory_budget=2**21).to("cuda")
     metric.set_gallery(tmp_path / "all.npy", ids=ids)
     for part in np.array_split(np.arange(len(queries)), 3):
@@ -81,6 +93,7 @@ def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda):
                       role="query")
     values = metric.compute()
     assert all(v.device.type == "cuda" for v in values.values())
+    assert blocks_on == {"cuda"}  # (ranked on the host, before: {"cpu"})
     assert {k: float(v) for k, v in values.items()} == expected
 
 
@@ -235,3 +248,122 @@ def test_a_copy_on_write_mapping_keeps_the_callers_changes(tmp_path):
     for _ in range(2):  # (read twice: the first read gives nothing back)
         assert float(rows.joined()[7, 0]) == 5.0
         assert float(rows.row_norms()[7, 0]) == pytest.approx(5.0 * 32**0.5)
+
+
+def _spread_case(folder: Path, n: int, dim: int, num_q: int, judged: int = 3, seed: int = 0):
+    """A float16 corpus on disk (ids d0.. beside it), ``num_q`` queries each judged to have
+    ``judged`` documents at random rows spread through the whole file (near the first)."""
+    rng = np.random.default_rng(seed)
+    array = np.lib.format.open_memmap(folder / "corpus.npy", mode="w+", dtype=np.float16,
+                                      shape=(n, dim))
+    for start in range(0, n, 100_000):
+        stop = min(n, start + 100_000)
+        array[start:stop] = rng.standard_normal((stop - start, dim), dtype=np.float32)
+    array.flush()
+    docs = np.sort(rng.choice(n, size=(num_q, judged), replace=False), axis=1)
+    queries = np.asarray(array[docs[:, 0]], dtype=np.float32)
+    queries += 0.7 * rng.standard_normal(queries.shape, dtype=np.float32)
+    del array
+    np.save(folder / "corpus.ids.npy", np.array([f"d{i}" for i in range(n)]))
+    q_ids = [f"q{i}" for i in range(num_q)]
+    np.savez(folder / "q.npz", embeddings=queries, ids=np.array(q_ids))
+    (folder / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i}\td{d}\t{1 + j % 2}\n" for i in range(num_q) for j, d in enumerate(docs[i])))
+    return queries, q_ids
+
+
+def test_run_after_set_gallery_is_the_command_lines_run(tmp_path):
+    """m.run() after set_gallery(path) lists what --write-run writes for the same files, and
+    what functional.top_k lists from the path; the values are those of the corpus in memory."""
+    from retrieval_metrics.formats import read_qrels, write_run
+    from retrieval_metrics.functional import top_k
+
+    queries, q_ids = _spread_case(tmp_path, 20_000, 32, 40)
+    qrels = read_qrels(tmp_path / "qrels.tsv")
+    doc_ids = np.load(tmp_path / "corpus.ids.npy")
+    metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir")
+    metric.set_gallery(str(tmp_path / "corpus.npy"), ids=str(tmp_path / "corpus.ids.npy"))
+    metric.update(torch.from_numpy(queries), ids=q_ids, role="query")
+    in_memory = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir")
+    in_memory.set_gallery(torch.from_numpy(np.load(tmp_path / "corpus.npy")), ids=doc_ids)
+    in_memory.update(torch.from_numpy(queries), ids=q_ids, role="query")
+    values = _values(metric)
+    assert values == _values(in_memory)
+    assert values["mrr@10"] > 0.8  # each query finds the document it was drawn near
+    run = metric.run(50, ids=q_ids + doc_ids.tolist())
+    assert run == in_memory.run(50, ids=q_ids + doc_ids.tolist())
+    write_run(run, tmp_path / "api.txt", tag="q")
+    done = subprocess.run(
+        [sys.executable, "-m", "retrieval_metrics", "evaluate", "--query", str(tmp_path / "q.npz"),
+         "--gallery", str(tmp_path / "corpus.npy"), "--qrels", str(tmp_path / "qrels.tsv"),
+         "--protocol", "beir", "--metrics", "ndcg@10", "--write-run", str(tmp_path / "cli.txt"),
+         "--run-depth", "50", "--progress-delay", "-1"],
+        capture_output=True, text=True, timeout=280,
+    )
+    assert done.returncode == 0, done.stderr
+    # the same lines (ranks, scores in full, ties' order); the metric lists its queries by id
+    # code, the command line in the file's order
+    by_query = [
+        sorted((tmp_path / name).read_text().splitlines(), key=lambda line: line.split()[0])
+        for name in ("api.txt", "cli.txt")
+    ]
+    assert by_query[0] == by_query[1] and len(by_query[0]) == 40 * 50
+    found = top_k(torch.from_numpy(queries), str(tmp_path / "corpus.npy"), 50,
+                  query_ids=q_ids, gallery_ids=doc_ids, exclude_identical_ids=True)
+    assert found.run(q_ids, doc_ids) == run
+
+
+_SPREAD = """
+import contextlib, io, json, sys, warnings
+import numpy as np, torch
+import retrieval_metrics as rm
+import retrieval_metrics.metrics.named  # the classes (and torchmetrics) before the start
+from retrieval_metrics.__main__ import main
+from retrieval_metrics.cli.main import run as _run
+from retrieval_metrics.formats import read_qrels
+warnings.simplefilter("ignore")
+folder, kind = sys.argv[1], sys.argv[2]
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+
+qrels = read_qrels(folder + "/qrels.tsv")
+with np.load(folder + "/q.npz") as z:
+    queries, q_ids = torch.from_numpy(z["embeddings"]), z["ids"].tolist()
+start = status("VmRSS:")   # a fresh process: its high-water mark is its own
+if kind == "api":
+    metric = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels, protocol="beir")
+    metric.set_gallery(folder + "/corpus.npy", ids=folder + "/corpus.ids.npy")
+    metric.update(queries, ids=q_ids, role="query")
+    metric.compute()
+else:
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["evaluate", "--query", folder + "/q.npz", "--gallery",
+                     folder + "/corpus.npy", "--qrels", folder + "/qrels.tsv", "--protocol",
+                     "beir", "--metrics", "ndcg@10,recall@100", "--write-run",
+                     folder + "/run.txt", "--progress-delay", "-1"]) == 0
+print(status("VmHWM:") - start)
+"""
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_judged_documents_spread_through_the_file_stay_on_disk(tmp_path):
+    """1.2M x 256 float16 (586 MiB), 500 queries whose 3 judged documents each lie anywhere in
+    the file: the API (set_gallery, update, compute) and the command line with --write-run
+    each peak at most 0.25x the file (and 1 GiB) above a fresh process's start. Read through
+    the mapping, the judged rows and the blocks held the file's pages: 1.03x and 2.76x."""
+    n, dim = 1_200_000, 256
+    _spread_case(tmp_path, n, dim, 500)
+    script = tmp_path / "spread.py"
+    script.write_text(textwrap.dedent(_SPREAD))
+    corpus = n * dim * 2
+    for kind in ("api", "cli"):
+        done = subprocess.run([sys.executable, str(script), str(tmp_path), kind],
+                              capture_output=True, text=True, timeout=280)
+        assert done.returncode == 0, done.stderr
+        peak = int(done.stdout.split()[-1])
+        assert peak <= min(0.25 * corpus, 1 << 30), (kind, peak >> 20, corpus >> 20)
+    assert len((tmp_path / "run.txt").read_text().splitlines()) == 500 * 100

@@ -147,7 +147,9 @@ def test_query_gallery_roles_and_fixed_gallery_agree():
     fixed.set_gallery(g, gl)
     fixed.update(q[:4], ql[:4], role="query")
     fixed.update(q[4:], ql[4:], role="query")
-    assert fixed.q_emb == []  # the fixed-gallery form keeps per-query results only
+    # the fixed-gallery form keeps per-query results and, for run(), the queries as given;
+    # never the gallery
+    assert fixed.g_emb == [] and torch.equal(torch.cat(fixed.q_emb), q)
     a, b = roles.compute(), fixed.compute()
     for name in a:
         torch.testing.assert_close(a[name], b[name], equal_nan=True)

@@ -90,11 +90,29 @@ def test_integer_ids_need_no_text_and_string_ids_do():
         named.run(3, ids=[f"s{i}" for i in range(11)])
 
 
+@pytest.mark.parametrize("ties", ["expected", "id"])
+def test_a_fixed_gallery_lists_as_queries_and_gallery_in_updates(ties):
+    """set_gallery, then queries in batches (one repeated, as a sampler pads): the run of the
+    same items given as role="query" and role="gallery" updates (tied 0/1 codes: the cut's
+    ties in gallery order, or by id)."""
+    q, g = _codes(7, 4, 5), _codes(30, 4, 4)
+    q_ids, g_ids = [f"q{i}" for i in range(7)], [f"d{(7 * i) % 30}" for i in range(30)]
+    fixed = rm.RetrievalMetrics(["mrr"], ties=ties)
+    fixed.set_gallery(g, torch.arange(30) % 3, ids=g_ids)
+    fixed.update(q[:4], torch.arange(4) % 3, ids=q_ids[:4], role="query")
+    fixed.update(q[3:], torch.arange(3, 7) % 3, ids=q_ids[3:], role="query")
+    both = rm.RetrievalMetrics(["mrr"], ties=ties)
+    both.update(g, torch.arange(30) % 3, ids=g_ids, role="gallery")
+    both.update(q, torch.arange(7) % 3, ids=q_ids, role="query")
+    expected = both.run(6, ids=q_ids + g_ids)
+    assert fixed.run(6, ids=q_ids + g_ids) == expected
+    assert len(expected) == 7 and all(len(v) == 6 for v in expected.values())
+
+
 def test_forms_without_both_sides_are_refused_by_name():
     fixed = rm.RetrievalMetrics(["mrr"])
     fixed.set_gallery(_codes(10, 4, 4), torch.arange(10) % 2)
-    fixed.update(_codes(3, 4, 5), torch.tensor([0, 1, 0]), role="query")
-    with pytest.raises(ValueError, match="set_gallery are not kept: rank them with"):
+    with pytest.raises(ValueError, match="no data: call `update`"):
         fixed.run(3)
     lists = rm.RetrievalMetrics(["mrr"])
     lists.update(ranked_ids=[["a", "b"]], relevant_ids=[{"b"}])

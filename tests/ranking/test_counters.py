@@ -1,8 +1,8 @@
 """The counting backends (engine/counters.py): chosen once per ranking, equal to each other.
 
 * The fused Triton kernel (``triton_count``) against the definition and against torch's
-  whole-block count, under ``TRITON_INTERPRET=1`` on the CPU (hypothesis: ties, -inf, +inf
-  padding, -0.0, rows of one relevant score and of thousands).
+  whole-block count, under ``TRITON_INTERPRET=1`` on the CPU (tests/conftest.py sets it;
+  hypothesis: ties, -inf, +inf padding, -0.0, rows of one relevant score and of thousands).
 * Every backend ranks the metric classes' forms to the CPU's values (same source,
   queries/gallery, judgments, image-text).
 * The work of a block on a whole-block backend: a fixed number of torch operations per block,
@@ -16,11 +16,6 @@ import os
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    # Triton's interpreter runs the kernel on the CPU (set before triton is first imported);
-    # on a CUDA machine (benchmarks/gpu_check.sh) the kernel runs compiled, on the GPU
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
@@ -41,7 +36,8 @@ triton_count = pytest.importorskip(
 needs_triton = pytest.mark.skipif(
     not triton_count.available(), reason="needs the triton package (its interpreter runs on CPU)"
 )
-#: where the kernel's property tests run it: compiled on a GPU, else interpreted on the CPU
+#: where the kernel's property tests run it: compiled on a GPU (benchmarks/gpu_check.sh), else
+#: by Triton's interpreter on the CPU (conftest.py sets TRITON_INTERPRET=1 without a GPU)
 KERNEL_DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
 

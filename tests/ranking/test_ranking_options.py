@@ -2,8 +2,8 @@
 
 * ``RankingOptions`` holds every option of the ranking, checked once with the messages the
   entry points raise, and goes down whole: the engine's passes hold the very object.
-* Its ``engine`` is pluggable: a toy engine on the plain reference path
-  (``reference.rank_embeddings_by_full_sort``) gives the blocked engine's tables, bit for bit.
+* Its ``engine`` is pluggable at the pass: the reference engine (``reference.ReferenceEngine``,
+  the plain path as an engine) gives the blocked engine's tables, bit for bit.
 * A metric scans its embeddings for NaN and infinities once, at ``update``; ``compute`` ranks
   them without scanning again. Counted by the calls of the scan, not by the clock.
 """
@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from full_sort_engine import FullSortEngine
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.ranking import (
     BlockedEngine,
@@ -27,6 +26,7 @@ from retrieval_metrics.functional.ranking import (
 from retrieval_metrics.functional.ranking import embeddings as E
 from retrieval_metrics.functional.ranking.engine import schedule as S
 from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.reference import ReferenceEngine
 
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
 
@@ -107,15 +107,15 @@ def test_a_toy_engine_on_the_reference_path_gives_the_same_tables(case):
     items = Items(emb=items.emb, **{name: getattr(items, name) for name in keep})
     settings = {"ignore_label": 3} if case == "ignore label" else {}
     blocked = RankingOptions(block_size=(64, 64), **settings)
-    toy = RankingOptions(block_size=(64, 64), engine=FullSortEngine(), **settings)
+    toy = RankingOptions(block_size=(64, 64), engine=ReferenceEngine(), **settings)
     if case.startswith("same source"):
         queries, gallery = items, None
     else:
         queries, gallery = items.select(slice(0, 80)), items.select(slice(80, None))
     ours = blocked.rank(queries, gallery)
     assert_same_table(toy.rank(queries, gallery), ours)
-    # and the keyword function is the same ranking
-    assert_same_table(FullSortEngine().rank(queries, gallery, blocked, None), ours)
+    # the engine's template, called with the blocked engine's options, is the same ranking
+    assert_same_table(ReferenceEngine().rank(queries, gallery, blocked, None), ours)
 
 
 def test_a_toy_engine_ranks_both_directions_and_no_sharded_gallery():
@@ -123,11 +123,11 @@ def test_a_toy_engine_ranks_both_directions_and_no_sharded_gallery():
     images = Items(emb=items.emb[:60], labels=torch.arange(60))
     captions = Items(emb=items.emb[60:], labels=torch.arange(140) % 60)
     blocked = RankingOptions().rank_two_ways(images, captions)
-    toy = RankingOptions(engine=FullSortEngine()).rank_two_ways(images, captions)
+    toy = RankingOptions(engine=ReferenceEngine()).rank_two_ways(images, captions)
     for ours, theirs in zip(toy, blocked, strict=True):
         assert_same_table(ours, theirs, query_class=False)
     with pytest.raises(ValueError, match="blocked engine only"):
-        RankingOptions(engine=FullSortEngine()).rank_sharded(images, captions, None)
+        RankingOptions(engine=ReferenceEngine()).rank_sharded(images, captions, None)
 
 
 def test_an_engine_is_a_ranking_engine():
@@ -137,7 +137,7 @@ def test_an_engine_is_a_ranking_engine():
 
     with pytest.raises(ValueError, match="`engine` must be a RankingEngine"):
         RankingOptions(engine=Duck())
-    with pytest.raises(NotImplementedError, match="must implement rank"):
+    with pytest.raises(NotImplementedError, match="must implement rank_input"):
         RankingOptions(engine=RankingEngine()).rank(problem(), None)
 
 

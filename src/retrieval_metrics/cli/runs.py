@@ -133,6 +133,7 @@ def evaluate_embeddings(
     metric.set_gallery(
         g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
     )
+    data.give_back_freed()  # (the ids' sorting and hashing, before the ranking's blocks)
     for part in _chunks(len(query)):
         q = data.select_rows(query, part)
         metric.update(
@@ -406,8 +407,8 @@ def _judged_run(
             f"(ids {_examples(query_ids)}; judged {_examples(list(qrels))})"
         )
     documents = {d for docs in qrels.values() for d in docs}
-    doc_ids = gallery.ids.astype(str)
-    if not np.isin(doc_ids, np.asarray(sorted(documents), dtype=str)).any():
+    doc_ids = gallery.ids.astype(str, copy=False)
+    if not data.any_in(doc_ids, np.asarray(sorted(documents), dtype=str)):
         raise CLIError(
             f"{gpath}: none of its {len(gallery)} document ids is judged in {args.qrels} "
             f"(ids {_examples(doc_ids)}; judged {_examples(sorted(documents))})"

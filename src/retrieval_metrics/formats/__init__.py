@@ -17,6 +17,7 @@ from retrieval_metrics.formats.converters import ann_benchmarks_ranks, trec_run_
 from retrieval_metrics.formats.embeddings import EmbeddingFile, load_items
 from retrieval_metrics.formats.errors import FormatError
 from retrieval_metrics.formats.ir_measures import ir_measures_per_query, provider_order
+from retrieval_metrics.formats.run_writer import write_run, write_run_lines
 from retrieval_metrics.formats.runs import (
     RankedLists,
     order_by_score,
@@ -27,7 +28,6 @@ from retrieval_metrics.formats.runs import (
     read_trec_qrels,
     read_trec_run,
     trec_eval_order,
-    write_run,
 )
 
 __all__ = [
@@ -48,4 +48,5 @@ __all__ = [
     "trec_eval_order",
     "trec_run_to_lists",
     "write_run",
+    "write_run_lines",
 ]

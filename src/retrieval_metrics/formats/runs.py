@@ -50,9 +50,6 @@ Example:
 
 from __future__ import annotations
 
-import json
-import json.decoder
-import json.scanner
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,7 +76,6 @@ __all__ = [
     "read_trec_qrels",
     "read_trec_run",
     "trec_eval_order",
-    "write_run",
 ]
 
 BEIR_HEADER = ("query-id", "corpus-id", "score")
@@ -248,68 +244,6 @@ def read_run(path: str | Path, *, duplicates: str = "first") -> tuple[Lists, Qre
     if suffix == ".json":
         return order_by_score(read_nested_json(path, "run")), None
     return order_by_score(read_trec_run(path)), None
-
-
-def write_run(
-    run: Mapping[str, Any], path: str | Path, *, tag: str = "retrieval-metrics"
-) -> Path:
-    """Write ``run`` (query id -> its ``(document id, score)`` pairs best first, or -> {document
-    id: score}) by the extension of ``path``: ``.json`` as ranx and pytrec_eval read it, ``.jsonl``
-    one query a line (``{"id", "retrieved", "scores"}``), else a TREC run (``qid Q0 docid rank
-    score tag``). Scores are written in full (a float32 score's exact value), so a reader ranks
-    what was ranked; a reader orders tied scores by its own rule (trec_eval and pytrec_eval: by
-    document id, descending), :func:`read_run` too.
-
-    >>> import pathlib, tempfile
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.txt"
-    >>> _ = write_run({"q1": [("d3", 0.5), ("d1", 0.25)]}, path)
-    >>> print(path.read_text(), end="")
-    q1 Q0 d3 1 0.5 retrieval-metrics
-    q1 Q0 d1 2 0.25 retrieval-metrics
-    >>> read_run(path)[0]
-    {'q1': ['d3', 'd1']}
-    """
-    path = Path(path)
-    if not tag or any(c.isspace() for c in tag):
-        raise ValueError(f"`tag` must be one word (a TREC run's last field), got {tag!r}")
-    pairs = {str(qid): _run_pairs(docs, qid) for qid, docs in run.items()}
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        text = json.dumps({qid: dict(docs) for qid, docs in pairs.items()})
-    elif suffix == ".jsonl":
-        text = "".join(
-            json.dumps({"id": qid, "retrieved": [d for d, _ in docs],
-                        "scores": [s for _, s in docs]}) + "\n"
-            for qid, docs in pairs.items()
-        )
-    else:
-        for qid, docs in pairs.items():
-            for doc, _ in docs:
-                if any(c.isspace() for c in qid + doc) or not qid or not doc:
-                    raise ValueError(
-                        f"a TREC run's ids are words without spaces: query {qid!r}, document "
-                        f"{doc!r} (write .json or .jsonl instead)"
-                    )
-        text = "".join(
-            f"{qid} Q0 {doc} {rank} {score!r} {tag}\n"
-            for qid, docs in pairs.items()
-            for rank, (doc, score) in enumerate(docs, start=1)
-        )
-    path.write_text(text)
-    return path
-
-
-def _run_pairs(docs: Any, qid: Any) -> list[tuple[str, float]]:
-    items = docs.items() if isinstance(docs, Mapping) else docs
-    pairs = [(str(doc), float(score)) for doc, score in items]
-    seen: set[str] = set()
-    for doc, score in pairs:
-        if doc in seen:
-            raise ValueError(f"`run[{qid!r}]` lists document {doc!r} twice")
-        if not math.isfinite(score):
-            raise ValueError(f"`run[{qid!r}]` gives document {doc!r} the score {score}")
-        seen.add(doc)
-    return pairs
 
 
 def read_qrels(path: str | Path) -> Qrels:

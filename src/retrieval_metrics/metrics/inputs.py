@@ -8,7 +8,6 @@ only when they hold whole numbers their dtype stores exactly.
 
 from __future__ import annotations
 
-import glob
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,91 +18,13 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import all_finite
-from retrieval_metrics.functional.ranking.embeddings import check_embeddings
+from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings, load_npy
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
-from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = ["as_corpus", "as_embeddings", "item_tensors", "num_batches", "per_item", "read_ids",
            "score_copy", "table_from_ranks"]
-
-
-def as_embeddings(name: str, value: Any) -> Tensor:
-    """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy)."""
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "fiu":
-            raise ValueError(f"`{name}` must hold numbers, got a numpy array of {value.dtype}")
-        value = torch.from_numpy(np.ascontiguousarray(value))
-    elif not isinstance(value, Tensor):
-        raise ValueError(
-            f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
-        )
-    return check_embeddings(name, value)
-
-
-def as_corpus(name: str, value: Any) -> Tensor | RowBatches:
-    """What ``set_gallery`` takes: embeddings as :func:`as_embeddings` takes them, or a corpus
-    on disk, read a block at a time and never whole: the path of a ``.npy`` file (or a glob of
-    them, or a list of paths, the files' rows one after the other in the order given; a glob's
-    files in sorted order), or memory-mapped arrays (``numpy.load(path, mmap_mode="r")``)."""
-    arrays = _on_disk(name, value)
-    if arrays is None:
-        return as_embeddings(name, value)
-    for array in arrays:
-        if array.dtype not in (np.float16, np.float32, np.float64):
-            raise ValueError(
-                f"`{name}`: a corpus on disk must hold float16, float32 or float64 numbers, "
-                f"got {array.dtype}"
-            )
-    try:
-        rows = RowBatches([MappedRows(array) for array in arrays])
-    except ValueError as err:
-        raise ValueError(f"`{name}`: {err}") from None
-    return check_embeddings(name, rows)  # type: ignore[return-value]  # (read in chunks)
-
-
-def _on_disk(name: str, value: Any) -> list[np.ndarray] | None:
-    """The memory-mapped arrays ``value`` names, or None where it is not a corpus on disk."""
-    if isinstance(value, np.memmap):
-        return [value]
-    if isinstance(value, (str, Path)):
-        text = str(value)
-        paths = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
-        if not paths:
-            raise ValueError(f"`{name}`: no file matches {text!r}")
-    elif isinstance(value, (list, tuple)) and value and all(
-        isinstance(v, (str, Path, np.memmap)) for v in value
-    ):
-        paths = list(value)
-    else:
-        return None
-    arrays = []
-    for path in paths:
-        if isinstance(path, np.memmap):
-            arrays.append(path)
-            continue
-        if not Path(path).is_file():
-            raise ValueError(f"`{name}`: no such file {str(path)!r}")
-        if Path(path).suffix.lower() != ".npy":
-            raise ValueError(
-                f"`{name}`: a corpus on disk is read from .npy files (numpy.save), got "
-                f"{str(path)!r}"
-            )
-        arrays.append(_load_npy(name, path, mmap_mode="r"))
-    return arrays
-
-
-def _load_npy(name: str, path: str | Path, mmap_mode: str | None = None) -> np.ndarray:
-    """``numpy.load`` of one .npy file, its errors (a truncated file: "mmap length is greater
-    than file size") naming the argument and the file."""
-    try:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as err:
-        raise ValueError(
-            f"`{name}`: {str(path)!r} cannot be read as a .npy file (numpy.save's format, "
-            f"whole; a truncated or partly written file is refused): {err}"
-        ) from None
 
 
 def read_ids(path: str | Path) -> list[str] | np.ndarray:
@@ -113,7 +34,7 @@ def read_ids(path: str | Path) -> list[str] | np.ndarray:
     if not path.is_file():
         raise ValueError(f"`ids`: no such file {str(path)!r}")
     if path.suffix.lower() == ".npy":
-        return _load_npy("ids", path)
+        return load_npy("ids", path)
     ids = path.read_text(encoding="utf-8").splitlines()
     if "" in ids:
         raise ValueError(f"`ids`: {path} line {ids.index('') + 1} is empty (one id a line)")

@@ -43,6 +43,7 @@ from retrieval_metrics.metrics.forms import (
     kinds,
 )
 from retrieval_metrics.metrics.inputs import read_ids
+from retrieval_metrics.metrics.ranking import Ranking
 from retrieval_metrics.metrics.runs import run_of
 
 __all__ = ["RetrievalMetric"]
@@ -127,9 +128,9 @@ class RetrievalMetric(RetrievalMetricBase):
         for name in ("preds", "target", "indexes"):
             self.store.add(f"s_{name}")
         self._gallery: Items | None = None
-        # what is derived once from the states, kept until they change: the form that reads
-        # them, and what a form keeps (the table with torchmetrics' miss rule)
-        self._derived = {}  # type: ignore[var-annotated]
+        # what is derived once from the synced states, kept until they change (the agreed form,
+        # the deduplicated sides while a ranking runs, the miss table): one typed object
+        self._ranking: Ranking[InputForm] = Ranking()
         # with qrels: an id of each side as the user last gave it, for the messages of ids that
         # do not meet the judgments' (the states hold the ids' codes only)
         self.id_examples = {}  # type: ignore[var-annotated]
@@ -147,7 +148,7 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _forget_ranking(self) -> None:
         super()._forget_ranking()
-        self._derived = {}
+        self._ranking = Ranking()
 
     # ------------------------------------------------------------------ inputs
 
@@ -161,7 +162,8 @@ class RetrievalMetric(RetrievalMetricBase):
         positions: Any = None,
     ) -> None:
         """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
-        at once and only per-query results are kept (the query embeddings are not stored).
+        at once and only per-query results are kept, with the queries' embeddings as given and
+        their ids, for :meth:`run` (which ranks them against the gallery again).
 
         ``embeddings`` may also be a corpus on disk, read a block at a time and never whole:
         the path of a ``.npy`` file, a glob or a list of them (their rows in that order), or
@@ -245,12 +247,13 @@ class RetrievalMetric(RetrievalMetricBase):
         of a separate gallery.
 
         For embeddings whose states hold both sides (same source; queries and gallery in
-        updates, with or without ``qrels``); queries ranked against a gallery given with
-        :meth:`set_gallery` are not kept (``functional.top_k`` lists them). String ids are kept
-        as 64-bit codes: give ``ids``, every id as given (in any order, e.g. the dataset's
-        query and document ids), to have them back. On several processes, every process calls
-        it and gets the whole run; with ``gallery_sharded=True`` each lists the best of its
-        shard and the lists are merged (tied scores at the cut by id code).
+        updates, with or without ``qrels``), and for queries ranked against a gallery given with
+        :meth:`set_gallery` (a corpus on disk read again a block at a time, never whole: the
+        run ``retrieval-metrics evaluate --write-run`` writes for the same files). String ids
+        are kept as 64-bit codes: give ``ids``, every id as given (in any order, e.g. the
+        dataset's query and document ids), to have them back. On several processes, every
+        process calls it and gets the whole run; with ``gallery_sharded=True`` each lists the
+        best of its shard and the lists are merged (tied scores at the cut by id code).
 
         >>> from retrieval_metrics import RetrievalMetrics
         >>> m = RetrievalMetrics(["mrr"], similarity="dot")
@@ -280,14 +283,15 @@ class RetrievalMetric(RetrievalMetricBase):
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
         current = self.form.clone()
         current[kinds().index(kind)] = 1
-        self._form_of_states(current)
+        self._form_of_bits(current.tolist())  # the bits in one host read
         self.form = current
 
     @staticmethod
-    def _form_of_states(form: Tensor) -> InputForm | None:
-        """The form that reads states marked ``form`` (None for none), refused when they mix
-        kinds (across processes too: the bits are reduced with max)."""
-        used = [kind for i, kind in enumerate(kinds()) if int(form[i])]
+    def _form_of_bits(bits: list[int]) -> InputForm | None:
+        """The form that reads states marked ``bits`` (the ``form`` state as read, one entry
+        per kind; None for none), refused when they mix kinds (across processes too: the bits
+        are reduced with max)."""
+        used = [kind for kind, bit in zip(kinds(), bits, strict=True) if bit]
         if len(used) > 1:
             names = [f.description for f in FORMS if f.kind in used]
             raise ValueError(
@@ -300,25 +304,26 @@ class RetrievalMetric(RetrievalMetricBase):
     def _input_form(self) -> InputForm:
         """The form of the states: as the ranking found it on the synced states (a process that
         received nothing reads every process's form), else from this process's bits."""
-        form = self._derived.get("form") or self._form_of_states(self.form)
+        form = self._ranking.form or self._form_of_bits(self.form.tolist())
         if form is None:
             raise ValueError("no data: call `update` before `compute`")
         return form
 
     def _synced_form(self) -> InputForm:
-        """:meth:`_input_form` on the synced states, kept for what reads it after the sync;
-        refused on every process where the processes disagree. Checked once per ranking."""
-        self._derived["form"] = form = self.store.once("form", self._agreed_form)
-        return form
+        """:meth:`_input_form` on the synced states, kept in the ranking for what reads it after
+        the sync; refused on every process where the processes disagree. Checked once per
+        ranking, the form's and the keys' bits in one host read."""
+        if self._ranking.form is None:
+            self._ranking.form = self._agreed_form()
+        return self._ranking.form
 
     def _agreed_form(self) -> InputForm:
-        self._check_agreement()
-        return self._input_form()
-
-    def _check_agreement(self) -> None:
-        """What every process (and every update) must agree on, on the synced states: the same
-        judgments, and each side's labels, ids and cameras all integers or all strings."""
-        self.store.check_kinds()
+        """What every process (and every update) must agree on, on the synced states: one
+        input form, the same judgments, and each side's labels, ids and cameras all integers
+        or all strings."""
+        n = self.form.numel()
+        bits = torch.cat([self.form.reshape(-1), self.key_kinds.reshape(-1)]).tolist()
+        self.store.check_kinds(bits[n:])
         prints = self.qrels_fingerprint.reshape(-1)
         if prints.numel() > 1 and bool((prints != prints[0]).any()):
             raise ValueError(
@@ -327,9 +332,13 @@ class RetrievalMetric(RetrievalMetricBase):
                 "processes, compared by fingerprint); every process must score against the same "
                 "judgments"
             )
+        form = self._form_of_bits(bits[:n])
+        if form is None:
+            raise ValueError("no data: call `update` before `compute`")
+        return form
 
     def _skip_reason(self) -> str:
-        form = self._form_of_states(self.form)
+        form = self._ranking.form or self._form_of_bits(self.form.tolist())
         return form.skip_reason(self.context()) if form is not None else super()._skip_reason()
 
     def sample_ids(self) -> dict[str, Tensor]:
@@ -358,12 +367,11 @@ class RetrievalMetric(RetrievalMetricBase):
             fixed_gallery=self._gallery,
             id_examples=self.id_examples,
             engine=self.engine,
-            on_synced=self._on_synced_states,
-            kept=self._derived,
+            ranking=self._ranking,
         )
 
     def _build_tables(self) -> dict[str, RankTable]:
-        with self.store.one_ranking():
+        with self.store.one_ranking(self._ranking):
             form = self._synced_form()
             context = self.context()
             table = form.table(context)
@@ -384,7 +392,7 @@ class RetrievalMetric(RetrievalMetricBase):
     def _rank_once(self) -> None:
         """Rank the synced states once: the whole table, or every process's per-query parts of
         a ranking a chunk of queries at a time; the deduplicated sides are let go after."""
-        with self.store.one_ranking():
+        with self.store.one_ranking(self._ranking):
             self._synced_form()
             chunks = self._tables_in_chunks()
             if chunks is None:

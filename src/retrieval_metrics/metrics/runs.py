@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from retrieval_metrics.functional.ranking.items import Items
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["run_of"]
 
-RUN_FORMS = ("same_source", "query_gallery", "qrels")
+RUN_FORMS = ("same_source", "query_gallery", "qrels", "fixed_gallery")
 
 
 def run_of(
@@ -42,14 +43,10 @@ def run_of(
     """The run of ``metric.run(k, ids=ids)``, on its synced states (``context``) read by ``form``;
     ``string_ids``: the states' ids were strings; ``several``: several processes hold them."""
     if form.kind not in RUN_FORMS:
-        hint = (
-            "the queries ranked against a gallery fixed with set_gallery are not kept: rank them "
-            "with retrieval_metrics.functional.top_k (or `retrieval-metrics evaluate "
-            "--write-run`)" if form.kind == "fixed_gallery"
-            else "its rankings came ranked already"
+        raise ValueError(
+            f"{context.owner}.run() lists embeddings; its rankings came ranked already"
         )
-        raise ValueError(f"{context.owner}.run() lists embeddings; {hint}")
-    queries, gallery = form.sides(context)
+    queries, gallery = form.sides(context)  # type: ignore[attr-defined]
     sharded = context.gallery_sharded and several
     if gallery is None and form.kind != "same_source" and not sharded:
         raise ValueError(f"{context.owner}.run(): no gallery items were given")
@@ -134,25 +131,35 @@ def _shard_best(context: FormContext, queries: Items, shard: Items, k: int):
 
 def _id_text(strings: bool, ids: Iterable[Any] | None) -> Any:
     """codes -> the ids as text: integers as they are, strings (``strings``) from ``ids``."""
-    table: dict[int, str] = {}
+    # the codes of the ids given, sorted, and each code's text looked up when listed: a corpus
+    # of a million ids is not made a million python str (nor a dict of them)
+    given: Any = []
+    codes = np.zeros(0, dtype=np.int64)
     if ids is not None:
-        given = list(ids)
-        table = dict(zip(label_codes(given, "ids").tolist(), map(str, given), strict=True))
+        given = ids if isinstance(ids, (list, tuple, np.ndarray, torch.Tensor)) else list(ids)
+        codes = label_codes(given, "ids").numpy()
     elif strings:
         raise ValueError(
             "the states keep string ids as 64-bit codes: give run(k, ids=...) the ids as given "
             "(every query and document id, in any order: e.g. the dataset's) to have them back"
         )
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
 
-    def text(codes: torch.Tensor, side: str) -> list[str]:
+    def text(wanted: torch.Tensor, side: str) -> list[str]:
+        code = wanted.numpy()
+        # (of ids given twice with one code, the last, as a dict of them kept)
+        at = np.searchsorted(ordered, code, side="right") - 1
+        known = (at >= 0) & (ordered[at.clip(min=0)] == code) if ordered.size else at >= 0
         out = []
-        for code in codes.tolist():
-            if code in table:
-                out.append(table[code])
+        for c, k, i in zip(code.tolist(), known.tolist(), at.tolist(), strict=True):
+            if k:
+                value = given[int(order[i])]
+                out.append(str(value.item() if hasattr(value, "item") else value))
             elif strings:
                 raise ValueError(f"run(ids=...): a {side} id of the states is not among `ids`")
             else:
-                out.append(str(code))
+                out.append(str(c))
         return out
 
     return text

@@ -12,7 +12,7 @@ labels, ids and cameras were integers or strings.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +26,7 @@ from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.inputs import num_batches
+from retrieval_metrics.metrics.ranking import Ranking, Side
 
 __all__ = ["KIND_KEYS", "SideStore"]
 
@@ -54,9 +55,8 @@ class SideStore:
             "key_kinds", torch.zeros(len(self.kind_bits), dtype=torch.int64), dist_reduce_fx="max"
         )
         self.warned_no_ids = False
-        # what is made once per ranking (each side deduplicated, see one_ranking), None
-        # outside one
-        self._held: dict[str, Any] | None = None
+        #: the ranking in progress (see one_ranking), None outside one
+        self.ranking: Ranking[Any] | None = None
         self._depth = 0
 
     # ------------------------------------------------------------------ states by name
@@ -194,28 +194,20 @@ class SideStore:
                 setattr(self.metric, f"{side}_{name}", [value])
 
     @contextmanager
-    def one_ranking(self) -> Iterator[None]:
-        """Within it, each side is deduplicated once (:meth:`deduped`; and what :meth:`once`
-        makes is made once): the chunking decision and the ranking read the same items; let go
-        when the outermost one ends."""
+    def one_ranking(self, ranking: Ranking[Any]) -> Iterator[Ranking[Any]]:
+        """Within it, each side is deduplicated once (:meth:`deduped`) and held in ``ranking``:
+        the chunking decision and the ranking read the same items; let go when the outermost
+        one ends."""
         if self._depth == 0:
-            self._held = {}
+            self.ranking = ranking
         self._depth += 1
         try:
-            yield
+            yield ranking
         finally:
             self._depth -= 1
             if self._depth == 0:
-                self._held = None
-
-    def once(self, key: str, make: Callable[[], Any]) -> Any:
-        """``make()``, made once within :meth:`one_ranking` under ``key`` (each call outside
-        one)."""
-        if self._held is None:
-            return make()
-        if key not in self._held:
-            self._held[key] = make()
-        return self._held[key]
+                ranking.let_go()
+                self.ranking = None
 
     def deduped(self, side: str, what: str, batched: bool = False) -> Items | None:
         """A side's items, one per sample id when ids were given: queries in ascending id order
@@ -223,8 +215,14 @@ class SideStore:
         order they came, so that a gallery without repeats is ranked as it is held, not copied
         into another order (the values do not depend on the gallery's order). ``what`` names the
         ids in messages; ``batched``: see :meth:`side`. Once per side within
-        :meth:`one_ranking`."""
-        return self.once(side, lambda: self._deduplicate(side, what, batched))
+        :meth:`one_ranking` (held in its :class:`Ranking`)."""
+        if self.ranking is None:
+            return self._deduplicate(side, what, batched)
+        held = self.ranking.side(side)
+        if held is None:
+            held = Side(self._deduplicate(side, what, batched))
+            self.ranking.hold(side, held)
+        return held.items
 
     def _deduplicate(self, side: str, what: str, batched: bool) -> Items | None:
         items = self.side(side, batched)
@@ -273,13 +271,15 @@ class SideStore:
         bit = self.kind_bits.index((side, key, "str"))
         return bool(int(self.metric.key_kinds.reshape(-1)[bit]))
 
-    def check_kinds(self) -> None:
+    def check_kinds(self, seen: Sequence[int] | None = None) -> None:
         """On the synced states: refused, on every process, where a side's labels, ids or
-        cameras were integers in some updates (or processes) and strings in others."""
-        seen = self.metric.key_kinds.reshape(-1)
+        cameras were integers in some updates (or processes) and strings in others. ``seen``:
+        the ``key_kinds`` bits as read already (else read here, in one host read)."""
+        if seen is None:
+            seen = self.metric.key_kinds.reshape(-1).tolist()
         for side, what in self.sides.items():
             for key in KIND_KEYS:
-                if all(int(seen[self.kind_bits.index((side, key, k))]) for k in ("int", "str")):
+                if all(seen[self.kind_bits.index((side, key, k))] for k in ("int", "str")):
                     raise ValueError(
                         f"{type(self.metric).__name__}: `{key}` of the {what} were integers in "
                         "some updates (or processes) and strings in others; an integer and a "

@@ -5,7 +5,8 @@ makes one :class:`~retrieval_metrics.functional.ranking.settings.RankingSettings
 :class:`~retrieval_metrics.functional.ranking.items.Keys` per side at its boundary and hands
 them down whole. :func:`embedding_relevance` checks the embeddings and keys and builds the
 relevance sets (a :class:`~retrieval_metrics.functional.ranking.engine.direction.RankingInput`),
-:func:`ranked_table` runs the blocked ranking of ``engine/schedule`` on it, and
+an engine ranks it (:func:`ranked_table`: the blocked ranking of ``engine/schedule``) and
+:func:`finish_table` finishes the table, the same for every engine; and
 :func:`two_way_tables` ranks two sets against each other from one pass. ``scan=False`` skips the
 scan for NaN and infinities where the caller has made it already (the metric classes, at
 ``update``).
@@ -37,6 +38,7 @@ from retrieval_metrics.functional.table import RankTable
 __all__ = [
     "check_embeddings",
     "embedding_relevance",
+    "finish_table",
     "id_codes",
     "rank_embeddings",
     "rank_relevance",
@@ -177,9 +179,14 @@ def rank_embeddings(
 def ranked_table(
     inputs: RankingInput, options: RankingSettings, exchange: Exchange | None = None
 ) -> RankTable:
-    """The blocked ranking of ``inputs``, each query's label (its order key) its class; judged
-    documents the gallery lacks added as relevant and never retrieved."""
-    table = schedule.blocked_table(inputs, options, exchange)
+    """The blocked ranking of ``inputs``, finished (:func:`finish_table`)."""
+    return finish_table(schedule.blocked_table(inputs, options, exchange), inputs, options)
+
+
+def finish_table(table: RankTable, inputs: RankingInput, options: RankingSettings) -> RankTable:
+    """An engine's table of ``inputs`` finished, the same for every engine: judged documents
+    the gallery lacks added as relevant and never retrieved, the judged documents split out
+    (``judged_documents``), each query's label (its order key) its class."""
     relevance_sets = inputs.relevance
     if relevance_sets.unretrieved is not None and relevance_sets.unretrieved_grades is not None:
         table = with_unretrieved(

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - a build without a C compiler
     _labels = None
 
 __all__ = [
+    "all_distinct",
     "canonical_id",
     "encode_labels",
     "key_kind",
@@ -174,6 +175,9 @@ def _hash_label(value: Any) -> int:
 
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+#: numpy text read a chunk at a time (label_codes, key_kind): its python strings are made
+#: per chunk, not for a million ids at once
+TEXT_CHUNK = 1 << 16
 _HASH_CHUNK = 1 << 16  # strings per numpy array: bounds the fixed-width copy of long ids
 
 
@@ -294,6 +298,10 @@ def label_codes(labels: Any, name: str) -> Tensor:
     if tensor is not None:
         return _as_int64(tensor.reshape(-1), name)
     if isinstance(labels, np.ndarray) and labels.dtype.kind == "U" and labels.ndim == 1:
+        if labels.size > TEXT_CHUNK:
+            # a chunk at a time: a million ids as python str would take 80 MB at once
+            return torch.cat([label_codes(labels[i : i + TEXT_CHUNK], name)
+                              for i in range(0, labels.size, TEXT_CHUNK)])
         labels = labels.tolist()  # (numpy text: the compiled hash of a list of str below)
     values = list(labels) if not isinstance(labels, np.ndarray) else labels
     if not isinstance(values, np.ndarray):
@@ -314,12 +322,23 @@ def label_codes(labels: Any, name: str) -> Tensor:
     return torch.tensor(codes, dtype=torch.int64)
 
 
+def all_distinct(codes: Tensor | np.ndarray) -> bool:
+    """Whether no code repeats (one sorted copy of them: a million ids' stable argsort took
+    four times its memory)."""
+    values = np.sort(codes.cpu().numpy() if isinstance(codes, Tensor) else np.asarray(codes))
+    return not bool((values[1:] == values[:-1]).any())
+
+
 def key_kind(labels: Any) -> str:
     """``"str"`` when some of ``labels`` is a string other than an integer's decimal text (it is
     compared by its hash), else ``"int"``: numbers, tensors and arrays of numbers, and decimal
     text. Labels of the two kinds never match each other."""
     if _numeric_tensor(labels, "labels") is not None:
         return "int"
+    if isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.size > TEXT_CHUNK:
+        # a chunk at a time (a million ids as python str would take 80 MB at once)
+        kinds = (key_kind(labels[i : i + TEXT_CHUNK]) for i in range(0, labels.size, TEXT_CHUNK))
+        return "str" if "str" in kinds else "int"
     values = labels.tolist() if isinstance(labels, np.ndarray) else labels
     for v in values:
         if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):

@@ -4,10 +4,12 @@
 (every option of the ranking, checked once) plus the :class:`RankingEngine` that ranks by them:
 the metric classes make one and call :meth:`RankingOptions.rank` (or :meth:`~RankingOptions.
 rank_two_ways`, :meth:`~RankingOptions.rank_sharded`) with the items of each side; the object
-goes down whole. The engine is pluggable: :class:`BlockedEngine` (``engine/``, the exact blocked
-ranking) is the default, and any :class:`RankingEngine` (a subclass that implements ``rank``)
-may take its place, e.g. one that calls the plain reference path (``reference.py``) or an
-approximate index; the metric classes take one as ``engine=``.
+goes down whole. The engine is pluggable at the pass: :meth:`RankingEngine.rank` builds the
+relevance sets and finishes the table in one place for every engine, and an engine implements
+only :meth:`RankingEngine.rank_input`, the ranking of those prepared inputs.
+:class:`BlockedEngine` (``engine/``, the exact blocked ranking) is the default;
+``reference.ReferenceEngine`` (every score, a full sort of each row) is another, and a GPU
+kernel or an approximate index would be one more. The metric classes take one as ``engine=``.
 
 Items reaching :meth:`RankingOptions.rank` are taken as checked: the metric classes check every
 batch of embeddings as it arrives (``check_embeddings`` at ``update``), so the blocked engine does
@@ -18,13 +20,15 @@ check what they are given.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, final
 
 from retrieval_metrics.functional.ranking.embeddings import (
     embedding_relevance,
-    ranked_table,
+    finish_table,
     two_way_tables,
 )
+from retrieval_metrics.functional.ranking.engine import schedule
+from retrieval_metrics.functional.ranking.engine.direction import RankingInput
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Items, Keys
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -36,31 +40,74 @@ __all__ = ["BLOCKED_ENGINE", "BlockedEngine", "RankingEngine", "RankingOptions",
 
 
 class RankingEngine:
-    """What ranks the items of a :class:`RankingOptions`: subclass it and implement :meth:`rank`.
+    """What ranks the items of a :class:`RankingOptions`: subclass it and implement
+    :meth:`rank_input`.
 
-    ``rank(queries, gallery, options, exchange)`` returns the :class:`RankTable` of every query
-    against ``gallery`` (queries in input order), relevance and exclusions by ``options`` and
-    the items' keys, as ``rank_embeddings`` defines them. ``gallery=None`` is same source: the
-    queries ranked against themselves, each never retrieving itself. ``exchange``: the processes
-    that all hold these items may share the work out (every one returns the whole table); an
-    engine may ignore it and rank everything. The embeddings are checked finite already.
+    :meth:`rank` is a fixed template, the same for every engine: the relevance sets are built
+    (``embedding_relevance``: labels, ids, judgments, exclusions, the order keys), the engine
+    ranks those prepared inputs (:meth:`rank_input`), and the table is finished
+    (``finish_table``: the judged documents the corpus lacks added as relevant and never
+    retrieved, the judged documents split out where ``judged_documents`` asks, each query's
+    class). An engine so gives the blocked engine's values on every form and every qrels case
+    by ranking alone.
+
+    ``rank_input(inputs, options, exchange)`` returns the :class:`RankTable` of the queries of
+    ``inputs`` (a ``RankingInput``: the embeddings, the relevance sets and order keys) against
+    its kept gallery (``inputs.relevance.gallery_index``), queries in input order, as
+    ``schedule.blocked_table`` (the blocked engine) and ``reference.full_sort_table`` (the
+    reference engine) do. ``exchange``: the processes that all hold these items may share the
+    work out (every one returns the whole table); an engine may ignore it and rank everything.
+    The embeddings are checked finite already.
 
     Both directions of two sets (:meth:`rank_two_ways`) are two calls of :meth:`rank` unless an
     engine does better; a gallery that stays split over processes (:meth:`rank_sharded`) is
-    refused unless an engine implements it. ``reads_row_batches``: whether :meth:`rank` takes a
-    gallery held in batches (:class:`RowBatches`) as it is; else it is given one joined tensor.
+    refused unless an engine implements it. ``reads_row_batches``: whether :meth:`rank_input`
+    takes a gallery held in batches (:class:`RowBatches`) as it is; else it is given one joined
+    tensor.
     """
 
     reads_row_batches: ClassVar[bool] = False
 
+    @final
     def rank(
         self,
         queries: Items,
         gallery: Items | None,
-        options: RankingOptions,
-        exchange: Exchange | None,
+        options: RankingSettings,
+        exchange: Exchange | None = None,
     ) -> RankTable:
-        raise NotImplementedError(f"{type(self).__name__} must implement rank()")
+        """Every query of ``queries`` against ``gallery`` (None: same source, the queries
+        against themselves, each never retrieving itself), relevance and exclusions by
+        ``options`` and the items' keys, as ``rank_embeddings`` defines them: relevance built,
+        :meth:`rank_input`, the table finished. Not overridden."""
+        if (
+            not self.reads_row_batches
+            and gallery is not None
+            and isinstance(gallery.emb, RowBatches)
+        ):
+            gallery = replace(gallery, emb=gallery.emb.joined())
+        if gallery is None:
+            inputs = embedding_relevance(
+                queries.emb, None, queries.keys, None, options, scan=False
+            )
+        else:
+            query_keys, gallery_keys = _side_keys(queries, gallery)
+            emb = gallery.emb
+            if isinstance(emb, RowBatches) and emb.on_disk:
+                # a corpus on disk is streamed to the queries' device (a GPU's), a chunk at a
+                # time, and ranked there
+                gallery = replace(gallery, emb=emb.onto(queries.emb.device))
+            query = queries.emb.to(gallery.emb.device)
+            inputs = embedding_relevance(
+                query, gallery.emb, query_keys, gallery_keys, options, scan=False
+            )
+        return finish_table(self.rank_input(inputs, options, exchange), inputs, options)
+
+    def rank_input(
+        self, inputs: RankingInput, options: RankingSettings, exchange: Exchange | None
+    ) -> RankTable:
+        """The table of the prepared ``inputs`` (see the class): what an engine implements."""
+        raise NotImplementedError(f"{type(self).__name__} must implement rank_input()")
 
     def rank_two_ways(
         self, a: Items, b: Items, options: RankingOptions
@@ -93,24 +140,11 @@ class BlockedEngine(RankingEngine):
     def __repr__(self) -> str:
         return "BlockedEngine()"
 
-    def rank(
-        self,
-        queries: Items,
-        gallery: Items | None,
-        options: RankingOptions,
-        exchange: Exchange | None = None,
+    def rank_input(
+        self, inputs: RankingInput, options: RankingSettings, exchange: Exchange | None
     ) -> RankTable:
-        if gallery is None:
-            inputs = embedding_relevance(
-                queries.emb, None, queries.keys, None, options, scan=False
-            )
-        else:
-            query_keys, gallery_keys = _side_keys(queries, gallery)
-            query = queries.emb.to(gallery.emb.device)
-            inputs = embedding_relevance(
-                query, gallery.emb, query_keys, gallery_keys, options, scan=False
-            )
-        return ranked_table(inputs, options, exchange)
+        """The blocked passes of ``engine/schedule``."""
+        return schedule.blocked_table(inputs, options, exchange)
 
     def rank_two_ways(
         self, a: Items, b: Items, options: RankingOptions
@@ -135,7 +169,7 @@ def check_engine(engine: object) -> RankingEngine:
     if not isinstance(engine, RankingEngine):
         raise ValueError(
             "`engine` must be a RankingEngine (retrieval_metrics.functional.ranking: "
-            f"subclass it and implement rank()), got {type(engine).__name__}"
+            f"subclass it and implement rank_input()), got {type(engine).__name__}"
         )
     return engine
 
@@ -168,12 +202,6 @@ class RankingOptions(RankingSettings):
         finite (the metric classes check each batch at ``update``). A gallery held in batches
         (:class:`RowBatches`) goes to an engine that reads it so (the blocked one) as it is, to
         any other joined."""
-        if (
-            not self.engine.reads_row_batches
-            and gallery is not None
-            and isinstance(gallery.emb, RowBatches)
-        ):
-            gallery = replace(gallery, emb=gallery.emb.joined())
         return self.engine.rank(queries, gallery, self, exchange)
 
     def rank_two_ways(self, a: Items, b: Items) -> tuple[RankTable, RankTable]:

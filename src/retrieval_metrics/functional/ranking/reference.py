@@ -14,7 +14,7 @@ gallery block ``block_g`` columns wide (the last one zero-padded); the symmetric
 ``S = A_i A_j^T`` of square zero-padded blocks for ``i <= j`` only, and block ``j``'s queries
 read ``S^T``. The layout code (``Direction``, ``plan``, ``prepare``) and the table building are the
 engine's own; only the counting is plain. It holds the whole score matrix: meant for tests, not
-for use.
+for use. :class:`ReferenceEngine` plugs it in where the blocked engine would rank.
 """
 
 from __future__ import annotations
@@ -25,19 +25,26 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
+from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, finish_table
 from retrieval_metrics.functional.ranking.engine.direction import Direction, RankingInput
+from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.layout import Layout, choose_layout
 from retrieval_metrics.functional.ranking.engine.plan import product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
+from retrieval_metrics.functional.ranking.options import RankingEngine
 from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import RankTable
 
-__all__ = ["full_sort_table", "rank_by_full_sort", "rank_embeddings_by_full_sort"]
+__all__ = [
+    "ReferenceEngine",
+    "full_sort_table",
+    "rank_by_full_sort",
+    "rank_embeddings_by_full_sort",
+]
 
 
 def _padded(x: Tensor, rows: int) -> Tensor:
@@ -195,5 +202,19 @@ def rank_embeddings_by_full_sort(
     inputs = embedding_relevance(
         query, gallery, keys["query"], keys["gallery"], options, relevant_ids
     )
-    table = full_sort_table(inputs, options)
-    return table if inputs.query_key is None else replace(table, query_class=inputs.query_key)
+    return finish_table(full_sort_table(inputs, options), inputs, options)
+
+
+class ReferenceEngine(RankingEngine):
+    """The reference path as a :class:`RankingEngine` (``engine=ReferenceEngine()``): its
+    :meth:`rank_input` is :func:`full_sort_table`, the relevance sets and the finishing of the
+    table are the template's, as for the blocked engine. ``exchange`` is unread: each process
+    ranks every query. It holds the whole score matrix: meant for tests."""
+
+    def __repr__(self) -> str:
+        return "ReferenceEngine()"
+
+    def rank_input(
+        self, inputs: RankingInput, options: RankingSettings, exchange: Exchange | None
+    ) -> RankTable:
+        return full_sort_table(inputs, options)

@@ -12,15 +12,21 @@ at a time: every value read is the float32 value of the stored number (each half
 number is one), so a ranking reads what it would read of the upcast corpus, at half the memory.
 
 A batch may be a file on disk (:class:`MappedRows`, a memory-mapped ``.npy``): every read of it
-(a block, the norms, the scan for NaN) goes a chunk of rows at a time, and hands the chunk's
-pages back to the operating system once read, so the process holds about one block of the
-corpus whatever its size (the file stays in the page cache, which the system reclaims).
+(a block, the norms, the scan for NaN, the judged rows) reads the file itself (``preadv``) into
+a reused buffer of a few MiB, never through the mapping, so no page of the file is ever mapped
+into the process: it holds the buffer and what it copies out, whatever the corpus's size and
+wherever the rows it reads lie (the file stays in the page cache, which the system reclaims).
+Rows picked by index (the judged documents) are read one sorted run of nearby rows at a time.
+A copy-on-write mapping (``mmap_mode="c"``) may hold the caller's changes, which the file lacks:
+it is read through the mapping, a chunk at a time.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import mmap
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -34,7 +40,7 @@ __all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
 
 #: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
 #: freed memory is reused, not piled up by the allocator)
-READ_BYTES = 1 << 22
+READ_BYTES = 1 << 20
 
 #: stored as they are, read (and scored) as float32
 HALF_PRECISION = (torch.float16, torch.bfloat16)
@@ -47,9 +53,11 @@ def read_dtype(stored: torch.dtype) -> torch.dtype:
 
 class MappedRows:
     """The rows of a memory-mapped 2-D array on disk (``numpy.load(path, mmap_mode="r")``, or
-    one of its slices of rows), whose pages are handed back once read (:meth:`release`).
+    one of its slices of rows), read from the file into reused buffers (:meth:`chunks`,
+    :meth:`gather`), never through the mapping: no page of the file is held by the process.
 
-    ``tensor``: the rows as a CPU tensor over the mapping (nothing is read until it is used).
+    ``tensor``: the rows as a CPU tensor over the mapping (its shape, dtype and device; nothing
+    is read from it but where the file cannot be read by itself: a copy-on-write mapping).
     """
 
     def __init__(self, array: np.memmap) -> None:
@@ -62,27 +70,117 @@ class MappedRows:
         if not array.flags["C_CONTIGUOUS"]:
             raise ValueError("a corpus on disk must be stored by rows (C order), not Fortran")
         self._mapping = mapping
-        # a copy-on-write mapping (mmap_mode="c") may hold the caller's own changes, which
-        # handing its pages back would drop: its pages are kept
-        self._give_back = getattr(array, "mode", "r") != "c"
         base = np.frombuffer(mapping, dtype=np.uint8)
         self._start = array.ctypes.data - base.ctypes.data
         del base
-        self._row_bytes = array.strides[0]
+        self._row_bytes = array.itemsize * array.shape[1]  # (C order: rows one after another)
+        self._dtype = array.dtype
+        #: the file read by itself, and where the rows start in it (None: read through the
+        #: mapping): a copy-on-write mapping (mmap_mode="c") may hold the caller's own changes,
+        #: which the file lacks
+        self.path: str | None = None
+        self._offset = 0
+        filename = getattr(array, "filename", None)
+        self._copy_on_write = getattr(array, "mode", "r") == "c"
+        if not self._copy_on_write and filename is not None and os.path.isfile(
+            filename
+        ):
+            offset = int(getattr(array, "offset", 0))
+            self.path = filename
+            # (numpy maps the file from the allocation granularity below ``offset``)
+            self._offset = offset - offset % mmap.ALLOCATIONGRANULARITY + self._start
         with warnings.catch_warnings():
             # (read-only: the ranking never writes to it)
             warnings.simplefilter("ignore", UserWarning)
             self.tensor = torch.from_numpy(array)
         self.shape = self.tensor.shape
+        self._buffer: np.ndarray | None = None
 
-    def release(self, start: int, stop: int) -> None:
-        """Hand back the pages of rows ``start:stop`` (read again from the file when needed)."""
-        if stop <= start or not self._give_back:
+    def _staging(self, rows: int) -> np.ndarray:
+        """A reused buffer of ``rows`` rows (at most a chunk), in the stored dtype."""
+        if self._buffer is None or self._buffer.shape[0] < rows:
+            self._buffer = np.empty((rows, self.shape[1]), dtype=self._dtype)
+        return self._buffer[:rows]
+
+    def stored_as(self, dtype: torch.dtype, device: torch.device) -> bool:
+        """Whether the rows are read as they are stored (``dtype``, on the host ``device``)."""
+        return self.tensor.dtype == dtype and device == self.tensor.device
+
+    def chunk_rows(self) -> int:
+        """Rows read at once (about :data:`READ_BYTES`)."""
+        return max(1, READ_BYTES // max(1, self._row_bytes))
+
+    def _read(self, fd: int, start: int, out: np.ndarray) -> None:
+        """Rows ``start:start + len(out)`` into ``out`` (C-contiguous, the stored dtype)."""
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        at, pos = 0, self._offset + start * self._row_bytes
+        while at < len(view):
+            got = os.preadv(fd, [view[at:]], pos + at)
+            if got <= 0:
+                raise OSError(f"{self.path}: the file ended before row {start + len(out)}")
+            at += got
+
+    def chunks(self, start: int, stop: int) -> Iterator[tuple[int, Tensor]]:
+        """Rows ``start:stop`` a chunk at a time: (the chunk's first row, its rows as a CPU
+        tensor of the stored dtype over a buffer that the next chunk overwrites)."""
+        step = self.chunk_rows()
+        if self.path is None:
+            for at in range(start, stop, step):
+                yield at, self.tensor[at : min(stop, at + step)]
+                self._release(at, min(stop, at + step))
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            for at in range(start, stop, step):
+                out = self._staging(min(stop, at + step) - at)
+                self._read(fd, at, out)
+                yield at, torch.from_numpy(out)
+        finally:
+            os.close(fd)
+
+    def _release(self, start: int, stop: int) -> None:
+        """Hand back the mapped pages of rows ``start:stop`` (where the file is read through the
+        mapping; not a copy-on-write one: its pages hold the caller's changes)."""
+        if self._copy_on_write:
             return
         first = (self._start + start * self._row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
         end = min(self._start + stop * self._row_bytes, len(self._mapping))
         if end > first:
             self._mapping.madvise(mmap.MADV_DONTNEED, first, end - first)
+
+    def gather(self, index: Tensor) -> Tensor:
+        """The rows at ``index`` (int64 on the host, any order, repeats allowed) as a new CPU
+        tensor of the stored dtype: the distinct rows in order, nearby ones read at once (a run
+        of rows at most a chunk long, with gaps of at most a page), each run read by itself."""
+        if self.path is None:
+            return self.tensor.index_select(0, index)
+        rows, inverse = torch.unique(index, return_inverse=True)
+        at = rows.numpy()
+        out = np.empty((at.size, self.shape[1]), dtype=self._dtype)
+        if at.size:
+            gap = max(1, mmap.PAGESIZE // max(1, self._row_bytes))
+            # runs: a new one where the next row is more than ``gap`` rows on, or where the run
+            # would outgrow a chunk
+            new = np.ones(at.size, dtype=bool)
+            new[1:] = np.diff(at) > gap
+            run = np.cumsum(new) - 1
+            first = at[new][run]
+            piece = (at - first) // self.chunk_rows()
+            new[1:] |= piece[1:] != piece[:-1]
+            bounds = np.append(np.flatnonzero(new), at.size).tolist()
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                for s, e in itertools.pairwise(bounds):
+                    lo, hi = int(at[s]), int(at[e - 1]) + 1
+                    if hi - lo == e - s:  # every row of the stretch: read in place
+                        self._read(fd, lo, out[s:e])
+                    else:
+                        span = self._staging(hi - lo)
+                        self._read(fd, lo, span)
+                        out[s:e] = span[at[s:e] - lo]
+            finally:
+                os.close(fd)
+        return torch.from_numpy(out).index_select(0, inverse)
 
 
 class RowBatches:
@@ -100,7 +198,8 @@ class RowBatches:
     """
 
     def __init__(
-        self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None
+        self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
+        device: torch.device | None = None,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -124,9 +223,14 @@ class RowBatches:
         self._starts = self.starts.tolist()
         self.shape = torch.Size((self._starts[-1], first.shape[1]))
         self.stored_dtype, self.device = first.dtype, first.device
+        if device is not None:
+            if not all(m is not None for m in self.mapped):
+                raise ValueError("only rows read from files are read onto another device")
+            self.device = torch.device(device)  # each chunk read from the file copied there
         self.dtype = read_dtype(first.dtype)
         self.divisor = divisor
         self._norms: Tensor | None = None
+        self._onto: dict[torch.device, RowBatches] = {}
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -160,15 +264,20 @@ class RowBatches:
             yield batch
             return
         rows = max(1, READ_BYTES // max(1, batch.shape[1] * batch.element_size()))
+        if mapped is not None and mapped.stored_as(self.dtype, self.device):
+            # (read from the file into the reused buffer: nothing to convert)
+            yield from (part for _, part in mapped.chunks(0, batch.shape[0]))
+            return
         buffer = torch.empty(
             min(rows, batch.shape[0]), batch.shape[1], dtype=self.dtype, device=self.device
         )
-        for start in range(0, batch.shape[0], rows):
-            stop = min(batch.shape[0], start + rows)
-            out = buffer[: stop - start]
-            out.copy_(batch[start:stop])
-            if mapped is not None:
-                mapped.release(start, stop)
+        pieces = (
+            ((start, batch[start : start + rows]) for start in range(0, batch.shape[0], rows))
+            if mapped is None else mapped.chunks(0, batch.shape[0])
+        )
+        for _, piece in pieces:
+            out = buffer[: piece.shape[0]]
+            out.copy_(piece)
             yield out
 
     def joined(self) -> Tensor:
@@ -191,7 +300,23 @@ class RowBatches:
 
     def divided(self, divisor: Tensor) -> RowBatches:
         """These rows read divided by ``divisor`` (``(N, 1)``, one entry a row)."""
-        return RowBatches(self.sources(), divisor)
+        return RowBatches(self.sources(), divisor, self.device if self.on_disk else None)
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether every row is read from a file (a corpus on disk)."""
+        return all(m is not None for m in self.mapped)
+
+    def onto(self, device: torch.device) -> RowBatches:
+        """A corpus on disk read onto ``device`` (a GPU's): each chunk read from the file into
+        the host's buffer, copied there, never held whole on either (itself where already)."""
+        device = torch.device(device)
+        if device == self.device:
+            return self
+        if device not in self._onto:  # (one view a device: its row norms computed once)
+            divisor = None if self.divisor is None else self.divisor.to(device)
+            self._onto[device] = RowBatches(self.sources(), divisor, device)
+        return self._onto[device]
 
     def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
         """Rows ``start:stop``: a view of their batch where it holds them all, they are read as
@@ -206,15 +331,20 @@ class RowBatches:
         at, i = start, first
         while at < stop:
             offset, end = self._starts[i], min(stop, self._starts[i + 1])
-            piece = self.batches[i][at - offset : end - offset]
-            target = out[at - start : end - start]
-            if self.divisor is None:
-                target.copy_(piece)
-            else:
-                torch.div(piece, self.divisor[at:end], out=target)
             mapped = self.mapped[i]
-            if mapped is not None:
-                mapped.release(at - offset, end - offset)
+            pieces = (
+                [(at - offset, self.batches[i][at - offset : end - offset])] if mapped is None
+                else mapped.chunks(at - offset, end - offset)  # (the file, a chunk at a time)
+            )
+            for local, piece in pieces:
+                row = local + offset  # (of the whole matrix)
+                target = out[row - start : row - start + piece.shape[0]]
+                if self.divisor is None:
+                    target.copy_(piece)
+                elif piece.device == target.device:
+                    torch.div(piece, self.divisor[row : row + piece.shape[0]], out=target)
+                else:  # (read onto a device: copied there, then divided, the same values)
+                    target.copy_(piece).div_(self.divisor[row : row + piece.shape[0]])
             at, i = end, i + 1
         return out[: stop - start]
 
@@ -229,11 +359,12 @@ class RowBatches:
         for i in torch.unique(batch).tolist():
             where = (batch == i).nonzero().view(-1)
             local = host.index_select(0, where) - self._starts[i]
-            rows = self.batches[i].index_select(0, local.to(self.device))
-            out[where.to(self.device)] = rows.to(self.dtype)
             mapped = self.mapped[i]
-            if mapped is not None:
-                mapped.release(int(local.min()), int(local.max()) + 1)
+            rows = (
+                self.batches[i].index_select(0, local.to(self.device)) if mapped is None
+                else mapped.gather(local).to(self.device)  # (the rows alone, from the file)
+            )
+            out[where.to(self.device)] = rows.to(self.dtype)
         if self.divisor is not None:
             out /= self.divisor.index_select(0, index.to(self.divisor.device))
         return out

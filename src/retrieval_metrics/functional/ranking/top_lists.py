@@ -13,14 +13,17 @@ there, so the list is the same for every block size and device.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import row_of_entries
-from retrieval_metrics.functional.ranking.embeddings import check_embeddings
+from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 from retrieval_metrics.functional.ranking.engine.similarity import (
     gallery_in_blocks,
@@ -36,8 +39,10 @@ from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_
 __all__ = ["TopK", "top_k"]
 
 TIES = ("position", "id")
+#: gallery ids made codes at once, for the items of a query's id
+ID_CHUNK = 1 << 16
 #: gallery items scored at once per query (the block's columns)
-BLOCK_G = 8192
+BLOCK_G = 4096
 #: scores computed at once, per query block x gallery block (float32: 64 MiB)
 BLOCK_ENTRIES = 1 << 24
 
@@ -54,7 +59,14 @@ class TopK:
     def run(self, query_ids: Any, gallery_ids: Any) -> dict[str, list[tuple[str, float]]]:
         """As a run: query id -> its (document id, score) pairs, best first, ids as text
         (what :func:`retrieval_metrics.formats.write_run` writes)."""
-        queries, documents = _texts(query_ids), _texts(gallery_ids)
+        return dict(self.lines(query_ids, gallery_ids))
+
+    def lines(
+        self, query_ids: Any, gallery_ids: Any
+    ) -> Iterator[tuple[str, list[tuple[str, float]]]]:
+        """:meth:`run`'s entries one query at a time (for ``formats.write_run_lines``): only
+        the ids listed are made text (a corpus's million ids are not)."""
+        queries = _texts(query_ids)
         if len(queries) != self.indices.shape[0]:
             raise ValueError(
                 f"`query_ids` must have one id per query ({self.indices.shape[0]}), got "
@@ -62,17 +74,17 @@ class TopK:
             )
         if len(queries) != len(set(queries)):
             raise ValueError("`query_ids` name a query twice: a run lists each query once")
-        run = {}
-        for qid, rows, scores in zip(
-            queries, self.indices.cpu().tolist(), self.scores.cpu().tolist(), strict=True
-        ):
-            run[qid] = [(documents[r], s) for r, s in zip(rows, scores, strict=True) if r >= 0]
-        return run
+        indices = self.indices.cpu()
+        listed = indices[indices >= 0]
+        text = dict(zip(listed.tolist(), _texts_at(gallery_ids, listed), strict=True))
+        for qid, rows, scores in zip(queries, indices.tolist(), self.scores.cpu().tolist(),
+                                     strict=True):
+            yield qid, [(text[r], s) for r, s in zip(rows, scores, strict=True) if r >= 0]
 
 
 def top_k(
     query: Tensor,
-    gallery: Tensor | RowBatches | None,
+    gallery: Any,
     k: int,
     *,
     similarity: str = "cosine",
@@ -89,9 +101,11 @@ def top_k(
     gallery's size.
 
     Args:
-        query: ``(Q, D)`` embeddings.
-        gallery: ``(N, D)`` embeddings; None ranks the queries against each other, each query
-            never listing itself.
+        query: ``(Q, D)`` embeddings (a tensor or a numpy array).
+        gallery: ``(N, D)`` embeddings in any form ``set_gallery`` takes: a tensor, a numpy
+            array, or a corpus on disk (a ``.npy`` path, a glob or a list of them, memory-mapped
+            arrays), read a block at a time and never whole; None ranks the queries against
+            each other, each query never listing itself.
         k: how many items a query lists.
         similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"`` (listed by distance; the score
             is the negative squared distance).
@@ -116,8 +130,9 @@ def top_k(
     if ties not in TIES:
         raise ValueError(f"`ties` must be one of {TIES}, got {ties!r}")
     same = gallery is None
-    query = check_embeddings("query", query)
-    items = query if gallery is None else check_embeddings("gallery", gallery)
+    query = as_embeddings("query", query)
+    # (a corpus on disk: read a block at a time, its judged rows alone)
+    items = query if gallery is None else as_corpus("gallery", gallery)
     if items.shape[1] != query.shape[1]:
         raise ValueError(
             f"`gallery` must have {query.shape[1]} columns, the width of `query`, got "
@@ -134,12 +149,13 @@ def top_k(
             raise ValueError('ties="id" orders tied items by their ids: give `gallery_ids`')
         key = order_ranks(id_order_rows(item_ids, "gallery_ids"))
     else:
-        key = torch.arange(num_g)
+        key = None  # the gallery's order
     # the gallery in key order: the columns of every block are then in tie order
-    columns = torch.argsort(key, stable=True)
+    # (None: the gallery's own order, no index of it made)
+    columns = None if key is None else torch.argsort(key, stable=True)
     excluded = _excluded(num_q, num_g, same, query_ids, item_ids, exclude_identical_ids)
     dtype = score_dtype(query, items)
-    in_order = bool(torch.equal(columns, torch.arange(num_g)))
+    in_order = columns is None or bool(torch.equal(columns, torch.arange(num_g)))
     # a gallery in its own order is read a block at a time where that needs no copy of it (a
     # corpus in batches or on disk, for cosine and dot): never joined, normalised or upcast
     g_blocks = gallery_in_blocks(
@@ -148,10 +164,12 @@ def top_k(
     if g_blocks is not None:
         q_mat, g_mat = prepare_query(query, similarity, dtype), g_blocks
     else:
+        if columns is None:
+            columns = torch.arange(num_g)
         q_mat, g_mat = prepare(query, items, similarity, dtype, gallery_rows=columns)
     assert q_mat is not None
     device = q_mat.device
-    if excluded is not None:
+    if excluded is not None and columns is not None:
         # as columns of the gallery in key order
         place = torch.empty_like(columns)
         place[columns] = torch.arange(num_g)
@@ -165,6 +183,9 @@ def top_k(
     block_g = max(1, min(num_g, BLOCK_G))
     block_q = max(1, min(num_q, BLOCK_ENTRIES // block_g))
     buffer = torch.empty(block_g, q_mat.shape[1], dtype=dtype, device=device)
+    # a block's scores and masks, reused block after block
+    s_flat = torch.empty(block_q * block_g, dtype=dtype, device=device)
+    masks = torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device)
     with full_fp32_products():
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
@@ -176,13 +197,15 @@ def top_k(
                     g_block = g_mat.rows(g0, g1, buffer)
                 else:
                     g_block = g_mat[g0:g1]
-                s = torch.mm(q_mat[q0:q1], g_block.T)
+                s = torch.mm(q_mat[q0:q1], g_block.T,
+                             out=s_flat[: (q1 - q0) * (g1 - g0)].view(q1 - q0, g1 - g0))
                 if excluded is not None:
                     _mask(s, excluded, q0, q1, g0, g1)
-                s_scores, s_cols = _block_best(s, width)
+                s_scores, s_cols = _block_best(s, width, masks)
                 scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
             best_scores[q0:q1], best_cols[q0:q1] = scores, cols
-    indices = columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape)
+    indices = best_cols if columns is None else (
+        columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape))
     empty = torch.isneginf(best_scores)
     if similarity == "euclidean":
         # the prepared product is 2 q.g - |g|^2 = |q|^2 - |q - g|^2: a per-query shift, so the
@@ -193,18 +216,34 @@ def top_k(
     return TopK(indices.masked_fill(empty, -1), best_scores)
 
 
-def _block_best(s: Tensor, width: int) -> tuple[Tensor, Tensor]:
+def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
     """The ``width`` best columns of each row of the score block ``s`` (columns in tie order:
-    of equal scores the leftmost win), in column order, and their scores."""
+    of equal scores the leftmost win), in column order, and their scores. ``masks``: a bool
+    buffer of three blocks' entries, reused block after block (fresh masks of every block
+    were left behind by the allocator: +30 MB a block)."""
     rows, n = s.shape
     if n <= width:
         return s, torch.arange(n, device=s.device).expand(rows, n)
-    kth = torch.topk(s, width, dim=1, sorted=False).values.amin(1, keepdim=True)
-    above = s > kth
-    need = width - above.sum(1, keepdim=True)
-    at_kth = s == kth
-    chosen = above | (at_kth & (at_kth.cumsum(1) <= need))
-    cols = chosen.nonzero()[:, 1].view(rows, width)
+    best = torch.topk(s, width, dim=1, sorted=False).values
+    kth = best.amin(1, keepdim=True)
+    above, at_kth, chosen = (masks[i * s.numel() : (i + 1) * s.numel()].view(rows, n)
+                             for i in range(3))
+    torch.gt(s, kth, out=above)
+    torch.eq(s, kth, out=at_kth)
+    torch.logical_or(above, at_kth, out=chosen)
+    found = chosen.nonzero()
+    if found.shape[0] != rows * width:
+        # rows with more items tied at the K-th score than places left: the leftmost of them
+        # (the places left counted among the K best: every score above the K-th is there; a
+        # running count on those rows alone, where on every row it took 8 bytes a score)
+        per_row = torch.bincount(found[:, 0], minlength=rows)
+        surplus = flat_nonzero(per_row > width)
+        need = width - (best.index_select(0, surplus) > kth.index_select(0, surplus)).sum(
+            1, keepdim=True)
+        tied = at_kth.index_select(0, surplus)
+        chosen[surplus] = above.index_select(0, surplus) | (tied & (tied.cumsum(1) <= need))
+        found = chosen.nonzero()
+    cols = found[:, 1].view(rows, width)
     return s.gather(1, cols), cols
 
 
@@ -232,17 +271,37 @@ def _excluded(
         if query_ids is None or gallery_ids is None:
             raise ValueError("exclude_identical_ids=True needs `query_ids` and `gallery_ids`")
         q_codes = label_codes(query_ids, "query_ids")
-        g_codes = label_codes(gallery_ids, "gallery_ids")
-        if q_codes.numel() != num_q or g_codes.numel() != num_g:
+        g_rows, g_codes, num_ids = _among(gallery_ids, q_codes)
+        if q_codes.numel() != num_q or num_ids != num_g:
             raise ValueError(
                 f"`query_ids` and `gallery_ids` must have one id per item ({num_q} and {num_g}), "
-                f"got {q_codes.numel()} and {g_codes.numel()}"
+                f"got {q_codes.numel()} and {num_ids}"
             )
         ptr, index = identical_ids_csr(q_codes, g_codes)
-        pairs.append((row_of_entries(ptr), index))
+        pairs.append((row_of_entries(ptr), g_rows.index_select(0, index)))
     if not pairs:
         return None
     return torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
+
+
+def _among(ids: Any, codes: Tensor) -> tuple[Tensor, Tensor, int]:
+    """The gallery items whose id is among ``codes`` (the queries' id codes): their rows and
+    codes, and how many ids ``ids`` holds; read :data:`ID_CHUNK` ids at a time (a million
+    corpus ids' codes at once, and their sort, took 46 MB)."""
+    wanted = torch.unique(codes)
+    rows, found, count = [], [], 0
+    if isinstance(ids, Tensor) and ids.dim() != 1:
+        ids = ids.reshape(-1)
+    for start in range(0, len(ids), ID_CHUNK):
+        chunk = label_codes(ids[start : start + ID_CHUNK], "gallery_ids")
+        at = torch.searchsorted(wanted, chunk).clamp_max(max(0, wanted.numel() - 1))
+        hit = flat_nonzero(wanted[at] == chunk) if wanted.numel() else chunk[:0]
+        rows.append(hit + start)
+        found.append(chunk.index_select(0, hit))
+        count += chunk.numel()
+    if not rows:
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 0
+    return torch.cat(rows), torch.cat(found), count
 
 
 def _mask(s: Tensor, excluded: tuple[Tensor, Tensor], q0: int, q1: int, g0: int, g1: int) -> None:
@@ -253,5 +312,14 @@ def _mask(s: Tensor, excluded: tuple[Tensor, Tensor], q0: int, q1: int, g0: int,
 
 
 def _texts(ids: Any) -> list[str]:
-    values = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+    values = ids.tolist() if isinstance(ids, (Tensor, np.ndarray)) else list(ids)
     return [str(v) for v in values]
+
+
+def _texts_at(ids: Any, rows: Tensor) -> list[str]:
+    """The text of ``ids[rows]`` (a sequence, an array or a tensor of ids)."""
+    if isinstance(ids, Tensor):
+        return [str(v) for v in ids.cpu().index_select(0, rows).tolist()]
+    if isinstance(ids, np.ndarray):
+        return [str(v) for v in ids[rows.numpy()].tolist()]
+    return [str(ids[r]) for r in rows.tolist()]

@@ -8,7 +8,7 @@ over."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -29,6 +29,7 @@ from retrieval_metrics.metrics.chunks import ranking_budget
 from retrieval_metrics.metrics.distributed import Processes
 from retrieval_metrics.metrics.options import MetricOptions
 from retrieval_metrics.metrics.protocols import RUN_DEPTH
+from retrieval_metrics.metrics.ranking import Ranking
 from retrieval_metrics.metrics.store import KIND_KEYS, SideStore
 
 __all__ = ["MISS_BASES", "Batch", "FormContext", "InputForm"]
@@ -76,9 +77,10 @@ class FormContext:
     over the processes; ``fixed_gallery`` the gallery given with ``set_gallery`` (None
     without); ``id_examples`` an id of each side as the user gave it (for messages);
     ``engine`` what ranks (the metric's ``engine=``);
-    ``on_synced`` runs a function on every process's states; ``kept`` holds what a form
-    derives once per ranking (cleared when the states change). A form reports the bytes it
-    exchanged in ``bytes_exchanged``.
+    ``ranking`` what is made once from the synced states until they change (a
+    :class:`~retrieval_metrics.metrics.ranking.Ranking`: the agreed form, the deduplicated
+    sides, the relevant pairs counted before the ranking, the miss table). A form reports the
+    bytes it exchanged in ``bytes_exchanged``.
     """
 
     store: SideStore
@@ -91,8 +93,7 @@ class FormContext:
     fixed_gallery: Items | None = None
     id_examples: dict[str, Any] = field(default_factory=dict)
     engine: RankingEngine = BLOCKED_ENGINE
-    on_synced: Callable[[Callable[[], Any]], Any] = lambda fn: fn()
-    kept: dict[str, Any] = field(default_factory=dict)
+    ranking: Ranking[InputForm] = field(default_factory=Ranking)
     bytes_exchanged: int | None = None
 
     @property

@@ -142,10 +142,9 @@ def _label_pairs(context: FormContext, queries: Items, gallery: Items | None) ->
     gallery = queries if gallery is None else gallery
     if queries.labels is None or gallery.labels is None:
         return None
-    query_labels, gallery_labels = queries.labels, gallery.labels
-    return context.store.once(
-        "label_pairs", lambda: label_pair_counts(query_labels, gallery_labels)
-    )
+    if context.ranking.label_pairs is None:
+        context.ranking.label_pairs = label_pair_counts(queries.labels, gallery.labels)
+    return context.ranking.label_pairs
 
 
 class SameSource(_EmbeddingStates):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -26,6 +27,19 @@ from retrieval_metrics.metrics.forms.base import Batch, FormContext
 from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
 
 __all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
+
+
+def is_in(values: Tensor, universe: Tensor) -> Tensor:
+    """``torch.isin(values, universe)`` (int64 on the host) in less memory where ``universe`` is
+    the larger (a corpus's million ids against the judged documents): one sorted copy of it and
+    a binary search of each value, where torch.isin sorts both together with their positions
+    (64 MB above the corpus's ids for 1.2M ids; 10 MB here)."""
+    if universe.numel() <= 4 * values.numel():
+        return torch.isin(values, universe)
+    ordered = np.sort(universe.numpy())
+    at = np.searchsorted(ordered, values.numpy()).clip(max=max(0, ordered.size - 1))
+    found = ordered[at] == values.numpy() if ordered.size else np.zeros(values.numel(), bool)
+    return torch.from_numpy(np.asarray(found, dtype=bool))
 
 
 def check_identical_ids(context: FormContext, queries: Items, gallery: Items | None) -> None:
@@ -42,7 +56,7 @@ def check_identical_ids(context: FormContext, queries: Items, gallery: Items | N
     if gallery is None or gallery.ids is None:
         shared = torch.zeros(len(queries), dtype=torch.bool)
     else:
-        shared = torch.isin(queries.ids.cpu(), gallery.ids.cpu())
+        shared = is_in(queries.ids.cpu(), gallery.ids.cpu())
     if context.gallery_sharded and context.processes.distributed:
         # (the queries are every process's: one shard's collision is every process's refusal)
         shared = D.gather_rows([shared[None]], context.processes.group)[0].any(0)
@@ -91,7 +105,7 @@ def check_ids_meet(context: FormContext, given: Tensor, corpus: Tensor | None) -
     if documents.numel() == 0:
         return judged  # judged, with nothing relevant: empty_queries decides
     corpus = corpus.cpu()
-    present = torch.isin(documents, corpus)
+    present = is_in(documents, corpus)
     missing = int((~present).sum())
     sides = (
         f"corpus of {corpus.numel()} documents, e.g. {corpus_example!r}; qrels documents e.g. "

@@ -81,18 +81,21 @@ class Scores(InputForm):
 
     def table(self, context: FormContext) -> RankTable:
         # every batch was checked by update(): rank without checking the whole again
-        return rank_checked_scores(*self._states(context))
+        preds, target, indexes = self._states(context)
+        table = rank_checked_scores(preds, target, indexes)
+        if context.options.nonpositive == "miss":
+            # made here, on the synced states, with the table it is a view of
+            context.ranking.miss_table = nonpositive_missed(
+                table, positive_counts(preds, indexes)
+            )
+        return table
 
     def miss_table(self, context: FormContext, table: RankTable) -> RankTable:
         """``table`` with every relevant item scored <= 0 a miss (it still counts in m_q), made
-        once per ranking from the scores states (kept in ``context.kept``)."""
-        if "miss" not in context.kept:
-            def missed() -> RankTable:
-                preds, _, indexes = self._states(context)
-                return nonpositive_missed(table, positive_counts(preds, indexes))
-
-            context.kept["miss"] = context.on_synced(missed)
-        return context.kept["miss"]
+        with the table, once per ranking (``context.ranking.miss_table``)."""
+        miss = context.ranking.miss_table
+        assert miss is not None, "the miss table is made with the table (nonpositive='miss')"
+        return miss
 
     def skip_reason(self, context: FormContext) -> str:
         return "no `target` of the query is > 0"

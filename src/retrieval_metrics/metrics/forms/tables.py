@@ -11,7 +11,7 @@ import torch
 from retrieval_metrics.functional.measures.names import divides_by_retrieved, judged_queries_needed
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.items import Items
-from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import (
@@ -129,7 +129,8 @@ class PrecomputedRanks(RankedLists):
 
 class FixedGallery(TableStates):
     """A gallery given once with ``set_gallery``: each ``update(q, q_labels, role="query")`` is
-    ranked against it at once (the query embeddings are not stored)."""
+    ranked against it at once, and only its per-query results and the query items (for
+    ``run()``: their embeddings as given and ids, not the gallery's) are kept."""
 
     kind = "fixed_gallery"
     description = "a fixed gallery (set_gallery)"
@@ -159,6 +160,23 @@ class FixedGallery(TableStates):
         if context.qrels is not None:
             check_identical_ids(context, items, gallery)
         append_table(context, context.ranking_options().rank(items, gallery), items.ids)
+        # the queries, for run() (which ranks them against the gallery again, a block at a time)
+        context.store.append_items(
+            "q", replace(items, emb=score_copy(emb), labels=None, cameras=None, positions=None),
+            "role='query'",
+        )
+
+    def sides(self, context: FormContext) -> tuple[Items, Items]:
+        """The queries given (one per id) and the gallery of ``set_gallery``: what ``run()``
+        lists."""
+        gallery = context.fixed_gallery
+        queries = context.store.deduped("q", "`ids` of the queries")
+        if gallery is None or queries is None or len(queries) == 0:
+            raise ValueError(
+                "no queries were given: update(embeddings, ids=..., role='query') after "
+                "set_gallery"
+            )
+        return queries, gallery
 
     @staticmethod
     def set(context: FormContext, embeddings: Any, keys: dict[str, Any]) -> Items:
@@ -173,7 +191,7 @@ class FixedGallery(TableStates):
         context.store.note_key_kinds(
             "g", Batch(**{k: v for k, v in keys.items() if k != "positions"}).keys()
         )
-        if context.qrels is not None and items.ids is not None:
+        if context.qrels is not None and items.ids is not None and not all_distinct(items.ids):
             # a corpus given once: each document once (repeats that agree dropped), in the order
             # given, so that a corpus of distinct ids is kept as it is, never copied
             items = items.select(torch.sort(D.dedupe_by_id(

@@ -91,8 +91,11 @@ def one_sided_pass(
             # are gathered into blocks of the same shape instead, one product per block_g
             # relevant items: a product of one shape scores a pair alike whichever column
             # holds it (what the padded last block relies on too).
-            read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first[cache_room:])
-            read_first = read_first[:cache_room]
+            # None of them is kept: a few kept blocks would spare a few of many products,
+            # and hold up to a quarter of the budget (64 MiB at the default) while the
+            # gallery is read (a corpus on disk, its judged documents spread through it).
+            read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first)
+            read_first, cache_room = [], 0
         seeding = qb.seeds_from_maxima()
         if seeding:
             extra = min(THETA_EVERY, cache_room) - len(read_first)

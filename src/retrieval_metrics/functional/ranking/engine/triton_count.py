@@ -93,7 +93,8 @@ def count_tile(
 
 @functools.cache
 def _kernel():
-    """:func:`count_tile` as a Triton kernel (interpreted where ``TRITON_INTERPRET=1``). The
+    """:func:`count_tile` as a Triton kernel (run by Triton's interpreter, on the CPU, where
+    ``TRITON_INTERPRET=1`` was set before triton was imported: the tests without a GPU). The
     rows and the relevant scores a row are not specialised on (one compiled kernel for every
     query block of a ranking); the row length is, so that a row's loads can be vectorised."""
     return triton.jit(count_tile, do_not_specialize=["n_rows", "m"])

@@ -15,6 +15,11 @@
 
 It works under DDP (rank 0 writes, every rank loads the same file) and across a resume from a
 checkpoint (the selection record is part of the callback's state).
+
+This module holds the callback and its hooks; its concerns apart are mixins of it:
+``guards.py`` (the test-set refusals), ``ids.py`` (the sample ids collected and gathered),
+``checkpoints.py`` (the selection record in the checkpoints and the state; ``SELECTION_KEY``),
+and ``checks.py`` (the checks apart from Lightning).
 """
 
 from __future__ import annotations
@@ -24,29 +29,26 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from retrieval_metrics.metrics.base import RetrievalMetricBase
-from retrieval_metrics.metrics.distributed import gather_rows
-from retrieval_metrics.selection_checks import (
-    DATALOADER_SUFFIX,
+from retrieval_metrics.lightning.checkpoints import SELECTION_KEY, SelectionRecords
+from retrieval_metrics.lightning.checks import (
     dataset_of,
     flatten_loaders,
     is_test_key,
-    namespaced_ids,
     same_file,
     unique_ids,
 )
+from retrieval_metrics.lightning.guards import TestSetGuards
+from retrieval_metrics.lightning.ids import SampleIds
+from retrieval_metrics.metrics.base import RetrievalMetricBase
 
 __all__ = ["SELECTION_KEY", "SelectOnValidation"]
 
-SELECTION_KEY = "selection"
-"""Key of the selection record in every checkpoint that ``SelectOnValidation`` keeps."""
 
-class SelectOnValidation(ModelCheckpoint):
+class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
     """A ``ModelCheckpoint`` that selects on validation metrics and makes ``trainer.test`` use them.
 
     Keeps the best checkpoint(s) by ``monitor``, a value logged in the validation loop (any metric
@@ -268,17 +270,6 @@ class SelectOnValidation(ModelCheckpoint):
         self._note_what_the_batch_fed(dataloader_idx)
         self._collect_ids()
 
-    def _note_what_the_batch_fed(self, dataloader_idx: int) -> None:
-        """Record whether the batch added only gallery items to the metrics (a corpus) or
-        anything else (queries, or nothing this callback can see, which could feed the
-        monitor)."""
-        after = [m.store.batches_by_side() for m in self._metrics]
-        if len(after) != len(self._batches_before):
-            return
-        queries = any(a[0] > b[0] for a, b in zip(after, self._batches_before, strict=True))
-        gallery = any(a[1] > b[1] for a, b in zip(after, self._batches_before, strict=True))
-        fed = "gallery" if gallery and not queries else "other"
-        self._fed.setdefault(dataloader_idx, set()).add(fed)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING:
@@ -364,215 +355,9 @@ class SelectOnValidation(ModelCheckpoint):
         test_ids = self._gather_ids(trainer)
         self._batch_ids, self._latest = [], {}
         if self.check_ids and self._val_ids.numel() and test_ids.numel():
-            shared = int(torch.isin(test_ids, self._val_ids).sum())
-            if shared:
-                raise ValueError(
-                    f"SelectOnValidation: {shared} of the {test_ids.numel()} test sample ids were "
-                    f"also validation sample ids ({self._val_ids.numel()} seen in validation), so "
-                    "the checkpoint was chosen partly on test data. Use disjoint validation and "
-                    "test splits; if these ids are per-split indices rather than sample ids, pass "
-                    "ids that are unique across splits (e.g. offset the test ids), or "
-                    "SelectOnValidation(check_ids=False)"
-                )
+            self._refuse_shared_ids(test_ids)
         if self.test_selection is not None:
             # the values are the same on every process: "max" over processes keeps them exact
             # (and keeps Lightning from asking for sync_dist=True)
             for name, value in self.selection_metrics(self.test_selection).items():
                 pl_module.log(name, value, sync_dist=True, reduce_fx="max", batch_size=1)
-
-    # checkpoints: record the selection, keep it in the state
-
-    def on_save_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        super().on_save_checkpoint(trainer, pl_module, checkpoint)
-        if self._saving is not None:
-            checkpoint[SELECTION_KEY] = dict(self._saving)
-
-    def on_load_checkpoint(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
-    ) -> None:
-        super().on_load_checkpoint(trainer, pl_module, checkpoint)
-        self._loaded = {
-            SELECTION_KEY: checkpoint.get(SELECTION_KEY),
-            "epoch": checkpoint.get("epoch"),
-            "global_step": checkpoint.get("global_step"),
-        }
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        state["selections"] = {path: dict(record) for path, record in self._records.items()}
-        state["validation_keys"] = sorted(self._val_keys)
-        state["validation_ids"] = self._val_ids.clone()
-        return state
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self._stage not in (None, "fit") and self.best_model_path:
-            # trainer.test/validate(ckpt_path=...) restores callbacks from that file; the
-            # selection made by fit in this process stays what it is
-            return
-        dirpath_before = self.dirpath
-        super().load_state_dict(state_dict)
-        records = state_dict.get("selections", {})
-        if dirpath_before != state_dict.get("dirpath", dirpath_before):
-            records = {p: r for p, r in records.items() if p == self.best_model_path}
-        self._records = {p: dict(r) for p, r in records.items()}
-        self._val_keys = set(state_dict.get("validation_keys", ()))
-        ids = state_dict.get("validation_ids")
-        if isinstance(ids, Tensor):
-            self._val_ids = ids.to("cpu", torch.int64)
-
-    # ModelCheckpoint internals: guard the choice and remember what was chosen
-
-    def _save_topk_checkpoint(
-        self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]
-    ) -> None:
-        self._check_choice(trainer, monitor_candidates)
-        # only weights that were just validated are candidates: otherwise the score in
-        # `monitor_candidates` belongs to older weights
-        if self.monitor not in monitor_candidates or self._validated_step == trainer.global_step:
-            super()._save_topk_checkpoint(trainer, monitor_candidates)
-        if self.save_last is True and self._last_global_step_saved != trainer.global_step:
-            # Lightning >= 2.6 writes last.ckpt only when a top-k checkpoint was written at the
-            # same step, which makes it a copy of the best one; resuming needs the real last
-            # weights, so mark this step as saved and ModelCheckpoint writes last.ckpt now
-            self._last_global_step_saved = trainer.global_step
-
-    def _update_best_and_save(
-        self, current: Tensor, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]
-    ) -> None:
-        score = float(current)
-        if score != score:  # NaN is stored as the worst value, as ModelCheckpoint does
-            score = float("inf") if self.mode == "min" else float("-inf")
-        self._pending = {
-            "monitor": self.monitor,
-            "mode": self.mode,
-            "score": score,
-            "epoch": int(trainer.current_epoch),
-            "step": int(trainer.global_step),
-        }
-        try:
-            super()._update_best_and_save(current, trainer, monitor_candidates)
-        finally:
-            self._pending = None
-        keep = set(self.best_k_models) | {self.best_model_path}
-        self._records = {p: r for p, r in self._records.items() if p in keep}
-
-    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
-        if self._pending is not None:
-            self._saving = dict(self._pending, path=filepath)
-            self._records[filepath] = self._saving
-        try:
-            super()._save_checkpoint(trainer, filepath)
-        finally:
-            self._saving = None
-
-    # ------------------------------------------------------------------ helpers
-
-    def _record_for(
-        self, path: str, checkpoint: Mapping[str, Any] | None = None
-    ) -> dict[str, Any] | None:
-        if not path:
-            return None
-        record = self._records.get(path)
-        if record is None and checkpoint:
-            record = checkpoint.get(SELECTION_KEY)
-            if record is None and checkpoint.get("epoch") is not None:
-                score = self.best_k_models.get(path, self.best_model_score)
-                record = {
-                    "monitor": self.monitor,
-                    "mode": self.mode,
-                    "score": float(score) if score is not None else float("nan"),
-                    "epoch": int(checkpoint["epoch"]),
-                    "step": int(checkpoint.get("global_step") or 0),
-                    "path": path,
-                }
-        return dict(record) if record is not None else None
-
-    def _check_choice(self, trainer: pl.Trainer, monitor_candidates: Mapping[str, Any]) -> None:
-        test_keys = sorted(k for k in monitor_candidates if is_test_key(k))
-        if test_keys:
-            raise ValueError(
-                f"SelectOnValidation: test metrics {test_keys} were logged during fit, so they "
-                f"sit beside {self.monitor!r} when the checkpoint is chosen (a test loop, or test "
-                "data evaluated in training/validation hooks). Evaluate test data only with "
-                "trainer.test(...) after fit"
-            )
-        if self.monitor in monitor_candidates and self.monitor not in self._val_keys:
-            raise ValueError(
-                f"SelectOnValidation: monitor={self.monitor!r} is not produced in the validation "
-                "loop (it was logged in training, or validation did not run), so the choice would "
-                "not be made on validation data. Log it in validation_step or "
-                "on_validation_epoch_end, or monitor one of the validation keys: "
-                f"{sorted(self._val_keys) or 'none were logged'}"
-            )
-
-    def _validation_keys(self, trainer: pl.Trainer) -> set[str]:
-        """Every key logged in the validation loop that just ran: the keys of
-        ``trainer.callback_metrics`` that are new or hold a new value since the loop began
-        (Lightning makes a new tensor for each value a loop logs, so a key logged in training
-        and not in validation keeps its object)."""
-        snapshot = self._snapshot
-        return {
-            k
-            for k, v in trainer.callback_metrics.items()
-            if k not in snapshot or snapshot[k] is not v
-        }
-
-    def _monitored_val_datasets(self) -> list[Any]:
-        """The datasets of the validation dataloaders that fed the monitor; a dataloader whose
-        batches only fed the metrics' gallery (a corpus) is left out: validation and test
-        queries may be ranked against one corpus."""
-        match = DATALOADER_SUFFIX.search(self.monitor or "")
-        if match is None:
-            return [d for i, d in enumerate(self._val_datasets) if i not in self._corpus_loaders]
-        index = int(match.group(1))
-        return [self._val_datasets[index]] if index < len(self._val_datasets) else []
-
-    def _check_test_datasets(self, trainer: pl.Trainer) -> None:
-        monitored = self._monitored_val_datasets()
-        if not monitored:
-            return
-        for index, loader in enumerate(flatten_loaders(trainer.test_dataloaders)):
-            dataset = dataset_of(loader)
-            if any(dataset is d for d in monitored):
-                raise ValueError(
-                    f"SelectOnValidation: test dataloader {index} holds the same dataset as the "
-                    f"validation dataloader that produced monitor={self.monitor!r}, so the "
-                    "checkpoint was chosen on the test data. Validate on a separate split (or "
-                    "monitor the key of another validation dataloader) and test on data that "
-                    "never fed the choice"
-                )
-
-    def _start_id_collection(self, pl_module: pl.LightningModule) -> None:
-        self._batch_ids = []
-        self._latest = {}
-        self._metrics = [m for m in pl_module.modules() if isinstance(m, RetrievalMetricBase)]
-
-    def _collect_ids(self) -> None:
-        """Take the sample ids the metrics hold now (before Lightning, or the module, computes and
-        resets them at the end of the epoch)."""
-        if not self.check_ids:
-            return
-        for metric in self._metrics:
-            for kind, ids in metric.sample_ids().items():
-                key = (id(metric), kind)
-                before = self._latest.get(key)
-                if before is not None and ids.numel() < before.numel():
-                    self._batch_ids.append(before)  # the metric was reset since: keep what it had
-                self._latest[key] = namespaced_ids(kind, ids)
-        if len(self._batch_ids) > 64:
-            self._batch_ids = [unique_ids(self._batch_ids)]
-
-    def _gather_ids(self, trainer: pl.Trainer) -> Tensor:
-        """The ids every process collected in this loop (the same tensor on every process)."""
-        local = (
-            unique_ids([*self._batch_ids, *self._latest.values()])
-            if self.check_ids
-            else torch.zeros(0, dtype=torch.int64)
-        )
-        if not self.check_ids or trainer.world_size <= 1:
-            return local
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            return local
-        return unique_ids(gather_rows([local])[:1])

@@ -1,0 +1,141 @@
+"""The selection record of ``SelectOnValidation``: made as ``ModelCheckpoint`` keeps a
+checkpoint (its internals ``_save_topk_checkpoint``, ``_update_best_and_save``,
+``_save_checkpoint`` overridden: only weights just validated are candidates), written into
+each checkpoint kept (``checkpoint["selection"]``), and part of the callback's state across a
+resume. A mixin of the callback, ahead of ``ModelCheckpoint`` in its bases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import Tensor
+
+__all__ = ["SELECTION_KEY", "SelectionRecords"]
+
+SELECTION_KEY = "selection"
+"""Key of the selection record in every checkpoint that ``SelectOnValidation`` keeps."""
+
+
+class SelectionRecords(ModelCheckpoint):
+    """The selection records of the checkpoints kept (see the module)."""
+
+    _records: dict[str, dict[str, Any]]
+    _pending: dict[str, Any] | None
+    _saving: dict[str, Any] | None
+    _val_keys: set[str]
+    _val_ids: Tensor
+    _validated_step: int | None
+    _stage: str | None
+    _loaded: dict[str, Any]
+
+    # the guards' refusal of the candidates: TestSetGuards._check_choice, ahead in the MRO
+    _check_choice: Callable[[pl.Trainer, Mapping[str, Any]], None]
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        super().on_save_checkpoint(trainer, pl_module, checkpoint)
+        if self._saving is not None:
+            checkpoint[SELECTION_KEY] = dict(self._saving)
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        super().on_load_checkpoint(trainer, pl_module, checkpoint)
+        self._loaded = {
+            SELECTION_KEY: checkpoint.get(SELECTION_KEY),
+            "epoch": checkpoint.get("epoch"),
+            "global_step": checkpoint.get("global_step"),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["selections"] = {path: dict(record) for path, record in self._records.items()}
+        state["validation_keys"] = sorted(self._val_keys)
+        state["validation_ids"] = self._val_ids.clone()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self._stage not in (None, "fit") and self.best_model_path:
+            # trainer.test/validate(ckpt_path=...) restores callbacks from that file; the
+            # selection made by fit in this process stays what it is
+            return
+        dirpath_before = self.dirpath
+        super().load_state_dict(state_dict)
+        records = state_dict.get("selections", {})
+        if dirpath_before != state_dict.get("dirpath", dirpath_before):
+            records = {p: r for p, r in records.items() if p == self.best_model_path}
+        self._records = {p: dict(r) for p, r in records.items()}
+        self._val_keys = set(state_dict.get("validation_keys", ()))
+        ids = state_dict.get("validation_ids")
+        if isinstance(ids, Tensor):
+            self._val_ids = ids.to("cpu", torch.int64)
+
+    # ModelCheckpoint internals: guard the choice and remember what was chosen
+
+    def _save_topk_checkpoint(
+        self, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]
+    ) -> None:
+        self._check_choice(trainer, monitor_candidates)
+        # only weights that were just validated are candidates: otherwise the score in
+        # `monitor_candidates` belongs to older weights
+        if self.monitor not in monitor_candidates or self._validated_step == trainer.global_step:
+            super()._save_topk_checkpoint(trainer, monitor_candidates)
+        if self.save_last is True and self._last_global_step_saved != trainer.global_step:
+            # Lightning >= 2.6 writes last.ckpt only when a top-k checkpoint was written at the
+            # same step, which makes it a copy of the best one; resuming needs the real last
+            # weights, so mark this step as saved and ModelCheckpoint writes last.ckpt now
+            self._last_global_step_saved = trainer.global_step
+
+    def _update_best_and_save(
+        self, current: Tensor, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]
+    ) -> None:
+        score = float(current)
+        if score != score:  # NaN is stored as the worst value, as ModelCheckpoint does
+            score = float("inf") if self.mode == "min" else float("-inf")
+        self._pending = {
+            "monitor": self.monitor,
+            "mode": self.mode,
+            "score": score,
+            "epoch": int(trainer.current_epoch),
+            "step": int(trainer.global_step),
+        }
+        try:
+            super()._update_best_and_save(current, trainer, monitor_candidates)
+        finally:
+            self._pending = None
+        keep = set(self.best_k_models) | {self.best_model_path}
+        self._records = {p: r for p, r in self._records.items() if p in keep}
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        if self._pending is not None:
+            self._saving = dict(self._pending, path=filepath)
+            self._records[filepath] = self._saving
+        try:
+            super()._save_checkpoint(trainer, filepath)
+        finally:
+            self._saving = None
+
+    def _record_for(
+        self, path: str, checkpoint: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        if not path:
+            return None
+        record = self._records.get(path)
+        if record is None and checkpoint:
+            record = checkpoint.get(SELECTION_KEY)
+            if record is None and checkpoint.get("epoch") is not None:
+                score = self.best_k_models.get(path, self.best_model_score)
+                record = {
+                    "monitor": self.monitor,
+                    "mode": self.mode,
+                    "score": float(score) if score is not None else float("nan"),
+                    "epoch": int(checkpoint["epoch"]),
+                    "step": int(checkpoint.get("global_step") or 0),
+                    "path": path,
+                }
+        return dict(record) if record is not None else None
