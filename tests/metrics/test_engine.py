@@ -67,6 +67,10 @@ def _image_text(m):
 FORMS = {
     "same source": (lambda e: rm.RetrievalMetrics(NAMES, engine=e), _same_source),
     "query/gallery": (lambda e: rm.RetrievalMetrics(NAMES, engine=e), _query_gallery),
+    # each query's label its class: the finished table's query_class, whichever engine ranked
+    "query/gallery, by class": (
+        lambda e: rm.RetrievalMetrics(NAMES, engine=e, average="class"), _query_gallery
+    ),
     "qrels": (lambda e: rm.RetrievalMetrics(NAMES, qrels=_QRELS, engine=e), _qrels),
     "qrels, a fixed gallery": (
         lambda e: rm.RetrievalMetrics(NAMES, qrels=_QRELS, engine=e), _fixed_gallery

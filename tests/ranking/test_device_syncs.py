@@ -259,3 +259,19 @@ def test_the_state_bits_are_read_once_per_update_and_per_compute(monkeypatch, ca
         where.clear()
         m.compute()  # the ranking is kept: its form is not read again
         assert [w for w in where if w != "elsewhere"] == [], where
+
+
+def test_run_reads_the_ids_kinds_once(monkeypatch):
+    """run() after compute(): the form is the ranking's, and whether either side's ids were
+    strings is one host read of the kind bits (one per side before: two with integer ids)."""
+    emb, labels = _form_data(64)
+    with emulated_cuda() as emu:
+        m = rm.RetrievalMetrics(["hit_rate@1"], similarity="dot").to("cuda")
+        m.update(emb[:16].cuda(), labels[:16].cuda(), ids=torch.arange(16).cuda(), role="query")
+        m.update(emb[16:].cuda(), labels[16:].cuda(), ids=torch.arange(16, 64).cuda(),
+                 role="gallery")
+        m.compute()
+        where = _state_bit_reads(monkeypatch, emu)
+        run = m.run(k=2)
+        assert [w for w in where if w != "elsewhere"] == ["has_string"], where
+    assert len(run) == 16 and all(len(listed) == 2 for listed in run.values())

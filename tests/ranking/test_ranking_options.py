@@ -31,12 +31,11 @@ from retrieval_metrics.functional.ranking.reference import ReferenceEngine
 FIELDS = ("ptr", "above", "tied", "num_relevant", "gallery_size", "depth")
 
 
-def assert_same_table(ours: RankTable, theirs: RankTable, query_class: bool = True) -> None:
+def assert_same_table(ours: RankTable, theirs: RankTable) -> None:
     for name in FIELDS:
         assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
-    if query_class:
-        a, b = ours.query_class, theirs.query_class
-        assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+    a, b = ours.query_class, theirs.query_class
+    assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
 
 
 def problem(n: int = 300, classes: int = 12, seed: int = 0) -> Items:
@@ -125,7 +124,7 @@ def test_a_toy_engine_ranks_both_directions_and_no_sharded_gallery():
     blocked = RankingOptions().rank_two_ways(images, captions)
     toy = RankingOptions(engine=ReferenceEngine()).rank_two_ways(images, captions)
     for ours, theirs in zip(toy, blocked, strict=True):
-        assert_same_table(ours, theirs, query_class=False)
+        assert_same_table(ours, theirs)  # finished alike: each query's label its class
     with pytest.raises(ValueError, match="blocked engine only"):
         RankingOptions(engine=ReferenceEngine()).rank_sharded(images, captions, None)
 

@@ -264,7 +264,7 @@ class RetrievalMetric(RetrievalMetricBase):
         ([('b', 2.0), ('c', 0.0)], [('c', 3.0), ('a', 2.0)])
         """
         def listed() -> dict[str, list[tuple[str, float]]]:
-            strings = any(self.store.has_string(side, "ids") for side in ("q", "g"))
+            strings = self.store.has_string("ids", ("q", "g"))
             form = self._synced_form()
             context = self.context()
             return run_of(

@@ -265,11 +265,11 @@ class SideStore:
                 current[self.kind_bits.index((side, key, key_kind(value)))] = 1
         self.metric.key_kinds = current
 
-    def has_string(self, side: str, key: str) -> bool:
-        """Whether a batch of ``side`` gave ``key`` as strings (on the synced states: any
-        process's)."""
-        bit = self.kind_bits.index((side, key, "str"))
-        return bool(int(self.metric.key_kinds.reshape(-1)[bit]))
+    def has_string(self, key: str, sides: Sequence[str]) -> bool:
+        """Whether a batch of any of ``sides`` gave ``key`` as strings (on the synced states:
+        any process's); the bits in one host read."""
+        seen = self.metric.key_kinds.reshape(-1).tolist()
+        return any(seen[self.kind_bits.index((side, key, "str"))] for side in sides)
 
     def check_kinds(self, seen: Sequence[int] | None = None) -> None:
         """On the synced states: refused, on every process, where a side's labels, ids or

@@ -7,7 +7,8 @@ them down whole. :func:`embedding_relevance` checks the embeddings and keys and 
 relevance sets (a :class:`~retrieval_metrics.functional.ranking.engine.direction.RankingInput`),
 an engine ranks it (:func:`ranked_table`: the blocked ranking of ``engine/schedule``) and
 :func:`finish_table` finishes the table, the same for every engine; and
-:func:`two_way_tables` ranks two sets against each other from one pass. ``scan=False`` skips the
+:func:`two_way_tables` ranks two sets against each other from one pass (each table finished by
+:func:`finish_table` too). ``scan=False`` skips the
 scan for NaN and infinities where the caller has made it already (the metric classes, at
 ``update``).
 """
@@ -404,4 +405,6 @@ def two_way_tables(
     ab = embedding_relevance(a, b, a_keys, b_keys, options, scan=scan)
     # the embeddings are scanned once, above
     ba = embedding_relevance(b, a, b_keys, a_keys, options, scan=False)
-    return schedule.two_way_ranking(ab, ba, options)
+    ab_table, ba_table = schedule.two_way_ranking(ab, ba, options)
+    # finished as every engine's table is (each query's label its class)
+    return finish_table(ab_table, ab, options), finish_table(ba_table, ba, options)
