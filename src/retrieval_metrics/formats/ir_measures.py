@@ -5,8 +5,8 @@ providers`), so that a run with tied scores gives each string its provider's val
 >>> run = {"1": {"a": 1.0, "b": 1.0, "c": 0.5}}
 >>> qrels = {"1": {"a": 1, "c": 0}}
 >>> qids, values = ir_measures_per_query(run, qrels, ["P@1", "Judged@1"])
->>> float(values["P@1"][0]), float(values["Judged@1"][0])  # b first (descending), a (ascending)
-(0.0, 1.0)
+>>> values["P@1"].tolist(), values["Judged@1"].tolist()  # b first (descending), a (ascending)
+([0.0], [1.0])
 """
 
 from __future__ import annotations
