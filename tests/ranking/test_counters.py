@@ -268,10 +268,9 @@ def test_a_ranking_on_a_device_takes_the_devices_budget(monkeypatch):
         seen.append((side.options.budget_on(side.device), chosen))
         return chosen
 
-    monkeypatch.setattr(layout, "choose_layout", recorded)
     from retrieval_metrics.functional.ranking.engine import schedule
 
-    monkeypatch.setattr(schedule, "choose_layout", recorded)
+    monkeypatch.setattr(schedule, "choose_layout", recorded)  # (where the ranking calls it)
     gen = torch.Generator().manual_seed(0)
     emb, labels = torch.randn(1500, 8, generator=gen), torch.arange(1500) // 4
 

@@ -122,13 +122,17 @@ def _form_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     )
 
 
+def _compute_syncs(metric, emu) -> list[str]:
+    with emu.counting() as log:
+        metric.compute()
+    return log
+
+
 def _same_source_form(n, emu):
     emb, labels = _form_data(n)
     m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     m.update(emb.cuda(), labels.cuda())
-    with emu.counting() as log:
-        m.compute()
-    return log
+    return _compute_syncs(m, emu)
 
 
 def _query_gallery_form(n, emu):
@@ -137,9 +141,7 @@ def _query_gallery_form(n, emu):
     m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     m.update(emb[:q].cuda(), labels[:q].cuda(), role="query")
     m.update(emb[q:].cuda(), labels[q:].cuda(), role="gallery")
-    with emu.counting() as log:
-        m.compute()
-    return log
+    return _compute_syncs(m, emu)
 
 
 def _qrels_form(n, emu):
@@ -151,9 +153,7 @@ def _qrels_form(n, emu):
                             memory_budget=FORM_BUDGET).to("cuda")
     m.update(emb[:q].cuda(), ids=[f"q{i}" for i in range(q)], role="query")
     m.update(emb[q:].cuda(), ids=[f"d{j}" for j in range(n - q)], role="gallery")
-    with emu.counting() as log:
-        m.compute()
-    return log
+    return _compute_syncs(m, emu)
 
 
 def _fixed_gallery_form(n, emu):
@@ -173,9 +173,7 @@ def _image_text_form(n, emu):
     owner = torch.arange(images).repeat_interleave(5)
     cm = rm.CrossModalRetrieval(similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     cm.update(emb[:images][owner].cuda(), emb[: 5 * images].cuda(), owner.cuda())
-    with emu.counting() as log:
-        cm.compute()
-    return log
+    return _compute_syncs(cm, emu)
 
 
 @pytest.mark.parametrize(

@@ -58,16 +58,13 @@ class Counter:
         """The largest query, gallery and square blocks this backend is given."""
         raise NotImplementedError
 
-    def stage_bytes(self, budget: int) -> int:
-        """The bytes of one stage of the counting (a chunk of rows), from its budget."""
-        return budget // 4
-
     def count_whole(
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
         num_finite: Tensor,
     ) -> None:
         """Add every item of score block ``s`` to the histograms (``kernels.count_block``'s
-        contract)."""
+        contract): what a backend with ``whole_blocks`` counts a block by (the CPU's counts in
+        the query block's own passes instead)."""
         raise NotImplementedError
 
     def sort_rows(self, x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
@@ -88,15 +85,6 @@ class CpuCounter(Counter):
     def block_caps(self) -> tuple[int, int, int]:
         return plan.CPU_BLOCK_CAPS
 
-    def stage_bytes(self, budget: int) -> int:
-        return kernels.cpu_stage_bytes(budget)
-
-    def count_whole(
-        self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
-        num_finite: Tensor,
-    ) -> None:
-        kernels.count_block(s, rel_sorted, hist_lt, hist_le, budget, num_finite)
-
     def sort_rows(self, x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
         return kernels.sort_rows(x, with_perm)  # numpy's, several times torch's on long rows
 
@@ -114,9 +102,8 @@ class TorchDeviceCounter(Counter):
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
         num_finite: Tensor,
     ) -> None:
-        kernels.count_block_searched(
-            s, rel_sorted, hist_lt, hist_le, self.stage_bytes(budget)
-        )
+        # a quarter of the counting's budget a chunk of rows
+        kernels.count_block_searched(s, rel_sorted, hist_lt, hist_le, budget // 4)
 
 
 class TritonCounter(TorchDeviceCounter):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
 from torch import Tensor
 
 try:  # optional: CUDA builds of torch ship it; the counters use it only where it is here
@@ -121,19 +120,3 @@ def count_block_fused(
         s, rel, hist_lt, hist_le, n_rows, n_cols, m,
         ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps,
     )
-
-
-def count_block_fused_reference(
-    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor
-) -> None:
-    """The same histograms by the definition, for reading beside the kernel: each item's bins
-    from ``torch.searchsorted`` (left and right), one count each (``hist_le`` holds the "<="
-    counts less the "<" ones)."""
-    width = rel_sorted.shape[1] + 1
-    lt = torch.searchsorted(rel_sorted, s, right=False)
-    le = torch.searchsorted(rel_sorted, s, right=True)
-    rows = torch.arange(s.shape[0], device=s.device)[:, None] * width
-    ones = torch.ones(s.numel(), dtype=hist_lt.dtype, device=s.device)
-    hist_lt.index_add_(0, (lt + rows).reshape(-1), ones)
-    hist_le.index_add_(0, (le + rows).reshape(-1), ones)
-    hist_le.index_add_(0, (lt + rows).reshape(-1), -ones)
