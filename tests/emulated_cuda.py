@@ -61,6 +61,9 @@ Known deviations from real CUDA
 -------------------------------
 * One device, ``cuda:0``; ``"cuda:1"`` raises "invalid device ordinal". Kernels run on the CPU:
   values equal the CPU's (random factories draw from the CPU generator) and no timing is modeled.
+  ``torch.mm(a, b, out_dtype=torch.float32)`` of half operands (the tensor cores' product,
+  which has no CPU kernel) is the float32 product of the operands upcast: the same exact
+  products, summed in float32 (in another order than a GPU's, perhaps).
 * NCCL raises its "Tensors must be CUDA and dense" as a ``ValueError`` in recent torch (a
   ``RuntimeError`` before); :class:`NcclTensorError` is both. ``gather`` and ``scatter`` are
   treated like the other collectives: NCCL has implemented them since torch 1.11 (older releases
@@ -494,6 +497,20 @@ def _rewrap(out: Any, args: tuple, kwargs: dict, on_device: bool) -> Any:
     return tree_map(one, out)
 
 
+def _tensor_core_mm(
+    a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """CUDA's ``torch.mm(a, b, out_dtype=...)`` (``aten.mm.dtype`` / ``dtype_out``: half
+    operands, float32 accumulation and result, on the tensor cores), which has no CPU kernel:
+    the product of the operands upcast, the same exact products summed in float32."""
+    if a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
+        raise RuntimeError(f"mm with out_dtype: expected half operands, got {a.dtype}, {b.dtype}")
+    result = aten.mm.default(a.to(torch.float32), b.to(torch.float32)).to(out_dtype)
+    if out is None:
+        return result
+    return out.copy_(result)
+
+
 def _run(emu: EmulatedCuda, func: Any, args: tuple, kwargs: dict) -> Any:
     """One ATen operator under the emulated device's rules."""
     flat = tree_flatten((args, kwargs))[0]
@@ -532,7 +549,8 @@ def _run(emu: EmulatedCuda, func: Any, args: tuple, kwargs: dict) -> Any:
     why = _syncs(func, args, kwargs)
     if why is not None:
         emu.record_sync(why)
-    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    host = func if packet is not aten.mm or "dtype" not in func._overloadname else _tensor_core_mm
+    out = host(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
     on_device = target.type == "cuda" if target is not None else True
     return _rewrap(out, args, kwargs, on_device)
 

@@ -102,7 +102,16 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "folds": {"folds": 2},
     # tied gallery items by ascending id: the id rows travel as a uint8 state
     "ties_id": {"ties": "id"},
+    # the embeddings in half precision (an update input, not an option): on an accelerator
+    # they are multiplied on the tensor cores (engine/tensor_cores.py), on the CPU upcast; the
+    # small integers are exact in both dtypes, and so is every dot product
+    "bfloat16": {},
+    "float16": {},
 }
+#: the options that give the embeddings in half precision, and their dtypes
+HALF_OPTIONS = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+#: the inputs that hold embeddings
+EMBEDDING_KEYS = ("embeddings", "image_embeddings", "text_embeddings")
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,13 @@ OPTION_CASES = [
     ("RetrievalMetrics", "qrels", True, "ties_id"),
     ("MRR", "fixed_gallery", True, "ties_id"),
     ("NDCGAtK", "query_gallery", True, "ties_id"),
+    # half precision on every embedding form, the symmetric pass and chunks, image-text
+    *[("RetrievalMetrics", f, True, "bfloat16") for f in
+      (*EMBEDDING_FORMS, "qrels", "sharded_qrels")],
+    ("MAPAtR", "same_source", False, "float16"),
+    ("RecallAtK", "fixed_gallery", False, "float16"),
+    ("CrossModalRetrieval", "pairs", True, "bfloat16"),
+    ("RSum", "separate_lists", False, "float16"),
 ]
 # summary() and compare() on a case of every form, of every option that changes the ranking's
 # path, and of image-text ("miss" refuses both by design; compare() needs a second model's
@@ -261,6 +277,8 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("MINP", "scores", False, ""),
         ("CrossModalRetrieval", "separate_lists", False, "folds"),
         ("RSum", "pairs", True, ""),
+        # each rank's shard multiplied on the (emulated) tensor cores, counts summed
+        ("RetrievalMetrics", "sharded_gallery", True, "bfloat16"),
     ],
     "uneven_empty": [
         ("RetrievalMetrics", "query_gallery", True, ""),
@@ -272,6 +290,7 @@ MULTI_PROCESS_CASES: dict[str, list[tuple[str, str, bool, str]]] = {
         ("IRMeasures", "sharded_qrels", True, ""),
         ("NDCGAtK", "query_gallery", True, "ties_id"),
         ("CrossModalRetrieval", "pairs", False, ""),
+        ("RetrievalMetrics", "sharded_qrels", True, "bfloat16"),
     ],
     "padded": [
         ("RetrievalMetrics", "same_source", True, "radius"),
@@ -323,6 +342,14 @@ def split_cases(split: str, full: bool = FULL) -> list[Case]:
 
 
 # ------------------------------------------------------------------------------ build and feed
+
+
+def _in_case_dtype(case: Case, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with its embeddings in the case's half dtype (:data:`HALF_OPTIONS`)."""
+    dtype = HALF_OPTIONS.get(case.option)
+    if dtype is None:
+        return kwargs
+    return {k: v.to(dtype) if k in EMBEDDING_KEYS else v for k, v in kwargs.items()}
 
 
 def to_device(x: Any, device: Any) -> Any:
@@ -383,7 +410,7 @@ def build(case: Case, device: Any, alt: bool = False):
     metric = metric.to(device)
     if case.form == "fixed_gallery":
         kwargs = _embedding_kwargs(case, "gallery", torch.arange(37), alt)
-        metric.set_gallery(**to_device(kwargs, device))
+        metric.set_gallery(**to_device(_in_case_dtype(case, kwargs), device))
     return metric
 
 
@@ -443,7 +470,7 @@ def feed(metric, case: Case, item: tuple[str, list[int]], device: Any, alt: bool
         }
     else:
         raise KeyError(form)
-    metric.update(**to_device(kwargs, device))
+    metric.update(**to_device(_in_case_dtype(case, kwargs), device))
 
 
 def share(case: Case, split: str, rank: int, world: int) -> list[tuple[str, list[int]]]:

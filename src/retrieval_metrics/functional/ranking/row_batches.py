@@ -188,7 +188,8 @@ class RowBatches:
 
     ``divisor``: each row is read divided by its entry (an ``(N, 1)`` tensor: :meth:`divided`);
     None reads the rows as they are. ``dtype`` is what the rows are read as (:func:`read_dtype`
-    of the batches' dtype, ``stored_dtype``).
+    of the batches' dtype, ``stored_dtype``; with ``as_stored``, the stored dtype itself: the
+    half-precision rows the tensor cores multiply, :meth:`stored`).
 
     >>> m = RowBatches([torch.tensor([[3.0, 4.0]]), torch.tensor([[0.0, 2.0], [1.0, 0.0]])])
     >>> m.shape, m.rows(0, 2, torch.empty(2, 2)).tolist()
@@ -199,7 +200,7 @@ class RowBatches:
 
     def __init__(
         self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
-        device: torch.device | None = None,
+        device: torch.device | None = None, as_stored: bool = False,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -227,10 +228,12 @@ class RowBatches:
             if not all(m is not None for m in self.mapped):
                 raise ValueError("only rows read from files are read onto another device")
             self.device = torch.device(device)  # each chunk read from the file copied there
-        self.dtype = read_dtype(first.dtype)
+        self.as_stored = as_stored
+        self.dtype = first.dtype if as_stored else read_dtype(first.dtype)
         self.divisor = divisor
-        self._norms: Tensor | None = None
+        self._norms: dict[float, Tensor] = {}
         self._onto: dict[torch.device, RowBatches] = {}
+        self._stored: RowBatches | None = None
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -285,22 +288,46 @@ class RowBatches:
         out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         return self.rows(0, len(self), out, copy=True)
 
-    def row_norms(self) -> Tensor:
+    def row_norms(self, ord: float = 2) -> Tensor:
         """Each row's Euclidean norm, ``(N, 1)``, batch by batch (a row's norm depends on that
         row alone, whichever batch or joined matrix holds it). Computed once: a fixed gallery is
-        ranked at every query update."""
-        if self._norms is None:
-            # (a half batch upcast first: the norms of the values read)
+        ranked at every query update. ``ord=inf``: each row's largest magnitude instead (which
+        tells a zero row from one whose squares underflow)."""
+        if ord not in self._norms:
+            # (a half batch upcast first: the norms of the values read, in float32 also where
+            # the rows are read as stored)
+            wide = read_dtype(self.stored_dtype)
             norms = [
-                torch.linalg.vector_norm(part, dim=1, keepdim=True)
+                torch.linalg.vector_norm(part, ord, dim=1, keepdim=True, dtype=wide)
                 for i in range(len(self.batches)) for part in self._chunks(i)
             ]
-            self._norms = torch.cat(norms) if len(norms) > 1 else norms[0]
-        return self._norms
+            self._norms[ord] = torch.cat(norms) if len(norms) > 1 else norms[0]
+        return self._norms[ord]
+
+    def row_squares(self) -> Tensor:
+        """Each row's sum of squares, ``(N,)``, in float32 for half rows (as :meth:`row_norms`
+        reads them): euclidean's ``|g|^2`` where half rows are multiplied as stored."""
+        wide = read_dtype(self.stored_dtype)
+        sums = [
+            part.to(wide).square().sum(1)
+            for i in range(len(self.batches)) for part in self._chunks(i)
+        ]
+        return torch.cat(sums) if len(sums) > 1 else sums[0]
 
     def divided(self, divisor: Tensor) -> RowBatches:
         """These rows read divided by ``divisor`` (``(N, 1)``, one entry a row)."""
         return RowBatches(self.sources(), divisor, self.device if self.on_disk else None)
+
+    def stored(self) -> RowBatches:
+        """These rows read in the dtype they are stored in (half precision not upcast), on the
+        same device: what the tensor cores multiply (``engine.tensor_cores``)."""
+        if self.as_stored and self.divisor is None:
+            return self
+        if self._stored is None:
+            self._stored = RowBatches(
+                self.sources(), None, self.device if self.on_disk else None, as_stored=True
+            )
+        return self._stored
 
     @property
     def on_disk(self) -> bool:
@@ -315,7 +342,7 @@ class RowBatches:
             return self
         if device not in self._onto:  # (one view a device: its row norms computed once)
             divisor = None if self.divisor is None else self.divisor.to(device)
-            self._onto[device] = RowBatches(self.sources(), divisor, device)
+            self._onto[device] = RowBatches(self.sources(), divisor, device, self.as_stored)
         return self._onto[device]
 
     def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:

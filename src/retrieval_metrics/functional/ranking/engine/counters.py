@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine import kernels, plan
+from retrieval_metrics.functional.ranking.row_batches import HALF_PRECISION
 
 __all__ = [
     "COUNTER_ENV",
@@ -71,6 +72,18 @@ class Counter:
         """``torch.sort(x, dim=1)`` (values, and the permutation where asked)."""
         values, perm = torch.sort(x, dim=1)
         return values, perm if with_perm else None
+
+    def multiplies_half(self, *dtypes: torch.dtype) -> bool:
+        """Whether matrices of these dtypes are multiplied as they are stored, on the tensor
+        cores with float32 accumulation (``tensor_cores``): all of one half-precision dtype,
+        on an accelerator whose torch has ``torch.mm(..., out_dtype=)``. Elsewhere half
+        precision is upcast to float32 as its blocks are read (the CPU has no such product)."""
+        return (
+            self.device.type != "cpu"
+            and len(set(dtypes)) == 1
+            and dtypes[0] in HALF_PRECISION
+            and hasattr(torch.ops.aten.mm, "dtype_out")
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device})"

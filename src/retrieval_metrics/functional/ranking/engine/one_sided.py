@@ -17,6 +17,7 @@ from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
 from retrieval_metrics.functional.ranking.engine.plan import product_row_count, product_rows
+from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
@@ -24,19 +25,29 @@ from retrieval_metrics.functional.ranking.row_batches import RowBatches
 @in_full_fp32  # ranks must not depend on TF32 or the device
 def one_sided_pass(
     p: Pass, q_mat: Tensor, g_mat: Tensor | RowBatches, block_q: int, mode: str,
-    exchange: Exchange | None = None,
+    exchange: Exchange | None = None, half: HalfProducts | None = None,
 ) -> None:
     """Each query block against every gallery block in turn (any query and gallery).
 
     ``g_mat``: the gallery's prepared matrix, or its batches read a block at a time
     (:func:`~retrieval_metrics.functional.ranking.engine.similarity.gallery_in_blocks`): the
     same products either way. With ``exchange``, this process ranks every ``world``-th query
-    block only (its outputs for the others stay as they start, for ``shared.combine_outputs``)."""
+    block only (its outputs for the others stay as they start, for ``shared.combine_outputs``).
+    ``half``: ``q_mat`` and ``g_mat`` are half precision, multiplied on the tensor cores
+    (``tensor_cores``)."""
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
-    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=dtype, device=device)
+    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=g_mat.dtype, device=device)
     scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
+    # (cosine's factor per pair of a half product, computed into it block by block)
+    work = torch.empty_like(scores) if half is not None and half.similarity == "cosine" else None
+
+    def gallery_factor(b: int) -> Tensor | None:
+        if half is None:
+            return None
+        return half.rows(half.b_factor, slice(b * block_g, min((b + 1) * block_g, num_g)),
+                         block_g)
 
     def gallery_block(b: int) -> Tensor:
         start, stop = b * block_g, min((b + 1) * block_g, num_g)
@@ -60,14 +71,18 @@ def one_sided_pass(
         qb = QueryBlock(p, q_rows)
         nb = qb.nb
         q_blk = product_rows(q_mat[q_rows.to(device)])
-        # the rows still ranked, as one product takes them (fewer once rows finish)
-        ranked = [q_blk]
+        # the rows still ranked, as one product takes them (fewer once rows finish), and
+        # their factors for a half product
+        ranked = [q_blk, _query_factor(half, q_rows, q_blk.shape[0])]
 
         def block_scores(
-            b: int, out: Tensor, ranked: list[Tensor] = ranked, qb: QueryBlock = qb
+            b: int, out: Tensor, ranked: list = ranked, qb: QueryBlock = qb
         ) -> Tensor:
             rows = ranked[0]
-            s = torch.mm(rows, gallery_block(b).T, out=out[: rows.shape[0]])[: qb.nb]
+            s = block_product(
+                rows, gallery_block(b), out[: rows.shape[0]], half, ranked[1],
+                gallery_factor(b), work,
+            )[: qb.nb]
             qb.mask_excluded(s, b)
             width = min(block_g, num_g - b * block_g)
             if width < block_g:
@@ -94,7 +109,7 @@ def one_sided_pass(
             # None of them is kept: a few kept blocks would spare a few of many products,
             # and hold up to a quarter of the budget (64 MiB at the default) while the
             # gallery is read (a corpus on disk, its judged documents spread through it).
-            read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first)
+            read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first, half, ranked[1], work)
             read_first, cache_room = [], 0
         seeding = qb.seeds_from_maxima()
         if seeding:
@@ -132,7 +147,9 @@ def one_sided_pass(
                 # finished rows are multiplied no more: the products and the kept blocks
                 # shrink to the rows still ranked
                 assert qb.kept is not None
-                ranked[0] = product_rows(q_mat[q_rows.index_select(0, qb.kept).to(device)])
+                still = q_rows.index_select(0, qb.kept)
+                ranked[0] = product_rows(q_mat[still.to(device)])
+                ranked[1] = _query_factor(half, still, ranked[0].shape[0])
                 on = kept.to(device)
                 cache = {
                     key: (held.index_select(0, on), None if m is None else m.index_select(0, on))
@@ -143,12 +160,20 @@ def one_sided_pass(
         qb.finish()
 
 
+def _query_factor(half: HalfProducts | None, q_rows: Tensor, width: int) -> Tensor | None:
+    """The factors of a query block's rows ``q_rows`` for a half product (padded to the
+    product's ``width`` rows)."""
+    return None if half is None else half.rows(half.a_factor, q_rows, width)
+
+
 def read_gathered(
     qb: QueryBlock, q_blk: Tensor, g_mat: Tensor | RowBatches, g_buffer: Tensor, out: Tensor,
-    blocks: list[int],
+    blocks: list[int], half: HalfProducts | None = None, q_factor: Tensor | None = None,
+    work: Tensor | None = None,
 ) -> None:
     """The relevant scores of query block ``qb`` that lie in gallery ``blocks``, from products
-    of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the blocks' shape)."""
+    of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the blocks' shape); with
+    ``half``, on the tensor cores, ``q_factor`` the query rows' factors."""
     block_g = g_buffer.shape[0]
     in_blocks = torch.isin(qb.r_block, torch.tensor(blocks, dtype=qb.r_block.dtype))
     pairs = flat_nonzero(in_blocks)
@@ -163,6 +188,9 @@ def read_gathered(
         # (the host index for batches: they find each row's batch on the host)
         g_buffer[: chunk.numel()] = g_mat[chunk if isinstance(g_mat, RowBatches) else
                                           chunk.to(device)]
-        s = torch.mm(q_blk, g_buffer.T, out=out[: q_blk.shape[0]])[: qb.nb]
+        g_factor = None if half is None else half.rows(half.b_factor, chunk, block_g)
+        s = block_product(
+            q_blk, g_buffer, out[: q_blk.shape[0]], half, q_factor, g_factor, work
+        )[: qb.nb]
         here = (column >= c0) & (column < c0 + block_g)
         qb.read_pairs(s, pairs[here], column[here] - c0)

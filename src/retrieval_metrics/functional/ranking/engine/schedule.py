@@ -41,6 +41,10 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     prepare_query,
     score_dtype,
 )
+from retrieval_metrics.functional.ranking.engine.tensor_cores import (
+    HalfProducts,
+    prepare_half,
+)
 from retrieval_metrics.functional.ranking.engine.two_sided import two_sided_pass
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -158,22 +162,31 @@ def _ranked(
     query, gallery = inputs.query, inputs.gallery
     dtype, elem = side.dtype, torch.finfo(side.dtype).bits // 8
     rows, g_blocks = matrices.rows, matrices.blocks
-    if g_blocks is not None:
+    half_prepared = None
+    if side.counter.multiplies_half(query.dtype, _stored_dtype(gallery)):
+        half_prepared = prepare_half(
+            None if layout.symmetric else query, gallery, options.similarity, rows
+        )
+    half = None
+    if half_prepared is not None:
+        q_mat, g_mat, half = half_prepared
+    elif g_blocks is not None:
         q_mat, g_mat = prepare_query(query, options.similarity, dtype), g_blocks
     else:
         q_mat, g_mat = prepare(
             None if layout.symmetric else query, gallery, options.similarity, dtype, rows
         )
     if layout.symmetric:
+        assert isinstance(g_mat, Tensor)
         block = layout.block_g
         room = two_sided_room(layout.budget, side.state_bytes(block, elem), side.pair_state_bytes())
         p = side.at(block, room)
-        two_sided_pass(p, None, g_mat, g_mat, cache_room(room, block, dtype), exchange)
+        two_sided_pass(p, None, g_mat, g_mat, cache_room(room, block, dtype), exchange, half)
     else:
         assert q_mat is not None
         # kept score blocks and the counting: a quarter of the pass's budget each
         p = side.at(layout.block_g, layout.budget // 2)
-        one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange)
+        one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange, half)
         if exchange is not None:
             combine_outputs(side.outputs, exchange)
     return side
@@ -216,13 +229,38 @@ def two_way_ranking(
         state = sides[0].state_bytes(block_a, elem) + sides[1].state_bytes(block_b, elem)
         if keeps_states(state, sum(s.pair_state_bytes() for s in sides), budget):
             # each set's matrix in the processing order of the side whose gallery it is
-            _, a_mat = prepare(None, a, options.similarity, dtype, sides[1].g_perm)
-            _, b_mat = prepare(None, b, options.similarity, dtype, sides[0].g_perm)
+            a_mat, b_mat, half = _two_way_matrices(a, b, options.similarity, dtype, sides)
             room = two_sided_room(budget, state, sum(s.pair_state_bytes() for s in sides))
             # the rows' gallery is b, the columns' a
             passes = sides[0].at(block_b, room), sides[1].at(block_a, room)
-            two_sided_pass(*passes, a_mat, b_mat, cache_room(room, block_a, dtype, block_b))
+            two_sided_pass(
+                *passes, a_mat, b_mat, cache_room(room, block_a, dtype, block_b), half=half
+            )
             return sides[0].table(ab.relevance), sides[1].table(ba.relevance)
     return blocked_table(ab, options), blocked_table(ba, options)
 
 
+
+
+def _stored_dtype(x: Tensor | RowBatches) -> torch.dtype:
+    """The dtype ``x``'s rows are held in (a half corpus in batches is read upcast)."""
+    return x.stored_dtype if isinstance(x, RowBatches) else x.dtype
+
+
+def _two_way_matrices(
+    a: Tensor, b: Tensor, similarity: str, dtype: torch.dtype, sides: list[Direction]
+) -> tuple[Tensor, Tensor, HalfProducts | None]:
+    """Both sets' matrices for :func:`two_way_ranking`, each in the processing order of the
+    side whose gallery it is: half rows on the tensor cores where the counter multiplies them
+    (one factor per row from each set: the cosine's norms), else ``prepare``'s."""
+    if sides[0].counter.multiplies_half(a.dtype, b.dtype):
+        a_half = prepare_half(None, a, similarity, sides[1].g_perm)
+        b_half = prepare_half(None, b, similarity, sides[0].g_perm)
+        if a_half is not None and b_half is not None:
+            a_mat, b_mat = a_half[1], b_half[1]
+            assert isinstance(a_mat, Tensor) and isinstance(b_mat, Tensor)
+            # the rows of every product are a's, the columns b's
+            return a_mat, b_mat, HalfProducts(similarity, a_half[2].a_factor, b_half[2].b_factor)
+    _, a_mat = prepare(None, a, similarity, dtype, sides[1].g_perm)
+    _, b_mat = prepare(None, b, similarity, dtype, sides[0].g_perm)
+    return a_mat, b_mat, None

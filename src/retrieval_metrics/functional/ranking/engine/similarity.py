@@ -58,7 +58,7 @@ def _divisor(norm: Tensor) -> Tensor:
     return torch.where(norm > 0, norm, torch.ones_like(norm))
 
 
-def _warn_zero_rows(count: int, side: str) -> None:
+def warn_zero_rows(count: int, side: str) -> None:
     """A zero vector has no direction: under cosine it scores 0 against everything. Said by
     name, once per ranking side, where the rows were found anyway (no scan of its own)."""
     what, its, it_is = (
@@ -95,7 +95,7 @@ def _unit_rows(x: Tensor, in_place: bool = False, side: str = "query") -> Tensor
         tiny = (rows != 0).any(1)  # zero rows stay zero
         zero = int((~tiny).sum())
         if zero:
-            _warn_zero_rows(zero, side)
+            warn_zero_rows(zero, side)
         if zero < tiny.numel():
             rows = rows[tiny].to(torch.float64)
             rows = rows / rows.abs().amax(1, keepdim=True)
@@ -129,7 +129,7 @@ def gallery_in_blocks(
         nonzero = (gallery[short] != 0).any(1)
         if bool(nonzero.any()):
             return None
-        _warn_zero_rows(short.numel(), "gallery")
+        warn_zero_rows(short.numel(), "gallery")
     return gallery.divided(_divisor(norm))
 
 

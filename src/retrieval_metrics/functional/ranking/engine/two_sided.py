@@ -26,6 +26,7 @@ from retrieval_metrics.functional.ranking.engine.kernels import column_segments,
 from retrieval_metrics.functional.ranking.engine.layout import symmetric_order
 from retrieval_metrics.functional.ranking.engine.plan import SEGMENT
 from retrieval_metrics.functional.ranking.engine.shared import SharedPairs
+from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 
 Pair = tuple[int, int]
 
@@ -34,13 +35,18 @@ class BlockPairs:
     """The products of the blocks of ``a`` (``block_a`` rows each) and of ``b`` (``block_b``).
 
     The last blocks are padded to full size (zero rows, their scores set to ``neg_inf``): every
-    product has the same shape, so a pair's score does not depend on its block.
+    product has the same shape, so a pair's score does not depend on its block. ``half``: ``a``
+    and ``b`` are half precision, multiplied on the tensor cores (``tensor_cores``).
     """
 
     def __init__(
-        self, a: Tensor, b: Tensor, block_a: int, block_b: int, neg_inf: Tensor, same: bool
+        self, a: Tensor, b: Tensor, block_a: int, block_b: int, neg_inf: Tensor, same: bool,
+        half: HalfProducts | None = None,
     ) -> None:
         self.a, self.b, self.block_a, self.block_b, self.neg_inf = a, b, block_a, block_b, neg_inf
+        self.half = half
+        self.dtype = neg_inf.dtype  # the scores' (the matrices' unless half)
+        self._spare: Tensor | None = None
         self.blocks_a, self.blocks_b = -(-a.shape[0] // block_a), -(-b.shape[0] // block_b)
         self.tail_a = a.shape[0] - (self.blocks_a - 1) * block_a
         self.tail_b = b.shape[0] - (self.blocks_b - 1) * block_b
@@ -59,13 +65,33 @@ class BlockPairs:
 
     def empty(self) -> Tensor:
         """A buffer of one product's shape."""
-        return torch.empty(self.block_a, self.block_b, dtype=self.a.dtype, device=self.a.device)
+        return torch.empty(self.block_a, self.block_b, dtype=self.dtype, device=self.a.device)
+
+    def spare(self) -> Tensor:
+        """One more buffer of a product's size, ``block_b x block_a``: a product's transposed
+        copy while it is counted, and cosine's factor per pair while a half product is made."""
+        if self._spare is None:
+            self._spare = torch.empty(
+                self.block_b, self.block_a, dtype=self.dtype, device=self.a.device
+            )
+        return self._spare
+
+    def _factors(self, i: int, j: int) -> tuple[Tensor | None, Tensor | None]:
+        half = self.half
+        if half is None:
+            return None, None
+        rows_a = slice(i * self.block_a, (i + 1) * self.block_a)
+        rows_b = slice(j * self.block_b, (j + 1) * self.block_b)
+        return (half.rows(half.a_factor, rows_a, self.block_a),
+                half.rows(half.b_factor, rows_b, self.block_b))
 
     def product(self, i: int, j: int, out: Tensor) -> Tensor:
-        s = torch.mm(
+        a_factor, b_factor = self._factors(i, j)
+        s = block_product(
             self._block(self.a, self.last_a, i, self.blocks_a, self.block_a),
-            self._block(self.b, self.last_b, j, self.blocks_b, self.block_b).T,
-            out=out,
+            self._block(self.b, self.last_b, j, self.blocks_b, self.block_b),
+            out, self.half, a_factor, b_factor,
+            self.spare() if self.half is not None and self.half.similarity == "cosine" else None,
         )
         if i == self.blocks_a - 1 and self.tail_a < self.block_a:
             s[self.tail_a :] = self.neg_inf
@@ -91,7 +117,6 @@ class KeptProducts:
         self.spare: list[Tensor] = []
         self.reading: Tensor | None = None
         self.held: Pair | None = None
-        self.transposed: Tensor | None = None
 
     def read(self, i: int, j: int, now: Pair | None = None) -> Tensor:
         """Pair ``(i, j)``'s product, to read its relevant scores; ``now``: the pair about to
@@ -122,12 +147,7 @@ class KeptProducts:
             self.spare.append(s)
 
     def transposed_buffer(self) -> Tensor:
-        if self.transposed is None:
-            self.transposed = torch.empty(
-                self.pairs.block_b, self.pairs.block_a, dtype=self.pairs.a.dtype,
-                device=self.pairs.a.device,
-            )
-        return self.transposed
+        return self.pairs.spare()
 
 
 class TwoSidedPass:
@@ -141,12 +161,13 @@ class TwoSidedPass:
         b: Tensor,
         cache_room: int,
         exchange: Exchange | None,
+        half: HalfProducts | None = None,
     ) -> None:
         self.symmetric = p_cols is None
         p_cols = p_rows if p_cols is None else p_cols
         # the blocks of ``a`` are the gallery blocks of ``p_cols``, those of ``b`` of ``p_rows``
         block_a, block_b = p_cols.block_g, p_rows.block_g
-        self.pairs = BlockPairs(a, b, block_a, block_b, p_rows.neg_inf, self.symmetric)
+        self.pairs = BlockPairs(a, b, block_a, block_b, p_rows.neg_inf, self.symmetric, half)
         self.rows_of = _query_blocks(p_rows, self.pairs.blocks_a, block_a)
         self.cols_of = (
             self.rows_of if self.symmetric else _query_blocks(p_cols, self.pairs.blocks_b, block_b)
@@ -262,6 +283,7 @@ def two_sided_pass(
     b: Tensor,
     cache_room: int,
     exchange: Exchange | None = None,
+    half: HalfProducts | None = None,
 ) -> None:
     """Each product of a block of ``a`` and a block of ``b`` serves the queries on both sides.
 
@@ -278,4 +300,4 @@ def two_sided_pass(
     both of its sides: ``1 / world`` of the half product; every process finishes every query
     block, whole.
     """
-    TwoSidedPass(p_rows, p_cols, a, b, cache_room, exchange).run()
+    TwoSidedPass(p_rows, p_cols, a, b, cache_room, exchange, half).run()

@@ -1,0 +1,191 @@
+"""Half-precision embeddings multiplied as they are stored, on an accelerator's tensor cores.
+
+Where the counting backend says so (``Counter.multiplies_half``: an accelerator whose torch has
+``torch.mm(..., out_dtype=torch.float32)``), float16 and bfloat16 matrices are multiplied in
+their own dtype with float32 accumulation and a float32 result. The product of two half numbers
+is exact in float32, so a score is a float32 sum of the exact products, as the upcast float32
+product's is (the order of the additions may differ, so a score may differ from it in the last
+bit; the same numbers still give the same score, so exact ties stay ties). Nothing is upcast
+block by block: the operands keep half the bytes, and the tensor cores run several times the
+float32 rate.
+
+Cosine and euclidean scores cannot be made part of the half matrices, as they are for float32
+(unit rows, an extra column of squared norms): rounded to half precision, a unit row loses the
+last bits of every entry and a squared norm most of its own, which would change the ranks. Each
+score block takes them after its product instead, in float32 (:class:`HalfProducts`):
+
+* cosine: ``s_ij * (1/|a_i| * 1/|b_j|)``. One factor per pair, the product of the two rows'
+  reciprocal norms, so that the score of a pair does not depend on which side of a block it lies
+  on (the symmetric pass reads a block along its rows and its columns);
+* euclidean: ``2 s_ij - |b_j|^2``, the float32 path's ``2 q.g - |g|^2``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking.engine.similarity import warn_zero_rows
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
+
+#: Rows whose norm lies outside these bounds keep the float32 path: their products would
+#: underflow or overflow float32 before the norms divide them (bfloat16 spans float32's range).
+NORM_BOUNDS = (2.0**-30, 2.0**60)
+
+
+@dataclass(frozen=True)
+class HalfProducts:
+    """The score blocks of one ranking's half-precision matrices ``a`` (the rows of a block,
+    the queries) and ``b`` (its columns): what each block takes after its product.
+
+    ``a_factor`` / ``b_factor``: per row of ``a`` / ``b`` in their matrices' order, float32 on
+    the device: the reciprocal norms (cosine), or for ``b`` the squared norms (euclidean);
+    None where the similarity takes none (dot, and euclidean's ``a``).
+    """
+
+    similarity: str
+    a_factor: Tensor | None
+    b_factor: Tensor | None
+
+    def rows(self, factor: Tensor | None, index: Tensor | slice, width: int) -> Tensor | None:
+        """``factor`` at the rows ``index`` of its matrix, padded to ``width`` (the rows a
+        product pads with zero rows: any finite factor gives them a finite score)."""
+        if factor is None:
+            return None
+        picked = factor[index] if isinstance(index, slice) else factor.index_select(
+            0, index.to(factor.device)
+        )
+        if picked.shape[0] == width:
+            return picked
+        return torch.cat([picked, picked.new_ones(width - picked.shape[0])])
+
+    def product(
+        self, a: Tensor, b: Tensor, out: Tensor, a_factor: Tensor | None,
+        b_factor: Tensor | None, work: Tensor,
+    ) -> Tensor:
+        """Scores of rows ``a`` against rows ``b`` (half) into ``out`` (float32), their
+        factors given for those rows (:meth:`rows`); ``work``: a float32 buffer of at least
+        ``out``'s size, for cosine's factor per pair."""
+        s = torch.mm(a, b.T, out_dtype=out.dtype, out=out)
+        if self.similarity == "cosine":
+            assert a_factor is not None and b_factor is not None
+            pair = work.view(-1)[: s.numel()].view(s.shape)
+            torch.mul(a_factor[:, None], b_factor[None, :], out=pair)
+            s.mul_(pair)
+        elif self.similarity == "euclidean":
+            assert b_factor is not None
+            torch.add(b_factor.neg()[None, :], s, alpha=2, out=s)
+        return s
+
+
+def block_product(
+    a: Tensor, b: Tensor, out: Tensor, half: HalfProducts | None = None,
+    a_factor: Tensor | None = None, b_factor: Tensor | None = None,
+    work: Tensor | None = None,
+) -> Tensor:
+    """The score block ``a @ b.T`` into ``out``: one product of the prepared matrices, or with
+    ``half`` the tensor cores' product and its factors (:meth:`HalfProducts.product`). Every
+    pass computes its blocks here."""
+    if half is None:
+        return torch.mm(a, b.T, out=out)
+    return half.product(a, b, out, a_factor, b_factor, out if work is None else work)
+
+
+def _norms(x: Tensor | RowBatches, ord: float = 2) -> Tensor:
+    """Each row's float32 norm, ``(N,)`` (a half row upcast as it is read); ``ord=inf``: its
+    largest magnitude."""
+    if isinstance(x, RowBatches):
+        return x.row_norms(ord).view(-1)
+    return torch.linalg.vector_norm(x, ord, dim=1, dtype=torch.float32)
+
+
+def _squares(x: Tensor | RowBatches) -> Tensor:
+    """Each row's float32 sum of squares, ``(N,)``: summed as such, not a norm squared (the
+    float32 path's extra column; a rounded square root squared would split ties of integer
+    embeddings at equal distances)."""
+    if isinstance(x, RowBatches):
+        return x.row_squares()
+    # (a chunk of rows upcast at a time: no float32 copy of a whole corpus)
+    return torch.cat([part.to(torch.float32).square().sum(1) for part in x.split(_ROWS)])
+
+
+#: rows upcast at once for their sums of squares
+_ROWS = 1 << 16
+
+
+def _checked(xs: list[Tensor | RowBatches], norms: list[Tensor], sides: list[str],
+             warn_zero: bool) -> bool:
+    """Whether every non-zero row's norm lies inside :data:`NORM_BOUNDS` (a row whose squares
+    underflow has a norm of 0 but a non-zero largest entry); with ``warn_zero`` (cosine), each
+    side's zero rows are said by name as the float32 path says them
+    (``similarity.warn_zero_rows``). One wait on a device for all of it."""
+    low, high = NORM_BOUNDS
+    counts = []
+    for x, norm in zip(xs, norms, strict=True):
+        zero = _norms(x, float("inf")) == 0
+        outside = ~zero & ((norm < low) | (norm > high))
+        counts.append(torch.stack([zero.sum(), outside.sum()]))
+    read = torch.stack(counts).tolist()
+    if any(outside for _, outside in read):
+        return False
+    if warn_zero:
+        for (zero, _), side in zip(read, sides, strict=True):
+            if zero:
+                warn_zero_rows(zero, side)
+    return True
+
+
+def _reciprocal(norm: Tensor) -> Tensor:
+    # a zero row scores 0 against everything, as its float32 unit row (zero) does
+    return torch.where(norm > 0, 1.0 / norm, torch.ones_like(norm))
+
+
+def half_products(
+    similarity: str, a: Tensor | RowBatches | None, b: Tensor | RowBatches,
+) -> HalfProducts | None:
+    """What the half-precision matrices ``a`` (None: ``b`` against itself) and ``b`` take
+    after each product, or None where a row's norm is out of :data:`NORM_BOUNDS` (cosine and
+    euclidean): the ranking then keeps the float32 path."""
+    if similarity == "dot":
+        return HalfProducts(similarity, None, None)
+    b_norm = _norms(b)
+    a_norm = None if a is None else _norms(a)
+    xs, norms = ([b], [b_norm]) if a is None or a_norm is None else ([a, b], [a_norm, b_norm])
+    sides = ["query and gallery"] if a_norm is None else ["query", "gallery"]
+    if not _checked(xs, norms, sides, warn_zero=similarity == "cosine"):
+        return None
+    if similarity == "euclidean":
+        return HalfProducts(similarity, None, _squares(b))
+    b_factor = _reciprocal(b_norm)
+    a_factor = b_factor if a_norm is None else _reciprocal(a_norm)
+    return HalfProducts(similarity, a_factor, b_factor)
+
+
+def prepare_half(
+    query: Tensor | None,
+    gallery: Tensor | RowBatches,
+    similarity: str,
+    gallery_rows: Tensor | None = None,
+) -> tuple[Tensor | None, Tensor | RowBatches, HalfProducts] | None:
+    """``similarity.prepare``'s matrices for the tensor cores: the half rows themselves (the
+    gallery's ``gallery_rows`` gathered in that order; a gallery in batches, all of it, read a
+    block at a time as stored) and what each block takes after its product. None where a norm
+    is out of bounds (:func:`half_products`): the caller prepares the float32 matrices."""
+    if isinstance(gallery, RowBatches):
+        g: Tensor | RowBatches = gallery.stored()
+        if gallery_rows is not None:
+            g = g[gallery_rows]  # (a copy of the kept rows, still half)
+    elif gallery_rows is not None:
+        g = gallery.index_select(0, gallery_rows.to(gallery.device))
+    else:
+        g = gallery
+    same = query is gallery and gallery_rows is None
+    q = None if query is None else (g if same else query)
+    half = half_products(similarity, None if q is None or same else q, g)
+    if half is None:
+        return None
+    if isinstance(g, Tensor):
+        g = g.contiguous()
+    return (None if q is None else (g if same else q.contiguous())), g, half

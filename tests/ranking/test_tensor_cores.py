@@ -1,0 +1,150 @@
+"""Half precision on the tensor cores (engine/tensor_cores.py), on the emulated CUDA device.
+
+On an accelerator, float16 and bfloat16 embeddings are multiplied as they are stored, with
+float32 accumulation (``torch.mm(..., out_dtype=torch.float32)``; the emulation computes it as
+the product of the operands upcast, having no CPU kernel), and cosine and euclidean take their
+norms after each product. Here: every form takes that product (no float32 product is left), and
+every value equals the float64 ranking of the same half numbers (data whose every score is exact
+in float32 and float64, full of ties, so that any order of sums ranks alike); rows whose norms
+would underflow keep the float32 path; a zero row scores 0 and is said by name, as on the CPU.
+The device matrix (test_device_matrix.py, its "bfloat16" and "float16" cases) holds every class
+and form, over processes too, to the CPU's values bit for bit on integer embeddings.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import retrieval_metrics as rm
+from emulated_cuda import emulated_cuda
+from retrieval_metrics.functional.ranking.engine.counters import choose_counter
+
+HALVES = [torch.float16, torch.bfloat16]
+NAMES = ["hit_rate@1", "recall@5", "map@r", "map", "mrr", "ndcg@10", "median_rank"]
+FORMS = ["same_source", "one_sided", "query_gallery", "fixed_gallery", "qrels", "image_text"]
+
+
+@pytest.fixture
+def products(monkeypatch):
+    """Each torch.mm of the ranking: (operands' dtype, out_dtype)."""
+    seen: list[tuple[torch.dtype, torch.dtype | None]] = []
+    original = torch.mm
+
+    def mm(a, b, *args, **kwargs):
+        seen.append((a.dtype, kwargs.get("out_dtype")))
+        return original(a, b, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "mm", mm)
+    return seen
+
+
+def _data(similarity: str, n: int = 160, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings whose every score is exact in float32 and float64, by any order of sums:
+    integers (dot products and squared distances are integers); for cosine, sign codes scaled
+    by 1, 2 or 4 (every norm a power of two, every cosine an integer over a power of two).
+    Scores tie often, as binary codes' do, and rows 3 and 7 are duplicates."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 16, (n,), generator=gen)
+    if similarity == "cosine":
+        centres = torch.randint(0, 2, (16, 16), generator=gen) * 2 - 1
+        flips = torch.where(torch.rand(n, 16, generator=gen) < 0.2, -1, 1)
+        scale = 2 ** torch.randint(0, 3, (n, 1), generator=gen)
+        emb = (centres[labels] * flips * scale).float()
+    else:
+        centres = torch.randint(-2, 3, (16, 16), generator=gen)
+        emb = (centres[labels] + torch.randint(-1, 2, (n, 16), generator=gen)).float()
+    emb[7] = emb[3]
+    return emb, labels
+
+
+def _run(form: str, x: torch.Tensor, labels: torch.Tensor, similarity: str, device: str):
+    """compute() of ``form`` fed ``x`` (moved to ``device``)."""
+    x, labels = x.to(device), labels.to(device)
+    if form == "image_text":
+        images, captions = x[:40], x[40:]
+        metric = rm.CrossModalRetrieval(k=(1, 5, 10), similarity=similarity).to(device)
+        image_ids = torch.arange(40, device=device)
+        metric.update(images, captions, image_ids,
+                      text_image_ids=torch.arange(120, device=device) % 40)
+    elif form == "qrels":
+        qrels = {q: {1000 + (q * 7 + j) % 120: 1 + j % 3 for j in range(1 + q % 4)}
+                 for q in range(40)}
+        metric = rm.RetrievalMetrics(["ndcg@10", "recall@20", "mrr@10", "map"], qrels=qrels,
+                                     similarity=similarity).to(device)
+        for part in torch.arange(40, 160).split(32):
+            metric.update(x[part.to(device)], ids=(part + 960).tolist(), role="gallery")
+        metric.update(x[:40], ids=list(range(40)), role="query")
+    else:
+        budget = 2**16 if form == "one_sided" else None  # too small for the symmetric pass
+        metric = rm.RetrievalMetrics(NAMES, similarity=similarity,
+                                     memory_budget=budget).to(device)
+        if form in ("same_source", "one_sided"):
+            for part in torch.arange(160).split(50):
+                metric.update(x[part.to(device)], labels[part.to(device)])
+        elif form == "query_gallery":
+            metric.update(x[40:], labels[40:], role="gallery")
+            metric.update(x[:40], labels[:40], role="query")
+        else:
+            metric.set_gallery(x[40:], labels[40:])
+            for part in torch.arange(40).split(15):
+                metric.update(x[part.to(device)], labels[part.to(device)], role="query")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {k: v.cpu().tolist() for k, v in metric.compute().items()}
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("form", FORMS)
+def test_every_form_multiplies_half_and_ranks_as_float64(form, similarity, dtype, products):
+    emb, labels = _data(similarity)
+    half = emb.to(dtype)
+    assert half.double().equal(emb.double())  # every number exact in half precision
+    want = _run(form, half.double(), labels, similarity, "cpu")
+    products.clear()
+    with emulated_cuda():
+        got = _run(form, half, labels, similarity, "cuda")
+    assert got == want
+    assert products, "no product was made"
+    # every product on the tensor cores, none upcast to float32
+    assert set(products) == {(dtype, torch.float32)}, set(products)
+
+
+def test_the_choice_is_the_counters():
+    with emulated_cuda():
+        assert choose_counter("cuda").multiplies_half(torch.bfloat16, torch.bfloat16)
+        assert not choose_counter("cuda").multiplies_half(torch.bfloat16, torch.float16)
+        assert not choose_counter("cuda").multiplies_half(torch.float32, torch.float32)
+    assert not choose_counter("cpu").multiplies_half(torch.bfloat16, torch.bfloat16)
+
+
+def test_rows_whose_products_would_underflow_keep_float32(products):
+    """bfloat16 holds numbers down to 1e-38, whose products underflow float32 before the norms
+    could divide them: such a ranking takes the float32 path (unit rows first)."""
+    emb, labels = _data("cosine")
+    half = emb.to(torch.bfloat16)
+    half[11] = half[11] * 2.0**-100
+    want = _run("same_source", half.double(), labels, "cosine", "cpu")
+    products.clear()
+    with emulated_cuda():
+        got = _run("same_source", half, labels, "cosine", "cuda")
+    assert got == want
+    assert {out for _, out in products} == {None}
+
+
+def test_a_zero_row_scores_zero_and_is_said_by_name():
+    emb, labels = _data("cosine")
+    emb[5] = 0
+    half = emb.to(torch.float16)
+    with emulated_cuda():
+        metric = rm.RetrievalMetrics(["map@r"], similarity="cosine").to("cuda")
+        metric.update(half.to("cuda"), labels.to("cuda"))
+        with pytest.warns(UserWarning, match="1 query and gallery embedding is a zero vector"):
+            got = metric.compute()["map@r"].item()
+    ref = rm.RetrievalMetrics(["map@r"], similarity="cosine")
+    ref.update(half.double(), labels)
+    with pytest.warns(UserWarning, match="zero vector"):
+        assert got == ref.compute()["map@r"].item()
