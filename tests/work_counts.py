@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from retrieval_metrics.functional.ranking import options as ranking_options
 from retrieval_metrics.functional.ranking.engine import counting, kernels, schedule
@@ -50,6 +51,10 @@ def _product_shape(func, args) -> tuple[int, int, int] | None:
     return None
 
 
+#: operators that allocate without writing (their memory is written by the next operator)
+_ALLOCATIONS = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.new_empty}
+
+
 @dataclass
 class Work:
     """What was computed while :func:`counting_work` was active."""
@@ -69,6 +74,9 @@ class Work:
     entries_counted: int = 0
     #: score entries reduced to segment maxima (``kernels.segment_maxima``, as the passes call it)
     entries_maxima: int = 0
+    #: elements written by every operator other than the products and the views: the work
+    #: besides the product that torch does (the compiled count and numpy's are not in it)
+    elements_written: int = 0
 
     def ratio(self, rows: int, columns: int, width: int) -> float:
         """The multiply-adds as a share of one ``rows x columns x width`` product."""
@@ -86,7 +94,12 @@ class _ProductCounter(TorchDispatchMode):
             rows, columns, width = shape
             self.work.multiply_adds += int(rows) * int(columns) * int(width)
             self.work.products += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if shape is None and not func.is_view and func.overloadpacket not in _ALLOCATIONS:
+            self.work.elements_written += sum(
+                t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+            )
+        return out
 
 
 @contextmanager

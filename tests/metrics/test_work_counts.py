@@ -30,7 +30,7 @@ from retrieval_metrics.functional.ranking.engine import kernels, plan, schedule
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.metrics.chunks import PAIR_BYTES
-from work_counts import counting_work
+from work_counts import Work, counting_work
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 CLASS_BUDGET = 2**24
@@ -331,3 +331,50 @@ def test_plan_of_gives_the_layout_the_ranking_takes(plans):
     rank_embeddings(emb, query_labels=labels, memory_budget=2**23)
     assert plans == [asked, asked]  # plan_of's own choice, then the ranking's: the same
     assert asked.symmetric
+
+
+def _beir_work(num_g: int, similarity: str, dtype: torch.dtype, strong: bool) -> Work:
+    """compute()'s work on 300 queries x ``num_g`` judged documents (in batches of 10,000, 64
+    wide, BEIR's protocol): a middling model, or a strong one (every query near a judged
+    document: its rows stay in the products to the end)."""
+    num_q, dim = 300, 64
+    gen = torch.Generator().manual_seed(0)
+    qrels = {f"q{q}": {f"d{(q * 37 + j) % 20000}": 1 for j in range(1 + q % 3)}
+             for q in range(num_q)}
+    metric = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels, protocol="beir",
+                                 similarity=similarity)
+    first = None
+    for start in range(0, num_g, 10000):
+        x = torch.randn(10000, dim, generator=gen)
+        first = x if first is None else first
+        metric.update(x.to(dtype), ids=[f"d{i}" for i in range(start, start + 10000)],
+                      role="gallery")
+    queries = torch.randn(num_q, dim, generator=gen)
+    if strong:
+        queries += 3 * first[(torch.arange(num_q) * 37) % 10000]
+    metric.update(queries.to(dtype), ids=[f"q{i}" for i in range(num_q)], role="query")
+    with counting_work() as work:
+        metric.compute()
+    return work
+
+
+@pytest.mark.parametrize("strong", [False, True], ids=["middling", "strong"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_work_besides_the_product_is_a_pass_over_the_corpus(similarity, dtype, strong):
+    """What compute() writes besides its products (torch's operators; the compiled count reads
+    the scores and writes nothing per item), per corpus item added: the gallery's blocks read
+    from its batches (the quarter of them that straddle two batches copied), once divided by
+    their norms for cosine, once upcast for half precision, and a few dozen numbers of
+    bookkeeping an item (ids, positions, orders); per score entry, nearly nothing (a kept
+    block cut to the rows still ranked, once). On a GPU-fast product this is what is left:
+    another pass over the corpus, or a copy of the score blocks, would show here."""
+    small, large = (_beir_work(n, similarity, dtype, strong) for n in (20000, 80000))
+    assert small.query_blocks == large.query_blocks == 1
+    added_items, dim = 60000, 64
+    added_scores = (large.multiply_adds - small.multiply_adds) / dim
+    passes = 0.25 + (similarity == "cosine") + (dtype == torch.float16)
+    allowed = added_items * (passes * dim + 40) + 0.1 * added_scores
+    assert large.elements_written - small.elements_written <= allowed
+    # and the strong model's rows, counted to the end, did read almost every score
+    assert not strong or added_scores > 0.9 * added_items * 300

@@ -138,26 +138,37 @@ def one_sided_pass(
         seeded = set(read_first)
         for b in range(-1, p.num_blocks_g):
             if b >= 0:
-                s, seg_max = cache[b] if b in cache else (block_scores(b, scores), None)
+                if b in cache:
+                    s, seg_max = _still_ranked(cache.pop(b), qb.kept, device)
+                else:
+                    s, seg_max = block_scores(b, scores), None
                 if seg_max is None and qb.reads_segment_maxima(b):
                     seg_max = segment_maxima(s)
                 qb.count(s, seg_max, b, seeded=b in seeded)
             kept = qb.drop_finished()
             if kept is not None:
-                # finished rows are multiplied no more: the products and the kept blocks
-                # shrink to the rows still ranked
+                # finished rows are multiplied no more: the products shrink to the rows still
+                # ranked (the kept blocks hold every row of the block: each is cut to those
+                # rows once, as it is counted, not again at every drop)
                 assert qb.kept is not None
                 still = q_rows.index_select(0, qb.kept)
                 ranked[0] = product_rows(q_mat[still.to(device)])
                 ranked[1] = _query_factor(half, still, ranked[0].shape[0])
-                on = kept.to(device)
-                cache = {
-                    key: (held.index_select(0, on), None if m is None else m.index_select(0, on))
-                    for key, (held, m) in cache.items()
-                }
                 if qb.nb == 0:
                     break
         qb.finish()
+
+
+def _still_ranked(
+    held: tuple[Tensor, Tensor | None], kept: Tensor | None, device: torch.device
+) -> tuple[Tensor, Tensor | None]:
+    """A kept score block (and its segment maxima), computed for every row of its query
+    block, cut to the rows still ranked (``QueryBlock.kept``: None, all of them)."""
+    if kept is None:
+        return held
+    on = kept.to(device)
+    s, seg_max = held
+    return s.index_select(0, on), None if seg_max is None else seg_max.index_select(0, on)
 
 
 def _query_factor(half: HalfProducts | None, q_rows: Tensor, width: int) -> Tensor | None:
