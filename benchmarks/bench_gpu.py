@@ -28,6 +28,8 @@ Writes ``benchmarks/results/gpu_<device>.json`` and ``.txt`` (``--out`` to chang
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import os
 import statistics
@@ -100,6 +102,26 @@ def backends(device: torch.device) -> list[str]:
     return ["triton", "torch"] if triton_count.available() else ["torch"]
 
 
+@contextlib.contextmanager
+def products_taken():
+    """How many of the ranking's products ran as what ("float32 x float32", or "bfloat16 x
+    bfloat16 -> float32" on the tensor cores), counted while active."""
+    taken: collections.Counter[str] = collections.Counter()
+    original = torch.mm
+
+    def mm(a, b, *args, **kwargs):
+        out = kwargs.get("out_dtype")
+        name = str(a.dtype).replace("torch.", "")
+        taken[f"{name}{' -> ' + str(out).replace('torch.', '') if out else ''}"] += 1
+        return original(a, b, *args, **kwargs)
+
+    torch.mm = mm
+    try:
+        yield taken
+    finally:
+        torch.mm = original
+
+
 def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats) -> dict:
     """The classes with each backend: median seconds (update + compute), host syncs and peak
     device memory of one compute(), and the values."""
@@ -116,10 +138,11 @@ def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats) -> dict
 
         seconds, values = timed(run, device, repeats)
         metric = make()
-        feed(metric)
-        syncs, peak = syncs_and_peak(metric.compute, device)
+        with products_taken() as taken:  # (a fixed gallery is ranked as the queries come)
+            feed(metric)
+            syncs, peak = syncs_and_peak(metric.compute, device)
         out[backend] = {"seconds": seconds, "host_syncs": syncs, "peak_gib": peak,
-                        "values": values}
+                        "products": dict(taken), "values": values}
     os.environ.pop(COUNTER_ENV, None)
     first = next(iter(out.values()))["values"]
     out["backends_equal"] = all(o["values"] == first for o in out.values()
@@ -277,7 +300,8 @@ def report(results: dict) -> str:
                 lines.append(
                     f"{name:10s} {dtype:8s} {backend:6s} ours {o['seconds']:8.3f} s"
                     f" ({o['seconds'] / row['one_product']:.2f}x one product{ratio}),"
-                    f" host syncs {o['host_syncs']}, peak {o['peak_gib']:.2f} GiB"
+                    f" host syncs {o['host_syncs']}, peak {o['peak_gib']:.2f} GiB, products"
+                    f" {', '.join(f'{n} {k}' for k, n in o.get('products', {}).items())}"
                 )
             extra = f"product+topk {alt:.3f} s, " if alt else ""
             lines.append(f"{'':10s} {dtype:8s} {extra}one product {row['one_product']:.3f} s,"

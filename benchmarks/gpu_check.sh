@@ -4,7 +4,9 @@
 #   1. the device tests on real CUDA (states on the device, every input form with device tensors,
 #      image-text, two processes on one gloo group exchanging CUDA tensors), the counting
 #      backends (tests/ranking/test_counters.py: the fused Triton kernel compiled on the GPU
-#      against the definition, every backend's values against the CPU's), then the device matrix
+#      against the definition, every backend's values against the CPU's), half precision on
+#      the tensor cores (tests/ranking/test_tensor_cores.py: every form's values against the
+#      float64 ranking, every product taken in half precision), then the device matrix
 #      and the host-sync counts on the emulated device of tests/emulated_cuda.py (a failure there
 #      is reported at the end, after the benchmark);
 #   2. benchmarks/bench_gpu.py: the metric classes users run (SOP-sized same source in float32
@@ -77,10 +79,11 @@ else
 fi
 TAG="${DEVICE%%:*}${SUFFIX}"
 
-step "device tests (tests/metrics/test_devices.py on $DEVICE, test_precision, test_counters)"
+step "device tests (test_devices.py on $DEVICE, precision, counters, tensor cores, half)"
 # the CUDA cases skip on a machine without CUDA; -rs lists what was skipped and why
 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_devices.py \
-    tests/ranking/test_precision.py tests/ranking/test_counters.py
+    tests/ranking/test_precision.py tests/ranking/test_counters.py \
+    tests/ranking/test_tensor_cores.py tests/metrics/test_half_precision.py
 
 step "device matrix and host-sync counts (the emulated device, also beside real CUDA)"
 # Not stopping the benchmark if the emulator and a CUDA build of torch disagree: recorded, and

@@ -13,6 +13,7 @@ and form, over processes too, to the CPU's values bit for bit on integer embeddi
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -96,16 +97,26 @@ def _run(form: str, x: torch.Tensor, labels: torch.Tensor, similarity: str, devi
         return {k: v.cpu().tolist() for k, v in metric.compute().items()}
 
 
+DEVICES = [
+    "emulated",
+    pytest.param("cuda", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device")),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
 @pytest.mark.parametrize("form", FORMS)
-def test_every_form_multiplies_half_and_ranks_as_float64(form, similarity, dtype, products):
+def test_every_form_multiplies_half_and_ranks_as_float64(
+    form, similarity, dtype, device, products
+):
     emb, labels = _data(similarity)
     half = emb.to(dtype)
     assert half.double().equal(emb.double())  # every number exact in half precision
     want = _run(form, half.double(), labels, similarity, "cpu")
     products.clear()
-    with emulated_cuda():
+    with emulated_cuda() if device == "emulated" else contextlib.nullcontext():
         got = _run(form, half, labels, similarity, "cuda")
     assert got == want
     assert products, "no product was made"

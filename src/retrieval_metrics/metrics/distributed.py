@@ -270,6 +270,10 @@ def dedupe_by_id(
     silently lose data: it raises, naming a few of the ids and what differs.
     """
     ids = ids.cpu()
+    if ids.numel() < 2 or bool((ids[1:] > ids[:-1]).all()):
+        # ascending already, so no id repeats (a corpus whose ids were coded as they came):
+        # one comparison of neighbours instead of a sort
+        return torch.arange(ids.numel())
     order = torch.argsort(ids, stable=True)
     sorted_ids = ids[order]
     first = torch.ones_like(sorted_ids, dtype=torch.bool)
