@@ -367,3 +367,26 @@ def test_judged_documents_spread_through_the_file_stay_on_disk(tmp_path):
         peak = int(done.stdout.split()[-1])
         assert peak <= min(0.25 * corpus, 1 << 30), (kind, peak >> 20, corpus >> 20)
     assert len((tmp_path / "run.txt").read_text().splitlines()) == 500 * 100
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_corpus_on_disk_with_a_nan_or_an_infinity_is_refused(tmp_path, bad):
+    """The file is read once for its norms, which a NaN or an infinity makes non-finite."""
+    corpus = np.ones((50, 4), dtype=np.float16)
+    corpus[31, 2] = bad
+    np.save(tmp_path / "c.npy", corpus)
+    metric = rm.RetrievalMetrics(["mrr"], qrels={"q": ["d0"]})
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        metric.set_gallery(str(tmp_path / "c.npy"), ids=[f"d{i}" for i in range(50)])
+
+
+def test_a_corpus_on_disk_whose_squares_overflow_is_finite(tmp_path):
+    """A row whose squares overflow float32 has an infinite norm and finite values: it is
+    scanned, not refused, and ranked (dot product of rows scaled to fit)."""
+    corpus = np.ones((50, 4), dtype=np.float32)
+    corpus[7] = 1e30
+    np.save(tmp_path / "c.npy", corpus)
+    metric = rm.RetrievalMetrics(["mrr"], qrels={"q": ["d7"]}, similarity="dot")
+    metric.set_gallery(str(tmp_path / "c.npy"), ids=[f"d{i}" for i in range(50)])
+    metric.update(torch.full((1, 4), 1e-30), ids=["q"], role="query")
+    assert metric.compute()["mrr"].item() == 1.0

@@ -253,7 +253,13 @@ class RowBatches:
         return [m if m is not None else b for b, m in zip(self.batches, self.mapped, strict=True)]
 
     def all_finite(self) -> bool:
-        """Whether no value is NaN or infinite (a file read a chunk at a time)."""
+        """Whether no value is NaN or infinite (a file read a chunk at a time).
+
+        A corpus on disk is read once for its row norms instead (kept for the cosine that
+        follows): a row with a NaN or an infinity has a NaN or infinite norm. Only where a
+        norm is not finite (or a row's squares overflow float32) are the values scanned."""
+        if self.on_disk and bool(torch.isfinite(self.row_norms()).all()):
+            return True
         return all(
             all_finite(part) for i in range(len(self.batches)) for part in self._chunks(i)
         )
@@ -327,6 +333,7 @@ class RowBatches:
             self._stored = RowBatches(
                 self.sources(), None, self.device if self.on_disk else None, as_stored=True
             )
+            self._stored._norms = self._norms  # (float32 norms of the same values: shared)
         return self._stored
 
     @property
@@ -342,7 +349,10 @@ class RowBatches:
             return self
         if device not in self._onto:  # (one view a device: its row norms computed once)
             divisor = None if self.divisor is None else self.divisor.to(device)
-            self._onto[device] = RowBatches(self.sources(), divisor, device, self.as_stored)
+            onto = RowBatches(self.sources(), divisor, device, self.as_stored)
+            # the norms read already (with the check for NaN), not read from the file again
+            onto._norms = {p: norm.to(device) for p, norm in self._norms.items()}
+            self._onto[device] = onto
         return self._onto[device]
 
     def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
