@@ -161,7 +161,7 @@ def test_a_zero_row_scores_zero_and_is_said_by_name():
         assert got == ref.compute()["map@r"].item()
 
 
-@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("similarity", ["cosine", "cosine_rows_unscaled", "dot", "euclidean"])
 def test_the_product_call_is_one_torch_takes(similarity):
     """The call block_product makes, on meta tensors (torch registers aten.mm.dtype_out's
     checks for them, as for CUDA): half operands, a transposed view, a float32 out= slice of a
@@ -176,7 +176,8 @@ def test_the_product_call_is_one_torch_takes(similarity):
     b = torch.empty(24, 8, dtype=torch.bfloat16, **meta)
     out, work = torch.empty(32, 24, **meta), torch.empty(32, 24, **meta)
     factors = {"cosine": (torch.empty(16, **meta), torch.empty(24, **meta)),
+               "cosine_rows_unscaled": (None, torch.empty(24, **meta)),
                "dot": (None, None), "euclidean": (None, torch.empty(24, **meta))}[similarity]
-    half = HalfProducts(similarity, *factors)
+    half = HalfProducts(similarity.split("_")[0], *factors)
     s = block_product(a, b, out[:16], half, *factors, work)
     assert s.shape == (16, 24) and s.dtype == torch.float32

@@ -40,8 +40,8 @@ def one_sided_pass(
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=g_mat.dtype, device=device)
     scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
-    # (cosine's factor per pair of a half product, computed into it block by block)
-    work = torch.empty_like(scores) if half is not None and half.similarity == "cosine" else None
+    # (cosine's factor per pair of a half product whose rows are scaled too, block by block)
+    work = None if half is None or half.a_factor is None else torch.empty_like(scores)
 
     def gallery_factor(b: int) -> Tensor | None:
         if half is None:

@@ -164,8 +164,10 @@ def _ranked(
     rows, g_blocks = matrices.rows, matrices.blocks
     half_prepared = None
     if side.counter.multiplies_half(query.dtype, _stored_dtype(gallery)):
+        # (the one-sided pass reads its blocks along their rows only)
         half_prepared = prepare_half(
-            None if layout.symmetric else query, gallery, options.similarity, rows
+            None if layout.symmetric else query, gallery, options.similarity, rows,
+            rows_scaled=layout.symmetric,
         )
     half = None
     if half_prepared is not None:

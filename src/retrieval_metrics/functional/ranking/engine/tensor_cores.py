@@ -14,9 +14,12 @@ Cosine and euclidean scores cannot be made part of the half matrices, as they ar
 last bits of every entry and a squared norm most of its own, which would change the ranks. Each
 score block takes them after its product instead, in float32 (:class:`HalfProducts`):
 
-* cosine: ``s_ij * (1/|a_i| * 1/|b_j|)``. One factor per pair, the product of the two rows'
-  reciprocal norms, so that the score of a pair does not depend on which side of a block it lies
-  on (the symmetric pass reads a block along its rows and its columns);
+* cosine: ``s_ij * (1/|a_i| * 1/|b_j|)``, one factor per pair, the product of the two rows'
+  reciprocal norms, where a block is read along its columns too (the symmetric pass, both
+  directions of image-text): the score of a pair then does not depend on which side of a block
+  it lies on. Where blocks are read along their rows only (the one-sided pass), ``s_ij *
+  1/|b_j|``: a query's scores all lack the same positive factor 1/|a_i|, which orders and ties
+  its items as the cosine does, in one pass over the block instead of two;
 * euclidean: ``2 s_ij - |b_j|^2``, the float32 path's ``2 q.g - |g|^2``.
 """
 
@@ -42,7 +45,8 @@ class HalfProducts:
 
     ``a_factor`` / ``b_factor``: per row of ``a`` / ``b`` in their matrices' order, float32 on
     the device: the reciprocal norms (cosine), or for ``b`` the squared norms (euclidean);
-    None where the similarity takes none (dot, and euclidean's ``a``).
+    None where the similarity takes none (dot, and euclidean's ``a``) or the pass reads each
+    block along its rows only (cosine's ``a``).
     """
 
     similarity: str
@@ -69,8 +73,11 @@ class HalfProducts:
         factors given for those rows (:meth:`rows`); ``work``: a float32 buffer of at least
         ``out``'s size, for cosine's factor per pair."""
         s = torch.mm(a, b.T, out_dtype=out.dtype, out=out)
-        if self.similarity == "cosine":
-            assert a_factor is not None and b_factor is not None
+        if self.similarity == "cosine" and a_factor is None:
+            assert b_factor is not None
+            s.mul_(b_factor)
+        elif self.similarity == "cosine":
+            assert b_factor is not None
             pair = work.view(-1)[: s.numel()].view(s.shape)
             torch.mul(a_factor[:, None], b_factor[None, :], out=pair)
             s.mul_(pair)
@@ -144,10 +151,12 @@ def _reciprocal(norm: Tensor) -> Tensor:
 
 def half_products(
     similarity: str, a: Tensor | RowBatches | None, b: Tensor | RowBatches,
+    rows_scaled: bool = True,
 ) -> HalfProducts | None:
     """What the half-precision matrices ``a`` (None: ``b`` against itself) and ``b`` take
     after each product, or None where a row's norm is out of :data:`NORM_BOUNDS` (cosine and
-    euclidean): the ranking then keeps the float32 path."""
+    euclidean): the ranking then keeps the float32 path. ``rows_scaled=False``: the blocks are
+    read along their rows only, and cosine's rows keep their norms (:class:`HalfProducts`)."""
     if similarity == "dot":
         return HalfProducts(similarity, None, None)
     b_norm = _norms(b)
@@ -160,7 +169,7 @@ def half_products(
         return HalfProducts(similarity, None, _squares(b))
     b_factor = _reciprocal(b_norm)
     a_factor = b_factor if a_norm is None else _reciprocal(a_norm)
-    return HalfProducts(similarity, a_factor, b_factor)
+    return HalfProducts(similarity, a_factor if rows_scaled else None, b_factor)
 
 
 def prepare_half(
@@ -168,11 +177,13 @@ def prepare_half(
     gallery: Tensor | RowBatches,
     similarity: str,
     gallery_rows: Tensor | None = None,
+    rows_scaled: bool = True,
 ) -> tuple[Tensor | None, Tensor | RowBatches, HalfProducts] | None:
     """``similarity.prepare``'s matrices for the tensor cores: the half rows themselves (the
     gallery's ``gallery_rows`` gathered in that order; a gallery in batches, all of it, read a
-    block at a time as stored) and what each block takes after its product. None where a norm
-    is out of bounds (:func:`half_products`): the caller prepares the float32 matrices."""
+    block at a time as stored) and what each block takes after its product (``rows_scaled``:
+    see :func:`half_products`). None where a norm is out of bounds: the caller prepares the
+    float32 matrices."""
     if isinstance(gallery, RowBatches):
         g: Tensor | RowBatches = gallery.stored()
         if gallery_rows is not None:
@@ -183,7 +194,7 @@ def prepare_half(
         g = gallery
     same = query is gallery and gallery_rows is None
     q = None if query is None else (g if same else query)
-    half = half_products(similarity, None if q is None or same else q, g)
+    half = half_products(similarity, None if q is None or same else q, g, rows_scaled)
     if half is None:
         return None
     if isinstance(g, Tensor):
