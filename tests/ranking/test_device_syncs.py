@@ -115,9 +115,9 @@ FORM_BUDGET = 16 * 2**20
 FORM_NAMES = ["hit_rate@1", "map@r", "mrr", "ndcg@10"]
 
 
-def _form_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _form_data(n: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(n)
-    return torch.randint(-2, 3, (n, 16), generator=gen).float(), torch.randint(
+    return torch.randint(-2, 3, (n, 16), generator=gen).to(dtype), torch.randint(
         0, max(2, n // 4), (n,), generator=gen
     )
 
@@ -128,15 +128,15 @@ def _compute_syncs(metric, emu) -> list[str]:
     return log
 
 
-def _same_source_form(n, emu):
-    emb, labels = _form_data(n)
+def _same_source_form(n, emu, dtype):
+    emb, labels = _form_data(n, dtype)
     m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     m.update(emb.cuda(), labels.cuda())
     return _compute_syncs(m, emu)
 
 
-def _query_gallery_form(n, emu):
-    emb, labels = _form_data(n)
+def _query_gallery_form(n, emu, dtype):
+    emb, labels = _form_data(n, dtype)
     q = n // 4
     m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     m.update(emb[:q].cuda(), labels[:q].cuda(), role="query")
@@ -144,8 +144,8 @@ def _query_gallery_form(n, emu):
     return _compute_syncs(m, emu)
 
 
-def _qrels_form(n, emu):
-    emb, _ = _form_data(n)
+def _qrels_form(n, emu, dtype):
+    emb, _ = _form_data(n, dtype)
     q = n // 4
     step = max(1, (n - q) // 5)
     qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 7, n - q, step)} for i in range(q)}
@@ -156,8 +156,8 @@ def _qrels_form(n, emu):
     return _compute_syncs(m, emu)
 
 
-def _fixed_gallery_form(n, emu):
-    emb, labels = _form_data(n)
+def _fixed_gallery_form(n, emu, dtype):
+    emb, labels = _form_data(n, dtype)
     q = n // 4
     m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     m.set_gallery(emb[q:].cuda(), labels[q:].cuda())
@@ -167,8 +167,8 @@ def _fixed_gallery_form(n, emu):
     return log
 
 
-def _image_text_form(n, emu):
-    emb, _ = _form_data(n)
+def _image_text_form(n, emu, dtype):
+    emb, _ = _form_data(n, dtype)
     images = n // 5
     owner = torch.arange(images).repeat_interleave(5)
     cm = rm.CrossModalRetrieval(similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
@@ -181,7 +181,9 @@ def _image_text_form(n, emu):
     [_same_source_form, _query_gallery_form, _qrels_form, _fixed_gallery_form, _image_text_form],
     ids=["same source", "query/gallery", "qrels", "fixed gallery", "image-text"],
 )
-def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form):
+# bfloat16: the tensor cores' path (engine/tensor_cores.py), its norms checked in one read
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form, dtype):
     syncs, blocks = [], []
     original = counting.QueryBlock.__init__
 
@@ -194,7 +196,7 @@ def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form):
         for n in (256, 1024, 4096):
             blocks.append(0)
             with emulated_cuda() as emu:
-                syncs.append(len(form(n, emu)))
+                syncs.append(len(form(n, emu, dtype)))
     finally:
         counting.QueryBlock.__init__ = original
     assert syncs[0] == syncs[1] == syncs[2], syncs
