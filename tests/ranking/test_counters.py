@@ -63,11 +63,14 @@ def _by_definition(s: torch.Tensor, rel: torch.Tensor) -> tuple[torch.Tensor, to
     return lt, le
 
 
-def _fused_on_kernel_device(s, rel, histograms) -> None:
+def _fused_on_kernel_device(s, rel, histograms, transposed: bool = False) -> None:
     """The fused kernel's histograms of ``s`` against ``rel``, run on :data:`KERNEL_DEVICE`,
-    written into the host ``histograms``."""
+    written into the host ``histograms``; ``transposed``: ``s`` given as the transposed view of
+    its transpose (columns of unit stride, as the two-sided pass counts a product's columns)."""
     on = [h.to(KERNEL_DEVICE) for h in histograms]
-    triton_count.count_block_fused(s.to(KERNEL_DEVICE), rel.to(KERNEL_DEVICE), *on)
+    block = s.T.contiguous().to(KERNEL_DEVICE).T if transposed else s.to(KERNEL_DEVICE)
+    assert transposed == (block.stride(1) != 1) or min(block.shape) == 1
+    triton_count.count_block_fused(block, rel.to(KERNEL_DEVICE), *on)
     for host, device_copy in zip(histograms, on, strict=True):
         host.copy_(device_copy)
 
@@ -94,12 +97,12 @@ def blocks(draw, max_relevant: int = 12):
 
 @needs_triton
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(blocks())
-def test_the_fused_kernel_counts_as_the_definition(block):
+@given(blocks(), st.booleans())
+def test_the_fused_kernel_counts_as_the_definition(block, transposed):
     s, rel = block
     expected = _by_definition(s, rel)
     fused = _histograms(*rel.shape)
-    _fused_on_kernel_device(s, rel, fused)
+    _fused_on_kernel_device(s, rel, fused, transposed)
     searched = _histograms(*rel.shape)
     kernels.count_block_searched(s, rel, *searched, stage=2**20)
     for got in (fused, searched):
@@ -317,12 +320,17 @@ from triton.compiler import ASTSource
 from retrieval_metrics.functional.ranking.engine import triton_count as T
 
 signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_le_ptr": "*i64",
-             "n_rows": "i32", "n_cols": "i32", "m": "i32",
+             "n_rows": "i32", "n_cols": "i32", "m": "i32", "row_stride": "i32",
+             "col_stride": "i32",
              "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr"}
 for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic adds
-    source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
-                       constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS, "SEARCH_STEPS": steps})
-    assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+    # rows of unit stride (a block read along its rows; Triton specialises a stride of 1), and
+    # a transposed view (columns of unit stride)
+    for strides in ({"col_stride": 1}, {"row_stride": 1}):
+        source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
+                           constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
+                                       "SEARCH_STEPS": steps, **strides})
+        assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 print("compiled")
 """
 

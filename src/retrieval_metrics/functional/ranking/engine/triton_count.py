@@ -48,17 +48,19 @@ def available() -> bool:
 
 
 def count_tile(
-    s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m,
+    s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m, row_stride, col_stride,
     ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
 ):
     """The kernel's source: one ``ROWS x COLUMNS`` tile of the block (:func:`_kernel` makes it
-    a Triton kernel)."""
+    a Triton kernel). The block is read through its strides: a product read along its columns
+    (the two-sided pass counts ``s.T``) is counted where it lies, not copied first."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
     row_in = rows < n_rows
     inside = row_in[:, None] & (cols < n_cols)[None, :]
     rows64 = rows.to(tl.int64)
-    s = tl.load(s_ptr + rows64[:, None] * n_cols + cols[None, :], mask=inside, other=0.0)
+    at = rows64[:, None] * row_stride + cols[None, :].to(tl.int64) * col_stride
+    s = tl.load(s_ptr + at, mask=inside, other=0.0)
     rel_row = rel_ptr + rows64[:, None] * m
     # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
     lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
@@ -102,21 +104,20 @@ def _kernel():
 def count_block_fused(
     s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor
 ) -> None:
-    """Add every item of score block ``s`` (``rows x items``, rows with unit stride) to the
-    int64 histograms ``hist_lt`` and ``hist_le`` (``rows * (m + 1)``, row-major) against each
-    row's relevant scores ``rel_sorted`` (``rows x m``, ascending, +inf padding), as
-    ``kernels.count_block_searched`` does; one kernel launch, no host read."""
+    """Add every item of score block ``s`` (``rows x items``, any strides: a transposed view
+    is read in place) to the int64 histograms ``hist_lt`` and ``hist_le`` (``rows * (m + 1)``,
+    row-major) against each row's relevant scores ``rel_sorted`` (``rows x m``, ascending, +inf
+    padding), as ``kernels.count_block_searched`` does; one kernel launch, no host read."""
     n_rows, n_cols = s.shape
     m = rel_sorted.shape[1]
     if n_rows == 0 or n_cols == 0:
         return
-    s = s.contiguous()  # (row-major: the kernel's row stride is the row's length)
     rel = rel_sorted.contiguous()
     if rel.dtype != s.dtype:
         raise TypeError(f"scores and relevant scores differ in dtype: {s.dtype}, {rel.dtype}")
     steps = max(1, int(m).bit_length())  # 2**steps > m: the search reaches every count 0..m
     grid = (-(-n_rows // ROWS), -(-n_cols // COLUMNS))
     _kernel()[grid](
-        s, rel, hist_lt, hist_le, n_rows, n_cols, m,
+        s, rel, hist_lt, hist_le, n_rows, n_cols, m, s.stride(0), s.stride(1),
         ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps,
     )
