@@ -236,6 +236,8 @@ class SideStore:
             positions=items.positions,
         )
         if side == "g":
+            if keep.numel() == len(items):
+                return items  # no id repeats: every item, in the order held (no sort of keep)
             keep = torch.sort(keep).values
         return items.select(keep)
 
