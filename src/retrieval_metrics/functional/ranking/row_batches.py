@@ -201,6 +201,7 @@ class RowBatches:
     def __init__(
         self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
         device: torch.device | None = None, as_stored: bool = False,
+        norms: dict[float, Tensor] | None = None,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -231,7 +232,9 @@ class RowBatches:
         self.as_stored = as_stored
         self.dtype = first.dtype if as_stored else read_dtype(first.dtype)
         self.divisor = divisor
-        self._norms: dict[float, Tensor] = {}
+        #: the row norms read so far, by order (``norms``: another view's of the same rows,
+        #: on this device: shared, not read again)
+        self._norms: dict[float, Tensor] = {} if norms is None else norms
         self._onto: dict[torch.device, RowBatches] = {}
         self._stored: RowBatches | None = None
 
@@ -330,10 +333,11 @@ class RowBatches:
         if self.as_stored and self.divisor is None:
             return self
         if self._stored is None:
+            # (float32 norms of the same values: one dict, whichever view reads them first)
             self._stored = RowBatches(
-                self.sources(), None, self.device if self.on_disk else None, as_stored=True
+                self.sources(), None, self.device if self.on_disk else None, as_stored=True,
+                norms=self._norms,
             )
-            self._stored._norms = self._norms  # (float32 norms of the same values: shared)
         return self._stored
 
     @property
@@ -349,10 +353,11 @@ class RowBatches:
             return self
         if device not in self._onto:  # (one view a device: its row norms computed once)
             divisor = None if self.divisor is None else self.divisor.to(device)
-            onto = RowBatches(self.sources(), divisor, device, self.as_stored)
             # the norms read already (with the check for NaN), not read from the file again
-            onto._norms = {p: norm.to(device) for p, norm in self._norms.items()}
-            self._onto[device] = onto
+            norms = {p: norm.to(device) for p, norm in self._norms.items()}
+            self._onto[device] = RowBatches(
+                self.sources(), divisor, device, self.as_stored, norms
+            )
         return self._onto[device]
 
     def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
