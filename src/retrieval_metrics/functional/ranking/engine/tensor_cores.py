@@ -67,17 +67,18 @@ class HalfProducts:
 
     def product(
         self, a: Tensor, b: Tensor, out: Tensor, a_factor: Tensor | None,
-        b_factor: Tensor | None, work: Tensor,
+        b_factor: Tensor | None, work: Tensor | None,
     ) -> Tensor:
         """Scores of rows ``a`` against rows ``b`` (half) into ``out`` (float32), their
         factors given for those rows (:meth:`rows`); ``work``: a float32 buffer of at least
-        ``out``'s size, for cosine's factor per pair."""
+        ``out``'s size, apart from it, for cosine's factor per pair (where ``a_factor`` is
+        given)."""
         s = torch.mm(a, b.T, out_dtype=out.dtype, out=out)
         if self.similarity == "cosine" and a_factor is None:
             assert b_factor is not None
             s.mul_(b_factor)
         elif self.similarity == "cosine":
-            assert b_factor is not None
+            assert b_factor is not None and work is not None and work is not out
             pair = work.view(-1)[: s.numel()].view(s.shape)
             torch.mul(a_factor[:, None], b_factor[None, :], out=pair)
             s.mul_(pair)
@@ -97,7 +98,7 @@ def block_product(
     pass computes its blocks here."""
     if half is None:
         return torch.mm(a, b.T, out=out)
-    return half.product(a, b, out, a_factor, b_factor, out if work is None else work)
+    return half.product(a, b, out, a_factor, b_factor, work)
 
 
 def _norms(x: Tensor | RowBatches, ord: float = 2) -> Tensor:
