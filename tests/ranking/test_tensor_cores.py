@@ -181,3 +181,28 @@ def test_the_product_call_is_one_torch_takes(similarity):
     half = HalfProducts(similarity.split("_")[0], *factors)
     s = block_product(a, b, out[:16], half, *factors, work)
     assert s.shape == (16, 24) and s.dtype == torch.float32
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+def test_a_shard_scores_and_counts_on_the_tensor_cores(similarity, products):
+    """A sharded gallery's two halves (the relevant scores a shard sends, the counts against
+    those it receives) on the tensor cores: one shard's table equals the float64 ranking. Its
+    scores are true cosines (1/|q| kept), as every shard's must be whichever path it took."""
+    from retrieval_metrics.functional import rank_embeddings
+    from retrieval_metrics.functional.ranking.engine.exchange import Exchange
+    from retrieval_metrics.functional.ranking.sharded import rank_embeddings_sharded
+
+    emb, labels = _data(similarity)
+    half = emb.to(torch.bfloat16)
+    want = rank_embeddings(half[:40].double(), half[40:].double(), query_labels=labels[:40],
+                           gallery_labels=labels[40:], similarity=similarity)
+    products.clear()
+    with emulated_cuda():
+        got = rank_embeddings_sharded(
+            half[:40].cuda(), half[40:].cuda(), Exchange(), query_labels=labels[:40].cuda(),
+            gallery_labels=labels[40:].cuda(), similarity=similarity,
+        )
+        got = {name: getattr(got, name).cpu() for name in ("ptr", "above", "tied")}
+    for name in ("ptr", "above", "tied"):
+        assert torch.equal(got[name], getattr(want, name)), name
+    assert set(products) == {(torch.bfloat16, torch.float32)}

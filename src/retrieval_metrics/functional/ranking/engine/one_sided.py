@@ -41,7 +41,8 @@ def one_sided_pass(
     scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
     # (cosine's factor per pair of a half product whose rows are scaled too, block by block)
-    work = None if half is None or half.a_factor is None else torch.empty_like(scores)
+    cosine_pairs = half is not None and half.similarity == "cosine" and half.a_factor is not None
+    work = torch.empty_like(scores) if cosine_pairs else None
 
     def gallery_factor(b: int) -> Tensor | None:
         if half is None:

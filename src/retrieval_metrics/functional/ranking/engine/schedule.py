@@ -164,10 +164,13 @@ def _ranked(
     rows, g_blocks = matrices.rows, matrices.blocks
     half_prepared = None
     if side.counter.multiplies_half(query.dtype, _stored_dtype(gallery)):
-        # (the one-sided pass reads its blocks along their rows only)
+        # The one-sided pass reads its blocks along their rows only: cosine's rows may keep
+        # their norms. Not where scores travel between the shards of a corpus ("scores",
+        # "count"): a shard whose norms keep it on the float32 path scores true cosines, and
+        # every shard's scores must be those, up to rounding.
         half_prepared = prepare_half(
             None if layout.symmetric else query, gallery, options.similarity, rows,
-            rows_scaled=layout.symmetric,
+            rows_scaled=layout.symmetric or mode != "table",
         )
     half = None
     if half_prepared is not None:

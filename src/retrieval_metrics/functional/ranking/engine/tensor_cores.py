@@ -17,9 +17,11 @@ score block takes them after its product instead, in float32 (:class:`HalfProduc
 * cosine: ``s_ij * (1/|a_i| * 1/|b_j|)``, one factor per pair, the product of the two rows'
   reciprocal norms, where a block is read along its columns too (the symmetric pass, both
   directions of image-text): the score of a pair then does not depend on which side of a block
-  it lies on. Where blocks are read along their rows only (the one-sided pass), ``s_ij *
-  1/|b_j|``: a query's scores all lack the same positive factor 1/|a_i|, which orders and ties
-  its items as the cosine does, in one pass over the block instead of two;
+  it lies on, and where scores travel between the shards of a corpus (each shard's must be
+  true cosines, whichever path it took). Where blocks are read along their rows only and the
+  scores stay in the ranking (the one-sided pass of an unsharded corpus), ``s_ij * 1/|b_j|``:
+  a query's scores all lack the same positive factor 1/|a_i|, which orders and ties its items
+  as the cosine does, in one pass over the block instead of two;
 * euclidean: ``2 s_ij - |b_j|^2``, the float32 path's ``2 q.g - |g|^2``.
 """
 
