@@ -28,7 +28,7 @@ import itertools
 import mmap
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -201,7 +201,7 @@ class RowBatches:
     def __init__(
         self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
         device: torch.device | None = None, as_stored: bool = False,
-        norms: dict[float, Tensor] | None = None,
+        norms: dict[str, Tensor] | None = None,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -232,9 +232,9 @@ class RowBatches:
         self.as_stored = as_stored
         self.dtype = first.dtype if as_stored else read_dtype(first.dtype)
         self.divisor = divisor
-        #: the row norms read so far, by order (``norms``: another view's of the same rows,
-        #: on this device: shared, not read again)
-        self._norms: dict[float, Tensor] = {} if norms is None else norms
+        #: the row norms once read (``norms``: another view's of the same rows, on this
+        #: device: shared, not read again)
+        self._norms: dict[str, Tensor] = {} if norms is None else norms
         self._onto: dict[torch.device, RowBatches] = {}
         self._stored: RowBatches | None = None
 
@@ -297,31 +297,29 @@ class RowBatches:
         out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         return self.rows(0, len(self), out, copy=True)
 
-    def row_norms(self, ord: float = 2) -> Tensor:
+    def _per_row(self, reduce: Callable[[Tensor, torch.dtype], Tensor]) -> Tensor:
+        """``reduce(chunk, wide)`` of every chunk of rows, joined: a per-row reduction in
+        ``wide`` (float32 for half rows, also where they are read as stored)."""
+        wide = read_dtype(self.stored_dtype)
+        parts = [
+            reduce(part, wide) for i in range(len(self.batches)) for part in self._chunks(i)
+        ]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def row_norms(self) -> Tensor:
         """Each row's Euclidean norm, ``(N, 1)``, batch by batch (a row's norm depends on that
         row alone, whichever batch or joined matrix holds it). Computed once: a fixed gallery is
-        ranked at every query update. ``ord=inf``: each row's largest magnitude instead (which
-        tells a zero row from one whose squares underflow)."""
-        if ord not in self._norms:
-            # (a half batch upcast first: the norms of the values read, in float32 also where
-            # the rows are read as stored)
-            wide = read_dtype(self.stored_dtype)
-            norms = [
-                torch.linalg.vector_norm(part, ord, dim=1, keepdim=True, dtype=wide)
-                for i in range(len(self.batches)) for part in self._chunks(i)
-            ]
-            self._norms[ord] = torch.cat(norms) if len(norms) > 1 else norms[0]
-        return self._norms[ord]
+        ranked at every query update."""
+        if "norms" not in self._norms:
+            self._norms["norms"] = self._per_row(
+                lambda part, wide: torch.linalg.vector_norm(part, dim=1, keepdim=True, dtype=wide)
+            )
+        return self._norms["norms"]
 
     def row_squares(self) -> Tensor:
         """Each row's sum of squares, ``(N,)``, in float32 for half rows (as :meth:`row_norms`
         reads them): euclidean's ``|g|^2`` where half rows are multiplied as stored."""
-        wide = read_dtype(self.stored_dtype)
-        sums = [
-            part.to(wide).square().sum(1)
-            for i in range(len(self.batches)) for part in self._chunks(i)
-        ]
-        return torch.cat(sums) if len(sums) > 1 else sums[0]
+        return self._per_row(lambda part, wide: part.to(wide).square().sum(1))
 
     def divided(self, divisor: Tensor) -> RowBatches:
         """These rows read divided by ``divisor`` (``(N, 1)``, one entry a row)."""
@@ -354,7 +352,7 @@ class RowBatches:
         if device not in self._onto:  # (one view a device: its row norms computed once)
             divisor = None if self.divisor is None else self.divisor.to(device)
             # the norms read already (with the check for NaN), not read from the file again
-            norms = {p: norm.to(device) for p, norm in self._norms.items()}
+            norms = {key: norm.to(device) for key, norm in self._norms.items()}
             self._onto[device] = RowBatches(
                 self.sources(), divisor, device, self.as_stored, norms
             )

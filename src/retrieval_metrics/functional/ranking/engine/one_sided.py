@@ -45,10 +45,7 @@ def one_sided_pass(
     work = torch.empty_like(scores) if cosine_pairs else None
 
     def gallery_factor(b: int) -> Tensor | None:
-        if half is None:
-            return None
-        return half.rows(half.b_factor, slice(b * block_g, min((b + 1) * block_g, num_g)),
-                         block_g)
+        return None if half is None else half.block(half.b_factor, b, block_g)
 
     def gallery_block(b: int) -> Tensor:
         start, stop = b * block_g, min((b + 1) * block_g, num_g)

@@ -245,8 +245,6 @@ def two_way_ranking(
     return blocked_table(ab, options), blocked_table(ba, options)
 
 
-
-
 def _stored_dtype(x: Tensor | RowBatches) -> torch.dtype:
     """The dtype ``x``'s rows are held in (a half corpus in batches is read upcast)."""
     return x.stored_dtype if isinstance(x, RowBatches) else x.dtype

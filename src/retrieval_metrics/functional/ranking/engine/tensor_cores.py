@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.similarity import warn_zero_rows
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
@@ -54,6 +55,11 @@ class HalfProducts:
     similarity: str
     a_factor: Tensor | None
     b_factor: Tensor | None
+
+    def block(self, factor: Tensor | None, index: int, size: int) -> Tensor | None:
+        """``factor`` of block ``index`` of its matrix in blocks of ``size`` rows (the last
+        padded to ``size``: :meth:`rows`)."""
+        return self.rows(factor, slice(index * size, (index + 1) * size), size)
 
     def rows(self, factor: Tensor | None, index: Tensor | slice, width: int) -> Tensor | None:
         """``factor`` at the rows ``index`` of its matrix, padded to ``width`` (the rows a
@@ -103,12 +109,11 @@ def block_product(
     return half.product(a, b, out, a_factor, b_factor, work)
 
 
-def _norms(x: Tensor | RowBatches, ord: float = 2) -> Tensor:
-    """Each row's float32 norm, ``(N,)`` (a half row upcast as it is read); ``ord=inf``: its
-    largest magnitude."""
+def _norms(x: Tensor | RowBatches) -> Tensor:
+    """Each row's float32 norm, ``(N,)`` (a half row upcast as it is read)."""
     if isinstance(x, RowBatches):
-        return x.row_norms(ord).view(-1)
-    return torch.linalg.vector_norm(x, ord, dim=1, dtype=torch.float32)
+        return x.row_norms().view(-1)
+    return torch.linalg.vector_norm(x, dim=1, dtype=torch.float32)
 
 
 def _squares(x: Tensor | RowBatches) -> Tensor:
@@ -127,19 +132,21 @@ _ROWS = 1 << 16
 
 def _checked(xs: list[Tensor | RowBatches], norms: list[Tensor], sides: list[str],
              warn_zero: bool) -> bool:
-    """Whether every non-zero row's norm lies inside :data:`NORM_BOUNDS` (a row whose squares
-    underflow has a norm of 0 but a non-zero largest entry); with ``warn_zero`` (cosine), each
-    side's zero rows are said by name as the float32 path says them
-    (``similarity.warn_zero_rows``). One wait on a device for all of it."""
+    """Whether every non-zero row's norm lies inside :data:`NORM_BOUNDS`; with ``warn_zero``
+    (cosine), each side's zero rows are said by name as the float32 path says them
+    (``similarity.warn_zero_rows``). One wait on a device for the counts; the rows whose norm
+    is 0, where there are any, are then read themselves: a row whose squares underflow has a
+    norm of 0 and non-zero entries (the rest of the matrix is not read again)."""
     low, high = NORM_BOUNDS
-    counts = []
-    for x, norm in zip(xs, norms, strict=True):
-        zero = _norms(x, float("inf")) == 0
-        outside = ~zero & ((norm < low) | (norm > high))
-        counts.append(torch.stack([zero.sum(), outside.sum()]))
-    read = torch.stack(counts).tolist()
+    read = torch.stack([
+        torch.stack([(norm == 0).sum(), ((norm != 0) & ((norm < low) | (norm > high))).sum()])
+        for norm in norms
+    ]).tolist()
     if any(outside for _, outside in read):
         return False
+    for x, norm, (zero, _) in zip(xs, norms, read, strict=True):
+        if zero and bool((x[flat_nonzero(norm == 0)] != 0).any()):
+            return False
     if warn_zero:
         for (zero, _), side in zip(read, sides, strict=True):
             if zero:
@@ -164,8 +171,8 @@ def half_products(
         return HalfProducts(similarity, None, None)
     b_norm = _norms(b)
     a_norm = None if a is None else _norms(a)
-    xs, norms = ([b], [b_norm]) if a is None or a_norm is None else ([a, b], [a_norm, b_norm])
-    sides = ["query and gallery"] if a_norm is None else ["query", "gallery"]
+    xs, norms = ([b], [b_norm]) if a is None else ([a, b], [a_norm, b_norm])
+    sides = ["query and gallery"] if a is None else ["query", "gallery"]
     if not _checked(xs, norms, sides, warn_zero=similarity == "cosine"):
         return None
     if similarity == "euclidean":

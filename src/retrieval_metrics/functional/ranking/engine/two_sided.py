@@ -80,10 +80,8 @@ class BlockPairs:
         half = self.half
         if half is None:
             return None, None
-        rows_a = slice(i * self.block_a, (i + 1) * self.block_a)
-        rows_b = slice(j * self.block_b, (j + 1) * self.block_b)
-        return (half.rows(half.a_factor, rows_a, self.block_a),
-                half.rows(half.b_factor, rows_b, self.block_b))
+        return (half.block(half.a_factor, i, self.block_a),
+                half.block(half.b_factor, j, self.block_b))
 
     def product(self, i: int, j: int, out: Tensor) -> Tensor:
         a_factor, b_factor = self._factors(i, j)
