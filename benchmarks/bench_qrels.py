@@ -50,7 +50,6 @@ Writes ``benchmarks/results/bench_qrels.json`` and ``.txt``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.metadata
 import json
 import subprocess
@@ -62,19 +61,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from measuring import (  # noqa: E402
+    FAST_GEMM,
     MIB,
     cpu_model,
     current_rss_mib,
     load_metric_classes,
     peak_rss_mib,
+    timed_products,
 )
 
 RESULTS = HERE / "results"
 BATCH = 50_000
 CUTOFFS = (1, 3, 5, 10, 100, 1000)
 TIME_BOUND, MEMORY_BOUND_GIB = 1.2, 1.0
-#: a faster machine's square-GEMM rate (GFLOP/s): the ratio each classes path would have there
-FAST_GEMM = 322
 PATHS = ("product", "classes", "classes_st", "classes_strong", "classes_whole",
          "sentence_transformers", "faiss")
 
@@ -210,32 +209,6 @@ def run_classes(args, protocol: str | None = "beir", every: int = 2) -> dict:
         out["host_peak_above_mib"] = out["peak_above_mib"]
         out["peak_above_mib"] = (torch.cuda.max_memory_allocated() - device_before) / MIB
     return out
-
-
-@contextlib.contextmanager
-def timed_products(device: str):
-    """The seconds spent inside ``torch.mm`` while active (``[seconds]``), on the CPU (where a
-    product's time is its call's); on a device, nothing is timed."""
-    import torch
-
-    spent = [0.0]
-    original = torch.mm
-    if device != "cpu":
-        yield spent
-        return
-
-    def mm(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            spent[0] += time.perf_counter() - t0
-
-    torch.mm = mm
-    try:
-        yield spent
-    finally:
-        torch.mm = original
 
 
 def outside_products_line(result: dict, flops: float, docs: int) -> str:

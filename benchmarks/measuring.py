@@ -6,6 +6,7 @@ import it without torch.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import resource
 import time
@@ -14,6 +15,10 @@ from typing import Any
 
 MIB = 2**20
 SLOW_SECONDS = 60.0  # a run slower than this is timed once
+
+#: a faster machine's square-GEMM rate (GFLOP/s; a 2-core VM the issue measured): the ratio
+#: a benchmark's classes path would have there, its products at that rate, the rest as measured
+FAST_GEMM = 322
 
 
 def ru_maxrss_mib() -> float:
@@ -75,3 +80,29 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+@contextlib.contextmanager
+def timed_products(device: str):
+    """The seconds spent inside ``torch.mm`` while active (``[seconds]``), on the CPU (where a
+    product's time is its call's); on a device, nothing is timed."""
+    import torch
+
+    spent = [0.0]
+    original = torch.mm
+    if device != "cpu":
+        yield spent
+        return
+
+    def mm(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    torch.mm = mm
+    try:
+        yield spent
+    finally:
+        torch.mm = original

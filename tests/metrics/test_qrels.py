@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import retrieval_metrics as rm
 from emulated_cuda import fake_cuda_fixture  # noqa: F401
@@ -557,3 +559,19 @@ def test_a_protocols_run_depth_on_the_emulated_device_gives_the_cpus_values(fake
         results.append({k: float(v) for k, v in m.compute().items()})
     assert results[0] == pytest.approx(results[1], abs=1e-12)
     assert results[0]["hit_rate@1"] > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.integers(-6, 40), max_size=12),
+    universe=st.lists(st.integers(-6, 40), max_size=80),
+)
+def test_corpus_membership_equals_torch_isin(values, universe):
+    """The judged documents' membership of the corpus (``is_in``: the corpus searched in the
+    distinct values where it is the larger) equals ``torch.isin``: repeats on either side,
+    values below and above every id, empty sides."""
+    from retrieval_metrics.metrics.forms.qrels import is_in
+
+    v = torch.tensor(values, dtype=torch.int64)
+    u = torch.tensor(universe, dtype=torch.int64)
+    assert torch.equal(is_in(v, u), torch.isin(v, u))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import replace
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -30,16 +29,18 @@ __all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
 
 
 def is_in(values: Tensor, universe: Tensor) -> Tensor:
-    """``torch.isin(values, universe)`` (int64 on the host) in less memory where ``universe`` is
-    the larger (a corpus's million ids against the judged documents): one sorted copy of it and
-    a binary search of each value, where torch.isin sorts both together with their positions
-    (64 MB above the corpus's ids for 1.2M ids; 10 MB here)."""
-    if universe.numel() <= 4 * values.numel():
+    """``torch.isin(values, universe)`` (int64 on the host) in less memory and time where
+    ``universe`` is the larger (a corpus's million ids against the judged documents): each of
+    its ids searched among the distinct values, where torch.isin sorts both together with their
+    positions (64 MB above the corpus's ids for 1.2M ids), and a sorted copy of the universe
+    sorts what a few thousand values do not need sorted (2M ids: 0.11 s -> 0.06 s)."""
+    if universe.numel() <= 4 * values.numel() or values.numel() == 0:
         return torch.isin(values, universe)
-    ordered = np.sort(universe.numpy())
-    at = np.searchsorted(ordered, values.numpy()).clip(max=max(0, ordered.size - 1))
-    found = ordered[at] == values.numpy() if ordered.size else np.zeros(values.numel(), bool)
-    return torch.from_numpy(np.asarray(found, dtype=bool))
+    wanted, inverse = torch.unique(values, return_inverse=True)  # (ascending)
+    at = torch.searchsorted(wanted, universe).clamp_max_(wanted.numel() - 1)
+    found = torch.zeros(wanted.numel(), dtype=torch.bool)
+    found[at[wanted[at] == universe]] = True
+    return found[inverse]
 
 
 def check_identical_ids(context: FormContext, queries: Items, gallery: Items | None) -> None:
