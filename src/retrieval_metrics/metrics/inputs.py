@@ -34,7 +34,9 @@ def read_ids(path: str | Path) -> list[str] | np.ndarray:
     if not path.is_file():
         raise ValueError(f"`ids`: no such file {str(path)!r}")
     if path.suffix.lower() == ".npy":
-        return load_npy("ids", path)
+        # read through the mapping as it is hashed, a chunk at a time (label_codes): a corpus's
+        # ids as fixed-width text are 32 bytes an id and more, never copied whole
+        return load_npy("ids", path, mmap_mode="r")
     ids = path.read_text(encoding="utf-8").splitlines()
     if "" in ids:
         raise ValueError(f"`ids`: {path} line {ids.index('') + 1} is empty (one id a line)")
