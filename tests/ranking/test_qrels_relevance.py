@@ -90,6 +90,47 @@ def test_ids_looked_up_among_a_few_are_found_as_in_the_whole_sort(ids, among):
         assert torch.equal(order[some == value], whole_order[whole == value]), value
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    corpus_size=st.integers(0, 600),
+    num_queries=st.integers(0, 6),
+    extra=st.lists(st.integers(-5, 1100), max_size=10),
+)
+def test_one_lookup_of_the_corpus_serves_relevance_and_the_identical_ids(
+    seed, corpus_size, num_queries, extra
+):
+    """The corpus's ids looked up once (``sorted_ids`` among the queries' judged documents,
+    their own ids and any more: a few beside the corpus, so that the corpus is searched in
+    them, not sorted) give the judged relevance and the identical ids' exclusion what each
+    one's own lookup gives."""
+    from retrieval_metrics.functional.ranking.relevance.exclusions import identical_ids_csr
+
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(n: int) -> list[int]:
+        return torch.randint(0, 1000, (n,), generator=gen).tolist()
+
+    # queries 0..9 (the even ones judged), documents 0..999 (a query's id may be a document's),
+    # grades 0..2 (0: judged, not relevant)
+    judgments = Judgments.of({
+        q: {d: grade % 3 for d, grade in zip(draw(1 + q % 4), draw(1 + q % 4), strict=True)}
+        for q in range(0, 10, 2)
+    })
+    g = torch.randperm(1000, generator=gen)[:corpus_size]
+    q = torch.randperm(10, generator=gen)[:num_queries]
+    among = torch.cat([judgments.documents_of(q), q, torch.tensor(extra, dtype=torch.int64)])
+    lookup = sorted_ids(g, among=among)
+    for every in (False, True):
+        alone = judgments.relevance(q, g, every_judged=every)
+        shared = judgments.relevance(q, g, every_judged=every, lookup=lookup)
+        for name in ("ptr", "index", "grades", "unretrieved", "unretrieved_grades"):
+            a, b = getattr(alone, name), getattr(shared, name)
+            assert (a is None and b is None) or torch.equal(a, b), name
+    for a, b in zip(identical_ids_csr(q, g), identical_ids_csr(q, g, lookup), strict=True):
+        assert torch.equal(a, b)
+
+
 def test_one_name_for_judgments_and_the_refusals_of_the_others():
     gallery_ids = ["d0", "d1", "d2", "d3"]
     # judgments are relevance="qrels" with qrels=; a mapping is not a list per query

@@ -44,8 +44,10 @@ def sorted_ids(ids: Tensor, among: Tensor | None = None) -> tuple[Tensor, Tensor
         wanted = torch.unique(among)
         if wanted.numel() == 0:
             return torch.zeros(0, dtype=torch.int64), ids[:0]
-        at = torch.searchsorted(wanted, ids).clamp_max(wanted.numel() - 1)
-        kept = torch.nonzero(wanted[at] == ids).view(-1)
+        # (an id above every wanted one lands past them, on a repeat of the last: no clamp of
+        # a corpus-sized tensor)
+        probe = torch.cat([wanted, wanted[-1:]])
+        kept = torch.nonzero(probe[torch.searchsorted(wanted, ids)] == ids).view(-1)
         order = kept[torch.from_numpy(np.argsort(ids[kept].numpy(), kind="stable"))]
         return order, ids[order]
     order = torch.from_numpy(np.argsort(ids.numpy(), kind="stable"))
@@ -175,6 +177,16 @@ class Judgments:
     def __len__(self) -> int:
         return int(self.judged.numel())
 
+    def _entries(self, query_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """CSR of the judgments of each of ``query_ids`` (host int64 codes): their entries."""
+        start = torch.searchsorted(self.query, query_ids, right=False)
+        stop = torch.searchsorted(self.query, query_ids, right=True)
+        return csr_from_ranges(start, stop)
+
+    def documents_of(self, query_ids: Tensor) -> Tensor:
+        """The documents judged for ``query_ids`` (host int64 codes), any grade, repeats kept."""
+        return self.document[self._entries(query_ids.cpu())[1]]
+
     def relevance(
         self,
         query_ids: Tensor,
@@ -182,16 +194,18 @@ class Judgments:
         *,
         drop_identical: bool = True,
         every_judged: bool = False,
+        lookup: tuple[Tensor, Tensor] | None = None,
     ) -> JudgedRelevance:
         """The relevant corpus positions of each query (``query_ids``: int64 codes) in a corpus
         of ``gallery_ids`` (int64 codes, each once), and the relevant documents it lacks.
         ``drop_identical``: a judgment of the document whose id is the query's is dropped (in
         the corpus or not), as the ranking leaves that document out. ``every_judged``: every
-        judged document is returned, grade <= 0 included (their grades tell them apart)."""
+        judged document is returned, grade <= 0 included (their grades tell them apart).
+        ``lookup``: :func:`sorted_ids` of ``gallery_ids`` among ids that hold every judged
+        document of these queries (one pass over the corpus's ids for several lookups; by
+        default, among those documents)."""
         query_ids, gallery_ids = query_ids.cpu(), gallery_ids.cpu()
-        start = torch.searchsorted(self.query, query_ids, right=False)
-        stop = torch.searchsorted(self.query, query_ids, right=True)
-        ptr, entry = csr_from_ranges(start, stop)
+        ptr, entry = self._entries(query_ids)
         row = row_of_entries(ptr)
         docs, grades = self.document[entry], self.grade[entry]
         positive = grades > 0 if not every_judged else torch.ones_like(grades, dtype=torch.bool)
@@ -203,7 +217,7 @@ class Judgments:
         index = torch.zeros_like(docs)
         if num_g and docs.numel():
             # (the corpus ids looked up in the judged ones, where those are few)
-            g_order, g_sorted = sorted_ids(gallery_ids, among=docs)
+            g_order, g_sorted = lookup or sorted_ids(gallery_ids, among=docs)
             if g_sorted.numel():
                 at = torch.searchsorted(g_sorted, docs).clamp_max(g_sorted.numel() - 1)
                 found = g_sorted[at] == docs

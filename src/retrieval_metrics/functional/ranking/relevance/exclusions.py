@@ -112,9 +112,13 @@ def _excluded_pairs(
     return key // max(num_gallery, 1), key % max(num_gallery, 1)
 
 
-def identical_ids_csr(query_ids: Tensor, gallery_ids: Tensor) -> tuple[Tensor, Tensor]:
-    """CSR of the gallery items whose id equals each query's id."""
-    order, ids = sorted_ids(gallery_ids.cpu(), among=query_ids.cpu())
+def identical_ids_csr(
+    query_ids: Tensor, gallery_ids: Tensor, lookup: tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor]:
+    """CSR of the gallery items whose id equals each query's id. ``lookup``:
+    :func:`~retrieval_metrics.functional.ranking.qrels.sorted_ids` of ``gallery_ids`` among
+    ids that hold the queries' (by default, among those)."""
+    order, ids = lookup or sorted_ids(gallery_ids.cpu(), among=query_ids.cpu())
     start = torch.searchsorted(ids, query_ids.cpu(), right=False)
     stop = torch.searchsorted(ids, query_ids.cpu(), right=True)
     return csr_from_ranges(start, stop, order)

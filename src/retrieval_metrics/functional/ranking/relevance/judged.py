@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.qrels import sorted_ids
 from retrieval_metrics.functional.ranking.relevance.exclusions import identical_ids_csr, sorted_rows
 from retrieval_metrics.functional.ranking.relevance.sets import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -26,13 +27,20 @@ def judged_relevance(
     if query_ids is None or gallery_ids is None:
         raise ValueError("judgments (qrels) need the ids of the queries and of the gallery items")
     leave_out = settings.ignore_identical_ids is not False
+    judgments = settings.qrels
+    # the corpus's ids searched once, among the queries' judged documents and their own ids:
+    # both lookups below read that (each a pass over a million ids otherwise)
+    query_ids, gallery_ids = query_ids.cpu(), gallery_ids.cpu()
+    judged_documents = judgments.documents_of(query_ids)
+    among = torch.cat([judged_documents, query_ids]) if leave_out else judged_documents
+    lookup = sorted_ids(gallery_ids, among=among)
     # the judgment of the query's own id is dropped with the document (in the corpus or not)
-    judged = settings.qrels.relevance(
+    judged = judgments.relevance(
         query_ids, gallery_ids, drop_identical=leave_out,
-        every_judged=settings.judged_documents,
+        every_judged=settings.judged_documents, lookup=lookup,
     )
     if leave_out:
-        ex_ptr, ex_index = identical_ids_csr(query_ids, gallery_ids)
+        ex_ptr, ex_index = identical_ids_csr(query_ids, gallery_ids, lookup)
         ex_index = sorted_rows(ex_ptr, ex_index)
     else:
         ex_ptr = torch.zeros(num_queries + 1, dtype=torch.int64)
