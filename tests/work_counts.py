@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from retrieval_metrics.functional.ranking import options as ranking_options
-from retrieval_metrics.functional.ranking.engine import counting, kernels, schedule
+from retrieval_metrics.functional.ranking.engine import counters, counting, kernels, schedule
 from retrieval_metrics.functional.ranking.engine import one_sided as one_sided_module
 from retrieval_metrics.functional.ranking.engine import two_sided as two_sided_pass
 
@@ -77,6 +77,9 @@ class Work:
     #: elements written by every operator other than the products and the views: the work
     #: besides the product that torch does (the compiled count and numpy's are not in it)
     elements_written: int = 0
+    #: of those, the elements a whole-block counting backend wrote (``Counter.count_whole``:
+    #: torch's kernels' positions and flags; the fused Triton kernel writes none per score)
+    elements_counting: int = 0
 
     def ratio(self, rows: int, columns: int, width: int) -> float:
         """The multiply-adds as a share of one ``rows x columns x width`` product."""
@@ -100,6 +103,10 @@ class _ProductCounter(TorchDispatchMode):
                 t.numel() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
             )
         return out
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
 
 
 @contextmanager
@@ -128,6 +135,27 @@ def counting_work() -> Iterator[Work]:
         block_init(self, *args, **kwargs)
 
     block_count, both_sides = counting.QueryBlock.count, two_sided_pass.count_both_sides
+    # every backend's own count_whole (a subclass may define its own)
+    whole = {
+        cls: cls.__dict__["count_whole"]
+        for cls in (counters.Counter, *_subclasses(counters.Counter))
+        if "count_whole" in cls.__dict__
+    }
+
+    depth = [0]  # (a backend calling its parent's count_whole is counted once)
+
+    def counted_whole(method):
+        def count_whole(self, *args, **kwargs):
+            before = work.elements_written
+            depth[0] += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    work.elements_counting += work.elements_written - before
+
+        return count_whole
     maxima = {module: module.segment_maxima for module in (one_sided_module, two_sided_pass)}
 
     def counted_maxima(s, *args, **kwargs):
@@ -160,6 +188,8 @@ def counting_work() -> Iterator[Work]:
         module.segment_maxima = counted_maxima
     for name, method in rank_methods.items():
         setattr(engine, name, counted_rank(method))
+    for cls, method in whole.items():
+        cls.count_whole = counted_whole(method)
     try:
         with _ProductCounter(work):
             yield work
@@ -173,3 +203,5 @@ def counting_work() -> Iterator[Work]:
             module.segment_maxima = function
         for name, method in rank_methods.items():
             setattr(engine, name, method)
+        for cls, method in whole.items():
+            cls.count_whole = method

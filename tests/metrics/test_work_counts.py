@@ -378,3 +378,49 @@ def test_work_besides_the_product_is_a_pass_over_the_corpus(similarity, dtype, s
     assert large.elements_written - small.elements_written <= allowed
     # and the strong model's rows, counted to the end, did read almost every score
     assert not strong or added_scores > 0.9 * added_items * 300
+
+
+def _device_beir_work(num_g: int, similarity: str, dtype: torch.dtype) -> Work:
+    """The ranking's work on the emulated CUDA device: 300 queries against ``num_g`` documents
+    given with set_gallery in device memory, BEIR's protocol, a small budget (several query
+    blocks, one gallery block: the corpus padded to the block's width)."""
+    num_q, dim = 300, 64
+    gen = torch.Generator().manual_seed(0)
+    qrels = {f"q{q}": {f"d{(q * 37 + j) % num_g}": 1 for j in range(1 + q % 3)}
+             for q in range(num_q)}
+    corpus = torch.randn(num_g, dim, generator=gen)
+    queries = torch.randn(num_q, dim, generator=gen)
+    with emulated_cuda():
+        metric = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels, protocol="beir",
+                                     similarity=similarity, memory_budget=2**26).to("cuda")
+        metric.set_gallery(corpus.to(dtype).cuda(), ids=[f"d{i}" for i in range(num_g)])
+        with counting_work() as work:
+            # (against a gallery given once, each query update is ranked as it comes)
+            metric.update(queries.to(dtype).cuda(), ids=[f"q{i}" for i in range(num_q)],
+                          role="query")
+            metric.compute()
+    return work
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+def test_device_work_besides_the_product_and_the_count(similarity, dtype):
+    """On a device, what compute() writes besides its products and the counting backend's own
+    work, per corpus item added: a few passes over the item (its padded block, the norms, the
+    extra column of euclidean's float32 rows), and per score nothing but the one pass of a
+    half-precision product's factors (cosine's 1/|g|, euclidean's |g|^2). A copy of the score
+    blocks, or the padded corpus copied again for every query block (as it was), fails it.
+    torch's whole-block count writes its positions and flags, a bounded number a score (the
+    Triton kernel writes none)."""
+    small, large = (_device_beir_work(n, similarity, dtype) for n in (6000, 24100))
+    for work in (small, large):  # several query blocks, one (padded) gallery block each
+        assert work.products == work.query_blocks > 1
+    added_items, num_q, dim = 18100, 300, 64
+    added_scores = large.entries_counted - small.entries_counted  # (every score counted)
+    assert added_scores == pytest.approx(added_items * num_q, rel=0.02)
+    besides = [w.elements_written - w.elements_counting for w in (small, large)]
+    score_passes = int(dtype == torch.bfloat16 and similarity != "dot")
+    item_passes = 6 if similarity == "euclidean" else 3
+    allowed = added_scores * score_passes + added_items * (item_passes * (dim + 1) + 40)
+    assert besides[1] - besides[0] <= allowed
+    assert large.elements_counting - small.elements_counting <= 16 * added_scores

@@ -379,16 +379,24 @@ class RowBatches:
             )
         return self._onto[device]
 
-    def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
-        """Rows ``start:stop``: a view of their batch where it holds them all, they are read as
-        they are and ``copy`` is False, else written into ``out[: stop - start]`` (of the read
-        dtype, same device; half batches are upcast as they are copied)."""
+    def view(self, start: int, stop: int) -> Tensor | None:
+        """Rows ``start:stop`` as a view of their batch, where one batch in memory holds them
+        all and they are read as they are stored; else None (they are read by copying)."""
         first = bisect.bisect_right(self._starts, start) - 1
         as_stored = self.divisor is None and self.dtype == self.stored_dtype
-        in_memory = self.mapped[first] is None
-        if not copy and as_stored and in_memory and stop <= self._starts[first + 1]:
+        if as_stored and self.mapped[first] is None and stop <= self._starts[first + 1]:
             offset = self._starts[first]
             return self.batches[first][start - offset : stop - offset]
+        return None
+
+    def rows(self, start: int, stop: int, out: Tensor, copy: bool = False) -> Tensor:
+        """Rows ``start:stop``: a view of their batch where it holds them all, they are read as
+        they are and ``copy`` is False (:meth:`view`), else written into ``out[: stop - start]``
+        (of the read dtype, same device; half batches are upcast as they are copied)."""
+        view = None if copy else self.view(start, stop)
+        if view is not None:
+            return view
+        first = bisect.bisect_right(self._starts, start) - 1
         at, i = start, first
         while at < stop:
             offset, end = self._starts[i], min(stop, self._starts[i + 1])

@@ -47,19 +47,29 @@ def one_sided_pass(
     def gallery_factor(b: int) -> Tensor | None:
         return None if half is None else half.block(half.b_factor, b, block_g)
 
+    # the gallery block g_buffer holds (None: none, or rows gathered since): a gallery of one
+    # block (a device's blocks hold a BEIR corpus whole) is read into it once, not once per
+    # query block (its unit rows divided, its half rows upcast, the last block padded again)
+    held: list[int | None] = [None]
+
     def gallery_block(b: int) -> Tensor:
         start, stop = b * block_g, min((b + 1) * block_g, num_g)
         if stop - start == block_g:
-            if isinstance(g_mat, RowBatches):
-                return g_mat.rows(start, stop, g_buffer)
-            return g_mat[start:stop]
-        # The last block is padded to full width so that every block is one product of the same
-        # shape: a pair's score then cannot depend on the block it fell in.
-        g_buffer.zero_()
+            view = g_mat.view(start, stop) if isinstance(g_mat, RowBatches) else g_mat[start:stop]
+            if view is not None:
+                return view
+        if held[0] == b:
+            return g_buffer
+        # Rows read by copying (unit rows, half rows upcast, a file, a block across batches),
+        # and the last block, padded to full width so that every block is one product of the
+        # same shape: a pair's score then cannot depend on the block it fell in. (Only the
+        # padding is zeroed: the rows read overwrite the rest.)
+        g_buffer[stop - start :].zero_()
         if isinstance(g_mat, RowBatches):
             g_mat.rows(start, stop, g_buffer, copy=True)
         else:
             g_buffer[: stop - start] = g_mat[start:stop]
+        held[0] = b
         return g_buffer
 
     for k, q_start in enumerate(range(0, q_mat.shape[0], block_q)):
@@ -107,6 +117,7 @@ def one_sided_pass(
             # None of them is kept: a few kept blocks would spare a few of many products,
             # and hold up to a quarter of the budget (64 MiB at the default) while the
             # gallery is read (a corpus on disk, its judged documents spread through it).
+            held[0] = None  # (the rows gathered are written into g_buffer)
             read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first, half, ranked[1], work)
             read_first, cache_room = [], 0
         seeding = qb.seeds_from_maxima()
@@ -193,7 +204,7 @@ def read_gathered(
     device = g_buffer.device
     for c0 in range(0, unique_rows.numel(), block_g):
         chunk = unique_rows[c0 : c0 + block_g]
-        g_buffer.zero_()
+        g_buffer[chunk.numel() :].zero_()  # (the padding; the rows gathered fill the rest)
         # (the host index for batches: they find each row's batch on the host)
         g_buffer[: chunk.numel()] = g_mat[chunk if isinstance(g_mat, RowBatches) else
                                           chunk.to(device)]
