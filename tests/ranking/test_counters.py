@@ -350,3 +350,39 @@ def test_the_fused_kernel_compiles_for_an_h200():
     done = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True,
                           env=env, timeout=240)
     assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
+
+
+@needs_triton
+def test_the_fused_kernel_counts_a_products_columns_where_they_lie(monkeypatch):
+    """The two-sided pass counts a product's columns as its transposed view. The fused kernel
+    reads a block through its strides (``reads_strided``): it is given the view itself, where
+    torch's kernels are given a row-major copy, and that copy, a score-sized write per
+    off-diagonal product, is gone from the work besides the counting."""
+    from retrieval_metrics.functional.ranking import rank_embeddings
+    from work_counts import counting_work
+
+    n = 576
+    gen = torch.Generator().manual_seed(0)
+    labels, emb = torch.arange(n) // 4, torch.randn(n, 8, generator=gen)
+    seen: dict[str, set[bool]] = {}
+    besides: dict[str, int] = {}
+    for backend, cls in (("torch", counters.TorchDeviceCounter),
+                         ("triton", counters.TritonCounter)):
+        monkeypatch.setenv(counters.COUNTER_ENV, backend)
+        layouts: set[bool] = set()
+        original = cls.__dict__["count_whole"]
+
+        def spy(self, s, *args, layouts=layouts, original=original, **kwargs):
+            layouts.add(s.is_contiguous())
+            return original(self, s, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "count_whole", spy)
+        device = KERNEL_DEVICE if backend == "triton" else "cpu"
+        with counting_work() as work:
+            rank_embeddings(emb.to(device), None, query_labels=labels.to(device),
+                            memory_budget=2**20)
+        assert work.passes["symmetric"] == 1 and work.products > 1
+        monkeypatch.setattr(cls, "count_whole", original)
+        seen[backend], besides[backend] = layouts, work.elements_written - work.elements_counting
+    assert seen == {"torch": {True}, "triton": {True, False}}
+    assert besides["triton"] < besides["torch"]

@@ -51,6 +51,9 @@ class Counter:
     #: every item of every block is counted: no threshold rises, no segment maxima are taken,
     #: no finished row leaves the products (each of those reads a size on the host)
     whole_blocks: ClassVar[bool] = False
+    #: ``count_whole`` reads a block through its strides: the two-sided pass's columns (a
+    #: transposed view of the product) are counted where they lie, not copied row-major first
+    reads_strided: ClassVar[bool] = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -123,6 +126,7 @@ class TritonCounter(TorchDeviceCounter):
     """A CUDA device with Triton: each block counted by one fused kernel."""
 
     name = "triton"
+    reads_strided = True
 
     def count_whole(
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,

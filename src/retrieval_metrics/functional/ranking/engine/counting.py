@@ -362,9 +362,10 @@ class QueryBlock:
             # a data-dependent size on the host: one wait per block pair, where the product
             # takes microseconds. Every item counted makes every count exact, and the threshold
             # that never rose lists every relevant item: the same values as the CPU's.
-            self.p.counter.count_whole(
-                row_major(), self.rel_sorted, self.hist_lt, self.hist_le, self.p.budget,
-                self.num_finite,
+            counter = self.p.counter
+            counter.count_whole(
+                s if counter.reads_strided else row_major(), self.rel_sorted, self.hist_lt,
+                self.hist_le, self.p.budget, self.num_finite,
             )
             return
         if self.above_only:
