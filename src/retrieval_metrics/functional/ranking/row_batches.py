@@ -17,12 +17,11 @@ at a time, their pages handed back (``MADV_DONTNEED``) every few MiB read and at
 process holds a few MiB of the file, whatever the corpus's size, and the values go from the
 page cache straight into the block (read into a buffer first, with ``preadv``, a pass over
 2M x 768 float16 for its norms or its unit rows took 1.1 s, through the mapping 0.45 s).
-Rows picked by index (the judged
-documents, spread through the file) are read from the file itself (``preadv``), one sorted run
-of nearby rows at a time, into a new array: no page of theirs is mapped at all. The file stays
-in the page cache, which the system reclaims. A copy-on-write mapping (``mmap_mode="c"``) may
-hold the caller's changes, which the file lacks: every read of it goes through the mapping, and
-its pages are kept.
+Rows picked by index (the judged documents, spread through the file) are read from the file
+itself (``preadv``), one sorted run of nearby rows at a time, into a new array: no page of
+theirs is mapped at all. The file stays in the page cache, which the system reclaims. A
+copy-on-write mapping (``mmap_mode="c"``) may hold the caller's changes, which the file lacks:
+every read of it goes through the mapping, and its pages are kept.
 """
 
 from __future__ import annotations
