@@ -14,10 +14,14 @@ and form, over processes too, to the CPU's values bit for bit on integer embeddi
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import warnings
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
@@ -206,3 +210,64 @@ def test_a_shard_scores_and_counts_on_the_tensor_cores(similarity, products):
     for name in ("ptr", "above", "tied"):
         assert torch.equal(got[name], getattr(want, name)), name
     assert set(products) == {(torch.bfloat16, torch.float32)}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="needs the triton package (its "
+    "interpreter runs on the CPU)"
+)
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.integers(0, 70), cols=st.integers(0, 300), extra=st.integers(0, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_the_fused_pair_factors_equal_torchs_two_operations(rows, cols, extra, seed):
+    """Cosine's factor per pair in one pass (``triton_pairs``, where Triton counts: under
+    ``TRITON_INTERPRET=1`` here, compiled on a GPU) gives torch's two operations (the pair
+    factors as a block, then the product by them) bit for bit, on a block whose rows lie
+    further apart than its width (a product's output cut to the rows still ranked) and whose
+    sizes are not whole tiles; the rest of the buffer is left as it was."""
+    from retrieval_metrics.functional.ranking.engine import triton_pairs
+
+    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    gen = torch.Generator().manual_seed(seed)
+    buffer = torch.randn(rows + 1, cols + extra, generator=gen) * 40
+    a = torch.rand(rows, generator=gen) * 3 + 1e-3
+    b = torch.rand(cols, generator=gen) * 3 + 1e-3
+    expected = buffer.clone()
+    block = expected[:rows, :cols]
+    block.mul_(a[:, None] * b[None, :])
+    got = buffer.to(device)
+    triton_pairs.scale_by_pairs(got[:rows, :cols], a.to(device), b.to(device))
+    assert torch.equal(got.cpu(), expected)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="needs the triton package (its "
+    "interpreter runs on the CPU)"
+)
+@pytest.mark.parametrize("form", ["same_source", "image_text"])
+def test_the_passes_apply_fused_pair_factors_as_they_rank(form, monkeypatch):
+    """Where the counting backend fuses cosine's pair factors (Triton's), the symmetric pass
+    and image-text's two-way pass hand each half product to ``triton_pairs`` (here: the
+    emulated device's host tensors, the kernel interpreted) and rank as float64 does."""
+    from emulated_cuda import FakeCudaTensor
+    from retrieval_metrics.functional.ranking.engine import counters, triton_pairs
+
+    fused, calls = triton_pairs.scale_by_pairs, []
+
+    def on_the_hosts(s, a, b):
+        calls.append(s.shape)
+        assert all(isinstance(t, FakeCudaTensor) for t in (s, a, b))
+        fused(s.host, a.host, b.host)  # (the block's host is a view of its buffer's)
+        return s
+
+    monkeypatch.setattr(counters.TorchDeviceCounter, "fuses_pair_factors", True)
+    monkeypatch.setattr(triton_pairs, "scale_by_pairs", on_the_hosts)
+    emb, labels = _data("cosine")
+    half = emb.to(torch.bfloat16)
+    want = _run(form, half.double(), labels, "cosine", "cpu")
+    with emulated_cuda():
+        got = _run(form, half, labels, "cosine", "cuda")
+    assert calls, "no pair factors were applied in one pass"
+    assert got == want

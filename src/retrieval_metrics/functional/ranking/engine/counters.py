@@ -54,6 +54,9 @@ class Counter:
     #: ``count_whole`` reads a block through its strides: the two-sided pass's columns (a
     #: transposed view of the product) are counted where they lie, not copied row-major first
     reads_strided: ClassVar[bool] = False
+    #: a half product's factors per pair (cosine's, where a block is read along its columns
+    #: too) are applied in one pass (``triton_pairs``), not as a block of factors, then a product
+    fuses_pair_factors: ClassVar[bool] = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -127,6 +130,7 @@ class TritonCounter(TorchDeviceCounter):
 
     name = "triton"
     reads_strided = True
+    fuses_pair_factors = True
 
     def count_whole(
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,

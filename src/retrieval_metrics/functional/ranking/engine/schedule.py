@@ -13,7 +13,7 @@ without ranking.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -175,6 +175,7 @@ def _ranked(
     half = None
     if half_prepared is not None:
         q_mat, g_mat, half = half_prepared
+        half = replace(half, fused=side.counter.fuses_pair_factors)
     elif g_blocks is not None:
         q_mat, g_mat = prepare_query(query, options.similarity, dtype), g_blocks
     else:
@@ -263,7 +264,10 @@ def _two_way_matrices(
             a_mat, b_mat = a_half[1], b_half[1]
             assert isinstance(a_mat, Tensor) and isinstance(b_mat, Tensor)
             # the rows of every product are a's, the columns b's
-            return a_mat, b_mat, HalfProducts(similarity, a_half[2].a_factor, b_half[2].b_factor)
+            return a_mat, b_mat, HalfProducts(
+                similarity, a_half[2].a_factor, b_half[2].b_factor,
+                fused=sides[0].counter.fuses_pair_factors,
+            )
     _, a_mat = prepare(None, a, similarity, dtype, sides[1].g_perm)
     _, b_mat = prepare(None, b, similarity, dtype, sides[0].g_perm)
     return a_mat, b_mat, None

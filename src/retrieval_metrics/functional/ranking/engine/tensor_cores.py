@@ -18,10 +18,13 @@ score block takes them after its product instead, in float32 (:class:`HalfProduc
   reciprocal norms, where a block is read along its columns too (the symmetric pass, both
   directions of image-text): the score of a pair then does not depend on which side of a block
   it lies on, and where scores travel between the shards of a corpus (each shard's must be
-  true cosines, whichever path it took). Where blocks are read along their rows only and the
-  scores stay in the ranking (the one-sided pass of an unsharded corpus), ``s_ij * 1/|b_j|``:
-  a query's scores all lack the same positive factor 1/|a_i|, which orders and ties its items
-  as the cosine does, in one pass over the block instead of two;
+  true cosines, whichever path it took). Where the counting backend is Triton's, one kernel
+  applies them as it reads each score once (``triton_pairs``); elsewhere torch writes the
+  factors out as a block, then multiplies by it: the same numbers. Where blocks are read
+  along their rows only and the scores stay in the ranking (the one-sided pass of an unsharded
+  corpus), ``s_ij * 1/|b_j|``: a query's scores all lack the same positive factor 1/|a_i|,
+  which orders and ties its items as the cosine does, in one pass over the block instead of
+  two;
 * euclidean: ``2 s_ij - |b_j|^2``, the float32 path's ``2 q.g - |g|^2``.
 """
 
@@ -33,6 +36,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.ranking.engine import triton_pairs
 from retrieval_metrics.functional.ranking.engine.similarity import warn_zero_rows
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
@@ -49,12 +53,15 @@ class HalfProducts:
     ``a_factor`` / ``b_factor``: per row of ``a`` / ``b`` in their matrices' order, float32 on
     the device: the reciprocal norms (cosine), or for ``b`` the squared norms (euclidean);
     None where the similarity takes none (dot, and euclidean's ``a``) or the pass reads each
-    block along its rows only (cosine's ``a``).
+    block along its rows only (cosine's ``a``). ``fused``: cosine's factor per pair is applied
+    in one pass over a block (``triton_pairs``: the counting backend says,
+    ``Counter.fuses_pair_factors``), the same numbers as torch's block of factors.
     """
 
     similarity: str
     a_factor: Tensor | None
     b_factor: Tensor | None
+    fused: bool = False
 
     def block(self, factor: Tensor | None, index: int, size: int) -> Tensor | None:
         """``factor`` of block ``index`` of its matrix in blocks of ``size`` rows (the last
@@ -85,6 +92,9 @@ class HalfProducts:
         if self.similarity == "cosine" and a_factor is None:
             assert b_factor is not None
             s.mul_(b_factor)
+        elif self.similarity == "cosine" and self.fused:
+            assert b_factor is not None
+            triton_pairs.scale_by_pairs(s, a_factor, b_factor)
         elif self.similarity == "cosine":
             assert b_factor is not None and work is not None and work is not out
             pair = work.view(-1)[: s.numel()].view(s.shape)
