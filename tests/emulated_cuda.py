@@ -72,6 +72,9 @@ Known deviations from real CUDA
   taken before the emulation started, or torch's internal calls in ``distributed_c10d`` (used by
   the object collectives over gloo's CPU tensors), see the unpatched functions.
   ``batch_isend_irecv`` (tensors inside ``P2POp`` objects) is not checked.
+* The library's counting backend on the emulated device is torch's kernels, on any build of
+  torch: the fused Triton kernel needs device memory (``RETRIEVAL_METRICS_COUNTER=triton``
+  forces it, and fails on fake tensors).
 * ``torch.cuda.is_available()`` returns True, ``device_count()`` 1, ``current_device()`` 0,
   ``set_device(0)`` and ``synchronize()`` do nothing (an explicit ``synchronize`` is not counted);
   ``torch.cuda.Stream``/``Event``, ``torch.Generator(device="cuda")``, ``torch.load(...,
@@ -865,6 +868,12 @@ class EmulatedCuda(TorchFunctionMode):
         self._patch(torch.cuda, "current_device", lambda: 0)
         self._patch(torch.cuda, "set_device", set_device)
         self._patch(torch.cuda, "synchronize", lambda device=None: None)
+        # Triton launches kernels on device memory, and a fake tensor's data is host memory: the
+        # emulated device counts with torch's kernels, as on a CPU build, also on a CUDA build
+        # of torch with Triton (a GPU machine running these tests)
+        from retrieval_metrics.functional.ranking.engine import counters
+
+        self._patch(counters, "_triton_runs_on", lambda device: False)
 
     def _patch_distributed(self) -> None:
         if not dist.is_available():
