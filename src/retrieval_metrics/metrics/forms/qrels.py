@@ -20,6 +20,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.qrels import sorted_ids
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, FormContext
@@ -30,17 +31,14 @@ __all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
 
 def is_in(values: Tensor, universe: Tensor) -> Tensor:
     """``torch.isin(values, universe)`` (int64 on the host) in less memory and time where
-    ``universe`` is the larger (a corpus's million ids against the judged documents): each of
-    its ids searched among the distinct values, where torch.isin sorts both together with their
-    positions (64 MB above the corpus's ids for 1.2M ids), and a sorted copy of the universe
-    sorts what a few thousand values do not need sorted (2M ids: 0.11 s -> 0.06 s)."""
+    ``universe`` is the larger (a corpus's million ids against the judged documents): its ids
+    searched among the distinct values (``sorted_ids``), where torch.isin sorts both together
+    with their positions (64 MB above the corpus's ids for 1.2M ids), and a sorted copy of the
+    universe sorts what a few thousand values do not need sorted (2M ids: 0.11 s -> 0.06 s)."""
     if universe.numel() <= 4 * values.numel() or values.numel() == 0:
         return torch.isin(values, universe)
-    wanted, inverse = torch.unique(values, return_inverse=True)  # (ascending)
-    at = torch.searchsorted(wanted, universe).clamp_max_(wanted.numel() - 1)
-    found = torch.zeros(wanted.numel(), dtype=torch.bool)
-    found[at[wanted[at] == universe]] = True
-    return found[inverse]
+    _, present = sorted_ids(universe, among=values)  # (the universe's ids among the values)
+    return torch.isin(values, present)
 
 
 def check_identical_ids(context: FormContext, queries: Items, gallery: Items | None) -> None:

@@ -40,9 +40,8 @@ def one_sided_pass(
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=g_mat.dtype, device=device)
     scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
-    # (cosine's factor per pair of a half product whose rows are scaled too, block by block)
-    cosine_pairs = half is not None and half.similarity == "cosine" and half.a_factor is not None
-    work = torch.empty_like(scores) if cosine_pairs else None
+    # (cosine's factor per pair of a half product, written out block by block)
+    work = torch.empty_like(scores) if half is not None and half.needs_work else None
 
     def gallery_factor(b: int) -> Tensor | None:
         return None if half is None else half.block(half.b_factor, b, block_g)

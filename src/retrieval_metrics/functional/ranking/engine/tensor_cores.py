@@ -63,6 +63,12 @@ class HalfProducts:
     b_factor: Tensor | None
     fused: bool = False
 
+    @property
+    def needs_work(self) -> bool:
+        """Whether :meth:`product` needs a ``work`` buffer: cosine's factors per pair written
+        out as a block (not where they are fused, nor where only the columns' are taken)."""
+        return self.similarity == "cosine" and self.a_factor is not None and not self.fused
+
     def block(self, factor: Tensor | None, index: int, size: int) -> Tensor | None:
         """``factor`` of block ``index`` of its matrix in blocks of ``size`` rows (the last
         padded to ``size``: :meth:`rows`)."""
@@ -96,7 +102,9 @@ class HalfProducts:
             assert b_factor is not None
             triton_pairs.scale_by_pairs(s, a_factor, b_factor)
         elif self.similarity == "cosine":
-            assert b_factor is not None and work is not None and work is not out
+            assert b_factor is not None and work is not None and work is not out, (
+                "a block of cosine's factors per pair needs a work buffer (needs_work)"
+            )
             pair = work.view(-1)[: s.numel()].view(s.shape)
             torch.mul(a_factor[:, None], b_factor[None, :], out=pair)
             s.mul_(pair)

@@ -89,7 +89,7 @@ class BlockPairs:
             self._block(self.a, self.last_a, i, self.blocks_a, self.block_a),
             self._block(self.b, self.last_b, j, self.blocks_b, self.block_b),
             out, self.half, a_factor, b_factor,
-            self.spare() if self.half is not None and self.half.similarity == "cosine" else None,
+            self.spare() if self.half is not None and self.half.needs_work else None,
         )
         if i == self.blocks_a - 1 and self.tail_a < self.block_a:
             s[self.tail_a :] = self.neg_inf
