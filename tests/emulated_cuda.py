@@ -39,9 +39,13 @@ memory first."). ``bool``, ``int``, ``float``, ``complex``, ``operator.index``, 
 ``.tolist()`` and ``f"{t:.3f}"`` work, each counted as a host sync.
 
 Host syncs. :attr:`EmulatedCuda.syncs` counts (and :attr:`EmulatedCuda.sync_log` names) each
-point where the host waits for the device's data: scalar reads (``aten._local_scalar_dense``,
+point where the host waits for the device: scalar reads (``aten._local_scalar_dense``,
 ``aten.equal``, ``aten.is_nonzero``), ``.tolist()``, device-to-host copies (``.cpu()``,
-``.to("cpu")``, ``cpu_tensor.copy_(fake)``; a ``non_blocking=True`` copy does not wait and is not
+``.to("cpu")``, ``cpu_tensor.copy_(fake)``), blocking host-to-device copies (``.to("cuda")``,
+``.cuda()``, ``fake.copy_(cpu_tensor)``, ``torch.tensor(data, device="cuda")``, and the host
+index tensors (or 0-dim host value) that advanced indexing of a device tensor moves first: each
+ends in ATen's ``memcpy_and_sync``, a ``cudaStreamSynchronize`` that CUDA's sync debug mode
+reports; a ``non_blocking=True`` copy either way and an empty one do not wait and are not
 counted), and operators whose output size depends on device data: ``nonzero`` (so ``argwhere``
 and one-argument ``torch.where``), ``masked_select``, indexing with a device boolean mask
 (``x[mask]``, ``x[mask] = v`` unless CUDA turns it into ``masked_fill_``: one mask and a CPU
@@ -123,6 +127,7 @@ __all__ = [
     "EmulatedCuda",
     "FakeCudaTensor",
     "NcclTensorError",
+    "active_emulation",
     "emulated_cuda",
     "fake_cuda",
     "fake_cuda_fixture",
@@ -534,11 +539,17 @@ def _run(emu: EmulatedCuda, func: Any, args: tuple, kwargs: dict) -> Any:
                 emu.record_sync("device-to-host copy (_to_copy)")
             return func(source.host, *args[1:], **kwargs)
         on_device = target is None or target.type == "cuda"
+        if on_device and _is_plain(source) and source.numel():
+            if not kwargs.get("non_blocking", False):
+                emu.record_sync("host-to-device copy (_to_copy)")
         return _rewrap(func(_unwrap(source), *args[1:], **kwargs), args, kwargs, on_device)
     if packet is aten.copy_:
         dst, src = args[0], args[1]
         non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
         if isinstance(dst, FakeCudaTensor) or not isinstance(src, FakeCudaTensor):
+            if isinstance(dst, FakeCudaTensor) and _is_plain(src) and dst.numel():
+                if not non_blocking:
+                    emu.record_sync("host-to-device copy (copy_)")
             dst.host.copy_(_unwrap(src), non_blocking)  # on the device, or host-to-device
             return dst
         if not non_blocking:
@@ -547,6 +558,8 @@ def _run(emu: EmulatedCuda, func: Any, args: tuple, kwargs: dict) -> Any:
         return dst
     if packet in _INDEX_PACKETS:
         _check_indexing(func, args, kwargs)
+        for why in _host_operands_moved(func, args, kwargs):
+            emu.record_sync(why)
     else:
         _check_same_device(func, args, kwargs)
     why = _syncs(func, args, kwargs)
@@ -556,6 +569,32 @@ def _run(emu: EmulatedCuda, func: Any, args: tuple, kwargs: dict) -> Any:
     out = host(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
     on_device = target.type == "cuda" if target is not None else True
     return _rewrap(out, args, kwargs, on_device)
+
+
+def _host_operands_moved(func: Any, args: tuple, kwargs: dict) -> list[str]:
+    """Host tensors that advanced indexing of a device tensor copies to the device first, each
+    a blocking host-to-device copy (ATen's ``make_info`` moves every index tensor with
+    ``.to(self.device())``; ``index_put_`` moves a 0-dim host value the same way unless it
+    becomes ``masked_fill_``): one sync each."""
+    self, indices = args[0], args[1]
+    if _is_plain(self):
+        return []
+    moved = [
+        f"{_op_key(func)} with a host index tensor (copied to the device)"
+        for i in indices
+        if i is not None and _is_plain(i) and i.numel()
+    ]
+    if func.overloadpacket is not aten.index:
+        value = args[2]
+        accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+        defined = [i for i in indices if i is not None]
+        masked_fill = (
+            not accumulate and len(defined) == 1 and defined[0].dtype in (torch.bool, torch.uint8)
+            and not _is_plain(defined[0])
+        )
+        if _is_plain(value) and value.dim() == 0 and not masked_fill:
+            moved.append(f"{_op_key(func)} with a 0-dim host value (copied to the device)")
+    return moved
 
 
 def _check_indexing(func: Any, args: tuple, kwargs: dict) -> None:
@@ -920,6 +959,9 @@ class EmulatedCuda(TorchFunctionMode):
         if func in _TENSOR_FACTORIES and args and isinstance(args[0], torch.Tensor):
             return _tensor_from_tensor(func, args, kwargs)
         out = func(*args, **{**kwargs, "device": CPU})
+        if func in _TENSOR_FACTORIES and isinstance(out, torch.Tensor) and out.numel():
+            # built on the host from Python data, then moved: a blocking host-to-device copy
+            self.record_sync(f"host-to-device copy (torch.{func.__name__})")
         return tree_map(
             lambda t: _wrap_new(t) if isinstance(t, torch.Tensor) and _is_plain(t) else t, out
         )
@@ -943,6 +985,14 @@ _IDLE = EmulatedCuda()  # counts the syncs of fake tensors used while no emulati
 
 def _current() -> EmulatedCuda:
     return _ACTIVE[-1] if _ACTIVE else _IDLE
+
+
+def active_emulation() -> EmulatedCuda:
+    """The innermost active emulation (its sync counter), for code that runs inside one it did
+    not start (a worker process's scenario); raises where none is active."""
+    if not _ACTIVE:
+        raise RuntimeError("no emulated CUDA device is active")
+    return _ACTIVE[-1]
 
 
 # ------------------------------------------------------------------------------ collectives

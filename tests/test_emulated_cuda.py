@@ -164,7 +164,6 @@ def test_ops_without_data_dependent_sizes_do_not_sync(fake_cuda):
         y = torch.sort(x).values.cumsum(0)
         torch.topk(x, 2)
         torch.searchsorted(y, x)
-        x[torch.tensor([True, False, True])]  # a host mask: nonzero runs on the host
         x[x > 1] = 0.0  # CUDA turns it into masked_fill_ with the host scalar
         torch.zeros_like(x).scatter_add_(0, fake([0, 0, 1]), x)
         torch.cat([x, y]).view(2, 3).t().contiguous()
@@ -236,6 +235,43 @@ def test_device_to_host_copies_count(fake_cuda):
     with fake_cuda.counting() as log:
         x.to("cpu", non_blocking=True)  # does not wait for the device
     assert log == []
+
+
+def test_host_to_device_copies_count_unless_non_blocking(fake_cuda):
+    """A blocking copy from host memory (``.to("cuda")``, ``copy_``, ``torch.tensor(data,
+    device="cuda")``, a host index tensor that advanced indexing moves first) ends in
+    ``cudaStreamSynchronize`` (ATen's ``memcpy_and_sync``), which CUDA's sync debug mode
+    reports: one sync each. A ``non_blocking=True`` copy, an empty one and a factory without
+    data (zeros, arange, full) do not wait."""
+    x = fake([1.0, 2.0, 3.0])
+    host = torch.tensor([4.0, 5.0, 6.0])
+    waits = {
+        "to": lambda: host.to("cuda"),
+        "cuda": lambda: host.cuda(),
+        "copy_": lambda: x.copy_(host),
+        "tensor": lambda: torch.tensor([1, 2], device="cuda"),
+        "as_tensor": lambda: torch.as_tensor(np.arange(3), device="cuda"),
+        "host index": lambda: x[torch.tensor([0, 2])],
+        "host mask": lambda: x[torch.tensor([True, False, True])],
+        "host index put": lambda: x.index_put_((torch.tensor([1]),), fake(9.0)),
+    }
+    for name, wait in waits.items():
+        with fake_cuda.counting() as log:
+            wait()
+        assert len(log) == 1, (name, log)
+    free = {
+        "to non_blocking": lambda: host.to("cuda", non_blocking=True),
+        "copy_ non_blocking": lambda: x.copy_(host, non_blocking=True),
+        "empty": lambda: torch.zeros(0).to("cuda"),
+        "zeros": lambda: torch.zeros(3, device="cuda"),
+        "arange": lambda: torch.arange(3, device="cuda"),
+        "device index": lambda: x[fake([0, 2])],
+        "python scalar put": lambda: x.index_put_((fake([1]),), fake(0.0)),
+    }
+    for name, op in free.items():
+        with fake_cuda.counting() as log:
+            op()
+        assert log == [], (name, log)
 
 
 def test_the_sync_counter_and_its_log(fake_cuda):
@@ -395,8 +431,9 @@ def test_a_computation_gives_the_cpu_values_on_the_device(fake_cuda):
     idx = torch.tensor([0, 3, 3, 1, 2, 0])
     values = torch.rand(6, generator=gen, dtype=torch.float64)
     expected = computation(x, idx, values)
+    moved = [t.to("cuda", non_blocking=True) for t in (x, idx, values)]
     with fake_cuda.counting() as log:
-        got = computation(x.to("cuda"), idx.to("cuda"), values.to("cuda"))
+        got = computation(*moved)
     assert log == []
     for name, value in got.items():
         assert is_fake_cuda(value), name

@@ -8,9 +8,10 @@ tensors. Writes ``{scenario: result}`` as JSON.
 
 DEVICE "emulated" is the emulated CUDA device of tests/emulated_cuda.py: the process runs inside
 ``emulated_cuda()`` and uses "cuda", so its states and batches are fake-cuda tensors, the gloo
-group reports "nccl", and every collective refuses a host tensor as NCCL does. Two more kinds of
+group reports "nccl", and every collective refuses a host tensor as NCCL does. Three more kinds of
 entries in SCENARIOS come from device_matrix.py: ``matrix:SPLIT`` runs every device-matrix case
-of that split (``{case name: result}``), ``select`` runs SelectOnValidation's sample-id check.
+of that split (``{case name: result}``), ``select`` runs SelectOnValidation's sample-id check;
+``syncs:N`` counts one compute()'s host syncs with the gallery sharded (:func:`sharded_syncs`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,47 @@ class OnDevice:
         )
 
 
+def sharded_syncs(n: int, rank: int, world: int, device: torch.device) -> dict:
+    """compute()'s host syncs on this rank at ``n`` items, the gallery sharded over the
+    processes (``gallery_sharded=True``: each rank ranks every query against its shard), every
+    rank holding its share of the queries and of the gallery; and its query blocks. On the
+    emulated device (``syncs:N`` scenarios)."""
+    import retrieval_metrics as rm
+    from emulated_cuda import active_emulation
+    from retrieval_metrics.functional.ranking.engine import counting
+
+    gen = torch.Generator().manual_seed(n)
+    emb = torch.randint(-2, 3, (n, 16), generator=gen).float()
+    labels = torch.randint(0, max(2, n // 4), (n,), generator=gen)
+    ids, q = torch.arange(n), n // 4
+    metric = rm.RetrievalMetrics(
+        ["hit_rate@1", "map@r", "mrr", "ndcg@10"], similarity="dot", gallery_sharded=True,
+        memory_budget=16 * 2**20,
+    ).to(device)
+    for role, rows in (("query", slice(0, q)), ("gallery", slice(q, n))):
+        mine = torch.arange(n)[rows][rank::world]
+        metric.update(
+            emb[mine].to(device), labels[mine].to(device), ids=ids[mine].to(device), role=role
+        )
+    blocks = [0]
+    original = counting.QueryBlock.__init__
+
+    def counted(self, *args, **kwargs):
+        blocks[0] += 1
+        original(self, *args, **kwargs)
+
+    counting.QueryBlock.__init__ = counted
+    try:
+        with active_emulation().counting() as log:
+            metric.compute()
+    finally:
+        counting.QueryBlock.__init__ = original
+    return {"syncs": len(log), "log": list(log), "blocks": blocks[0]}
+
+
 def run_scenario(scenario: str, rank: int, world: int, device: torch.device) -> dict:
+    if scenario.startswith("syncs:"):
+        return sharded_syncs(int(scenario.split(":", 1)[1]), rank, world, device)
     if scenario.startswith("matrix:"):
         return device_matrix.run_split(scenario.split(":", 1)[1], rank, world, device)
     if scenario == "select":

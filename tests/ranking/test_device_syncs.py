@@ -9,12 +9,22 @@ Python); benchmarks/gpu_check.sh counts them on a real GPU, and at 24,000 items 
 
 from __future__ import annotations
 
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
 import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
 from retrieval_metrics.functional.ranking.engine import counting
+
+DISTRIBUTED = Path(__file__).resolve().parents[1] / "distributed"
+sys.path.insert(0, str(DISTRIBUTED))
+
+import launch  # noqa: E402
 
 NAMES = ["hit_rate@1", "hit_rate@4", "map@r", "r_precision", "mrr"]
 BUDGET = 200
@@ -161,8 +171,9 @@ def _fixed_gallery_form(n, emu, dtype):
     q = n // 4
     m = rm.RetrievalMetrics(FORM_NAMES, similarity="dot", memory_budget=FORM_BUDGET).to("cuda")
     m.set_gallery(emb[q:].cuda(), labels[q:].cuda())
+    queries, query_labels = emb[:q].cuda(), labels[:q].cuda()
     with emu.counting() as log:
-        m.update(emb[:q].cuda(), labels[:q].cuda(), role="query")
+        m.update(queries, query_labels, role="query")
         m.compute()
     return log
 
@@ -176,10 +187,45 @@ def _image_text_form(n, emu, dtype):
     return _compute_syncs(cm, emu)
 
 
+def _gallery_batches_form(n, emu, dtype):
+    """The gallery in several updates: ranked from the batches it arrived in (RowBatches)."""
+    emb, labels = _form_data(n, dtype)
+    q = n // 4
+    m = rm.RetrievalMetrics(FORM_NAMES, similarity="cosine", memory_budget=FORM_BUDGET).to("cuda")
+    m.update(emb[:q].cuda(), labels[:q].cuda(), role="query")
+    for part in torch.arange(q, n).tensor_split(4):
+        m.update(emb[part].cuda(), labels[part].cuda(), role="gallery")
+    return _compute_syncs(m, emu)
+
+
+def _corpus_on_disk_form(n, emu, dtype):
+    """A corpus in a .npy file given to set_gallery, streamed to the device a chunk at a time
+    (float16 on disk for the half-precision case; numpy has no bfloat16): the queries' update
+    (ranked against the fixed corpus) and compute() counted together."""
+    emb, _ = _form_data(n, dtype)
+    q = n // 4
+    step = max(1, (n - q) // 5)
+    qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 7, n - q, step)} for i in range(q)}
+    stored = np.float32 if dtype == torch.float32 else np.float16
+    queries = emb[:q].cuda()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "corpus.npy"
+        np.save(path, emb[q:].to(torch.float32).numpy().astype(stored))
+        m = rm.RetrievalMetrics(FORM_NAMES, qrels=qrels, memory_budget=FORM_BUDGET).to("cuda")
+        m.set_gallery(path, ids=[f"d{j}" for j in range(n - q)])
+        with emu.counting() as log:
+            m.update(queries, ids=[f"q{i}" for i in range(q)], role="query")
+            m.compute()
+        del m
+    return log
+
+
 @pytest.mark.parametrize(
     "form",
-    [_same_source_form, _query_gallery_form, _qrels_form, _fixed_gallery_form, _image_text_form],
-    ids=["same source", "query/gallery", "qrels", "fixed gallery", "image-text"],
+    [_same_source_form, _query_gallery_form, _qrels_form, _fixed_gallery_form, _image_text_form,
+     _gallery_batches_form, _corpus_on_disk_form],
+    ids=["same source", "query/gallery", "qrels", "fixed gallery", "image-text",
+         "gallery in batches", "corpus on disk"],
 )
 # bfloat16: the tensor cores' path (engine/tensor_cores.py), its norms checked in one read
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -202,6 +248,25 @@ def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form, dtype):
     assert syncs[0] == syncs[1] == syncs[2], syncs
     assert syncs[0] <= 30, syncs
     assert blocks[2] > blocks[0], blocks  # the largest is ranked in more blocks
+
+
+@pytest.mark.timeout(600)
+def test_host_syncs_of_a_sharded_gallery_do_not_grow(tmp_path):
+    """A gallery sharded over 2 processes (gallery_sharded=True; each rank ranks every query
+    against its shard and the counts are summed), the states on the emulated device: every
+    rank's compute() makes the same host syncs at 1x, 4x and 16x the queries and items, while
+    the largest is ranked in more query blocks."""
+    sizes = (256, 1024, 4096)
+    runs = launch.run_workers(
+        DISTRIBUTED / "device_worker.py",
+        [",".join(f"syncs:{n}" for n in sizes), "emulated"], 2, tmp_path,
+    )
+    for rank, payload in enumerate(runs):
+        got = [payload[f"syncs:{n}"] for n in sizes]
+        counts = [g["syncs"] for g in got]
+        assert counts[0] == counts[1] == counts[2], (rank, counts, got[2]["log"])
+        assert counts[0] <= 30, (rank, got[0]["log"])
+        assert got[2]["blocks"] > got[0]["blocks"], (rank, [g["blocks"] for g in got])
 
 
 

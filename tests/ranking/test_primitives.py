@@ -6,7 +6,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval_metrics.functional.primitives import flat_nonzero, is_identity, masked, repeat
+from emulated_cuda import fake_cuda_fixture  # noqa: F401
+from retrieval_metrics.functional.primitives import (
+    flat_nonzero,
+    is_identity,
+    masked,
+    repeat,
+    to_device,
+)
 
 small_ints = st.lists(st.integers(0, 6), max_size=40)
 
@@ -42,3 +49,23 @@ def test_is_identity():
     assert not is_identity(torch.tensor([0, 2, 1]), 3)
     assert is_identity(torch.ones(4, dtype=torch.bool), 4)
     assert not is_identity(torch.tensor([True, False]), 2)
+
+
+def test_to_device_sends_host_tensors_without_waiting(fake_cuda, monkeypatch):
+    """A host tensor reaches the device with a non-blocking copy (no stream synchronisation, so
+    no host sync in the emulation, which counts a blocking one), with its values; a pinned one
+    (which its owner may refill) and a copy to the host wait; on its own device it is itself."""
+    host = torch.arange(5)
+    with fake_cuda.counting() as log:
+        moved = to_device(host, "cuda")
+        same = to_device(moved, "cuda")
+    assert log == [] and moved.device.type == "cuda" and same is moved
+    assert moved.cpu().tolist() == [0, 1, 2, 3, 4]
+    with fake_cuda.counting() as log:
+        back = to_device(moved, "cpu")
+    assert back.device.type == "cpu" and len(log) == 1
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *a: True)
+    with fake_cuda.counting() as log:
+        to_device(torch.arange(3), "cuda")
+    assert log == ["host-to-device copy (_to_copy)"]
+    assert to_device(host, "cpu") is host

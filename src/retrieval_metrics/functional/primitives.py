@@ -37,6 +37,52 @@ def flat_nonzero(mask: Tensor) -> Tensor:
     return torch.nonzero(mask).flatten()
 
 
+def to_device(x: Tensor, device: torch.device | str) -> Tensor:
+    """``x`` on ``device``; a host tensor (an index tensor the ranking builds on the CPU, a
+    result, a batch's keys) copied to an accelerator without waiting for it.
+
+    A blocking copy from host memory (``x.to("cuda")``) ends in a stream synchronisation
+    (ATen's ``memcpy_and_sync``): the host waits until every kernel queued before it has run, a
+    host sync for each index tensor a block sends. ``non_blocking=True`` queues the copy
+    instead: from pageable memory CUDA stages the data before the call returns, so the host
+    tensor may be freed or changed at once. A pinned tensor (a caller's, from a DataLoader with
+    ``pin_memory=True``) would be read later, while its owner may already refill it: it is
+    copied blocking, as are copies to the host, which the host reads next.
+    """
+    device = torch.device(device)
+    if x.device.type != "cpu" or device.type == "cpu" or x.is_pinned():
+        return x.to(device)
+    return x.to(device, non_blocking=True)
+
+
+def to_host(tensors: list[Tensor]) -> list[Tensor]:
+    """``[t.reshape(-1).cpu() for t in tensors]``, read from a device in one copy (one host
+    sync, not one apiece): each tensor's bytes, padded to a whole 8 so that every dtype's view
+    of its slice is aligned, joined on the device, copied to the host once and cut back into
+    views of that one buffer.
+
+    >>> to_host([torch.tensor([[1, 2]]), torch.tensor([0.5])])
+    [tensor([1, 2]), tensor([0.5000])]
+    """
+    on_device = [i for i, t in enumerate(tensors) if t.device.type != "cpu"]
+    if len(on_device) < 2:
+        return [t.reshape(-1).cpu() for t in tensors]
+    flat = [tensors[i].reshape(-1).contiguous() for i in on_device]
+    pieces, spans = [], []
+    for t in flat:
+        raw = t.view(torch.uint8)
+        pad = -raw.numel() % 8
+        pieces.append(raw if pad == 0 else torch.cat([raw, raw.new_zeros(pad)]))
+        spans.append(raw.numel())
+    joined = torch.cat(pieces).cpu()
+    out = [t.reshape(-1) for t in tensors]
+    at = 0
+    for i, t, piece, size in zip(on_device, flat, pieces, spans, strict=True):
+        out[i] = joined[at : at + size].view(t.dtype)
+        at += piece.numel()
+    return out
+
+
 def is_identity(index: Tensor, n: int) -> bool:
     """Whether ``index`` (int positions or a boolean mask) keeps all ``n`` items, in place."""
     index = index.cpu()

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_host
 
 __all__ = [
     "PRESENT",
@@ -239,7 +239,7 @@ def table_parts(table: RankTable) -> dict[str, Tensor]:
         "judged": int(table.judged_ptr[-1]) if table.judged_ptr is not None and num_q else 0,
     }
     present = 0
-    out: dict[str, Tensor] = {}
+    values: list[Tensor] = []
     for part in TABLE_PARTS:
         value = _field_value(table, part)
         if value is None:
@@ -248,7 +248,12 @@ def table_parts(table: RankTable) -> dict[str, Tensor]:
             value = torch.full((sizes[part.level],), part.fill, dtype=part.dtype)
         elif part.optional:
             present |= 1 << _OPTIONAL.index(part.name)
-        out[part.name] = value.reshape(-1).cpu().to(part.dtype)
+        values.append(value)
+    # (a table on a device read in one copy, not one a part)
+    out = {
+        part.name: value.to(part.dtype)
+        for part, value in zip(TABLE_PARTS, to_host(values), strict=True)
+    }
     out[PRESENT] = torch.full((num_q,), present, dtype=torch.int64)
     return out
 
@@ -259,8 +264,10 @@ def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
     An optional part is kept when every query had it and dropped when none had; a mix (graded with
     binary lists, queries with and without ids) is an error.
     """
-    values = {p.name: parts[p.name].reshape(-1).cpu().to(p.dtype) for p in TABLE_PARTS}
-    present = parts[PRESENT].reshape(-1).cpu().to(torch.int64)
+    # (from a device in one copy, not one a part)
+    read = to_host([parts[p.name] for p in TABLE_PARTS] + [parts[PRESENT]])
+    values = {p.name: value.to(p.dtype) for p, value in zip(TABLE_PARTS, read, strict=False)}
+    present = read[-1].to(torch.int64)
     have: dict[str, bool] = {}
     for bit, name in enumerate(_OPTIONAL):
         flags = (present >> bit) & 1

@@ -34,6 +34,7 @@ from retrieval_metrics.functional.measures import stats
 from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
 from retrieval_metrics.functional.measures.names import judged_needed
 from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.options import (
     BLOCKED_ENGINE,
@@ -212,7 +213,8 @@ class RetrievalMetricBase(Metric):
         """A value as ``compute()`` returns it: on the metric's device, in the metric's dtype
         (float32 by default; ``metric.set_dtype(torch.float64)`` for float64). The measures are
         computed in float64, so float64 results carry every digit."""
-        return value.to(device=self.device, dtype=self.dtype)
+        # (converted where it is, then sent without waiting: results are built on the host)
+        return to_device(value.to(self.dtype), self.device)
 
     # ------------------------------------------------------------------ what a kind provides
 

@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking import Exchange
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.options import RankingOptions
@@ -125,10 +126,10 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
         meta[i, 0] = _DTYPES.index(t.dtype)
         meta[i, 1] = t.dim()
         meta[i, 2 : 2 + t.dim()] = torch.tensor(t.shape, dtype=torch.int64)
-    meta = meta.to(device)
+    meta = to_device(meta, device)
     all_meta = [torch.zeros_like(meta) for _ in range(world)]
     dist.all_gather(all_meta, meta, group=group)
-    all_meta = [m.cpu() for m in all_meta]
+    all_meta = list(torch.cat(all_meta).cpu().split(len(tensors)))  # (one copy to the host)
     layouts = [_gathered_layout(all_meta, i) for i in range(len(tensors))]
     # Each rank's tensors, in its common dtype, as the bytes of one buffer: one collective for
     # the payload whatever the number of states. Every piece starts 8-byte aligned, so that it
@@ -147,15 +148,23 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     offset = 0
     for (dtype, _, _), t in zip(layouts, tensors, strict=True):
         size = t.numel() * dtype.itemsize
-        payload[offset : offset + size].view(dtype).copy_(t.reshape(-1))
+        # (a host tensor sent without waiting for the device: it is staged as it is copied)
+        payload[offset : offset + size].view(dtype).copy_(
+            t.reshape(-1), non_blocking=t.device.type == "cpu"
+        )
         offset += _aligned(size)
     gathered = [torch.zeros_like(payload) for _ in range(world)]
     dist.all_gather(gathered, payload, group=group)
+    on_host = [t.device.type == "cpu" and device.type != "cpu" for t in tensors]
+    # tensors held on the host (rank tables, per-query parts) that travelled through the device:
+    # every rank's bytes come back in one copy, not one a tensor
+    host_bytes = torch.cat(gathered).cpu().split(payload.numel()) if any(on_host) else None
     pieces: list[list[Tensor]] = [[] for _ in tensors]
     for r, buffer in enumerate(gathered):
         offset = 0
         for i, (dtype, _, _) in enumerate(layouts):
-            pieces[i].append(buffer[offset : offset + nbytes[i][r]].view(dtype))
+            source = host_bytes[r] if host_bytes is not None and on_host[i] else buffer
+            pieces[i].append(source[offset : offset + nbytes[i][r]].view(dtype))
             offset += _aligned(nbytes[i][r])
     return [
         torch.cat(parts).view(sum(per_rank), *trailing).to(t.device)
@@ -169,6 +178,13 @@ def _collective_device(device: torch.device, group: Any = None) -> torch.device:
     if dist.get_backend(group) == "nccl" and device.type != "cuda":
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def _sent_copy(tensor: Tensor, device: torch.device) -> Tensor:
+    """A copy of ``tensor`` on ``device`` for a collective to write into (a host tensor sent
+    without waiting for the device)."""
+    out = to_device(tensor, device)
+    return tensor.clone() if out is tensor else out
 
 
 def _aligned(nbytes: int) -> int:
@@ -208,7 +224,7 @@ class DistributedExchange:
         return gather_rows(tensors, self.group)
 
     def _reduce(self, tensor: Tensor, op: Any) -> Tensor:
-        out = tensor.to(_collective_device(tensor.device, self.group), copy=True)
+        out = _sent_copy(tensor, _collective_device(tensor.device, self.group))
         self.sent += out.numel() * out.element_size()
         dist.all_reduce(out, op=op, group=self.group)
         return out.to(tensor.device)
@@ -220,7 +236,7 @@ class DistributedExchange:
         return self._reduce(tensor, dist.ReduceOp.MAX)
 
     def min_async(self, tensor: Tensor) -> Callable[[], Tensor]:
-        out = tensor.to(_collective_device(tensor.device, self.group), copy=True)
+        out = _sent_copy(tensor, _collective_device(tensor.device, self.group))
         self.sent += out.numel() * out.element_size()
         work = dist.all_reduce(out, op=dist.ReduceOp.MIN, group=self.group, async_op=True)
 

@@ -26,6 +26,7 @@ from retrieval_metrics.functional.measures.aggregation import (
     counted_values,
     query_parts_in_chunks,
 )
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.options import BlockedEngine
 from retrieval_metrics.functional.ranking.qrels import Judgments
@@ -281,10 +282,12 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _mark(self, kind: str) -> None:
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
-        current = self.form.clone()
-        current[kinds().index(kind)] = 1
-        self._form_of_bits(current.tolist())  # the bits in one host read
-        self.form = current
+        bits = self.form.tolist()  # the bits in one host read
+        bits[kinds().index(kind)] = 1
+        self._form_of_bits(bits)
+        # (written on the host and sent: setting one entry of a device tensor from a Python
+        # value copies that value from the host, a sync of its own)
+        self.form = to_device(torch.tensor(bits, dtype=self.form.dtype), self.form.device)
 
     @staticmethod
     def _form_of_bits(bits: list[int]) -> InputForm | None:

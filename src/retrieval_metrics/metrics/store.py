@@ -21,6 +21,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -79,7 +80,7 @@ class SideStore:
     def append(self, name: str, value: Tensor) -> None:
         """Append one batch to the state ``name`` (on the metric's device)."""
         state = getattr(self.metric, name)
-        value = value.to(self.metric.device) if isinstance(value, Tensor) else value
+        value = to_device(value, self.metric.device) if isinstance(value, Tensor) else value
         if isinstance(state, list):
             state.append(value)
         else:  # after a sync in a full-state forward the state is one tensor
@@ -260,12 +261,18 @@ class SideStore:
     def note_key_kinds(self, side: str, keys: dict[str, Any]) -> None:
         """Record whether each of ``keys`` (labels, ids, cameras as given) holds integers or
         strings (:func:`~retrieval_metrics.functional.ranking.labels.key_kind`)."""
-        current = self.metric.key_kinds.clone()
-        for key, value in keys.items():
+        bits = [
+            self.kind_bits.index((side, key, key_kind(value)))
+            for key, value in keys.items()
             # an empty batch's keys (ids=[]) have no kind: they agree with either
-            if value is not None and not _empty(value):
-                current[self.kind_bits.index((side, key, key_kind(value)))] = 1
-        self.metric.key_kinds = current
+            if value is not None and not _empty(value)
+        ]
+        if bits:
+            # (the positions sent to the device: setting entries from Python values copies
+            # each value from the host, a sync apiece)
+            kinds = self.metric.key_kinds
+            at = to_device(torch.tensor(bits), kinds.device)
+            self.metric.key_kinds = kinds.index_fill(0, at, 1)
 
     def has_string(self, key: str, sides: Sequence[str]) -> bool:
         """Whether a batch of any of ``sides`` gave ``key`` as strings (on the synced states:

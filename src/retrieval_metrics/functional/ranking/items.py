@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import is_identity
+from retrieval_metrics.functional.primitives import is_identity, to_device
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 __all__ = ["ITEM_FIELDS", "KEY_FIELDS", "Items", "Keys"]
@@ -86,7 +86,7 @@ class Items:
                 return None
             if isinstance(index, slice):
                 return value[index]
-            return value[index.to(value.device)]
+            return value[to_device(index, value.device)]
 
         return Items(**{f.name: pick(getattr(self, f.name)) for f in fields(self)})
 

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import all_finite
+from retrieval_metrics.functional.primitives import all_finite, to_device
 
 __all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
 
@@ -370,9 +370,9 @@ class RowBatches:
         if device == self.device:
             return self
         if device not in self._onto:  # (one view a device: its row norms computed once)
-            divisor = None if self.divisor is None else self.divisor.to(device)
+            divisor = None if self.divisor is None else to_device(self.divisor, device)
             # the norms read already (with the check for NaN), not read from the file again
-            norms = {key: norm.to(device) for key, norm in self._norms.items()}
+            norms = {key: to_device(norm, device) for key, norm in self._norms.items()}
             self._onto[device] = RowBatches(
                 self.sources(), divisor, device, self.as_stored, norms
             )
@@ -407,12 +407,16 @@ class RowBatches:
             for local, piece in pieces:
                 row = local + offset  # (of the whole matrix)
                 target = out[row - start : row - start + piece.shape[0]]
+                # (read onto a device: sent without waiting, then divided there, the same
+                # values; the chunk is staged before the copy returns, so its pages may go)
+                onto = piece.device != target.device
                 if self.divisor is None:
-                    target.copy_(piece)
-                elif piece.device == target.device:
+                    target.copy_(piece, non_blocking=onto)
+                elif not onto:
                     torch.div(piece, self.divisor[row : row + piece.shape[0]], out=target)
-                else:  # (read onto a device: copied there, then divided, the same values)
-                    target.copy_(piece).div_(self.divisor[row : row + piece.shape[0]])
+                else:
+                    target.copy_(piece, non_blocking=True)
+                    target.div_(self.divisor[row : row + piece.shape[0]])
             at, i = end, i + 1
         return out[: stop - start]
 
@@ -429,12 +433,12 @@ class RowBatches:
             local = host.index_select(0, where) - self._starts[i]
             mapped = self.mapped[i]
             rows = (
-                self.batches[i].index_select(0, local.to(self.device)) if mapped is None
-                else mapped.gather(local).to(self.device)  # (the rows alone, from the file)
+                self.batches[i].index_select(0, to_device(local, self.device)) if mapped is None
+                else to_device(mapped.gather(local), self.device)  # (the rows alone, from the file)
             )
-            out[where.to(self.device)] = rows.to(self.dtype)
+            out[to_device(where, self.device)] = rows.to(self.dtype)
         if self.divisor is not None:
-            out /= self.divisor.index_select(0, index.to(self.divisor.device))
+            out /= self.divisor.index_select(0, to_device(index, self.divisor.device))
         return out
 
     def __getitem__(self, index: Tensor | slice) -> Tensor:

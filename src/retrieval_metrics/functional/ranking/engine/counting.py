@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import csr_rows
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import (
     SEGMENT,
@@ -85,7 +85,7 @@ class QueryBlock:
         e_gal = p.ex_index[e_pos]
         e_block = e_gal // p.block_g
         e_order = torch.argsort(e_block, stable=True)
-        self.e_row, self.e_gal = e_row[e_order].to(device), e_gal[e_order]
+        self.e_row, self.e_gal = to_device(e_row[e_order], device), e_gal[e_order]
         self.e_bounds = torch.searchsorted(e_block[e_order], torch.arange(p.num_blocks_g + 1))
         m_blk = int(self.r_counts.max()) if nb else 0
         self.rel_scores = torch.full(
@@ -93,12 +93,12 @@ class QueryBlock:
         )
         # flat positions in rel_scores: one-dimensional index_select and scatter_ are many times
         # cheaper than indexing with a (row, column) pair, and there is one per relevant pair
-        self.r_flat = (self.r_row * self.rel_scores.shape[1] + self.r_col).to(device)
+        self.r_flat = to_device(self.r_row * self.rel_scores.shape[1] + self.r_col, device)
         # Every row as long as the longest (classes of equal size): then r_flat is 0, 1, 2, ...
         # and reading through it is a copy that can be skipped.
         self.dense = self.r_flat.numel() == self.rel_scores.numel()
         if p.ext_scores is not None:
-            values = p.ext_scores.index_select(0, self.r_pos.to(device))
+            values = p.ext_scores.index_select(0, to_device(self.r_pos, device))
             if self.dense:
                 self.rel_scores.view(-1).copy_(values)
             else:
@@ -164,7 +164,7 @@ class QueryBlock:
     def mask_excluded(self, s: Tensor, b: int) -> None:
         lo, hi = int(self.e_bounds[b]), int(self.e_bounds[b + 1])
         if hi > lo:
-            local = (self.e_gal[lo:hi] - b * self.p.block_g).to(self.p.device)
+            local = to_device(self.e_gal[lo:hi] - b * self.p.block_g, self.p.device)
             s[self.e_row[lo:hi], local] = self.p.neg_inf
 
     def read_relevant(self, s: Tensor, b: int) -> None:
@@ -174,26 +174,28 @@ class QueryBlock:
             if pairs.numel():
                 at = self.r_row.index_select(0, pairs) * s.shape[1]
                 at += self.r_local.index_select(0, pairs)
-                pairs = pairs.to(device)
+                pairs = to_device(pairs, device)
                 self.rel_scores.view(-1).scatter_(
                     0,
                     pairs if self.dense else self.r_flat.index_select(0, pairs),
-                    s.reshape(-1).index_select(0, at.to(device)),
+                    s.reshape(-1).index_select(0, to_device(at, device)),
                 )
             return
         sel = self.r_block == b
         if bool(sel.any()):
-            rows = self.r_row[sel].to(device)
-            self.rel_scores[rows, self.r_col[sel].to(device)] = s[
-                rows, self.r_local[sel].to(device)
+            rows = to_device(self.r_row[sel], device)
+            self.rel_scores[rows, to_device(self.r_col[sel], device)] = s[
+                rows, to_device(self.r_local[sel], device)
             ]
 
     def read_pairs(self, s: Tensor, pairs: Tensor, columns: Tensor) -> None:
         """The relevant scores of the block's pairs ``pairs`` (indices of its relevant pairs),
         read from ``s`` at their rows and at ``columns``."""
         device = self.p.device
-        values = s[self.r_row.index_select(0, pairs).to(device), columns.to(device)]
-        pairs = pairs.to(device)
+        values = s[
+            to_device(self.r_row.index_select(0, pairs), device), to_device(columns, device)
+        ]
+        pairs = to_device(pairs, device)
         self.rel_scores.view(-1).scatter_(
             0, pairs if self.dense else self.r_flat.index_select(0, pairs), values
         )
@@ -205,7 +207,7 @@ class QueryBlock:
     def _in_csr_order(self, per_row: Tensor) -> Tensor:
         """The entries of a (rows x longest) array at the block's relevant pairs, in CSR order."""
         flat = per_row.reshape(-1)
-        return flat if self.dense else flat.index_select(0, self.r_flat.to(flat.device))
+        return flat if self.dense else flat.index_select(0, to_device(self.r_flat, flat.device))
 
     def seed(self, seg_max: Tensor, b: int) -> None:
         """Let block ``b``, read before counting starts, raise the first depth thresholds."""
@@ -273,7 +275,7 @@ class QueryBlock:
             assert self.kept is not None
             self.kept = self.kept.index_select(0, keep)
         old_nb = self.nb
-        at = keep.to(self.p.device)
+        at = to_device(keep, self.p.device)
         for name in ("rel_sorted", "rel_perm", "num_finite", "first"):
             value = getattr(self, name, None)
             if isinstance(value, Tensor):
@@ -297,7 +299,7 @@ class QueryBlock:
         if self._whole is None or self.kept is None:
             return
         nb, rel_sorted, rel_perm = self._whole
-        at = self.kept.to(self.p.device)
+        at = to_device(self.kept, self.p.device)
 
         def spread(rows: Tensor, fill: float) -> Tensor:
             whole = torch.full((nb, *rows.shape[1:]), fill, dtype=rows.dtype, device=rows.device)
@@ -439,7 +441,7 @@ class QueryBlock:
             # (each row's m scores sort first: the padding is +inf). The flat positions of
             # (row, j < m) are those of the CSR entries (row, column j): r_flat.
             dest = self.r_pos + (self.r_counts.index_select(0, self.r_row) - 1 - 2 * self.r_col)
-            dest = dest.to(self.p.device)
+            dest = to_device(dest, self.p.device)
             # without a depth every relevant item is listed, as the outputs start
             written = 3 if self.p.options.depth is not None else 2
             for out, sorted_values in zip(
@@ -447,7 +449,7 @@ class QueryBlock:
             ):
                 out.index_copy_(0, dest, self._in_csr_order(sorted_values))
             return
-        r_pos = self.r_pos.to(self.p.device)
+        r_pos = to_device(self.r_pos, self.p.device)
         # Back from sorted order to the CSR order of the relevant items.
         if self.ties is not None:
             # (counted where the scores were read: in CSR layout already)

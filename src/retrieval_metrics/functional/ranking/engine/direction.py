@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import is_identity, repeat
+from retrieval_metrics.functional.primitives import is_identity, repeat, to_device, to_host
 from retrieval_metrics.functional.ranking.engine.counters import Counter, choose_counter
 from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -82,7 +82,8 @@ class Pass:
     neg_inf: Tensor = field(init=False)
 
     def __post_init__(self) -> None:
-        self.neg_inf = torch.tensor(float("-inf"), dtype=self.dtype, device=self.device)
+        # (filled where it lives: torch.tensor(value, device=...) copies from the host, a sync)
+        self.neg_inf = torch.full((), float("-inf"), dtype=self.dtype, device=self.device)
 
     @property
     def num_blocks_g(self) -> int:
@@ -138,7 +139,7 @@ class Direction:
             # counting against given scores: they play the part of the relevant items
             rel_ptr = external[0].cpu()
             rel_index = torch.zeros(int(rel_ptr[-1]), dtype=torch.int64)
-            ext_scores = external[1].to(device=device, dtype=dtype)
+            ext_scores = to_device(external[1].to(dtype), device)
         ex_index = relevance_sets.excluded_index
         g_perm = None
         # A set ranked against itself, every item kept: one order serves both sides (block i of
@@ -174,7 +175,7 @@ class Direction:
                     "not a sharded gallery)"
                 )
             tie_key = tie_key.cpu() if g_perm is None else tie_key.cpu()[g_perm]
-            tie_key = tie_key.to(device)
+            tie_key = to_device(tie_key, device)
         if same_order:
             pass
         elif query_order_key is not None and num_q:
@@ -287,9 +288,12 @@ class Direction:
         )
 
     def host_outputs(self) -> tuple[Tensor, ...]:
-        """The outputs on the host: one copy each from the device, after the pass (the only
-        reads of the ranking's results there; a no-op on the CPU)."""
-        return tuple(out.cpu() for out in self.outputs)
+        """The outputs on the host: one copy from the device for all of them, after the pass
+        (the only read of the ranking's results there; a no-op on the CPU)."""
+        return tuple(
+            flat.view(out.shape) for out, flat in zip(self.outputs, to_host(list(self.outputs)),
+                                                      strict=True)
+        )
 
     def scores(self) -> Tensor:
         """The relevant pairs' scores of a ``"scores"`` direction, in the CSR order of its

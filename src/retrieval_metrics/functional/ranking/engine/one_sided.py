@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBlock
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
@@ -77,7 +77,7 @@ def one_sided_pass(
         q_rows = p.order[q_start : q_start + block_q]
         qb = QueryBlock(p, q_rows)
         nb = qb.nb
-        q_blk = product_rows(q_mat[q_rows.to(device)])
+        q_blk = product_rows(q_mat[to_device(q_rows, device)])
         # the rows still ranked, as one product takes them (fewer once rows finish), and
         # their factors for a half product
         ranked = [q_blk, _query_factor(half, q_rows, q_blk.shape[0])]
@@ -139,7 +139,7 @@ def one_sided_pass(
             if len(cache) < cache_room:
                 cache[b] = (s, seg_max)
         if mode == "scores":
-            p.outputs[0][qb.r_pos.to(device)] = qb.relevant_values()
+            p.outputs[0][to_device(qb.r_pos, device)] = qb.relevant_values()
             continue
 
         qb.start_counting()
@@ -160,7 +160,7 @@ def one_sided_pass(
                 # rows once, as it is counted, not again at every drop)
                 assert qb.kept is not None
                 still = q_rows.index_select(0, qb.kept)
-                ranked[0] = product_rows(q_mat[still.to(device)])
+                ranked[0] = product_rows(q_mat[to_device(still, device)])
                 ranked[1] = _query_factor(half, still, ranked[0].shape[0])
                 if qb.nb == 0:
                     break
@@ -174,7 +174,7 @@ def _still_ranked(
     block, cut to the rows still ranked (``QueryBlock.kept``: None, all of them)."""
     if kept is None:
         return held
-    on = kept.to(device)
+    on = to_device(kept, device)
     s, seg_max = held
     return s.index_select(0, on), None if seg_max is None else seg_max.index_select(0, on)
 
@@ -206,7 +206,7 @@ def read_gathered(
         g_buffer[chunk.numel() :].zero_()  # (the padding; the rows gathered fill the rest)
         # (the host index for batches: they find each row's batch on the host)
         g_buffer[: chunk.numel()] = g_mat[chunk if isinstance(g_mat, RowBatches) else
-                                          chunk.to(device)]
+                                          to_device(chunk, device)]
         g_factor = None if half is None else half.rows(half.b_factor, chunk, block_g)
         s = block_product(
             q_blk, g_buffer, out[: q_blk.shape[0]], half, q_factor, g_factor, work

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.engine.direction import Direction, Mode, RankingInput
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.layout import (
@@ -135,7 +136,10 @@ def _laid_out(
     # pass needs no other (its queries are that gallery).
     rows = None if num_g == num_gallery else kept
     if side.g_perm is not None:
-        rows = side.g_perm if rows is None else rows.index_select(0, side.g_perm.to(rows.device))
+        rows = (
+            side.g_perm if rows is None
+            else rows.index_select(0, to_device(side.g_perm, rows.device))
+        )
     # a gallery held in batches, all of it kept in the order held: read a block at a time (by
     # the one-sided pass; a set ranked against itself is one matrix)
     g_blocks = None if inputs.symmetric else gallery_in_blocks(
@@ -223,7 +227,7 @@ def two_way_ranking(
         and one_product(options.similarity, squares, ab.relevance, b.shape[0])
         and one_product(options.similarity, squares, ba.relevance, a.shape[0])
     ):
-        b = b.to(device)
+        b = to_device(b, device)
         num_a, num_b = a.shape[0], b.shape[0]
         sides = [
             Direction.make(inputs, num, num_a + num_b - num, options, device=device, dtype=dtype)

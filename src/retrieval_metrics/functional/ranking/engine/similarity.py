@@ -11,7 +11,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
@@ -163,7 +163,7 @@ def prepare(
     if isinstance(gallery, RowBatches):
         g, owned = gallery.joined() if gallery_rows is None else gallery[gallery_rows], True
     elif gallery_rows is not None:
-        g = gallery.index_select(0, gallery_rows.to(gallery.device))
+        g = gallery.index_select(0, to_device(gallery_rows, gallery.device))
     if g.dtype != dtype:
         g, owned = g.to(dtype), True
     same = gallery is query and gallery_rows is None

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine import triton_pairs
 from retrieval_metrics.functional.ranking.engine.similarity import warn_zero_rows
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -80,7 +80,7 @@ class HalfProducts:
         if factor is None:
             return None
         picked = factor[index] if isinstance(index, slice) else factor.index_select(
-            0, index.to(factor.device)
+            0, to_device(index, factor.device)
         )
         if picked.shape[0] == width:
             return picked
@@ -217,7 +217,7 @@ def prepare_half(
         if gallery_rows is not None:
             g = g[gallery_rows]  # (a copy of the kept rows, still half)
     elif gallery_rows is not None:
-        g = gallery.index_select(0, gallery_rows.to(gallery.device))
+        g = gallery.index_select(0, to_device(gallery_rows, gallery.device))
     else:
         g = gallery
     same = query is gallery and gallery_rows is None

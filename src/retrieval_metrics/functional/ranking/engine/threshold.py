@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT, columnwise_max
 
@@ -41,8 +42,8 @@ class RowThresholds:
         if self.depth is not None:
             # where each relevant item lies, by block and segment, to mask it from the maxima
             seg_order = torch.argsort(r_block, stable=True)
-            self.seg_rows = r_row[seg_order].to(p.device)
-            self.seg_cols = (r_local // SEGMENT)[seg_order].to(p.device)
+            self.seg_rows = to_device(r_row[seg_order], p.device)
+            self.seg_cols = to_device((r_local // SEGMENT)[seg_order], p.device)
             self.seg_bounds = torch.searchsorted(
                 r_block[seg_order], torch.arange(p.num_blocks_g + 1)
             )
@@ -52,7 +53,7 @@ class RowThresholds:
         ``finite`` the same with -inf padding, ``r_counts`` their numbers."""
         p, nb = self.p, rel_sorted.shape[0]
         device = p.device
-        self.has_rel = r_counts.to(device) > 0
+        self.has_rel = to_device(r_counts, device) > 0
         self.best = finite.max(1).values
         self.lowest = rel_sorted[:, 0]
         self.value = torch.where(
@@ -65,7 +66,7 @@ class RowThresholds:
                 else torch.full_like(r_counts, self.depth)
             )
             self.top_width = int(block_depth.max()) if nb else self.depth
-            self.depth_col = (block_depth - 1).to(device)[:, None]
+            self.depth_col = to_device(block_depth - 1, device)[:, None]
             # A lower bound of each row's depth-th best score, from distinct items: the relevant
             # scores themselves, and the maxima of the segments that hold no relevant item.
             pad = torch.full((nb, self.top_width), float("-inf"), dtype=p.dtype, device=device)
@@ -179,7 +180,7 @@ def renumbered(
     before = torch.zeros(keep.numel() + 1, dtype=torch.int64)
     torch.cumsum(keep, 0, out=before[1:])
     return (
-        mapped[keep].to(rows.device),
+        to_device(mapped[keep], rows.device),
         before.index_select(0, bounds),
-        other[keep.to(other.device)],
+        other[to_device(keep, other.device)],
     )

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 
 
@@ -25,7 +25,7 @@ class TieKeyCounts:
         self.p = p
         device = p.device
         # each relevant pair's tie key where its score will be (+inf padding: never tied)
-        keys = p.tie_key.index_select(0, r_gal.to(device))
+        keys = p.tie_key.index_select(0, to_device(r_gal, device))
         self.rel_keys = torch.zeros(shape, dtype=torch.int64, device=device)
         self.rel_keys.view(-1).scatter_(0, r_flat, keys)
         self.before = torch.zeros_like(self.rel_keys)
