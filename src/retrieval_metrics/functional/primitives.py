@@ -47,10 +47,11 @@ def to_device(x: Tensor, device: torch.device | str) -> Tensor:
     instead: from pageable memory CUDA stages the data before the call returns, so the host
     tensor may be freed or changed at once. A pinned tensor (a caller's, from a DataLoader with
     ``pin_memory=True``) would be read later, while its owner may already refill it: it is
-    copied blocking, as are copies to the host, which the host reads next.
+    copied blocking, as are copies to the host, which the host reads next, and copies to
+    devices other than CUDA's, whose staging of host memory is not documented so.
     """
     device = torch.device(device)
-    if x.device.type != "cpu" or device.type == "cpu" or x.is_pinned():
+    if x.device.type != "cpu" or device.type != "cuda" or x.is_pinned():
         return x.to(device)
     return x.to(device, non_blocking=True)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import is_identity, to_device
+from retrieval_metrics.functional.primitives import is_identity, to_device, to_host
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
 __all__ = ["ITEM_FIELDS", "KEY_FIELDS", "Items", "Keys"]
@@ -89,6 +89,19 @@ class Items:
             return value[to_device(index, value.device)]
 
         return Items(**{f.name: pick(getattr(self, f.name)) for f in fields(self)})
+
+    def keys_on_host(self) -> Items:
+        """These items with their keys (every field but ``emb``) on the host, read from a device
+        in one copy: the relevance sets are built on the host, so a ranking in chunks of
+        queries reads them once, not once a chunk."""
+        names = [f.name for f in fields(self) if f.name != "emb"]
+        names = [name for name in names if getattr(self, name) is not None]
+        held = [getattr(self, name) for name in names]
+        read = to_host(held)
+        return replace(self, **{
+            name: flat.view(value.shape)
+            for name, value, flat in zip(names, held, read, strict=True)
+        })
 
     def with_ids(self, ids: Tensor) -> Items:
         return replace(self, ids=ids)

@@ -100,6 +100,10 @@ class _EmbeddingStates(InputForm):
         if int(pairs.sum()) * PAIR_BYTES <= budget:
             return None  # the same decision on every process: the states are synced
         options = context.ranking_options()
+        # (each chunk's relevance is built on the host from the keys: read from a device once)
+        same = gallery is queries
+        queries = queries.keys_on_host()
+        gallery = queries if same else gallery.keys_on_host()
         if context.processes.several:
             mine = D.query_share(len(queries), context.processes.group, True)
             queries, pairs = queries.select(mine), pairs[mine]
