@@ -37,37 +37,41 @@ def flat_nonzero(mask: Tensor) -> Tensor:
     return torch.nonzero(mask).flatten()
 
 
+def sent_without_waiting(x: Tensor, device: torch.device | str) -> bool:
+    """Whether a copy of ``x`` to ``device`` may be queued (``non_blocking=True``) instead of
+    waiting for the device: a host tensor sent to a CUDA device.
+
+    A blocking copy from host memory (``x.to("cuda")``, ``buffer.copy_(x)``) ends in a stream
+    synchronisation (ATen's ``memcpy_and_sync``): the host waits until every kernel queued
+    before it has run, a host sync for each index tensor a block sends. From pageable memory
+    CUDA stages the data before a queued copy returns, so the host tensor may be freed or
+    changed at once. Not so: a pinned tensor (a caller's, from a DataLoader with
+    ``pin_memory=True``), read later while its owner may already refill it; a copy to the host,
+    which the host reads next; a copy to a device other than CUDA's, whose staging of host
+    memory is not documented so.
+    """
+    return x.device.type == "cpu" and torch.device(device).type == "cuda" and not x.is_pinned()
+
+
 def to_device(x: Tensor, device: torch.device | str) -> Tensor:
     """``x`` on ``device``; a host tensor (an index tensor the ranking builds on the CPU, a
-    result, a batch's keys) copied to an accelerator without waiting for it.
-
-    A blocking copy from host memory (``x.to("cuda")``) ends in a stream synchronisation
-    (ATen's ``memcpy_and_sync``): the host waits until every kernel queued before it has run, a
-    host sync for each index tensor a block sends. ``non_blocking=True`` queues the copy
-    instead: from pageable memory CUDA stages the data before the call returns, so the host
-    tensor may be freed or changed at once. A pinned tensor (a caller's, from a DataLoader with
-    ``pin_memory=True``) would be read later, while its owner may already refill it: it is
-    copied blocking, as are copies to the host, which the host reads next, and copies to
-    devices other than CUDA's, whose staging of host memory is not documented so.
-    """
-    device = torch.device(device)
-    if x.device.type != "cpu" or device.type != "cuda" or x.is_pinned():
-        return x.to(device)
-    return x.to(device, non_blocking=True)
+    result, a batch's keys) sent to a CUDA device without waiting for it
+    (:func:`sent_without_waiting`)."""
+    return x.to(device, non_blocking=sent_without_waiting(x, device))
 
 
 def to_host(tensors: list[Tensor]) -> list[Tensor]:
-    """``[t.reshape(-1).cpu() for t in tensors]``, read from a device in one copy (one host
-    sync, not one apiece): each tensor's bytes, padded to a whole 8 so that every dtype's view
-    of its slice is aligned, joined on the device, copied to the host once and cut back into
-    views of that one buffer.
+    """``[t.cpu() for t in tensors]``, read from a device in one copy (one host sync, not one
+    apiece): each tensor's bytes, padded to a whole 8 so that every dtype's view of its slice
+    is aligned, joined on the device, copied to the host once and cut back into views of that
+    one buffer.
 
     >>> to_host([torch.tensor([[1, 2]]), torch.tensor([0.5])])
-    [tensor([1, 2]), tensor([0.5000])]
+    [tensor([[1, 2]]), tensor([0.5000])]
     """
     on_device = [i for i, t in enumerate(tensors) if t.device.type != "cpu"]
     if len(on_device) < 2:
-        return [t.reshape(-1).cpu() for t in tensors]
+        return [t.cpu() for t in tensors]
     flat = [tensors[i].reshape(-1).contiguous() for i in on_device]
     pieces, spans = [], []
     for t in flat:
@@ -76,10 +80,10 @@ def to_host(tensors: list[Tensor]) -> list[Tensor]:
         pieces.append(raw if pad == 0 else torch.cat([raw, raw.new_zeros(pad)]))
         spans.append(raw.numel())
     joined = torch.cat(pieces).cpu()
-    out = [t.reshape(-1) for t in tensors]
+    out = list(tensors)
     at = 0
     for i, t, piece, size in zip(on_device, flat, pieces, spans, strict=True):
-        out[i] = joined[at : at + size].view(t.dtype)
+        out[i] = joined[at : at + size].view(t.dtype).view(tensors[i].shape)
         at += piece.numel()
     return out
 

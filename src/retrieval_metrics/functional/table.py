@@ -251,7 +251,7 @@ def table_parts(table: RankTable) -> dict[str, Tensor]:
         values.append(value)
     # (a table on a device read in one copy, not one a part)
     out = {
-        part.name: value.to(part.dtype)
+        part.name: value.reshape(-1).to(part.dtype)
         for part, value in zip(TABLE_PARTS, to_host(values), strict=True)
     }
     out[PRESENT] = torch.full((num_q,), present, dtype=torch.int64)
@@ -266,8 +266,11 @@ def table_from_parts(parts: Mapping[str, Tensor]) -> RankTable:
     """
     # (from a device in one copy, not one a part)
     read = to_host([parts[p.name] for p in TABLE_PARTS] + [parts[PRESENT]])
-    values = {p.name: value.to(p.dtype) for p, value in zip(TABLE_PARTS, read, strict=False)}
-    present = read[-1].to(torch.int64)
+    values = {
+        p.name: value.reshape(-1).to(p.dtype)
+        for p, value in zip(TABLE_PARTS, read[:-1], strict=True)
+    }
+    present = read[-1].reshape(-1).to(torch.int64)
     have: dict[str, bool] = {}
     for bit, name in enumerate(_OPTIONAL):
         flags = (present >> bit) & 1

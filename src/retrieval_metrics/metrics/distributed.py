@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import to_device
+from retrieval_metrics.functional.primitives import sent_without_waiting, to_device
 from retrieval_metrics.functional.ranking import Exchange
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.options import RankingOptions
@@ -148,9 +148,8 @@ def gather_rows(tensors: list[Tensor], group: Any = None) -> list[Tensor]:
     offset = 0
     for (dtype, _, _), t in zip(layouts, tensors, strict=True):
         size = t.numel() * dtype.itemsize
-        # (a host tensor sent without waiting for the device: it is staged as it is copied)
         payload[offset : offset + size].view(dtype).copy_(
-            t.reshape(-1), non_blocking=t.device.type == "cpu"
+            t.reshape(-1), non_blocking=sent_without_waiting(t, device)
         )
         offset += _aligned(size)
     gathered = [torch.zeros_like(payload) for _ in range(world)]

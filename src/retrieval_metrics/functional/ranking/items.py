@@ -96,12 +96,8 @@ class Items:
         queries reads them once, not once a chunk."""
         names = [f.name for f in fields(self) if f.name != "emb"]
         names = [name for name in names if getattr(self, name) is not None]
-        held = [getattr(self, name) for name in names]
-        read = to_host(held)
-        return replace(self, **{
-            name: flat.view(value.shape)
-            for name, value, flat in zip(names, held, read, strict=True)
-        })
+        read = to_host([getattr(self, name) for name in names])
+        return replace(self, **dict(zip(names, read, strict=True)))
 
     def with_ids(self, ids: Tensor) -> Items:
         return replace(self, ids=ids)

@@ -37,7 +37,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import all_finite, to_device
+from retrieval_metrics.functional.primitives import (
+    all_finite,
+    sent_without_waiting,
+    to_device,
+)
 
 __all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
 
@@ -407,15 +411,16 @@ class RowBatches:
             for local, piece in pieces:
                 row = local + offset  # (of the whole matrix)
                 target = out[row - start : row - start + piece.shape[0]]
-                # (read onto a device: sent without waiting, then divided there, the same
-                # values; the chunk is staged before the copy returns, so its pages may go)
-                onto = piece.device != target.device
+                # (read onto a device: sent without waiting where it may be, then divided
+                # there, the same values; the chunk is staged before the copy returns, so its
+                # pages may go)
+                queued = sent_without_waiting(piece, target.device)
                 if self.divisor is None:
-                    target.copy_(piece, non_blocking=onto)
-                elif not onto:
+                    target.copy_(piece, non_blocking=queued)
+                elif piece.device == target.device:
                     torch.div(piece, self.divisor[row : row + piece.shape[0]], out=target)
                 else:
-                    target.copy_(piece, non_blocking=True)
+                    target.copy_(piece, non_blocking=queued)
                     target.div_(self.divisor[row : row + piece.shape[0]])
             at, i = end, i + 1
         return out[: stop - start]

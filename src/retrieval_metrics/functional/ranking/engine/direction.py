@@ -290,10 +290,7 @@ class Direction:
     def host_outputs(self) -> tuple[Tensor, ...]:
         """The outputs on the host: one copy from the device for all of them, after the pass
         (the only read of the ranking's results there; a no-op on the CPU)."""
-        return tuple(
-            flat.view(out.shape) for out, flat in zip(self.outputs, to_host(list(self.outputs)),
-                                                      strict=True)
-        )
+        return tuple(to_host(list(self.outputs)))
 
     def scores(self) -> Tensor:
         """The relevant pairs' scores of a ``"scores"`` direction, in the CSR order of its
