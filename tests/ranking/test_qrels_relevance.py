@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import retrieval_metrics as rm
 from retrieval_metrics.functional import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
-from retrieval_metrics.functional.ranking.qrels import Judgments, sorted_ids
+from retrieval_metrics.functional.ranking.qrels import Judgments, positions_among, sorted_ids
 from retrieval_metrics.functional.table import UNBOUNDED
 
 
@@ -88,6 +88,57 @@ def test_ids_looked_up_among_a_few_are_found_as_in_the_whole_sort(ids, among):
     assert torch.equal(some, ids[order]) and bool((some[1:] >= some[:-1]).all())
     for value in among.tolist():
         assert torch.equal(order[some == value], whole_order[whole == value]), value
+
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    ids=st.lists(
+        st.one_of(INT64, st.integers(-3, 3).map(lambda k: k << 40), st.integers(-50, 50)),
+        max_size=400,
+    ),
+    wanted=st.lists(st.one_of(INT64, st.integers(-3, 3).map(lambda k: k << 40),
+                              st.integers(-50, 50)), min_size=1, max_size=40),
+    scale=st.sampled_from([1, 2**20, 2**40]),
+)
+def test_positions_among_equal_torch_isin(ids, wanted, scale):
+    """``positions_among`` (each id's bucket read in a table of the wanted ids' buckets, the
+    few in a marked bucket searched) finds exactly the ids ``torch.isin`` finds, over the whole
+    int64 range: ids that share their low bits (multiples of 2**20, 2**40), the extremes, repeats
+    on either side, ids that collide in a bucket."""
+    t = torch.tensor(ids, dtype=torch.int64)
+    t = torch.where(t.abs() <= 50, t * scale, t)  # (small ids spread over the high bits too)
+    w = torch.unique(torch.tensor(wanted, dtype=torch.int64))
+    w = torch.unique(torch.where(w.abs() <= 50, w * scale, w))
+    expected = torch.nonzero(torch.isin(t, w)).view(-1)
+    assert torch.equal(positions_among(t, w), expected)
+
+
+def test_positions_among_a_large_corpus_searches_few_ids():
+    """Over a corpus of 2**17 sequential ids (one bucket table of 2**16 at least), the ids
+    searched exactly are the wanted ones and about 1 in 256 others: a corpus-sized binary
+    search is what the table spares, so the count of ids that reach it is the work."""
+    import retrieval_metrics.functional.ranking.qrels as Q
+
+    ids = torch.arange(2**17) * 1_000_000  # (ids that share their low bits)
+    wanted = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))[:200]]
+    wanted = torch.sort(wanted).values
+    searched = []
+    original = torch.searchsorted
+
+    def counting(sorted_sequence, values, *args, **kwargs):
+        searched.append(values.numel())
+        return original(sorted_sequence, values, *args, **kwargs)
+
+    Q.torch.searchsorted = counting
+    try:
+        found = positions_among(ids, wanted)
+    finally:
+        Q.torch.searchsorted = original
+    assert torch.equal(ids[found], wanted)
+    assert len(searched) == 1 and searched[0] < 200 + 3 * ids.numel() // 256
 
 
 @settings(max_examples=60, deadline=None)

@@ -23,11 +23,15 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
 from retrieval_metrics.functional.ranking.table_build import ideal_from
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
-__all__ = ["JudgedRelevance", "Judgments", "judged_ideal", "sorted_ids", "with_unretrieved"]
+__all__ = [
+    "JudgedRelevance", "Judgments", "judged_ideal", "positions_among", "sorted_ids",
+    "with_unretrieved",
+]
 
 
 def sorted_ids(ids: Tensor, among: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -44,14 +48,42 @@ def sorted_ids(ids: Tensor, among: Tensor | None = None) -> tuple[Tensor, Tensor
         wanted = torch.unique(among)
         if wanted.numel() == 0:
             return torch.zeros(0, dtype=torch.int64), ids[:0]
-        # (an id above every wanted one lands past them, on a repeat of the last: no clamp of
-        # a corpus-sized tensor)
-        probe = torch.cat([wanted, wanted[-1:]])
-        kept = torch.nonzero(probe[torch.searchsorted(wanted, ids)] == ids).view(-1)
+        kept = positions_among(ids, wanted)
         order = kept[torch.from_numpy(np.argsort(ids[kept].numpy(), kind="stable"))]
         return order, ids[order]
     order = torch.from_numpy(np.argsort(ids.numpy(), kind="stable"))
     return order, ids[order]
+
+
+#: Fibonacci hashing's multiplier (2**64 / the golden ratio, as a signed int64): the high bits
+#: of ``id * it`` mix every bit of the id, so ids that share their low bits (multiples of a
+#: million) fall into different buckets.
+_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
+
+
+def _buckets(ids: Tensor, bits: int) -> Tensor:
+    """Each int64 id's bucket among ``2**bits``: the top ``bits`` bits of ``id * _GOLDEN``
+    (the product wraps, as int64 arithmetic does)."""
+    return ((ids * _GOLDEN) >> (64 - bits)) & ((1 << bits) - 1)
+
+
+def positions_among(ids: Tensor, wanted: Tensor) -> Tensor:
+    """The positions, ascending, of the host int64 ``ids`` that are one of ``wanted`` (sorted,
+    distinct, not empty).
+
+    A binary search of every id among the wanted ones is a corpus-sized pass of a dozen steps
+    an id (2M ids among 3,000: 0.06 s); here each id's bucket is read in a table marking the
+    wanted ids' buckets, one gather (0.008 s), and only the ids in a marked bucket (the wanted
+    ones and about 1 in 256 others) are searched exactly. Ids that collide cost time only: the
+    answer is the search's."""
+    bits = min(24, max(16, (256 * wanted.numel() - 1).bit_length()))
+    marked = torch.zeros(1 << bits, dtype=torch.bool)
+    marked[_buckets(wanted, bits)] = True
+    candidates = flat_nonzero(marked[_buckets(ids, bits)])
+    found = ids[candidates]
+    # (an id above every wanted one lands past them, on a repeat of the last: no clamp)
+    probe = torch.cat([wanted, wanted[-1:]])
+    return candidates[probe[torch.searchsorted(wanted, found)] == found]
 
 
 def _is_integer_id(value: Any) -> bool:
