@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -199,3 +200,25 @@ def test_one_name_for_judgments_and_the_refusals_of_the_others():
     options = metric.context().ranking_options()
     assert options.relevance == "qrels" and options.qrels is metric.qrels
     assert options.ignore_identical_ids is None  # the option's own default, read as "left out"
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    codes=st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 3), max_size=200),
+    form=st.sampled_from(["tensor", "int64 array", "float array", "list"]),
+)
+def test_all_distinct_says_whether_a_code_repeats(codes, form):
+    """``all_distinct`` (torch's sort of int64 codes, numpy's of other arrays) is True exactly
+    where no value repeats, as a set of them tells."""
+    from retrieval_metrics.functional.ranking.labels import all_distinct
+
+    if form == "tensor":
+        given_codes = torch.tensor(codes, dtype=torch.int64)
+    elif form == "int64 array":
+        given_codes = np.array(codes, dtype=np.int64)
+    elif form == "float array":
+        codes = [c % 1000 for c in codes]  # (whole floats, as the command line reads them)
+        given_codes = np.array(codes, dtype=np.float64)
+    else:
+        given_codes = codes
+    assert all_distinct(given_codes) == (len(set(codes)) == len(codes))
