@@ -208,7 +208,7 @@ def test_one_name_for_judgments_and_the_refusals_of_the_others():
     form=st.sampled_from(["tensor", "int64 array", "float array", "list"]),
 )
 def test_all_distinct_says_whether_a_code_repeats(codes, form):
-    """``all_distinct`` (torch's sort of int64 codes, numpy's of other arrays) is True exactly
+    """``all_distinct`` (one sorted copy of the codes) is True exactly
     where no value repeats, as a set of them tells."""
     from retrieval_metrics.functional.ranking.labels import all_distinct
 

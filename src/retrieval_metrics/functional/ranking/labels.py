@@ -323,16 +323,10 @@ def label_codes(labels: Any, name: str) -> Tensor:
 
 
 def all_distinct(codes: Tensor | np.ndarray) -> bool:
-    """Whether no code repeats: one sort of them (torch's radix sort of int64 on the CPU,
-    2M ids 0.03 s against numpy's 0.11 s; a stable argsort took four times their memory)."""
-    if isinstance(codes, Tensor):
-        codes = codes.cpu()
-    elif np.asarray(codes).dtype == np.int64:
-        codes = torch.from_numpy(np.asarray(codes))
-    else:  # (another dtype of the command line's arrays: numpy sorts it as it is)
-        values = np.sort(np.asarray(codes), axis=None)
-        return not bool((values[1:] == values[:-1]).any())
-    values = torch.sort(codes.reshape(-1)).values
+    """Whether no code repeats: one sorted copy of them. (numpy's sort holds 8 bytes an id
+    above them; torch's radix sort is twice as fast but holds 32, a stable argsort 32 too:
+    2M ids 16 MiB against 63 MiB, and a corpus on disk is ranked in less than that.)"""
+    values = np.sort(codes.cpu().numpy() if isinstance(codes, Tensor) else np.asarray(codes))
     return not bool((values[1:] == values[:-1]).any())
 
 
