@@ -331,14 +331,22 @@ for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic 
                            constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
                                        "SEARCH_STEPS": steps, **strides})
         assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+# cosine's factor per pair (triton_pairs), on a block whose rows lie further apart than its width
+from retrieval_metrics.functional.ranking.engine import triton_pairs as P
+source = ASTSource(fn=P._kernel(), signature={
+    "s_ptr": "*fp32", "a_ptr": "*fp32", "b_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32",
+    "row_stride": "i32", "ROWS": "constexpr", "COLUMNS": "constexpr"},
+    constexprs={"ROWS": P.ROWS, "COLUMNS": P.COLUMNS})
+assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 print("compiled")
 """
 
 
 @needs_triton
 def test_the_fused_kernel_compiles_for_an_h200():
-    """The kernel as the GPU runs it, not as the interpreter does: compiled to a cubin for
-    compute capability 9.0 (H100/H200), both ways of adding the counts, float32 scores.
+    """The kernels as the GPU runs them, not as the interpreter does: compiled to a cubin for
+    compute capability 9.0 (H100/H200): the fused count both ways of adding the counts, float32
+    scores, and cosine's factor per pair (``triton_pairs``).
     Compiling needs no GPU (Triton ships its own ptxas); in a fresh process, as the interpreter
     of the tests above leaves triton.language patched."""
     import subprocess
