@@ -24,6 +24,8 @@
 #
 # Run from anywhere, with a python that has torch with CUDA (PYTHON=..., default python3):
 #     bash benchmarks/gpu_check.sh
+# On a borrowed machine that returns only its $OUT, the figures and the log straight there:
+#     GPU_CHECK_RESULTS=$OUT bash benchmarks/gpu_check.sh
 # Without a GPU, the same commands at smoke size on the CPU (to check the script itself):
 #     GPU_CHECK_DEVICE=cpu GPU_CHECK_SMALL=1 bash benchmarks/gpu_check.sh
 # Exits non-zero as soon as a step fails.
@@ -33,11 +35,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON=${PYTHON:-python3}
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 SMALL=${GPU_CHECK_SMALL:-0}
-RESULTS=benchmarks/results
+# GPU_CHECK_RESULTS: where the figures and the log go (a borrowed machine returns only what a
+# command writes to its $OUT: GPU_CHECK_RESULTS=$OUT keeps them even if the run is stopped)
+RESULTS=${GPU_CHECK_RESULTS:-benchmarks/results}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$RESULTS"
 START=$SECONDS
+# everything printed also goes to a log beside the figures (a tool that keeps only the tail of
+# the output loses the tests' report otherwise)
+LOG="$RESULTS/gpu_check_${DEVICE%%:*}$([[ "$SMALL" == 1 ]] && echo _smoke || true).log"
+exec > >(tee "$LOG") 2>&1
 
 step() { printf '\n== [%3ds] %s\n' "$((SECONDS - START))" "$*"; }
 fail() { printf '\nFAILED: %s\n' "$*" >&2; exit 1; }
