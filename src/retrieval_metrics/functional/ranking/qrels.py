@@ -12,6 +12,7 @@ its grades per query for :func:`judged_ideal` and :func:`with_unretrieved`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -55,16 +56,12 @@ def sorted_ids(ids: Tensor, among: Tensor | None = None) -> tuple[Tensor, Tensor
     return order, ids[order]
 
 
-#: Fibonacci hashing's multiplier (2**64 / the golden ratio, as a signed int64): the high bits
-#: of ``id * it`` mix every bit of the id, so ids that share their low bits (multiples of a
-#: million) fall into different buckets.
-_GOLDEN = 0x9E3779B97F4A7C15 - 2**64
-
-
-def _buckets(ids: Tensor, bits: int) -> Tensor:
-    """Each int64 id's bucket among ``2**bits``: the top ``bits`` bits of ``id * _GOLDEN``
-    (the product wraps, as int64 arithmetic does)."""
-    return ((ids * _GOLDEN) >> (64 - bits)) & ((1 << bits) - 1)
+@functools.cache
+def _prime_below(n: int) -> int:
+    """The largest prime below ``n`` (``n`` a power of two, 2**10 to 2**24: a few thousand
+    trial divisions, once each)."""
+    return next(c for c in range(n - 1, 1, -1)
+                if all(c % d for d in range(2, math.isqrt(c) + 1)))
 
 
 def positions_among(ids: Tensor, wanted: Tensor) -> Tensor:
@@ -72,14 +69,18 @@ def positions_among(ids: Tensor, wanted: Tensor) -> Tensor:
     distinct, not empty).
 
     A binary search of every id among the wanted ones is a corpus-sized pass of a dozen steps
-    an id (2M ids among 3,000: 0.06 s); here each id's bucket is read in a table marking the
-    wanted ids' buckets, one gather (0.008 s), and only the ids in a marked bucket (the wanted
-    ones and about 1 in 256 others) are searched exactly. Ids that collide cost time only: the
-    answer is the search's."""
-    bits = min(24, max(16, (256 * wanted.numel() - 1).bit_length()))
-    marked = torch.zeros(1 << bits, dtype=torch.bool)
-    marked[_buckets(wanted, bits)] = True
-    candidates = flat_nonzero(marked[_buckets(ids, bits)])
+    an id (2M ids among 3,000: 0.06 s); here each id's bucket (the id modulo a prime, so that
+    ids sharing their low bits or decimal zeros spread) is read in a table marking the wanted
+    ids' buckets, one gather (0.008 s), and only the ids in a marked bucket (the wanted ones and
+    about 1 in 128 others) are searched exactly. Ids that collide cost time only: the answer is
+    the search's. The table holds 128 to 256 buckets a wanted id, but no more than half as many
+    as the ids (a table the size of the corpus would cost more to clear than the search it
+    spares): one pass over the ids less than the search, two int64 writes an id in all."""
+    wide = min(256 * wanted.numel(), ids.numel() // 2)
+    size = _prime_below(1 << min(24, max(10, wide.bit_length() - 1)))
+    marked = torch.zeros(size, dtype=torch.bool)
+    marked[wanted.remainder(size)] = True
+    candidates = flat_nonzero(marked[ids.remainder(size)])
     found = ids[candidates]
     # (an id above every wanted one lands past them, on a repeat of the last: no clamp)
     probe = torch.cat([wanted, wanted[-1:]])
