@@ -109,6 +109,45 @@ def test_the_fused_kernel_counts_as_the_definition(block, transposed):
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
 
 
+#: factors per column: reciprocal norms that round (1/3, 1/7), powers of two, 1 (a padded or
+#: zero row's), and one whose products are subnormal for small scores
+FACTORS = [1 / 3, 1 / 7, 0.5, 1.0, 3.0, 2.0**-20, 0.7071067811865476]
+
+
+@needs_triton
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(blocks(), st.booleans(), st.integers(0, 2**31 - 1), st.integers(0, 6))
+def test_the_fused_kernel_folds_a_factor_per_column(block, transposed, seed, from_scores):
+    """Given a factor per column, the kernel counts ``s * factor`` as torch's ``s.mul_(factor)``
+    leaves it (one float32 product a score, rounded alike), and leaves ``s`` as it is. The
+    relevant scores are drawn from the scaled block itself (``from_scores`` of them a row), as
+    the pass reads them from the scaled products, so that items tie them exactly: one rounding
+    apart, the ties would split."""
+    s, rel = block
+    gen = torch.Generator().manual_seed(seed)
+    factor = torch.tensor(FACTORS, dtype=torch.float32)[
+        torch.randint(0, len(FACTORS), (s.shape[1],), generator=gen)
+    ]
+    scaled = s.clone().mul_(factor)
+    if from_scores:
+        picks = torch.randint(0, s.shape[1], (s.shape[0], from_scores), generator=gen)
+        taken = torch.gather(scaled, 1, picks) + 0.0
+        rel = torch.sort(torch.cat([rel, taken], 1), 1).values
+    expected = _by_definition(scaled, rel)
+    kept = s.clone()
+    on = [h.to(KERNEL_DEVICE) for h in _histograms(*rel.shape)]
+    block_ = s.T.contiguous().to(KERNEL_DEVICE).T if transposed else s.to(KERNEL_DEVICE)
+    triton_count.count_block_fused(block_, rel.to(KERNEL_DEVICE), *on, factor.to(KERNEL_DEVICE))
+    assert torch.equal(on[0].cpu(), expected[0]) and torch.equal(on[1].cpu(), expected[1])
+    assert torch.equal(block_.cpu(), kept)  # (the scores themselves untouched)
+    # torch's whole-block backend, given the factor, counts the same (scaling in place)
+    searched = _histograms(*rel.shape)
+    counters.TorchDeviceCounter(torch.device("cpu")).count_whole(
+        s.clone(), rel, *searched, 2**20, torch.zeros(0), factor
+    )
+    assert torch.equal(searched[0], expected[0]) and torch.equal(searched[1], expected[1])
+
+
 @needs_triton
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1), st.sampled_from([65, 300, 2000]))
@@ -321,16 +360,18 @@ from retrieval_metrics.functional.ranking.engine import triton_count as T
 
 signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_le_ptr": "*i64",
              "n_rows": "i32", "n_cols": "i32", "m": "i32", "row_stride": "i32",
-             "col_stride": "i32",
-             "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr"}
+             "col_stride": "i32", "factor_ptr": "*fp32",
+             "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr",
+             "SCALED": "constexpr"}
 for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic adds
     # rows of unit stride (a block read along its rows; Triton specialises a stride of 1), and
-    # a transposed view (columns of unit stride)
+    # a transposed view (columns of unit stride); with and without a factor per column
     for strides in ({"col_stride": 1}, {"row_stride": 1}):
-        source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
-                           constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
-                                       "SEARCH_STEPS": steps, **strides})
-        assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+        for scaled in (False, True):
+            source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
+                               constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
+                                           "SEARCH_STEPS": steps, "SCALED": scaled, **strides})
+            assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 # cosine's factor per pair (triton_pairs), on a block whose rows lie further apart than its width
 from retrieval_metrics.functional.ranking.engine import triton_pairs as P
 source = ASTSource(fn=P._kernel(), signature={
@@ -346,7 +387,8 @@ print("compiled")
 def test_the_fused_kernel_compiles_for_an_h200():
     """The kernels as the GPU runs them, not as the interpreter does: compiled to a cubin for
     compute capability 9.0 (H100/H200): the fused count both ways of adding the counts, float32
-    scores, and cosine's factor per pair (``triton_pairs``).
+    scores, with and without a factor per column, and cosine's factor per pair
+    (``triton_pairs``).
     Compiling needs no GPU (Triton ships its own ptxas); in a fresh process, as the interpreter
     of the tests above leaves triton.language patched."""
     import subprocess

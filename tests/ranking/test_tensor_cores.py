@@ -65,8 +65,10 @@ def _data(similarity: str, n: int = 160, seed: int = 0) -> tuple[torch.Tensor, t
     return emb, labels
 
 
-def _run(form: str, x: torch.Tensor, labels: torch.Tensor, similarity: str, device: str):
-    """compute() of ``form`` fed ``x`` (moved to ``device``)."""
+def _run(form: str, x: torch.Tensor, labels: torch.Tensor, similarity: str, device: str,
+         budget: int | None = None):
+    """compute() of ``form`` fed ``x`` (moved to ``device``); ``budget``: the memory budget
+    (default: the one-sided form's small one, else the device's)."""
     x, labels = x.to(device), labels.to(device)
     if form == "image_text":
         images, captions = x[:40], x[40:]
@@ -78,12 +80,13 @@ def _run(form: str, x: torch.Tensor, labels: torch.Tensor, similarity: str, devi
         qrels = {q: {1000 + (q * 7 + j) % 120: 1 + j % 3 for j in range(1 + q % 4)}
                  for q in range(40)}
         metric = rm.RetrievalMetrics(["ndcg@10", "recall@20", "mrr@10", "map"], qrels=qrels,
-                                     similarity=similarity).to(device)
+                                     similarity=similarity, memory_budget=budget).to(device)
         for part in torch.arange(40, 160).split(32):
             metric.update(x[part.to(device)], ids=(part + 960).tolist(), role="gallery")
         metric.update(x[:40], ids=list(range(40)), role="query")
     else:
-        budget = 2**16 if form == "one_sided" else None  # too small for the symmetric pass
+        if form == "one_sided":
+            budget = 2**16  # too small for the symmetric pass
         metric = rm.RetrievalMetrics(NAMES, similarity=similarity,
                                      memory_budget=budget).to(device)
         if form in ("same_source", "one_sided"):
@@ -272,3 +275,69 @@ def test_the_passes_apply_fused_pair_factors_as_they_rank(form, monkeypatch):
         got = _run(form, half, labels, "cosine", "cuda")
     assert calls, "no pair factors were applied in one pass"
     assert got == want
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or os.environ.get("TRITON_INTERPRET") != "1",
+    reason="runs the kernel on the emulated device's host tensors: triton's interpreter (on a "
+    "GPU, test_every_form_multiplies_half_and_ranks_as_float64 takes the compiled kernel)",
+)
+@pytest.mark.parametrize("form", ["fixed_gallery", "qrels"])
+def test_the_counting_folds_cosines_factor_per_column(form, monkeypatch):
+    """Where the counting backend folds a half product's factor per column (Triton's), the
+    one-sided pass hands it each block as the product left it, with cosine's 1/|g_j| (here:
+    the emulated device's host tensors, the kernel interpreted; a gallery of 1,000 in blocks
+    of a small budget, its relevant items in more blocks than stay cached, so that every block
+    is counted as it is computed). The values are float64's, and the pass writes a score block
+    less for each block so counted: the block scaled in a pass of its own (a read and a write
+    of every score) is gone."""
+    from emulated_cuda import FakeCudaTensor
+    from retrieval_metrics.functional.ranking.engine import counters, triton_count
+    from work_counts import counting_work
+
+    fused, folded = triton_count.count_block_fused, []
+
+    def on_the_hosts(s, rel, hist_lt, hist_le, column_factor=None):
+        assert all(isinstance(t, FakeCudaTensor) for t in (s, rel, hist_lt, hist_le))
+        if column_factor is not None:
+            folded.append(s.numel())
+        fused(s.host, rel.host, hist_lt.host, hist_le.host,
+              None if column_factor is None else column_factor.host)
+
+    emb, labels = _data("cosine", n=1040)
+    labels = labels * 8 + torch.arange(1040) % 8  # (a few relevant items a query, not 65)
+    half = emb.to(torch.bfloat16)
+
+    def run(x: torch.Tensor, device: str) -> dict:
+        x, lab = x.to(device), labels.to(device)
+        if form == "qrels":
+            qrels = {q: {1000 + (q * 97 + 331 * j) % 1000: 1 + j % 3 for j in range(1 + q % 4)}
+                     for q in range(40)}
+            metric = rm.RetrievalMetrics(["ndcg@10", "recall@20", "mrr@10", "map"],
+                                         qrels=qrels, similarity="cosine", memory_budget=2**18)
+            metric = metric.to(device)
+            metric.set_gallery(x[40:], ids=torch.arange(1000, 2000, device=device))
+            metric.update(x[:40], ids=torch.arange(40, device=device), role="query")
+        else:
+            metric = rm.RetrievalMetrics(NAMES, similarity="cosine", memory_budget=2**18)
+            metric = metric.to(device)
+            metric.set_gallery(x[40:], lab[40:])
+            metric.update(x[:40], lab[:40], role="query")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {k: v.cpu().tolist() for k, v in metric.compute().items()}
+
+    want = run(half.double(), "cpu")
+    monkeypatch.setenv(counters.COUNTER_ENV, "triton")  # (on the emulated device)
+    monkeypatch.setattr(triton_count, "count_block_fused", on_the_hosts)
+    besides, scores_folded = {}, {}
+    for folds in (False, True):
+        monkeypatch.setattr(counters.TritonCounter, "folds_column_factor", folds)
+        folded.clear()
+        with emulated_cuda(), counting_work() as work:
+            got = run(half, "cuda")
+        assert got == want
+        besides[folds] = work.elements_written - work.elements_counting
+        scores_folded[folds] = sum(folded)
+    assert scores_folded[False] == 0 and scores_folded[True] >= 40 * 1000 // 2
+    assert besides[False] - besides[True] >= scores_folded[True]

@@ -136,6 +136,14 @@ class QueryBlock:
             return False
         return self.pruning or not compiled_for(p.dtype, self.r_counts)
 
+    def folds_column_factor(self) -> bool:
+        """Whether :meth:`count` may be given a block's scores before their factor per column
+        (a one-sided half product's cosine, ``s_ij * 1/|g_j|``), the counting backend applying
+        it as it reads each score: a backend that folds it, counting every block whole, and
+        nothing else reading the block's scores (a tie key compares them itself)."""
+        counter = self.p.counter
+        return counter.whole_blocks and counter.folds_column_factor and self.ties is None
+
     def reads_segment_maxima(self, b: int) -> bool:
         """Whether counting gallery block ``b`` needs its segment maxima: to raise the depth
         threshold, and on the CPU to choose between the sparse and the dense count (see
@@ -321,6 +329,7 @@ class QueryBlock:
         seeded: bool = False,
         segment_values: Callable[[Tensor], Tensor] | None = None,
         buffer: Tensor | None = None,
+        column_factor: Tensor | None = None,
     ) -> None:
         """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``: None where
         :meth:`reads_segment_maxima` says they are not needed) to the histograms.
@@ -329,9 +338,14 @@ class QueryBlock:
         then ``segment_values`` reads the scores of flat segment indices for the sparse count,
         and the dense count copies it row-major into ``buffer`` (at least as large; a new
         tensor without one). With a tie key, also the tied items of a smaller key.
+        ``column_factor``: the block's scores are ``s`` times it, column by column, applied
+        by the counting backend as it reads them (:meth:`folds_column_factor`).
         """
+        if column_factor is not None and not self.folds_column_factor():
+            raise ValueError("this block's counting cannot take a factor per column")
+
         def count_items() -> None:
-            self._count_items(s, seg_max, b, seeded, segment_values, buffer)
+            self._count_items(s, seg_max, b, seeded, segment_values, buffer, column_factor)
 
         if self.ties is None:
             count_items()
@@ -351,6 +365,7 @@ class QueryBlock:
         seeded: bool,
         segment_values: Callable[[Tensor], Tensor] | None,
         buffer: Tensor | None,
+        column_factor: Tensor | None = None,
     ) -> None:
 
         def row_major() -> Tensor:
@@ -367,7 +382,7 @@ class QueryBlock:
             counter = self.p.counter
             counter.count_whole(
                 s if counter.reads_strided else row_major(), self.rel_sorted, self.hist_lt,
-                self.hist_le, self.p.budget, self.num_finite,
+                self.hist_le, self.p.budget, self.num_finite, column_factor,
             )
             return
         if self.above_only:

@@ -83,12 +83,13 @@ def one_sided_pass(
         ranked = [q_blk, _query_factor(half, q_rows, q_blk.shape[0])]
 
         def block_scores(
-            b: int, out: Tensor, ranked: list = ranked, qb: QueryBlock = qb
+            b: int, out: Tensor, ranked: list = ranked, qb: QueryBlock = qb,
+            columns_left: bool = False,
         ) -> Tensor:
             rows = ranked[0]
             s = block_product(
                 rows, gallery_block(b), out[: rows.shape[0]], half, ranked[1],
-                gallery_factor(b), work,
+                None if columns_left else gallery_factor(b), work, columns_left,
             )[: qb.nb]
             qb.mask_excluded(s, b)
             width = min(block_g, num_g - b * block_g)
@@ -144,15 +145,22 @@ def one_sided_pass(
 
         qb.start_counting()
         seeded = set(read_first)
+        # a half product's cosine factor per column (1/|g_j|) applied by the counting backend
+        # as it reads each score, where it can (Triton's): no pass of its own over each block
+        left = half is not None and half.columns_only and qb.folds_column_factor()
         for b in range(-1, p.num_blocks_g):
             if b >= 0:
+                factor = None
                 if b in cache:
                     s, seg_max = _still_ranked(cache.pop(b), qb.kept, device)
+                elif left and not qb.reads_segment_maxima(b):
+                    s, seg_max = block_scores(b, scores, columns_left=True), None
+                    factor = gallery_factor(b)
                 else:
                     s, seg_max = block_scores(b, scores), None
                 if seg_max is None and qb.reads_segment_maxima(b):
                     seg_max = segment_maxima(s)
-                qb.count(s, seg_max, b, seeded=b in seeded)
+                qb.count(s, seg_max, b, seeded=b in seeded, column_factor=factor)
             kept = qb.drop_finished()
             if kept is not None:
                 # finished rows are multiplied no more: the products shrink to the rows still

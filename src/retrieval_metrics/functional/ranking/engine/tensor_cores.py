@@ -24,7 +24,9 @@ score block takes them after its product instead, in float32 (:class:`HalfProduc
   along their rows only and the scores stay in the ranking (the one-sided pass of an unsharded
   corpus), ``s_ij * 1/|b_j|``: a query's scores all lack the same positive factor 1/|a_i|,
   which orders and ties its items as the cosine does, in one pass over the block instead of
-  two;
+  two; and where the counting backend folds it (Triton's, ``Counter.folds_column_factor``), in
+  none: the fused count multiplies each score by its column's factor as it reads it, the same
+  float32 product, so a block counted as it is computed is read once and never rewritten;
 * euclidean: ``2 s_ij - |b_j|^2``, the float32 path's ``2 q.g - |g|^2``.
 """
 
@@ -69,6 +71,13 @@ class HalfProducts:
         out as a block (not where they are fused, nor where only the columns' are taken)."""
         return self.similarity == "cosine" and self.a_factor is not None and not self.fused
 
+    @property
+    def columns_only(self) -> bool:
+        """Whether a block takes a factor per column alone (cosine read along its rows only:
+        ``s_ij * 1/|b_j|``), which a counting backend may apply as it reads each score
+        (``Counter.folds_column_factor``) instead of a pass over the block here."""
+        return self.similarity == "cosine" and self.a_factor is None
+
     def block(self, factor: Tensor | None, index: int, size: int) -> Tensor | None:
         """``factor`` of block ``index`` of its matrix in blocks of ``size`` rows (the last
         padded to ``size``: :meth:`rows`)."""
@@ -88,13 +97,17 @@ class HalfProducts:
 
     def product(
         self, a: Tensor, b: Tensor, out: Tensor, a_factor: Tensor | None,
-        b_factor: Tensor | None, work: Tensor | None,
+        b_factor: Tensor | None, work: Tensor | None, columns_left: bool = False,
     ) -> Tensor:
         """Scores of rows ``a`` against rows ``b`` (half) into ``out`` (float32), their
         factors given for those rows (:meth:`rows`); ``work``: a float32 buffer of at least
         ``out``'s size, apart from it, for cosine's factor per pair (where ``a_factor`` is
-        given)."""
+        given). ``columns_left`` (:attr:`columns_only`): the product alone, its factor per
+        column left to the counting backend that folds it."""
         s = torch.mm(a, b.T, out_dtype=out.dtype, out=out)
+        if columns_left:
+            assert self.columns_only, "only a factor per column is left to the counting"
+            return s
         if self.similarity == "cosine" and a_factor is None:
             assert b_factor is not None
             s.mul_(b_factor)
@@ -117,14 +130,15 @@ class HalfProducts:
 def block_product(
     a: Tensor, b: Tensor, out: Tensor, half: HalfProducts | None = None,
     a_factor: Tensor | None = None, b_factor: Tensor | None = None,
-    work: Tensor | None = None,
+    work: Tensor | None = None, columns_left: bool = False,
 ) -> Tensor:
     """The score block ``a @ b.T`` into ``out``: one product of the prepared matrices, or with
-    ``half`` the tensor cores' product and its factors (:meth:`HalfProducts.product`). Every
-    pass computes its blocks here."""
+    ``half`` the tensor cores' product and its factors (:meth:`HalfProducts.product`;
+    ``columns_left``: without its factor per column, which the counting applies). Every pass
+    computes its blocks here."""
     if half is None:
         return torch.mm(a, b.T, out=out)
-    return half.product(a, b, out, a_factor, b_factor, work)
+    return half.product(a, b, out, a_factor, b_factor, work, columns_left)
 
 
 def _norms(x: Tensor | RowBatches) -> Tensor:

@@ -49,18 +49,25 @@ def available() -> bool:
 
 def count_tile(
     s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m, row_stride, col_stride,
+    factor_ptr,
     ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
+    SCALED: tl.constexpr,
 ):
     """The kernel's source: one ``ROWS x COLUMNS`` tile of the block (:func:`_kernel` makes it
     a Triton kernel). The block is read through its strides: a product read along its columns
-    (the two-sided pass counts ``s.T``) is counted where it lies, not copied first."""
+    (the two-sided pass counts ``s.T``) is counted where it lies, not copied first. ``SCALED``:
+    each score is first multiplied by its column's factor (``factor_ptr``), the one float32
+    product torch's ``s.mul_(factor)`` rounds, in registers instead of a pass over the block."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
     row_in = rows < n_rows
-    inside = row_in[:, None] & (cols < n_cols)[None, :]
+    col_in = cols < n_cols
+    inside = row_in[:, None] & col_in[None, :]
     rows64 = rows.to(tl.int64)
     at = rows64[:, None] * row_stride + cols[None, :].to(tl.int64) * col_stride
     s = tl.load(s_ptr + at, mask=inside, other=0.0)
+    if SCALED:
+        s = s * tl.load(factor_ptr + cols, mask=col_in, other=1.0)[None, :]
     rel_row = rel_ptr + rows64[:, None] * m
     # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
     lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
@@ -102,12 +109,15 @@ def _kernel():
 
 
 def count_block_fused(
-    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor
+    s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor,
+    column_factor: Tensor | None = None,
 ) -> None:
     """Add every item of score block ``s`` (``rows x items``, any strides: a transposed view
     is read in place) to the int64 histograms ``hist_lt`` and ``hist_le`` (``rows * (m + 1)``,
     row-major) against each row's relevant scores ``rel_sorted`` (``rows x m``, ascending, +inf
-    padding), as ``kernels.count_block_searched`` does; one kernel launch, no host read."""
+    padding), as ``kernels.count_block_searched`` does; one kernel launch, no host read.
+    ``column_factor`` (float32, one entry a column): the items counted are ``s * column_factor``
+    as ``s.mul_(column_factor)`` would leave them, and ``s`` is left as it is."""
     n_rows, n_cols = s.shape
     m = rel_sorted.shape[1]
     if n_rows == 0 or n_cols == 0:
@@ -115,9 +125,17 @@ def count_block_fused(
     rel = rel_sorted.contiguous()
     if rel.dtype != s.dtype:
         raise TypeError(f"scores and relevant scores differ in dtype: {s.dtype}, {rel.dtype}")
+    if column_factor is not None and (
+        column_factor.shape != (n_cols,) or column_factor.dtype != s.dtype
+    ):
+        raise ValueError(
+            f"count_block_fused: a column factor of shape ({n_cols},) and dtype {s.dtype} is "
+            f"needed, got {tuple(column_factor.shape)} {column_factor.dtype}"
+        )
     steps = max(1, int(m).bit_length())  # 2**steps > m: the search reaches every count 0..m
     grid = (-(-n_rows // ROWS), -(-n_cols // COLUMNS))
     _kernel()[grid](
         s, rel, hist_lt, hist_le, n_rows, n_cols, m, s.stride(0), s.stride(1),
-        ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps,
+        s if column_factor is None else column_factor.contiguous(),
+        ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps, SCALED=column_factor is not None,
     )
