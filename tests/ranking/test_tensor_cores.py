@@ -245,11 +245,16 @@ def test_the_fused_pair_factors_equal_torchs_two_operations(rows, cols, extra, s
     assert torch.equal(got.cpu(), expected)
 
 
-@pytest.mark.skipif(
+#: tests that run a Triton kernel on the emulated device's host tensors: under triton's
+#: interpreter only (on a GPU, test_every_form_multiplies_half_and_ranks_as_float64 takes the
+#: compiled kernels)
+kernels_on_the_hosts = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None or os.environ.get("TRITON_INTERPRET") != "1",
-    reason="runs the kernel on the emulated device's host tensors: triton's interpreter (on a "
-    "GPU, test_every_form_multiplies_half_and_ranks_as_float64 takes the compiled kernel)",
+    reason="runs the kernel on the emulated device's host tensors: triton's interpreter",
 )
+
+
+@kernels_on_the_hosts
 @pytest.mark.parametrize("form", ["same_source", "image_text"])
 def test_the_passes_apply_fused_pair_factors_as_they_rank(form, monkeypatch):
     """Where the counting backend fuses cosine's pair factors (Triton's), the symmetric pass
@@ -277,11 +282,7 @@ def test_the_passes_apply_fused_pair_factors_as_they_rank(form, monkeypatch):
     assert got == want
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or os.environ.get("TRITON_INTERPRET") != "1",
-    reason="runs the kernel on the emulated device's host tensors: triton's interpreter (on a "
-    "GPU, test_every_form_multiplies_half_and_ranks_as_float64 takes the compiled kernel)",
-)
+@kernels_on_the_hosts
 @pytest.mark.parametrize("form", ["fixed_gallery", "qrels"])
 def test_the_counting_folds_cosines_factor_per_column(form, monkeypatch):
     """Where the counting backend folds a half product's factor per column (Triton's), the
