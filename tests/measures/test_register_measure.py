@@ -60,6 +60,13 @@ def test_unregistered_names_are_unknown_again(hits_sq):
         with pytest.raises(ValueError, match="unknown metric"):
             M.parse_metric("hits_sq@2")
         assert "hits_sq" not in M.MEASURES
+        # the same name registered again with another cut-off rule parses by the new rule
+        # (parse_metric keeps its specs, and reads a name again once the measures change)
+        M.register_measure(M.Measure("hits_sq", hits_squared, "none"))
+        with pytest.raises(ValueError, match="takes no cut-off"):
+            M.parse_metric("hits_sq@2")
+        assert M.parse_metric("hits_sq").k is None
+        M.unregister_measure("hits_sq")
     finally:
         M.register_measure(HITS_SQ)  # for the fixture to remove
 

@@ -289,9 +289,14 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
             fold_tables = {}
             for d in DIRECTIONS:
                 size = self._fold_sizes[d][f]
-                fold_tables[d] = tables[d].select(torch.arange(starts[d], starts[d] + size))
+                # (one fold is the whole table: no copy of it)
+                fold_tables[d] = tables[d] if size == tables[d].num_queries else tables[d].select(
+                    torch.arange(starts[d], starts[d] + size)
+                )
                 starts[d] += size
             rows.append(self._fold_values(fold_tables))
+        if len(rows) == 1:
+            return rows[0]  # (the mean of one fold is its value)
         return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
 
     def compute(self) -> dict[str, Tensor]:  # type: ignore[override]

@@ -17,6 +17,7 @@ from retrieval_metrics.functional.measures.registry import (
     IR_MEASURES,
     MEASURES,
     NAME_PARAMS,
+    NAMES_GENERATION,
     Measure,
     built_in,
 )
@@ -179,6 +180,14 @@ def parse_metric(name: str) -> MetricSpec:
     """
     if not isinstance(name, str):
         raise ValueError(f"metric names must be strings, got {name!r}")
+    return _parsed(name, NAMES_GENERATION[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(name: str, generation: int) -> MetricSpec:
+    """:func:`parse_metric` of ``name`` with the measures registered at ``generation``: every
+    compute() of a metric reads its names again (30 parses for image-text's values), and a
+    spec is immutable (a name that fails to parse raises each time: nothing is kept)."""
     # ir_measures' names first, case as written: its nDCG@10 (trec_eval's linear gain) is not
     # the library's ndcg@10 (exponential gain, as most papers)
     spec = _ir_measures_spec(name.strip())

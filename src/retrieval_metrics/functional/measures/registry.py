@@ -253,8 +253,14 @@ def built_in(base: str) -> bool:
     return base in _BUILT_IN
 
 
+#: How many times MEASURES has changed: what is read off the names and kept (the specs
+#: ``parsing.parse_metric`` caches) is keyed by it, so that it is read again after a change.
+NAMES_GENERATION = [0]
+
+
 def _names_changed() -> None:
     """Rebuild, in place, what is read off MEASURES: RANK_METRICS and IR_MEASURES."""
+    NAMES_GENERATION[0] += 1
     RANK_METRICS.clear()
     RANK_METRICS.update(base for base, m in MEASURES.items() if m.rank)
     IR_MEASURES.clear()
