@@ -242,7 +242,7 @@ def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form, dtype):
     finally:
         counting.QueryBlock.__init__ = original
     assert syncs[0] == syncs[1] == syncs[2], syncs
-    assert syncs[0] <= 30, syncs
+    assert syncs[0] <= 20, syncs  # (the GPU target: at most 20 a compute())
     assert blocks[2] > blocks[0], blocks  # the largest is ranked in more blocks
 
 
@@ -261,7 +261,7 @@ def test_host_syncs_of_a_sharded_gallery_do_not_grow(tmp_path):
         got = [payload[f"syncs:{n}"] for n in sizes]
         counts = [g["syncs"] for g in got]
         assert counts[0] == counts[1] == counts[2], (rank, counts, got[2]["log"])
-        assert counts[0] <= 30, (rank, got[0]["log"])
+        assert counts[0] <= 20, (rank, got[0]["log"])
         assert got[2]["blocks"] > got[0]["blocks"], (rank, [g["blocks"] for g in got])
 
 

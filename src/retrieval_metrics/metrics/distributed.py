@@ -31,7 +31,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.primitives import sent_without_waiting, to_device
 from retrieval_metrics.functional.ranking import Exchange
-from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.items import Items, keys_on_host
 from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.table import (
     PRESENT,
@@ -481,5 +481,7 @@ def rank_gallery_sharded(
     exchange = DistributedExchange(group) if distributed else Exchange()
     if shard is None:  # this process holds no gallery items
         shard = queries.select(torch.zeros(0, dtype=torch.int64))
+    # (the relevance sets are built on the host: both sides' keys read in one copy)
+    queries, shard = keys_on_host(queries, shard)
     table = options.rank_sharded(queries, shard, exchange)
     return table, exchange.sent

@@ -17,7 +17,7 @@ from torch import Tensor
 from retrieval_metrics.functional.primitives import is_identity, to_device, to_host
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 
-__all__ = ["ITEM_FIELDS", "KEY_FIELDS", "Items", "Keys"]
+__all__ = ["ITEM_FIELDS", "KEY_FIELDS", "Items", "Keys", "keys_on_host"]
 
 #: the per-item tensors a side may carry, embeddings first
 ITEM_FIELDS = ("emb", "labels", "ids", "cameras", "positions", "order")
@@ -94,10 +94,23 @@ class Items:
         """These items with their keys (every field but ``emb``) on the host, read from a device
         in one copy: the relevance sets are built on the host, so a ranking in chunks of
         queries reads them once, not once a chunk."""
-        names = [f.name for f in fields(self) if f.name != "emb"]
-        names = [name for name in names if getattr(self, name) is not None]
-        read = to_host([getattr(self, name) for name in names])
-        return replace(self, **dict(zip(names, read, strict=True)))
+        return keys_on_host(self)[0]
 
     def with_ids(self, ids: Tensor) -> Items:
         return replace(self, ids=ids)
+
+
+def keys_on_host(*sides: Items) -> tuple[Items, ...]:
+    """Each of ``sides`` with its keys (every field but ``emb``) on the host, all of them read
+    from a device in one copy (:func:`~retrieval_metrics.functional.primitives.to_host`): the
+    relevance sets are built on the host, and each key read by itself is a wait apiece."""
+    names = [
+        [f.name for f in fields(side) if f.name != "emb" and getattr(side, f.name) is not None]
+        for side in sides
+    ]
+    read = iter(to_host([getattr(side, n) for side, side_names in zip(sides, names, strict=True)
+                         for n in side_names]))
+    return tuple(
+        replace(side, **{n: next(read) for n in side_names})
+        for side, side_names in zip(sides, names, strict=True)
+    )

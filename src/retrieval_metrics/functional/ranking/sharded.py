@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts, row_of_entries
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, id_codes
 from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.counters import choose_counter
@@ -139,9 +140,11 @@ def sharded_table(
     num_relevant = torch.bincount(all_query, minlength=num_q)
     ptr = ptr_from_counts(num_relevant)
     above, tied = schedule.blocked_counts(inputs, blocked, (ptr, all_scores))
-    above, tied = exchange.sum(above), exchange.sum(tied)
     local_size = rel.gallery_index.numel() - rel.num_excluded
-    gallery_size = exchange.sum(local_size)
+    # the three per-query sums in one reduce (one collective, one wait for its result)
+    parts = [above, tied, local_size]
+    summed = exchange.sum(torch.cat([to_device(x, above.device).reshape(-1) for x in parts]))
+    above, tied, gallery_size = summed.split([x.numel() for x in parts])
     all_grades = None
     if judged and rel.query_grades is not None:
         all_grades = gathered[3][order]
