@@ -116,19 +116,20 @@ FACTORS = [1 / 3, 1 / 7, 0.5, 1.0, 3.0, 2.0**-20, 0.7071067811865476]
 
 @needs_triton
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(blocks(), st.booleans(), st.integers(0, 2**31 - 1), st.integers(0, 6))
-def test_the_fused_kernel_folds_a_factor_per_column(block, transposed, seed, from_scores):
+@given(blocks(), st.booleans(), st.integers(0, 2**31 - 1), st.integers(0, 6), st.booleans())
+def test_the_fused_kernel_folds_a_factor_per_column(block, transposed, seed, from_scores, pair):
     """Given a factor per column, the kernel counts ``s * factor`` as torch's ``s.mul_(factor)``
-    leaves it (one float32 product a score, rounded alike), and leaves ``s`` as it is. The
-    relevant scores are drawn from the scaled block itself (``from_scores`` of them a row), as
-    the pass reads them from the scaled products, so that items tie them exactly: one rounding
-    apart, the ties would split."""
+    leaves it (one float32 product a score, rounded alike), and leaves ``s`` as it is; given one
+    per row too (``pair``: cosine's factor per pair), ``s * (row[:, None] * column[None, :])``
+    as torch rounds it (``triton_pairs``). The relevant scores are drawn from the scaled block
+    itself (``from_scores`` of them a row), as the pass reads them from the scaled products, so
+    that items tie them exactly: one rounding apart, the ties would split."""
     s, rel = block
     gen = torch.Generator().manual_seed(seed)
-    factor = torch.tensor(FACTORS, dtype=torch.float32)[
-        torch.randint(0, len(FACTORS), (s.shape[1],), generator=gen)
-    ]
-    scaled = s.clone().mul_(factor)
+    pick = torch.tensor(FACTORS, dtype=torch.float32)
+    factor = pick[torch.randint(0, len(FACTORS), (s.shape[1],), generator=gen)]
+    row = pick[torch.randint(0, len(FACTORS), (s.shape[0],), generator=gen)] if pair else None
+    scaled = s.clone().mul_(factor if row is None else row[:, None] * factor[None, :])
     if from_scores:
         picks = torch.randint(0, s.shape[1], (s.shape[0], from_scores), generator=gen)
         taken = torch.gather(scaled, 1, picks) + 0.0
@@ -137,13 +138,16 @@ def test_the_fused_kernel_folds_a_factor_per_column(block, transposed, seed, fro
     kept = s.clone()
     on = [h.to(KERNEL_DEVICE) for h in _histograms(*rel.shape)]
     block_ = s.T.contiguous().to(KERNEL_DEVICE).T if transposed else s.to(KERNEL_DEVICE)
-    triton_count.count_block_fused(block_, rel.to(KERNEL_DEVICE), *on, factor.to(KERNEL_DEVICE))
+    triton_count.count_block_fused(
+        block_, rel.to(KERNEL_DEVICE), *on, factor.to(KERNEL_DEVICE),
+        None if row is None else row.to(KERNEL_DEVICE),
+    )
     assert torch.equal(on[0].cpu(), expected[0]) and torch.equal(on[1].cpu(), expected[1])
     assert torch.equal(block_.cpu(), kept)  # (the scores themselves untouched)
-    # torch's whole-block backend, given the factor, counts the same (scaling in place)
+    # torch's whole-block backend, given the factors, counts the same (scaling in place)
     searched = _histograms(*rel.shape)
     counters.TorchDeviceCounter(torch.device("cpu")).count_whole(
-        s.clone(), rel, *searched, 2**20, torch.zeros(0), factor
+        s.clone(), rel, *searched, 2**20, torch.zeros(0), factor, row
     )
     assert torch.equal(searched[0], expected[0]) and torch.equal(searched[1], expected[1])
 
@@ -360,17 +364,19 @@ from retrieval_metrics.functional.ranking.engine import triton_count as T
 
 signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_le_ptr": "*i64",
              "n_rows": "i32", "n_cols": "i32", "m": "i32", "row_stride": "i32",
-             "col_stride": "i32", "factor_ptr": "*fp32",
+             "col_stride": "i32", "factor_ptr": "*fp32", "row_factor_ptr": "*fp32",
              "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr",
-             "SCALED": "constexpr"}
+             "SCALED": "constexpr", "ROW_SCALED": "constexpr"}
 for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic adds
     # rows of unit stride (a block read along its rows; Triton specialises a stride of 1), and
-    # a transposed view (columns of unit stride); with and without a factor per column
+    # a transposed view (columns of unit stride); without factors, with one per column, and
+    # with one per row and per column
     for strides in ({"col_stride": 1}, {"row_stride": 1}):
-        for scaled in (False, True):
+        for scaled, row_scaled in ((False, False), (True, False), (True, True)):
             source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
                                constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
-                                           "SEARCH_STEPS": steps, "SCALED": scaled, **strides})
+                                           "SEARCH_STEPS": steps, "SCALED": scaled,
+                                           "ROW_SCALED": row_scaled, **strides})
             assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
 # cosine's factor per pair (triton_pairs), on a block whose rows lie further apart than its width
 from retrieval_metrics.functional.ranking.engine import triton_pairs as P

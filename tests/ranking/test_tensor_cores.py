@@ -282,6 +282,47 @@ def test_the_passes_apply_fused_pair_factors_as_they_rank(form, monkeypatch):
     assert got == want
 
 
+def _counted_on_the_hosts(folded: list[int], pairs: bool):
+    """triton_count.count_block_fused run on the emulated device's host tensors (the kernel
+    interpreted), noting in ``folded`` the scores of each block counted with its factors (per
+    pair where ``pairs``, else per column alone)."""
+    from emulated_cuda import FakeCudaTensor
+    from retrieval_metrics.functional.ranking.engine import triton_count
+
+    fused = triton_count.count_block_fused
+
+    def count(s, rel, hist_lt, hist_le, column_factor=None, row_factor=None):
+        assert all(isinstance(t, FakeCudaTensor) for t in (s, rel, hist_lt, hist_le))
+        if column_factor is not None and pairs == (row_factor is not None):
+            folded.append(s.numel())
+        fused(s.host, rel.host, hist_lt.host, hist_le.host,
+              *(None if f is None else f.host for f in (column_factor, row_factor)))
+
+    return count
+
+
+def _with_and_without_folding(monkeypatch, run, want: dict, folded: list[int]):
+    """``run()`` on the emulated device with Triton's counting (its kernels on the hosts, as
+    the caller patched them), first without folding factors, then with: each time equal to
+    ``want``. Returns, per setting, the work besides the products and the counting, the scores
+    counted with their factors folded (``folded``, filled by the patched count), and the work."""
+    from retrieval_metrics.functional.ranking.engine import counters
+    from work_counts import counting_work
+
+    monkeypatch.setenv(counters.COUNTER_ENV, "triton")  # (on the emulated device)
+    besides, scores_folded, works = {}, {}, []
+    for folds in (False, True):
+        monkeypatch.setattr(counters.TritonCounter, "folds_column_factor", folds)
+        folded.clear()
+        with emulated_cuda(), counting_work() as work:
+            got = run()
+        assert got == want
+        besides[folds] = work.elements_written - work.elements_counting
+        scores_folded[folds] = sum(folded)
+        works.append(work)
+    return besides, scores_folded, works
+
+
 @kernels_on_the_hosts
 @pytest.mark.parametrize("form", ["fixed_gallery", "qrels"])
 def test_the_counting_folds_cosines_factor_per_column(form, monkeypatch):
@@ -292,18 +333,10 @@ def test_the_counting_folds_cosines_factor_per_column(form, monkeypatch):
     is counted as it is computed). The values are float64's, and the pass writes a score block
     less for each block so counted: the block scaled in a pass of its own (a read and a write
     of every score) is gone."""
-    from emulated_cuda import FakeCudaTensor
-    from retrieval_metrics.functional.ranking.engine import counters, triton_count
-    from work_counts import counting_work
+    from retrieval_metrics.functional.ranking.engine import triton_count
 
-    fused, folded = triton_count.count_block_fused, []
-
-    def on_the_hosts(s, rel, hist_lt, hist_le, column_factor=None):
-        assert all(isinstance(t, FakeCudaTensor) for t in (s, rel, hist_lt, hist_le))
-        if column_factor is not None:
-            folded.append(s.numel())
-        fused(s.host, rel.host, hist_lt.host, hist_le.host,
-              None if column_factor is None else column_factor.host)
+    folded: list[int] = []
+    on_the_hosts = _counted_on_the_hosts(folded, pairs=False)
 
     emb, labels = _data("cosine", n=1040)
     labels = labels * 8 + torch.arange(1040) % 8  # (a few relevant items a query, not 65)
@@ -329,16 +362,59 @@ def test_the_counting_folds_cosines_factor_per_column(form, monkeypatch):
             return {k: v.cpu().tolist() for k, v in metric.compute().items()}
 
     want = run(half.double(), "cpu")
-    monkeypatch.setenv(counters.COUNTER_ENV, "triton")  # (on the emulated device)
     monkeypatch.setattr(triton_count, "count_block_fused", on_the_hosts)
-    besides, scores_folded = {}, {}
-    for folds in (False, True):
-        monkeypatch.setattr(counters.TritonCounter, "folds_column_factor", folds)
-        folded.clear()
-        with emulated_cuda(), counting_work() as work:
-            got = run(half, "cuda")
-        assert got == want
-        besides[folds] = work.elements_written - work.elements_counting
-        scores_folded[folds] = sum(folded)
+    besides, scores_folded, _ = _with_and_without_folding(
+        monkeypatch, lambda: run(half, "cuda"), want, folded
+    )
     assert scores_folded[False] == 0 and scores_folded[True] >= 40 * 1000 // 2
+    assert besides[False] - besides[True] >= scores_folded[True]
+
+
+@kernels_on_the_hosts
+@pytest.mark.parametrize("form", ["same_source", "image_text"])
+def test_the_counting_folds_cosines_factor_per_pair(form, monkeypatch):
+    """Where the counting backend folds factors (Triton's), a block pair of the symmetric pass
+    or of image-text's two ways computed to be counted leaves cosine's factor per pair to the
+    counting of both its sides (the rows' ``1/|a_i| * 1/|b_j|``, the columns' the same products
+    swapped): here the kernels interpreted on the emulated device's host tensors. The values
+    are float64's, and the work besides the products and the counting falls by at least one
+    element per score so counted (the pair factors' pass over the block is gone)."""
+    from retrieval_metrics.functional.ranking.engine import triton_count, triton_pairs
+
+    scaled, folded = triton_pairs.scale_by_pairs, []
+    count_on_the_hosts = _counted_on_the_hosts(folded, pairs=True)
+
+    def pairs_on_the_hosts(s, a, b):
+        scaled(s.host, a.host, b.host)
+        return s
+
+    emb, labels = _data("cosine", n=1040)
+    labels = labels * 8 + torch.arange(1040) % 8  # (a few relevant items a query)
+    half = emb.to(torch.bfloat16)
+
+    def run(x: torch.Tensor, device: str) -> dict:
+        x, lab = x.to(device), labels.to(device)
+        if form == "image_text":
+            images, captions = x[:200], x[200:1000]
+            metric = rm.CrossModalRetrieval(k=(1, 5, 10), similarity="cosine",
+                                            memory_budget=2**20).to(device)
+            metric.update(images[torch.arange(800, device=device) % 200], captions,
+                          torch.arange(800, device=device) % 200)
+        else:
+            metric = rm.RetrievalMetrics(NAMES, similarity="cosine", memory_budget=2**22)
+            metric = metric.to(device)
+            metric.update(x, lab)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return {k: v.cpu().tolist() for k, v in metric.compute().items()}
+
+    want = run(half.double(), "cpu")
+    monkeypatch.setattr(triton_count, "count_block_fused", count_on_the_hosts)
+    monkeypatch.setattr(triton_pairs, "scale_by_pairs", pairs_on_the_hosts)
+    besides, scores_folded, works = _with_and_without_folding(
+        monkeypatch, lambda: run(half, "cuda"), want, folded
+    )
+    for work in works:
+        assert work.passes["symmetric" if form == "same_source" else "two_way"] == 1
+    assert scores_folded[False] == 0 and scores_folded[True] > 0
     assert besides[False] - besides[True] >= scores_folded[True]

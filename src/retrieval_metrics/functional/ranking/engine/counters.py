@@ -57,9 +57,10 @@ class Counter:
     #: a half product's factors per pair (cosine's, where a block is read along its columns
     #: too) are applied in one pass (``triton_pairs``), not as a block of factors, then a product
     fuses_pair_factors: ClassVar[bool] = False
-    #: ``count_whole`` takes a factor per column (a one-sided half product's cosine, 1/|g_j|)
-    #: and multiplies each score by it as it reads it: the block is not scaled in a pass of
-    #: its own first (a read and a write of every score)
+    #: ``count_whole`` takes a factor per column (a one-sided half product's cosine, 1/|g_j|),
+    #: or per row and per column (a two-sided one's, 1/|a_i| * 1/|b_j|), and multiplies each
+    #: score by it as it reads it: the block is not scaled in a pass of its own first (a read
+    #: and a write of every score)
     folds_column_factor: ClassVar[bool] = False
 
     def __init__(self, device: torch.device) -> None:
@@ -72,12 +73,14 @@ class Counter:
     def count_whole(
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
         num_finite: Tensor, column_factor: Tensor | None = None,
+        row_factor: Tensor | None = None,
     ) -> None:
         """Add every item of score block ``s`` to the histograms (``kernels.count_block``'s
         contract): what a backend with ``whole_blocks`` counts a block by (the CPU's counts in
         the query block's own passes instead). ``column_factor``: the items are ``s`` times
-        it, column by column (the scores ``s.mul_(column_factor)`` leaves; given only to a
-        backend that ``folds_column_factor``)."""
+        it, column by column (the scores ``s.mul_(column_factor)`` leaves), and with
+        ``row_factor`` times ``row_factor[:, None] * column_factor[None, :]``; given only to a
+        backend that ``folds_column_factor``."""
         raise NotImplementedError
 
     def sort_rows(self, x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
@@ -126,8 +129,13 @@ class TorchDeviceCounter(Counter):
     def count_whole(
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
         num_finite: Tensor, column_factor: Tensor | None = None,
+        row_factor: Tensor | None = None,
     ) -> None:
-        if column_factor is not None:  # (the block's own pass: torch's kernels fuse nothing)
+        # (the block's own pass: torch's kernels fuse nothing)
+        if row_factor is not None:
+            assert column_factor is not None
+            s = s.mul_(row_factor[:, None] * column_factor[None, :])
+        elif column_factor is not None:
             s = s.mul_(column_factor)
         # a quarter of the counting's budget a chunk of rows
         kernels.count_block_searched(s, rel_sorted, hist_lt, hist_le, budget // 4)
@@ -144,10 +152,13 @@ class TritonCounter(TorchDeviceCounter):
     def count_whole(
         self, s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor, budget: int,
         num_finite: Tensor, column_factor: Tensor | None = None,
+        row_factor: Tensor | None = None,
     ) -> None:
         from retrieval_metrics.functional.ranking.engine import triton_count
 
-        triton_count.count_block_fused(s, rel_sorted, hist_lt, hist_le, column_factor)
+        triton_count.count_block_fused(
+            s, rel_sorted, hist_lt, hist_le, column_factor, row_factor
+        )
 
 
 def _triton_runs_on(device: torch.device) -> bool:

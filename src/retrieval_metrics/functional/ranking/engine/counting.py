@@ -137,10 +137,11 @@ class QueryBlock:
         return self.pruning or not compiled_for(p.dtype, self.r_counts)
 
     def folds_column_factor(self) -> bool:
-        """Whether :meth:`count` may be given a block's scores before their factor per column
-        (a one-sided half product's cosine, ``s_ij * 1/|g_j|``), the counting backend applying
-        it as it reads each score: a backend that folds it, counting every block whole, and
-        nothing else reading the block's scores (a tie key compares them itself)."""
+        """Whether :meth:`count` may be given a block's scores before their factors (a half
+        product's cosine: ``s_ij * 1/|g_j|`` one-sided, ``s_ij * (1/|a_i| * 1/|b_j|)`` where a
+        block is read both ways), the counting backend applying them as it reads each score: a
+        backend that folds them, counting every block whole, and nothing else reading the
+        block's scores (a tie key compares them itself)."""
         counter = self.p.counter
         return counter.whole_blocks and counter.folds_column_factor and self.ties is None
 
@@ -330,6 +331,7 @@ class QueryBlock:
         segment_values: Callable[[Tensor], Tensor] | None = None,
         buffer: Tensor | None = None,
         column_factor: Tensor | None = None,
+        row_factor: Tensor | None = None,
     ) -> None:
         """Add gallery block ``b`` (scores ``s``, segment maxima ``seg_max``: None where
         :meth:`reads_segment_maxima` says they are not needed) to the histograms.
@@ -338,14 +340,17 @@ class QueryBlock:
         then ``segment_values`` reads the scores of flat segment indices for the sparse count,
         and the dense count copies it row-major into ``buffer`` (at least as large; a new
         tensor without one). With a tie key, also the tied items of a smaller key.
-        ``column_factor``: the block's scores are ``s`` times it, column by column, applied
-        by the counting backend as it reads them (:meth:`folds_column_factor`).
+        ``column_factor``: the block's scores are ``s`` times it, column by column (with
+        ``row_factor``, times ``row_factor[:, None] * column_factor[None, :]``), applied by the
+        counting backend as it reads them (:meth:`folds_column_factor`).
         """
         if column_factor is not None and not self.folds_column_factor():
             raise ValueError("this block's counting cannot take a factor per column")
 
         def count_items() -> None:
-            self._count_items(s, seg_max, b, seeded, segment_values, buffer, column_factor)
+            self._count_items(
+                s, seg_max, b, seeded, segment_values, buffer, column_factor, row_factor
+            )
 
         if self.ties is None:
             count_items()
@@ -366,6 +371,7 @@ class QueryBlock:
         segment_values: Callable[[Tensor], Tensor] | None,
         buffer: Tensor | None,
         column_factor: Tensor | None = None,
+        row_factor: Tensor | None = None,
     ) -> None:
 
         def row_major() -> Tensor:
@@ -382,7 +388,7 @@ class QueryBlock:
             counter = self.p.counter
             counter.count_whole(
                 s if counter.reads_strided else row_major(), self.rel_sorted, self.hist_lt,
-                self.hist_le, self.p.budget, self.num_finite, column_factor,
+                self.hist_le, self.p.budget, self.num_finite, column_factor, row_factor,
             )
             return
         if self.above_only:

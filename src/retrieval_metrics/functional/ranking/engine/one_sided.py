@@ -84,12 +84,12 @@ def one_sided_pass(
 
         def block_scores(
             b: int, out: Tensor, ranked: list = ranked, qb: QueryBlock = qb,
-            columns_left: bool = False,
+            factors_left: bool = False,
         ) -> Tensor:
             rows = ranked[0]
             s = block_product(
                 rows, gallery_block(b), out[: rows.shape[0]], half, ranked[1],
-                None if columns_left else gallery_factor(b), work, columns_left,
+                None if factors_left else gallery_factor(b), work, factors_left,
             )[: qb.nb]
             qb.mask_excluded(s, b)
             width = min(block_g, num_g - b * block_g)
@@ -154,7 +154,7 @@ def one_sided_pass(
                 if b in cache:
                     s, seg_max = _still_ranked(cache.pop(b), qb.kept, device)
                 elif left and not qb.reads_segment_maxima(b):
-                    s, seg_max = block_scores(b, scores, columns_left=True), None
+                    s, seg_max = block_scores(b, scores, factors_left=True), None
                     factor = gallery_factor(b)
                 else:
                     s, seg_max = block_scores(b, scores), None

@@ -24,9 +24,10 @@ score block takes them after its product instead, in float32 (:class:`HalfProduc
   along their rows only and the scores stay in the ranking (the one-sided pass of an unsharded
   corpus), ``s_ij * 1/|b_j|``: a query's scores all lack the same positive factor 1/|a_i|,
   which orders and ties its items as the cosine does, in one pass over the block instead of
-  two; and where the counting backend folds it (Triton's, ``Counter.folds_column_factor``), in
-  none: the fused count multiplies each score by its column's factor as it reads it, the same
-  float32 product, so a block counted as it is computed is read once and never rewritten;
+  two. Where the counting backend folds them (Triton's, ``Counter.folds_column_factor``), a
+  block computed to be counted takes neither pass: the fused count multiplies each score by its
+  column's factor, or by its pair's, as it reads it, the same float32 products, so such a block
+  is read once and never rewritten (blocks read for their relevant scores are scaled here);
 * euclidean: ``2 s_ij - |b_j|^2``, the float32 path's ``2 q.g - |g|^2``.
 """
 
@@ -97,16 +98,16 @@ class HalfProducts:
 
     def product(
         self, a: Tensor, b: Tensor, out: Tensor, a_factor: Tensor | None,
-        b_factor: Tensor | None, work: Tensor | None, columns_left: bool = False,
+        b_factor: Tensor | None, work: Tensor | None, factors_left: bool = False,
     ) -> Tensor:
         """Scores of rows ``a`` against rows ``b`` (half) into ``out`` (float32), their
         factors given for those rows (:meth:`rows`); ``work``: a float32 buffer of at least
         ``out``'s size, apart from it, for cosine's factor per pair (where ``a_factor`` is
-        given). ``columns_left`` (:attr:`columns_only`): the product alone, its factor per
-        column left to the counting backend that folds it."""
+        given). ``factors_left``: the product alone, cosine's factors (per column, or per
+        pair) left to the counting backend that folds them."""
         s = torch.mm(a, b.T, out_dtype=out.dtype, out=out)
-        if columns_left:
-            assert self.columns_only, "only a factor per column is left to the counting"
+        if factors_left:
+            assert self.similarity == "cosine", "only cosine's factors are left to the counting"
             return s
         if self.similarity == "cosine" and a_factor is None:
             assert b_factor is not None
@@ -130,15 +131,15 @@ class HalfProducts:
 def block_product(
     a: Tensor, b: Tensor, out: Tensor, half: HalfProducts | None = None,
     a_factor: Tensor | None = None, b_factor: Tensor | None = None,
-    work: Tensor | None = None, columns_left: bool = False,
+    work: Tensor | None = None, factors_left: bool = False,
 ) -> Tensor:
     """The score block ``a @ b.T`` into ``out``: one product of the prepared matrices, or with
     ``half`` the tensor cores' product and its factors (:meth:`HalfProducts.product`;
-    ``columns_left``: without its factor per column, which the counting applies). Every pass
+    ``factors_left``: without cosine's factors, which the counting applies). Every pass
     computes its blocks here."""
     if half is None:
         return torch.mm(a, b.T, out=out)
-    return half.product(a, b, out, a_factor, b_factor, work, columns_left)
+    return half.product(a, b, out, a_factor, b_factor, work, factors_left)
 
 
 def _norms(x: Tensor | RowBatches) -> Tensor:

@@ -49,15 +49,18 @@ def available() -> bool:
 
 def count_tile(
     s_ptr, rel_ptr, hist_lt_ptr, hist_le_ptr, n_rows, n_cols, m, row_stride, col_stride,
-    factor_ptr,
+    factor_ptr, row_factor_ptr,
     ROWS: tl.constexpr, COLUMNS: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    SCALED: tl.constexpr,
+    SCALED: tl.constexpr, ROW_SCALED: tl.constexpr,
 ):
     """The kernel's source: one ``ROWS x COLUMNS`` tile of the block (:func:`_kernel` makes it
     a Triton kernel). The block is read through its strides: a product read along its columns
     (the two-sided pass counts ``s.T``) is counted where it lies, not copied first. ``SCALED``:
     each score is first multiplied by its column's factor (``factor_ptr``), the one float32
-    product torch's ``s.mul_(factor)`` rounds, in registers instead of a pass over the block."""
+    product torch's ``s.mul_(factor)`` rounds, in registers instead of a pass over the block;
+    with ``ROW_SCALED`` by its row's times its column's (``row_factor_ptr``), the two products
+    torch's ``s.mul_(row[:, None] * column[None, :])`` rounds (a transposed view's factors
+    swap places, and a float32 product does not depend on the order of its two factors)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
     row_in = rows < n_rows
@@ -67,7 +70,12 @@ def count_tile(
     at = rows64[:, None] * row_stride + cols[None, :].to(tl.int64) * col_stride
     s = tl.load(s_ptr + at, mask=inside, other=0.0)
     if SCALED:
-        s = s * tl.load(factor_ptr + cols, mask=col_in, other=1.0)[None, :]
+        column = tl.load(factor_ptr + cols, mask=col_in, other=1.0)
+        if ROW_SCALED:
+            row = tl.load(row_factor_ptr + rows, mask=row_in, other=1.0)
+            s = s * (row[:, None] * column[None, :])
+        else:
+            s = s * column[None, :]
     rel_row = rel_ptr + rows64[:, None] * m
     # lower and upper bounds by halving steps: lt = #{relevant < s}, le = #{relevant <= s}
     lt = tl.zeros((ROWS, COLUMNS), dtype=tl.int32)
@@ -110,14 +118,16 @@ def _kernel():
 
 def count_block_fused(
     s: Tensor, rel_sorted: Tensor, hist_lt: Tensor, hist_le: Tensor,
-    column_factor: Tensor | None = None,
+    column_factor: Tensor | None = None, row_factor: Tensor | None = None,
 ) -> None:
     """Add every item of score block ``s`` (``rows x items``, any strides: a transposed view
     is read in place) to the int64 histograms ``hist_lt`` and ``hist_le`` (``rows * (m + 1)``,
     row-major) against each row's relevant scores ``rel_sorted`` (``rows x m``, ascending, +inf
     padding), as ``kernels.count_block_searched`` does; one kernel launch, no host read.
     ``column_factor`` (float32, one entry a column): the items counted are ``s * column_factor``
-    as ``s.mul_(column_factor)`` would leave them, and ``s`` is left as it is."""
+    as ``s.mul_(column_factor)`` would leave them, and ``s`` is left as it is; with
+    ``row_factor`` (one entry a row) too, ``s * (row_factor[:, None] * column_factor[None, :])``
+    (cosine's factor per pair)."""
     n_rows, n_cols = s.shape
     m = rel_sorted.shape[1]
     if n_rows == 0 or n_cols == 0:
@@ -125,17 +135,20 @@ def count_block_fused(
     rel = rel_sorted.contiguous()
     if rel.dtype != s.dtype:
         raise TypeError(f"scores and relevant scores differ in dtype: {s.dtype}, {rel.dtype}")
-    if column_factor is not None and (
-        column_factor.shape != (n_cols,) or column_factor.dtype != s.dtype
-    ):
-        raise ValueError(
-            f"count_block_fused: a column factor of shape ({n_cols},) and dtype {s.dtype} is "
-            f"needed, got {tuple(column_factor.shape)} {column_factor.dtype}"
-        )
+    for factor, n, what in ((column_factor, n_cols, "column"), (row_factor, n_rows, "row")):
+        if factor is not None and (factor.shape != (n,) or factor.dtype != s.dtype):
+            raise ValueError(
+                f"count_block_fused: a {what} factor of shape ({n},) and dtype {s.dtype} is "
+                f"needed, got {tuple(factor.shape)} {factor.dtype}"
+            )
+    if row_factor is not None and column_factor is None:
+        raise ValueError("count_block_fused: a row factor goes with a column factor")
     steps = max(1, int(m).bit_length())  # 2**steps > m: the search reaches every count 0..m
     grid = (-(-n_rows // ROWS), -(-n_cols // COLUMNS))
     _kernel()[grid](
         s, rel, hist_lt, hist_le, n_rows, n_cols, m, s.stride(0), s.stride(1),
         s if column_factor is None else column_factor.contiguous(),
+        s if row_factor is None else row_factor.contiguous(),
         ROWS=ROWS, COLUMNS=COLUMNS, SEARCH_STEPS=steps, SCALED=column_factor is not None,
+        ROW_SCALED=row_factor is not None,
     )

@@ -76,6 +76,11 @@ class BlockPairs:
             )
         return self._spare
 
+    def factors(self, i: int, j: int) -> tuple[Tensor | None, Tensor | None]:
+        """Pair ``(i, j)``'s factors per row and per column (a half product's cosine), padded
+        to the blocks' size."""
+        return self._factors(i, j)
+
     def _factors(self, i: int, j: int) -> tuple[Tensor | None, Tensor | None]:
         half = self.half
         if half is None:
@@ -83,13 +88,16 @@ class BlockPairs:
         return (half.block(half.a_factor, i, self.block_a),
                 half.block(half.b_factor, j, self.block_b))
 
-    def product(self, i: int, j: int, out: Tensor) -> Tensor:
-        a_factor, b_factor = self._factors(i, j)
+    def product(self, i: int, j: int, out: Tensor, factors_left: bool = False) -> Tensor:
+        """Pair ``(i, j)``'s scores into ``out``; ``factors_left``: a half product's cosine
+        factors per pair left to the counting that folds them (:meth:`factors`)."""
+        a_factor, b_factor = (None, None) if factors_left else self._factors(i, j)
         s = block_product(
             self._block(self.a, self.last_a, i, self.blocks_a, self.block_a),
             self._block(self.b, self.last_b, j, self.blocks_b, self.block_b),
             out, self.half, a_factor, b_factor,
             self.spare() if self.half is not None and self.half.needs_work else None,
+            factors_left,
         )
         if i == self.blocks_a - 1 and self.tail_a < self.block_a:
             s[self.tail_a :] = self.neg_inf
@@ -130,14 +138,16 @@ class KeptProducts:
             self.reading = self.pairs.empty()
         return self.pairs.product(i, j, self.reading)
 
-    def to_count(self, i: int, j: int) -> Tensor:
-        """Pair ``(i, j)``'s product, to count it: kept, held, or computed now."""
+    def to_count(self, i: int, j: int, factors_left: bool = False) -> tuple[Tensor, bool]:
+        """Pair ``(i, j)``'s product, to count it: kept, held, or computed now; and whether its
+        factors were left to the counting (``factors_left``: a product computed now leaves
+        them, one read for its relevant scores has them)."""
         held, self.held = self.held, None
         if (i, j) in self.kept:
-            return self.kept.pop((i, j))
+            return self.kept.pop((i, j)), False
         if held == (i, j):
-            return self.counted
-        return self.pairs.product(i, j, self.counted)
+            return self.counted, False
+        return self.pairs.product(i, j, self.counted, factors_left), factors_left
 
     def counted_out(self, s: Tensor) -> None:
         """``s`` counted: a kept product's buffer serves the next one kept."""
@@ -221,20 +231,45 @@ class TwoSidedPass:
             return list(symmetric_order(blocks_b))
         return [(i, j) for j in range(blocks_b) for i in range(blocks_a)]
 
-    def _count(self, i: int, j: int, s: Tensor) -> None:
-        """Count product ``s`` of pair ``(i, j)`` for its columns' block and its rows' block."""
+    def _folds(self, i: int, j: int) -> bool:
+        """Whether pair ``(i, j)``, computed to be counted, may leave a half product's cosine
+        factors per pair to the counting of both its blocks (``QueryBlock.folds_column_factor``:
+        Triton's, which then reads each score once and never rewrites it)."""
+        half = self.pairs.half
+        if half is None or half.similarity != "cosine" or half.a_factor is None:
+            return False
+        rows, cols = self.rows_of[i], self.cols_of[j]
+        return (
+            rows.folds_column_factor() and not rows.reads_segment_maxima(j)
+            and cols.folds_column_factor() and not cols.reads_segment_maxima(i)
+        )
+
+    def _count(self, i: int, j: int, s: Tensor, factors_left: bool = False) -> None:
+        """Count product ``s`` of pair ``(i, j)`` for its columns' block and its rows' block
+        (``factors_left``: ``s`` lacks its factors per pair, which the counting applies)."""
         rows, cols = self.rows_of[i], self.cols_of[j]
         block_a, block_b = self.pairs.block_a, self.pairs.block_b
+        a_factor = b_factor = None
+        if factors_left:
+            a_factor, b_factor = self.pairs.factors(i, j)
+            assert a_factor is not None and b_factor is not None
         both_sides = not (self.symmetric and i == j)
-        if both_sides and count_both_sides(rows, cols, s, i, j):
+        if both_sides and not factors_left and count_both_sides(rows, cols, s, i, j):
             return
         if both_sides:
-            # The columns first: the rows' exclusions are then written into s in place.
+            # The columns first: the rows' exclusions are then written into s in place. (The
+            # columns' factors per pair are the rows' swapped: a_i * b_j either way.)
+            col_factors: dict = {} if a_factor is None else {
+                "column_factor": a_factor, "row_factor": b_factor[: cols.nb]
+            }
             maxima = cols.reads_segment_maxima(i)
             if cols.has_excluded(i):
                 st = self.products.transposed_buffer().copy_(s.T)
                 cols.mask_excluded(st, i)
-                cols.count(st[: cols.nb], segment_maxima(st)[: cols.nb] if maxima else None, i)
+                cols.count(
+                    st[: cols.nb], segment_maxima(st)[: cols.nb] if maxima else None, i,
+                    **col_factors,
+                )
             else:
                 seg_max = None
                 if maxima:
@@ -242,11 +277,14 @@ class TwoSidedPass:
                     seg_max = seg_max.contiguous()[: cols.nb]
                 cols.count(
                     s.T[: cols.nb], seg_max, i, segment_values=column_segments(s),
-                    buffer=self.products.transposed_buffer(),
+                    buffer=self.products.transposed_buffer(), **col_factors,
                 )
         rows.mask_excluded(s, j)
         seg_max = segment_maxima(s)[: rows.nb] if rows.reads_segment_maxima(j) else None
-        rows.count(s[: rows.nb], seg_max, j)
+        row_factors: dict = {} if a_factor is None else {
+            "column_factor": b_factor, "row_factor": a_factor[: rows.nb]
+        }
+        rows.count(s[: rows.nb], seg_max, j, **row_factors)
 
     def run(self) -> None:
         shared = self.shared
@@ -260,8 +298,8 @@ class TwoSidedPass:
                 continue
             self._start(self.rows_of[i], self.needs_rows[i], (i, j))
             self._start(self.cols_of[j], self.needs_cols[j], (i, j))
-            s = self.products.to_count(i, j)
-            self._count(i, j, s)
+            s, factors_left = self.products.to_count(i, j, self._folds(i, j))
+            self._count(i, j, s, factors_left)
             self.products.counted_out(s)
         if shared is not None:
             shared.finish()
