@@ -70,7 +70,13 @@ class HalfProducts:
     def needs_work(self) -> bool:
         """Whether :meth:`product` needs a ``work`` buffer: cosine's factors per pair written
         out as a block (not where they are fused, nor where only the columns' are taken)."""
-        return self.similarity == "cosine" and self.a_factor is not None and not self.fused
+        return self.pair_factors and not self.fused
+
+    @property
+    def pair_factors(self) -> bool:
+        """Whether a block takes cosine's factor per pair (``1/|a_i| * 1/|b_j|``: a block read
+        along its columns too), which a counting backend may apply as it reads each score."""
+        return self.similarity == "cosine" and self.a_factor is not None
 
     @property
     def columns_only(self) -> bool:

@@ -79,9 +79,6 @@ class BlockPairs:
     def factors(self, i: int, j: int) -> tuple[Tensor | None, Tensor | None]:
         """Pair ``(i, j)``'s factors per row and per column (a half product's cosine), padded
         to the blocks' size."""
-        return self._factors(i, j)
-
-    def _factors(self, i: int, j: int) -> tuple[Tensor | None, Tensor | None]:
         half = self.half
         if half is None:
             return None, None
@@ -91,7 +88,7 @@ class BlockPairs:
     def product(self, i: int, j: int, out: Tensor, factors_left: bool = False) -> Tensor:
         """Pair ``(i, j)``'s scores into ``out``; ``factors_left``: a half product's cosine
         factors per pair left to the counting that folds them (:meth:`factors`)."""
-        a_factor, b_factor = (None, None) if factors_left else self._factors(i, j)
+        a_factor, b_factor = (None, None) if factors_left else self.factors(i, j)
         s = block_product(
             self._block(self.a, self.last_a, i, self.blocks_a, self.block_a),
             self._block(self.b, self.last_b, j, self.blocks_b, self.block_b),
@@ -236,7 +233,7 @@ class TwoSidedPass:
         factors per pair to the counting of both its blocks (``QueryBlock.folds_column_factor``:
         Triton's, which then reads each score once and never rewrites it)."""
         half = self.pairs.half
-        if half is None or half.similarity != "cosine" or half.a_factor is None:
+        if half is None or not half.pair_factors:
             return False
         rows, cols = self.rows_of[i], self.cols_of[j]
         return (
