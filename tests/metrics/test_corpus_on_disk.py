@@ -369,15 +369,72 @@ def test_judged_documents_spread_through_the_file_stay_on_disk(tmp_path):
     assert len((tmp_path / "run.txt").read_text().splitlines()) == 500 * 100
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
-def test_a_corpus_on_disk_with_a_nan_or_an_infinity_is_refused(tmp_path, bad):
-    """The file is read once for its norms, which a NaN or an infinity makes non-finite."""
+def test_a_corpus_on_disk_with_a_nan_or_an_infinity_is_refused(tmp_path, bad, similarity):
+    """Its values are scanned as its first ranking reads them (for cosine and dot by the norms
+    that ranking computes block by block: the file is read once, not once to check it and
+    again to rank it): set_gallery takes the file, the ranking refuses it by the argument's
+    name, and so does every later ranking; top_k the same."""
+    from retrieval_metrics.functional.ranking.top_lists import top_k
+
     corpus = np.ones((50, 4), dtype=np.float16)
     corpus[31, 2] = bad
     np.save(tmp_path / "c.npy", corpus)
-    metric = rm.RetrievalMetrics(["mrr"], qrels={"q": ["d0"]})
-    with pytest.raises(ValueError, match="NaN or infinite"):
-        metric.set_gallery(str(tmp_path / "c.npy"), ids=[f"d{i}" for i in range(50)])
+    metric = rm.RetrievalMetrics(["mrr"], qrels={"q": ["d0"], "r": ["d1"]},
+                                 similarity=similarity)
+    metric.set_gallery(str(tmp_path / "c.npy"), ids=[f"d{i}" for i in range(50)])
+    for query in ("q", "r"):  # (each query update against a corpus given once is ranked)
+        with pytest.raises(ValueError, match="`embeddings` contains NaN or infinite values"):
+            metric.update(torch.ones(1, 4), ids=[query], role="query")
+            metric.compute()
+    with pytest.raises(ValueError, match="`gallery` contains NaN or infinite values"):
+        top_k(torch.ones(1, 4), str(tmp_path / "c.npy"), 3, similarity=similarity)
+
+
+def _rows_read_through_the_mapping(monkeypatch) -> list[int]:
+    """A counter of the rows MappedRows.chunks yields (every read of a file in order)."""
+    read = [0]
+    real = MappedRows.chunks
+
+    def chunks(self, start, stop):
+        for at, piece in real(self, start, stop):
+            read[0] += piece.shape[0]
+            yield at, piece
+
+    monkeypatch.setattr(MappedRows, "chunks", chunks)
+    return read
+
+
+@pytest.mark.parametrize("strong", [False, True], ids=["middling", "strong"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_a_corpus_on_disk_is_read_once_by_its_first_ranking(
+    tmp_path, monkeypatch, similarity, dtype, strong
+):
+    """set_gallery reads none of the file; the first ranking reads each row once, for its
+    norms, the scan for NaN and the products together (2x before: a pass of the norms at
+    set_gallery, then the ranking's); a later ranking reads it once more. Whether the queries'
+    rows finish early (a middling model: the rest of the file read for the norms alone) or
+    are ranked to the end (a strong one). The values are those of the corpus in memory."""
+    corpus, queries, ids, qrels = _case(tmp_path, dtype)
+    if strong:
+        queries = corpus[[i + 300 for i in range(120)]] + 0.01
+    read = _rows_read_through_the_mapping(monkeypatch)
+    # (the default budget: the queries of an update in one block, which reads the file once)
+    metric = rm.RetrievalMetrics(NAMES, qrels=qrels, similarity=similarity, protocol="beir")
+    metric.set_gallery(str(tmp_path / "all.npy"), ids=ids)
+    assert read[0] == 0
+    for part, reads in zip(np.array_split(np.arange(120), 2), (1, 2), strict=True):
+        metric.update(torch.from_numpy(queries[part]), ids=[f"q{i}" for i in part],
+                      role="query")
+        assert read[0] == reads * len(corpus)
+    in_memory = rm.RetrievalMetrics(NAMES, qrels=qrels, similarity=similarity,
+                                    protocol="beir")
+    in_memory.set_gallery(torch.from_numpy(corpus), ids=ids)
+    in_memory.update(torch.from_numpy(queries), ids=[f"q{i}" for i in range(120)],
+                     role="query")
+    assert _values(metric) == _values(in_memory)
 
 
 def test_a_corpus_on_disk_whose_squares_overflow_is_finite(tmp_path):

@@ -26,9 +26,13 @@ import retrieval_metrics as rm
 from emulated_cuda import fake_cuda_fixture, to_fake_cuda  # noqa: F401
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance, ranked_table
-from retrieval_metrics.functional.ranking.engine.similarity import _unit_rows
+from retrieval_metrics.functional.ranking.engine.similarity import (
+    _unit_rows,
+    gallery_in_blocks,
+    stands,
+)
 from retrieval_metrics.functional.ranking.items import Keys
-from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
+from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches, unit_divisor
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
 
@@ -82,6 +86,60 @@ def test_rows_and_unit_rows_equal_the_joined_tensors(case, data):
     assert torch.equal(unit.rows(start, stop, out)[fine[start:stop]],
                        expected[start:stop][fine[start:stop]])
     assert torch.equal(unit.index_select(0, index)[fine[index]], expected[index][fine[index]])
+
+
+@settings(max_examples=60, deadline=None)
+@given(batched(), st.sampled_from(["float32", "float16", "bfloat16"]), st.booleans(), st.data())
+def test_norms_as_read_are_the_norms_and_unit_rows_of_a_pass_of_their_own(
+    case, stored, unit, data
+):
+    """The first ranking's read (norms_as_read: each row's norm computed as a block holding it is
+    read): the blocks, in any order and any number of times, and rows by index equal those of
+    ``divided(row_norms())`` (``unit``) or of the rows as they are, bit for bit; once finished
+    (the blocks not read, read for their norms alone) the norms are row_norms', kept for the
+    rows it was made from."""
+    x, sizes = case
+    x = x.to(getattr(torch, stored))
+    fresh = RowBatches(cut(x, sizes))
+    norms = fresh.row_norms()
+    expected = fresh.divided(unit_divisor(norms)) if unit else fresh
+    held = RowBatches(cut(x, sizes))
+    m = held.norms_as_read(unit)
+    n, dim = x.shape
+    block = data.draw(st.integers(1, n))
+    got, want = torch.full((block, dim), float("nan")), torch.empty(block, dim)
+    for b in data.draw(st.lists(st.integers(0, (n - 1) // block), max_size=6)):
+        start, stop = b * block, min(n, (b + 1) * block)
+        assert torch.equal(m.rows(start, stop, got), expected.rows(start, stop, want, copy=True))
+    index = torch.tensor(data.draw(st.lists(st.integers(0, n - 1), max_size=40)),
+                         dtype=torch.int64)
+    assert torch.equal(m.index_select(0, index), expected.index_select(0, index))
+    assert not held.knows_norms()
+    assert torch.equal(m.finish_norms(), norms)
+    assert held.knows_norms() and torch.equal(held.row_norms(), norms)
+
+
+def test_rows_of_no_finite_norm_are_read_as_zeros_until_the_check():
+    """A row with a NaN, or whose squares overflow, is read as zeros as the norms are computed
+    (no NaN score reaches the ranking); finished, a NaN is refused by the name the check was
+    put off under, and finite values whose squares overflow ask for the ranking to be made
+    again, with the rows read as they are."""
+    x = torch.ones(6, 3)
+    x[2, 1], x[4] = float("nan"), 1e30
+    view = RowBatches([x]).check_when_read("corpus").norms_as_read(unit=False)
+    got = view.rows(0, 6, torch.empty(6, 3), copy=True)
+    fine = [0, 1, 3, 5]
+    assert torch.equal(got[fine], x[fine]) and not got[[2, 4]].any()
+    with pytest.raises(ValueError, match="`corpus` contains NaN or infinite values"):
+        view.finish_norms()
+    x[2, 1] = 1.0
+    held = RowBatches([x]).check_when_read("corpus")
+    view = gallery_in_blocks(held, "dot", torch.float32)
+    assert view is not None and view.reads_norms
+    assert not view.rows(4, 5, torch.empty(1, 3), copy=True).any()
+    assert not stands(view) and held.checked
+    again = gallery_in_blocks(held, "dot", torch.float32)
+    assert again is held and torch.equal(again.rows(4, 5, torch.empty(1, 3), copy=True), x[4:5])
 
 
 def ranked(query, gallery, keys, settings_):

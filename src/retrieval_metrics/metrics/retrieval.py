@@ -169,7 +169,9 @@ class RetrievalMetric(RetrievalMetricBase):
         ``embeddings`` may also be a corpus on disk, read a block at a time and never whole:
         the path of a ``.npy`` file, a glob or a list of them (their rows in that order), or
         memory-mapped arrays (``numpy.load(path, mmap_mode="r")``); ``ids`` then may be the
-        path of a text file (one id a line) or of a ``.npy`` array."""
+        path of a text file (one id a line) or of a ``.npy`` array. Its values are read (and
+        checked for NaN and infinities) by its first ranking, once: a NaN in the file is
+        refused by the first query update, not here."""
         if isinstance(ids, (str, Path)):
             ids = read_ids(ids)
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}

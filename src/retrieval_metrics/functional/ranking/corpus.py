@@ -35,7 +35,9 @@ def as_embeddings(name: str, value: Any) -> Tensor:
 
 def as_corpus(name: str, value: Any) -> Tensor | RowBatches:
     """A corpus as :func:`as_embeddings` takes it, or on disk (see the module): checked (2-D,
-    real, finite: a file scanned a chunk at a time)."""
+    real, finite). A file's values are scanned as its first ranking reads them
+    (``RowBatches.check_when_read``): a NaN or an infinity is then a ValueError naming
+    ``name``, from the call that ranks it first (``compute()``, ``top_k``)."""
     if isinstance(value, RowBatches):
         return check_embeddings(name, value)  # type: ignore[return-value]  # (read in chunks)
     arrays = on_disk(name, value)
@@ -51,7 +53,8 @@ def as_corpus(name: str, value: Any) -> Tensor | RowBatches:
         rows = RowBatches([MappedRows(array) for array in arrays])
     except ValueError as err:
         raise ValueError(f"`{name}`: {err}") from None
-    return check_embeddings(name, rows)  # type: ignore[return-value]  # (read in chunks)
+    # (its scan for NaN made as the first ranking reads it: the file read once, not twice)
+    return check_embeddings(name, rows.check_when_read(name))  # type: ignore[return-value]
 
 
 def on_disk(name: str, value: Any) -> list[np.ndarray] | None:

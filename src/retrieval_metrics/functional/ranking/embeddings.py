@@ -54,7 +54,9 @@ def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
 
     ``scan=False``: the values are not scanned for NaN and infinities (the caller has done it:
     the metric classes scan every batch as it arrives); the shape and dtype are checked still.
-    The metric classes also pass a corpus held in batches (:class:`RowBatches`) as it is.
+    The metric classes also pass a corpus held in batches (:class:`RowBatches`) as it is; one
+    whose scan is put off (``RowBatches.check_when_read``: a corpus on disk) is scanned as the
+    ranking first reads it.
     """
     if not isinstance(x, (Tensor, RowBatches)):
         raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
@@ -62,7 +64,11 @@ def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
         raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
     if x.is_complex():
         raise ValueError(f"`{name}` must be real, got {x.dtype}")
-    finite = x.all_finite if isinstance(x, RowBatches) else lambda: all_finite(x)
+    if isinstance(x, RowBatches):
+        # (rows whose scan is put off to their first read: made then, by their norms)
+        scan, finite = scan and x.checked, x.all_finite
+    else:
+        finite = lambda: all_finite(x)  # noqa: E731
     if scan and not finite():
         raise ValueError(f"`{name}` contains NaN or infinite values")
     return x

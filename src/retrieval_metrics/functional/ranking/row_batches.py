@@ -43,7 +43,9 @@ from retrieval_metrics.functional.primitives import (
     to_device,
 )
 
-__all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
+__all__ = [
+    "HALF_PRECISION", "MappedRows", "PutOffCheck", "RowBatches", "read_dtype", "unit_divisor",
+]
 
 #: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
 #: freed memory is reused, not piled up by the allocator)
@@ -59,6 +61,10 @@ RELEASE_BYTES = 8 << 20
 #: on: its first faults mapped pages of rows read and handed back before (left mapped, those
 #: held 3.6% of a 2.9 GiB file read in chunks of 1 MiB)
 MAPPED_AROUND = 1 << 21
+
+#: bytes of rows read at once for the norms of rows a ranking did not read
+#: (:meth:`RowBatches.finish_norms`)
+FINISH_BYTES = 8 << 20
 
 #: stored as they are, read (and scored) as float32
 HALF_PRECISION = (torch.float16, torch.bfloat16)
@@ -224,7 +230,8 @@ class RowBatches:
     def __init__(
         self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
         device: torch.device | None = None, as_stored: bool = False,
-        norms: dict[str, Tensor] | None = None,
+        norms: dict[str, Tensor] | None = None, check: PutOffCheck | None = None,
+        as_read: _NormsAsRead | None = None,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -258,6 +265,11 @@ class RowBatches:
         #: the row norms once read (``norms``: another view's of the same rows, on this
         #: device: shared, not read again)
         self._norms: dict[str, Tensor] = {} if norms is None else norms
+        #: the scan for NaN put off to the first read (:meth:`check_when_read`), shared by
+        #: every view of these rows
+        self._check = PutOffCheck() if check is None else check
+        #: each row's norm computed as the row is first read (:meth:`norms_as_read`)
+        self._as_read = as_read
         self._onto: dict[torch.device, RowBatches] = {}
         self._stored: RowBatches | None = None
 
@@ -284,11 +296,46 @@ class RowBatches:
         A corpus on disk is read once for its row norms instead (kept for the cosine that
         follows): a row with a NaN or an infinity has a NaN or infinite norm. Only where a
         norm is not finite (or a row's squares overflow float32) are the values scanned."""
-        if self.on_disk and bool(torch.isfinite(self.row_norms()).all()):
+        if self.on_disk and bool(torch.isfinite(self._computed_norms()).all()):
             return True
+        return self._scanned_finite()
+
+    def _scanned_finite(self) -> bool:
         return all(
             all_finite(part) for i in range(len(self.batches)) for part in self._chunks(i)
         )
+
+    def check_when_read(self, name: str) -> RowBatches:
+        """These rows, their scan for NaN and infinities put off until their values are first
+        read, then made under ``name`` (a ValueError naming it). A corpus on disk: the first
+        ranking reads the file a block at a time anyway, and computes each row's norm as it
+        reads it (:meth:`norms_as_read`); those norms are the scan (:meth:`all_finite`), so
+        the file is read once, not once to check it and again to rank it. Any other first read
+        of the values (a joined copy, rows by index, the norms) makes the check before it."""
+        self._check.name = name
+        return self
+
+    @property
+    def checked(self) -> bool:
+        """Whether no check of the values is put off (:meth:`check_when_read`)."""
+        return self._check.name is None
+
+    def _checked_by(self, norms: Tensor) -> None:
+        """The check put off (:meth:`check_when_read`), made by the rows' ``norms``: a row with
+        a NaN or an infinity has a NaN or infinite norm; where a norm is not finite, the values
+        are scanned (a row whose squares overflow has finite values)."""
+        name = self._check.name
+        if name is None:
+            return
+        if not bool(torch.isfinite(norms).all()) and not self._scanned_finite():
+            raise ValueError(f"`{name}` contains NaN or infinite values")
+        self._check.name = None
+
+    def _check_before_reading(self) -> None:
+        """The check put off, made before values are read by anything but the read that
+        computes each row's norm as it goes (:meth:`norms_as_read`)."""
+        if self._check.name is not None and self._as_read is None:
+            self._checked_by(self._computed_norms())
 
     def _chunks(self, i: int) -> Iterator[Tensor]:
         """Batch ``i`` in the read dtype: as it is where it is held so, else (half precision, a
@@ -334,20 +381,79 @@ class RowBatches:
         """Each row's Euclidean norm, ``(N, 1)``, batch by batch (a row's norm depends on that
         row alone, whichever batch or joined matrix holds it). Computed once: a fixed gallery is
         ranked at every query update."""
+        norms = self._computed_norms()
+        self._checked_by(norms)
+        return norms
+
+    def knows_norms(self) -> bool:
+        """Whether the row norms were computed already (by :meth:`row_norms` or by a read of
+        every row, :meth:`finish_norms`)."""
+        return "norms" in self._norms
+
+    def _computed_norms(self) -> Tensor:
         if "norms" not in self._norms:
-            self._norms["norms"] = self._per_row(
-                lambda part, wide: torch.linalg.vector_norm(part, dim=1, keepdim=True, dtype=wide)
-            )
+            self._norms["norms"] = self._per_row(_row_norms)
         return self._norms["norms"]
 
     def row_squares(self) -> Tensor:
         """Each row's sum of squares, ``(N,)``, in float32 for half rows (as :meth:`row_norms`
         reads them): euclidean's ``|g|^2`` where half rows are multiplied as stored."""
+        self._check_before_reading()
         return self._per_row(lambda part, wide: part.to(wide).square().sum(1))
 
     def divided(self, divisor: Tensor) -> RowBatches:
         """These rows read divided by ``divisor`` (``(N, 1)``, one entry a row)."""
-        return RowBatches(self.sources(), divisor, self.device if self.on_disk else None)
+        return RowBatches(
+            self.sources(), divisor, self.device if self.on_disk else None, check=self._check
+        )
+
+    def norms_as_read(self, unit: bool) -> RowBatches:
+        """These rows, read a block at a time (:meth:`rows`), each row's norm computed as the
+        row is first read, not by a pass over the rows of its own; with ``unit``, each row read
+        divided by its norm (a zero row left as it is): the values of
+        ``divided(row_norms())``, bit for bit (each row's norm depends on that row alone),
+        except that a row whose norm is not finite is read as zeros (:class:`_NormsAsRead`).
+        For a corpus on disk, one read of the file instead of two. Once the ranking has read
+        what it reads, :meth:`finish_norms` completes and keeps the norms and makes a check
+        put off (:meth:`check_when_read`)."""
+        device = self.device if self.on_disk else None
+        return RowBatches(
+            self.sources(), None, device, norms=self._norms, check=self._check,
+            as_read=_NormsAsRead(len(self), read_dtype(self.stored_dtype), self.device, unit),
+        )
+
+    @property
+    def reads_norms(self) -> bool:
+        """Whether each row's norm is computed as it is read (:meth:`norms_as_read`)."""
+        return self._as_read is not None
+
+    @property
+    def divides(self) -> bool:
+        """Whether the rows are read divided (by a divisor, or by their norms as read)."""
+        return self.divisor is not None or (self._as_read is not None and self._as_read.unit)
+
+    def finish_norms(self) -> Tensor:
+        """Every row's norm, ``(N, 1)``, after a ranking read rows of :meth:`norms_as_read`:
+        those it did not read (a pass whose every query finished early) are read now for
+        theirs. Kept (:meth:`row_norms` returns them, on this device); a check put off is made
+        by them (a ValueError naming the argument where a value is NaN or infinite)."""
+        reading = self._as_read
+        assert reading is not None, "finish_norms follows a read of norms_as_read's rows"
+        missing = np.flatnonzero(~reading.known)
+        if missing.size:
+            # runs of rows not read, each read a buffer at a time
+            edges = np.flatnonzero(np.diff(missing) > 1)
+            starts = np.concatenate([missing[:1], missing[edges + 1]]).tolist()
+            stops = np.concatenate([missing[edges] + 1, missing[-1:] + 1]).tolist()
+            width = self.shape[1] * torch.finfo(self.dtype).bits // 8
+            rows = max(1, min(missing.size, FINISH_BYTES // max(1, width)))
+            buffer = torch.empty(rows, self.shape[1], dtype=self.dtype, device=self.device)
+            for start, stop in zip(starts, stops, strict=True):
+                for at in range(start, stop, rows):
+                    self.rows(at, min(stop, at + rows), buffer, copy=True)
+        self._norms["norms"] = reading.norms
+        self._checked_by(reading.norms)
+        return reading.norms
 
     def stored(self) -> RowBatches:
         """These rows read in the dtype they are stored in (half precision not upcast), on the
@@ -358,7 +464,7 @@ class RowBatches:
             # (float32 norms of the same values: one dict, whichever view reads them first)
             self._stored = RowBatches(
                 self.sources(), None, self.device if self.on_disk else None, as_stored=True,
-                norms=self._norms,
+                norms=self._norms, check=self._check,
             )
         return self._stored
 
@@ -378,7 +484,7 @@ class RowBatches:
             # the norms read already (with the check for NaN), not read from the file again
             norms = {key: to_device(norm, device) for key, norm in self._norms.items()}
             self._onto[device] = RowBatches(
-                self.sources(), divisor, device, self.as_stored, norms
+                self.sources(), divisor, device, self.as_stored, norms, self._check
             )
         return self._onto[device]
 
@@ -386,7 +492,9 @@ class RowBatches:
         """Rows ``start:stop`` as a view of their batch, where one batch in memory holds them
         all and they are read as they are stored; else None (they are read by copying)."""
         first = bisect.bisect_right(self._starts, start) - 1
-        as_stored = self.divisor is None and self.dtype == self.stored_dtype
+        as_stored = (
+            self.divisor is None and self._as_read is None and self.dtype == self.stored_dtype
+        )
         if as_stored and self.mapped[first] is None and stop <= self._starts[first + 1]:
             offset = self._starts[first]
             return self.batches[first][start - offset : stop - offset]
@@ -399,6 +507,7 @@ class RowBatches:
         view = None if copy else self.view(start, stop)
         if view is not None:
             return view
+        self._check_before_reading()
         first = bisect.bisect_right(self._starts, start) - 1
         at, i = start, first
         while at < stop:
@@ -415,7 +524,9 @@ class RowBatches:
                 # there, the same values; the chunk is staged before the copy returns, so its
                 # pages may go)
                 queued = sent_without_waiting(piece, target.device)
-                if self.divisor is None:
+                if self._as_read is not None:
+                    self._as_read.read(piece, target, row, queued)
+                elif self.divisor is None:
                     target.copy_(piece, non_blocking=queued)
                 elif piece.device == target.device:
                     torch.div(piece, self.divisor[row : row + piece.shape[0]], out=target)
@@ -423,6 +534,8 @@ class RowBatches:
                     target.copy_(piece, non_blocking=queued)
                     target.div_(self.divisor[row : row + piece.shape[0]])
             at, i = end, i + 1
+        if self._as_read is not None:
+            self._as_read.settle(start, stop, out[: stop - start])
         return out[: stop - start]
 
     def index_select(self, dim: int, index: Tensor) -> Tensor:
@@ -430,6 +543,7 @@ class RowBatches:
         if dim != 0:
             raise ValueError("RowBatches selects rows (dim=0) only")
         index = index.to(torch.int64)
+        self._check_before_reading()
         host = index.cpu()
         out = torch.empty(host.numel(), self.shape[1], dtype=self.dtype, device=self.device)
         batch = torch.searchsorted(self.starts, host, right=True) - 1
@@ -444,6 +558,9 @@ class RowBatches:
             out[to_device(where, self.device)] = rows.to(self.dtype)
         if self.divisor is not None:
             out /= self.divisor.index_select(0, to_device(index, self.divisor.device))
+        elif self._as_read is not None:
+            # (the norms of the rows picked, from them: each row's depends on that row alone)
+            out = self._as_read.finished(out, _row_norms(out, self.dtype))
         return out
 
     def __getitem__(self, index: Tensor | slice) -> Tensor:
@@ -454,3 +571,75 @@ class RowBatches:
         elif index.dtype == torch.bool:
             index = index.cpu().nonzero().view(-1)
         return self.index_select(0, index)
+
+
+def _row_norms(part: Tensor, wide: torch.dtype, out: Tensor | None = None) -> Tensor:
+    """Each row's Euclidean norm, ``(rows, 1)``, summed in ``wide`` (into ``out``): one
+    function for the norms of a pass of their own and of rows as a ranking reads them, of half
+    rows as stored or upcast (equal, bit for bit: tests/ranking/test_row_batches.py)."""
+    return torch.linalg.vector_norm(part, dim=1, keepdim=True, dtype=wide, out=out)
+
+
+def unit_divisor(norm: Tensor) -> Tensor:
+    """What each row is divided by for its unit row: its norm, 1 for a zero row (which stays
+    zero)."""
+    return torch.where(norm > 0, norm, 1.0)
+
+
+class PutOffCheck:
+    """A scan for NaN and infinities put off until the rows are first read
+    (:meth:`RowBatches.check_when_read`): the name of the argument it blames, None once made
+    (or never put off). One for every view of the same rows."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+
+class _NormsAsRead:
+    """Each row's norm as a ranking reads the row (:meth:`RowBatches.norms_as_read`): the
+    norms so far, which rows they cover (on the host: no wait on a device), and whether rows
+    are read divided by them."""
+
+    def __init__(self, rows: int, dtype: torch.dtype, device: torch.device, unit: bool) -> None:
+        self.norms = torch.empty(rows, 1, dtype=dtype, device=device)
+        self.known = np.zeros(rows, dtype=bool)
+        self.unit = unit
+
+    def read(self, piece: Tensor, target: Tensor, row: int, queued: bool) -> None:
+        """``piece`` (rows from ``row`` on, as held) into ``target`` (the read dtype), their
+        norms kept, divided by them where ``unit`` (one write of the rows, as with a divisor
+        known before). Onto a device, the rows are copied there first. :meth:`settle` follows
+        once a block's pieces are read."""
+        if piece.device != target.device:
+            target.copy_(piece, non_blocking=queued)
+            piece = target
+        norm = _row_norms(piece, target.dtype, self.norms[row : row + piece.shape[0]])
+        if self.unit:
+            torch.div(piece, unit_divisor(norm), out=target)
+        elif piece is not target:
+            target.copy_(piece)
+
+    def settle(self, start: int, stop: int, rows: Tensor) -> None:
+        """Rows ``start:stop`` (``rows``) read: their norms known, and a row whose norm is not
+        finite (a NaN or an infinity in it, or squares beyond the dtype) zeroed, so that no
+        score is NaN before the check refuses the rows or the ranking is made again
+        (``similarity.stands``). On the host only where there is one (no wait on a device:
+        there, one operation a block)."""
+        self.known[start:stop] = True
+        self.zero_unfinished(rows, self.norms[start:stop])
+
+    def finished(self, rows: Tensor, norm: Tensor) -> Tensor:
+        """``rows`` picked by index (``norm`` their norms) as the ranking takes them: divided by
+        their norms where ``unit``, rows of no finite norm zeroed (:meth:`settle`)."""
+        if self.unit:
+            rows.div_(unit_divisor(norm))
+        return self.zero_unfinished(rows, norm)
+
+    @staticmethod
+    def zero_unfinished(rows: Tensor, norm: Tensor) -> Tensor:
+        bad = ~torch.isfinite(norm)
+        if rows.device.type != "cpu" or bool(bad.any()):
+            rows.masked_fill_(bad, 0)
+        return rows

@@ -30,6 +30,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     prepare,
     prepare_query,
     score_dtype,
+    stands,
 )
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.relevance import identical_ids_csr
@@ -158,9 +159,8 @@ def top_k(
     in_order = columns is None or bool(torch.equal(columns, torch.arange(num_g)))
     # a gallery in its own order is read a block at a time where that needs no copy of it (a
     # corpus in batches or on disk, for cosine and dot): never joined, normalised or upcast
-    g_blocks = gallery_in_blocks(
-        items if isinstance(items, RowBatches) else RowBatches([items]), similarity, dtype
-    ) if in_order and not same else None
+    batches = items if isinstance(items, RowBatches) else RowBatches([items])
+    g_blocks = gallery_in_blocks(batches, similarity, dtype) if in_order and not same else None
     if g_blocks is not None:
         q_mat, g_mat = prepare_query(query, similarity, dtype), g_blocks
     else:
@@ -204,6 +204,14 @@ def top_k(
                 s_scores, s_cols = _block_best(s, width, masks)
                 scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
             best_scores[q0:q1], best_cols[q0:q1] = scores, cols
+    if g_mat is g_blocks and not stands(g_blocks):
+        # a non-zero row too short for its squares, found as the rows were read: listed again
+        # from a copy with its unit row rescaled (its norms known now: no second such read)
+        return top_k(
+            query, batches, k, similarity=similarity, ties=ties, query_ids=query_ids,
+            gallery_ids=gallery_ids, exclude_identical_ids=exclude_identical_ids,
+            tie_keys=tie_keys,
+        )
     indices = best_cols if columns is None else (
         columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape))
     empty = torch.isneginf(best_scores)

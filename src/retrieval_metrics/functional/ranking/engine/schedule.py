@@ -41,6 +41,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     prepare,
     prepare_query,
     score_dtype,
+    stands,
 )
 from retrieval_metrics.functional.ranking.engine.tensor_cores import (
     HalfProducts,
@@ -197,6 +198,11 @@ def _ranked(
         # kept score blocks and the counting: a quarter of the pass's budget each
         p = side.at(layout.block_g, layout.budget // 2)
         one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange, half)
+        if g_mat is g_blocks and not stands(g_blocks):
+            # a non-zero row too short for its squares, found as the rows were read: ranked
+            # again from a copy with its unit row rescaled (every process of an exchange reads
+            # the same gallery, so all of them do)
+            return _ranked(inputs, options, mode, external=external, exchange=exchange)
         if exchange is not None:
             combine_outputs(side.outputs, exchange)
     return side

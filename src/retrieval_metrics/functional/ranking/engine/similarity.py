@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero, to_device
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_batches import RowBatches, unit_divisor
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 TINY_NORM = 2.0**-60
@@ -52,12 +52,6 @@ def _sign_codes(x: Tensor) -> bool:
     return bool((x.abs() == 1).all())
 
 
-def _divisor(norm: Tensor) -> Tensor:
-    """What each row is divided by for its unit row: its norm, 1 for a zero row (which stays
-    zero)."""
-    return torch.where(norm > 0, norm, torch.ones_like(norm))
-
-
 def warn_zero_rows(count: int, side: str) -> None:
     """A zero vector has no direction: under cosine it scores 0 against everything. Said by
     name, once per ranking side, where the rows were found anyway (no scan of its own)."""
@@ -89,7 +83,7 @@ def _unit_rows(x: Tensor, in_place: bool = False, side: str = "query") -> Tensor
     # (Only the short rows are looked at: a test of every entry costs as much as the scaling.)
     short = _short_rows(norm)
     rows = x.index_select(0, short) if short.numel() else None  # read before x is scaled
-    divisor = _divisor(norm)
+    divisor = unit_divisor(norm)
     out = x.div_(divisor) if in_place else x / divisor
     if rows is not None:
         tiny = (rows != 0).any(1)  # zero rows stay zero
@@ -114,23 +108,55 @@ def gallery_in_blocks(
     in, where that needs no copy of them: every item kept in the order held (no
     ``gallery_rows``), already in the scoring dtype, scored by dot product (the rows as they
     are) or cosine (each row divided by its norm as it is read: the values of
-    :func:`_unit_rows`). None where :func:`prepare` makes the matrix."""
+    :func:`_unit_rows`). None where :func:`prepare` makes the matrix.
+
+    Norms not known yet (the first ranking of a corpus) are computed as the ranking reads the
+    rows, not by a pass of their own, and so is a scan for NaN put off
+    (``RowBatches.check_when_read``: a corpus on disk, read once): the ranking then calls
+    :func:`stands` once it has read the blocks it reads."""
     if not isinstance(gallery, RowBatches) or gallery_rows is not None or gallery.dtype != dtype:
         return None
     if similarity == "dot":
-        return gallery
+        return gallery if gallery.checked else gallery.norms_as_read(unit=False)
     if similarity != "cosine":
         return None
+    if not gallery.knows_norms():
+        return gallery.norms_as_read(unit=True)
     norm = gallery.row_norms()
     # _unit_rows' division; a non-zero row too short for its squares is rescaled by it instead,
     # on a joined copy
+    if _short_rows_to_rescale(gallery, norm):
+        return None
+    return gallery.divided(unit_divisor(norm))
+
+
+def _short_rows_to_rescale(gallery: RowBatches, norm: Tensor) -> bool:
+    """Whether a row of ``gallery`` is too short for its squares and not zero (its unit row is
+    then rescaled, :func:`_unit_rows`); zero rows are said by name."""
     short = _short_rows(norm)
     if short.numel():
         nonzero = (gallery[short] != 0).any(1)
         if bool(nonzero.any()):
-            return None
+            return True
         warn_zero_rows(short.numel(), "gallery")
-    return gallery.divided(_divisor(norm))
+    return False
+
+
+def stands(g_blocks: RowBatches | None) -> bool:
+    """Whether a ranking that read :func:`gallery_in_blocks`' matrix ``g_blocks`` stands, once it
+    has read what it reads: where the norms were computed as the rows were read, they are
+    finished and kept (:meth:`RowBatches.finish_norms`: a ValueError where a value is NaN or
+    infinite). False where the ranking is to be made again, the norms known then: a row whose
+    squares overflow (read as zeros as the norms were computed), or with cosine a non-zero row
+    too short for its squares (its unit row is rescaled on a copy, :func:`prepare`'s)."""
+    if g_blocks is None or not g_blocks.reads_norms:
+        return True
+    norm = g_blocks.finish_norms()
+    if not bool(torch.isfinite(norm).all()):
+        # finite values whose squares overflow: their rows were read as zeros (see
+        # RowBatches.norms_as_read), and are read as they are the next time
+        return False
+    return not (g_blocks.divides and _short_rows_to_rescale(g_blocks, norm))
 
 
 def prepare_query(query: Tensor, similarity: str, dtype: torch.dtype) -> Tensor:
