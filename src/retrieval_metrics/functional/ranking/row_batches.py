@@ -320,14 +320,17 @@ class RowBatches:
         """Whether no check of the values is put off (:meth:`check_when_read`)."""
         return self._check.name is None
 
-    def _checked_by(self, norms: Tensor) -> None:
-        """The check put off (:meth:`check_when_read`), made by the rows' ``norms``: a row with
-        a NaN or an infinity has a NaN or infinite norm; where a norm is not finite, the values
-        are scanned (a row whose squares overflow has finite values)."""
+    def _checked_by(self, norms: Tensor, finite: bool | None = None) -> None:
+        """The check put off (:meth:`check_when_read`), made by the rows' ``norms`` (``finite``:
+        whether they all are, where already read): a row with a NaN or an infinity has a NaN or
+        infinite norm; where a norm is not finite, the values are scanned (a row whose squares
+        overflow has finite values)."""
         name = self._check.name
         if name is None:
             return
-        if not bool(torch.isfinite(norms).all()) and not self._scanned_finite():
+        if finite is None:
+            finite = bool(torch.isfinite(norms).all())
+        if not finite and not self._scanned_finite():
             raise ValueError(f"`{name}` contains NaN or infinite values")
         self._check.name = None
 
@@ -432,11 +435,13 @@ class RowBatches:
         """Whether the rows are read divided (by a divisor, or by their norms as read)."""
         return self.divisor is not None or (self._as_read is not None and self._as_read.unit)
 
-    def finish_norms(self) -> Tensor:
-        """Every row's norm, ``(N, 1)``, after a ranking read rows of :meth:`norms_as_read`:
-        those it did not read (a pass whose every query finished early) are read now for
-        theirs. Kept (:meth:`row_norms` returns them, on this device); a check put off is made
-        by them (a ValueError naming the argument where a value is NaN or infinite)."""
+    def finish_norms(self, short_below: float = 0.0) -> tuple[Tensor, bool, bool]:
+        """Every row's norm, ``(N, 1)``, after a ranking read rows of :meth:`norms_as_read`
+        (those it did not read, a pass whose every query finished early, are read now for
+        theirs), whether all are finite, and whether any is below ``short_below``: both read
+        from a device at once. Kept (:meth:`row_norms` returns them, on this device); a check
+        put off is made by them (a ValueError naming the argument where a value is NaN or
+        infinite)."""
         reading = self._as_read
         assert reading is not None, "finish_norms follows a read of norms_as_read's rows"
         missing = np.flatnonzero(~reading.known)
@@ -451,9 +456,13 @@ class RowBatches:
             for start, stop in zip(starts, stops, strict=True):
                 for at in range(start, stop, rows):
                     self.rows(at, min(stop, at + rows), buffer, copy=True)
-        self._norms["norms"] = reading.norms
-        self._checked_by(reading.norms)
-        return reading.norms
+        norms = reading.norms
+        self._norms["norms"] = norms
+        finite, short = torch.stack(
+            [torch.isfinite(norms).all(), (norms < short_below).any()]
+        ).tolist()
+        self._checked_by(norms, bool(finite))
+        return norms, bool(finite), bool(short)
 
     def stored(self) -> RowBatches:
         """These rows read in the dtype they are stored in (half precision not upcast), on the

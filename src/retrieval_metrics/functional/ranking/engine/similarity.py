@@ -151,12 +151,12 @@ def stands(g_blocks: RowBatches | None) -> bool:
     too short for its squares (its unit row is rescaled on a copy, :func:`prepare`'s)."""
     if g_blocks is None or not g_blocks.reads_norms:
         return True
-    norm = g_blocks.finish_norms()
-    if not bool(torch.isfinite(norm).all()):
+    norm, finite, short = g_blocks.finish_norms(short_below=TINY_NORM)  # (one wait)
+    if not finite:
         # finite values whose squares overflow: their rows were read as zeros (see
         # RowBatches.norms_as_read), and are read as they are the next time
         return False
-    return not (g_blocks.divides and _short_rows_to_rescale(g_blocks, norm))
+    return not (short and g_blocks.divides and _short_rows_to_rescale(g_blocks, norm))
 
 
 def prepare_query(query: Tensor, similarity: str, dtype: torch.dtype) -> Tensor:
