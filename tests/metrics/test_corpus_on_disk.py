@@ -97,6 +97,39 @@ def test_a_corpus_on_disk_on_the_emulated_device(tmp_path, fake_cuda, monkeypatc
     assert {k: float(v) for k, v in values.items()} == expected
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_half_rows_on_disk_are_read_once_by_the_tensor_cores_path(
+    tmp_path, fake_cuda, monkeypatch, similarity
+):
+    """float16 queries against a float16 corpus on disk, the metric on the (emulated) device:
+    the half rows go to the tensor cores as they are stored, and their norms (cosine's factors
+    1/|g|) and the scan for NaN come from the blocks the ranking reads, so the file is read
+    once (twice before: the norms' pass at set_gallery). The values are those of the same
+    corpus in device memory, whose norms are computed before the ranking."""
+    from retrieval_metrics.functional.ranking.engine import schedule, tensor_cores
+
+    corpus, queries, ids, qrels = _case(tmp_path, np.float16)
+    finished = []
+
+    def half_stands(g, similarity_):
+        finished.append(len(g))
+        return tensor_cores.half_stands(g, similarity_)
+
+    monkeypatch.setattr(schedule, "half_stands", half_stands)
+    values = []
+    for given in (torch.from_numpy(corpus).to("cuda"), str(tmp_path / "all.npy")):
+        read = _rows_read_through_the_mapping(monkeypatch)
+        metric = rm.RetrievalMetrics(NAMES, qrels=qrels, similarity=similarity,
+                                     protocol="beir").to("cuda")
+        metric.set_gallery(given, ids=ids)
+        metric.update(torch.from_numpy(queries).to("cuda"), ids=[f"q{i}" for i in range(120)],
+                      role="query")
+        values.append(_values(metric))
+        assert read[0] == (0 if isinstance(given, torch.Tensor) else len(corpus))
+    assert finished == [len(corpus)]  # (the file's norms, as read; the tensor's before)
+    assert values[1] == values[0]
+
+
 @pytest.mark.parametrize(
     ("given", "message"),
     [("missing.npy", "no such file"), ("c.txt", "read from .npy files"),

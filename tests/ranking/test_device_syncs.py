@@ -196,14 +196,16 @@ def _gallery_batches_form(n, emu, dtype):
 
 def _corpus_on_disk_form(n, emu, dtype):
     """A corpus in a .npy file given to set_gallery, streamed to the device a chunk at a time
-    (float16 on disk for the half-precision case; numpy has no bfloat16): the queries' update
-    (ranked against the fixed corpus) and compute() counted together."""
+    (float16 on disk for the half-precision case, and float16 queries: numpy has no bfloat16,
+    and the tensor cores' path takes one dtype): the queries' update (ranked against the fixed
+    corpus) and compute() counted together."""
     emb, _ = _form_data(n, dtype)
     q = n // 4
     step = max(1, (n - q) // 5)
     qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 7, n - q, step)} for i in range(q)}
     stored = np.float32 if dtype == torch.float32 else np.float16
-    queries = emb[:q].cuda()
+    # (float16 queries beside a float16 file: the tensor cores' path, which takes one dtype)
+    queries = emb[:q].to(torch.float32 if dtype == torch.float32 else torch.float16).cuda()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "corpus.npy"
         np.save(path, emb[q:].to(torch.float32).numpy().astype(stored))

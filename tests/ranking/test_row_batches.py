@@ -142,6 +142,45 @@ def test_rows_of_no_finite_norm_are_read_as_zeros_until_the_check():
     assert again is held and torch.equal(again.rows(4, 5, torch.empty(1, 3), copy=True), x[4:5])
 
 
+def test_half_rows_whose_norms_prove_out_of_bounds_as_read_are_ranked_again_in_float32(
+    fake_cuda,
+):
+    """bfloat16 rows on the (emulated) device, their scan put off (as a corpus on disk's is):
+    the tensor cores' pass computes their norms as it reads them, then finds a row whose norm
+    lies below the half path's bounds (its products would underflow): the ranking is made
+    again on the float32 path, and every table field is that of the gallery upcast to float32.
+    A zero row is said by name."""
+    from retrieval_metrics.functional.ranking.engine import schedule, tensor_cores
+
+    gen = torch.Generator().manual_seed(3)
+    gallery = torch.randn(40, 8, generator=gen).to(torch.bfloat16)
+    gallery[7] *= 2.0**-40  # (a norm below NORM_BOUNDS' 2**-30)
+    gallery[9] = 0.0
+    query = torch.randn(6, 8, generator=gen).to(torch.bfloat16)
+    # relevance by ids (the gallery in the order held, as a corpus's is)
+    options = RankingSettings(similarity="cosine", relevance="ids", ignore_identical_ids=False)
+    keys = (Keys(), Keys(ids=torch.arange(40)))
+    judged = [[7, 9, 3], [1], [], [7], [20, 21], [9]]
+
+    def ranked_by_ids(q, g):
+        return ranked_table(embedding_relevance(q, g, *keys, options, judged), options)
+
+    expected = ranked_by_ids(query.float().cuda(), gallery.float().cuda())
+    verdicts = []
+
+    def half_stands(g, similarity_):
+        verdicts.append(tensor_cores.half_stands(g, similarity_))
+        return verdicts[-1]
+
+    held = RowBatches(cut(gallery.cuda(), [15, 10])).check_when_read("gallery")
+    with mock.patch.object(schedule, "half_stands", half_stands), pytest.warns(
+        UserWarning, match="1 gallery embedding is a zero vector"
+    ):
+        got = ranked_by_ids(query.cuda(), held)
+    assert verdicts == [False] and held.checked
+    assert_same_table(got, expected)
+
+
 def ranked(query, gallery, keys, settings_):
     inputs = embedding_relevance(query, gallery, keys[0], keys[1], settings_)
     return ranked_table(inputs, settings_)

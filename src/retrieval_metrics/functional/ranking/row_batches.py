@@ -44,7 +44,8 @@ from retrieval_metrics.functional.primitives import (
 )
 
 __all__ = [
-    "HALF_PRECISION", "MappedRows", "PutOffCheck", "RowBatches", "read_dtype", "unit_divisor",
+    "HALF_PRECISION", "MappedRows", "PutOffCheck", "RowBatches", "read_dtype",
+    "reciprocal_norms", "unit_divisor",
 ]
 
 #: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
@@ -410,7 +411,7 @@ class RowBatches:
             self.sources(), divisor, self.device if self.on_disk else None, check=self._check
         )
 
-    def norms_as_read(self, unit: bool) -> RowBatches:
+    def norms_as_read(self, unit: bool, factors: bool = False) -> RowBatches:
         """These rows, read a block at a time (:meth:`rows`), each row's norm computed as the
         row is first read, not by a pass over the rows of its own; with ``unit``, each row read
         divided by its norm (a zero row left as it is): the values of
@@ -418,12 +419,25 @@ class RowBatches:
         except that a row whose norm is not finite is read as zeros (:class:`_NormsAsRead`).
         For a corpus on disk, one read of the file instead of two. Once the ranking has read
         what it reads, :meth:`finish_norms` completes and keeps the norms and makes a check
-        put off (:meth:`check_when_read`)."""
+        put off (:meth:`check_when_read`). Rows read as stored (:meth:`stored`, half rows for
+        the tensor cores) stay so (no ``unit``); with ``factors``, each row's reciprocal norm
+        is written too as the row is read (:attr:`factors_as_read`: cosine's factor of a half
+        product, ``engine.tensor_cores``)."""
+        if unit and self.as_stored:
+            raise ValueError("rows read as stored are not divided by their norms")
         device = self.device if self.on_disk else None
+        reading = _NormsAsRead(len(self), read_dtype(self.stored_dtype), self.device, unit,
+                               factors)
         return RowBatches(
-            self.sources(), None, device, norms=self._norms, check=self._check,
-            as_read=_NormsAsRead(len(self), read_dtype(self.stored_dtype), self.device, unit),
+            self.sources(), None, device, self.as_stored, norms=self._norms, check=self._check,
+            as_read=reading,
         )
+
+    @property
+    def factors_as_read(self) -> Tensor | None:
+        """Each row's reciprocal norm (:func:`reciprocal_norms`), ``(N,)``, written as the row
+        is read (:meth:`norms_as_read` with ``factors``; None without)."""
+        return None if self._as_read is None else self._as_read.factors
 
     @property
     def reads_norms(self) -> bool:
@@ -569,7 +583,8 @@ class RowBatches:
             out /= self.divisor.index_select(0, to_device(index, self.divisor.device))
         elif self._as_read is not None:
             # (the norms of the rows picked, from them: each row's depends on that row alone)
-            out = self._as_read.finished(out, _row_norms(out, self.dtype))
+            reading = self._as_read
+            out = reading.finished(out, _row_norms(out, reading.norms.dtype), index)
         return out
 
     def __getitem__(self, index: Tensor | slice) -> Tensor:
@@ -587,6 +602,12 @@ def _row_norms(part: Tensor, wide: torch.dtype, out: Tensor | None = None) -> Te
     function for the norms of a pass of their own and of rows as a ranking reads them, of half
     rows as stored or upcast (equal, bit for bit: tests/ranking/test_row_batches.py)."""
     return torch.linalg.vector_norm(part, dim=1, keepdim=True, dtype=wide, out=out)
+
+
+def reciprocal_norms(norm: Tensor) -> Tensor:
+    """Each row's factor for its cosine after a product of the rows as they are: 1 over its
+    norm, 1 for a zero row (which scores 0 against everything, as its unit row, zero, does)."""
+    return torch.where(norm > 0, 1.0 / norm, 1.0)
 
 
 def unit_divisor(norm: Tensor) -> Tensor:
@@ -611,10 +632,14 @@ class _NormsAsRead:
     norms so far, which rows they cover (on the host: no wait on a device), and whether rows
     are read divided by them."""
 
-    def __init__(self, rows: int, dtype: torch.dtype, device: torch.device, unit: bool) -> None:
+    def __init__(
+        self, rows: int, dtype: torch.dtype, device: torch.device, unit: bool, factors: bool,
+    ) -> None:
         self.norms = torch.empty(rows, 1, dtype=dtype, device=device)
         self.known = np.zeros(rows, dtype=bool)
         self.unit = unit
+        #: each row's reciprocal norm (reciprocal_norms), where asked for
+        self.factors = torch.empty(rows, dtype=dtype, device=device) if factors else None
 
     def read(self, piece: Tensor, target: Tensor, row: int, queued: bool) -> None:
         """``piece`` (rows from ``row`` on, as held) into ``target`` (the read dtype), their
@@ -624,7 +649,7 @@ class _NormsAsRead:
         if piece.device != target.device:
             target.copy_(piece, non_blocking=queued)
             piece = target
-        norm = _row_norms(piece, target.dtype, self.norms[row : row + piece.shape[0]])
+        norm = _row_norms(piece, self.norms.dtype, self.norms[row : row + piece.shape[0]])
         if self.unit:
             torch.div(piece, unit_divisor(norm), out=target)
         elif piece is not target:
@@ -637,13 +662,21 @@ class _NormsAsRead:
         (``similarity.stands``). On the host only where there is one (no wait on a device:
         there, one operation a block)."""
         self.known[start:stop] = True
-        self.zero_unfinished(rows, self.norms[start:stop])
+        norm = self.norms[start:stop]
+        if self.factors is not None:
+            self.factors[start:stop] = reciprocal_norms(norm[:, 0])
+        self.zero_unfinished(rows, norm)
 
-    def finished(self, rows: Tensor, norm: Tensor) -> Tensor:
-        """``rows`` picked by index (``norm`` their norms) as the ranking takes them: divided by
-        their norms where ``unit``, rows of no finite norm zeroed (:meth:`settle`)."""
+    def finished(self, rows: Tensor, norm: Tensor, index: Tensor) -> Tensor:
+        """``rows`` picked by ``index`` (``norm`` their norms) as the ranking takes them: divided
+        by their norms where ``unit``, their factors written, rows of no finite norm zeroed
+        (:meth:`settle`)."""
         if self.unit:
             rows.div_(unit_divisor(norm))
+        if self.factors is not None:
+            self.factors.index_copy_(
+                0, to_device(index, self.factors.device), reciprocal_norms(norm[:, 0])
+            )
         return self.zero_unfinished(rows, norm)
 
     @staticmethod

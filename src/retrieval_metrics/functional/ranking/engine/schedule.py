@@ -45,6 +45,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
 )
 from retrieval_metrics.functional.ranking.engine.tensor_cores import (
     HalfProducts,
+    half_stands,
     prepare_half,
 )
 from retrieval_metrics.functional.ranking.engine.two_sided import two_sided_pass
@@ -198,10 +199,13 @@ def _ranked(
         # kept score blocks and the counting: a quarter of the pass's budget each
         p = side.at(layout.block_g, layout.budget // 2)
         one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange, half)
-        if g_mat is g_blocks and not stands(g_blocks):
-            # a non-zero row too short for its squares, found as the rows were read: ranked
-            # again from a copy with its unit row rescaled (every process of an exchange reads
-            # the same gallery, so all of them do)
+        if isinstance(g_mat, RowBatches) and g_mat.reads_norms and not (
+            stands(g_mat) if half is None else half_stands(g_mat, half.similarity)
+        ):
+            # the norms computed as the rows were read ask for another path (a non-zero row
+            # too short for its squares, a half row's norm out of bounds): ranked again, the
+            # norms known now (every process of an exchange reads the same gallery, so all of
+            # them do)
             return _ranked(inputs, options, mode, external=external, exchange=exchange)
         if exchange is not None:
             combine_outputs(side.outputs, exchange)

@@ -41,7 +41,7 @@ from torch import Tensor
 from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine import triton_pairs
 from retrieval_metrics.functional.ranking.engine.similarity import warn_zero_rows
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_batches import RowBatches, reciprocal_norms
 
 #: Rows whose norm lies outside these bounds keep the float32 path: their products would
 #: underflow or overflow float32 before the norms divide them (bfloat16 spans float32's range).
@@ -193,11 +193,6 @@ def _checked(xs: list[Tensor | RowBatches], norms: list[Tensor], sides: list[str
     return True
 
 
-def _reciprocal(norm: Tensor) -> Tensor:
-    # a zero row scores 0 against everything, as its float32 unit row (zero) does
-    return torch.where(norm > 0, 1.0 / norm, torch.ones_like(norm))
-
-
 def half_products(
     similarity: str, a: Tensor | RowBatches | None, b: Tensor | RowBatches,
     rows_scaled: bool = True,
@@ -216,8 +211,8 @@ def half_products(
         return None
     if similarity == "euclidean":
         return HalfProducts(similarity, None, _squares(b))
-    b_factor = _reciprocal(b_norm)
-    a_factor = b_factor if a_norm is None else _reciprocal(a_norm)
+    b_factor = reciprocal_norms(b_norm)
+    a_factor = b_factor if a_norm is None else reciprocal_norms(a_norm)
     return HalfProducts(similarity, a_factor if rows_scaled else None, b_factor)
 
 
@@ -233,6 +228,15 @@ def prepare_half(
     block at a time as stored) and what each block takes after its product (``rows_scaled``:
     see :func:`half_products`). None where a norm is out of bounds: the caller prepares the
     float32 matrices."""
+    if _norms_as_read(query, gallery, similarity, gallery_rows, rows_scaled):
+        assert query is not None and isinstance(gallery, RowBatches)
+        if similarity == "cosine" and not _checked(
+            [query], [_norms(query)], ["query"], warn_zero=True
+        ):
+            return None
+        g_read = gallery.stored().norms_as_read(unit=False, factors=similarity == "cosine")
+        half = HalfProducts(similarity, None, g_read.factors_as_read)
+        return query.contiguous(), g_read, half
     if isinstance(gallery, RowBatches):
         g: Tensor | RowBatches = gallery.stored()
         if gallery_rows is not None:
@@ -249,3 +253,34 @@ def prepare_half(
     if isinstance(g, Tensor):
         g = g.contiguous()
     return (None if q is None else (g if same else q.contiguous())), g, half
+
+
+def _norms_as_read(
+    query: Tensor | None, gallery: Tensor | RowBatches, similarity: str,
+    gallery_rows: Tensor | None, rows_scaled: bool,
+) -> bool:
+    """Whether the gallery's norms (cosine's factors ``1/|g_j|``) and its scan for NaN come
+    from the blocks the one-sided pass reads (``RowBatches.norms_as_read``) instead of a pass
+    of their own before it: every row of a gallery whose scan is put off (a corpus on disk, read
+    once), the blocks read along their rows only (cosine's factor per column), or with dot.
+    :func:`half_stands` then finishes them once the pass has read what it reads. Not a gallery
+    in memory: its half rows are multiplied where they lie, no block copied (a block read
+    with its norms is), and its norms cost a pass over device memory."""
+    if not isinstance(gallery, RowBatches) or gallery_rows is not None or query is None:
+        return False
+    if gallery.checked or gallery.knows_norms():
+        return False
+    return similarity == "dot" or (similarity == "cosine" and not rows_scaled)
+
+
+def half_stands(g: RowBatches, similarity: str) -> bool:
+    """Whether a one-sided pass over half rows whose norms were computed as it read them
+    (:func:`prepare_half` with :func:`_norms_as_read`) stands, once it has read what it reads:
+    the norms finished and kept (a ValueError where a value is NaN or infinite), then, as
+    :func:`half_products` checks them before a pass where they are known, every finite and, for
+    cosine, inside :data:`NORM_BOUNDS` (zero rows said by name). False: the caller ranks again,
+    the norms known by then (the float32 path for rows out of bounds)."""
+    norm, finite, _ = g.finish_norms()
+    if not finite:
+        return False  # (finite values whose squares overflow: read as zeros, see norms_as_read)
+    return similarity != "cosine" or _checked([g], [norm.view(-1)], ["gallery"], warn_zero=True)
