@@ -101,6 +101,30 @@ def test_half_precision_lists_as_its_float32_values():
     assert torch.equal(a.indices, b.indices) and torch.equal(a.scores, b.scores)
 
 
+@pytest.mark.parametrize("on_disk", [False, True], ids=["tensor", "npy"])
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_rows_found_short_or_overflowing_as_read_are_listed_again(similarity, on_disk, tmp_path):
+    """The gallery's norms are computed as its blocks are read (no pass of their own; under dot
+    for a corpus on disk, whose scan for NaN they are): a non-zero row too short for its
+    squares (cosine rescales it) or one whose squares overflow float32 (read as zeros until
+    its norm is known) makes top_k list again from the path that takes it, so the lists are
+    those of a float64 brute force: the short row is the direction of its float64 unit row,
+    the large one scores its dot product."""
+    gen = torch.Generator().manual_seed(4)
+    q, g = torch.randn(5, 4, generator=gen), torch.randn(30, 4, generator=gen)
+    g[3] *= 1e-30  # (squares below float32's smallest: a norm of 0 for non-zero values)
+    g[11] = 1e-30 * q[0] if similarity == "cosine" else 1e20 * q[0]
+    wide_q, wide_g = q.double(), g.double()
+    if similarity == "cosine":
+        wide_g = wide_g / wide_g.norm(dim=1, keepdim=True)
+        wide_q = wide_q / wide_q.norm(dim=1, keepdim=True)
+    scores = wide_q @ wide_g.T
+    np.save(tmp_path / "g.npy", g.numpy())
+    found = top_k(q, str(tmp_path / "g.npy") if on_disk else g, 6, similarity=similarity)
+    assert found.indices.tolist() == scores.argsort(dim=1, descending=True)[:, :6].tolist()
+    assert found.indices[0, 0] == 11
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [({"k": 0}, "`k` must be a positive int"), ({"k": 3, "ties": "expected"}, "`ties`"),

@@ -205,8 +205,9 @@ def top_k(
                 scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
             best_scores[q0:q1], best_cols[q0:q1] = scores, cols
     if g_mat is g_blocks and not stands(g_blocks):
-        # a non-zero row too short for its squares, found as the rows were read: listed again
-        # from a copy with its unit row rescaled (its norms known now: no second such read)
+        # the norms computed as the rows were read ask for another path (a non-zero row too
+        # short for its squares, whose unit row is rescaled on a copy; finite values whose
+        # squares overflow, read as zeros so far): listed again, the norms known now
         return top_k(
             query, batches, k, similarity=similarity, ties=ties, query_ids=query_ids,
             gallery_ids=gallery_ids, exclude_identical_ids=exclude_identical_ids,
