@@ -346,6 +346,26 @@ def test_run_after_set_gallery_is_the_command_lines_run(tmp_path):
     assert found.run(q_ids, doc_ids) == run
 
 
+def test_the_command_line_reads_the_file_once_to_score_and_once_for_the_run(
+    tmp_path, monkeypatch
+):
+    """``evaluate --gallery corpus.npy --write-run``: the evaluation's ranking reads the file
+    once (its norms and scan for NaN with it), and the run's once more (3 times before: the
+    run's corpus was scanned by a pass of its own)."""
+    from retrieval_metrics.cli.main import main
+
+    n = 5_000
+    _spread_case(tmp_path, n, 16, 30)
+    read = _rows_read_through_the_mapping(monkeypatch)
+    code = main(["evaluate", "--query", str(tmp_path / "q.npz"), "--gallery",
+                 str(tmp_path / "corpus.npy"), "--qrels", str(tmp_path / "qrels.tsv"),
+                 "--protocol", "beir", "--metrics", "ndcg@10", "--write-run",
+                 str(tmp_path / "run.txt"), "--run-depth", "20", "--progress-delay", "-1"])
+    assert code == 0
+    assert read[0] == 2 * n
+    assert len((tmp_path / "run.txt").read_text().splitlines()) == 30 * 20
+
+
 _SPREAD = """
 import contextlib, io, json, sys, warnings
 import numpy as np, torch

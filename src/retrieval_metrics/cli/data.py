@@ -171,7 +171,9 @@ def write_run_file(
     g_ids = (items.ids if items.ids is not None else np.arange(len(items)))[gallery_rows]
     judged = getattr(metric, "qrels", None) is not None
     corpus: Any = (
-        RowBatches([MappedRows(items.embeddings)])  # read a block at a time, never whole
+        # read a block at a time, never whole; its scan for NaN made by the ranking's read (the
+        # file read once for the run, not once to check it and again to rank it)
+        RowBatches([MappedRows(items.embeddings)]).check_when_read("--gallery")
         if is_corpus_on_disk(items.embeddings) and _every_row(gallery_rows)
         else torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows]))
     )
