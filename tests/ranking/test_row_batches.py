@@ -12,6 +12,7 @@ batches never joined and its unit rows never made whole.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 from unittest import mock
 
@@ -32,7 +33,8 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     stands,
 )
 from retrieval_metrics.functional.ranking.items import Keys
-from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches, unit_divisor
+from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
+from retrieval_metrics.functional.ranking.row_norms import reciprocal_norms, unit_divisor
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
 
@@ -142,43 +144,45 @@ def test_rows_of_no_finite_norm_are_read_as_zeros_until_the_check():
     assert again is held and torch.equal(again.rows(4, 5, torch.empty(1, 3), copy=True), x[4:5])
 
 
-def test_half_rows_whose_norms_prove_out_of_bounds_as_read_are_ranked_again_in_float32(
-    fake_cuda,
-):
-    """bfloat16 rows on the (emulated) device, their scan put off (as a corpus on disk's is):
-    the tensor cores' pass computes their norms as it reads them, then finds a row whose norm
-    lies below the half path's bounds (its products would underflow): the ranking is made
-    again on the float32 path, and every table field is that of the gallery upcast to float32.
-    A zero row is said by name."""
-    from retrieval_metrics.functional.ranking.engine import schedule, tensor_cores
+@pytest.mark.parametrize("tiny", [False, True])
+def test_half_rows_read_with_their_factors_and_checked_after_the_pass(tiny):
+    """bfloat16 rows held on the host, read as stored with their norms and cosine's factors
+    computed as they are read (what the tensor cores' pass reads of a corpus on disk, there
+    sent to the device): the rows as held, the factors reciprocal_norms of row_norms', bit for
+    bit. Finished, a row below NORM_BOUNDS (its products would underflow) makes half_stands ask
+    for another ranking, which takes the float32 path; else the pass stands, a zero row said
+    by name."""
+    from retrieval_metrics.functional.ranking.engine.tensor_cores import half_stands
 
     gen = torch.Generator().manual_seed(3)
-    gallery = torch.randn(40, 8, generator=gen).to(torch.bfloat16)
-    gallery[7] *= 2.0**-40  # (a norm below NORM_BOUNDS' 2**-30)
-    gallery[9] = 0.0
-    query = torch.randn(6, 8, generator=gen).to(torch.bfloat16)
-    # relevance by ids (the gallery in the order held, as a corpus's is)
-    options = RankingSettings(similarity="cosine", relevance="ids", ignore_identical_ids=False)
-    keys = (Keys(), Keys(ids=torch.arange(40)))
-    judged = [[7, 9, 3], [1], [], [7], [20, 21], [9]]
+    x = torch.randn(40, 8, generator=gen).to(torch.bfloat16)
+    x[9] = 0.0
+    if tiny:
+        x[7] *= 2.0**-40  # (a norm below NORM_BOUNDS' 2**-30)
+    held = RowBatches(cut(x, [15, 10])).check_when_read("gallery")
+    view = held.stored().norms_as_read(unit=False, factors=True)
+    out = torch.empty(16, 8, dtype=torch.bfloat16)
+    for start in range(0, 40, 16):
+        assert torch.equal(view.rows(start, min(40, start + 16), out), x[start : start + 16])
+    assert torch.equal(view.index_select(0, torch.tensor([7, 9, 3])), x[[7, 9, 3]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stands = half_stands(view, "cosine")
+    assert stands is not tiny and held.checked
+    assert any("1 gallery embedding is a zero vector" in str(w.message) for w in caught) is (
+        not tiny
+    )
+    norms = RowBatches(cut(x, [15, 10])).row_norms().view(-1)
+    assert torch.equal(view.factors_as_read, reciprocal_norms(norms))
 
-    def ranked_by_ids(q, g):
-        return ranked_table(embedding_relevance(q, g, *keys, options, judged), options)
 
-    expected = ranked_by_ids(query.float().cuda(), gallery.float().cuda())
-    verdicts = []
-
-    def half_stands(g, similarity_):
-        verdicts.append(tensor_cores.half_stands(g, similarity_))
-        return verdicts[-1]
-
-    held = RowBatches(cut(gallery.cuda(), [15, 10])).check_when_read("gallery")
-    with mock.patch.object(schedule, "half_stands", half_stands), pytest.warns(
-        UserWarning, match="1 gallery embedding is a zero vector"
-    ):
-        got = ranked_by_ids(query.cuda(), held)
-    assert verdicts == [False] and held.checked
-    assert_same_table(got, expected)
+def test_norms_are_computed_as_read_from_rows_held_on_the_host_only(fake_cuda):
+    """Batches in a device's memory keep their norms' pass: a device's reduction may give a row
+    another last bit in a block than among rows picked by index."""
+    held = RowBatches([torch.randn(6, 3).cuda()])
+    assert not held.held_on_host
+    with pytest.raises(ValueError, match="held on the host only"):
+        held.norms_as_read(unit=True)
 
 
 def ranked(query, gallery, keys, settings_):

@@ -42,11 +42,13 @@ from retrieval_metrics.functional.primitives import (
     sent_without_waiting,
     to_device,
 )
+from retrieval_metrics.functional.ranking.row_norms import (
+    NormsAsRead,
+    PutOffCheck,
+    row_norms_of,
+)
 
-__all__ = [
-    "HALF_PRECISION", "MappedRows", "PutOffCheck", "RowBatches", "read_dtype",
-    "reciprocal_norms", "unit_divisor",
-]
+__all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
 
 #: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
 #: freed memory is reused, not piled up by the allocator)
@@ -232,7 +234,7 @@ class RowBatches:
         self, batches: Sequence[Tensor | MappedRows], divisor: Tensor | None = None,
         device: torch.device | None = None, as_stored: bool = False,
         norms: dict[str, Tensor] | None = None, check: PutOffCheck | None = None,
-        as_read: _NormsAsRead | None = None,
+        as_read: NormsAsRead | None = None,
     ) -> None:
         sources = [b for b in batches if b.shape[0]] or list(batches[:1])
         if not sources:
@@ -396,7 +398,7 @@ class RowBatches:
 
     def _computed_norms(self) -> Tensor:
         if "norms" not in self._norms:
-            self._norms["norms"] = self._per_row(_row_norms)
+            self._norms["norms"] = self._per_row(row_norms_of)
         return self._norms["norms"]
 
     def row_squares(self) -> Tensor:
@@ -416,17 +418,24 @@ class RowBatches:
         row is first read, not by a pass over the rows of its own; with ``unit``, each row read
         divided by its norm (a zero row left as it is): the values of
         ``divided(row_norms())``, bit for bit (each row's norm depends on that row alone),
-        except that a row whose norm is not finite is read as zeros (:class:`_NormsAsRead`).
+        except that a row whose norm is not finite is read as zeros (:class:`NormsAsRead`).
         For a corpus on disk, one read of the file instead of two. Once the ranking has read
         what it reads, :meth:`finish_norms` completes and keeps the norms and makes a check
-        put off (:meth:`check_when_read`). Rows read as stored (:meth:`stored`, half rows for
+        put off (:meth:`check_when_read`). Rows held on the host only (:attr:`held_on_host`: in
+        memory there, or a file, even where read onto a device): every norm is computed there,
+        from the rows as held, where a row's norm does not depend on the rows reduced with it
+        (a chunk, a block, rows picked by index; a device's reduction may order a row's sum by
+        how many rows it reduces, and a relevant score and its block's would then differ in
+        the last bit). Rows read as stored (:meth:`stored`, half rows for
         the tensor cores) stay so (no ``unit``); with ``factors``, each row's reciprocal norm
         is written too as the row is read (:attr:`factors_as_read`: cosine's factor of a half
         product, ``engine.tensor_cores``)."""
         if unit and self.as_stored:
             raise ValueError("rows read as stored are not divided by their norms")
+        if not self.held_on_host:
+            raise ValueError("norms are computed as read from rows held on the host only")
         device = self.device if self.on_disk else None
-        reading = _NormsAsRead(len(self), read_dtype(self.stored_dtype), self.device, unit,
+        reading = NormsAsRead(len(self), read_dtype(self.stored_dtype), self.device, unit,
                                factors)
         return RowBatches(
             self.sources(), None, device, self.as_stored, norms=self._norms, check=self._check,
@@ -438,6 +447,12 @@ class RowBatches:
         """Each row's reciprocal norm (:func:`reciprocal_norms`), ``(N,)``, written as the row
         is read (:meth:`norms_as_read` with ``factors``; None without)."""
         return None if self._as_read is None else self._as_read.factors
+
+    @property
+    def held_on_host(self) -> bool:
+        """Whether every batch is held on the host (in memory there, or a file), wherever the
+        rows are read to."""
+        return all(b.device.type == "cpu" for b in self.batches)
 
     @property
     def reads_norms(self) -> bool:
@@ -567,6 +582,13 @@ class RowBatches:
             raise ValueError("RowBatches selects rows (dim=0) only")
         index = index.to(torch.int64)
         self._check_before_reading()
+        reading = self._as_read
+        if reading is not None:
+            # the rows picked on the host, their norms computed there from them (each row's
+            # depends on that row alone there: see norms_as_read), then sent
+            on_host = RowBatches(self.sources(), as_stored=self.as_stored).index_select(0, index)
+            norm = to_device(row_norms_of(on_host, reading.norms.dtype), self.device)
+            return reading.finished(to_device(on_host, self.device), norm, index)
         host = index.cpu()
         out = torch.empty(host.numel(), self.shape[1], dtype=self.dtype, device=self.device)
         batch = torch.searchsorted(self.starts, host, right=True) - 1
@@ -581,10 +603,6 @@ class RowBatches:
             out[to_device(where, self.device)] = rows.to(self.dtype)
         if self.divisor is not None:
             out /= self.divisor.index_select(0, to_device(index, self.divisor.device))
-        elif self._as_read is not None:
-            # (the norms of the rows picked, from them: each row's depends on that row alone)
-            reading = self._as_read
-            out = reading.finished(out, _row_norms(out, reading.norms.dtype), index)
         return out
 
     def __getitem__(self, index: Tensor | slice) -> Tensor:
@@ -595,93 +613,3 @@ class RowBatches:
         elif index.dtype == torch.bool:
             index = index.cpu().nonzero().view(-1)
         return self.index_select(0, index)
-
-
-def _row_norms(part: Tensor, wide: torch.dtype, out: Tensor | None = None) -> Tensor:
-    """Each row's Euclidean norm, ``(rows, 1)``, summed in ``wide`` (into ``out``): one
-    function for the norms of a pass of their own and of rows as a ranking reads them, of half
-    rows as stored or upcast (equal, bit for bit: tests/ranking/test_row_batches.py)."""
-    return torch.linalg.vector_norm(part, dim=1, keepdim=True, dtype=wide, out=out)
-
-
-def reciprocal_norms(norm: Tensor) -> Tensor:
-    """Each row's factor for its cosine after a product of the rows as they are: 1 over its
-    norm, 1 for a zero row (which scores 0 against everything, as its unit row, zero, does)."""
-    return torch.where(norm > 0, 1.0 / norm, 1.0)
-
-
-def unit_divisor(norm: Tensor) -> Tensor:
-    """What each row is divided by for its unit row: its norm, 1 for a zero row (which stays
-    zero)."""
-    return torch.where(norm > 0, norm, 1.0)
-
-
-class PutOffCheck:
-    """A scan for NaN and infinities put off until the rows are first read
-    (:meth:`RowBatches.check_when_read`): the name of the argument it blames, None once made
-    (or never put off). One for every view of the same rows."""
-
-    __slots__ = ("name",)
-
-    def __init__(self) -> None:
-        self.name: str | None = None
-
-
-class _NormsAsRead:
-    """Each row's norm as a ranking reads the row (:meth:`RowBatches.norms_as_read`): the
-    norms so far, which rows they cover (on the host: no wait on a device), and whether rows
-    are read divided by them."""
-
-    def __init__(
-        self, rows: int, dtype: torch.dtype, device: torch.device, unit: bool, factors: bool,
-    ) -> None:
-        self.norms = torch.empty(rows, 1, dtype=dtype, device=device)
-        self.known = np.zeros(rows, dtype=bool)
-        self.unit = unit
-        #: each row's reciprocal norm (reciprocal_norms), where asked for
-        self.factors = torch.empty(rows, dtype=dtype, device=device) if factors else None
-
-    def read(self, piece: Tensor, target: Tensor, row: int, queued: bool) -> None:
-        """``piece`` (rows from ``row`` on, as held) into ``target`` (the read dtype), their
-        norms kept, divided by them where ``unit`` (one write of the rows, as with a divisor
-        known before). Onto a device, the rows are copied there first. :meth:`settle` follows
-        once a block's pieces are read."""
-        if piece.device != target.device:
-            target.copy_(piece, non_blocking=queued)
-            piece = target
-        norm = _row_norms(piece, self.norms.dtype, self.norms[row : row + piece.shape[0]])
-        if self.unit:
-            torch.div(piece, unit_divisor(norm), out=target)
-        elif piece is not target:
-            target.copy_(piece)
-
-    def settle(self, start: int, stop: int, rows: Tensor) -> None:
-        """Rows ``start:stop`` (``rows``) read: their norms known, and a row whose norm is not
-        finite (a NaN or an infinity in it, or squares beyond the dtype) zeroed, so that no
-        score is NaN before the check refuses the rows or the ranking is made again
-        (``similarity.stands``). On the host only where there is one (no wait on a device:
-        there, one operation a block)."""
-        self.known[start:stop] = True
-        norm = self.norms[start:stop]
-        if self.factors is not None:
-            self.factors[start:stop] = reciprocal_norms(norm[:, 0])
-        self.zero_unfinished(rows, norm)
-
-    def finished(self, rows: Tensor, norm: Tensor, index: Tensor) -> Tensor:
-        """``rows`` picked by ``index`` (``norm`` their norms) as the ranking takes them: divided
-        by their norms where ``unit``, their factors written, rows of no finite norm zeroed
-        (:meth:`settle`)."""
-        if self.unit:
-            rows.div_(unit_divisor(norm))
-        if self.factors is not None:
-            self.factors.index_copy_(
-                0, to_device(index, self.factors.device), reciprocal_norms(norm[:, 0])
-            )
-        return self.zero_unfinished(rows, norm)
-
-    @staticmethod
-    def zero_unfinished(rows: Tensor, norm: Tensor) -> Tensor:
-        bad = ~torch.isfinite(norm)
-        if rows.device.type != "cpu" or bool(bad.any()):
-            rows.masked_fill_(bad, 0)
-        return rows

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import flat_nonzero, to_device
-from retrieval_metrics.functional.ranking.row_batches import RowBatches, unit_divisor
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_norms import unit_divisor
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 TINY_NORM = 2.0**-60
@@ -110,17 +111,21 @@ def gallery_in_blocks(
     are) or cosine (each row divided by its norm as it is read: the values of
     :func:`_unit_rows`). None where :func:`prepare` makes the matrix.
 
-    Norms not known yet (the first ranking of a corpus) are computed as the ranking reads the
-    rows, not by a pass of their own, and so is a scan for NaN put off
-    (``RowBatches.check_when_read``: a corpus on disk, read once): the ranking then calls
-    :func:`stands` once it has read the blocks it reads."""
+    Norms not known yet (the first ranking of a corpus held on the host, in memory or on disk)
+    are computed as the ranking reads the rows, not by a pass of their own, and so is a scan
+    for NaN put off (``RowBatches.check_when_read``: a corpus on disk, read once): the ranking
+    then calls :func:`stands` once it has read the blocks it reads. (Batches in a device's
+    memory keep the pass: a device's reduction may give a row another norm in another
+    company, ``RowBatches.norms_as_read``.)"""
     if not isinstance(gallery, RowBatches) or gallery_rows is not None or gallery.dtype != dtype:
         return None
     if similarity == "dot":
-        return gallery if gallery.checked else gallery.norms_as_read(unit=False)
+        if gallery.checked or not gallery.held_on_host:
+            return gallery
+        return gallery.norms_as_read(unit=False)
     if similarity != "cosine":
         return None
-    if not gallery.knows_norms():
+    if not gallery.knows_norms() and gallery.held_on_host:
         return gallery.norms_as_read(unit=True)
     norm = gallery.row_norms()
     # _unit_rows' division; a non-zero row too short for its squares is rescaled by it instead,

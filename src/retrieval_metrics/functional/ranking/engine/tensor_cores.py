@@ -41,7 +41,8 @@ from torch import Tensor
 from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine import triton_pairs
 from retrieval_metrics.functional.ranking.engine.similarity import warn_zero_rows
-from retrieval_metrics.functional.ranking.row_batches import RowBatches, reciprocal_norms
+from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_norms import reciprocal_norms
 
 #: Rows whose norm lies outside these bounds keep the float32 path: their products would
 #: underflow or overflow float32 before the norms divide them (bfloat16 spans float32's range).
@@ -264,11 +265,12 @@ def _norms_as_read(
     of their own before it: every row of a gallery whose scan is put off (a corpus on disk, read
     once), the blocks read along their rows only (cosine's factor per column), or with dot.
     :func:`half_stands` then finishes them once the pass has read what it reads. Not a gallery
-    in memory: its half rows are multiplied where they lie, no block copied (a block read
-    with its norms is), and its norms cost a pass over device memory."""
+    in device memory: its half rows are multiplied where they lie, no block copied (a block
+    read with its norms is), its norms cost a pass over that memory, and a device's reduction
+    may give a row another norm in another company (``RowBatches.norms_as_read``)."""
     if not isinstance(gallery, RowBatches) or gallery_rows is not None or query is None:
         return False
-    if gallery.checked or gallery.knows_norms():
+    if gallery.checked or gallery.knows_norms() or not gallery.held_on_host:
         return False
     return similarity == "dot" or (similarity == "cosine" and not rows_scaled)
 
