@@ -201,3 +201,39 @@ def test_two_processes_exchange_device_states(scenario, device, tmp_path_factory
                 err_msg=f"{scenario} rank {rank}: {key}",
             )
         assert result["per_query"].keys() == expected_per_query.keys()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+def test_a_corpus_on_disk_ranks_on_the_device_as_in_its_memory(
+    device, similarity, dtype, tmp_path
+):
+    """A corpus on disk given to set_gallery with the metric on the device: its chunks read on
+    the host, their norms computed there (cosine) and sent with them, the file read once
+    (float16 queries against a float16 file take the tensor cores on CUDA, which write
+    cosine's factors as the blocks are read). The values are those of the same corpus in the
+    device's memory, whose norms are computed before the ranking, and under dot those of the
+    CPU. Small-integer embeddings, full of ties."""
+    gen = torch.Generator().manual_seed(11)
+    n, dim, num_q = 3000, 8, 50
+    corpus = torch.randint(-3, 4, (n, dim), generator=gen)
+    queries = torch.randint(-3, 4, (num_q, dim), generator=gen)
+    qrels = {f"q{i}": {f"d{(i * 37 + j * 11) % n}": 1 + j % 2 for j in range(3)}
+             for i in range(num_q)}
+    ids = [f"d{i}" for i in range(n)]
+    np.save(tmp_path / "c.npy", corpus.numpy().astype(dtype))
+    as_dtype = torch.float16 if dtype == np.float16 else torch.float32
+
+    def run(gallery, dev):
+        metric = rm.RetrievalMetrics(["ndcg@10", "recall@100", "mrr", "map"], qrels=qrels,
+                                     similarity=similarity, protocol="beir").to(dev)
+        metric.set_gallery(gallery, ids=ids)
+        metric.update(queries.to(as_dtype).to(dev), ids=[f"q{i}" for i in range(num_q)],
+                      role="query")
+        return metric.compute()
+
+    on_disk = run(str(tmp_path / "c.npy"), device)
+    assert_same_values(on_disk, run(corpus.to(as_dtype).to(device), device))
+    if similarity == "dot":
+        assert_same_values(on_disk, run(corpus.to(as_dtype), "cpu"))
