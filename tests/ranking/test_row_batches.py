@@ -144,6 +144,23 @@ def test_rows_of_no_finite_norm_are_read_as_zeros_until_the_check():
     assert again is held and torch.equal(again.rows(4, 5, torch.empty(1, 3), copy=True), x[4:5])
 
 
+def test_rows_read_again_take_the_norms_kept(monkeypatch):
+    """A block read again (by a later block of queries) is divided by the norms its first read
+    kept: no norm computed twice, the same rows."""
+    from retrieval_metrics.functional.ranking import row_norms
+
+    calls = []
+    real = row_norms.row_norms_of
+    monkeypatch.setattr(row_norms, "row_norms_of", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = torch.randn(30, 4).half()
+    view = RowBatches(cut(x, [12])).norms_as_read(unit=True)
+    first = view.rows(0, 20, torch.empty(20, 4), copy=True).clone()
+    computed = len(calls)
+    assert computed == 2  # (one per batch the block spans)
+    assert torch.equal(view.rows(0, 20, torch.empty(20, 4), copy=True), first)
+    assert len(calls) == computed
+
+
 @pytest.mark.parametrize("tiny", [False, True])
 def test_half_rows_read_with_their_factors_and_checked_after_the_pass(tiny):
     """bfloat16 rows held on the host, read as stored with their norms and cosine's factors

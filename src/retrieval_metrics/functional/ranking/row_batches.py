@@ -426,10 +426,10 @@ class RowBatches:
         from the rows as held, where a row's norm does not depend on the rows reduced with it
         (a chunk, a block, rows picked by index; a device's reduction may order a row's sum by
         how many rows it reduces, and a relevant score and its block's would then differ in
-        the last bit). Rows read as stored (:meth:`stored`, half rows for
-        the tensor cores) stay so (no ``unit``); with ``factors``, each row's reciprocal norm
-        is written too as the row is read (:attr:`factors_as_read`: cosine's factor of a half
-        product, ``engine.tensor_cores``)."""
+        the last bit). Rows read as stored (:meth:`stored`, half rows for the tensor cores)
+        stay so (no ``unit``); with ``factors``, each row's reciprocal norm is written too as
+        the row is read (:attr:`factors_as_read`: cosine's factor of a half product,
+        ``engine.tensor_cores``)."""
         if unit and self.as_stored:
             raise ValueError("rows read as stored are not divided by their norms")
         if not self.held_on_host:

@@ -66,17 +66,20 @@ class NormsAsRead:
     def read(self, piece: Tensor, target: Tensor, row: int, queued: bool) -> None:
         """``piece`` (rows from ``row`` on, as held) into ``target`` (the read dtype), their
         norms kept, divided by them where ``unit`` (one write of the rows, as with a divisor
-        known before). Onto a device, the rows are copied there first. :meth:`settle` follows
-        once a block's pieces are read."""
+        known before). Onto a device, the rows are copied there first. Rows read before (by an
+        earlier block of queries) take the norms kept, not computed again. :meth:`settle`
+        follows once a block's pieces are read."""
         norm = self.norms[row : row + piece.shape[0]]
+        fresh = not self.known[row : row + piece.shape[0]].all()
         if piece.device != target.device:
-            # the norms from the rows on the host (see norms_as_read), then sent with them
-            norm.copy_(row_norms_of(piece, self.norms.dtype), non_blocking=queued)
+            if fresh:  # (the norms from the rows on the host, see norms_as_read, then sent)
+                norm.copy_(row_norms_of(piece, self.norms.dtype), non_blocking=queued)
             target.copy_(piece, non_blocking=queued)
             if self.unit:
                 target.div_(unit_divisor(norm))
             return
-        row_norms_of(piece, self.norms.dtype, norm)
+        if fresh:
+            row_norms_of(piece, self.norms.dtype, norm)
         if self.unit:
             torch.div(piece, unit_divisor(norm), out=target)
         else:
@@ -88,10 +91,10 @@ class NormsAsRead:
         score is NaN before the check refuses the rows or the ranking is made again
         (``similarity.stands``). On the host only where there is one (no wait on a device:
         there, one operation a block)."""
-        self.known[start:stop] = True
         norm = self.norms[start:stop]
-        if self.factors is not None:
+        if self.factors is not None and not self.known[start:stop].all():
             self.factors[start:stop] = reciprocal_norms(norm[:, 0])
+        self.known[start:stop] = True
         self.zero_unfinished(rows, norm)
 
     def finished(self, rows: Tensor, norm: Tensor, index: Tensor) -> Tensor:
