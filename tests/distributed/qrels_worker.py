@@ -10,9 +10,11 @@ give the processes what they must agree on differently; each writes ``{scenario:
 from __future__ import annotations
 
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -138,6 +140,17 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric = build(fixed=True)
         feed(metric, rank, world, fixed=True)
         return scored(metric)
+    if scenario == "qrels_fixed_on_disk":
+        # the corpus given as a .npy file on every process: its norms and its scan for NaN
+        # made by the first ranking's read of it (RowBatches.norms_as_read)
+        metric = build()
+        docs, d_ids = data()[1], data()[3]
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "corpus.npy"
+            np.save(path, docs.numpy())
+            metric.set_gallery(str(path), ids=d_ids)
+            feed(metric, rank, world, fixed=True)
+            return scored(metric)
     if scenario in ("qrels_ties_by_id", "qrels_fixed_ties_by_id"):
         fixed = scenario == "qrels_fixed_ties_by_id"
         metric = build(fixed=fixed, ties="id")

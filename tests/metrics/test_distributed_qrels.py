@@ -21,7 +21,7 @@ import launch  # noqa: E402
 import qrels_worker  # noqa: E402
 
 SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fixed_ties_by_id",
-          "qrels_run_depth"]
+          "qrels_run_depth", "qrels_fixed_on_disk"]
 MEET = list(qrels_worker.IDS_DO_NOT_MEET)
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
            "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
@@ -49,7 +49,7 @@ def one_process(fixed: bool, ties: str = "expected", protocol: str | None = None
 @pytest.mark.parametrize("scenario", SCORED)
 def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_factory):
     by_id = scenario.endswith("ties_by_id")
-    fixed = scenario in ("qrels_fixed", "qrels_fixed_ties_by_id")
+    fixed = scenario in ("qrels_fixed", "qrels_fixed_ties_by_id", "qrels_fixed_on_disk")
     protocol = "sentence_transformers" if scenario == "qrels_run_depth" else None
     expected = one_process(fixed=fixed, ties="id" if by_id else "expected", protocol=protocol)
     if by_id:  # the ties touch relevant documents: their order changes the values
