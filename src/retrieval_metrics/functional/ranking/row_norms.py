@@ -78,6 +78,15 @@ class NormsAsRead:
             if self.unit:
                 target.div_(unit_divisor(norm))
             return
+        if fresh and piece.dtype != target.dtype:
+            # Half rows upcast once, into the block, and their norms and division taken from
+            # the copy (the same values: the upcast is exact): normed as stored, each chunk
+            # was upcast twice, once into a scratch copy for the norm and once for the division.
+            target.copy_(piece)
+            row_norms_of(target, self.norms.dtype, norm)
+            if self.unit:
+                target.div_(unit_divisor(norm))
+            return
         if fresh:
             row_norms_of(piece, self.norms.dtype, norm)
         if self.unit:
