@@ -291,9 +291,10 @@ def _state_bit_reads(monkeypatch, emu) -> list[str]:
 
 @pytest.mark.parametrize("case", ["same source", "qrels"])
 def test_the_state_bits_are_read_once_per_update_and_per_compute(monkeypatch, case):
-    """The form's bits (which input form the states hold) are read in one host read per
-    update(); the form's and the keys' kinds (integers or strings) in one per compute(), not one
-    read per bit (6 per update and 12 to 14 per compute before)."""
+    """The form's bits (which input form the states hold) are read in one host read by the
+    first update() and by none of the later ones (one each before); the form's and the keys'
+    kinds (integers or strings) in one per compute(), not one read per bit (6 per update and
+    12 to 14 per compute before)."""
     emb, labels = _form_data(64)
     with emulated_cuda() as emu:
         if case == "same source":
@@ -312,16 +313,43 @@ def test_the_state_bits_are_read_once_per_update_and_per_compute(monkeypatch, ca
                                  role="gallery"),
             ]
         where = _state_bit_reads(monkeypatch, emu)
-        for feed in feeds:
+        for i, feed in enumerate(feeds):
             where.clear()
             feed()
-            assert len([w for w in where if w != "elsewhere"]) <= 1, where
+            # the first update reads the bits; a later one takes them from the host, where the
+            # update before kept them with the tensor it wrote
+            assert len([w for w in where if w != "elsewhere"]) == (i == 0), where
         where.clear()
         m.compute()
         assert len([w for w in where if w != "elsewhere"]) == 1, where
         where.clear()
         m.compute()  # the ranking is kept: its form is not read again
         assert [w for w in where if w != "elsewhere"] == [], where
+
+
+def test_the_form_bits_kept_on_the_host_follow_the_state():
+    """The form bits an update keeps on the host stand for the ``form`` tensor it wrote only:
+    a reset, a state loaded into another tensor, or an in-place write are read again, so the
+    next update sees what the states hold (kept bits of same-source updates would refuse the
+    query update below as a mix of forms)."""
+    emb, labels = _form_data(16)
+    with emulated_cuda():
+        m = rm.RetrievalMetrics(["hit_rate@1"]).to("cuda")
+        for clear in (
+            lambda: m.reset(),
+            lambda: m.form.zero_(),
+            lambda: setattr(m, "form", torch.zeros_like(m.form)),
+        ):
+            m.reset()
+            m.update(emb.cuda(), labels.cuda())
+            with pytest.raises(ValueError, match="one metric takes one input form"):
+                m.update(emb.cuda(), labels.cuda(), role="query")
+            m.reset()
+            m.update(emb.cuda(), labels.cuda())
+            m.update(emb.cuda(), labels.cuda())  # (the bits kept from the update before)
+            clear()
+            m.update(emb.cuda(), labels.cuda(), role="query")  # no longer a mix of forms
+            assert m._form_bits() == [int(b) for b in m.form.tolist()]
 
 
 def test_run_reads_the_ids_kinds_once(monkeypatch):

@@ -113,6 +113,8 @@ class RetrievalMetric(RetrievalMetricBase):
                 "gather the gallery (gallery_sharded=False) or choose another `ties`"
             )
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
+        #: the ``form`` tensor last read or written, its version then and its bits (_form_bits)
+        self._form_known: tuple[Tensor, int, list[int]] | None = None
         # what every process must agree on, compared after the sync: the judgments' fingerprint
         # (one row per process; the kinds of the keys are the base's state)
         fingerprint = 0 if self.qrels is None else self.qrels.fingerprint
@@ -284,12 +286,26 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _mark(self, kind: str) -> None:
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
-        bits = self.form.tolist()  # the bits in one host read
+        bits = self._form_bits()
         bits[kinds().index(kind)] = 1
         self._form_of_bits(bits)
         # (written on the host and sent: setting one entry of a device tensor from a Python
         # value copies that value from the host, a sync of its own)
         self.form = to_device(torch.tensor(bits, dtype=self.form.dtype), self.form.device)
+        self._form_known = (self.form, self.form._version, bits)
+
+    def _form_bits(self) -> list[int]:
+        """The ``form`` state's bits, read from the device once: an update writes the tensor
+        and keeps its bits, so the next update reads them from the host (on a GPU, one wait
+        for the device less per update). Any other change gives another tensor (reset,
+        ``.to``, a load or merge of states, the sync's reduction) or an in-place write bumps
+        the tensor's version; the bits are then read again."""
+        known = self._form_known
+        if known is not None and known[0] is self.form and known[1] == self.form._version:
+            return list(known[2])
+        bits = self.form.tolist()  # the bits in one host read
+        self._form_known = (self.form, self.form._version, bits)
+        return list(bits)
 
     @staticmethod
     def _form_of_bits(bits: list[int]) -> InputForm | None:
@@ -309,7 +325,7 @@ class RetrievalMetric(RetrievalMetricBase):
     def _input_form(self) -> InputForm:
         """The form of the states: as the ranking found it on the synced states (a process that
         received nothing reads every process's form), else from this process's bits."""
-        form = self._ranking.form or self._form_of_bits(self.form.tolist())
+        form = self._ranking.form or self._form_of_bits(self._form_bits())
         if form is None:
             raise ValueError("no data: call `update` before `compute`")
         return form
@@ -343,7 +359,7 @@ class RetrievalMetric(RetrievalMetricBase):
         return form
 
     def _skip_reason(self) -> str:
-        form = self._ranking.form or self._form_of_bits(self.form.tolist())
+        form = self._ranking.form or self._form_of_bits(self._form_bits())
         return form.skip_reason(self.context()) if form is not None else super()._skip_reason()
 
     def sample_ids(self) -> dict[str, Tensor]:
