@@ -11,7 +11,8 @@ DEVICE "emulated" is the emulated CUDA device of tests/emulated_cuda.py: the pro
 group reports "nccl", and every collective refuses a host tensor as NCCL does. Three more kinds of
 entries in SCENARIOS come from device_matrix.py: ``matrix:SPLIT`` runs every device-matrix case
 of that split (``{case name: result}``), ``select`` runs SelectOnValidation's sample-id check;
-``syncs:N`` counts one compute()'s host syncs with the gallery sharded (:func:`sharded_syncs`).
+``syncs:N`` counts one compute()'s host syncs with the gallery sharded (:func:`sharded_syncs`);
+``nan`` has the last rank's update give a NaN (:func:`nan_on_one_rank`).
 """
 
 from __future__ import annotations
@@ -84,7 +85,43 @@ def sharded_syncs(n: int, rank: int, world: int, device: torch.device) -> dict:
     return {"syncs": len(log), "log": list(log), "blocks": blocks[0]}
 
 
+def nan_on_one_rank(rank: int, world: int, device: torch.device) -> dict:
+    """Same-source and image-text metrics on the device, the last rank's second update holding
+    a NaN: what each rank's update and compute() raised (an update on a device leaves its scan
+    for NaN to compute(), which must refuse on every rank, the others included: a rank that
+    raised alone would leave the others waiting in the next collective)."""
+    import retrieval_metrics as rm
+
+    gen = torch.Generator().manual_seed(rank)
+    emb, labels = torch.randn(24, 8, generator=gen), torch.arange(24) % 6
+    bad = emb.clone()
+    if rank == world - 1:
+        bad[5, 3] = float("nan")
+    got = {}
+    for name, metric, feed in (
+        ("same source", rm.RetrievalMetrics(["hit_rate@1", "map@r"]),
+         lambda m, x: m.update(x.to(device), labels.to(device))),
+        ("image-text", rm.CrossModalRetrieval(k=(1, 5)),
+         lambda m, x: m.update(emb.to(device), x.to(device), (labels + 6 * rank).to(device))),
+    ):
+        metric = metric.to(device)
+        errors = []
+        for x in (emb, bad):
+            try:
+                feed(metric, x)
+            except ValueError as e:
+                errors.append(f"update: {e}")
+        try:
+            metric.compute()
+        except ValueError as e:
+            errors.append(f"compute: {e}")
+        got[name] = errors
+    return got
+
+
 def run_scenario(scenario: str, rank: int, world: int, device: torch.device) -> dict:
+    if scenario == "nan":
+        return nan_on_one_rank(rank, world, device)
     if scenario.startswith("syncs:"):
         return sharded_syncs(int(scenario.split(":", 1)[1]), rank, world, device)
     if scenario.startswith("matrix:"):

@@ -366,3 +366,84 @@ def test_run_reads_the_ids_kinds_once(monkeypatch):
         run = m.run(k=2)
         assert [w for w in where if w != "elsewhere"] == ["has_string"], where
     assert len(run) == 16 and all(len(listed) == 2 for listed in run.values())
+
+
+def test_updates_on_a_device_do_not_wait_for_it():
+    """An update on a device waits for nothing there (the model's forward pass queued before
+    it runs on): the form's bits are kept on the host and the scan for NaN and infinities is
+    left on the device, read by compute() with the state bits. Later updates of each form make
+    no host sync (one or two each before)."""
+    emb, labels = _form_data(64)
+    qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 5, 32, 7)} for i in range(32)}
+    q_ids = [f"q{i}" for i in range(32)]
+    with emulated_cuda() as emu:
+        # (the batches on the device before counting: the test's copies are not the update's)
+        emb, labels, own = emb.cuda(), labels.cuda(), torch.arange(64).cuda()
+        cases = {
+            "same source": (rm.RetrievalMetrics(["hit_rate@1", "map@r"]).to("cuda"),
+                            lambda m, r: m.update(emb[r], labels[r])),
+            "qrels": (rm.RetrievalMetrics(["ndcg@10"], qrels=qrels).to("cuda"),
+                      lambda m, r: m.update(emb[r], ids=q_ids[r], role="query")),
+            "image-text": (rm.CrossModalRetrieval(k=(1, 5)).to("cuda"),
+                           lambda m, r: m.update(emb[r], emb[r].flip(0), own[r])),
+        }
+        for name, (metric, feed) in cases.items():
+            feed(metric, slice(0, 8))
+            with emu.counting() as log:
+                feed(metric, slice(8, 16))
+                feed(metric, slice(16, 32))
+            assert list(log) == [], (name, list(log))
+
+
+@pytest.mark.parametrize("where", ["same source", "query", "image", "caption", "inf"])
+def test_a_nan_given_on_a_device_is_refused_by_compute(where):
+    """The scan an update leaves on the device refuses the metric at compute() (and at run()),
+    naming the argument, as an update on the host does at once; a batch refused by another
+    check leaves no scan behind; reset() forgets it."""
+    emb, labels = _form_data(32)
+    bad = emb.clone()
+    bad[3, 1] = float("inf") if where == "inf" else float("nan")
+    with emulated_cuda():
+        if where in ("same source", "inf", "query"):
+            metric = rm.RetrievalMetrics(["hit_rate@1", "mrr"]).to("cuda")
+            role = "query" if where == "query" else None
+
+            def feed(x, keys=labels):
+                metric.update(x.cuda(), keys.cuda(), role=role)
+                if role:
+                    metric.update(emb.cuda(), labels.cuda(), role="gallery")
+
+            name = "embeddings"
+        else:
+            metric, role = rm.CrossModalRetrieval(k=(1,)).to("cuda"), None
+
+            def feed(x, keys=None):
+                keys = torch.arange(32) if keys is None else keys
+                pair = (x, emb) if where == "image" else (emb, x)
+                metric.update(pair[0].cuda(), pair[1].cuda(), keys.cuda())
+
+            name = f"{where.replace('caption', 'text')}_embeddings"
+        feed(emb)
+        feed(bad)  # (no error yet: the scan's answer stays on the device)
+        for call in (metric.compute, *((lambda: metric.run(k=3),) if role else ())):
+            with pytest.raises(ValueError, match=f"`{name}` contains NaN or infinite values"):
+                call()
+        metric.reset()
+        feed(emb)
+        with pytest.raises(ValueError):
+            feed(bad, torch.arange(31))  # refused by its keys' count: its scan is not kept
+        metric.compute()  # (a batch refused at update leaves no scan behind)
+
+
+@pytest.mark.timeout(300)
+def test_a_nan_given_on_one_process_is_refused_on_every_process(tmp_path):
+    """2 processes, the states on the emulated device (gloo reporting "nccl"), the last rank's
+    second update holding a NaN: no update raises, and compute() refuses on both ranks, the
+    scan's bit reduced with the state bits (a rank raising alone would leave the other waiting
+    in its next collective)."""
+    runs = launch.run_workers(DISTRIBUTED / "device_worker.py", ["nan", "emulated"], 2, tmp_path)
+    for rank, payload in enumerate(runs):
+        for name, errors in payload["nan"].items():
+            argument = "embeddings" if name == "same source" else "text_embeddings"
+            assert len(errors) == 1 and errors[0].startswith("compute: "), (rank, name, errors)
+            assert f"`{argument}` contains NaN or infinite values" in errors[0], (rank, errors)

@@ -105,12 +105,19 @@ def order_by_row(row: Tensor, key: Tensor) -> Tensor:
 
 
 def all_finite(x: Tensor) -> bool:
-    """Whether a floating tensor holds no NaN and no infinity (True for other dtypes, empty).
+    """Whether a floating tensor holds no NaN and no infinity (True for other dtypes, empty):
+    :func:`finite_flag` read (one device synchronisation)."""
+    return bool(finite_flag(x))
+
+
+def finite_flag(x: Tensor) -> Tensor:
+    """Whether ``x`` holds no NaN and no infinity, as a 0-dim bool tensor on its device (not
+    read: a caller that must not wait for the device keeps it there).
 
     The minimum and maximum are NaN where any value is NaN and infinite where any value is:
     two reductions in one pass instead of a boolean tensor the size of ``x`` (20x faster on the
-    CPU for embeddings; one device synchronisation).
+    CPU for embeddings).
     """
     if not x.is_floating_point() or x.numel() == 0:
-        return True
-    return bool(torch.isfinite(torch.stack(torch.aminmax(x))).all())
+        return torch.ones((), dtype=torch.bool, device=x.device)
+    return torch.isfinite(torch.stack(torch.aminmax(x))).all()

@@ -34,7 +34,7 @@ from retrieval_metrics.functional.table import RankTable, concat_tables
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 from retrieval_metrics.metrics.chunks import ranking_budget
-from retrieval_metrics.metrics.inputs import as_embeddings, score_copy
+from retrieval_metrics.metrics.inputs import score_copy
 from retrieval_metrics.metrics.named import cutoffs
 from retrieval_metrics.metrics.plotting import Plotted
 from retrieval_metrics.metrics.protocols import DEFAULTS, PROTOCOLS, protocol_name
@@ -140,8 +140,8 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
     ) -> None:
         """Add one batch of images and captions (see the class docstring)."""
         self._tables = None
-        img = as_embeddings("image_embeddings", image_embeddings)
-        txt = as_embeddings("text_embeddings", text_embeddings)
+        img, img_finite = self.store.scanned("image_embeddings", image_embeddings)
+        txt, txt_finite = self.store.scanned("text_embeddings", text_embeddings)
         if img.shape[1] != txt.shape[1]:
             raise ValueError(
                 "`image_embeddings` and `text_embeddings` must have the same dimension, got "
@@ -185,6 +185,7 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
             "txt", Items(emb=score_copy(txt), labels=txt_img, ids=tid), "captions: `text_ids`"
         )
         self.store.append_items("img", Items(emb=score_copy(img), ids=img_ids), "images")
+        self.store.note_scans({"image_embeddings": img_finite, "text_embeddings": txt_finite})
 
     def sample_ids(self) -> dict[str, Tensor]:
         out = {}

@@ -292,7 +292,7 @@ class RetrievalMetric(RetrievalMetricBase):
         # (written on the host and sent: setting one entry of a device tensor from a Python
         # value copies that value from the host, a sync of its own)
         self.form = to_device(torch.tensor(bits, dtype=self.form.dtype), self.form.device)
-        self._form_known = (self.form, self.form._version, bits)
+        self._form_known = (self.form, _version(self.form), bits)
 
     def _form_bits(self) -> list[int]:
         """The ``form`` state's bits, read from the device once: an update writes the tensor
@@ -301,10 +301,10 @@ class RetrievalMetric(RetrievalMetricBase):
         ``.to``, a load or merge of states, the sync's reduction) or an in-place write bumps
         the tensor's version; the bits are then read again."""
         known = self._form_known
-        if known is not None and known[0] is self.form and known[1] == self.form._version:
+        if known is not None and known[0] is self.form and known[1] == _version(self.form):
             return list(known[2])
         bits = self.form.tolist()  # the bits in one host read
-        self._form_known = (self.form, self.form._version, bits)
+        self._form_known = (self.form, _version(self.form), bits)
         return list(bits)
 
     @staticmethod
@@ -504,3 +504,9 @@ class RetrievalMetric(RetrievalMetricBase):
         return self._refuse_several_in_log(self._format(
             {k: self._result(v) for k, v in values.items()}
         ))
+
+
+def _version(t: Tensor) -> int:
+    """``t``'s count of in-place writes; -1 for a tensor made under ``torch.inference_mode``
+    (Lightning's validation loop), which keeps none: there the tensor itself tells a change."""
+    return -1 if t.is_inference() else t._version

@@ -21,7 +21,9 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from retrieval_metrics.functional.primitives import to_device
+from retrieval_metrics.functional.primitives import finite_flag, to_device
+from retrieval_metrics.functional.ranking.corpus import as_embeddings
+from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -34,6 +36,10 @@ __all__ = ["KIND_KEYS", "SideStore"]
 #: the per-item keys whose kind (integers or strings) every update and process of a side must
 #: share: an integer and a string that is no integer's text never match
 KIND_KEYS = ("labels", "ids", "cameras")
+
+#: the embeddings an update on a device scans for NaN and infinities without waiting for the
+#: answer (:meth:`SideStore.scanned`): each has a bit after the key kinds' in ``key_kinds``
+SCANNED = ("embeddings", "image_embeddings", "text_embeddings")
 
 
 class SideStore:
@@ -52,8 +58,12 @@ class SideStore:
         self.kind_bits = [
             (side, key, kind) for side in self.sides for key in KIND_KEYS for kind in ("int", "str")
         ]
+        # (then one bit per SCANNED argument: whether an update on a device gave it a NaN or an
+        # infinity; in the same state, so that compute() reads them in the same host read, and
+        # a sync reduces them with no collective more)
         metric.add_state(
-            "key_kinds", torch.zeros(len(self.kind_bits), dtype=torch.int64), dist_reduce_fx="max"
+            "key_kinds", torch.zeros(len(self.kind_bits) + len(SCANNED), dtype=torch.int64),
+            dist_reduce_fx="max",
         )
         self.warned_no_ids = False
         #: the ranking in progress (see one_ranking), None outside one
@@ -274,6 +284,29 @@ class SideStore:
             at = to_device(torch.tensor(bits), kinds.device)
             self.metric.key_kinds = kinds.index_fill(0, at, 1)
 
+    def scanned(self, name: str, value: Any) -> tuple[Tensor, Tensor | None]:
+        """``value`` as the embeddings argument ``name`` (one of :data:`SCANNED`), checked as
+        ``as_embeddings`` checks them, and the answer of its scan for NaN and infinities. On the
+        host the answer is read now (a ValueError naming ``name``) and None is returned. On a
+        device it is returned there, not read: an update waiting for it would wait for all the
+        device's work queued before (the model's forward pass); :meth:`note_scans` keeps it
+        for compute() once the batch is accepted."""
+        emb = as_embeddings(name, value, scan=False)
+        if emb.device.type == "cpu":
+            return check_embeddings(name, emb), None
+        return emb, finite_flag(emb)
+
+    def note_scans(self, scans: dict[str, Tensor | None]) -> None:
+        """Keep the answers of :meth:`scanned` on the device (a bit set for each that found a
+        NaN or an infinity), read by :meth:`check_kinds`."""
+        kinds = None
+        for name, finite in scans.items():
+            if finite is not None:
+                kinds = self.metric.key_kinds.clone() if kinds is None else kinds
+                kinds.select(0, len(self.kind_bits) + SCANNED.index(name)).bitwise_or_(~finite)
+        if kinds is not None:
+            self.metric.key_kinds = kinds
+
     def has_string(self, key: str, sides: Sequence[str]) -> bool:
         """Whether a batch of any of ``sides`` gave ``key`` as strings (on the synced states:
         any process's); the bits in one host read."""
@@ -281,11 +314,19 @@ class SideStore:
         return any(seen[self.kind_bits.index((side, key, "str"))] for side in sides)
 
     def check_kinds(self, seen: Sequence[int] | None = None) -> None:
-        """On the synced states: refused, on every process, where a side's labels, ids or
+        """On the synced states: refused, on every process, where an update on a device gave
+        embeddings a NaN or an infinity (:meth:`scanned`), or where a side's labels, ids or
         cameras were integers in some updates (or processes) and strings in others. ``seen``:
         the ``key_kinds`` bits as read already (else read here, in one host read)."""
         if seen is None:
             seen = self.metric.key_kinds.reshape(-1).tolist()
+        for name, bit in zip(SCANNED, seen[len(self.kind_bits) :], strict=True):
+            if bit:
+                raise ValueError(
+                    f"`{name}` contains NaN or infinite values (given to an update on a device, "
+                    "on this process or another: there, updates leave the scan's answer on the "
+                    "device, and compute() reads it)"
+                )
         for side, what in self.sides.items():
             for key in KIND_KEYS:
                 if all(seen[self.kind_bits.index((side, key, k))] for k in ("int", "str")):

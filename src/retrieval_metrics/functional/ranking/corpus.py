@@ -20,8 +20,9 @@ from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatc
 __all__ = ["as_corpus", "as_embeddings", "load_npy", "on_disk"]
 
 
-def as_embeddings(name: str, value: Any) -> Tensor:
-    """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy)."""
+def as_embeddings(name: str, value: Any, scan: bool = True) -> Tensor:
+    """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy).
+    ``scan=False``: not scanned for NaN and infinities (:func:`check_embeddings`)."""
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiu":
             raise ValueError(f"`{name}` must hold numbers, got a numpy array of {value.dtype}")
@@ -30,7 +31,7 @@ def as_embeddings(name: str, value: Any) -> Tensor:
         raise ValueError(
             f"`{name}` must be a torch.Tensor or a numpy array, got {type(value).__name__}"
         )
-    return check_embeddings(name, value)
+    return check_embeddings(name, value, scan=scan)
 
 
 def as_corpus(name: str, value: Any) -> Tensor | RowBatches:

@@ -15,7 +15,7 @@ from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.chunks import PAIR_BYTES, label_pair_counts, query_chunks
 from retrieval_metrics.metrics.forms.base import Batch, FormContext, InputForm
-from retrieval_metrics.metrics.inputs import as_embeddings, item_tensors, score_copy
+from retrieval_metrics.metrics.inputs import item_tensors, score_copy
 
 __all__ = ["QRELS_SKIP", "QueryGallery", "SameSource", "relevance_skip_reason"]
 
@@ -44,7 +44,7 @@ class _EmbeddingStates(InputForm):
     same_source: bool
 
     def append(self, context: FormContext, batch: Batch) -> None:
-        emb = as_embeddings("embeddings", batch.embeddings)
+        emb, finite = context.store.scanned("embeddings", batch.embeddings)
         items = item_tensors(
             emb, context.options.relevance, batch.labels, batch.ids, batch.cameras,
             batch.positions,
@@ -57,6 +57,7 @@ class _EmbeddingStates(InputForm):
         context.store.append_items(
             side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}"
         )
+        context.store.note_scans({"embeddings": finite})
 
     def tie_order(self, batch: Batch, side: str) -> Tensor | None:
         """Under ties="id", a separate gallery's ids as given, in rows that sort as Python sorts
