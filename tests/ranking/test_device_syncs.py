@@ -329,15 +329,14 @@ def test_the_state_bits_are_read_once_per_update_and_per_compute(monkeypatch, ca
 
 def test_the_form_bits_kept_on_the_host_follow_the_state():
     """The form bits an update keeps on the host stand for the ``form`` tensor it wrote only:
-    a reset, a state loaded into another tensor, or an in-place write are read again, so the
-    next update sees what the states hold (kept bits of same-source updates would refuse the
-    query update below as a mix of forms)."""
+    after a reset or a state set anew (as a load of states sets it) they are read again, so
+    the next update sees what the states hold (kept bits of same-source updates would refuse
+    the query update below as a mix of forms)."""
     emb, labels = _form_data(16)
     with emulated_cuda():
         m = rm.RetrievalMetrics(["hit_rate@1"]).to("cuda")
         for clear in (
             lambda: m.reset(),
-            lambda: m.form.zero_(),
             lambda: setattr(m, "form", torch.zeros_like(m.form)),
         ):
             m.reset()

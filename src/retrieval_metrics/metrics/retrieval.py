@@ -113,8 +113,8 @@ class RetrievalMetric(RetrievalMetricBase):
                 "gather the gallery (gallery_sharded=False) or choose another `ties`"
             )
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
-        #: the ``form`` tensor last read or written, its version then and its bits (_form_bits)
-        self._form_known: tuple[Tensor, int, list[int]] | None = None
+        #: the ``form`` tensor last read or written and its bits (_form_bits)
+        self._form_known: tuple[Tensor, list[int]] | None = None
         # what every process must agree on, compared after the sync: the judgments' fingerprint
         # (one row per process; the kinds of the keys are the base's state)
         fingerprint = 0 if self.qrels is None else self.qrels.fingerprint
@@ -292,19 +292,19 @@ class RetrievalMetric(RetrievalMetricBase):
         # (written on the host and sent: setting one entry of a device tensor from a Python
         # value copies that value from the host, a sync of its own)
         self.form = to_device(torch.tensor(bits, dtype=self.form.dtype), self.form.device)
-        self._form_known = (self.form, _version(self.form), bits)
+        self._form_known = (self.form, bits)
 
     def _form_bits(self) -> list[int]:
         """The ``form`` state's bits, read from the device once: an update writes the tensor
         and keeps its bits, so the next update reads them from the host (on a GPU, one wait
-        for the device less per update). Any other change gives another tensor (reset,
-        ``.to``, a load or merge of states, the sync's reduction) or an in-place write bumps
-        the tensor's version; the bits are then read again."""
+        for the device less per update). Nothing writes a state in place (torchmetrics and
+        this class replace it: reset, ``.to``, a loaded or merged state, the sync's
+        reduction), so another tensor is a change, and its bits are read again."""
         known = self._form_known
-        if known is not None and known[0] is self.form and known[1] == _version(self.form):
-            return list(known[2])
+        if known is not None and known[0] is self.form:
+            return list(known[1])
         bits = self.form.tolist()  # the bits in one host read
-        self._form_known = (self.form, _version(self.form), bits)
+        self._form_known = (self.form, bits)
         return list(bits)
 
     @staticmethod
@@ -505,8 +505,3 @@ class RetrievalMetric(RetrievalMetricBase):
             {k: self._result(v) for k, v in values.items()}
         ))
 
-
-def _version(t: Tensor) -> int:
-    """``t``'s count of in-place writes; -1 for a tensor made under ``torch.inference_mode``
-    (Lightning's validation loop), which keeps none: there the tensor itself tells a change."""
-    return -1 if t.is_inference() else t._version
