@@ -11,7 +11,8 @@ Two workloads, each through the metric classes (updates in batches, then ``compu
 For each: the median of ``--repeats`` (5) timed runs, each ended by ``torch.cuda.synchronize()``
 on CUDA; the time of one full similarity product of the same shapes on the same device (the
 floor: the ranking cannot be faster than computing every score once); their ratio; and the host
-synchronisations of one ``compute()``, counted by CUDA itself (``torch.cuda.set_sync_debug_mode``
+synchronisations of one run (its updates, which wait for nothing since a543f8a, and its
+``compute()``), counted by CUDA itself (``torch.cuda.set_sync_debug_mode``
 warns at every synchronising call; the warnings are counted). On the CPU the sync count does not
 apply and is left out.
 

@@ -446,3 +446,68 @@ def test_a_nan_given_on_one_process_is_refused_on_every_process(tmp_path):
             argument = "embeddings" if name == "same source" else "text_embeddings"
             assert len(errors) == 1 and errors[0].startswith("compute: "), (rank, name, errors)
             assert f"`{argument}` contains NaN or infinite values" in errors[0], (rank, errors)
+
+
+def _scores_batch(bad: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    preds, target = torch.rand(40, generator=gen), (torch.rand(40, generator=gen) > 0.5).long()
+    if bad == "preds":
+        preds[7] = float("nan")
+    if bad == "target":
+        target[7] = -1
+    return preds, target, torch.arange(40) // 8
+
+
+@pytest.mark.parametrize("bad", ["preds", "target", "positions"])
+@pytest.mark.parametrize("cls", ["RetrievalMetrics", "RecallAtK", "compat RetrievalRecall"])
+def test_the_checks_of_scores_and_positions_on_a_device_are_read_by_compute(cls, bad):
+    """torchmetrics' form (preds, target, indexes) and positions (relevance="radius") on a
+    device: later updates make no host sync (2 and 1 before), and a NaN score, a negative
+    target or a NaN position is refused by compute(), naming the argument, as the host refuses
+    it at update. (The compat class checks targets as torchmetrics does, reading them at
+    update, with torchmetrics' messages; its scan of the scores is the library's.)"""
+    from retrieval_metrics.compat import torchmetrics as C
+
+    if bad == "positions" and cls != "RetrievalMetrics":
+        pytest.skip("positions are given with embeddings")
+    if bad == "target" and cls.startswith("compat"):
+        pytest.skip("torchmetrics' own check of the targets, at update")
+    if bad == "positions":
+        make = lambda: rm.RetrievalMetrics(["hit_rate@1"], relevance="radius", radius=1.0)  # noqa: E731
+        emb = torch.randn(20, 8)
+        pos = torch.randn(20, 2, dtype=torch.float64)
+        wrong = pos.clone()
+        wrong[4, 1] = float("nan")
+
+        def feed(m, dev, good=True):
+            m.update(emb.to(dev), positions=pos.to(dev), role="query")
+            m.update(emb.to(dev), positions=(pos if good else wrong).to(dev), role="gallery")
+    else:
+        make = {
+            "RetrievalMetrics": lambda: rm.RetrievalMetrics(["hit_rate@1", "ndcg@5"]),
+            "RecallAtK": lambda: rm.RecallAtK(k=2),
+            "compat RetrievalRecall": lambda: C.RetrievalRecall(top_k=2),
+        }[cls]
+
+        def feed(m, dev, good=True):
+            batch = _scores_batch("none" if good else bad)
+            m.update(*(x.to(dev) for x in batch[:2]), indexes=batch[2].to(dev))
+
+    message = (
+        "`target` must be non-negative" if bad == "target" else f"`{bad}` contains NaN or infinite"
+    )
+    with pytest.raises(ValueError, match=message):
+        feed(make(), "cpu", good=False)  # the host refuses it at once
+    with emulated_cuda() as emu:
+        metric = make().to("cuda")
+        feed(metric, "cuda")
+        with emu.counting() as log:
+            feed(metric, "cuda")
+        # (the test's own copies to the device are the only syncs; torchmetrics' checks of the
+        # targets read the device)
+        waits = [s for s in log if "host-to-device" not in s]
+        assert len(waits) == cls.startswith("compat"), list(log)
+        metric.compute()
+        feed(metric, "cuda", good=False)
+        with pytest.raises(ValueError, match=message):
+            metric.compute()

@@ -23,7 +23,6 @@ from retrieval_metrics.functional.ranking import (
     RankTable,
     rank_embeddings,
 )
-from retrieval_metrics.functional.ranking import embeddings as E
 from retrieval_metrics.functional.ranking.engine import schedule as S
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.reference import ReferenceEngine
@@ -145,16 +144,21 @@ def test_an_engine_is_a_ranking_engine():
 
 @pytest.fixture
 def scans(monkeypatch):
-    """Counts the scans of embeddings for NaN and infinities (``check_embeddings`` calls
-    ``all_finite`` once per scanned tensor)."""
+    """Counts the scans of embeddings for NaN and infinities (``finite_flag`` once per
+    scanned tensor: through ``all_finite`` in ``check_embeddings``, and by the metrics'
+    store, which leaves the answer on a device)."""
+    from retrieval_metrics.functional import primitives as P
+    from retrieval_metrics.metrics import store
+
     calls = []
-    original = E.all_finite
+    original = P.finite_flag
 
     def counted(x):
         calls.append(tuple(x.shape))
         return original(x)
 
-    monkeypatch.setattr(E, "all_finite", counted)
+    monkeypatch.setattr(P, "finite_flag", counted)
+    monkeypatch.setattr(store, "finite_flag", counted)
     return calls
 
 

@@ -210,6 +210,8 @@ class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
         preds, target, indexes = (self.store.read(n) for n in ("s_preds", "s_target", "s_indexes"))
         if preds is None:
             raise ValueError("No samples to concatenate: call `update` before `compute`")
+        # (an update on a device left its checks of the values there: read with the key bits)
+        self.store.check_kinds()
         q = Queries(preds, target, indexes)
         values = type(self)._measure(q, **self._options)
         return torch.nan_to_num(values, nan=0.0), type(self)._empty_rule(q)

@@ -65,7 +65,7 @@ def per_item(name: str, value: Tensor, n: int) -> Tensor:
     return value
 
 
-def _positions(positions: Any, n: int) -> Tensor:
+def _positions(positions: Any, n: int, scan: bool) -> Tensor:
     if isinstance(positions, Tensor) and positions.dtype in (
         torch.float32, torch.float16, torch.bfloat16
     ):
@@ -79,22 +79,25 @@ def _positions(positions: Any, n: int) -> Tensor:
     pos = torch.as_tensor(positions, dtype=torch.float64)
     if pos.dim() != 2 or pos.shape[0] != n:
         raise ValueError(f"`positions` must have shape ({n}, P), got {tuple(pos.shape)}")
-    if not all_finite(pos):
+    if scan and not all_finite(pos):
         raise ValueError("`positions` contains NaN or infinite values")
     return pos
 
 
 def item_tensors(
-    emb: Tensor, relevance: str, labels: Any, ids: Any, cameras: Any, positions: Any
+    emb: Tensor, relevance: str, labels: Any, ids: Any, cameras: Any, positions: Any,
+    scan: bool = True,
 ) -> Items:
     """One batch's items: ``emb`` with its labels, ids and cameras as int64 codes and positions
-    as float64, each checked against the batch size; ``relevance`` says which are required."""
+    as float64, each checked against the batch size; ``relevance`` says which are required.
+    ``scan=False``: the positions are not scanned for NaN and infinities (the caller's
+    ``SideStore.verdict`` does it)."""
     n = emb.shape[0]
     codes = {
         name: None if value is None else per_item(name, label_codes(value, name), n)
         for name, value in (("labels", labels), ("ids", ids), ("cameras", cameras))
     }
-    pos = None if positions is None else _positions(positions, n)
+    pos = None if positions is None else _positions(positions, n, scan)
     if relevance == "label" and codes["labels"] is None:
         raise ValueError('`labels` are needed with relevance="label"')
     if relevance == "radius" and pos is None:

@@ -23,7 +23,6 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics.functional.primitives import finite_flag, to_device
 from retrieval_metrics.functional.ranking.corpus import as_embeddings
-from retrieval_metrics.functional.ranking.embeddings import check_embeddings
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -37,9 +36,17 @@ __all__ = ["KIND_KEYS", "SideStore"]
 #: share: an integer and a string that is no integer's text never match
 KIND_KEYS = ("labels", "ids", "cameras")
 
-#: the embeddings an update on a device scans for NaN and infinities without waiting for the
-#: answer (:meth:`SideStore.scanned`): each has a bit after the key kinds' in ``key_kinds``
-SCANNED = ("embeddings", "image_embeddings", "text_embeddings")
+#: the checks of values an update on a device makes without waiting for the answer
+#: (:meth:`SideStore.verdict`), by argument: what the argument is refused for. Each has a bit
+#: after the key kinds' in ``key_kinds``, set where an update's values failed it.
+PUT_OFF = {
+    "embeddings": "contains NaN or infinite values",
+    "image_embeddings": "contains NaN or infinite values",
+    "text_embeddings": "contains NaN or infinite values",
+    "positions": "contains NaN or infinite values",
+    "preds": "contains NaN or infinite values",
+    "target": "must be non-negative (0 = not relevant, > 0 = grade)",
+}
 
 
 class SideStore:
@@ -58,11 +65,11 @@ class SideStore:
         self.kind_bits = [
             (side, key, kind) for side in self.sides for key in KIND_KEYS for kind in ("int", "str")
         ]
-        # (then one bit per SCANNED argument: whether an update on a device gave it a NaN or an
-        # infinity; in the same state, so that compute() reads them in the same host read, and
-        # a sync reduces them with no collective more)
+        # (then one bit per PUT_OFF check: whether an update on a device failed it; in the same
+        # state, so that compute() reads them in the same host read, and a sync reduces them
+        # with no collective more)
         metric.add_state(
-            "key_kinds", torch.zeros(len(self.kind_bits) + len(SCANNED), dtype=torch.int64),
+            "key_kinds", torch.zeros(len(self.kind_bits) + len(PUT_OFF), dtype=torch.int64),
             dist_reduce_fx="max",
         )
         self.warned_no_ids = False
@@ -285,25 +292,32 @@ class SideStore:
             self.metric.key_kinds = kinds.index_fill(0, at, 1)
 
     def scanned(self, name: str, value: Any) -> tuple[Tensor, Tensor | None]:
-        """``value`` as the embeddings argument ``name`` (one of :data:`SCANNED`), checked as
-        ``as_embeddings`` checks them, and the answer of its scan for NaN and infinities. On the
-        host the answer is read now (a ValueError naming ``name``) and None is returned. On a
-        device it is returned there, not read: an update waiting for it would wait for all the
-        device's work queued before (the model's forward pass); :meth:`note_scans` keeps it
-        for compute() once the batch is accepted."""
+        """``value`` as the embeddings argument ``name``, checked as ``as_embeddings`` checks
+        them, and the :meth:`verdict` of its scan for NaN and infinities."""
         emb = as_embeddings(name, value, scan=False)
-        if emb.device.type == "cpu":
-            return check_embeddings(name, emb), None
-        return emb, finite_flag(emb)
+        return emb, self.verdict(name, finite_flag(emb))
+
+    def verdict(self, name: str, passed: Tensor) -> Tensor | None:
+        """Whether an update's ``name`` passed its :data:`PUT_OFF` check (``passed``, a 0-dim
+        bool tensor on the values' device). On the host it is read now (a ValueError naming
+        ``name``) and None is returned. On a device it is returned there, not read: an update
+        waiting for it would wait for all the work queued on the device before (the model's
+        forward pass); :meth:`note_scans` keeps it for compute() once the batch is accepted."""
+        if passed.device.type != "cpu":
+            return passed
+        if not bool(passed):
+            raise ValueError(f"`{name}` {PUT_OFF[name]}")
+        return None
 
     def note_scans(self, scans: dict[str, Tensor | None]) -> None:
-        """Keep the answers of :meth:`scanned` on the device (a bit set for each that found a
-        NaN or an infinity), read by :meth:`check_kinds`."""
+        """Keep the verdicts of an accepted batch on the device (:meth:`verdict`; a bit set for
+        each check failed), read by :meth:`check_kinds`."""
         kinds = None
-        for name, finite in scans.items():
-            if finite is not None:
+        for name, passed in scans.items():
+            if passed is not None:
                 kinds = self.metric.key_kinds.clone() if kinds is None else kinds
-                kinds.select(0, len(self.kind_bits) + SCANNED.index(name)).bitwise_or_(~finite)
+                at = len(self.kind_bits) + list(PUT_OFF).index(name)
+                kinds.select(0, at).bitwise_or_(~passed)
         if kinds is not None:
             self.metric.key_kinds = kinds
 
@@ -314,18 +328,19 @@ class SideStore:
         return any(seen[self.kind_bits.index((side, key, "str"))] for side in sides)
 
     def check_kinds(self, seen: Sequence[int] | None = None) -> None:
-        """On the synced states: refused, on every process, where an update on a device gave
-        embeddings a NaN or an infinity (:meth:`scanned`), or where a side's labels, ids or
-        cameras were integers in some updates (or processes) and strings in others. ``seen``:
-        the ``key_kinds`` bits as read already (else read here, in one host read)."""
+        """On the synced states: refused, on every process, where an update on a device failed
+        a check of its values (:meth:`verdict`: a NaN, a negative target), or where a side's
+        labels, ids or cameras were integers in some updates (or processes) and strings in
+        others. ``seen``: the ``key_kinds`` bits as read already (else read here, in one host
+        read)."""
         if seen is None:
             seen = self.metric.key_kinds.reshape(-1).tolist()
-        for name, bit in zip(SCANNED, seen[len(self.kind_bits) :], strict=True):
+        for (name, problem), bit in zip(PUT_OFF.items(), seen[len(self.kind_bits) :], strict=True):
             if bit:
                 raise ValueError(
-                    f"`{name}` contains NaN or infinite values (given to an update on a device, "
-                    "on this process or another: there, updates leave the scan's answer on the "
-                    "device, and compute() reads it)"
+                    f"`{name}` {problem} (given to an update on a device, on this process or "
+                    "another: there, updates leave the check's answer on the device, and "
+                    "compute() reads it)"
                 )
         for side, what in self.sides.items():
             for key in KIND_KEYS:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import finite_flag
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import RankTable
@@ -47,8 +48,11 @@ class _EmbeddingStates(InputForm):
         emb, finite = context.store.scanned("embeddings", batch.embeddings)
         items = item_tensors(
             emb, context.options.relevance, batch.labels, batch.ids, batch.cameras,
-            batch.positions,
+            batch.positions, scan=False,
         )
+        scans = {"embeddings": finite}
+        if items.positions is not None:
+            scans["positions"] = context.store.verdict("positions", finite_flag(items.positions))
         context.store.check_width("embeddings", emb)
         side = "g" if batch.role == "gallery" else "q"
         if context.options.ties == "id":
@@ -57,7 +61,7 @@ class _EmbeddingStates(InputForm):
         context.store.append_items(
             side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}"
         )
-        context.store.note_scans({"embeddings": finite})
+        context.store.note_scans(scans)
 
     def tie_order(self, batch: Batch, side: str) -> Tensor | None:
         """Under ties="id", a separate gallery's ids as given, in rows that sort as Python sorts

@@ -11,7 +11,7 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.aggregation import micro_parts
 from retrieval_metrics.functional.measures.names import average_for
-from retrieval_metrics.functional.primitives import all_finite
+from retrieval_metrics.functional.primitives import finite_flag
 from retrieval_metrics.functional.ranking.scores import (
     nonpositive_missed,
     positive_counts,
@@ -64,14 +64,16 @@ class Scores(InputForm):
             preds = preds.to(torch.float64)
         elif preds.dtype in (torch.float16, torch.bfloat16):
             preds = preds.to(torch.float32)
-        if not all_finite(preds):
-            raise ValueError("`preds` contains NaN or infinite values")
-        if target.is_complex() or (target.numel() and bool((target < 0).any())):
+        # (on a device, the checks' answers stay there until compute(): SideStore.verdict)
+        scans = {"preds": context.store.verdict("preds", finite_flag(preds))}
+        if target.is_complex():
             raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
+        scans["target"] = context.store.verdict("target", ~(target < 0).any())
         context.store.append("s_preds", preds.reshape(-1))
         # the target's dtype says binary (bool, integers 0/1) or graded (float), as in rank_scores
         context.store.append("s_target", target.reshape(-1))
         context.store.append("s_indexes", indexes.reshape(-1).to(torch.int64))
+        context.store.note_scans(scans)
 
     def _states(self, context: FormContext) -> tuple[Tensor, Tensor, Tensor]:
         preds, target, indexes = (
