@@ -504,4 +504,3 @@ class RetrievalMetric(RetrievalMetricBase):
         return self._refuse_several_in_log(self._format(
             {k: self._result(v) for k, v in values.items()}
         ))
-
