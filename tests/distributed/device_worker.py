@@ -12,7 +12,8 @@ group reports "nccl", and every collective refuses a host tensor as NCCL does. T
 entries in SCENARIOS come from device_matrix.py: ``matrix:SPLIT`` runs every device-matrix case
 of that split (``{case name: result}``), ``select`` runs SelectOnValidation's sample-id check;
 ``syncs:N`` counts one compute()'s host syncs with the gallery sharded (:func:`sharded_syncs`);
-``nan`` has the last rank's update give a NaN (:func:`nan_on_one_rank`).
+``nan`` has the last rank's update give a NaN (:func:`nan_on_one_rank`); ``qrels_on_disk``
+ranks qrels_worker.py's corpus given as a ``.npy`` file (:func:`qrels_on_disk`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,31 @@ def nan_on_one_rank(rank: int, world: int, device: torch.device) -> dict:
     return got
 
 
+def qrels_on_disk(rank: int, world: int, device: torch.device) -> dict:
+    """qrels_worker.py's ``qrels_fixed_on_disk`` with the metric on ``device``: the corpus a
+    ``.npy`` file given to set_gallery on every rank, read onto the device by the first
+    ranking (its norms and its scan for NaN made from the rows as read), the queries spread as
+    DistributedSampler spreads them and moved to the device."""
+    import tempfile
+
+    import numpy as np
+    import qrels_worker
+
+    metric = qrels_worker.build().to(device)
+    docs, d_ids = qrels_worker.data()[1], qrels_worker.data()[3]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "corpus.npy"
+        np.save(path, docs.numpy())
+        metric.set_gallery(str(path), ids=d_ids)
+        qrels_worker.feed(OnDevice(metric, device), rank, world, fixed=True)
+        result = qrels_worker.scored(metric)
+    states = [t for v in metric.metric_state.values() for t in (v if isinstance(v, list) else [v])]
+    return {**result, "state_devices": sorted({t.device.type for t in states})}
+
+
 def run_scenario(scenario: str, rank: int, world: int, device: torch.device) -> dict:
+    if scenario == "qrels_on_disk":
+        return qrels_on_disk(rank, world, device)
     if scenario == "nan":
         return nan_on_one_rank(rank, world, device)
     if scenario.startswith("syncs:"):

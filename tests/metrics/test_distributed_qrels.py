@@ -153,3 +153,21 @@ def test_the_run_of_a_sharded_corpus_is_the_gathered_run(world, tmp_path_factory
             assert [d for d, _ in result["run"][qid]] == [d for d, _ in listed], where
             assert [v for _, v in result["run"][qid]] == pytest.approx(
                 [v for _, v in listed], abs=1e-12), where
+
+
+@pytest.mark.timeout(300)
+def test_a_corpus_on_disk_ranked_on_the_device_by_two_processes(tmp_path):
+    """The corpus given as a ``.npy`` file to set_gallery on 2 processes whose metric lives on
+    the emulated CUDA device (gloo reporting "nccl": a host tensor in a collective is refused):
+    the first ranking reads the file onto the device, and every process gets the one-process
+    values of the corpus in memory on the host."""
+    expected = one_process(fixed=True)
+    runs = launch.run_workers(
+        HERE / "device_worker.py", ["qrels_on_disk", "emulated"], 2, tmp_path
+    )
+    for rank, by_scenario in enumerate(runs):
+        result = by_scenario["qrels_on_disk"]
+        assert result["state_devices"] == ["cuda"], rank
+        assert result["notes"] == expected["notes"], rank
+        for name, value in expected["values"].items():
+            assert result["values"][name] == pytest.approx(value, abs=1e-12), (rank, name)
