@@ -34,11 +34,16 @@ def is_in(values: Tensor, universe: Tensor) -> Tensor:
     ``universe`` is the larger (a corpus's million ids against the judged documents): its ids
     searched among the distinct values (``sorted_ids``), where torch.isin sorts both together
     with their positions (64 MB above the corpus's ids for 1.2M ids), and a sorted copy of the
-    universe sorts what a few thousand values do not need sorted (2M ids: 0.11 s -> 0.06 s)."""
+    universe sorts what a few thousand values do not need sorted (2M ids: 0.11 s -> 0.06 s).
+    The values are then searched in those sorted ids: a corpus numbered in order is kept whole
+    by ``sorted_ids``, and torch.isin would sort its millions of ids again (8.8M: 0.64 s)."""
     if universe.numel() <= 4 * values.numel() or values.numel() == 0:
         return torch.isin(values, universe)
     _, present = sorted_ids(universe, among=values)  # (the universe's ids among the values)
-    return torch.isin(values, present)
+    if present.numel() == 0:
+        return torch.zeros(values.shape, dtype=torch.bool)
+    at = torch.searchsorted(present, values).clamp_max(present.numel() - 1)
+    return present[at] == values
 
 
 def check_identical_ids(context: FormContext, queries: Items, gallery: Items | None) -> None:
