@@ -6,9 +6,13 @@ checks the tie rules and every measure, independently of how scores are computed
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import assert_query_matches, ours_per_query
 from reference import reference_chance, reference_median_rank, reference_query
@@ -134,6 +138,27 @@ def test_median_rank_conventions(convention):
     # the VSE++ floor: median of [1, 2] is 1.5 -> floor(0.5) + 1 = 1
     assert float(M.median_rank(torch.tensor([1.0, 2.0]), "vsepp")) == 1.0
     assert float(M.median_rank(torch.tensor([1.0, 2.0]), "plain")) == 1.5
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    ranks=st.lists(
+        st.floats(1.0, 5000.0, allow_nan=False) | st.integers(1, 9).map(float) | st.just(math.nan),
+        max_size=60,
+    ),
+    convention=st.sampled_from(["vsepp", "plain"]),
+)
+def test_median_rank_equals_numpys_median_of_the_answered_queries(ranks, convention):
+    """The two middle order statistics selected (not the whole list sorted) give numpy's
+    median of the ranks that are not NaN: odd and even counts, repeats, expected (fractional)
+    ranks; NaN where every query is unanswered."""
+    values = torch.tensor(ranks, dtype=torch.float64)
+    ours = float(M.median_rank(values, convention))
+    kept = [r for r in values.tolist() if not math.isnan(r)]
+    if not kept:
+        assert math.isnan(ours)
+        return
+    assert ours == reference_median_rank(kept, convention)
 
 
 def test_expected_is_between_pessimistic_and_optimistic():
