@@ -331,15 +331,13 @@ def all_distinct(codes: Tensor | np.ndarray) -> bool:
     of them: on a device, torch's sort there; on the host numpy's, which holds 8 bytes an id
     above them (torch's radix sort is twice as fast but holds 32, a stable argsort 32 too: 2M
     ids 16 MiB against 63 MiB, and a corpus on disk is ranked in less than that)."""
-    if isinstance(codes, Tensor) and codes.device.type != "cpu":
-        if codes.numel() < 2 or bool((codes[1:] > codes[:-1]).all()):
-            return True
-        values = torch.sort(codes.reshape(-1)).values
-        return not bool((values[1:] == values[:-1]).any())
-    values = codes.numpy() if isinstance(codes, Tensor) else np.asarray(codes)
-    if values.size < 2 or bool((values[1:] > values[:-1]).all()):
+    on_device = isinstance(codes, Tensor) and codes.device.type != "cpu"
+    values = codes.reshape(-1) if on_device else (
+        codes.numpy() if isinstance(codes, Tensor) else np.asarray(codes)
+    )
+    if len(values) < 2 or bool((values[1:] > values[:-1]).all()):
         return True
-    values = np.sort(values)
+    values = torch.sort(values).values if on_device else np.sort(values)
     return not bool((values[1:] == values[:-1]).any())
 
 
