@@ -279,6 +279,12 @@ static inline int any_set(const void *mask) {
         }                                                                                          \
         return t;                                                                                  \
     }                                                                                              \
+    /* the threshold t raised by the heap h (NULL: none) as an item pushed into it raises it */   \
+    static inline T NAME##_raised(const T *h, T cap, T t) {                                        \
+        if (h == NULL) return t;                                                                   \
+        const T raised = h[0] < cap ? h[0] : cap;                                                  \
+        return raised > t ? raised : t;                                                            \
+    }                                                                                              \
     /* whether an item of a chunk is at or above its threshold (t: one for all, or each's): */     \
     /* compares of whole vectors (GCC's vector types: AVX2 registers in the avx2 clone), */        \
     /* which the compiler does not make of a loop of scalar compares or'ed together */             \
@@ -347,14 +353,20 @@ static inline int any_set(const void *mask) {
         if (whole) {                                                                               \
             COUNTS(v, n, r, 0, f, m, at_most, below);                                              \
             add_row(at_most, below, n, m, lt_row, le_row);                                         \
-            if (h == NULL) return t;                                                               \
+            /* the heap only raises the threshold, to its least score but never past the cap: */   \
+            /* once its least reaches the cap (at once where the row's one relevant score is */    \
+            /* its cap: text-to-image), no item can raise it further, and none is looked at */     \
+            if (h == NULL || !(h[0] < cap)) return NAME##_raised(h, cap, t);                       \
         }                                                                                          \
-        /* the heap (and, unless counted whole, the counts) item by item */                        \
+        /* the heap (and, unless counted whole, the counts) item by item; counted whole, only */   \
+        /* the items above the heap's least do anything: vectors without one are passed over */   \
         for (Py_ssize_t c = 0; c < chunks; c++) {                                                  \
             const Py_ssize_t k0 = found[c], stop = k0 + CHUNK <= n ? k0 + CHUNK : n;               \
             for (Py_ssize_t q0 = k0; q0 < stop; q0 += NAME##_LANES) {                              \
                 const Py_ssize_t end = q0 + NAME##_LANES <= stop ? q0 + NAME##_LANES : stop;       \
-                if (end - q0 == NAME##_LANES && !NAME##_any_lanes(v + q0, t)) continue;            \
+                if (whole && !(h[0] < cap)) return t;                                              \
+                const T u = whole && h[0] > t ? h[0] : t;                                          \
+                if (end - q0 == NAME##_LANES && !NAME##_any_lanes(v + q0, u)) continue;            \
                 for (Py_ssize_t q = q0; q < end; q++) {                                            \
                     const T x = v[q];                                                              \
                     if (!(x >= t)) continue;                                                       \
