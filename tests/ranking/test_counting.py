@@ -199,9 +199,10 @@ class _AboveSide:
 
 
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.integers(1, 6),
+    # (more queries than a vector has lanes: the columns counted whole a vector at a time)
+    st.one_of(st.integers(1, 6), st.integers(7, 40)),
     st.integers(1, 70),
     st.integers(1, 12),
     st.integers(1, 8),
@@ -246,17 +247,28 @@ def test_count_above_counts_what_the_final_thresholds_list(
 
 
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
-def test_count_above_by_columns_leaves_a_weak_models_block_to_the_rows():
-    """Read by columns, a block whose items nearly all pass stops early (the rest is counted
-    row by row, where such rows are counted whole); one where none pass is read to its end."""
-    block = np.random.default_rng(0).normal(size=(512, 64)).astype(np.float32)
-    rel = np.zeros((64, 1), dtype=np.float32)
-    finite = np.ones((64, 1), dtype=np.int64)
+def test_count_above_by_columns_counts_a_weak_models_block_whole_in_place():
+    """Read by columns, a block whose items nearly all pass gives up the search item by item
+    early and counts the rest whole, in place; one where none pass is read to its end. Either
+    way each column's counts are a count by comparison's (67 columns: vectors of columns and
+    a tail; the relevant scores in a group of four and one more)."""
+    rng = np.random.default_rng(0)
+    block = rng.normal(size=(512, 67)).astype(np.float32)
+    rel = np.sort(rng.normal(size=(67, 5)).astype(np.float32), axis=1)
+    finite = np.full((67, 1), 5, dtype=np.int64)
+    finite[::3] = 3
+    rel[::3, 3:] = np.inf
     for start, whole in ((-np.inf, False), (np.inf, True)):
-        hist = np.zeros((2, 64, 2), dtype=np.int64)
-        threshold = np.full(64, start, dtype=np.float32)
+        hist = np.zeros((2, 67, 6), dtype=np.int64)
+        threshold = np.full(67, start, dtype=np.float32)
         read = kernels._count.count_above_columns(block, threshold, rel, finite, *hist)
         assert (read == 512) == whole
+        if whole:
+            continue
+        above = hist[0].sum(1, keepdims=True) - hist[0].cumsum(1)[:, :-1]
+        for j in range(67):
+            for k in range(int(finite[j, 0])):
+                assert above[j, k] == (block[:, j] > rel[j, k]).sum()
 
 
 @settings(max_examples=40, deadline=None)

@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,6 +446,118 @@ static inline int any_set(const void *mask) {
                 NAME##_query(rows, q, row, ld, at_most, below, found);                             \
         }                                                                                          \
         return read;                                                                               \
+    }                                                                                              \
+    /* The columns' counts over rows from..items of v, counted whole (the columns' side gave */    \
+    /* up its pass there: a weak model), in place: per column j and relevant score k, the items */ \
+    /* <= and < it, added to le_t and lt_t (m x nq, a relevant score's row of columns; */         \
+    /* r_t the same layout). A vector of columns at a time, a group of relevant scores kept in */  \
+    /* registers down the rows, as counts_float keeps a row's; the padding (+inf) is compared */   \
+    /* as any relevant score, which counts what counts_float copies for it. */                    \
+    VECTOR_CLONES                                                                                  \
+    static void NAME##_column_counts(const T *v, Py_ssize_t from, Py_ssize_t items,               \
+                                     Py_ssize_t ld, Py_ssize_t nq, Py_ssize_t m, const T *r_t,     \
+                                     int64_t *le_t, int64_t *lt_t) {                               \
+        Py_ssize_t j0 = 0;                                                                         \
+        for (; j0 + NAME##_LANES <= nq; j0 += NAME##_LANES) {                                      \
+            Py_ssize_t k0 = 0;                                                                     \
+            for (; k0 + GROUP <= m; k0 += GROUP) {                                                 \
+                V r[GROUP];                                                                        \
+                M le[GROUP], lt[GROUP];                                                            \
+                for (int a = 0; a < GROUP; a++) {                                                  \
+                    memcpy(&r[a], r_t + (k0 + a) * nq + j0, sizeof r[a]);                          \
+                    le[a] = (M){0};                                                                \
+                    lt[a] = (M){0};                                                                \
+                }                                                                                  \
+                for (Py_ssize_t q = from; q < items; q++) {                                        \
+                    V x;                                                                           \
+                    memcpy(&x, v + q * ld + j0, sizeof x);                                         \
+                    for (int a = 0; a < GROUP; a++) {                                              \
+                        le[a] -= x <= r[a]; /* (a true compare is -1 in each lane) */              \
+                        lt[a] -= x < r[a];                                                         \
+                    }                                                                              \
+                }                                                                                  \
+                for (int a = 0; a < GROUP; a++)                                                    \
+                    for (int l = 0; l < NAME##_LANES; l++) {                                       \
+                        le_t[(k0 + a) * nq + j0 + l] += le[a][l];                                  \
+                        lt_t[(k0 + a) * nq + j0 + l] += lt[a][l];                                  \
+                    }                                                                              \
+            }                                                                                      \
+            for (; k0 < m; k0++) {                                                                 \
+                V r;                                                                               \
+                M le = {0}, lt = {0};                                                              \
+                memcpy(&r, r_t + k0 * nq + j0, sizeof r);                                         \
+                for (Py_ssize_t q = from; q < items; q++) {                                        \
+                    V x;                                                                           \
+                    memcpy(&x, v + q * ld + j0, sizeof x);                                         \
+                    le -= x <= r;                                                                  \
+                    lt -= x < r;                                                                   \
+                }                                                                                  \
+                for (int l = 0; l < NAME##_LANES; l++) {                                           \
+                    le_t[k0 * nq + j0 + l] += le[l];                                               \
+                    lt_t[k0 * nq + j0 + l] += lt[l];                                               \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        for (; j0 < nq; j0++) /* the last columns, fewer than a vector */                          \
+            for (Py_ssize_t k = 0; k < m; k++) {                                                   \
+                const T t = r_t[k * nq + j0];                                                      \
+                int64_t le = 0, lt = 0;                                                            \
+                for (Py_ssize_t q = from; q < items; q++) {                                        \
+                    le += v[q * ld + j0] <= t;                                                     \
+                    lt += v[q * ld + j0] < t;                                                      \
+                }                                                                                  \
+                le_t[k * nq + j0] += le;                                                           \
+                lt_t[k * nq + j0] += lt;                                                           \
+            }                                                                                      \
+    }                                                                                              \
+    /* The columns' side over rows from..items, each column counted whole (NAME##_column_counts, */ \
+    /* added to its histograms as a row counted whole is), and its heap fed as a row counted */    \
+    /* whole feeds it (NAME): the items above the heap's least, until it reaches the cap. The */    \
+    /* scratch: r_t, le_t, lt_t (m x nq), u (nq: what an item must reach to feed a heap), */       \
+    /* at_most and below (m + 1). */                                                               \
+    VECTOR_CLONES                                                                                  \
+    static void NAME##_columns_whole(const T *v, Py_ssize_t from, Py_ssize_t items,               \
+                                     Py_ssize_t ld, const Side *cols, T *r_t, int64_t *le_t,       \
+                                     int64_t *lt_t, T *u, int64_t *at_most, int64_t *below) {      \
+        const Py_ssize_t nq = cols->n, m = cols->m;                                                \
+        T *thr = (T *)cols->thr;                                                                   \
+        for (Py_ssize_t j = 0; j < nq; j++)                                                        \
+            for (Py_ssize_t k = 0; k < m; k++) {                                                   \
+                r_t[k * nq + j] = ((const T *)cols->seq)[j * m + k];                               \
+                le_t[k * nq + j] = 0;                                                              \
+                lt_t[k * nq + j] = 0;                                                              \
+            }                                                                                      \
+        NAME##_column_counts(v, from, items, ld, nq, m, r_t, le_t, lt_t);                          \
+        int feeding = 0;                                                                           \
+        for (Py_ssize_t j = 0; j < nq; j++) {                                                      \
+            const NAME##_Query c = NAME##_at(cols, j);                                             \
+            for (Py_ssize_t k = 0; k < m; k++) {                                                   \
+                at_most[k] = le_t[k * nq + j];                                                     \
+                below[k] = lt_t[k * nq + j];                                                       \
+            }                                                                                      \
+            add_row(at_most, below, items - from, m, c.lt, c.le);                                 \
+            thr[j] = NAME##_raised(c.h, c.cap, thr[j]);                                            \
+            const int fed = c.h != NULL && c.h[0] < c.cap;                                         \
+            u[j] = fed ? (c.h[0] > thr[j] ? c.h[0] : thr[j]) : (T)INFINITY;                        \
+            feeding |= fed;                                                                        \
+        }                                                                                          \
+        for (Py_ssize_t q = from; q < items && feeding; q++) {                                     \
+            const T *row = v + q * ld;                                                             \
+            for (Py_ssize_t j0 = 0; j0 < nq; j0 += NAME##_LANES) {                                 \
+                const Py_ssize_t end = j0 + NAME##_LANES <= nq ? j0 + NAME##_LANES : nq;           \
+                if (end - j0 == NAME##_LANES && !NAME##_any_lanes_of(row + j0, u + j0)) continue;  \
+                for (Py_ssize_t j = j0; j < end; j++) {                                            \
+                    const T x = row[j];                                                            \
+                    if (!(x >= u[j])) continue;                                                    \
+                    const NAME##_Query c = NAME##_at(cols, j);                                     \
+                    /* (a score of +inf reaches a u of +inf: a column no longer fed) */            \
+                    if (c.h == NULL || !(c.h[0] < c.cap) || !(x > c.h[0]) || !(x >= thr[j]))       \
+                        continue;                                                                  \
+                    thr[j] = NAME##_item(x, c.r, c.f, c.lt, c.le, 0, c.h, c.k, c.cap, thr[j]);     \
+                    u[j] = c.h[0] < c.cap ? (c.h[0] > thr[j] ? c.h[0] : thr[j]) : (T)INFINITY;     \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
 
 DEFINE_ABOVE(above_float, float, floats, ints, counts_float)
@@ -673,6 +786,7 @@ static PyObject *above_call(PyObject *args, int with_cols, int with_rows) {
     Side sides[2];
     PyObject *result = NULL;
     int64_t *at_most = NULL;
+    void *col_scratch = NULL;
     int both = with_cols && with_rows;
     for (int s = 0; s < (both ? 2 : 1); s++) {
         PyObject *tuple = both ? PyTuple_GET_ITEM(args, 1 + s) : PyTuple_GetSlice(args, 1, given);
@@ -702,14 +816,41 @@ static PyObject *above_call(PyObject *args, int with_cols, int with_rows) {
     }
     int64_t *below = at_most + (m + 1);
     int32_t *found = (int32_t *)(below + (m + 1));
+    /* scratch of the columns' whole count (NAME##_columns_whole), where they give up: the
+     * relevant scores by column, their two counts (m x nq each), each column's u and a
+     * column's counts (m + 1 each) */
+    Py_ssize_t mc = cols != NULL ? cols->m : 0, nc = cols != NULL ? cols->n : 0;
+    size_t t_size = is_double ? sizeof(double) : sizeof(float);
+    col_scratch = cols != NULL ? malloc((size_t)(mc * nc) * (t_size + 2 * sizeof(int64_t)) +
+                                        (size_t)(2 * (mc + 1)) * sizeof(int64_t) +
+                                        (size_t)nc * t_size + 16)
+                               : NULL;
+    if (cols != NULL && col_scratch == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
     Py_ssize_t read = items;
     Py_BEGIN_ALLOW_THREADS
     if (cols != NULL) {
         int64_t budget = whole_cost(cols) * items / COLUMN_COST;
-        read = is_double ? above_double_both((const double *)values.buf, items, ld, cols, budget,
-                                             rows, at_most, below, found)
-                         : above_float_both((const float *)values.buf, items, ld, cols, budget,
-                                            rows, at_most, below, found);
+        int64_t *le_t = (int64_t *)col_scratch, *lt_t = le_t + mc * nc;
+        int64_t *c_at_most = lt_t + mc * nc, *c_below = c_at_most + (mc + 1);
+        void *r_t = c_below + (mc + 1), *u = (char *)r_t + (size_t)(mc * nc) * t_size;
+        if (is_double) {
+            read = above_double_both((const double *)values.buf, items, ld, cols, budget, rows,
+                                     at_most, below, found);
+            if (read < items)
+                above_double_columns_whole((const double *)values.buf, read, items, ld, cols,
+                                           (double *)r_t, le_t, lt_t, (double *)u, c_at_most,
+                                           c_below);
+        } else {
+            read = above_float_both((const float *)values.buf, items, ld, cols, budget, rows,
+                                    at_most, below, found);
+            if (read < items)
+                above_float_columns_whole((const float *)values.buf, read, items, ld, cols,
+                                          (float *)r_t, le_t, lt_t, (float *)u, c_at_most,
+                                          c_below);
+        }
     } else {
         for (Py_ssize_t i = 0; i < rows->n; i++) {
             if (is_double)
@@ -726,6 +867,7 @@ static PyObject *above_call(PyObject *args, int with_cols, int with_rows) {
     else
         result = Py_NewRef(Py_None);
 finally:
+    free(col_scratch);
     free(at_most);
     side_release(&bufs[1]);
     side_release(&bufs[0]);
@@ -751,9 +893,9 @@ PyDoc_STRVAR(count_above_columns_doc,
              "heap_k=None, cap=None) -> rows read\n\n"
              "count_above for the queries that are the first len(thr) columns of values (items x "
              "columns, row-major: the transposed block of the symmetric pass), read a row of "
-             "items at a time. Stops once more items passed than a row-by-row count of the rest "
-             "would cost (a weak model), and returns the rows of items read: the others are left "
-             "to count_above.");
+             "items at a time. Once more items passed than a whole count of the rest would cost "
+             "(a weak model), the rest is counted whole, a vector of columns at a time; returns "
+             "the rows of items read item by item before that.");
 
 static PyObject *count_above_columns(PyObject *self, PyObject *args) {
     return above_call(args, 1, 0);
@@ -763,9 +905,8 @@ PyDoc_STRVAR(count_above_both_doc,
              "count_above_both(values, cols, rows) -> rows read for cols\n\n"
              "count_above_columns of the side cols and count_above of the side rows (each a tuple "
              "of their arguments after values) in one pass over values: the block of a pair of "
-             "the symmetric pass read once for the queries on both of its sides. The rows beyond "
-             "those read for cols are left to count_above for cols, as count_above_columns "
-             "leaves them; rows are counted whole.");
+             "the symmetric pass read once for the queries on both of its sides. cols gives up "
+             "as count_above_columns does, and returns what it returns.");
 
 static PyObject *count_above_both(PyObject *self, PyObject *args) {
     return above_call(args, 1, 1);

@@ -344,14 +344,13 @@ def _count_columns(
 ) -> None:
     """The compiled count of the queries that are the first columns of the row-major ``block``
     (and of those that are its first ``rows``, in the same pass). A weak model lets so many
-    items through that the columns give up the pass: the rest of their items is copied, a
-    query a row, and counted by rows."""
+    items through that the columns give up the pass item by item: the rest of their items is
+    counted whole, in place, a vector of columns at a time (a copy of their transpose, to count
+    them by rows, cost more than the count)."""
     if rows is None:
-        read = _count.count_above_columns(block.numpy(), *cols)
+        _count.count_above_columns(block.numpy(), *cols)
     else:
-        read = _count.count_above_both(block.numpy(), cols, rows)
-    if read < block.shape[0]:
-        _count.count_above(block.T[: cols[0].shape[0], read:].contiguous().numpy(), *cols)
+        _count.count_above_both(block.numpy(), cols, rows)
 
 
 def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor) -> bool:
