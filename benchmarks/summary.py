@@ -155,7 +155,18 @@ def rows_crossmodal(report: dict[str, Any]) -> list[list[str]]:
             "<= 1.3x",
             f"naive {fmt(naive)}x",
         ]
-    ]
+    ] + (
+        [
+            [
+                "the same from a weak model (R@1 near 0.03)",
+                f"{fmt(report['weak']['ours']['ratio_to_product'])}x its product",
+                "",
+                "",
+            ]
+        ]
+        if "weak" in report
+        else []
+    )
 
 
 def rows_distributed(report: dict[str, Any]) -> list[list[str]]:
