@@ -558,6 +558,25 @@ static inline int any_set(const void *mask) {
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
+    }                                                                                              \
+    /* The columns' side (and the rows', or NULL) over the rows of v: NAME##_both, then, where */  \
+    /* the columns gave up, the rest of their items counted whole; `scratch`: see above_call. */   \
+    /* Returns the rows read item by item for the columns. */                                      \
+    static Py_ssize_t NAME##_columns(const T *v, Py_ssize_t items, Py_ssize_t ld,                 \
+                                     const Side *cols, int64_t budget, const Side *rows,           \
+                                     int64_t *at_most, int64_t *below, int32_t *found,             \
+                                     void *scratch) {                                              \
+        const Py_ssize_t read =                                                                    \
+            NAME##_both(v, items, ld, cols, budget, rows, at_most, below, found);                  \
+        if (read < items) {                                                                        \
+            const Py_ssize_t mn = cols->m * cols->n;                                               \
+            int64_t *le_t = (int64_t *)scratch, *lt_t = le_t + mn;                                 \
+            int64_t *c_at_most = lt_t + mn, *c_below = c_at_most + (cols->m + 1);                  \
+            T *r_t = (T *)(c_below + (cols->m + 1)), *u = r_t + mn;                                \
+            NAME##_columns_whole(v, read, items, ld, cols, r_t, le_t, lt_t, u, c_at_most,          \
+                                 c_below);                                                         \
+        }                                                                                          \
+        return read;                                                                               \
     }
 
 DEFINE_ABOVE(above_float, float, floats, ints, counts_float)
@@ -816,9 +835,9 @@ static PyObject *above_call(PyObject *args, int with_cols, int with_rows) {
     }
     int64_t *below = at_most + (m + 1);
     int32_t *found = (int32_t *)(below + (m + 1));
-    /* scratch of the columns' whole count (NAME##_columns_whole), where they give up: the
-     * relevant scores by column, their two counts (m x nq each), each column's u and a
-     * column's counts (m + 1 each) */
+    /* scratch of the columns' whole count (NAME##_columns), where they give up: their two
+     * counts (m x nq int64 each), a column's counts (m + 1 int64 each), then the relevant
+     * scores by column (m x nq) and each column's u (nq), in the scores' dtype */
     Py_ssize_t mc = cols != NULL ? cols->m : 0, nc = cols != NULL ? cols->n : 0;
     size_t t_size = is_double ? sizeof(double) : sizeof(float);
     col_scratch = cols != NULL ? malloc((size_t)(mc * nc) * (t_size + 2 * sizeof(int64_t)) +
@@ -833,24 +852,10 @@ static PyObject *above_call(PyObject *args, int with_cols, int with_rows) {
     Py_BEGIN_ALLOW_THREADS
     if (cols != NULL) {
         int64_t budget = whole_cost(cols) * items / COLUMN_COST;
-        int64_t *le_t = (int64_t *)col_scratch, *lt_t = le_t + mc * nc;
-        int64_t *c_at_most = lt_t + mc * nc, *c_below = c_at_most + (mc + 1);
-        void *r_t = c_below + (mc + 1), *u = (char *)r_t + (size_t)(mc * nc) * t_size;
-        if (is_double) {
-            read = above_double_both((const double *)values.buf, items, ld, cols, budget, rows,
-                                     at_most, below, found);
-            if (read < items)
-                above_double_columns_whole((const double *)values.buf, read, items, ld, cols,
-                                           (double *)r_t, le_t, lt_t, (double *)u, c_at_most,
-                                           c_below);
-        } else {
-            read = above_float_both((const float *)values.buf, items, ld, cols, budget, rows,
-                                    at_most, below, found);
-            if (read < items)
-                above_float_columns_whole((const float *)values.buf, read, items, ld, cols,
-                                          (float *)r_t, le_t, lt_t, (float *)u, c_at_most,
-                                          c_below);
-        }
+        read = is_double ? above_double_columns((const double *)values.buf, items, ld, cols,
+                                                budget, rows, at_most, below, found, col_scratch)
+                         : above_float_columns((const float *)values.buf, items, ld, cols, budget,
+                                               rows, at_most, below, found, col_scratch);
     } else {
         for (Py_ssize_t i = 0; i < rows->n; i++) {
             if (is_double)
