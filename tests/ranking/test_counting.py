@@ -271,6 +271,35 @@ def test_count_above_by_columns_counts_a_weak_models_block_whole_in_place():
                 assert above[j, k] == (block[:, j] > rel[j, k]).sum()
 
 
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+@pytest.mark.parametrize("mode", ["rows", "columns"])
+def test_a_query_counted_whole_leaves_its_heap_once_it_reaches_the_cap(mode):
+    """A weak model's query (most items above its threshold) is counted whole; once its heap's
+    least is at its cap (the best relevant score: the threshold can rise no further), no item
+    is pushed into the heap any more, which was most of the cost of such a row. A query whose
+    heap is still below its cap keeps feeding it. The counts are exact either way."""
+    rng = np.random.default_rng(1)
+    items, queries, depth = 2000, 16, 10
+    block = rng.normal(size=(items, queries)).astype(np.float32)  # columns: the queries
+    rel = np.full((queries, 1), -1.0, dtype=np.float32)  # 84% of the items score above it
+    heap = np.sort(rng.uniform(-0.9, -0.5, (queries, depth)).astype(np.float32), axis=1)
+    heap[queries // 2 :] = -np.inf  # these still below their cap: fed
+    heap[queries // 2 :, -1] = -1.0
+    before = heap.copy()
+    threshold = rel[:, 0].copy()
+    hist = np.zeros((2, queries, 2), dtype=np.int64)
+    args = (threshold, rel, np.ones((queries, 1), dtype=np.int64), *hist, heap,
+            np.full((queries, 1), depth, dtype=np.int64), rel[:, 0].copy())
+    if mode == "rows":
+        kernels._count.count_above(np.ascontiguousarray(block.T), *args)
+    else:
+        assert kernels._count.count_above_columns(block, *args) < items  # (it gave up)
+    np.testing.assert_array_equal(heap[: queries // 2], before[: queries // 2])
+    assert (heap[queries // 2 :, 0] >= -1.0).all()  # fed until its least reached the cap
+    above = hist[0].sum(1) - hist[0][:, 0]
+    np.testing.assert_array_equal(above, (block > -1.0).sum(0))
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.integers(1, 3),

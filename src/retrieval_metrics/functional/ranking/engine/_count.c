@@ -272,8 +272,9 @@ static inline int any_set(const void *mask) {
             }                                                                                      \
         }                                                                                          \
         /* an item tying a relevant score may be that relevant item, which the heap holds */       \
-        /* from the start: left out (fewer items, still a lower bound) */                          \
-        if (h != NULL && !tie && x > h[0]) {                                                       \
+        /* from the start: left out (fewer items, still a lower bound); a heap whose least */      \
+        /* reached the cap can raise nothing further, and is left as it is */                      \
+        if (h != NULL && !tie && x > h[0] && h[0] < cap) {                                         \
             NAME##_push(h, k, x);                                                                  \
             const T raised = h[0] < cap ? h[0] : cap;                                              \
             if (raised > t) t = raised;                                                            \
@@ -343,6 +344,9 @@ static inline int any_set(const void *mask) {
     static T NAME(const T *v, Py_ssize_t n, const T *r, Py_ssize_t f, Py_ssize_t m, T t,           \
                   int64_t *lt_row, int64_t *le_row, T *h, Py_ssize_t k, T cap,                     \
                   int64_t *at_most, int64_t *below, int32_t *found) {                              \
+        /* (a heap no longer fed, its least at the cap, raises nothing as items pass: the */       \
+        /* threshold is raised from it once, here) */                                              \
+        t = NAME##_raised(h, cap, t);                                                              \
         const Py_ssize_t chunks = NAME##_chunks(v, n, t, found);                                   \
         if (chunks == 0) return t;                                                                 \
         Py_ssize_t passing = 0;                                                                    \
@@ -416,6 +420,10 @@ static inline int any_set(const void *mask) {
         Py_ssize_t read = items;                                                                   \
         const Py_ssize_t nq = cols->n;                                                             \
         T *thr = (T *)cols->thr;                                                                   \
+        for (Py_ssize_t j = 0; j < nq; j++) { /* (as NAME raises a row's) */                       \
+            const NAME##_Query c = NAME##_at(cols, j);                                             \
+            thr[j] = NAME##_raised(c.h, c.cap, thr[j]);                                            \
+        }                                                                                          \
         for (Py_ssize_t q = 0; q < items; q++) {                                                   \
             const T *row = v + q * ld;                                                             \
             /* stop at the budget, or once the rows read so far say the block will pass it */      \
