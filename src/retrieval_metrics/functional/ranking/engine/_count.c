@@ -15,7 +15,9 @@
  *
  * count_above and count_above_columns (below) count only the items at or above each row's
  * threshold, which they raise themselves where the ranking stops at a depth: on the CPU they
- * stand in for the segment maxima and the sparse and dense counts of kernels.py.
+ * stand in for the segment maxima and the sparse and dense counts of kernels.py. Where most
+ * items pass (a weak model), a row is counted whole by the loops above, and queries that are
+ * the columns of a block count the rest of it whole in place, a vector of columns at a time.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
