@@ -460,3 +460,38 @@ def test_a_file_read_in_order_leaves_none_of_its_pages_mapped(tmp_path, monkeypa
     # (read to its end: no page lies beyond the last row read; without the pages before each
     # chunk handed back, 1.7 MiB stayed mapped here)
     assert held == 0, f"{held} KiB of the 32 MiB file still mapped"
+
+
+def test_a_file_read_in_order_asks_for_its_next_rows_ahead(tmp_path):
+    """Each read of rows in order (a block of the ranking) asks the system to read as many of
+    the following rows into the page cache in the background (``MADV_WILLNEED``), so that a
+    corpus larger than the page cache comes from the disk while a block's product runs; the
+    last block asks for nothing past the file."""
+    import mmap
+
+    np.save(tmp_path / "c.npy", np.zeros((1000, 64), dtype=np.float16))
+    mapped = MappedRows(np.load(tmp_path / "c.npy", mmap_mode="r"))
+    real = mapped._mapping
+
+    class Recording:
+        def __init__(self) -> None:
+            self.asked: list[tuple[int, int]] = []
+
+        def __len__(self) -> int:
+            return len(real)
+
+        def madvise(self, option: int, start: int, length: int) -> None:
+            if option == mmap.MADV_WILLNEED:
+                self.asked.append((start, start + length))
+            real.madvise(option, start, length)
+
+    recording = Recording()
+    mapped._mapping = recording
+    first_row = mapped._start  # (the header's bytes before row 0)
+    list(mapped.chunks(100, 300))
+    (start, end), = recording.asked
+    assert start <= first_row + 300 * 128 < end  # rows 300:500, from the page holding row 300
+    assert end == first_row + 500 * 128
+    recording.asked.clear()
+    list(mapped.chunks(800, 1000))
+    assert recording.asked == []

@@ -13,7 +13,10 @@ number is one), so a ranking reads what it would read of the upcast corpus, at h
 
 A batch may be a file on disk (:class:`MappedRows`, a memory-mapped ``.npy``). Its rows in
 order (a block, the norms, the scan for NaN) are read through the mapping a chunk of about a MiB
-at a time, their pages handed back (``MADV_DONTNEED``) every few MiB read and at the end: the
+at a time, as many rows after them asked of the disk in the background (``MADV_WILLNEED``: a
+corpus larger than the page cache is read while a block's product runs; 2M x 768 float16 with
+the page cache dropped, 3.8-4.0 s besides the products before, 3.5 s after), their pages
+handed back (``MADV_DONTNEED``) every few MiB read and at the end: the
 process holds a few MiB of the file, whatever the corpus's size, and the values go from the
 page cache straight into the block (read into a buffer first, with ``preadv``, a pass over
 2M x 768 float16 for its norms or its unit rows took 1.1 s, through the mapping 0.45 s).
@@ -155,6 +158,7 @@ class MappedRows:
         tensor of the stored dtype over the mapping, whose pages are handed back once the
         caller asks for a later chunk: it copies out what it keeps)."""
         step, held = self.chunk_rows(), start  # (rows from ``held`` on may still be mapped)
+        self._read_ahead(stop, stop + (stop - start))
         try:
             for at in range(start, stop, step):
                 end = min(stop, at + step)
@@ -166,6 +170,16 @@ class MappedRows:
                     held = end
         finally:
             self._release(held, stop)
+
+    def _read_ahead(self, start: int, stop: int) -> None:
+        """Ask the system to read rows ``start:stop`` into the page cache in the background
+        (``MADV_WILLNEED``): the rows a sequential reader asks for next are read from the disk
+        while it works on these (a ranking: a block's product)."""
+        if start >= self.shape[0]:
+            return
+        first = (self._start + start * self._row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(self._start + stop * self._row_bytes, len(self._mapping))
+        self._mapping.madvise(mmap.MADV_WILLNEED, first, end - first)
 
     def _release(self, start: int, stop: int) -> None:
         """Hand back the mapped pages of rows ``start:stop`` (where the file is read through the
