@@ -258,6 +258,18 @@ static inline int any_set(const void *mask) {
         }                                                                                          \
         h[i] = x;                                                                                  \
     }                                                                                              \
+    /* the threshold t raised by the heap h (NULL: none) as an item pushed into it raises it */   \
+    static inline T NAME##_raised(const T *h, T cap, T t) {                                        \
+        if (h == NULL) return t;                                                                   \
+        const T raised = h[0] < cap ? h[0] : cap;                                                  \
+        return raised > t ? raised : t;                                                            \
+    }                                                                                              \
+    /* what an item must reach to feed the heap h past the threshold t: above the heap's */      \
+    /* least, and at least t; +inf where there is no heap or its least reached the cap */          \
+    static inline T NAME##_feed_at(const T *h, T cap, T t) {                                       \
+        if (h == NULL || !(h[0] < cap)) return (T)INFINITY;                                        \
+        return h[0] > t ? h[0] : t;                                                                \
+    }                                                                                              \
     /* one item at or above its row's threshold t: counted (unless the row is counted whole), */   \
     /* and into the heap; returns the row's threshold after it */                                  \
     static inline T NAME##_item(T x, const T *r, Py_ssize_t f, int64_t *lt_row,                    \
@@ -278,16 +290,9 @@ static inline int any_set(const void *mask) {
         /* reached the cap can raise nothing further, and is left as it is */                      \
         if (h != NULL && !tie && x > h[0] && h[0] < cap) {                                         \
             NAME##_push(h, k, x);                                                                  \
-            const T raised = h[0] < cap ? h[0] : cap;                                              \
-            if (raised > t) t = raised;                                                            \
+            t = NAME##_raised(h, cap, t);                                                          \
         }                                                                                          \
         return t;                                                                                  \
-    }                                                                                              \
-    /* the threshold t raised by the heap h (NULL: none) as an item pushed into it raises it */   \
-    static inline T NAME##_raised(const T *h, T cap, T t) {                                        \
-        if (h == NULL) return t;                                                                   \
-        const T raised = h[0] < cap ? h[0] : cap;                                                  \
-        return raised > t ? raised : t;                                                            \
     }                                                                                              \
     /* whether an item of a chunk is at or above its threshold (t: one for all, or each's): */     \
     /* compares of whole vectors (GCC's vector types: AVX2 registers in the avx2 clone), */        \
@@ -372,7 +377,7 @@ static inline int any_set(const void *mask) {
             for (Py_ssize_t q0 = k0; q0 < stop; q0 += NAME##_LANES) {                              \
                 const Py_ssize_t end = q0 + NAME##_LANES <= stop ? q0 + NAME##_LANES : stop;       \
                 if (whole && !(h[0] < cap)) return t;                                              \
-                const T u = whole && h[0] > t ? h[0] : t;                                          \
+                const T u = whole ? NAME##_feed_at(h, cap, t) : t;                                 \
                 if (end - q0 == NAME##_LANES && !NAME##_any_lanes(v + q0, u)) continue;            \
                 for (Py_ssize_t q = q0; q < end; q++) {                                            \
                     const T x = v[q];                                                              \
@@ -547,9 +552,8 @@ static inline int any_set(const void *mask) {
             }                                                                                      \
             add_row(at_most, below, items - from, m, c.lt, c.le);                                 \
             thr[j] = NAME##_raised(c.h, c.cap, thr[j]);                                            \
-            const int fed = c.h != NULL && c.h[0] < c.cap;                                         \
-            u[j] = fed ? (c.h[0] > thr[j] ? c.h[0] : thr[j]) : (T)INFINITY;                        \
-            feeding |= fed;                                                                        \
+            u[j] = NAME##_feed_at(c.h, c.cap, thr[j]);                                             \
+            feeding |= u[j] < (T)INFINITY;                                                         \
         }                                                                                          \
         for (Py_ssize_t q = from; q < items && feeding; q++) {                                     \
             const T *row = v + q * ld;                                                             \
@@ -564,7 +568,7 @@ static inline int any_set(const void *mask) {
                     if (c.h == NULL || !(c.h[0] < c.cap) || !(x > c.h[0]) || !(x >= thr[j]))       \
                         continue;                                                                  \
                     thr[j] = NAME##_item(x, c.r, c.f, c.lt, c.le, 0, c.h, c.k, c.cap, thr[j]);     \
-                    u[j] = c.h[0] < c.cap ? (c.h[0] > thr[j] ? c.h[0] : thr[j]) : (T)INFINITY;     \
+                    u[j] = NAME##_feed_at(c.h, c.cap, thr[j]);                                     \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
