@@ -29,16 +29,11 @@ from retrieval_metrics.functional.ranking.settings import (
     RankingSettings,
     memory_budget_on,
 )
+from triton_here import KERNEL_DEVICE, needs_triton, needs_triton_package
 
 triton_count = pytest.importorskip(
     "retrieval_metrics.functional.ranking.engine.triton_count"
 )
-needs_triton = pytest.mark.skipif(
-    not triton_count.available(), reason="needs the triton package (its interpreter runs on CPU)"
-)
-#: where the kernel's property tests run it: compiled on a GPU (benchmarks/gpu_check.sh), else
-#: by Triton's interpreter on the CPU (conftest.py sets TRITON_INTERPRET=1 without a GPU)
-KERNEL_DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
 
 def _histograms(rows: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -362,6 +357,16 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from retrieval_metrics.functional.ranking.engine import triton_count as T
 
+
+def compiled(source, multiplies):
+    # the kernel for compute capability 9.0, its float products each rounded alone as torch
+    # rounds them: no fused multiply-add, with Triton's FP fusion on
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    assert kernel.asm["cubin"]
+    assert ("mul.f32" in kernel.asm["ptx"]) == multiplies
+    assert "fma." not in kernel.asm["ptx"]
+
+
 signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_le_ptr": "*i64",
              "n_rows": "i32", "n_cols": "i32", "m": "i32", "row_stride": "i32",
              "col_stride": "i32", "factor_ptr": "*fp32", "row_factor_ptr": "*fp32",
@@ -377,24 +382,25 @@ for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic 
                                constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
                                            "SEARCH_STEPS": steps, "SCALED": scaled,
                                            "ROW_SCALED": row_scaled, **strides})
-            assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+            compiled(source, multiplies=scaled)
 # cosine's factor per pair (triton_pairs), on a block whose rows lie further apart than its width
 from retrieval_metrics.functional.ranking.engine import triton_pairs as P
 source = ASTSource(fn=P._kernel(), signature={
     "s_ptr": "*fp32", "a_ptr": "*fp32", "b_ptr": "*fp32", "n_rows": "i32", "n_cols": "i32",
     "row_stride": "i32", "ROWS": "constexpr", "COLUMNS": "constexpr"},
     constexprs={"ROWS": P.ROWS, "COLUMNS": P.COLUMNS})
-assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"]
+compiled(source, multiplies=True)
 print("compiled")
 """
 
 
-@needs_triton
+@needs_triton_package
 def test_the_fused_kernel_compiles_for_an_h200():
     """The kernels as the GPU runs them, not as the interpreter does: compiled to a cubin for
     compute capability 9.0 (H100/H200): the fused count both ways of adding the counts, float32
     scores, with and without a factor per column, and cosine's factor per pair
-    (``triton_pairs``).
+    (``triton_pairs``); no score is a fused multiply-add, which would round otherwise than
+    torch's products the relevant scores came from.
     Compiling needs no GPU (Triton ships its own ptxas); in a fresh process, as the interpreter
     of the tests above leaves triton.language patched."""
     import subprocess

@@ -21,7 +21,9 @@ import launch  # noqa: E402
 import qrels_worker  # noqa: E402
 
 from retrieval_metrics.functional.ranking.engine.counters import COUNTER_ENV  # noqa: E402
+from triton_here import needs_triton  # noqa: E402
 
+BACKENDS = ["torch", pytest.param("triton", marks=needs_triton)]
 QRELS_SCENARIOS = {"qrels": False, "qrels_fixed": True, "qrels_sharded": False}
 
 
@@ -34,7 +36,7 @@ def _with_backend(backend: str, monkeypatch, run):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_shared_symmetric_pass_with_a_whole_block_backend(backend, tmp_path, monkeypatch):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
@@ -49,7 +51,7 @@ def test_shared_symmetric_pass_with_a_whole_block_backend(backend, tmp_path, mon
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_judgments_over_processes_with_a_whole_block_backend(backend, tmp_path, monkeypatch):
     runs = _with_backend(backend, monkeypatch, lambda: launch.run_workers(
         HERE / "qrels_worker.py", [",".join(QRELS_SCENARIOS)], 2, tmp_path))

@@ -14,8 +14,6 @@ and form, over processes too, to the CPU's values bit for bit on integer embeddi
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
 import warnings
 
 import pytest
@@ -26,6 +24,7 @@ from hypothesis import strategies as st
 import retrieval_metrics as rm
 from emulated_cuda import emulated_cuda
 from retrieval_metrics.functional.ranking.engine.counters import choose_counter
+from triton_here import INTERPRETED, KERNEL_DEVICE, kernels_cannot_run, needs_triton_package
 
 HALVES = [torch.float16, torch.bfloat16]
 NAMES = ["hit_rate@1", "recall@5", "map@r", "map", "mrr", "ndcg@10", "median_rank"]
@@ -215,10 +214,7 @@ def test_a_shard_scores_and_counts_on_the_tensor_cores(similarity, products):
     assert set(products) == {(torch.bfloat16, torch.float32)}
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None, reason="needs the triton package (its "
-    "interpreter runs on the CPU)"
-)
+@needs_triton_package  # (no loop bound from an argument: every interpreter runs it)
 @settings(max_examples=25, deadline=None)
 @given(
     rows=st.integers(0, 70), cols=st.integers(0, 300), extra=st.integers(0, 5),
@@ -232,7 +228,7 @@ def test_the_fused_pair_factors_equal_torchs_two_operations(rows, cols, extra, s
     sizes are not whole tiles; the rest of the buffer is left as it was."""
     from retrieval_metrics.functional.ranking.engine import triton_pairs
 
-    device = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+    device = KERNEL_DEVICE
     gen = torch.Generator().manual_seed(seed)
     buffer = torch.randn(rows + 1, cols + extra, generator=gen) * 40
     a = torch.rand(rows, generator=gen) * 3 + 1e-3
@@ -249,8 +245,9 @@ def test_the_fused_pair_factors_equal_torchs_two_operations(rows, cols, extra, s
 #: interpreter only (on a GPU, test_every_form_multiplies_half_and_ranks_as_float64 takes the
 #: compiled kernels)
 kernels_on_the_hosts = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or os.environ.get("TRITON_INTERPRET") != "1",
-    reason="runs the kernel on the emulated device's host tensors: triton's interpreter",
+    not INTERPRETED or kernels_cannot_run() is not None,
+    reason="runs the kernel on the emulated device's host tensors: triton's interpreter, "
+    + (kernels_cannot_run() or "not used where a GPU is"),
 )
 
 
