@@ -139,9 +139,15 @@ CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")
 aten = torch.ops.aten
 
-# What a CPU-only build says when a CUDA device guard is asked for: the emulator then runs the
-# guarded Python-level method on host tensors instead (see _run_on_host).
-_NO_CUDA_GUARD = "PyTorch is not linked with support for cuda devices"
+# What a CPU-only build says when a CUDA device guard is asked for, and what a CUDA build says
+# on a machine with no usable GPU (no driver, or one older than its CUDA runtime): the emulator
+# then runs the guarded Python-level method on host tensors instead (see _run_on_host).
+_NO_CUDA_GUARD = (
+    "PyTorch is not linked with support for cuda devices",
+    "CUDA driver version is insufficient for CUDA runtime version",
+    "Found no NVIDIA driver on your system",
+    "no CUDA-capable device is detected",
+)
 _NUMPY_ERROR = (
     "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to "
     "host memory first."
@@ -224,7 +230,7 @@ class FakeCudaTensor(torch.Tensor):
             try:
                 return func(*args, **kwargs)
             except RuntimeError as error:
-                if _NO_CUDA_GUARD not in str(error):
+                if not any(message in str(error) for message in _NO_CUDA_GUARD):
                     raise
         # A Python binding asked for a CUDA device guard before dispatching (it failed before
         # doing anything): run the same method on the host tensors, under the rules.

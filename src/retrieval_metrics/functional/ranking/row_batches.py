@@ -603,7 +603,7 @@ class RowBatches:
             on_host = RowBatches(self.sources(), as_stored=self.as_stored).index_select(0, index)
             norm = to_device(row_norms_of(on_host, reading.norms.dtype), self.device)
             return reading.finished(to_device(on_host, self.device), norm, index)
-        host = index.cpu()
+        host = index.cpu().contiguous()  # (a view: searchsorted would copy it, and warn)
         out = torch.empty(host.numel(), self.shape[1], dtype=self.dtype, device=self.device)
         batch = torch.searchsorted(self.starts, host, right=True) - 1
         for i in torch.unique(batch).tolist():
