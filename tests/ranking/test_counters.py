@@ -358,31 +358,41 @@ from triton.compiler import ASTSource
 from retrieval_metrics.functional.ranking.engine import triton_count as T
 
 
-def compiled(source, multiplies):
+def compiled(source, multiplies, scores="fp32"):
     # the kernel for compute capability 9.0, its float products each rounded alone as torch
     # rounds them: no fused multiply-add, with Triton's FP fusion on
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32))
     assert kernel.asm["cubin"]
-    assert ("mul.f32" in kernel.asm["ptx"]) == multiplies
+    assert (f"mul.f{scores[2:]}" in kernel.asm["ptx"]) == multiplies  # ("fp32": mul.f32)
     assert "fma." not in kernel.asm["ptx"]
 
 
-signature = {"s_ptr": "*fp32", "rel_ptr": "*fp32", "hist_lt_ptr": "*i64", "hist_le_ptr": "*i64",
-             "n_rows": "i32", "n_cols": "i32", "m": "i32", "row_stride": "i32",
-             "col_stride": "i32", "factor_ptr": "*fp32", "row_factor_ptr": "*fp32",
-             "ROWS": "constexpr", "COLUMNS": "constexpr", "SEARCH_STEPS": "constexpr",
-             "SCALED": "constexpr", "ROW_SCALED": "constexpr"}
+def signature(scores):
+    return {"s_ptr": f"*{scores}", "rel_ptr": f"*{scores}", "hist_lt_ptr": "*i64",
+            "hist_le_ptr": "*i64", "n_rows": "i32", "n_cols": "i32", "m": "i32",
+            "row_stride": "i32", "col_stride": "i32", "factor_ptr": f"*{scores}",
+            "row_factor_ptr": f"*{scores}", "ROWS": "constexpr", "COLUMNS": "constexpr",
+            "SEARCH_STEPS": "constexpr", "SCALED": "constexpr", "ROW_SCALED": "constexpr"}
+
+
+def count_tile(scores, steps, strides, scaled, row_scaled):
+    source = ASTSource(fn=T._kernel(), signature=signature(scores),  # (the kernel the GPU runs)
+                       constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
+                                   "SEARCH_STEPS": steps, "SCALED": scaled,
+                                   "ROW_SCALED": row_scaled, **strides})
+    compiled(source, multiplies=scaled, scores=scores)
+
+
 for steps in (3, 9):  # per-bin sums (at most 63 relevant scores a row), atomic adds
     # rows of unit stride (a block read along its rows; Triton specialises a stride of 1), and
     # a transposed view (columns of unit stride); without factors, with one per column, and
     # with one per row and per column
     for strides in ({"col_stride": 1}, {"row_stride": 1}):
         for scaled, row_scaled in ((False, False), (True, False), (True, True)):
-            source = ASTSource(fn=T._kernel(), signature=signature,  # (the kernel the GPU runs)
-                               constexprs={"ROWS": T.ROWS, "COLUMNS": T.COLUMNS,
-                                           "SEARCH_STEPS": steps, "SCALED": scaled,
-                                           "ROW_SCALED": row_scaled, **strides})
-            compiled(source, multiplies=scaled)
+            count_tile("fp32", steps, strides, scaled, row_scaled)
+# float64 states give float64 score blocks
+for scaled, row_scaled in ((False, False), (True, True)):
+    count_tile("fp64", 3, {"col_stride": 1}, scaled, row_scaled)
 # cosine's factor per pair (triton_pairs), on a block whose rows lie further apart than its width
 from retrieval_metrics.functional.ranking.engine import triton_pairs as P
 source = ASTSource(fn=P._kernel(), signature={
@@ -398,7 +408,7 @@ print("compiled")
 def test_the_fused_kernel_compiles_for_an_h200():
     """The kernels as the GPU runs them, not as the interpreter does: compiled to a cubin for
     compute capability 9.0 (H100/H200): the fused count both ways of adding the counts, float32
-    scores, with and without a factor per column, and cosine's factor per pair
+    and float64 scores, with and without a factor per column, and cosine's factor per pair
     (``triton_pairs``); no score is a fused multiply-add, which would round otherwise than
     torch's products the relevant scores came from.
     Compiling needs no GPU (Triton ships its own ptxas); in a fresh process, as the interpreter
