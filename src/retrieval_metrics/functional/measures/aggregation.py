@@ -146,6 +146,11 @@ def aggregate(
         )
         counts = torch.bincount(cls_of, minlength=classes.numel()).to(torch.float64)
         return (sums / counts.view(-1, *([1] * (v.dim() - 1)))).mean(0) * scale
+    if values.device.type == "cpu" and bool(counted.all()):
+        # (every query counted, as in most evaluations: the mean of the same values in the
+        # same order as the masked copy's, without searching the mask; on a device the test
+        # would be one more wait)
+        return values.contiguous().mean(0) * scale
     if not bool(counted.any()):
         return _nan_like(values) * scale
     return values[counted].mean(0) * scale
@@ -157,6 +162,16 @@ def _nan_like(values: Tensor) -> Tensor:
     return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
 
 
+def _without_nan(values: Tensor) -> Tensor:
+    """``values`` less its NaN entries, in order; ``values`` itself (contiguous) where it has
+    none, as most evaluations' do: a boolean mask searched for nothing costs more than the
+    measure it feeds (25,000 queries)."""
+    nan = torch.isnan(values)
+    if values.device.type == "cpu" and not bool(nan.any()):  # (on a device: one wait, not two)
+        return values.contiguous()
+    return values[~nan]
+
+
 def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
     """Median of per-query ranks, NaN entries dropped.
 
@@ -166,7 +181,7 @@ def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
     """
     if convention not in MEDIAN_CONVENTIONS:
         raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
-    r = ranks[~torch.isnan(ranks)]
+    r = _without_nan(ranks)
     n = r.numel()
     if n == 0:
         return torch.tensor(math.nan, dtype=torch.float64)
@@ -434,7 +449,7 @@ def _aggregate_parts(
             if spec.base == "median_rank":
                 out[spec.name] = median_rank(values, options.median)
             else:
-                counted = values[~torch.isnan(values)]
+                counted = _without_nan(values)
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
             continue
         # the queries counted are those of per_query() and summary() (counted_values); "error"

@@ -30,7 +30,8 @@ __all__ = [
 class SharedTieGroups:
     """What the measures of one shared call (one ``retrieval_measures`` call, one chunk of
     ``query_parts_in_chunks``) compute once and share: each table's tie groups under each rule,
-    and the groups' precision sums over the whole ranking (AP, MAP@R and AP@K each cut them).
+    the groups' precision sums over the whole ranking (AP, MAP@R and AP@K each cut them), and
+    each query's first relevant rank (median and mean rank both read it; read only).
 
     Made per call and handed down as ``shared=`` to the per-query functions, it is dropped with
     the call: no two calls, and no two threads, ever read one. Without it (``shared=None``)

@@ -82,7 +82,7 @@ def hit_rate_per_query(
     q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups()
     p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, cutoff.index_select(0, q)))
     out = torch.zeros(table.num_queries, dtype=torch.float64)
-    out[q] = p
+    out.index_copy_(0, q, p)  # (each query's first group: distinct queries)
     return unanswerable_nan(table, out)
 
 def recall_per_query(

@@ -104,10 +104,21 @@ def first_rank_per_query(
         ``(Q,)`` float64, NaN for unanswerable queries, infinite when no relevant item was
         retrieved (ranked lists).
     """
-    groups = tie_groups_of(table, ties, shared=shared)
+    if shared is None:
+        return _first_ranks(table, tie_groups_of(table, ties))
+    # (median and mean rank read the same ranks: computed once a shared call)
+    return shared.get(table, ("first_rank", ties), lambda: _first_ranks(
+        table, tie_groups_of(table, ties, shared=shared)
+    ))
+
+
+def _first_ranks(table: RankTable, groups: T.TieGroups) -> Tensor:
     out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
-    first = groups.first_index
-    out[groups.query[first]] = T.expected_first_position(groups)[first]
+    first = groups.first_index  # (one group a query: the queries written are distinct)
+    out.index_copy_(
+        0, groups.query.index_select(0, first),
+        T.expected_first_position(groups).index_select(0, first),
+    )
     return unanswerable_nan(table, out)
 
 def cmc_per_query(
