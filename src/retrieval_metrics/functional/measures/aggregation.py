@@ -146,14 +146,10 @@ def aggregate(
         )
         counts = torch.bincount(cls_of, minlength=classes.numel()).to(torch.float64)
         return (sums / counts.view(-1, *([1] * (v.dim() - 1)))).mean(0) * scale
-    if values.device.type == "cpu" and bool(counted.all()):
-        # (every query counted, as in most evaluations: the mean of the same values in the
-        # same order as the masked copy's, without searching the mask; on a device the test
-        # would be one more wait)
-        return values.contiguous().mean(0) * scale
-    if not bool(counted.any()):
+    kept = _kept(values, counted)
+    if kept.shape[0] == 0:
         return _nan_like(values) * scale
-    return values[counted].mean(0) * scale
+    return kept.mean(0) * scale
 
 
 def _nan_like(values: Tensor) -> Tensor:
@@ -162,14 +158,15 @@ def _nan_like(values: Tensor) -> Tensor:
     return torch.full(values.shape[1:], math.nan, dtype=torch.float64)
 
 
-def _without_nan(values: Tensor) -> Tensor:
-    """``values`` less its NaN entries, in order; ``values`` itself (contiguous) where it has
-    none, as most evaluations' do: a boolean mask searched for nothing costs more than the
-    measure it feeds (25,000 queries)."""
-    nan = torch.isnan(values)
-    if values.device.type == "cpu" and not bool(nan.any()):  # (on a device: one wait, not two)
+def _kept(values: Tensor, keep: Tensor) -> Tensor:
+    """``values[keep]`` (``keep``: a bool a query, along the first dimension); ``values`` itself
+    (contiguous: the same numbers in the same order) where every query is kept on the host, as
+    in most evaluations: a boolean mask searched for nothing costs more than the measure it
+    feeds (25,000 queries). On a device the mask is taken as it is: testing it first would be
+    one more wait."""
+    if values.device.type == "cpu" and bool(keep.all()):
         return values.contiguous()
-    return values[~nan]
+    return values[keep]
 
 
 def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
@@ -181,7 +178,7 @@ def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
     """
     if convention not in MEDIAN_CONVENTIONS:
         raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
-    r = _without_nan(ranks)
+    r = _kept(ranks, ~torch.isnan(ranks))
     n = r.numel()
     if n == 0:
         return torch.tensor(math.nan, dtype=torch.float64)
@@ -449,7 +446,7 @@ def _aggregate_parts(
             if spec.base == "median_rank":
                 out[spec.name] = median_rank(values, options.median)
             else:
-                counted = _without_nan(values)
+                counted = _kept(values, ~torch.isnan(values))
                 out[spec.name] = counted.mean() if counted.numel() else torch.tensor(math.nan)
             continue
         # the queries counted are those of per_query() and summary() (counted_values); "error"
