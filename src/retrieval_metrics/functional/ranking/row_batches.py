@@ -171,28 +171,29 @@ class MappedRows:
         finally:
             self._release(held, stop)
 
+    def _advise(self, advice: int, start: int, stop: int, before: int = 0) -> None:
+        """``madvise`` of the mapping's pages that hold rows ``start:stop``, from ``before``
+        bytes ahead of them (from the page holding that byte to the rows' end)."""
+        first = max(0, self._start + start * self._row_bytes - before)
+        first = first // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(self._start + stop * self._row_bytes, len(self._mapping))
+        if end > first:
+            self._mapping.madvise(advice, first, end - first)
+
     def _read_ahead(self, start: int, stop: int) -> None:
         """Ask the system to read rows ``start:stop`` into the page cache in the background
         (``MADV_WILLNEED``): the rows a sequential reader asks for next are read from the disk
         while it works on these (a ranking: a block's product)."""
-        if start >= self.shape[0]:
-            return
-        first = (self._start + start * self._row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
-        end = min(self._start + stop * self._row_bytes, len(self._mapping))
-        self._mapping.madvise(mmap.MADV_WILLNEED, first, end - first)
+        if start < self.shape[0]:
+            self._advise(mmap.MADV_WILLNEED, start, stop)
 
     def _release(self, start: int, stop: int) -> None:
         """Hand back the mapped pages of rows ``start:stop`` (where the file is read through the
         mapping; not a copy-on-write one: its pages hold the caller's changes)."""
-        if self._copy_on_write:
-            return
-        # (from MAPPED_AROUND bytes before: reading these rows, a fault mapped its neighbours
-        # too, among them the last pages of rows read and handed back before)
-        first = max(0, self._start + start * self._row_bytes - MAPPED_AROUND)
-        first = first // mmap.PAGESIZE * mmap.PAGESIZE
-        end = min(self._start + stop * self._row_bytes, len(self._mapping))
-        if end > first:
-            self._mapping.madvise(mmap.MADV_DONTNEED, first, end - first)
+        if not self._copy_on_write:
+            # (from MAPPED_AROUND bytes before: reading these rows, a fault mapped its
+            # neighbours too, among them the last pages of rows read and handed back before)
+            self._advise(mmap.MADV_DONTNEED, start, stop, before=MAPPED_AROUND)
 
     def gather(self, index: Tensor) -> Tensor:
         """The rows at ``index`` (int64 on the host, any order, repeats allowed) as a new CPU
