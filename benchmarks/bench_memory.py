@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measuring import MIB, cpu_model, load_metric_classes, proc_status_mib
+from measuring import MIB, cpu_model, load_metric_classes, proc_status_mib, reset_peak_rss
 
 NAMES = ["hit_rate@1", "recall@10", "map@r", "map", "mrr", "ndcg@10"]
 BUDGETS_MIB = [64, 256, 1024]
@@ -126,8 +126,7 @@ class Peak:
 
     def __enter__(self) -> Peak:
         try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
+            reset_peak_rss()
         except OSError:
             self.method = "VmRSS sampled every 1 ms"
             self._thread = threading.Thread(target=self._sample, daemon=True)

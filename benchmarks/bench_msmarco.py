@@ -61,6 +61,7 @@ from measuring import (
     cpu_model,
     load_metric_classes,
     proc_status_mib,
+    reset_peak_rss,
     timed_products,
 )
 
@@ -144,8 +145,7 @@ def run_classes(folder: Path) -> dict:
     data = np.load(folder / "q.npz")
     queries, q_ids = torch.from_numpy(data["embeddings"]), data["ids"].tolist()
     qrels = _qrels(folder)
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    reset_peak_rss()
     start_rss = proc_status_mib("VmRSS")
     t0 = time.perf_counter()
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir")

@@ -39,6 +39,13 @@ def proc_status_mib(field: str) -> float | None:
     return None
 
 
+def reset_peak_rss() -> None:
+    """Reset this process's high-water mark of resident memory (VmHWM) to what it holds now,
+    so that a peak read later is the work's own (Linux; OSError where /proc cannot do it)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
 def peak_rss_mib() -> float:
     """Peak resident set size of this process image (VmHWM; ru_maxrss where there is no /proc)."""
     peak = proc_status_mib("VmHWM")
