@@ -2,7 +2,9 @@
 queries (hit rates, median and mean rank, both directions) cost a few milliseconds on the host
 after the ranking, which on a GPU is what stands beside a product of about 3 ms. A boolean mask
 the size of the queries (a search of every entry, then a copy) cost more there than the
-measure it fed; where nothing is tied and every query is answerable, none is searched."""
+measure it fed; where nothing is tied and every query is answerable, none is searched. And what
+the measures of one call read alike (the queries with nothing relevant, each query's first
+group) is made once, not once a measure."""
 
 from __future__ import annotations
 
@@ -33,6 +35,33 @@ class MaskSearches(TorchFunctionMode):
                 ):
                     self.seen.append(name)
         return func(*args, **(kwargs or {}))
+
+
+class Repeats(TorchFunctionMode):
+    """Counts the selections and comparisons made twice on the same tensors with the same
+    arguments (the tensors are held, so that no id is reused)."""
+
+    KINDS = frozenset(
+        {"index_select", "__eq__", "__ne__", "__gt__", "__ge__", "__lt__", "__le__",
+         "eq", "ne", "gt", "ge", "lt", "le"}
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[object] = []
+        self.calls: dict[tuple, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.KINDS:
+            operands = [*args, *(kwargs or {}).values()]
+            self.held.extend(operands)
+            key = (name, *(id(x) if isinstance(x, torch.Tensor) else repr(x) for x in operands))
+            self.calls[key] = self.calls.get(key, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+    def repeated(self) -> list[tuple[str, int]]:
+        return [(key[0], n) for key, n in self.calls.items() if n > 1]
 
 
 def image_text_tables(images: int = 300, per_image: int = 5):
@@ -70,3 +99,16 @@ def test_the_median_still_drops_the_unanswerable_queries():
     kept = sorted(first[[i for i in range(first.numel()) if i % 7]].tolist())
     n = len(kept)
     assert float(M.median_rank(ranks, "plain")) == (kept[(n - 1) // 2] + kept[n // 2]) / 2
+
+
+def test_the_measures_of_one_call_make_what_they_share_once():
+    """Three hit rates, median and mean rank: the mask of the queries with nothing relevant is
+    found once a table (every measure fills or drops them), and each query's first group is
+    selected once (each hit rate and the first ranks read it). Before, each measure made its
+    own: 8 comparisons of ``num_relevant`` with 0 and 16 selections of the first groups a
+    table."""
+    for direction, table in image_text_tables().items():
+        with Repeats() as spy:
+            M.retrieval_measures(table, IMAGE_TEXT)
+        assert spy.repeated() == [], (direction, spy.repeated())
+        assert spy.calls, "the spy saw the measures' work"

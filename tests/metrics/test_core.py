@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -16,7 +18,8 @@ from retrieval_metrics.functional.table import (
 
 
 def tables_equal(a: RankTable, b: RankTable) -> None:
-    for name, value in a.__dict__.items():
+    for field in dataclasses.fields(a):
+        name, value = field.name, getattr(a, field.name)
         other = getattr(b, name)
         assert (value is None) == (other is None), name
         if value is not None:
@@ -33,7 +36,7 @@ def every_kind_of_table() -> list[RankTable]:
         rank_embeddings(emb, query_labels=labels),  # query_class
         rank_embeddings(emb, query_labels=labels, depth=2),  # depth-limited
         graded,  # grades and ideal grades
-        type(with_ids)(**{**with_ids.__dict__, "query_id": torch.tensor([7, 3, 5])}),
+        dataclasses.replace(with_ids, query_id=torch.tensor([7, 3, 5])),
         rank_lists([], []),  # no queries at all
     ]
 
@@ -43,6 +46,18 @@ def test_flat_form_round_trips_every_kind_of_table(index):
     table = every_kind_of_table()[index]
     tables_equal(table_from_parts(table_parts(table)), table)
     tables_equal(concat_tables([table, table]).select(torch.arange(table.num_queries)), table)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_table_moved_after_its_measures_keeps_its_fields_only(index):
+    """A table caches what every measure reads (``without_relevant``); moving it carries its
+    fields, not the cache."""
+    table = every_kind_of_table()[index]
+    rm.functional.measures.retrieval_measures(table, ["mean_rank"], empty_queries="nan")
+    assert "without_relevant" in vars(table), "the measures read the cached mask"
+    moved = table.to("cpu")
+    tables_equal(moved, table)
+    assert "without_relevant" not in vars(moved)
 
 
 def test_select_keeps_items_and_ideal_grades_with_their_queries():

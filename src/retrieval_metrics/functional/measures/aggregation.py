@@ -64,7 +64,7 @@ def _empty_fill(
     those with nothing relevant, ``table.num_relevant == 0``)."""
     check_option("empty_queries", empty_queries)
     if empty is None:
-        empty = table.num_relevant == 0
+        empty = table.without_relevant
     if empty_queries == "error" and bool(empty.any()):
         which = flat_nonzero(empty)
         shown = which[:10].tolist()
@@ -92,14 +92,14 @@ def judged_without_relevant(table: RankTable, spec: MetricSpec) -> Tensor | None
     documents were judged (``num_nonrelevant``: the ranking placed them)."""
     if not spec.ir_measures or table.num_nonrelevant is None:
         return None
-    judged = (table.num_relevant == 0) & (table.num_nonrelevant > 0)
+    judged = table.without_relevant & (table.num_nonrelevant > 0)
     return judged if bool(judged.any()) else None
 
 
 def unanswerable(table: RankTable, spec: MetricSpec) -> Tensor:
     """``(Q,)`` bool: the queries that ``empty_queries`` rules for ``spec``: those with nothing
     relevant, less those an ir_measures string scores (:func:`judged_without_relevant`)."""
-    empty = table.num_relevant == 0
+    empty = table.without_relevant
     judged = judged_without_relevant(table, spec)
     return empty if judged is None else empty & ~judged
 
@@ -426,7 +426,7 @@ def worst_rank_fill(values: Tensor, table: RankTable) -> Tensor:
     """``values`` (per-query ranks) with each unanswerable query's rank set to the worst rank,
     ``gallery_size + 1``: after the whole gallery (``empty_queries="zero"`` for a rank)."""
     worst = table.gallery_size.to(torch.float64) + 1
-    return torch.where(table.num_relevant == 0, worst, values)
+    return torch.where(table.without_relevant, worst, values)
 
 
 def _aggregate_parts(

@@ -18,6 +18,7 @@ ordinary definitions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -59,8 +60,10 @@ class TieGroups:
     last: Tensor
     first_index: Tensor
 
+    @cached_property
     def first_groups(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``(query, above, size, relevant)`` of each query's first group."""
+        """``(query, above, size, relevant)`` of each query's first group (taken once: hit
+        rates at several cut-offs and the first ranks of a shared call read the same)."""
         i = self.first_index
         return (
             self.query.index_select(0, i),
@@ -132,8 +135,9 @@ def tie_groups(
     first = torch.ones(g, dtype=torch.bool)
     last = torch.ones(g, dtype=torch.bool)
     if g > 1:
-        first[1:] = query[1:] != query[:-1]
-        last[:-1] = query[1:] != query[:-1]
+        new_query = query[1:] != query[:-1]
+        first[1:] = new_query
+        last[:-1] = new_query
     group_start = flat_nonzero(first)
     # Every listed item is counted once in `relevant`, so the items of the earlier queries
     # number ptr[query].
@@ -238,7 +242,9 @@ def _merge_full_runs(
     only their joins with the groups either side are tested.
     """
     g = query.numel()
-    if g < 2:
+    if g < 2 or (candidates is not None and candidates.numel() == 0):
+        # (no candidate, no join: a good model's table, most often, where every test below
+        # would run to find nothing)
         return query, above, size, relevant, gain
     # A join of group i - 1 with group i is tested at i: at every i, or next to the candidates
     # where they are few (a position tested twice gets the same answer twice).
@@ -514,8 +520,8 @@ def expected_reciprocal_last(groups: TieGroups, limit: Tensor) -> Tensor:
     )
 
 
-def expected_first_position(groups: TieGroups) -> Tensor:
+def expected_first_position(above: Tensor, size: Tensor, relevant: Tensor) -> Tensor:
     """Per group: a + (t + 1) / (r + 1), the expected position of its first relevant item."""
-    return groups.above.to(torch.float64) + (groups.size.to(torch.float64) + 1) / (
-        groups.relevant.to(torch.float64) + 1
+    return above.to(torch.float64) + (size.to(torch.float64) + 1) / (
+        relevant.to(torch.float64) + 1
     )

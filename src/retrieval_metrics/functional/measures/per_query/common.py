@@ -98,7 +98,7 @@ def require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
         )
 
 def unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
-    return torch.where(table.num_relevant > 0, values, torch.full_like(values, math.nan))
+    return torch.where(table.without_relevant, math.nan, values)
 
 def as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
     if k is None:

@@ -79,7 +79,7 @@ def hit_rate_per_query(
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
     cutoff = as_cutoff(table, k)
-    q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups()
+    q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups
     p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, cutoff.index_select(0, q)))
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     out.index_copy_(0, q, p)  # (each query's first group: distinct queries)

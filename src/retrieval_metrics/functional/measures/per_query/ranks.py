@@ -114,11 +114,9 @@ def first_rank_per_query(
 
 def _first_ranks(table: RankTable, groups: T.TieGroups) -> Tensor:
     out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
-    first = groups.first_index  # (one group a query: the queries written are distinct)
-    out.index_copy_(
-        0, groups.query.index_select(0, first),
-        T.expected_first_position(groups).index_select(0, first),
-    )
+    query, above, size, relevant = groups.first_groups
+    # (one group a query: the queries written are distinct)
+    out.index_copy_(0, query, T.expected_first_position(above, size, relevant))
     return unanswerable_nan(table, out)
 
 def cmc_per_query(
@@ -138,13 +136,13 @@ def cmc_per_query(
         ``(Q, max_rank)`` float64, rows of NaN for unanswerable queries.
     """
     max_rank = check_cutoff(max_rank, "max_rank")
-    q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups()
+    q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups
     ks = torch.arange(1, max_rank + 1)
     u = torch.minimum((ks[None, :] - a[:, None]).clamp_min(0), t[:, None])
     p = 1.0 - T.miss_probability(t[:, None].expand_as(u), r[:, None].expand_as(u), u)
     out = torch.zeros(table.num_queries, max_rank, dtype=torch.float64)
     out[q] = p
-    out[table.num_relevant == 0] = math.nan
+    out[table.without_relevant] = math.nan
     return out
 
 def minp_per_query(
