@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_lists, rank_scores
 from retrieval_metrics.functional.ranking.labels import encode_labels
+from retrieval_metrics.functional.table import RankTable
 
 EMB = torch.randn(6, 3)
 LABELS = torch.tensor([0, 0, 1, 1, 2, 2])
@@ -94,6 +98,60 @@ def test_truncated_ranking_refuses_deeper_measures():
         M.recall_per_query(table, 5)
     with pytest.raises(ValueError, match="mINP needs every relevant"):
         M.minp_per_query(table)
+    with pytest.raises(ValueError, match="AUROC needs positions down to"):
+        M.auroc_per_query(table)
+
+
+FIRST_ITEM_MEASURES = ["hit_rate@10", "mrr", "mrr@10", "cmc@10", "median_rank", "mean_rank"]
+
+
+@pytest.mark.parametrize("name", FIRST_ITEM_MEASURES)
+def test_measures_of_the_best_relevant_item_refuse_a_depth_that_never_reached_it(name):
+    """A ranking with a ``depth`` and ``locate_first=False`` stops a query once its relevant
+    items all lie deeper: where its best one lies between the depth and the cut-off is unknown.
+    These measures refuse such a table (they read 0, or an infinite rank, before); by default
+    (``locate_first=True``) each query's best item is located and they equal the whole
+    ranking's."""
+    gen = torch.Generator().manual_seed(3)
+    query, gallery = torch.randn(40, 8, generator=gen), torch.randn(300, 8, generator=gen)
+    labels = {"query_labels": torch.randint(0, 30, (40,), generator=gen),
+              "gallery_labels": torch.randint(0, 30, (300,), generator=gen)}
+    whole = rank_embeddings(query, gallery, **labels)
+    short = rank_embeddings(query, gallery, depth=3, locate_first=False, **labels)
+    unreached = (short.num_listed == 0) & (short.num_relevant > 0)
+    assert bool(unreached.any()), "some query's relevant items all lie below the depth"
+    first = int(unreached.nonzero()[0])
+    assert float(M.first_rank_per_query(whole)[first]) > 3
+    with pytest.raises(ValueError, match=f"stopped at depth 3 before any relevant item of "
+                                         f"query {first}: rank with locate_first=True"):
+        M.retrieval_measures(short, [name])
+    located = rank_embeddings(query, gallery, depth=3, **labels)
+    torch.testing.assert_close(M.retrieval_measures(located, [name])[name],
+                               M.retrieval_measures(whole, [name])[name], rtol=0, atol=0)
+    # within the depth the unreached items are known to lie below the cut-off: 0
+    assert float(M.retrieval_measures(short, ["hit_rate@3"])["hit_rate@3"]) == float(
+        M.retrieval_measures(whole, ["hit_rate@3"])["hit_rate@3"])
+
+
+def test_relevant_items_the_gallery_lacks_leave_no_measure_unknown():
+    """Judged documents missing from the corpus (``num_absent``) lie nowhere: a query whose
+    relevant items are all absent, or all listed but for the absent ones, is known at any
+    cut-off however shallow the ranking (hand-worked: query 0 has 1 of its 2 relevant listed
+    at position 2, query 1 its only relevant item absent)."""
+    table = RankTable(
+        ptr=torch.tensor([0, 1, 1]), above=torch.tensor([1]), tied=torch.tensor([1]),
+        num_relevant=torch.tensor([2, 1]), gallery_size=torch.tensor([50, 50]),
+        depth=torch.tensor([3, 3]), num_absent=torch.tensor([1, 1]),
+    )
+    values = M.retrieval_measures(table, ["recall@10", "hit_rate@10", "mrr", "mean_rank"])
+    assert float(values["recall@10"]) == (1 / 2 + 0) / 2
+    assert float(values["hit_rate@10"]) == (1 + 0) / 2
+    assert float(values["mrr"]) == (1 / 2 + 0) / 2
+    assert float(values["mean_rank"]) == math.inf  # query 1's relevant item is nowhere
+    # a relevant item of the gallery unlisted below the depth still makes recall@10 unknown
+    deeper = dataclasses.replace(table, num_absent=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="truncated at depth 3"):
+        M.retrieval_measures(deeper, ["recall@10"])
 
 
 def test_rank_scores_and_lists_validation():

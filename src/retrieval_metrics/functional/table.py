@@ -116,9 +116,38 @@ class RankTable:
 
     def truncated_above(self, cutoff: Tensor | int) -> Tensor:
         """``(Q,)`` bool: the query's ranking stopped above position ``cutoff`` (its depth)
-        with relevant items unlisted, so no measure at that cut-off can be read from it."""
-        unlisted = self.num_listed < self.num_relevant
+        with relevant items of its gallery unlisted, so no measure at that cut-off can be read
+        from it (those the gallery lacks, ``num_absent``, are known to lie nowhere)."""
+        unlisted = self.num_listed < self._in_gallery
         return unlisted & (self.depth != UNBOUNDED) & (self.depth < cutoff)
+
+    def first_unlisted_above(self, cutoff: Tensor | int) -> Tensor | None:
+        """``(Q,)`` bool: the queries whose best relevant item the ranking did not reach (it
+        stopped at its depth, ``locate_first=False``, before any of them) where ``cutoff``
+        reaches below that depth: whether that item lies within the top ``cutoff`` is unknown,
+        so no measure of it (hit rate, reciprocal rank, first rank, CMC) can be read. None
+        where there is none; a table with no such query (a whole ranking, ranked lists, one
+        that located each query's best) says so once, with no work per measure."""
+        depth = self._depth_of_unlisted_first
+        if depth is None:
+            return None
+        beyond = depth < cutoff
+        return beyond if bool(beyond.any()) else None
+
+    @property
+    def _in_gallery(self) -> Tensor:
+        """``(Q,)`` the relevant items in the query's gallery: those listed, or below its depth."""
+        return self.num_relevant if self.num_absent is None else self.num_relevant - self.num_absent
+
+    @cached_property
+    def _depth_of_unlisted_first(self) -> Tensor | None:
+        """Per query, the depth its ranking stopped at without reaching any of its relevant
+        items (``UNBOUNDED`` where one is listed, or none is in its gallery); None where no
+        query is such."""
+        unlisted = (self.num_listed == 0) & (self._in_gallery > 0) & (self.depth != UNBOUNDED)
+        if not bool(unlisted.any()):
+            return None
+        return torch.where(unlisted, self.depth, UNBOUNDED)
 
     @property
     def beyond_gallery(self) -> Tensor:

@@ -15,7 +15,11 @@ from retrieval_metrics.functional.measures.per_query import (
     SharedTieGroups,
     expected_hits_per_query,
 )
-from retrieval_metrics.functional.measures.per_query.common import as_cutoff, query_sum
+from retrieval_metrics.functional.measures.per_query.common import (
+    as_cutoff,
+    query_sum,
+    require_depth,
+)
 from retrieval_metrics.functional.table import RankTable
 
 __all__ = ["auroc_per_query", "fall_out_per_query"]
@@ -89,6 +93,7 @@ def auroc_per_query(
         raise ValueError(f"`max_fpr` must be in (0, 1], got {max_fpr!r}")
     n = table.gallery_size
     cutoff = torch.minimum(as_cutoff(table, k), n)
+    require_depth(table, cutoff, "AUROC")
     # A group across the K-th position counts whole: runs of relevant groups stay apart.
     groups = T.tie_groups(table, ties, merge_runs=False)
     inside = groups.above < cutoff[groups.query]

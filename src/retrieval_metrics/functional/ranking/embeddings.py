@@ -131,7 +131,8 @@ def rank_embeddings(
         locate_first: with ``depth``, also locate each query's best relevant item wherever it
             lies (default: MRR, CMC and the ranks without a cut-off read it). False when every
             measure has a cut-off of at most ``depth``: a query whose relevant items all lie
-            deeper then lists none, and on the CPU stops being ranked once that is known.
+            deeper then lists none, and on the CPU stops being ranked once that is known (a
+            measure of the best relevant item deeper than ``depth`` then refuses the table).
         memory_budget: bytes of scratch memory the ranking may use, beyond the embeddings and
             its outputs (the table, and until it returns the relevance sets and per-pair results
             it is built from); the normalised copy of the embeddings counts in it. None: 256

@@ -21,6 +21,7 @@ __all__ = [
     "check_cutoff",
     "query_sum",
     "require_depth",
+    "require_first",
     "tie_groups_of",
     "unanswerable_nan",
     "whole_precision_sum",
@@ -96,6 +97,22 @@ def require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
             f"{what} needs positions down to {int(cutoff[q])} but the ranking was truncated at "
             f"depth {int(table.depth[q])} (query {q}); rank with a larger `depth` or depth=None"
         )
+
+def require_first(table: RankTable, cutoff: Tensor, what: str) -> None:
+    """Refuse a measure of each query's best relevant item whose cut-off (``(Q,)``, as
+    :func:`as_cutoff` gives) reaches below the depth where the ranking stopped without
+    reaching any relevant item of the query (:meth:`RankTable.first_unlisted_above`)."""
+    bad = table.first_unlisted_above(cutoff)
+    if bad is not None:
+        q = int(flat_nonzero(bad)[0])
+        k = int(cutoff[q])
+        reach = "the whole ranking" if k == UNBOUNDED else f"the top {k}"
+        raise ValueError(
+            f"{what} needs each query's best relevant item within {reach}, but the ranking "
+            f"stopped at depth {int(table.depth[q])} before any relevant item of query {q}: "
+            "rank with locate_first=True (the default), a larger `depth`, or depth=None"
+        )
+
 
 def unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
     return torch.where(table.without_relevant, math.nan, values)

@@ -19,6 +19,7 @@ from retrieval_metrics.functional.measures.per_query.common import (
     check_cutoff,
     query_sum,
     require_depth,
+    require_first,
     tie_groups_of,
     unanswerable_nan,
 )
@@ -79,6 +80,7 @@ def hit_rate_per_query(
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
     cutoff = as_cutoff(table, k)
+    require_first(table, cutoff, "hit rate")
     q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups
     p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, cutoff.index_select(0, q)))
     out = torch.zeros(table.num_queries, dtype=torch.float64)

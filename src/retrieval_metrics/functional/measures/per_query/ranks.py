@@ -19,6 +19,7 @@ from retrieval_metrics.functional.measures.per_query.common import (
     check_cutoff,
     query_sum,
     require_depth,
+    require_first,
     tie_groups_of,
     unanswerable_nan,
 )
@@ -85,6 +86,7 @@ def reciprocal_rank_per_query(
         ``(Q,)`` float64, NaN for unanswerable queries.
     """
     limit = as_cutoff(table, k)
+    require_first(table, limit, "reciprocal rank")
     groups = tie_groups_of(table, ties, shared=shared)
     per_group = T.expected_reciprocal_first(groups, limit[groups.query])
     return unanswerable_nan(table, query_sum(table, groups, per_group))
@@ -113,6 +115,7 @@ def first_rank_per_query(
 
 
 def _first_ranks(table: RankTable, groups: T.TieGroups) -> Tensor:
+    require_first(table, as_cutoff(table, None), "median and mean rank")
     out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
     query, above, size, relevant = groups.first_groups
     # (one group a query: the queries written are distinct)
@@ -136,6 +139,7 @@ def cmc_per_query(
         ``(Q, max_rank)`` float64, rows of NaN for unanswerable queries.
     """
     max_rank = check_cutoff(max_rank, "max_rank")
+    require_first(table, as_cutoff(table, max_rank), "CMC")
     q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups
     ks = torch.arange(1, max_rank + 1)
     u = torch.minimum((ks[None, :] - a[:, None]).clamp_min(0), t[:, None])
