@@ -22,7 +22,10 @@ check the script; Triton is left out on the CPU).
     python benchmarks/bench_gpu.py --device cuda           # benchmarks/gpu_check.sh runs this
     python benchmarks/bench_gpu.py --device cpu --small    # smoke run
 
-Writes ``benchmarks/results/gpu_<device>.json`` and ``.txt`` (``--out`` to change the stem).
+Writes ``benchmarks/results/gpu_<device>.json`` and ``.txt`` (``--out`` to change the stem);
+with ``--profile``, one ``compute()`` a workload is also profiled: the share of it the device
+was busy and the kernels launched in the report, the operators taking most device and host time
+in ``<stem>_profile.txt`` (what a missed target needs next, without another GPU run).
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ def sync(device: torch.device) -> None:
 #: only while another run still fits, so that a check on a GPU lent for minutes ends with
 #: every workload's figures rather than a few workloads' medians.
 BUDGET = [60.0]
+PROFILE = [False]  # --profile
 
 
 def timed(fn: Callable[[], object], device: torch.device, repeats: int) -> tuple[float, object]:
@@ -101,6 +105,44 @@ def syncs_and_peak(fn: Callable[[], object], device: torch.device) -> tuple[int 
     return sum("synchroniz" in str(w.message) for w in caught), peak
 
 
+#: A run longer than this many seconds is not profiled (``--profile``): the profiler's own cost
+#: would take a lent GPU's minutes from the workloads still to come.
+PROFILE_LIMIT = 20.0
+
+
+def profiled(fn: Callable[[], object], device: torch.device, label: str) -> tuple[dict, str]:
+    """One run of ``fn`` under ``torch.profiler``: its seconds, the device's busy seconds (the
+    kernels' time, summed), the kernel launches, and two tables (the operators taking most
+    device time, and most host time). A device busy a small share of the run says the host
+    bounds it (Python, small operations, waits); a busy one, which kernels to look at. A
+    profiler that fails is recorded, not raised: the figures come first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    try:
+        with profile(activities=activities) as prof:
+            # (timed inside: starting the profiler takes a second or more the first time)
+            sync(device)
+            start = time.perf_counter()
+            fn()
+            sync(device)
+            seconds = time.perf_counter() - start
+        events = prof.key_averages()
+        busy = sum(e.self_device_time_total for e in events) / 1e6
+        launches = sum(e.count for e in events if "LaunchKernel" in e.key)
+        tables = "\n".join(
+            f"-- {label}: by {key}\n{events.table(sort_by=key, row_limit=12)}"
+            for key in (["self_device_time_total"] if device.type == "cuda" else [])
+            + ["self_cpu_time_total"]
+        )
+    except Exception as error:  # (any profiler failure: recorded, not raised)
+        return {"error": f"{type(error).__name__}: {error}"}, f"-- {label}: {error}"
+    summary = {"seconds": seconds, "device_busy_s": busy, "kernel_launches": launches}
+    return summary, tables
+
+
 def backends(device: torch.device) -> list[str]:
     """The counting backends to time: on CUDA the fused kernel (where Triton is) and torch's;
     elsewhere the device's own (``"default"``, the variable unset)."""
@@ -131,11 +173,16 @@ def products_taken():
         torch.mm = original
 
 
-def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats) -> dict:
+PROFILES: list[str] = []  # the profiles' tables, written beside the figures (``--profile``)
+
+
+def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats,
+         label: str = "") -> dict:
     """The classes with each backend: median seconds (update + compute), host syncs and peak
-    device memory of one compute(), and the values."""
+    device memory of one compute(), and the values; with ``--profile``, the first backend's
+    compute() profiled once (:func:`profiled`)."""
     out = {}
-    for backend in backends(device):
+    for number, backend in enumerate(backends(device)):
         os.environ.pop(COUNTER_ENV, None)
         if backend != "default":
             os.environ[COUNTER_ENV] = backend
@@ -152,6 +199,15 @@ def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats) -> dict
             syncs, peak = syncs_and_peak(metric.compute, device)
         out[backend] = {"seconds": seconds, "host_syncs": syncs, "peak_gib": peak,
                         "products": dict(taken), "values": values}
+        if PROFILE[0] and number == 0:
+            if seconds > PROFILE_LIMIT:
+                out[backend]["profile"] = {"skipped": f"a run took {seconds:.1f} s"}
+            else:
+                metric = make()
+                feed(metric)
+                summary, tables = profiled(metric.compute, device, f"{label} {backend} compute()")
+                out[backend]["profile"] = summary
+                PROFILES.append(tables)
     os.environ.pop(COUNTER_ENV, None)
     first = next(iter(out.values()))["values"]
     out["backends_equal"] = all(o["values"] == first for o in out.values()
@@ -215,7 +271,7 @@ def sop(args, device) -> dict:
 
         name = str(dtype).split(".")[-1]
         out[name] = ours(lambda: rm.RetrievalMetrics(SOP_NAMES).to(device), feed, device,
-                         args.repeats)
+                         args.repeats, f"sop {name}")
         out[name]["product_topk"] = blocked_topk(x, x, int(sizes.max()), True, device,
                                                  args.repeats)
         out[name]["one_product"] = one_product(x, x, device, args.repeats)
@@ -243,7 +299,7 @@ def msmarco(args, device) -> dict:
 
     out = {"shape": [docs, dim, queries]}
     out["bfloat16"] = ours(make, lambda m: m.update(q, ids=qids, role="query"), device,
-                           max(1, args.repeats // 3))
+                           max(1, args.repeats // 3), "msmarco bfloat16")
     qb = q.to(torch.bfloat16)
     out["bfloat16"]["product_topk"] = running_topk(qb, corpus, 1000, device, 1)
     out["bfloat16"]["one_product"] = one_product(qb, corpus, device, 1, block=2**20)
@@ -264,7 +320,7 @@ def image_text(args, device) -> dict:
 
     out = {"shape": [images, 5 * images, dim]}
     out["float32"] = ours(lambda: rm.CrossModalRetrieval().to(device), feed, device,
-                          args.repeats)
+                          args.repeats, "image_text float32")
     out["float32"]["one_product"] = one_product(img, cap, device, args.repeats)
     return out
 
@@ -288,7 +344,7 @@ def qrels_case(args, device) -> dict:
     out = {"shape": [docs, dim, queries]}
     out["float32"] = ours(lambda: rm.RetrievalMetrics(
         BEIR, qrels=qrels, ignore_identical_ids=False).to(device), feed,
-                          device, args.repeats)
+                          device, args.repeats, "qrels float32")
     out["float32"]["one_product"] = one_product(q, corpus, device, args.repeats)
     return out
 
@@ -312,6 +368,13 @@ def report(results: dict) -> str:
                     f" host syncs {o['host_syncs']}, peak {o['peak_gib']:.2f} GiB, products"
                     f" {', '.join(f'{n} {k}' for k, n in o.get('products', {}).items())}"
                 )
+                prof = o.get("profile")
+                if prof:
+                    lines.append(f"{'':10s} {dtype:8s} {backend:6s} profile: " + (
+                        f"compute {prof['seconds']:.3f} s, device busy {prof['device_busy_s']:.3f}"
+                        f" s ({prof['device_busy_s'] / prof['seconds']:.0%}),"
+                        f" {prof['kernel_launches']} kernel launches"
+                        if "seconds" in prof else str(prof)))
             extra = f"product+topk {alt:.3f} s, " if alt else ""
             lines.append(f"{'':10s} {dtype:8s} {extra}one product {row['one_product']:.3f} s,"
                          f" backends equal: {row['backends_equal']}")
@@ -327,8 +390,12 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--budget", type=float, default=BUDGET[0],
                         help="seconds one timing may take in all (repeats stop before)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one compute() a workload (first backend): the device's "
+                        "busy share and the top operators, in <out>_profile.txt")
     args = parser.parse_args()
     BUDGET[0] = args.budget
+    PROFILE[0] = args.profile
     device = torch.device(args.device)
     results: dict = {"device": str(device), "torch": torch.__version__, "workloads": {}}
     if device.type == "cuda":
@@ -344,6 +411,8 @@ def main() -> None:
         text = report(results)
         Path(stem + ".json").write_text(json.dumps(results, indent=1))
         Path(stem + ".txt").write_text(text + "\n")
+        if PROFILES:
+            Path(stem + "_profile.txt").write_text("\n\n".join(PROFILES) + "\n")
     print(text)
 
 

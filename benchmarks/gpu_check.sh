@@ -13,7 +13,8 @@
 #      and bfloat16, MS MARCO dev's shape in device memory, image-text 5,000 x 25,000, a
 #      1,000,000 x 768 corpus against qrels), each counting backend, beside the blocked product
 #      + topk a user writes (float32 and bfloat16) and one product, with host syncs and peak
-#      device memory -> benchmarks/results/gpu_cuda.json and .txt.
+#      device memory, and one compute() a workload profiled (the device's busy share, the top
+#      operators) -> benchmarks/results/gpu_cuda.json, .txt and _profile.txt.
 # GPU_CHECK_FULL=1 also runs the older, longer benchmarks (bench_device_classes, bench_ranking,
 # bench_crossmodal, bench_qrels and bench_msmarco with --device cuda: several minutes more).
 #
@@ -101,7 +102,7 @@ MATRIX_STATUS=0
     tests/ranking/test_device_syncs.py || MATRIX_STATUS=$?
 
 step "the metric classes beside the user's product + topk on $DEVICE (benchmarks/bench_gpu.py)"
-"$PYTHON" benchmarks/bench_gpu.py --device "$DEVICE" "${GPU_ARGS[@]}" \
+"$PYTHON" benchmarks/bench_gpu.py --device "$DEVICE" "${GPU_ARGS[@]}" --profile \
     --out "$RESULTS/gpu_$TAG"
 
 if [[ "${GPU_CHECK_FULL:-0}" == 1 ]]; then
