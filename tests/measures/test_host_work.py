@@ -112,3 +112,48 @@ def test_the_measures_of_one_call_make_what_they_share_once():
             M.retrieval_measures(table, IMAGE_TEXT)
         assert spy.repeated() == [], (direction, spy.repeated())
         assert spy.calls, "the spy saw the measures' work"
+
+
+class Scatters(TorchFunctionMode):
+    """Counts the copies and sums into a tensor of ``size`` entries by an index."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("index_copy_", "index_copy", "index_add_", "index_add") and (
+            args[0].numel() == self.size
+        ):
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_value_for_every_query_is_not_scattered_over_the_queries():
+    """Every query of an image-text table has a relevant item, so each hit rate's and the first
+    ranks' values, one a query's first group, are already one a query, in order: nothing is
+    copied by index into a tensor of the queries (a copy of every entry, the largest single
+    operation of these measures before). With a query left without relevant items the values
+    are spread over the queries, and that query reads NaN, the others their values."""
+    for direction, table in image_text_tables().items():
+        with Scatters(table.num_queries) as spy:
+            values = M.retrieval_measures(table, IMAGE_TEXT)
+        assert spy.seen == [], (direction, spy.seen)
+        assert float(values["hit_rate@10"]) > 0
+    gen = torch.Generator().manual_seed(1)
+    query, gallery = torch.randn(40, 8, generator=gen), torch.randn(200, 8, generator=gen)
+    labels = torch.arange(200) % 40
+    whole = rank_embeddings(query, gallery, query_labels=torch.arange(40), gallery_labels=labels)
+    lacking = torch.arange(40)
+    lacking[4] = 1000  # no gallery item has it
+    table = rank_embeddings(query, gallery, query_labels=lacking, gallery_labels=labels)
+    with Scatters(table.num_queries) as spy:
+        hits, first = M.hit_rate_per_query(table, 5), M.first_rank_per_query(table)
+    assert spy.seen == ["index_copy_", "index_copy_"]
+    others = lacking != 1000
+    for got, want in ((hits, M.hit_rate_per_query(whole, 5)),
+                      (first, M.first_rank_per_query(whole))):
+        assert bool(got[4].isnan())
+        assert torch.equal(got[others], want[others])

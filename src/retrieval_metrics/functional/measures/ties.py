@@ -292,7 +292,7 @@ def log_binomial(n: Tensor, k: Tensor) -> Tensor:
     return torch.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)
 
 
-def positions_in_cutoff(above: Tensor, size: Tensor, cutoff: Tensor) -> Tensor:
+def positions_in_cutoff(above: Tensor, size: Tensor, cutoff: Tensor | int) -> Tensor:
     """How many of the group's positions lie within the top ``cutoff``: clip(K - a, 0, t)."""
     return torch.minimum((cutoff - above).clamp_min(0), size)
 
@@ -305,14 +305,14 @@ def expected_hits(groups: TieGroups, cutoff: Tensor) -> Tensor:
 
 def miss_probability(size: Tensor, relevant: Tensor, drawn: Tensor) -> Tensor:
     """C(t - r, u) / C(t, u): no relevant item among ``drawn`` random positions of the group."""
-    # Exact without lgamma for the common cases: nothing drawn (1), or a group of one item
-    # (which is relevant) drawn (0).
+    # Exact without lgamma for the common cases: nothing drawn (1), or a group whose every
+    # item is relevant (one item, or a run of them) drawn (0).
     shape = drawn.shape  # (a CMC curve's are 2-D: a group's size beside each cut-off)
     size, relevant, drawn = (x.reshape(-1) for x in (size, relevant, drawn))
     ratio = (drawn == 0).to(torch.float64)
     # (the groups found once, then taken by index: a boolean mask per operand searched the
     # whole mask each time, most of image-text's host work at 25,000 queries)
-    general = flat_nonzero((drawn > 0) & (size > 1))
+    general = flat_nonzero((drawn > 0) & (size > relevant))
     if general.numel():
         t, r, u = (x.index_select(0, general).to(torch.float64) for x in (size, relevant, drawn))
         log_ratio = (

@@ -22,6 +22,7 @@ __all__ = [
     "query_sum",
     "require_depth",
     "require_first",
+    "spread_over_queries",
     "tie_groups_of",
     "unanswerable_nan",
     "whole_precision_sum",
@@ -85,8 +86,23 @@ def check_cutoff(k: int, name: str = "k") -> int:
     return k
 
 def query_sum(table: RankTable, groups: T.TieGroups, values: Tensor) -> Tensor:
+    """Per query, the sum of ``values`` (one a group) over its groups."""
+    if groups.first_index.numel() == groups.query.numel():
+        # one group a query at most: the sums are the values themselves, spread
+        return spread_over_queries(table, groups.query, values.to(torch.float64), 0.0)
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     return out.index_add_(0, groups.query, values.to(torch.float64))
+
+
+def spread_over_queries(table: RankTable, query: Tensor, values: Tensor, fill: float) -> Tensor:
+    """``(Q,)``: ``values`` at the distinct queries ``query`` (increasing, as groups are),
+    ``fill`` at the others. Where every query has a value, ``query`` is every query in order and
+    the answer is ``values`` itself: known from the sizes alone, and the case of most tables
+    (a search and a copy of 25,000 entries each saved, a measure)."""
+    if query.numel() == table.num_queries:
+        return values
+    out = torch.full((table.num_queries,), fill, dtype=values.dtype)
+    return out.index_copy_(0, query, values)
 
 def require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
     """Refuse a measure whose cut-off reaches below the depth the table was ranked to."""

@@ -20,6 +20,7 @@ from retrieval_metrics.functional.measures.per_query.common import (
     query_sum,
     require_depth,
     require_first,
+    spread_over_queries,
     tie_groups_of,
     unanswerable_nan,
 )
@@ -82,10 +83,11 @@ def hit_rate_per_query(
     cutoff = as_cutoff(table, k)
     require_first(table, cutoff, "hit rate")
     q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups
-    p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, cutoff.index_select(0, q)))
-    out = torch.zeros(table.num_queries, dtype=torch.float64)
-    out.index_copy_(0, q, p)  # (each query's first group: distinct queries)
-    return unanswerable_nan(table, out)
+    # (one K for all: no per-query cut-offs to take at the groups' queries)
+    at = k if isinstance(k, int) else cutoff.index_select(0, q)
+    p = 1.0 - T.miss_probability(t, r, T.positions_in_cutoff(a, t, at))
+    # (the first groups' queries are distinct)
+    return unanswerable_nan(table, spread_over_queries(table, q, p, 0.0))
 
 def recall_per_query(
     table: RankTable,

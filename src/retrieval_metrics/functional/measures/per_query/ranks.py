@@ -20,6 +20,7 @@ from retrieval_metrics.functional.measures.per_query.common import (
     query_sum,
     require_depth,
     require_first,
+    spread_over_queries,
     tie_groups_of,
     unanswerable_nan,
 )
@@ -116,11 +117,10 @@ def first_rank_per_query(
 
 def _first_ranks(table: RankTable, groups: T.TieGroups) -> Tensor:
     require_first(table, as_cutoff(table, None), "median and mean rank")
-    out = torch.full((table.num_queries,), math.inf, dtype=torch.float64)
     query, above, size, relevant = groups.first_groups
-    # (one group a query: the queries written are distinct)
-    out.index_copy_(0, query, T.expected_first_position(above, size, relevant))
-    return unanswerable_nan(table, out)
+    first = T.expected_first_position(above, size, relevant)
+    # (a query without a group has no relevant item retrieved: an infinite rank)
+    return unanswerable_nan(table, spread_over_queries(table, query, first, math.inf))
 
 def cmc_per_query(
     table: RankTable, max_rank: int, ties: str = DEFAULT_TIES, *,
