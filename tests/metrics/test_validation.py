@@ -154,6 +154,45 @@ def test_relevant_items_the_gallery_lacks_leave_no_measure_unknown():
         M.retrieval_measures(deeper, ["recall@10"])
 
 
+PER_QUERY_CUTOFF = [M.hit_rate_per_query, M.recall_per_query, M.reciprocal_rank_per_query,
+                    M.average_precision_per_query]
+
+
+@pytest.mark.parametrize("measure", PER_QUERY_CUTOFF, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    ("k", "match"),
+    [
+        (torch.tensor([1, 2, 3]), r"shape \(5,\); got torch.int64 of shape \(3,\)"),
+        (torch.tensor([[1, 2, 3, 4, 5]]), r"got torch.int64 of shape \(1, 5\)"),
+        (torch.tensor([1.5, 2, 3, 4, 5]), "got 1.5"),
+        (torch.tensor([-1, 2, 3, 4, 5]), "got -1"),
+        (torch.tensor([True] * 5), "got torch.bool"),
+    ],
+)
+def test_a_cutoff_a_query_must_be_whole_non_negative_and_one_a_query(measure, k, match):
+    """Before, a fractional K was truncated, a negative one read as 0 and a wrong shape failed
+    with an index error far from the call."""
+    table = rank_embeddings(EMB[:5], EMB, query_labels=LABELS[:5], gallery_labels=LABELS)
+    with pytest.raises(ValueError, match="`k` as a tensor must hold one whole, non-negative "
+                                         "cut-off a query.*" + match):
+        measure(table, k)
+
+
+def test_a_cutoff_a_query_reads_each_query_at_its_own_cutoff():
+    """Hand-worked: the gallery is EMB itself, so each query finds itself first, then its
+    class's other item at some rank; K = 0 reads nothing, whole floats are read as ints, NDCG
+    takes one K for all (its ideal DCG is cut there) and says so."""
+    table = rank_embeddings(EMB[:5], EMB, query_labels=LABELS[:5], gallery_labels=LABELS)
+    at_one = M.hit_rate_per_query(table, 1)
+    assert at_one.tolist() == [1.0] * 5
+    k = torch.tensor([0, 1, 1, 0, 6])
+    assert M.hit_rate_per_query(table, k).tolist() == [0.0, 1.0, 1.0, 0.0, 1.0]
+    assert torch.equal(M.recall_per_query(table, k), M.recall_per_query(table, k.double()))
+    assert float(M.recall_per_query(table, k)[4]) == 1.0  # both of its class in the top 6
+    with pytest.raises(ValueError, match="`k` must be a positive int"):
+        M.ndcg_per_query(table, k)
+
+
 def test_rank_scores_and_lists_validation():
     with pytest.raises(ValueError, match="same length"):
         rank_scores(torch.rand(3), torch.ones(2), torch.zeros(3, dtype=torch.int64))

@@ -134,8 +134,28 @@ def unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
     return torch.where(table.without_relevant, math.nan, values)
 
 def as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
+    """``(Q,)`` int64: the cut-off of each query. ``k``: one positive int for all, None (the
+    whole ranking), or a tensor of one whole cut-off a query (0: nothing of the ranking, as an
+    empty list; what the compat modules and R-precision pass)."""
     if k is None:
         return torch.full((table.num_queries,), UNBOUNDED, dtype=torch.int64)
     if isinstance(k, Tensor):
-        return k.to(torch.int64)
+        return _cutoff_tensor(k, table.num_queries)
     return torch.full((table.num_queries,), check_cutoff(k), dtype=torch.int64)
+
+
+def _cutoff_tensor(k: Tensor, num_queries: int) -> Tensor:
+    """``k`` as int64 cut-offs, one a query, refused unless whole and non-negative (a
+    fractional K would be truncated, a negative one read as 0, a wrong shape fail far away)."""
+    expected = f"one whole, non-negative cut-off a query, shape ({num_queries},)"
+    if k.shape != (num_queries,) or k.dtype == torch.bool or k.is_complex():
+        raise ValueError(f"`k` as a tensor must hold {expected}; got {k.dtype} of shape "
+                         f"{tuple(k.shape)}")
+    if k.is_floating_point():
+        bad = ~torch.isfinite(k) | (k != torch.round(k))
+        if bool(bad.any()):
+            raise ValueError(f"`k` as a tensor must hold {expected}; got {float(k[bad][0])}")
+    cutoff = k.to(torch.int64)
+    if bool((cutoff < 0).any()):
+        raise ValueError(f"`k` as a tensor must hold {expected}; got {int(cutoff.min())}")
+    return cutoff

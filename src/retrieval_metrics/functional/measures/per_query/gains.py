@@ -15,6 +15,7 @@ from retrieval_metrics.functional.measures.options import (
 from retrieval_metrics.functional.measures.per_query.common import (
     SharedTieGroups,
     as_cutoff,
+    check_cutoff,
     query_sum,
     require_depth,
     tie_groups_of,
@@ -67,6 +68,8 @@ def _discounted_gains(
     """``(DCG@K, ideal DCG@K)`` per query, under the tie rule (McSherry and Najork's average
     for "expected")."""
     check_option("gain", gain)
+    if k is not None:
+        check_cutoff(k)  # (one K for all: the ideal DCG is cut there)
     if gain == "binary" and table.grade is not None:
         # every relevant item gains 1: the table read as binary relevance
         table, gain = replace(table, grade=None, ideal_ptr=None, ideal_grade=None), "linear"
