@@ -98,7 +98,8 @@ def spread_over_queries(table: RankTable, query: Tensor, values: Tensor, fill: f
     """``(Q,)``: ``values`` at the distinct queries ``query`` (increasing, as groups are),
     ``fill`` at the others. Where every query has a value, ``query`` is every query in order and
     the answer is ``values`` itself: known from the sizes alone, and the case of most tables
-    (a search and a copy of 25,000 entries each saved, a measure)."""
+    (a search and a copy of 25,000 entries each saved, a measure). The answer may thus be the
+    caller's tensor: written into by no one (query_sum's callers pass values of their own)."""
     if query.numel() == table.num_queries:
         return values
     out = torch.full((table.num_queries,), fill, dtype=values.dtype)
