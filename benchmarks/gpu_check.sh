@@ -125,4 +125,4 @@ fi
 if [[ "$MATRIX_STATUS" != 0 ]]; then
     fail "the device matrix failed (exit $MATRIX_STATUS); the benchmark above ran"
 fi
-step "done in $((SECONDS - START)) s: results in $RESULTS/gpu_$TAG.json and .txt"
+step "done in $((SECONDS - START)) s: results in $RESULTS/gpu_$TAG.json, .txt and _profile.txt"
