@@ -1,8 +1,8 @@
 """The compiled parts, all optional: the ranked-lists form's loop over str ids, the codes of str
-ids, the scores form's grouping of entries by query, and the CPU's count of a score block's rows
-against few relevant scores. Each module has a Python path that runs where it is not built
-(lists.py, labels.py, scores.py, engine/kernels.py), so a failed compile still installs the
-package with the same values."""
+ids, the scores form's grouping of entries by query, the CPU's count of a score block's rows
+against few relevant scores, and the tie groups of a binary rank table. Each module has a Python
+path that runs where it is not built (lists.py, labels.py, scores.py, engine/kernels.py,
+measures/ties.py), so a failed compile still installs the package with the same values."""
 
 import sys
 
@@ -26,6 +26,11 @@ setup(
         Extension(
             "retrieval_metrics.functional.ranking._group",
             ["src/retrieval_metrics/functional/ranking/_group.c"],
+            optional=True,
+        ),
+        Extension(
+            "retrieval_metrics.functional.measures._ties",
+            ["src/retrieval_metrics/functional/measures/_ties.c"],
             optional=True,
         ),
         Extension(

@@ -19,6 +19,7 @@ MODULES = [
     "retrieval_metrics.functional.ranking._labels",
     "retrieval_metrics.functional.ranking._group",
     "retrieval_metrics.functional.ranking.engine._count",
+    "retrieval_metrics.functional.measures._ties",
 ]
 
 

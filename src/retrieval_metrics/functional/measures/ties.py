@@ -29,6 +29,11 @@ from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.primitives import flat_nonzero, masked, order_by_row, repeat
 from retrieval_metrics.functional.table import RankTable
 
+try:  # the groups of a binary table in one pass, where built (setup.py); else the torch path
+    from retrieval_metrics.functional.measures import _ties
+except ImportError:  # pragma: no cover - depends on the build
+    _ties = None
+
 __all__ = ["TIES", "TieGroups", "tie_groups"]
 
 TIES: tuple[str, ...] = OPTIONS["ties"].allowed
@@ -121,6 +126,9 @@ def tie_groups(
         item_gain = torch.pow(2.0, grade) - 1.0 if gain == "exponential" else grade.clone()
     full_ties = None
     if table.grade is None and ties == "expected" and merge_runs:
+        compiled = _compiled_binary_groups(table)
+        if compiled is not None:
+            return compiled
         query, above, size, relevant, full_ties = _binary_runs(
             item_query, table.above, table.tied
         )
@@ -152,6 +160,35 @@ def tie_groups(
         first=first,
         last=last,
         first_index=group_start,
+    )
+
+
+def _compiled_binary_groups(table: RankTable) -> TieGroups | None:
+    """The groups of a binary table under expected ties, merged, from ``_ties.c``'s one pass
+    over the items: those of :func:`_binary_runs` then :func:`_merge_full_runs` (the readable
+    reference, which it equals). None where the module is not built or the table is not on the
+    host."""
+    if _ties is None or table.above.device.type != "cpu":
+        return None
+    n, num_q = table.above.numel(), table.num_queries
+    # (outputs sized for one group an item, the most there can be; the groups are a prefix)
+    query, above, size, relevant, before = (torch.empty(n, dtype=torch.int64) for _ in range(5))
+    first, last = torch.empty(n, dtype=torch.bool), torch.empty(n, dtype=torch.bool)
+    first_index = torch.empty(num_q, dtype=torch.int64)
+    inputs = (x.to(torch.int64).contiguous().numpy() for x in (table.ptr, table.above, table.tied))
+    outputs = (query, above, size, relevant, before, first, last, first_index)
+    g, firsts = _ties.binary_groups(*inputs, *(x.numpy() for x in outputs))
+    relevant = relevant[:g]
+    return TieGroups(
+        query=query[:g],
+        above=above[:g],
+        size=size[:g],
+        relevant=relevant,
+        relevant_before=before[:g],
+        gain=relevant.to(torch.float64),
+        first=first[:g],
+        last=last[:g],
+        first_index=first_index[:firsts],
     )
 
 

@@ -1,0 +1,118 @@
+"""The tie groups of a binary table from ``_ties.c``'s one pass equal the torch path's
+(``ties._binary_runs`` then ``ties._merge_full_runs``, the readable reference), field by field,
+on tables full of ties, runs of relevant items, empty queries and truncated rankings."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.measures import ties as T
+from retrieval_metrics.functional.ranking import rank_embeddings, rank_scores
+
+needs_compiled = pytest.mark.skipif(T._ties is None, reason="_ties.c is not built here")
+
+
+def reference_groups(table, **kwargs):
+    saved = T._ties
+    try:
+        T._ties = None
+        return T.tie_groups(table, **kwargs)
+    finally:
+        T._ties = saved
+
+
+def assert_same_groups(got: T.TieGroups, want: T.TieGroups) -> None:
+    for field in dataclasses.fields(T.TieGroups):
+        a, b = getattr(got, field.name), getattr(want, field.name)
+        assert a.dtype == b.dtype, field.name
+        assert torch.equal(a, b), (field.name, a, b)
+
+
+@st.composite
+def scored_tables(draw):
+    """torchmetrics' form with few distinct scores (ties everywhere), relevant entries dense
+    or sparse (runs of relevant items, tie groups wholly relevant), some queries with nothing
+    relevant or nothing at all."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    n = draw(st.integers(0, 400))
+    levels = draw(st.sampled_from([2, 4, 20, 10_000]))
+    density = draw(st.sampled_from([0.05, 0.3, 0.7, 0.95, 1.0]))
+    queries = draw(st.integers(1, 30))
+    preds = torch.from_numpy(rng.integers(0, levels, n).astype(np.float32))
+    target = torch.from_numpy((rng.random(n) < density).astype(np.int64))
+    indexes = torch.from_numpy(rng.integers(0, queries, n).astype(np.int64))
+    return rank_scores(preds, target, indexes)
+
+
+@needs_compiled
+@settings(max_examples=200, deadline=None)
+@given(scored_tables())
+def test_the_compiled_groups_are_the_reference_groups(table):
+    assert_same_groups(T.tie_groups(table), reference_groups(table))
+
+
+@needs_compiled
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([None, 1, 3]), st.booleans())
+def test_the_compiled_groups_of_rankings_with_and_without_depth(seed, depth, locate_first):
+    """Integer embeddings (exact ties) ranked whole or to a depth: the tables the metric
+    classes build, and the measures read from them the same either way."""
+    rng = np.random.default_rng(seed)
+    gallery = torch.from_numpy(rng.integers(-1, 2, (120, 3)).astype(np.float32))
+    query = torch.from_numpy(rng.integers(-1, 2, (25, 3)).astype(np.float32))
+    labels = {"query_labels": torch.from_numpy(rng.integers(0, 4, 25)),
+              "gallery_labels": torch.from_numpy(rng.integers(0, 4, 120))}
+    options = {} if depth is None else {"depth": depth, "locate_first": locate_first}
+    table = rank_embeddings(query, gallery, similarity="dot", **labels, **options)
+    assert_same_groups(T.tie_groups(table), reference_groups(table))
+    names = ["hit_rate@1", "recall@1", "mrr@1"] if depth else ["hit_rate@1", "map", "mrr", "ndcg"]
+    saved = T._ties
+    try:
+        T._ties = None
+        want = M.retrieval_measures(table, names)
+    finally:
+        T._ties = saved
+    got = M.retrieval_measures(table, names)
+    for name in names:
+        assert torch.equal(got[name].nan_to_num(-1.0), want[name].nan_to_num(-1.0)), name
+
+
+def test_a_hand_worked_table():
+    """One query, ranked items 1..9 with relevant at positions 1, 2 (a run), 4-5 (a tie group
+    of 2, both relevant: merged with nothing, position 3 is not relevant), 6-8 (a tie group of
+    3 holding 1 relevant) and 9 (alone, right after the tie group: its own group). A second
+    query has nothing listed; a third one relevant item at 1 next to a wholly relevant tie
+    group at 2-3, merged into one group of 3."""
+    preds = torch.tensor([9.0, 8.0, 7.0, 6.0, 6.0, 5.0, 5.0, 5.0, 4.0, 1.0, 9.0, 8.0, 8.0])
+    target = torch.tensor([1, 1, 0, 1, 1, 0, 1, 0, 1, 0, 1, 1, 1])
+    indexes = torch.tensor([0] * 9 + [1] + [2] * 3)
+    groups = T.tie_groups(rank_scores(preds, target, indexes))
+    assert groups.query.tolist() == [0, 0, 0, 0, 2]
+    assert groups.above.tolist() == [0, 3, 5, 8, 0]
+    assert groups.size.tolist() == [2, 2, 3, 1, 3]
+    assert groups.relevant.tolist() == [2, 2, 1, 1, 3]
+    assert groups.relevant_before.tolist() == [0, 2, 4, 5, 0]
+    assert groups.first.tolist() == [True, False, False, False, True]
+    assert groups.last.tolist() == [False, False, False, True, True]
+    assert groups.first_index.tolist() == [0, 4]
+    assert groups.gain.dtype == torch.float64 and groups.gain.tolist() == [2, 2, 1, 1, 3]
+    assert_same_groups(groups, reference_groups(rank_scores(preds, target, indexes)))
+
+
+@needs_compiled
+def test_the_compiled_pass_refuses_what_is_not_a_table():
+    out = [np.empty(4, dtype=np.int64) for _ in range(5)] + [np.empty(4, dtype=np.bool_)] * 2
+    above, tied = np.zeros(4, dtype=np.int64), np.ones(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="not a valid CSR pointer"):
+        T._ties.binary_groups(np.array([0, 5], dtype=np.int64), above, tied, *out,
+                              np.empty(1, dtype=np.int64))
+    with pytest.raises(ValueError, match="int64 ptr"):
+        T._ties.binary_groups(np.array([0, 4], dtype=np.int32), above, tied, *out,
+                              np.empty(1, dtype=np.int64))
