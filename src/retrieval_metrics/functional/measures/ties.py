@@ -118,6 +118,10 @@ def tie_groups(
         ties = "expected"
     if gain not in ("exponential", "linear", None):
         raise ValueError(f'`gain` must be "exponential" or "linear", got {gain!r}')
+    if table.grade is None and ties == "expected" and merge_runs:
+        compiled = _compiled_binary_groups(table)  # (reads the CSR pointers: no item_query)
+        if compiled is not None:
+            return compiled
     item_query = table.item_query
     # binary relevance: every item's gain is 1 under both gains, so a group's is its count
     item_gain = None
@@ -126,9 +130,6 @@ def tie_groups(
         item_gain = torch.pow(2.0, grade) - 1.0 if gain == "exponential" else grade.clone()
     full_ties = None
     if table.grade is None and ties == "expected" and merge_runs:
-        compiled = _compiled_binary_groups(table)
-        if compiled is not None:
-            return compiled
         query, above, size, relevant, full_ties = _binary_runs(
             item_query, table.above, table.tied
         )
