@@ -17,24 +17,34 @@ from retrieval_metrics.functional.ranking import rank_embeddings
 IMAGE_TEXT = ["hit_rate@1", "hit_rate@5", "hit_rate@10", "median_rank", "mean_rank"]
 
 
-class MaskSearches(TorchFunctionMode):
-    """Counts each index or assignment through a boolean mask of at least ``size`` entries."""
+class SizedCalls(TorchFunctionMode):
+    """Records the name of each call that :meth:`counts` picks, for tensors of ``size``
+    entries (the queries)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
         self.seen: list[str] = []
 
+    def counts(self, name: str, args: tuple) -> bool:
+        raise NotImplementedError
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
-        if name in ("__getitem__", "__setitem__") and len(args) > 1:
-            keys = args[1] if isinstance(args[1], tuple) else (args[1],)
-            for key in keys:
-                if isinstance(key, torch.Tensor) and key.dtype == torch.bool and (
-                    key.numel() >= self.size
-                ):
-                    self.seen.append(name)
+        if self.counts(name, args):
+            self.seen.append(name)
         return func(*args, **(kwargs or {}))
+
+
+class MaskSearches(SizedCalls):
+    """Each index or assignment through a boolean mask of at least ``size`` entries."""
+
+    def counts(self, name: str, args: tuple) -> bool:
+        if name not in ("__getitem__", "__setitem__") or len(args) < 2:
+            return False
+        keys = args[1] if isinstance(args[1], tuple) else (args[1],)
+        return any(isinstance(key, torch.Tensor) and key.dtype == torch.bool
+                   and key.numel() >= self.size for key in keys)
 
 
 class Repeats(TorchFunctionMode):
@@ -114,21 +124,13 @@ def test_the_measures_of_one_call_make_what_they_share_once():
         assert spy.calls, "the spy saw the measures' work"
 
 
-class Scatters(TorchFunctionMode):
-    """Counts the copies and sums into a tensor of ``size`` entries by an index."""
+class Scatters(SizedCalls):
+    """Each copy or sum by an index into a tensor of ``size`` entries."""
 
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-        self.seen: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "")
-        if name in ("index_copy_", "index_copy", "index_add_", "index_add") and (
+    def counts(self, name: str, args: tuple) -> bool:
+        return name in ("index_copy_", "index_copy", "index_add_", "index_add") and (
             args[0].numel() == self.size
-        ):
-            self.seen.append(name)
-        return func(*args, **(kwargs or {}))
+        )
 
 
 def test_a_value_for_every_query_is_not_scattered_over_the_queries():
