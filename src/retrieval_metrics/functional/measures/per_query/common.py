@@ -93,7 +93,6 @@ def query_sum(table: RankTable, groups: T.TieGroups, values: Tensor) -> Tensor:
     out = torch.zeros(table.num_queries, dtype=torch.float64)
     return out.index_add_(0, groups.query, values.to(torch.float64))
 
-
 def spread_over_queries(table: RankTable, query: Tensor, values: Tensor, fill: float) -> Tensor:
     """``(Q,)``: ``values`` at the distinct queries ``query`` (increasing, as groups are),
     ``fill`` at the others. Where every query has a value, ``query`` is every query in order and
@@ -130,7 +129,6 @@ def require_first(table: RankTable, cutoff: Tensor, what: str) -> None:
             "rank with locate_first=True (the default), a larger `depth`, or depth=None"
         )
 
-
 def unanswerable_nan(table: RankTable, values: Tensor) -> Tensor:
     return torch.where(table.without_relevant, math.nan, values)
 
@@ -143,7 +141,6 @@ def as_cutoff(table: RankTable, k: int | Tensor | None) -> Tensor:
     if isinstance(k, Tensor):
         return _cutoff_tensor(k, table.num_queries)
     return torch.full((table.num_queries,), check_cutoff(k), dtype=torch.int64)
-
 
 def _cutoff_tensor(k: Tensor, num_queries: int) -> Tensor:
     """``k`` as int64 cut-offs, one a query, refused unless whole and non-negative (a
