@@ -68,7 +68,8 @@ def test_string_labels_compare_exactly_and_large_ints_stay_distinct():
     ("name", "match"),
     [("cmc", "needs a cut-off"), ("hit_rate@0", "cut-off must be >= 1"),
      ("r_precision@5", "takes no cut-off"), ("precision@r", "only map@r"),
-     ("accuracy", "unknown metric")],
+     ("accuracy", "unknown metric"),
+     ("precision@100000000000000000000", r"cut-off must be >= 1 and below 2\*\*63")],
 )
 def test_metric_names(name, match):
     with pytest.raises(ValueError, match=match):

@@ -223,8 +223,9 @@ def _checked_spec(
     if cutoff == "none" and k is not None:
         raise ValueError(f"metric {name!r} takes no cut-off; use {base!r}")
     k_value: int | str | None = k if k in (None, "r") else int(k)
-    if isinstance(k_value, int) and k_value < 1:
-        raise ValueError(f"metric {name!r}: the cut-off must be >= 1")
+    if isinstance(k_value, int) and not 1 <= k_value < 2**63:
+        # (the upper bound: a cut-off is an int64 position, as every rank table's)
+        raise ValueError(f"metric {name!r}: the cut-off must be >= 1 and below 2**63")
     if average is not None:
         if MEASURES[base].rank:
             raise ValueError(
