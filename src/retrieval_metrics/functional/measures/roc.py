@@ -96,13 +96,13 @@ def auroc_per_query(
     require_depth(table, cutoff, "AUROC")
     # A group across the K-th position counts whole: runs of relevant groups stay apart.
     groups = T.tie_groups(table, ties, merge_runs=False)
-    inside = groups.above < cutoff[groups.query]
+    inside = groups.above < groups.at_query(cutoff)
     p_group = torch.where(inside, groups.relevant, 0).to(torch.float64)
     positives = query_sum(table, groups, p_group)
     negatives = cutoff.to(torch.float64) - positives
     neg_above = (groups.above - groups.relevant_before).to(torch.float64)
     neg_tied = (groups.size - groups.relevant).to(torch.float64)
-    n_q = negatives[groups.query].clamp_min(1)
+    n_q = groups.at_query(negatives).clamp_min(1)
     f0, f1 = neg_above / n_q, (neg_above + neg_tied) / n_q
     limit = 1.0 if max_fpr is None else float(max_fpr)
     area = _ramp_area(f0, f1, torch.full_like(f0, limit))

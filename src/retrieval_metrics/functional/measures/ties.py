@@ -65,6 +65,11 @@ class TieGroups:
     last: Tensor
     first_index: Tensor
 
+    def at_query(self, per_query: Tensor) -> Tensor:
+        """A ``(Q, ...)`` tensor's rows at each group's query (a gather by index_select, a
+        third of the time of indexing by a tensor on 60,000 groups)."""
+        return per_query.index_select(0, self.query)
+
     @cached_property
     def first_groups(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(query, above, size, relevant)`` of each query's first group (taken once: hit

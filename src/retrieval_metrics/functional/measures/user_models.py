@@ -73,7 +73,7 @@ def rbp_per_query(
         table = replace(table, grade=None, ideal_ptr=None, ideal_grade=None)
         gain = "linear"
     groups = T.tie_groups(table, ties, gain=gain)
-    weight = _window_weight(p, groups.above, groups.size, cutoff[groups.query])
+    weight = _window_weight(p, groups.above, groups.size, groups.at_query(cutoff))
     part = groups.gain / groups.size.to(torch.float64) * weight
     out = torch.zeros(table.num_queries, dtype=torch.float64).index_add_(0, groups.query, part)
     return unanswerable_nan(table, out)
@@ -95,7 +95,7 @@ def rbp_residual_per_query(
     view = judged_view(table, "RBP's residual")
     require_depth(view, cutoff, "RBP's residual")
     groups = T.tie_groups(view, ties)
-    weight = _window_weight(p, groups.above, groups.size, cutoff[groups.query])
+    weight = _window_weight(p, groups.above, groups.size, groups.at_query(cutoff))
     part = groups.relevant.to(torch.float64) / groups.size.to(torch.float64) * weight
     judged = torch.zeros(table.num_queries, dtype=torch.float64).index_add_(
         0, groups.query, part
@@ -152,7 +152,7 @@ def err_per_query(
         sat = groups.gain / 2.0**max_grade
         survive = torch.exp(_exclusive_sums(groups.query, torch.log1p(-sat)))
         position = groups.above + 1
-        inside = position <= cutoff[groups.query]
+        inside = position <= groups.at_query(cutoff)
         part = torch.where(inside, sat * survive / position.to(torch.float64), 0.0)
         return unanswerable_nan(table, out.index_add_(0, groups.query, part))
     query = table.item_query

@@ -38,7 +38,7 @@ def _precision_sum(
     groups = tie_groups_of(table, ties, shared=shared)
     whole = whole_precision_sum(table, groups, ties, shared)
     return query_sum(
-        table, groups, T.expected_precision_sum(groups, cutoff[groups.query], whole)
+        table, groups, T.expected_precision_sum(groups, groups.at_query(cutoff), whole)
     )
 
 def map_at_r_per_query(
@@ -99,7 +99,7 @@ def average_precision_per_query(
         require_depth(table, cutoff, "average precision")
         groups = tie_groups_of(table, ties, shared=shared)
         step = T.expected_precision_sum(
-            groups, cutoff[groups.query], whole_precision_sum(table, groups, ties, shared)
+            groups, groups.at_query(cutoff), whole_precision_sum(table, groups, ties, shared)
         )
         extra = T.expected_trapezoid_extra(groups)
         total = query_sum(table, groups, 0.5 * (step + extra))
@@ -122,7 +122,7 @@ def _ap_over_retrieved(
     """
     require_depth(table, cutoff, "average precision")
     groups = tie_groups_of(table, ties, shared=shared)
-    k = cutoff[groups.query]
+    k = groups.at_query(cutoff)
     end = groups.above + groups.size
     inside = end <= k
     straddle = (groups.above < k) & ~inside

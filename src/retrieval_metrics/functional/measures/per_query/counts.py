@@ -58,7 +58,7 @@ def expected_hits_per_query(
     cutoff = as_cutoff(table, k)
     require_depth(table, cutoff, "a cut-off measure")
     groups = tie_groups_of(table, ties, shared=shared)
-    return query_sum(table, groups, T.expected_hits(groups, cutoff[groups.query]))
+    return query_sum(table, groups, T.expected_hits(groups, groups.at_query(cutoff)))
 
 def hit_rate_per_query(
     table: RankTable,

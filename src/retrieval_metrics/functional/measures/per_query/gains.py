@@ -77,7 +77,7 @@ def _discounted_gains(
     require_depth(table, cutoff, "NDCG")
     groups = tie_groups_of(table, ties, gain=gain, shared=shared)
     end = groups.above + groups.size
-    limit = cutoff[groups.query]
+    limit = groups.at_query(cutoff)
     top = int(torch.minimum(end, limit).max()) if end.numel() else 0
     if table.ideal_grade is not None:
         top = max(top, int(table.ideal_ptr.diff().max()) if table.num_queries else 0)

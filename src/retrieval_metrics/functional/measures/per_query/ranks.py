@@ -89,7 +89,7 @@ def reciprocal_rank_per_query(
     limit = as_cutoff(table, k)
     require_first(table, limit, "reciprocal rank")
     groups = tie_groups_of(table, ties, shared=shared)
-    per_group = T.expected_reciprocal_first(groups, limit[groups.query])
+    per_group = T.expected_reciprocal_first(groups, groups.at_query(limit))
     return unanswerable_nan(table, query_sum(table, groups, per_group))
 
 def first_rank_per_query(
