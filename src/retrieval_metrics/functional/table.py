@@ -118,8 +118,7 @@ class RankTable:
         """``(Q,)`` bool: the query's ranking stopped above position ``cutoff`` (its depth)
         with relevant items of its gallery unlisted, so no measure at that cut-off can be read
         from it (those the gallery lacks, ``num_absent``, are known to lie nowhere)."""
-        unlisted = self.num_listed < self._in_gallery
-        return unlisted & (self.depth != UNBOUNDED) & (self.depth < cutoff)
+        return self._depth_of_unlisted < cutoff
 
     def first_unlisted_above(self, cutoff: Tensor | int) -> Tensor | None:
         """``(Q,)`` bool: the queries whose best relevant item the ranking did not reach (it
@@ -138,6 +137,14 @@ class RankTable:
     def _in_gallery(self) -> Tensor:
         """``(Q,)`` the relevant items in the query's gallery: those listed, or below its depth."""
         return self.num_relevant if self.num_absent is None else self.num_relevant - self.num_absent
+
+    @cached_property
+    def _depth_of_unlisted(self) -> Tensor:
+        """Per query, the depth its ranking stopped at with relevant items of its gallery
+        unlisted (``UNBOUNDED`` where none is): found once a table, each measure's depth check
+        one comparison."""
+        unlisted = (self.num_listed < self._in_gallery) & (self.depth != UNBOUNDED)
+        return torch.where(unlisted, self.depth, UNBOUNDED)
 
     @cached_property
     def _depth_of_unlisted_first(self) -> Tensor | None:
