@@ -148,13 +148,11 @@ class RankTable:
 
     @cached_property
     def _depth_of_unlisted_first(self) -> Tensor | None:
-        """Per query, the depth its ranking stopped at without reaching any of its relevant
-        items (``UNBOUNDED`` where one is listed, or none is in its gallery); None where no
-        query is such."""
-        unlisted = (self.num_listed == 0) & (self._in_gallery > 0) & (self.depth != UNBOUNDED)
-        if not bool(unlisted.any()):
-            return None
-        return torch.where(unlisted, self.depth, UNBOUNDED)
+        """:attr:`_depth_of_unlisted` where the query lists nothing: the depth its ranking
+        stopped at without reaching any of its relevant items (``UNBOUNDED`` where one is
+        listed, or none is in its gallery); None where no query is such."""
+        depth = torch.where(self.num_listed == 0, self._depth_of_unlisted, UNBOUNDED)
+        return depth if bool((depth != UNBOUNDED).any()) else None
 
     @property
     def beyond_gallery(self) -> Tensor:
