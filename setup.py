@@ -10,6 +10,8 @@ from setuptools import Extension, setup
 
 # the counting loops are written for the compiler's vectorizer
 OPTIMIZE = [] if sys.platform == "win32" else ["-O3"]
+# the measures' sums must round as torch's do, operation by operation: no fused multiply-adds
+UNFUSED = [] if sys.platform == "win32" else ["-ffp-contract=off"]
 
 setup(
     ext_modules=[
@@ -31,6 +33,7 @@ setup(
         Extension(
             "retrieval_metrics.functional.measures._ties",
             ["src/retrieval_metrics/functional/measures/_ties.c"],
+            extra_compile_args=UNFUSED,
             optional=True,
         ),
         Extension(

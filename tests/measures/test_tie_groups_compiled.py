@@ -1,10 +1,14 @@
-"""The tie groups of a binary table from ``_ties.c``'s one pass equal the torch path's
-(``ties._binary_runs`` then ``ties._merge_full_runs``, the readable reference), field by field,
-on tables full of ties, runs of relevant items, empty queries and truncated rankings."""
+"""``_ties.c`` equals the torch path it replaces. Its tie groups of a binary table equal
+``ties._binary_runs`` then ``ties._merge_full_runs`` (the readable reference), field by field, on
+tables full of ties, runs of relevant items, empty queries and truncated rankings. Its precision
+sums (AP's and MAP@R's numerators) equal ``ties._precision_sum_in_torch`` bit for bit, and an
+enumeration of the arrangements of a tie group."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -15,6 +19,7 @@ from hypothesis import strategies as st
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_scores
+from retrieval_metrics.functional.table import UNBOUNDED
 
 needs_compiled = pytest.mark.skipif(T._ties is None, reason="_ties.c is not built here")
 
@@ -116,3 +121,77 @@ def test_the_compiled_pass_refuses_what_is_not_a_table():
     with pytest.raises(ValueError, match="int64 ptr"):
         T._ties.binary_groups(np.array([0, 4], dtype=np.int32), above, tied, *out,
                               np.empty(1, dtype=np.int64))
+
+
+def precision_sum_parts(rng: np.random.Generator, n: int) -> list[torch.Tensor]:
+    """``n`` groups (above, size, relevant, relevant_before, cutoff): short and long groups
+    (more positions than the direct sum takes), wholly relevant ones at the top of their
+    ranking, cut-offs before, inside and past a group, and unbounded."""
+    size = torch.from_numpy(rng.choice([1, 2, 3, 7, 16, 17, 40, 500], n))
+    relevant = torch.from_numpy(rng.integers(1, size.numpy() + 1))
+    relevant = torch.where(torch.from_numpy(rng.random(n) < 0.3), size, relevant)
+    above = torch.from_numpy(rng.integers(0, 60, n))
+    before = torch.minimum(torch.from_numpy(rng.integers(0, 60, n)), above)
+    before = torch.where(torch.from_numpy(rng.random(n) < 0.3), above, before)
+    cutoff = above + torch.from_numpy(rng.integers(-3, 600, n)).clamp_min(0)
+    cutoff = torch.where(torch.from_numpy(rng.random(n) < 0.2), UNBOUNDED, cutoff)
+    return [above, size, relevant, before, cutoff]
+
+
+@needs_compiled
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(0, 300))
+def test_the_compiled_precision_sums_are_the_torch_sums(seed, n):
+    parts = precision_sum_parts(np.random.default_rng(seed), n)
+    got = T._precision_sum_of(*parts)
+    want = T._precision_sum_in_torch(*parts)
+    assert got.dtype == want.dtype == torch.float64
+    assert torch.equal(got, want)
+
+
+def enumerated_precision_sum(above: int, size: int, relevant: int, before: int, cutoff: int):
+    """Every placement of the group's relevant items on its positions, equally likely: the mean
+    of the sum of precisions at those within the cut-off (exact fractions)."""
+    total, placements = Fraction(0), list(itertools.combinations(range(size), relevant))
+    for chosen in placements:
+        for hits, offset in enumerate(chosen, start=1):
+            position = above + offset + 1
+            if position <= cutoff:
+                total += Fraction(before + hits, position)
+    return total / len(placements)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_precision_sums_against_an_enumeration(compiled):
+    """Above 2, three positions holding two relevant items, one relevant above: the placements
+    {3, 4}, {3, 5}, {4, 5} give 2/3 + 3/4, 2/3 + 3/5 and 2/4 + 3/5, a mean of 227/180. Then
+    groups of every shape up to 18 positions (long sums included), against the enumeration."""
+    if compiled and T._ties is None:
+        pytest.skip("_ties.c is not built here")
+    groups = [(2, 3, 2, 1, 1000), (0, 4, 4, 0, 3), (5, 5, 5, 5, 7), (1, 1, 1, 0, 1)]
+    groups.append((4, 2, 1, 2, 4))
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        size = int(rng.integers(1, 19))
+        above = int(rng.integers(0, 30))
+        groups.append((above, size, int(rng.integers(1, min(size, 4) + 1)) if size > 4 else size,
+                       int(rng.integers(0, above + 1)), above + int(rng.integers(0, size + 3))))
+    parts = [torch.tensor(column, dtype=torch.int64) for column in zip(*groups, strict=True)]
+    saved = T._ties
+    try:
+        T._ties = T._ties if compiled else None
+        got = T._precision_sum_of(*parts)
+    finally:
+        T._ties = saved
+    assert enumerated_precision_sum(*groups[0]) == Fraction(227, 180)
+    want = torch.tensor([float(enumerated_precision_sum(*g)) for g in groups], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+
+
+@needs_compiled
+def test_the_compiled_sums_refuse_mismatched_arrays():
+    ints = [np.zeros(3, dtype=np.int64) for _ in range(5)]
+    with pytest.raises(ValueError, match="float64 out"):
+        T._ties.precision_sums(*ints, np.zeros(3, np.float32), np.zeros(3, np.int64), 16)
+    with pytest.raises(ValueError, match="one length"):
+        T._ties.precision_sums(*ints, np.zeros(2), np.zeros(3, dtype=np.int64), 16)

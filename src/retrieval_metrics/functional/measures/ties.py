@@ -446,6 +446,28 @@ def expected_precision_sum(
 def _precision_sum_of(
     above: Tensor, size: Tensor, relevant: Tensor, relevant_before: Tensor, cutoff: Tensor
 ) -> Tensor:
+    parts = (above, size, relevant, relevant_before, cutoff)
+    if _ties is not None and above.device.type == "cpu" and cutoff.shape == above.shape:
+        # one pass in C (_ties.c), the torch path below taking only the long sums
+        inputs = [x.to(torch.int64).contiguous() for x in parts]
+        out = torch.empty(above.numel(), dtype=torch.float64)
+        long_index = torch.empty(above.numel(), dtype=torch.int64)
+        num_long = _ties.precision_sums(
+            *(x.numpy() for x in inputs), out.numpy(), long_index.numpy(), _DIRECT_TERMS
+        )
+        if num_long:
+            long_index = long_index[:num_long]
+            out.index_copy_(
+                0, long_index, _precision_sum_in_torch(*(x[long_index] for x in inputs))
+            )
+        return out
+    return _precision_sum_in_torch(*parts)
+
+
+def _precision_sum_in_torch(
+    above: Tensor, size: Tensor, relevant: Tensor, relevant_before: Tensor, cutoff: Tensor
+) -> Tensor:
+    """:func:`_precision_sum_of` in torch (the reference of ``_ties.precision_sums``)."""
     u = positions_in_cutoff(above, size, cutoff)
     beta = pair_rate(size, relevant)
     alpha = relevant_before.to(torch.float64) + 1
