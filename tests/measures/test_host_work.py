@@ -1,17 +1,21 @@
-"""The work of the measures on the host, counted (not timed): image-text's measures at 25,000
+"""The work of the measures on the host, counted (not timed). Image-text's measures at 25,000
 queries (hit rates, median and mean rank, both directions) cost a few milliseconds on the host
 after the ranking, which on a GPU is what stands beside a product of about 3 ms. A boolean mask
 the size of the queries (a search of every entry, then a copy) cost more there than the
 measure it fed; where nothing is tied and every query is answerable, none is searched. And what
 the measures of one call read alike (the queries with nothing relevant, each query's first
-group) is made once, not once a measure."""
+group) is made once, not once a measure. SOP's measures (same source, classes of 2 to 12)
+likewise share what they read, and MAP@R's precision sums take as many operations for large
+classes as for small."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
 from retrieval_metrics.functional import measures as M
+from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.ranking import rank_embeddings
 
 IMAGE_TEXT = ["hit_rate@1", "hit_rate@5", "hit_rate@10", "median_rank", "mean_rank"]
@@ -159,3 +163,65 @@ def test_a_value_for_every_query_is_not_scattered_over_the_queries():
                       (first, M.first_rank_per_query(whole))):
         assert bool(got[4].isnan())
         assert torch.equal(got[others], want[others])
+
+
+SOP = ["hit_rate@1", "hit_rate@10", "map@r", "r_precision"]
+
+
+def same_source_table(largest_class: int, noise: float):
+    """A same-source ranking as SOP's: 600 items in classes of 2 to ``largest_class``, listed as
+    the metric classes list them (every relevant item, and the top 10)."""
+    gen = torch.Generator().manual_seed(2)
+    sizes = torch.randint(2, largest_class + 1, (600,), generator=gen)
+    labels = torch.repeat_interleave(torch.arange(600), sizes)[:600]
+    centres = torch.nn.functional.normalize(torch.randn(600, 16, generator=gen))
+    emb = centres[labels] + noise * torch.randn(600, 16, generator=gen)
+    return rank_embeddings(emb, query_labels=labels, cover_relevant=True, depth=10)
+
+
+class AllCalls(TorchFunctionMode):
+    """Counts every torch call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_sop_measures_make_what_they_share_once():
+    for noise in (0.1, 1.0):
+        table = same_source_table(12, noise)
+        with Repeats() as spy:
+            values = M.retrieval_measures(table, SOP)
+        assert spy.repeated() == [], (noise, spy.repeated())
+        assert 0 < float(values["map@r"]) < 1
+
+
+@pytest.mark.skipif(T._ties is None, reason="_ties.c is not built here")
+def test_map_at_r_makes_as_many_operations_for_large_classes_as_for_small():
+    """MAP@R's precision sums are one compiled pass (``_ties.precision_sums``): the torch
+    operations of a call are as many with classes of up to 12 items as of up to 6, for a strong
+    and a weak model. The torch path adds a term a position over a loop as long as the longest
+    group (some 16 operations more per extra position): the count grows with the classes."""
+    counts = {}
+    for largest in (6, 12):
+        for noise in (0.1, 1.0):
+            table = same_source_table(largest, noise)
+            with AllCalls() as spy:
+                M.retrieval_measures(table, ["map@r"])
+            counts[largest, noise] = spy.count
+    assert counts[6, 0.1] == counts[12, 0.1] and counts[6, 1.0] == counts[12, 1.0], counts
+    saved = T._ties
+    try:
+        T._ties = None
+        torch_counts = []
+        for largest in (6, 12):
+            with AllCalls() as spy:
+                M.retrieval_measures(same_source_table(largest, 1.0), ["map@r"])
+            torch_counts.append(spy.count)
+    finally:
+        T._ties = saved
+    assert torch_counts[1] > torch_counts[0], torch_counts
