@@ -228,3 +228,41 @@ def test_a_cut_off_reaching_the_whole_gallery_warns_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         large.compute()  # 5 others: K = 4 does not reach them all
+
+
+# ---------------------------------------------------------------------- found by audits
+
+
+def test_a_repeated_cut_off_is_refused():
+    """rsum adds each cut-off's value: k=(1, 1) made a perfect model score 400, not 200."""
+    for make in (lambda: rm.CrossModalRetrieval(k=(1, 1)), lambda: rm.RSum(k=(1, 5, 5)),
+                 lambda: rm.HitRateAtK(k=(5, 5))):
+        with pytest.raises(ValueError, match="`k` must not repeat a cut-off"):
+            make()
+
+
+def test_ids_given_as_a_matrix_are_refused_and_a_column_is_read():
+    emb = torch.randn(4, 8)
+    m = rm.CrossModalRetrieval(k=(1,))
+    with pytest.raises(ValueError, match=r"`image_ids` must be 1-D.*\(2, 2\)"):
+        m.update(emb, emb, image_ids=torch.arange(4).view(2, 2))
+    column, flat = rm.CrossModalRetrieval(k=(1,)), rm.CrossModalRetrieval(k=(1,))
+    column.update(emb, emb, image_ids=torch.arange(4).view(4, 1))
+    flat.update(emb, emb, image_ids=torch.arange(4))
+    assert column.compute() == flat.compute()
+
+
+def test_folds_refuse_string_image_ids():
+    """Folds take consecutive images by ascending id; string ids are compared by a hash, whose
+    order scored arbitrary subsets (images "a" and "b", tied, landed in different folds: rsum
+    200 where the folds {a, b}, {c, d} give 150)."""
+    emb = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    m = rm.CrossModalRetrieval(k=(1,), folds=2)
+    with pytest.raises(ValueError, match="string `image_ids`"):
+        m.update(emb, emb, image_ids=["a", "b", "c", "d"])
+    by_int = rm.CrossModalRetrieval(k=(1,), folds=2)
+    by_int.update(emb, emb, image_ids=[0, 1, 2, 3])
+    assert float(by_int.compute()["rsum"]) == pytest.approx(150.0)
+    whole = rm.CrossModalRetrieval(k=(1,))
+    whole.update(emb, emb, image_ids=["a", "b", "c", "d"])  # no folds: no order needed
+    assert float(whole.compute()["rsum"]) == pytest.approx(150.0)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking.items import Items
-from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.labels import key_kind, label_codes
 from retrieval_metrics.functional.ranking.options import RankingOptions
 from retrieval_metrics.functional.ranking.settings import memory_budget_on
 from retrieval_metrics.functional.table import RankTable, concat_tables
@@ -146,6 +146,13 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
             raise ValueError(
                 "`image_embeddings` and `text_embeddings` must have the same dimension, got "
                 f"{img.shape[1]} and {txt.shape[1]}"
+            )
+        if self.folds is not None and key_kind(image_ids) == "str":
+            # (strings are compared by a hash: their order is no order of the images)
+            raise ValueError(
+                f"`folds={self.folds}` takes consecutive images by ascending image id, which "
+                "string `image_ids` do not give: pass integer image ids in the order the folds "
+                "should follow (e.g. each image's position in the split), or use folds=None"
             )
         img_ids = label_codes(image_ids, "image_ids")
         if img_ids.numel() != img.shape[0]:

@@ -54,6 +54,9 @@ def cutoffs(k: int | Sequence[int], name: str = "k") -> tuple[int, ...]:
     for v in values:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{expected} (>= 1), got {k!r}")
+    if len(set(values)) < len(values):
+        # (each cut-off is one value: rsum would add a repeated one twice)
+        raise ValueError(f"`{name}` must not repeat a cut-off, got {k!r}")
     return values
 
 

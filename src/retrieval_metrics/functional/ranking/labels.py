@@ -296,6 +296,11 @@ def label_codes(labels: Any, name: str) -> Tensor:
     """
     tensor = _numeric_tensor(labels, name)
     if tensor is not None:
+        if sum(size > 1 for size in tensor.shape) > 1:
+            # (a column, (N, 1), is one entry a row; a matrix is no list of entries)
+            raise ValueError(
+                f"`{name}` must be 1-D, one entry per item, got shape {tuple(tensor.shape)}"
+            )
         return _as_int64(tensor.reshape(-1), name)
     if isinstance(labels, np.ndarray) and labels.dtype.kind == "U" and labels.ndim == 1:
         if labels.size > TEXT_CHUNK:
