@@ -503,3 +503,54 @@ def test_a_repeated_judged_document_that_is_not_relevant_is_not_warned_as_releva
     with pytest.warns(UserWarning, match="repeat a relevant id"):
         rank_lists([["a", "c", "c"]], [{"b": 0, "c": 1}], duplicates="warn",
                    judged_documents=True)
+
+
+def test_the_metrics_options_do_not_reach_ir_measures_strings():
+    """An ir_measures string reads its provider's conventions whatever the metric's options (the
+    tie rule excepted): the condensed list, the relevance level, RBP's persistence and the
+    micro average of the metric left nDCG, AP, RR, Rprec, RBP, P and Bpref at ir_measures' own
+    values. (One query ranks u, a, b, c, u unjudged, a:1, b:0, c:2; by hand nDCG@2 = (1 /
+    log2 3) / (2 + 1 / log2 3) and AP = (1/2 + 2/4) / 2 there.)"""
+    qrels = {"1": {"a": 1, "b": 0, "c": 2}, "2": {"x": 1, "y": 1, "z": 1}}
+    run = {"1": {"u": 4.0, "a": 3.0, "b": 2.0, "c": 1.0}, "2": {"x": 3.0, "q": 2.0, "r": 1.0}}
+    names = ["nDCG@2", "AP", "RR", "Rprec", "RBP", "P@2", "Bpref", "ERR@4"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = {str(m): v for m, v in ir_measures.calc_aggregate(
+            [ir_measures.parse_measure(n) for n in names if n != "RBP"], qrels, run).items()}
+        want["RBP"] = next(iter(ir_measures.trectools.calc_aggregate(
+            [ir_measures.parse_measure("RBP")], qrels, run).values()))
+    ndcg_1 = (1 / math.log2(3)) / (2 + 1 / math.log2(3))
+    assert want["AP"] == pytest.approx(((1 / 2 + 2 / 4) / 2 + 1 / 3) / 2)
+    for options in ({}, {"judged_only": True}, {"relevance_level": 2}, {"persistence": 0.5},
+                    {"average": "micro"}, {"gain": "binary"}, {"ap": "trapezoid"}):
+        m = rm.RetrievalMetrics(names, **options)
+        m.set_dtype(torch.float64)
+        m.update(ranked_ids=[["u", "a", "b", "c"], ["x", "q", "r"]],
+                 relevant_ids=[qrels["1"], qrels["2"]])
+        got = {k: float(v) for k, v in m.compute().items()}
+        for name in names:
+            places = 1e-5 if name.startswith("ERR") else 1e-9  # (gdeval prints 5 decimals)
+            assert got[name] == pytest.approx(want[name], abs=places), (options, name)
+        assert float(m.per_query()["nDCG@2"][0]) == pytest.approx(ndcg_1, abs=1e-12), options
+
+
+def test_a_relevance_level_leaves_ndcg_dcg_and_err_alone():
+    """NDCG, DCG and ERR read the grades as gains: the metric's relevance_level changes
+    precision, not them (trec_eval's -l leaves its nDCG alone: pytrec_eval's ndcg_cut at
+    level 2 equals level 1's)."""
+    qrels = {"1": {"a": 1, "b": 0, "c": 2}}
+    run = {"1": {"u": 4.0, "a": 3.0, "b": 2.0, "c": 1.0}}
+    names = ["ndcg(gain=linear)@2", "dcg@2", "err@4", "precision@2"]
+    values = {}
+    for level in (None, 2):
+        m = rm.RetrievalMetrics(names, relevance_level=level)
+        m.set_dtype(torch.float64)
+        m.update(ranked_ids=[["u", "a", "b", "c"]], relevant_ids=[qrels["1"]])
+        values[level] = {k: float(v) for k, v in m.compute().items()}
+    for name in names[:3]:
+        assert values[2][name] == values[None][name], name
+    assert values[None]["precision@2"] == 0.5 and values[2]["precision@2"] == 0.0
+    at_level_2 = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_2"}, relevance_level=2)
+    assert values[2]["ndcg(gain=linear)@2"] == pytest.approx(
+        at_level_2.evaluate(run)["1"]["ndcg_cut_2"], abs=1e-12)

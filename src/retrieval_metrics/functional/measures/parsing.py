@@ -51,6 +51,14 @@ def _match_name(text: str) -> re.Match[str] | None:
     return _pattern(tuple(MEASURES)).match(text)
 
 
+#: the options an ir_measures string reads at its provider's value, whatever the metric's (the
+#: string itself may set them: ``P(rel=2)@5``, ``RBP(p=0.5)``)
+_PROVIDER_CONVENTIONS: tuple[tuple[str, Any], ...] = tuple(
+    (name, OPTIONS[name].default)
+    for name in ("relevance_level", "judged_only", "persistence", "max_grade", "ap", "divisor")
+)
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """A parsed metric name: ``base``, cut-off ``k`` (None, an int, or "r" for map@r), the
@@ -72,8 +80,14 @@ class MetricSpec:
         return MEASURES[self.base]
 
     def options_over(self, options: MeasureOptions) -> MeasureOptions:
-        """``options`` (the metric's) with what the measure and its name set."""
-        changes = dict(self.measure.own_options)
+        """``options`` (the metric's) with what the measure and its name set. An ir_measures
+        string reads its provider's conventions, not the metric's options (the tie rule
+        excepted); NDCG, DCG and ERR read no relevance level (trec_eval's ``-l`` leaves its
+        nDCG alone)."""
+        changes: dict[str, Any] = dict(_PROVIDER_CONVENTIONS) if self.ir_measures else {}
+        if self.measure.graded:
+            changes["relevance_level"] = None
+        changes.update(self.measure.own_options)
         changes.update(self.options)
         if not changes:
             return options
@@ -376,6 +390,8 @@ def average_for(spec: MetricSpec, average: str) -> str:
     is the macro mean anyway)."""
     if spec.average is not None:
         return spec.average
+    if spec.ir_measures:
+        return "macro"  # (its provider's mean over the queries)
     if average == "micro" and spec.measure.micro is None:
         return "macro"
     return average

@@ -86,6 +86,7 @@ class Measure:
             "whole" (without a cut-off: precision, F1) or "always" (Judged@K).
         ir_names: the ir_measures names it is read under, each with the options the name
             implies (``("nDCG", (("gain", "linear"),))``: trec_eval's linear gain).
+        graded: it reads the grades as gains (NDCG, DCG, ERR): no relevance level applies.
         cite: where its definition comes from.
     """
 
@@ -102,6 +103,7 @@ class Measure:
     within_cutoff: bool = False
     retrieved: str = "never"
     ir_names: tuple[tuple[str, IrOptions], ...] = ()
+    graded: bool = False
     cite: str = ""
 
 
@@ -190,7 +192,7 @@ MEASURES: dict[str, Measure] = {
                 cite="Voorhees, TREC-8 question answering (1999); trec_eval's recip_rank"),
         Measure("ndcg", lambda t, k, o, s: ndcg_per_query(t, k, o.ties, o.gain, shared=s),
                 "optional", lambda k: k, params=_GRADED | {"gain"}, within_cutoff=True,
-                ir_names=(("nDCG", (("gain", "linear"),)),),
+                ir_names=(("nDCG", (("gain", "linear"),)),), graded=True,
                 cite="Jarvelin and Kekalainen, ACM TOIS 2002; ties: McSherry and Najork, "
                 "ECIR 2008"),
         Measure("cmc", lambda t, k, o, s: cmc_per_query(t, k, o.ties, shared=s), "required",
@@ -205,7 +207,7 @@ MEASURES: dict[str, Measure] = {
         Measure("minp", lambda t, k, o, s: minp_per_query(t, o.ties, shared=s),
                 cite="Ye et al., TPAMI 2021"),
         Measure("dcg", lambda t, k, o, s: dcg_per_query(t, k, o.ties, o.gain, shared=s),
-                "optional", lambda k: k, params=_GRADED | {"gain"},
+                "optional", lambda k: k, params=_GRADED | {"gain"}, graded=True,
                 cite="Jarvelin and Kekalainen, ACM TOIS 2002"),
         Measure("judged", lambda t, k, o, s: judged_per_query(t, k, o.ties), "optional",
                 lambda k: k, params=frozenset(), needs_relevant=False, reads_judged=True,
@@ -217,7 +219,7 @@ MEASURES: dict[str, Measure] = {
                 cite="Buckley and Voorhees, SIGIR 2004; trec_eval's bpref"),
         Measure("err", lambda t, k, o, s: err_per_query(t, k, o.ties, o.max_grade), "optional",
                 lambda k: k, params=_GRADED | {"max_grade"},
-                ir_names=(("ERR", (("max_grade", 4),)),),
+                ir_names=(("ERR", (("max_grade", 4),)),), graded=True,
                 cite="Chapelle, Metzler, Zhang and Grinspan, CIKM 2009; gdeval"),
         # ir_measures' RBP without rel: trectools' graded RBP (gain = the grade); with rel=N,
         # cwl_eval's binary one (parsing.py reads rel=N as binary)
