@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from retrieval_metrics.formats import ir_measures_per_query
 from retrieval_metrics.functional.measures import (
     MeasureOptions,
     parse_metric,
@@ -554,3 +555,17 @@ def test_a_relevance_level_leaves_ndcg_dcg_and_err_alone():
     at_level_2 = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_2"}, relevance_level=2)
     assert values[2]["ndcg(gain=linear)@2"] == pytest.approx(
         at_level_2.evaluate(run)["1"]["ndcg_cut_2"], abs=1e-12)
+
+
+def test_judged_at_k_of_an_empty_list_is_zero_and_counts():
+    """A judged query whose ranked list is empty judges nothing: Judged@5 reads 0 there, as for
+    a judged query the run lacks, and the mean counts it (it read NaN and left the mean: 1.0
+    over one query where nDCG@5 counted two)."""
+    m = rm.RetrievalMetrics(["Judged@5", "nDCG@5"])
+    m.set_dtype(torch.float64)
+    m.update(ranked_ids=[["a"], []], relevant_ids=[{"a": 1, "z": 0}, {"b": 1, "z": 0}])
+    assert {k: float(v) for k, v in m.compute().items()} == {"Judged@5": 0.5, "nDCG@5": 0.5}
+    assert m.per_query()["Judged@5"].tolist() == [1.0, 0.0]
+    qrels = {"1": {"a": 1}, "2": {"b": 1}}
+    for run in ({"1": {"a": 1.0}}, {"1": {"a": 1.0}, "2": {}}):
+        assert ir_measures_per_query(run, qrels, ["Judged@5"])[1]["Judged@5"].tolist() == [1, 0]

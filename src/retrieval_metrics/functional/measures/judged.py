@@ -194,13 +194,14 @@ def judged_per_query(
     expectation over the judged view, :func:`judged_view`).
 
     Returns:
-        ``(Q,)`` float64; NaN where nothing was ranked.
+        ``(Q,)`` float64; 0 where nothing was ranked (an empty list judges nothing: the value
+        of a judged query the run lacks, which ir_measures' providers score 0).
     """
     if hits is None:
         hits = expected_hits_per_query(judged_view(table), k, ties)
     ranked = table.retrieved.to(torch.float64)
     size = ranked if k is None else torch.clamp(ranked, max=float(k))
-    return torch.where(size > 0, hits / size.clamp_min(1), math.nan)
+    return torch.where(size > 0, hits / size.clamp_min(1), 0.0)
 
 
 def bpref_per_query(table: RankTable, ties: str = DEFAULT_TIES) -> Tensor:
