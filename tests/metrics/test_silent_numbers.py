@@ -8,6 +8,8 @@ positional call, a cut-off as large as the gallery). The multi-process case (ima
 
 from __future__ import annotations
 
+import math
+import re
 import warnings
 
 import pytest
@@ -266,3 +268,28 @@ def test_folds_refuse_string_image_ids():
     whole = rm.CrossModalRetrieval(k=(1,))
     whole.update(emb, emb, image_ids=["a", "b", "c", "d"])  # no folds: no order needed
     assert float(whole.compute()["rsum"]) == pytest.approx(150.0)
+
+
+@pytest.mark.parametrize("grade, match", [
+    (float("nan"), "must be finite"), (float("inf"), "must be finite"),
+    ("2", "must be a number"), (True, "must be a number"),
+])
+def test_grades_of_relevant_ids_are_checked_as_qrels_grades_are(grade, match):
+    """A NaN grade read as judged not relevant, inf gave a NaN nDCG, the text "2" grade 2;
+    qrels= refused each, naming the query and document."""
+    m = rm.RetrievalMetrics(["nDCG@2"])
+    with pytest.raises(ValueError, match=re.escape("`relevant_ids[0]['d0']` ") + match):
+        m.update(ranked_ids=[["d0", "d1"]], relevant_ids=[{"d0": grade, "d1": 1}])
+
+
+def test_a_grade_too_large_for_the_exponential_gain_is_refused():
+    """2^g - 1 overflows float64 from g = 1024: NDCG read NaN. The linear gain takes it (one
+    relevant document at position 2 of 2: 1 / log2(3) over 1)."""
+    m = rm.RetrievalMetrics(["ndcg@2", "dcg@2"])
+    m.update(ranked_ids=[["d1", "d0"]], relevant_ids=[{"d0": 2000}])
+    with pytest.raises(ValueError, match="too large for the exponential gain"):
+        m.compute()
+    linear = rm.RetrievalMetrics(["ndcg(gain=linear)@2"])
+    linear.set_dtype(torch.float64)
+    linear.update(ranked_ids=[["d1", "d0"]], relevant_ids=[{"d0": 2000}])
+    assert float(linear.compute()["ndcg(gain=linear)@2"]) == pytest.approx(1 / math.log2(3))

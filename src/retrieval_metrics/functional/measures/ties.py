@@ -132,7 +132,7 @@ def tie_groups(
     item_gain = None
     if table.grade is not None:
         grade = table.grade
-        item_gain = torch.pow(2.0, grade) - 1.0 if gain == "exponential" else grade.clone()
+        item_gain = exponential_gain(grade) if gain == "exponential" else grade.clone()
     full_ties = None
     if table.grade is None and ties == "expected" and merge_runs:
         query, above, size, relevant, full_ties = _binary_runs(
@@ -327,6 +327,17 @@ def _merge_full_runs(
 # ------------------------------------------------------------------------------------------
 # Closed forms. Every argument is a float64 or int64 tensor over groups.
 # ------------------------------------------------------------------------------------------
+
+
+def exponential_gain(grade: Tensor) -> Tensor:
+    """2^g - 1, NDCG's and DCG's exponential gain; refused where float64 cannot hold it (a
+    grade of 1024 or more gave an infinite gain, and NDCG read NaN)."""
+    if grade.numel() and float(grade.max()) >= 1024:
+        raise ValueError(
+            f"a grade of {float(grade.max()):g} is too large for the exponential gain 2^g - 1 "
+            "(float64 overflows from 1024): use gain='linear' (as in ndcg(gain=linear)@10)"
+        )
+    return torch.pow(2.0, grade) - 1.0
 
 
 def log_binomial(n: Tensor, k: Tensor) -> Tensor:

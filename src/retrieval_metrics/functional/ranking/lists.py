@@ -14,6 +14,7 @@ from torch import Tensor
 from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.options import OPTIONS, check_option
 from retrieval_metrics.functional.ranking.labels import canonical_id
+from retrieval_metrics.functional.ranking.qrels import checked_grade
 from retrieval_metrics.functional.ranking.table_build import (
     ItemResults,
     ideal_from,
@@ -239,7 +240,10 @@ def _match_in_python(
                     f"`relevant_ids[{q}]` must be a collection of ids, got a string"
                 )
             if isinstance(relevant, dict):
-                gains = {k: float(v) for k, v in relevant.items() if found.judged or float(v) > 0}
+                gains = {k: checked_grade(v, f"relevant_ids[{q}][{k!r}]")
+                         for k, v in relevant.items()}
+                if not found.judged:
+                    gains = {k: v for k, v in gains.items() if v > 0}
             else:
                 if not isinstance(relevant, (list, tuple, set, frozenset)):
                     relevant = list(relevant)

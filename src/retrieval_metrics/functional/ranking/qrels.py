@@ -93,13 +93,17 @@ def _is_integer_id(value: Any) -> bool:
 
 
 def _grade(value: Any, query: Any, document: Any) -> float:
+    return checked_grade(value, f"qrels[{query!r}][{document!r}]")
+
+
+def checked_grade(value: Any, where: str) -> float:
+    """A judgment's grade as a float: a finite number (not a bool, not the text of a number),
+    else a ValueError naming ``where`` (the argument and its keys)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(
-            f"`qrels[{query!r}][{document!r}]` must be a number (a grade), got {value!r}"
-        )
+        raise ValueError(f"`{where}` must be a number (a grade), got {value!r}")
     grade = float(value)
     if not math.isfinite(grade):
-        raise ValueError(f"`qrels[{query!r}][{document!r}]` must be finite, got {value!r}")
+        raise ValueError(f"`{where}` must be finite, got {value!r}")
     return grade
 
 

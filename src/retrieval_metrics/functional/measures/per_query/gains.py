@@ -8,6 +8,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.measures import ties as T
 from retrieval_metrics.functional.measures.options import (
     DEFAULT_GAIN,
     DEFAULT_TIES,
@@ -96,7 +97,7 @@ def _discounted_gains(
     dcg = query_sum(table, groups, dcg_part)
     if table.ideal_grade is not None and table.ideal_ptr is not None:
         grades = table.ideal_grade
-        ideal_gain = torch.pow(2.0, grades) - 1.0 if gain == "exponential" else grades.clone()
+        ideal_gain = T.exponential_gain(grades) if gain == "exponential" else grades.clone()
         owner = repeat(torch.arange(table.num_queries), table.ideal_ptr.diff())
         pos = torch.arange(grades.numel()) - table.ideal_ptr[:-1][owner] + 1
         keep = pos <= cutoff[owner]
