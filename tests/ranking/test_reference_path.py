@@ -519,6 +519,32 @@ def test_without_locate_first_the_items_within_the_depth_are_the_references(args
     assert_within_depth(engine, expected, depth)
 
 
+def counted_product_rows(run: Any) -> tuple[Any, int]:
+    """``run()`` and the rows of the counting products it made (not those reading the relevant
+    scores first, gathered from their blocks, where every row is multiplied)."""
+    counted, reading = [0], [False]
+    original_mm, original_gathered = torch.mm, one_sided.read_gathered
+
+    def product(a, b, *more, **kwargs):
+        if not reading[0]:
+            counted[0] += a.shape[0]
+        return original_mm(a, b, *more, **kwargs)
+
+    def gathering(*more, **kwargs):
+        reading[0] = True
+        try:
+            return original_gathered(*more, **kwargs)
+        finally:
+            reading[0] = False
+
+    with (
+        mock.patch.object(one_sided.torch, "mm", side_effect=product),
+        mock.patch.object(one_sided, "read_gathered", side_effect=gathering),
+    ):
+        result = run()
+    return result, counted[0]
+
+
 def test_finished_queries_leave_the_products():
     """A weak model (half the queries far from everything relevant): the rows whose relevant
     items all lie below the depth are dropped from the products once their counts show it,
@@ -535,13 +561,38 @@ def test_finished_queries_leave_the_products():
     expected = rank_embeddings_by_full_sort(query, gallery, **args)
     rows = {}
     for locate_first in (True, False):
-        with mock.patch.object(one_sided.torch, "mm", wraps=torch.mm) as mm:
-            engine = rank_embeddings(
-                query, gallery, depth=10, locate_first=locate_first, **args
+        engine, rows[locate_first] = counted_product_rows(
+            lambda first=locate_first: rank_embeddings(
+                query, gallery, depth=10, locate_first=first, **args
             )
-        rows[locate_first] = sum(call.args[0].shape[0] for call in mm.call_args_list)
+        )
     assert_within_depth(engine, expected, 10)
     blocks = -(-6000 // 192)
     assert rows[True] >= 96 * blocks
     # the odd queries (48) leave within the first blocks: well under three quarters remain
     assert rows[False] < 0.75 * 96 * blocks, rows
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([torch.float64, torch.float32]),
+       st.sampled_from(["dot", "cosine"]))
+def test_relevant_scores_gathered_from_many_blocks_are_their_blocks_scores(seed, dtype, sim):
+    """Relevant items spread over more blocks than stay cached are scored in products of their
+    rows gathered together. A BLAS may round a pair otherwise in another column of a product
+    (double precision here: the last width mod 12 columns), so each row is gathered into its
+    own block's column. Before, a double-precision relevant score could differ from its
+    block's in the last bit: the item did not tie with itself (tied 0, above off by one), and
+    its query's recall, precision and AP read NaN (found by an audit at memory_budget=65536)."""
+    gen = torch.Generator().manual_seed(seed)
+    query = torch.randn(20, 4, generator=gen, dtype=dtype)
+    gallery = torch.randn(2000, 4, generator=gen, dtype=dtype)
+    labels = {"query_labels": torch.randperm(100, generator=gen)[:20],
+              "gallery_labels": torch.randint(0, 100, (2000,), generator=gen)}
+    # (blocks of 64 columns, 4 of them in double precision's last columns; of 8 queries of as
+    # many classes, whose relevant items lie in more blocks than the budget keeps)
+    rest = {"similarity": sim, "memory_budget": 65536, "block_size": (8, 64), **labels}
+    with mock.patch.object(one_sided, "read_gathered", wraps=one_sided.read_gathered) as spy:
+        engine = rank_embeddings(query, gallery, **rest)
+    assert spy.call_count > 0, "the case is meant to gather the relevant rows"
+    assert bool((engine.tied >= 1).all())
+    assert_same_table(engine, rank_embeddings_by_full_sort(query, gallery, **rest))

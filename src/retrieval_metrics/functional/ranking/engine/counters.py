@@ -62,6 +62,10 @@ class Counter:
     #: score by it as it reads it: the block is not scaled in a pass of its own first (a read
     #: and a write of every score)
     folds_column_factor: ClassVar[bool] = False
+    #: relevant rows gathered from many blocks are packed side by side where a product of
+    #: their shape rounds a pair alike in every column (``one_sided.columns_alike`` probes the
+    #: host's BLAS); elsewhere (not probed) each goes into its own block's column
+    probes_columns: ClassVar[bool] = False
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -109,6 +113,7 @@ class CpuCounter(Counter):
 
     name = "cpu"
     whole_blocks = False
+    probes_columns = True
 
     def block_caps(self) -> tuple[int, int, int]:
         return plan.CPU_BLOCK_CAPS

@@ -200,24 +200,76 @@ def read_gathered(
 ) -> None:
     """The relevant scores of query block ``qb`` that lie in gallery ``blocks``, from products
     of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the blocks' shape); with
-    ``half``, on the tensor cores, ``q_factor`` the query rows' factors."""
+    ``half``, on the tensor cores, ``q_factor`` the query rows' factors.
+
+    A relevant score must be the very one its block gives when it is counted, or the item does
+    not tie with itself. Where a product of this shape scores a pair alike in every column
+    (:func:`columns_alike`: float32 on this project's CPU), the rows are packed side by side.
+    Elsewhere (double precision there rounds the last ``width mod 12`` columns of a product
+    otherwise; a device's BLAS is not probed) each row is gathered into its own block's column, rows
+    sharing one taking turns, a product a turn."""
     block_g = g_buffer.shape[0]
     in_blocks = torch.isin(qb.r_block, torch.tensor(blocks, dtype=qb.r_block.dtype))
     pairs = flat_nonzero(in_blocks)
     if pairs.numel() == 0:
         return
     gallery_rows = qb.r_block[pairs] * block_g + qb.r_local[pairs]
-    unique_rows, column = torch.unique(gallery_rows, return_inverse=True)
+    unique_rows, which = torch.unique(gallery_rows, return_inverse=True)
+    if half is None and qb.p.counter.probes_columns and columns_alike(q_blk, g_buffer):
+        at = torch.arange(unique_rows.numel())
+        column, turn = at.remainder(block_g), at.div(block_g, rounding_mode="floor")
+    else:
+        column = unique_rows.remainder(block_g)  # each row's column in its own block
+        turn = _turns(column)
     device = g_buffer.device
-    for c0 in range(0, unique_rows.numel(), block_g):
-        chunk = unique_rows[c0 : c0 + block_g]
-        g_buffer[chunk.numel() :].zero_()  # (the padding; the rows gathered fill the rest)
+    for t in range(int(turn.max()) + 1):
+        taking = flat_nonzero(turn == t)
+        rows, columns = unique_rows.index_select(0, taking), column.index_select(0, taking)
+        g_buffer.zero_()  # (the columns no row takes this turn: any finite row serves)
         # (the host index for batches: they find each row's batch on the host)
-        g_buffer[: chunk.numel()] = g_mat[chunk if isinstance(g_mat, RowBatches) else
-                                          to_device(chunk, device)]
-        g_factor = None if half is None else half.rows(half.b_factor, chunk, block_g)
+        picked = g_mat[rows if isinstance(g_mat, RowBatches) else to_device(rows, device)]
+        g_buffer.index_copy_(0, to_device(columns, device), picked.to(g_buffer.dtype))
+        g_factor = None
+        if half is not None and half.b_factor is not None:
+            g_factor = half.b_factor.new_ones(block_g).index_copy_(
+                0, to_device(columns, device),
+                half.rows(half.b_factor, rows, rows.numel()),
+            )
         s = block_product(
             q_blk, g_buffer, out[: q_blk.shape[0]], half, q_factor, g_factor, work
         )[: qb.nb]
-        here = (column >= c0) & (column < c0 + block_g)
-        qb.read_pairs(s, pairs[here], column[here] - c0)
+        here = flat_nonzero(turn.index_select(0, which) == t)
+        qb.read_pairs(s, pairs.index_select(0, here), column.index_select(0, which[here]))
+
+
+#: columns_alike's answers, by (dtype, rows, width, columns) of a product on the host
+_ALIKE: dict[tuple[torch.dtype, int, int, int], bool] = {}
+
+
+def columns_alike(q_blk: Tensor, g_buffer: Tensor) -> bool:
+    """Whether the host's BLAS scores a pair alike in every column of a product of the shape of
+    ``q_blk`` x ``g_buffer``: a product of random rows with one row repeated in every column
+    gives each row one score (a column taking another kernel, or another order of its sums,
+    rounds some of them otherwise). Found once a shape, for the CPU's counter
+    (``Counter.probes_columns``)."""
+    key = (q_blk.dtype, q_blk.shape[0], q_blk.shape[1], g_buffer.shape[0])
+    if key not in _ALIKE:
+        gen = torch.Generator().manual_seed(0)
+        rows = torch.randn(q_blk.shape, generator=gen, dtype=torch.float64).to(q_blk.dtype)
+        one = torch.randn(1, g_buffer.shape[1], generator=gen, dtype=torch.float64)
+        repeated = one.to(g_buffer.dtype).expand_as(g_buffer).contiguous()
+        s = block_product(rows, repeated, torch.empty(rows.shape[0], g_buffer.shape[0],
+                                                      dtype=q_blk.dtype), None, None, None, None)
+        _ALIKE[key] = bool((s == s[:, :1]).all())
+    return _ALIKE[key]
+
+
+def _turns(home: Tensor) -> Tensor:
+    """Per entry, how many earlier entries share its value of ``home``: the turn it takes."""
+    order = torch.argsort(home, stable=True)
+    sorted_home = home.index_select(0, order)
+    starts = torch.ones_like(sorted_home, dtype=torch.bool)
+    starts[1:] = sorted_home[1:] != sorted_home[:-1]
+    position = torch.arange(home.numel())
+    first = torch.cummax(torch.where(starts, position, 0), 0).values
+    return torch.empty_like(home).index_copy_(0, order, position - first)
