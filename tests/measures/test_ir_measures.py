@@ -569,3 +569,15 @@ def test_judged_at_k_of_an_empty_list_is_zero_and_counts():
     qrels = {"1": {"a": 1}, "2": {"b": 1}}
     for run in ({"1": {"a": 1.0}}, {"1": {"a": 1.0}, "2": {}}):
         assert ir_measures_per_query(run, qrels, ["Judged@5"])[1]["Judged@5"].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("name", ["RR(rel=0)@2", "RBP(p=0.5,rel=0)", "P(rel=0)@2", "P(rel=-1)@2",
+                                  "P(rel=2.5)@2", "precision(rel=0)@2"])
+def test_a_relevance_level_of_0_or_below_or_a_fraction_in_an_ir_measures_name_is_refused(name):
+    """Grades of 0 and below are judged not relevant at every level: rel=0 read as the default
+    (RR(rel=0)@2 0.5 where ir_measures' msmarco counts the grade-0 document, 1.0). ir_measures
+    refuses rel=-1 and rel=2.5 (a whole grade); so does the library now."""
+    with pytest.raises(ValueError, match="above 0"):
+        parse_metric(name)
+    with pytest.raises(ValueError, match="`relevance_level` must be a number above 0"):
+        rm.RetrievalMetrics(["precision@2"], relevance_level=0)

@@ -57,8 +57,10 @@ def _optional_int(value: Any) -> bool:
 
 
 def _optional_level(value: Any) -> bool:
+    # (above 0: grades of 0 and below are judged not relevant at every level)
     return value is None or (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value) and value > 0
     )
 
 
@@ -120,7 +122,7 @@ OPTIONS: dict[str, Option] = {
         Option("relevance_level", None, "measures", "the lowest grade that is relevant "
                "(trec_eval -l, ir_measures' rel=; in a name: precision(rel=2)@5); grades below "
                "it are judged not relevant. None: every grade > 0",
-               valid=_optional_level, expected="a number or None"),
+               valid=_optional_level, expected="a number above 0, or None"),
         Option("judged_only", False, "measures", "score the condensed list: unjudged "
                "documents leave the ranking first (trec_eval -J; in a name: "
                "ndcg(judged_only=true)@10)", valid=lambda value: isinstance(value, bool),

@@ -356,6 +356,10 @@ def _ir_measures_spec(text: str) -> MetricSpec | None:
         for spelled, gain in _IR_DCG.items():
             params = params.replace(f"dcg={spelled}", f"dcg={gain}")
     written = dict(_name_options(text, measure, params, _IR_KEYS))
+    level = written.get("relevance_level")
+    if level is not None and not isinstance(level, int):
+        # (ir_measures reads rel as an integer grade, and refuses another)
+        raise ValueError(f"metric {text!r}: `rel` is a whole grade above 0, got {level!r}")
     options = dict(implied)
     if base == "rbp" and "relevance_level" in written:
         options["gain"] = "binary"  # cwl_eval's RBP(rel=N): binary relevance at level N
