@@ -129,3 +129,20 @@ def test_write_run_refusals(judged, capsys):
     status, _, err = evaluate(capsys, "--run", str(tmp / "given.txt"), "--qrels",
                               str(tmp / "qrels.tsv"), "--write-run", str(tmp / "r.txt"))
     assert status != 0 and "a --run is a run already" in err
+
+
+def test_a_scored_run_is_ranked_by_its_float32_scores_as_trec_eval_ranks_it(tmp_path):
+    """trec_eval holds scores as float32: 0.100000001 and 0.1 tie there, and the tie goes to the
+    document id in descending byte order (d2 before d1). The readers ranked by float64 and put
+    d1 first: P@1 1 where pytrec_eval gives 0. 16777217 and 16777216 (JSON integers) tie too."""
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 0.100000001 x\nq1 Q0 d2 2 0.1 x\nq1 Q0 d0 3 0.05 x\n")
+    lists, _ = read_run(run)
+    assert lists == {"q1": ["d2", "d1", "d0"]}
+    nested = tmp_path / "run.json"
+    nested.write_text(json.dumps({"q1": {"a": 16777217, "b": 16777216, "c": 1}}))
+    assert read_run(nested)[0] == {"q1": ["b", "a", "c"]}
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    scored = {"q1": {"d1": 0.100000001, "d2": 0.1, "d0": 0.05}}
+    got = pytrec_eval.RelevanceEvaluator({"q1": {"d1": 1}}, {"P_1", "recip_rank"}).evaluate(scored)
+    assert got["q1"]["P_1"] == 0.0 and got["q1"]["recip_rank"] == 0.5  # d1 second there too

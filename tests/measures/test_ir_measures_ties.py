@@ -146,13 +146,12 @@ def test_every_accepted_string_equals_its_provider_on_a_tied_run():
 
 
 def test_the_tie_order_matters_on_this_run():
-    """On the same run ranked by score in float64, ties by document id descending (the lists a
-    TREC run file is read as), the strings of the providers with another tie rule differ from
-    them, pytrec_eval's too (its float32 ties), gdeval's ERR does not (its very rule): the
-    test above has teeth."""
+    """On the same run ranked by score in float64, ties by document id descending (gdeval's
+    rule), the strings of the providers with another tie rule differ from them, pytrec_eval's
+    too (its float32 ties), gdeval's ERR does not (its very rule): the test above has teeth."""
     qrels, run = tied_collection()
     qids = sorted(qrels)
-    ranked = [trec_eval_order(run.get(q, {})) for q in qids]
+    ranked = [trec_eval_order(run.get(q, {}), as_float32=False) for q in qids]
     table = rank_lists(ranked, [qrels[q] for q in qids], judged_documents=True)
     options = MeasureOptions(empty_queries="zero")
     for name in ("Judged@10", "RR@5", "RBP(p=0.8)", "RBP(p=0.5,rel=2)", "nDCG@10", "ERR@10"):

@@ -20,9 +20,10 @@ def trec_run_to_lists(
 ) -> tuple[list[list[str]], list[dict[str, int]], list[str]]:
     """A TREC run (qid -> docid -> score) and qrels (qid -> docid -> grade) as ranked lists.
 
-    Documents are ordered by decreasing score, ties by document id in descending byte order
-    (trec_eval's rule). Queries are those of the qrels, sorted; a query missing from the run gets
-    an empty list (it scores 0, as ``trec_eval -c``). Returns (ranked ids, relevance dicts, qids).
+    Documents are ordered by decreasing score (compared as float32, as trec_eval holds scores),
+    ties by document id in descending byte order (trec_eval's rule). Queries are those of the
+    qrels, sorted; a query missing from the run gets an empty list (it scores 0, as ``trec_eval
+    -c``). Returns (ranked ids, relevance dicts, qids).
     """
     qids = sorted(qrels)
     ranked, relevant = [], []

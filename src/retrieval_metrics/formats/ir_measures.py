@@ -40,7 +40,7 @@ def provider_order(scores: Mapping[str, float], provider: Provider) -> list[str]
     else:
         values = {doc: float(score) for doc, score in scores.items()}
     if provider.order == "id_descending":
-        order = trec_eval_order(values)
+        order = trec_eval_order(values, as_float32=provider.float32)
     elif provider.order == "id_ascending":
         order = sorted(values, key=lambda doc: (-values[doc], doc))
     else:  # the run's order: a stable sort by score

@@ -21,11 +21,12 @@ Judgments (qrels):
 A qrels file judges each (query, document) once: the same judgment repeated is kept once, and
 one judged again at another grade is refused, naming the line (which grade holds is unknown).
 
-Scored runs are ranked as trec_eval ranks them: by decreasing score, ties by document id in
-descending byte order (the file's rank column and its order of lines do not matter); a scored
-run holds one score per document, so a document listed twice for a query is an error, as in
-trec_eval. A ``.jsonl`` list is taken in the order given. A grade >= 1 is relevant; a query whose
-judgments hold no relevant document is unanswerable and follows the metric's ``empty_queries``.
+Scored runs are ranked as trec_eval ranks them: by decreasing score (as float32, as trec_eval
+holds it), ties by document id in descending byte order (the file's rank column and its order
+of lines do not matter); a scored run holds one score per document, so a document listed twice
+for a query is an error, as in trec_eval. A ``.jsonl`` list is taken in the order given. A grade
+>= 1 is relevant; a query whose judgments hold no relevant document is unanswerable and follows
+the metric's ``empty_queries``.
 Ids are compared as text: ``7`` and ``"7"`` are the same document.
 
 Every reader stops at the first bad line with a :class:`FormatError` that names the file, the
@@ -55,6 +56,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from retrieval_metrics.formats.errors import FormatError
 from retrieval_metrics.formats.json_files import (
@@ -210,11 +213,18 @@ def _read_beir_qrels(path: Path) -> Qrels:
 # ---------------------------------------------------------------------------- public readers
 
 
-def trec_eval_order(scores: Mapping[str, float]) -> list[str]:
+def trec_eval_order(scores: Mapping[str, float], *, as_float32: bool = True) -> list[str]:
     """One query's document ids by decreasing score, ties by document id in descending byte
     order (trec_eval's rule; the one place it is written, for the readers here and
-    :func:`retrieval_metrics.formats.converters.trec_run_to_lists`)."""
-    return sorted(scores, key=lambda doc: (-scores[doc], _descending_bytes(doc)))
+    :func:`retrieval_metrics.formats.converters.trec_run_to_lists`). The scores compare as
+    float32, as trec_eval holds them (0.100000001 and 0.1 tie there); ``as_float32=False``
+    compares them as given (gdeval's rule)."""
+    docs = list(scores)
+    values = np.asarray([scores[doc] for doc in docs], dtype=np.float64)
+    if as_float32:
+        values = values.astype(np.float32)
+    score = dict(zip(docs, values.tolist(), strict=True))
+    return sorted(docs, key=lambda doc: (-score[doc], _descending_bytes(doc)))
 
 
 def _descending_bytes(doc: str) -> tuple[int, ...]:
