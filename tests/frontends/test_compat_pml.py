@@ -579,3 +579,13 @@ def test_ranking_stopped_at_k_equals_the_whole_ranking(monkeypatch, k):
 
     monkeypatch.setattr(compat, "rank_embeddings", whole)
     assert_same(calc.get_accuracy(emb, labels), stopped, rtol=1e-12)
+
+
+def test_a_nan_embedding_is_refused_as_such():
+    """With the query as the reference, NaN != NaN made the check of ref_includes_query fail
+    first, with a message about the reference's first elements; the embeddings' own check
+    names the NaN."""
+    x = torch.randn(12, 4)
+    x[3, 1] = float("nan")
+    with pytest.raises(ValueError, match="`query` contains NaN or infinite values"):
+        AccuracyCalculator().get_accuracy(x, torch.arange(12) % 3)
