@@ -435,3 +435,15 @@ def test_two_gloo_processes_uneven_batches_equal_torchmetrics_single_process(tmp
         for rank, result in enumerate(results):
             np.testing.assert_allclose(result[key], float(peer), atol=1e-6,
                                        err_msg=f"{key} rank {rank}")
+
+
+def test_auroc_ranks_large_logits_as_given_where_torchmetrics_ties_them():
+    """torchmetrics' AUROC passes scores outside [0, 1] through a float32 sigmoid, which makes
+    30 and 20 both 1.0 (a tie: 0.5); the compat module ranks them as given (the documented
+    difference, coming-from/torchmetrics.md), and agrees where the sigmoid keeps them apart."""
+    target = torch.tensor([1, 0])
+    large, small = torch.tensor([30.0, 20.0]), torch.tensor([3.0, 2.0])
+    assert float(TF.retrieval_auroc(large, target)) == 0.5
+    assert float(C.retrieval_auroc(large, target)) == 1.0
+    assert float(C.retrieval_auroc(small, target)) == float(
+        TF.retrieval_auroc(small, target)) == 1.0
