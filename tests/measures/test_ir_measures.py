@@ -581,3 +581,36 @@ def test_a_relevance_level_of_0_or_below_or_a_fraction_in_an_ir_measures_name_is
         parse_metric(name)
     with pytest.raises(ValueError, match="`relevance_level` must be a number above 0"):
         rm.RetrievalMetrics(["precision@2"], relevance_level=0)
+
+
+def test_negative_grades_are_no_judgment_for_bpref_and_condensed_lists():
+    """trec_eval reads a negative grade (the TREC Web track's -2, spam) as no judgment: bpref
+    does not count the document among the judged non-relevant ones, and a condensed list
+    (judged_only) drops it; ir_measures' Judged@K counts it as judged. By hand, judgments
+    a: 1 and b: -1 and the run b, a: Bpref 1 (N = 0), the condensed list [a] scores 1 in
+    nDCG@1, P@1, RR and AP; Judged@1 is 1 (b is judged). The library read b as judged not
+    relevant: 0, 0, 0, 1/2, 1/2. Then random collections with grades -2..3, per query,
+    against ir_measures."""
+    names = ["Bpref", "nDCG(judged_only=True)@1", "P(judged_only=True)@1", "RR(judged_only=True)",
+             "AP(judged_only=True)", "Judged@1", "bpref", "ndcg(judged_only=true)@1"]
+    m = rm.RetrievalMetrics(names)
+    m.set_dtype(torch.float64)
+    m.update(ranked_ids=[["b", "a"]], relevant_ids=[{"a": 1, "b": -1}])
+    assert {k: float(v) for k, v in m.compute().items()} == dict.fromkeys(names, 1.0)
+    strings = ["Bpref", "nDCG(judged_only=True)@5", "P(judged_only=True)@3", "AP(judged_only=True)",
+               "RR(judged_only=True)", "Rprec(judged_only=True)", "Judged@5", "nDCG@5", "P@3"]
+    rng = random.Random(7)
+    for _ in range(10):
+        qrels, run = {}, {}
+        for q in range(8):
+            docs = [f"d{i}" for i in rng.sample(range(40), 20)]
+            qrels[str(q)] = {d: rng.choice([-2, -1, 0, 1, 2, 3]) for d in rng.sample(docs, 12)}
+            run[str(q)] = {d: float(rng.randrange(1000)) for d in docs}
+        qids, got = ir_measures_per_query(run, qrels, strings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = {(str(r.measure), r.query_id): r.value for r in ir_measures.iter_calc(
+                [ir_measures.parse_measure(s) for s in strings], qrels, run)}
+        for name in strings:
+            for i, q in enumerate(qids):
+                assert float(got[name][i]) == pytest.approx(want[name, q], abs=1e-9), (name, q)

@@ -73,7 +73,13 @@ class RankTable:
             lists read (:mod:`retrieval_metrics.functional.measures.judged`). ``None`` where
             relevance is not by judgments, or no measure asked for them.
         num_nonrelevant: optional ``(Q,)`` int64, the judged documents of the query that are
-            not relevant, in the gallery or not (bpref's N); present with ``judged_ptr``.
+            not relevant, in the gallery or not; present with ``judged_ptr``.
+        judged_grade: optional float64, the grade (<= 0; below the level at a relevance level)
+            of each located judged non-relevant document, as ``judged_above``.
+        num_negative: optional ``(Q,)`` int64, those of ``num_nonrelevant`` judged with a
+            negative grade, in the gallery or not: trec_eval reads them as unjudged (bpref and
+            the condensed lists: :func:`~retrieval_metrics.functional.measures.judged.
+            as_trec_eval_judges`), ir_measures' Judged@K as judged.
     """
 
     ptr: Tensor
@@ -93,6 +99,8 @@ class RankTable:
     judged_above: Tensor | None = None
     judged_tied: Tensor | None = None
     num_nonrelevant: Tensor | None = None
+    judged_grade: Tensor | None = None
+    num_negative: Tensor | None = None
 
     @property
     def num_queries(self) -> int:
@@ -242,6 +250,8 @@ TABLE_PARTS: tuple[TablePart, ...] = (
     TablePart("judged_above", "judged", torch.int64, optional=True),
     TablePart("judged_tied", "judged", torch.int64, optional=True),
     TablePart("num_nonrelevant", "query", torch.int64, optional=True),
+    TablePart("judged_grade", "judged", torch.float64, optional=True, fill=float("nan")),
+    TablePart("num_negative", "query", torch.int64, optional=True),
 )
 #: name of the per-query int64 bitmask saying which optional parts the query's table had
 PRESENT = "present"

@@ -32,6 +32,7 @@ from retrieval_metrics.functional.primitives import flat_nonzero, order_by_row
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = [
+    "as_trec_eval_judges",
     "at_level",
     "bpref_per_query",
     "condensed",
@@ -77,6 +78,27 @@ def _merged(table: RankTable) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return query[order], above[order], tied[order], order
 
 
+def as_trec_eval_judges(table: RankTable) -> RankTable:
+    """``table`` with the documents judged with a negative grade (the TREC Web track's -2,
+    spam) unjudged, as trec_eval reads them (a negative relevance is no judgment there): what
+    bpref and the condensed lists read. Judged@K counts them, as ir_measures' judged does."""
+    grade, negative = table.judged_grade, table.num_negative
+    if grade is None or negative is None or not bool((negative > 0).any()):
+        return table
+    assert table.judged_ptr is not None and table.num_nonrelevant is not None
+    keep = grade >= 0
+    query = row_of_entries(table.judged_ptr)[keep]
+    return replace(
+        table,
+        judged_ptr=ptr_from_counts(torch.bincount(query, minlength=table.num_queries)),
+        judged_above=None if table.judged_above is None else table.judged_above[keep],
+        judged_tied=None if table.judged_tied is None else table.judged_tied[keep],
+        judged_grade=grade[keep],
+        num_nonrelevant=table.num_nonrelevant - negative,
+        num_negative=torch.zeros_like(negative),
+    )
+
+
 def judged_view(table: RankTable, what: str = "Judged@K") -> RankTable:
     """Binary table whose relevant items are every located judged document (any grade): what
     Judged@K counts, and the RBP residual leaves out (``what`` names the measure in a
@@ -101,9 +123,11 @@ def condensed(table: RankTable) -> RankTable:
     """The table of the condensed list: each query's ranking with its unjudged documents removed
     (trec_eval ``-J``, ir_measures' ``judged_only=True``). A document's new ``above`` is the
     judged documents scored strictly higher, its ``tied`` the judged documents of its score;
-    the gallery is the judged documents in it. Needs every judged document placed."""
+    the gallery is the judged documents in it. Needs every judged document placed. A
+    document judged with a negative grade leaves too (:func:`as_trec_eval_judges`)."""
     require_judged(table, "a condensed list (judged_only)")
     _require_whole(table, "a condensed list (judged_only)")
+    table = as_trec_eval_judges(table)
     query, above, _, order = _merged(table)
     n = query.numel()
     # runs of one query and one score: their start is the judged documents above, their
@@ -178,6 +202,8 @@ def at_level(table: RankTable, level: float) -> RankTable:
             judged_tied=tied[order],
             num_nonrelevant=table.num_nonrelevant + table.num_relevant - num_relevant,
         )
+        if table.judged_grade is not None:
+            changes["judged_grade"] = torch.cat([table.judged_grade, grade[drop]])[order]
     return replace(table, **changes)
 
 
@@ -208,7 +234,8 @@ def bpref_per_query(table: RankTable, ties: str = DEFAULT_TIES) -> Tensor:
     """bpref (Buckley and Voorhees, SIGIR 2004) as trec_eval computes it: with R relevant and
     N judged non-relevant documents, each relevant document ranked adds
     ``1 - min(n, R) / min(N, R)`` (1 when N = 0), n the judged non-relevant documents ranked
-    above it; the sum is divided by R. Unjudged documents take no part.
+    above it; the sum is divided by R. Unjudged documents take no part, nor do those judged
+    with a negative grade (:func:`as_trec_eval_judges`).
 
     A judged non-relevant document tied with a relevant one is above it in a random half of the
     orders: under "expected" ties the number n is n0 + J with J uniform over 0..s (s of them
@@ -220,6 +247,7 @@ def bpref_per_query(table: RankTable, ties: str = DEFAULT_TIES) -> Tensor:
     """
     require_judged(table, "bpref")
     _require_whole(table, "bpref")
+    table = as_trec_eval_judges(table)
     assert table.judged_ptr is not None and table.num_nonrelevant is not None
     if ties == "id" and bool((table.tied != 1).any()):
         raise ValueError("ties='id' needs a ranking with no ties left; choose another `ties`")

@@ -141,6 +141,8 @@ def split_judged(table: RankTable, whole_ranking: bool) -> RankTable:
             judged_above=empty,
             judged_tied=empty.clone(),
             num_nonrelevant=torch.zeros(table.num_queries, dtype=torch.int64),
+            judged_grade=torch.zeros(0, dtype=torch.float64),
+            num_negative=torch.zeros(table.num_queries, dtype=torch.int64),
         )
     assert table.ideal_grade is not None and table.ideal_ptr is not None
     positive = table.grade > 0
@@ -167,6 +169,8 @@ def split_judged(table: RankTable, whole_ranking: bool) -> RankTable:
         "judged_above": table.above[~positive],
         "judged_tied": table.tied[~positive],
         "num_nonrelevant": num_judged - num_relevant,
+        "judged_grade": table.grade[~positive],
+        "num_negative": count(owner[table.ideal_grade < 0]),
     }
     if table.num_absent is not None and whole_ranking:
         changes["num_absent"] = num_relevant - listed_relevant
