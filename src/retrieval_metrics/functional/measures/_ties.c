@@ -39,6 +39,17 @@ static int is_vector(const Py_buffer *view, Py_ssize_t itemsize) {
     return strcmp(view->format, "B") == 0 || strcmp(view->format, "?") == 0;
 }
 
+/* The buffers of objs[0 .. count - 1], C-contiguous, those from first_output on writable: how
+ * many were taken (count, or fewer with a Python error set); the caller releases those. */
+static int take_buffers(PyObject **objs, Py_buffer *views, int count, int first_output) {
+    for (int taken = 0; taken < count; taken++) {
+        int writable = taken >= first_output ? PyBUF_WRITABLE : 0;
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | writable;
+        if (PyObject_GetBuffer(objs[taken], &views[taken], flags) < 0) return taken;
+    }
+    return count;
+}
+
 #define NUM_BUFFERS 11
 
 static PyObject *binary_groups(PyObject *self, PyObject *args) {
@@ -48,12 +59,9 @@ static PyObject *binary_groups(PyObject *self, PyObject *args) {
         return NULL;
     /* inputs: ptr, above, tied; outputs: the rest */
     Py_buffer views[NUM_BUFFERS];
-    int taken = 0;
     PyObject *result = NULL;
-    for (; taken < NUM_BUFFERS; taken++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (taken >= 3 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[taken], &views[taken], flags) < 0) goto finally;
-    }
+    int taken = take_buffers(objs, views, NUM_BUFFERS, 3);
+    if (taken < NUM_BUFFERS) goto finally;
     Py_ssize_t num_q = views[0].shape[0] - 1, n = views[1].shape[0];
     int ok = num_q >= 0 && views[2].shape[0] == n && views[10].shape[0] >= num_q;
     for (int b = 0; b < NUM_BUFFERS && ok; b++) {
@@ -147,12 +155,9 @@ static PyObject *precision_sums(PyObject *self, PyObject *args) {
         return NULL;
     /* inputs: above, size, relevant, before, cutoff; outputs: out, long_index */
     Py_buffer views[NUM_SUM_BUFFERS];
-    int taken = 0;
     PyObject *result = NULL;
-    for (; taken < NUM_SUM_BUFFERS; taken++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (taken >= 5 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(objs[taken], &views[taken], flags) < 0) goto finally;
-    }
+    int taken = take_buffers(objs, views, NUM_SUM_BUFFERS, 5);
+    if (taken < NUM_SUM_BUFFERS) goto finally;
     Py_ssize_t n = views[0].shape[0];
     int ok = 1;
     for (int b = 0; b < NUM_SUM_BUFFERS && ok; b++) {
