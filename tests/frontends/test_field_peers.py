@@ -657,3 +657,15 @@ def test_t16_ann():
     # epsilon is absolute: a run distance 2.0005 still counts, 2.0015 does not
     assert ann_benchmarks_ranks([[1.0, 2.0005]], [[1.0, 2.0, 2.0, 3.0]], 2)[0] == [[1, 2]]
     assert ann_benchmarks_ranks([[1.0, 2.0015]], [[1.0, 2.0, 2.0, 3.0]], 2)[0] == [[1]]
+
+
+@pytest.mark.parametrize(
+    ("run", "true", "name"),
+    [
+        ([[1.0], [1.0, 2.0]], [[1.0, 2.0], [1.0, 2.0]], "run_distances"),
+        ([[1.0, 2.0]], [["a", "b"]], "true_distances"),
+    ],
+)
+def test_ann_ragged_or_non_numeric_distances_name_the_argument(run, true, name):
+    with pytest.raises(ValueError, match=f"`{name}` must be a \\(queries, items\\) matrix"):
+        ann_benchmarks_ranks(run, true, 2)

@@ -20,7 +20,9 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from retrieval_metrics.functional import rank_embeddings
 from retrieval_metrics.metrics.crossmodal import _NOT_APPLICABLE as NOT_APPLICABLE
+from retrieval_metrics.metrics.protocols import HIT_RATE_RECALL_PROTOCOLS
 from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS, apply_protocol
 
 TOL = 1e-6
@@ -182,7 +184,7 @@ def test_vsepp_percent_and_medr_formula():
 #
 # Positives = database items within 25 m (UTM, inclusive); recall@N = share of ALL queries with
 # a positive in the top N (queries with no positive count as misses), in percent; N = 1, 5, 10,
-# 20. NetVLAD ranks with faiss IndexFlatL2; the protocol leaves the similarity to the caller.
+# 20. NetVLAD ranks with faiss IndexFlatL2: the protocol sets similarity="euclidean".
 
 T15_DB = [[0.0, 0.0], [25.0, 0.0], [25.0000001, 0.0], [100.0, 100.0]]
 T15_QUERIES = [[0.0, 0.0], [500.0, 500.0]]
@@ -252,6 +254,112 @@ def test_netvlad_random_against_the_loop(seed, num_q, num_db):
     assert int((m.rank_table().num_relevant == 0).sum()) > 0  # misses kept in the denominator
 
 
+def test_netvlad_ranks_by_l2_as_faiss_indexflatl2():
+    """Descriptors that are not unit-length: the query (1, 0) is nearer (L2) to the positive
+    (1.1, 0.2), 0.22 away, than to (3, 0), 2 away, but less aligned with it (cosine 0.98 vs 1).
+    faiss' IndexFlatL2 ranks the positive first: recall@1 = 100 %."""
+    m = rm.HitRateAtK(k=1, protocol="netvlad")
+    m.update(torch.tensor([[1.0, 0.0]]), role="query", positions=[[0.0, 0.0]])
+    m.update(
+        torch.tensor([[3.0, 0.0], [1.1, 0.2]]), role="gallery", positions=[[900.0, 0.0], [5.0, 0.0]]
+    )
+    assert float(m.compute()) == approx(100.0)
+
+
+def test_netvlad_exact_ties_in_faiss_order_with_ids():
+    """Two identical database images, the first (index 0) no positive, the second one: faiss
+    lists index 0 first, so recall@1 = 0 %. ties="id" with the database indices as ids gives
+    that order; the default expectation over the tie's orders gives 50 %."""
+    def run(**options):
+        m = rm.HitRateAtK(k=1, protocol="netvlad", **options)
+        m.update(torch.tensor([[0.0, 1.0]]), role="query", positions=[[0.0, 0.0]], ids=[100])
+        m.update(
+            torch.tensor([[0.0, 2.0], [0.0, 2.0], [5.0, 5.0]]), role="gallery",
+            positions=[[900.0, 0.0], [10.0, 0.0], [0.0, 5.0]], ids=[0, 1, 2],
+        )
+        return float(m.compute())
+
+    assert run(ties="id") == approx(0.0)
+    assert run() == approx(50.0)
+
+
+# UTM coordinates of a database image 25.2 m north of the query: no positive in float64, but
+# float32 keeps half a metre at northings of 4.5e6 (25.0 m), enough to make it one
+UTM_QUERY = [[584000.0, 4477000.4]]
+UTM_DB = [[584000.0, 4477025.6], [584500.0, 4477500.0]]
+
+
+def test_positions_from_python_lists_are_read_as_float64():
+    q = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    g = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    m = rm.HitRateAtK(k=1, protocol="netvlad")
+    m.update(q, role="query", positions=UTM_QUERY)
+    m.update(g, role="gallery", positions=UTM_DB)
+    assert float(m.compute()) == 0.0
+    table = rank_embeddings(
+        q, g, relevance="radius", radius=25.0, query_positions=UTM_QUERY,
+        gallery_positions=UTM_DB,
+    )
+    assert table.num_relevant.tolist() == [0]
+    # the same positions in float32 read 25.0 m (a positive), and warn
+    with pytest.warns(UserWarning, match="`query_positions` arrived as float32"):
+        table = rank_embeddings(
+            q, g, relevance="radius", radius=25.0,
+            query_positions=np.array(UTM_QUERY, dtype=np.float32),
+            gallery_positions=np.array(UTM_DB, dtype=np.float32),
+        )
+    assert table.num_relevant.tolist() == [1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, torch.float32, torch.bfloat16])
+def test_low_precision_positions_warn(dtype):
+    pos = np.array([[100.0, 200.0]])  # (float16 cannot hold a UTM coordinate at all)
+    given = pos.astype(dtype) if isinstance(dtype, type) else torch.from_numpy(pos).to(dtype)
+    m = rm.HitRateAtK(k=1, protocol="netvlad")
+    with pytest.warns(UserWarning, match="`positions` arrived as .*pass float64 positions"):
+        m.update(torch.ones(1, 2), role="query", positions=given)
+
+
+@pytest.mark.parametrize(
+    ("query_positions", "gallery_positions", "message"),
+    [
+        ([["a", "b"]], [[0.0, 0.0]], r"`positions` must be numbers, an \(1, P\) array"),
+        ([[0.0, 0.0]], [[0.0, 0.0, 0.0]], "same number of coordinates, got 2 and 3"),
+    ],
+)
+def test_bad_positions_name_the_argument(query_positions, gallery_positions, message):
+    m = rm.HitRateAtK(k=1, protocol="netvlad")
+    with pytest.raises(ValueError, match=message):
+        m.update(torch.ones(1, 2), role="query", positions=query_positions)
+        m.update(torch.ones(1, 2), role="gallery", positions=gallery_positions)
+        m.compute()
+
+
+@pytest.mark.parametrize("protocol", ["vsepp", "pml", "torchreid", "market1501_official",
+                                      "netvlad", "msls"])
+def test_recall_is_refused_where_the_field_means_the_hit_rate(protocol):
+    """Under these fields' protocols "Recall@K" is the hit rate: one query with 4 relevant
+    items, the first ranked one of them, has NetVLAD's recall@1 = 1 but IR recall@1 = 0.25.
+    The library's recall@K is refused there rather than printed under the field's name."""
+    for make in (
+        lambda: rm.RetrievalMetrics(["recall@1", "hit_rate@1"], protocol=protocol),
+        lambda: rm.RecallAtK(k=(1, 5), protocol=protocol),
+        lambda: rm.RetrievalMetrics(["recall"], protocol=protocol),
+    ):
+        with pytest.raises(ValueError, match=f"under protocol='{protocol}'.*hit_rate@"):
+            make()
+    m = rm.RetrievalMetrics(["hit_rate@1"], protocol=protocol)
+    m.update(ranked_ids=[["a", "x", "b"]], relevant_ids=[["a", "b", "c", "d"]])
+    assert float(m.compute()["hit_rate@1"]) in (1.0, 100.0)
+
+
+@pytest.mark.parametrize("protocol", [None, "trec_eval", "beir", "ann_benchmarks"])
+def test_recall_stays_the_ir_measure_elsewhere(protocol):
+    m = rm.RetrievalMetrics(["recall@1"], protocol=protocol)
+    m.update(ranked_ids=[["a", "x", "b"]], relevant_ids=[["a", "b", "c", "d"]])
+    assert float(m.compute()["recall@1"]) == approx(0.25)
+
+
 # ============================================================================================
 # MSLS (research/protocols.md 5): protocol="msls"
 # ============================================================================================
@@ -306,7 +414,11 @@ def test_msls_hand_case():
     by_m = rm.MeanAveragePrecision(k=5, similarity="dot", relevance="radius")
     msls_update(by_m)
     assert float(by_m.compute()) == approx((0.5 + (1 + 2 / 3 + 3 / 5) / 6) / 2)
-    vpr = rm.HitRateAtK(k=(1, 5), protocol="netvlad", similarity="dot")
+    # netvlad's options but its L2 ranking (these cases fix the ranking by dot products)
+    vpr = rm.HitRateAtK(
+        k=(1, 5), relevance="radius", radius=25.0, empty_queries="zero", percent=True,
+        similarity="dot",
+    )
     msls_update(vpr)
     assert values(vpr) == {"hit_rate@1": approx(100 / 3), "hit_rate@5": approx(200 / 3)}
 
@@ -559,6 +671,11 @@ def test_every_metric_class_is_listed():
 @pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
 @pytest.mark.parametrize("make", CLASSES, ids=lambda f: type(f()).__name__)
 def test_every_protocol_constructs_on_every_class(make, protocol):
+    if isinstance(make(), rm.RecallAtK) and protocol in HIT_RATE_RECALL_PROTOCOLS:
+        # these fields' Recall@K is the hit rate: the IR measure is refused under their name
+        with pytest.raises(ValueError, match="the field's Recall@5 is the hit rate"):
+            make(protocol=protocol)
+        return
     metric = make(protocol=protocol)
     assert metric.protocol == protocol
     fixed, description = PROTOCOLS[protocol]
@@ -590,6 +707,7 @@ def test_every_protocol_constructs_on_every_class(make, protocol):
         ("market1501_official", {"empty_queries": "error"}),
         ("netvlad", {"radius": 10.0}),
         ("netvlad", {"empty_queries": "error"}),
+        ("netvlad", {"similarity": "dot"}),
         ("msls", {"divisor": "retrieved"}),
         ("msls", {"radius": 50.0}),
         ("ann_benchmarks", {"ties": "pessimistic"}),

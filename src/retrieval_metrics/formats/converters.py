@@ -6,6 +6,7 @@ distances as ranks whose recall is its distance-threshold recall (:func:`ann_ben
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -35,6 +36,16 @@ def trec_run_to_lists(
     return ranked, relevant, qids
 
 
+def _distances(name: str, value: Any) -> Tensor:
+    try:
+        return torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"`{name}` must be a (queries, items) matrix of distances (a short result padded "
+            f"with inf, as ann-benchmarks stores it), got {type(value).__name__} ({err})"
+        ) from None
+
+
 def ann_benchmarks_ranks(
     run_distances: Tensor | Sequence[Sequence[float]],
     true_distances: Tensor | Sequence[Sequence[float]],
@@ -49,8 +60,8 @@ def ann_benchmarks_ranks(
     """
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`k` must be a positive int, got {k!r}")
-    run = torch.as_tensor(run_distances, dtype=torch.float64)
-    true = torch.as_tensor(true_distances, dtype=torch.float64)
+    run = _distances("run_distances", run_distances)
+    true = _distances("true_distances", true_distances)
     if run.dim() != 2 or true.dim() != 2 or run.shape[0] != true.shape[0]:
         raise ValueError(
             "`run_distances` and `true_distances` must be (queries, items) with the same number "

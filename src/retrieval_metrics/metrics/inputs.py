@@ -8,7 +8,6 @@ only when they hold whole numbers their dtype stores exactly.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings, load_npy
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.relevance.rules import as_positions
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
 __all__ = ["as_corpus", "as_embeddings", "item_tensors", "num_batches", "per_item", "read_ids",
@@ -65,25 +64,6 @@ def per_item(name: str, value: Tensor, n: int) -> Tensor:
     return value
 
 
-def _positions(positions: Any, n: int, scan: bool) -> Tensor:
-    if isinstance(positions, Tensor) and positions.dtype in (
-        torch.float32, torch.float16, torch.bfloat16
-    ):
-        warnings.warn(
-            f"`positions` arrived as {positions.dtype}, which keeps about 7 significant "
-            "digits (UTM eastings to a few centimetres, enough to move an item across "
-            "the radius); pass float64 positions",
-            UserWarning,
-            stacklevel=6,
-        )
-    pos = torch.as_tensor(positions, dtype=torch.float64)
-    if pos.dim() != 2 or pos.shape[0] != n:
-        raise ValueError(f"`positions` must have shape ({n}, P), got {tuple(pos.shape)}")
-    if scan and not all_finite(pos):
-        raise ValueError("`positions` contains NaN or infinite values")
-    return pos
-
-
 def item_tensors(
     emb: Tensor, relevance: str, labels: Any, ids: Any, cameras: Any, positions: Any,
     scan: bool = True,
@@ -97,7 +77,7 @@ def item_tensors(
         name: None if value is None else per_item(name, label_codes(value, name), n)
         for name, value in (("labels", labels), ("ids", ids), ("cameras", cameras))
     }
-    pos = None if positions is None else _positions(positions, n, scan)
+    pos = None if positions is None else as_positions("positions", positions, n, scan, 5)
     if relevance == "label" and codes["labels"] is None:
         raise ValueError('`labels` are needed with relevance="label"')
     if relevance == "radius" and pos is None:

@@ -20,7 +20,7 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.names import refuse_ambiguous_recall
 from retrieval_metrics.metrics.plotting import Plotted
-from retrieval_metrics.metrics.protocols import IR_PROTOCOLS, library_names
+from retrieval_metrics.metrics.protocols import IR_PROTOCOLS, library_names, refuse_field_recall
 from retrieval_metrics.metrics.retrieval import RetrievalMetric
 
 __all__ = [
@@ -86,6 +86,7 @@ class _AtK(Plotted, RetrievalMetric):
         _no_top_k(type(self), kwargs)
         super().__init__(**kwargs)
         self.k = cutoffs(k)
+        refuse_field_recall(self.protocol, self.metric_names())
 
     def metric_names(self) -> list[str]:
         return [f"{self.base}@{k}" for k in self.k]
@@ -247,6 +248,7 @@ class RetrievalMetrics(Plotted, RetrievalMetric):
                 spec, self.qrels is not None or self.protocol in IR_PROTOCOLS
             )
         names = [s.name for s in specs]
+        refuse_field_recall(self.protocol, names)
         if len(set(names)) != len(names):
             twice = {name for name in names if names.count(name) > 1}
             renamed = [

@@ -15,11 +15,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from retrieval_metrics.functional.measures import parse_metric
 from retrieval_metrics.functional.options import OPTIONS
 
 __all__ = [
     "EVALUATOR_NAMES",
     "EVALUATOR_REPORTS",
+    "HIT_RATE_RECALL_PROTOCOLS",
     "IR_PROTOCOLS",
     "NOT_GIVEN",
     "PROTOCOLS",
@@ -71,13 +73,18 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "a valid match count as 0",
     ),
     "netvlad": (
-        {"relevance": "radius", "radius": 25.0, "empty_queries": "zero", "percent": True},
-        "NetVLAD / VPR: positives within 25 m (inclusive), queries with no positive count as "
-        "misses, recall@N = hit rate @N for N = 1, 5, 10, 20",
+        {"relevance": "radius", "radius": 25.0, "empty_queries": "zero", "percent": True,
+         "similarity": "euclidean"},
+        "NetVLAD / VPR: L2 nearest neighbours (faiss IndexFlatL2), positives within 25 m "
+        "(inclusive), queries with no positive count as misses, recall@N = hit rate @N for "
+        "N = 1, 5, 10, 20, in percent as the VPR benchmark prints it. Exact ties: faiss keeps the "
+        "lower database index first; ties stay 'expected' here (equal whenever no tie touches a "
+        "positive), or pass ties='id' with the database's indices as ids for faiss' order",
     ),
     "msls": (
         {"relevance": "radius", "radius": 25.0, "empty_queries": "skip", "divisor": "min"},
-        "MSLS: queries with no positive skipped, mAP@K divided by min(m_q, K)",
+        "MSLS: queries with no positive skipped, mAP@K divided by min(m_q, K), recall@K = hit "
+        "rate @K; it scores a file of predictions, so the similarity is the caller's",
     ),
     "ann_benchmarks": (
         {"empty_queries": "zero", "ties": "optimistic"},
@@ -195,6 +202,31 @@ IR_PROTOCOLS = frozenset({"trec_eval", "beir", "mteb", "sentence_transformers", 
                           "haystack", "haystack<3.1", "ragas"})
 if not IR_PROTOCOLS <= set(PROTOCOLS):
     raise AssertionError(f"IR_PROTOCOLS names no protocol: {sorted(IR_PROTOCOLS - set(PROTOCOLS))}")
+
+#: the protocols of fields whose papers print "Recall@K" for the hit rate (a relevant item in the
+#: top K): under them the library's recall@K, the IR measure, is refused as ambiguous
+HIT_RATE_RECALL_PROTOCOLS = frozenset({"vsepp", "pml", "torchreid", "market1501_official",
+                                       "netvlad", "msls"})
+if not HIT_RATE_RECALL_PROTOCOLS <= set(PROTOCOLS):
+    raise AssertionError("HIT_RATE_RECALL_PROTOCOLS names an unknown protocol")
+
+
+def refuse_field_recall(protocol: str | None, names: Sequence[str]) -> None:
+    """Refuse the IR measure recall@K under a protocol whose field prints "Recall@K" for the
+    hit rate (VSE++'s R@K, metric learning's Recall@K, NetVLAD's and MSLS's recall@N): the
+    library's recall@K there would be a different number under the field's name."""
+    if protocol not in HIT_RATE_RECALL_PROTOCOLS:
+        return
+    for name in names:
+        spec = parse_metric(name)
+        if spec.base == "recall" and not spec.ir_measures:
+            k = spec.k if spec.k is not None else "K"
+            raise ValueError(
+                f"under protocol={protocol!r}, {name!r} would be the IR measure (the share of a "
+                f"query's relevant items in the top {k}), while the field's Recall@{k} is the hit "
+                f"rate (a relevant item in the top {k}): name it 'hit_rate@{k}' (HitRateAtK), or "
+                "drop the protocol for the IR measure"
+            )
 
 #: protocol -> (an evaluator's measure name -> the library's), for the names that differ. A name
 #: is looked up whole, else by its base before the cut-off ("accuracy@10" -> "hit_rate@10"), and

@@ -30,6 +30,7 @@ from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import encode_labels, label_codes
 from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
 from retrieval_metrics.functional.ranking.relevance import Relevance, build_relevance
+from retrieval_metrics.functional.ranking.relevance.rules import as_positions
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.functional.ranking.table_build import split_judged
@@ -277,11 +278,15 @@ def embedding_relevance(
     relevance_sets = build_relevance(
         Keys(
             q_labels, q_ids, per_item("query_cameras", query_keys.cameras, num_q),
-            per_item("query_positions", query_keys.positions, num_q),
+            None if query_keys.positions is None else as_positions(
+                "query_positions", query_keys.positions, num_q, scan, 3
+            ).cpu(),
         ),
         Keys(
             g_labels, g_ids, per_item("gallery_cameras", gallery_keys.cameras, num_g),
-            per_item("gallery_positions", gallery_keys.positions, num_g),
+            None if gallery_keys.positions is None else as_positions(
+                "gallery_positions", gallery_keys.positions, num_g, scan, 3
+            ).cpu(),
         ),
         (num_q, num_g),
         options,

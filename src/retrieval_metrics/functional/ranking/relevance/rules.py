@@ -6,18 +6,21 @@ items, sorted ascending within a query, with their grades where the rule has any
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts
+from retrieval_metrics.functional.primitives import all_finite
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
-__all__ = ["RULES", "label_csr"]
+__all__ = ["RULES", "as_positions", "label_csr"]
 
 #: (relevant rows, relevant items, grades or None)
 RelevantRows = tuple[Tensor, Tensor, "Tensor | None"]
@@ -41,6 +44,12 @@ def radius_relevant(
     radius = settings.radius
     if radius is None or not radius >= 0:
         raise ValueError(f"`radius` must be a non-negative number of metres, got {radius!r}")
+    widths = queries.positions.shape[1], gallery.positions.shape[1]
+    if widths[0] != widths[1]:
+        raise ValueError(
+            f"`positions` of queries and gallery items must have the same number of "
+            f"coordinates, got {widths[0]} and {widths[1]}"
+        )
     return (*_radius_csr(queries.positions, gallery.positions, float(radius)), None)
 
 
@@ -70,6 +79,41 @@ RULES: dict[str, Callable[..., RelevantRows]] = {
     "radius": radius_relevant,
     "ids": ids_relevant,
 }
+
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16, torch.float32, np.float16, np.float32)
+
+
+def as_positions(
+    name: str, positions: Any, n: int, scan: bool = True, stacklevel: int = 2
+) -> Tensor:
+    """Positions as the radius rule reads them: float64 ``(n, P)``, finite.
+
+    Python numbers are read as the doubles they are (``torch.as_tensor`` would make float32 of
+    them); positions that arrive in fewer than 64 bits warn, since a float32 UTM easting keeps
+    a few centimetres, enough to move an item across the radius. ``scan=False`` leaves the
+    NaN and infinity scan to the caller.
+    """
+    if getattr(positions, "dtype", None) in _LOW_PRECISION:
+        warnings.warn(
+            f"`{name}` arrived as {positions.dtype}, which keeps about 7 significant digits "
+            "(UTM eastings to a few centimetres, enough to move an item across the radius); "
+            "pass float64 positions",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
+    try:
+        pos = torch.as_tensor(positions, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"`{name}` must be numbers, an ({n}, P) array of coordinates, got "
+            f"{type(positions).__name__} ({err})"
+        ) from None
+    if pos.dim() != 2 or pos.shape[0] != n:
+        raise ValueError(f"`{name}` must have shape ({n}, P), got {tuple(pos.shape)}")
+    if scan and not all_finite(pos):
+        raise ValueError(f"`{name}` contains NaN or infinite values")
+    return pos
 
 
 def label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Tensor]:
