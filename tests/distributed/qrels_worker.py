@@ -200,6 +200,24 @@ def run(scenario: str, rank: int, world: int) -> dict:
         feed(metric, rank, world)
         return refused(metric)
     docs = data()[1]
+    if scenario in ("set_gallery_shards", "set_gallery_shards_sharded"):
+        # each process fixes its own half of the gallery (a gallery split over processes is
+        # update(role="gallery") with gallery_sharded=True): ranked against its half alone
+        metric = rm.RetrievalMetrics(
+            ["mrr"], gallery_sharded=scenario.endswith("_sharded"), similarity="dot"
+        )
+        t = torch.arange(rank * 10, rank * 10 + 10)
+        metric.set_gallery(docs[t], t % 3, ids=t)
+        metric.update(docs[:4], torch.arange(4) % 3, ids=torch.arange(100, 104), role="query")
+        return refused(metric)
+    if scenario == "different_options":
+        metric = rm.RetrievalMetrics(
+            ["mrr"], gallery_sharded=True, similarity="cosine" if rank == 0 else "dot"
+        )
+        t = torch.arange(rank * 10, rank * 10 + 10)
+        metric.update(docs[t], t % 3, ids=t, role="gallery")
+        metric.update(docs[:4], torch.arange(4) % 3, ids=torch.arange(100, 104), role="query")
+        return refused(metric)
     if scenario == "ids_on_some_processes":
         metric = rm.RetrievalMetrics(["mrr"])
         t = torch.arange(rank * 10, rank * 10 + 10)

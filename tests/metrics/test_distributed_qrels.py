@@ -24,7 +24,8 @@ SCORED = ["qrels", "qrels_fixed", "qrels_sharded", "qrels_ties_by_id", "qrels_fi
           "qrels_run_depth", "qrels_fixed_on_disk"]
 MEET = list(qrels_worker.IDS_DO_NOT_MEET)
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
-           "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids"]
+           "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids",
+           "set_gallery_shards", "set_gallery_shards_sharded", "different_options"]
 _RUNS: dict[int, list[dict]] = {}
 
 
@@ -73,6 +74,9 @@ def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_fa
     ("scenario", "named"),
     [
         ("different_qrels", "different `qrels`"),
+        ("set_gallery_shards", "different galleries with `set_gallery`"),
+        ("set_gallery_shards_sharded", "different galleries with `set_gallery`"),
+        ("different_options", "different options"),
         ("sharded_integer_ids_collide", "query ids are also document ids"),
         ("ids_on_some_processes", "`ids` were given on some processes"),
         ("ids_on_some_processes_lists", "with and without ids"),

@@ -3,6 +3,9 @@ the check of input values every entry point makes."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -121,3 +124,16 @@ def finite_flag(x: Tensor) -> Tensor:
     if not x.is_floating_point() or x.numel() == 0:
         return torch.ones((), dtype=torch.bool, device=x.device)
     return torch.isfinite(torch.stack(torch.aminmax(x))).all()
+
+
+def fingerprint(parts: Iterable[Tensor | bytes | str]) -> int:
+    """A 63-bit hash of ``parts`` (tensors by their values and shapes, read on the host), the
+    same in every process: what processes compare, after a sync, to find that they were given
+    different judgments, options or galleries. Never 0, which stands for "nothing given"."""
+    digest = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        if isinstance(part, Tensor):
+            digest.update(repr((str(part.dtype), tuple(part.shape))).encode())
+            part = part.detach().cpu().contiguous().numpy().tobytes()
+        digest.update(part.encode() if isinstance(part, str) else part)
+    return (int.from_bytes(digest.digest(), "little") >> 1) or 1

@@ -9,13 +9,14 @@ layer below takes its own options object whole from it: the measures' :class:`Me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
 from retrieval_metrics.functional.measures import MeasureOptions
 from retrieval_metrics.functional.measures.options import MEASURE_OPTION_NAMES
 from retrieval_metrics.functional.options import OPTIONS
+from retrieval_metrics.functional.primitives import fingerprint
 from retrieval_metrics.metrics.protocols import apply_protocol, protocol_name
 
 __all__ = ["MetricOptions"]
@@ -60,6 +61,16 @@ class MetricOptions(MeasureOptions):
         if unknown:
             raise TypeError(f"unexpected keyword argument {unknown[0]!r}")
         return cls(protocol=protocol_name(protocol), **apply_protocol(protocol, given))
+
+    @cached_property
+    def fingerprint(self) -> int:
+        """A hash of every option that decides a value (all but ``memory_budget``, which
+        bounds the work's memory only): processes that rank their own queries or shards and
+        merge the results must agree on it."""
+        return fingerprint(
+            repr((f.name, getattr(self, f.name)))
+            for f in fields(self) if f.name != "memory_budget"
+        )
 
     @cached_property
     def measures(self) -> MeasureOptions:

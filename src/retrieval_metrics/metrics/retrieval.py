@@ -115,13 +115,19 @@ class RetrievalMetric(RetrievalMetricBase):
         self.add_state("form", torch.zeros(len(kinds()), dtype=torch.int64), dist_reduce_fx="max")
         #: the ``form`` tensor last read or written and its bits (_form_bits)
         self._form_known: tuple[Tensor, list[int]] | None = None
-        # what every process must agree on, compared after the sync: the judgments' fingerprint
-        # (one row per process; the kinds of the keys are the base's state)
-        fingerprint = 0 if self.qrels is None else self.qrels.fingerprint
+        # what every process must agree on, compared after the sync (three entries a process;
+        # the kinds of the keys are the base's state): the judgments', the options' and the
+        # fixed gallery's fingerprints (0: none given; the gallery's is written by the updates
+        # ranked against it, so that a reset() leaves no stale one)
         self.add_state(
-            "qrels_fingerprint", torch.tensor([fingerprint], dtype=torch.int64),
+            "agreement",
+            torch.tensor(
+                [0 if self.qrels is None else self.qrels.fingerprint, self.options.fingerprint, 0],
+                dtype=torch.int64,
+            ),
             dist_reduce_fx="cat",
         )
+        self._gallery_print = 0
 
         self.store.add_side("q")
         self.store.add_side("g")
@@ -178,6 +184,7 @@ class RetrievalMetric(RetrievalMetricBase):
             ids = read_ids(ids)
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
         self._gallery = FixedGallery.set(self.context(), embeddings, keys)
+        self._gallery_print = FixedGallery.fingerprint(self._gallery)
         self._note_id_example("gallery", ids)
         self._forget_ranking()
 
@@ -240,6 +247,8 @@ class RetrievalMetric(RetrievalMetricBase):
         except BaseException:
             self.form = before
             raise
+        if form.kind == "fixed_gallery":
+            self.agreement[2] = self._gallery_print
         self._note_id_example(role or "query", ids)
 
     def run(self, k: int = 100, *, ids: Any = None) -> dict[str, list[tuple[str, float]]]:
@@ -342,21 +351,41 @@ class RetrievalMetric(RetrievalMetricBase):
         """What every process (and every update) must agree on, on the synced states: one
         input form, the same judgments, and each side's labels, ids and cameras all integers
         or all strings."""
-        n = self.form.numel()
-        bits = torch.cat([self.form.reshape(-1), self.key_kinds.reshape(-1)]).tolist()
-        self.store.check_kinds(bits[n:])
-        prints = self.qrels_fingerprint.reshape(-1)
-        if prints.numel() > 1 and bool((prints != prints[0]).any()):
-            raise ValueError(
-                f"{type(self).__name__}: the processes were given different `qrels` "
-                f"({torch.unique(prints).numel()} different judgments among {prints.numel()} "
-                "processes, compared by fingerprint); every process must score against the same "
-                "judgments"
-            )
+        n, kinds = self.form.numel(), self.key_kinds.numel()
+        # (one host read for the bits and the fingerprints)
+        bits = torch.cat(
+            [self.form.reshape(-1), self.key_kinds.reshape(-1), self.agreement.reshape(-1)]
+        ).tolist()
+        self.store.check_kinds(bits[n : n + kinds])
+        self._check_agreement(bits[n + kinds :])
         form = self._form_of_bits(bits[:n])
         if form is None:
             raise ValueError("no data: call `update` before `compute`")
         return form
+
+    def _check_agreement(self, prints: list[int]) -> None:
+        """Refuse processes that were given different judgments, options or fixed galleries:
+        each ranks its own queries (or shard) before the merge, so their results would be
+        mixed into one value. ``prints``: three fingerprints a process (:attr:`agreement`)."""
+        rows = [prints[i : i + 3] for i in range(0, len(prints), 3)]
+        owner = type(self).__name__
+        for column, what in enumerate(("`qrels`", "options", "galleries with `set_gallery`")):
+            # a process that ranked nothing against a fixed gallery has none to disagree on
+            seen = {row[column] for row in rows if column != 2 or row[column] != 0}
+            if len(seen) <= 1:
+                continue
+            advice = (
+                "every process must score against the same judgments",
+                "every process must make the metric with the same options (memory_budget "
+                "aside)",
+                "set_gallery fixes the whole gallery on every process; for a gallery split "
+                "over the processes, update(d, ids=..., role='gallery') each process's part "
+                "with gallery_sharded=True",
+            )[column]
+            raise ValueError(
+                f"{owner}: the processes were given different {what} ({len(seen)} different "
+                f"among {len(rows)} processes, compared by fingerprint); {advice}"
+            )
 
     def _skip_reason(self) -> str:
         form = self._ranking.form or self._form_of_bits(self._form_bits())

@@ -13,7 +13,6 @@ its grades per query for :func:`judged_ideal` and :func:`with_unretrieved`.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts, row_of_entries
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import fingerprint, flat_nonzero
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
 from retrieval_metrics.functional.ranking.table_build import ideal_from
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
@@ -196,20 +195,15 @@ class Judgments:
         integer_ids = all(_is_integer_id(v) for v in judged_queries) and all(
             _is_integer_id(v) for v in documents
         )
-        digest = hashlib.blake2b(digest_size=8)
-        for part in (q, d, g):
-            digest.update(part.numpy().tobytes())
-        digest.update(bytes([graded]))
-        if query_codes is not None:
-            digest.update(torch.sort(query_codes).values.numpy().tobytes())
-        fingerprint = int.from_bytes(digest.digest(), "little") >> 1
+        sorted_codes = () if query_codes is None else (torch.sort(query_codes).values,)
+        printed = fingerprint((q, d, g, bytes([graded]), *sorted_codes))
         judged_codes = (
             torch.sort(query_codes).values if query_codes is not None
             else torch.zeros(0, dtype=torch.int64)
         )
         examples = (judged_queries[0] if judged_queries else None,
                     documents[0] if documents else None)
-        return Judgments(q, d, g, judged_codes, graded, integer_ids, fingerprint, examples)
+        return Judgments(q, d, g, judged_codes, graded, integer_ids, printed, examples)
 
     def __len__(self) -> int:
         return int(self.judged.numel())

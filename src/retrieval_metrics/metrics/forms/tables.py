@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from retrieval_metrics.functional.measures.names import divides_by_retrieved, judged_queries_needed
+from retrieval_metrics.functional.primitives import fingerprint
 from retrieval_metrics.functional.ranking import rank_lists
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
@@ -204,6 +205,16 @@ class FixedGallery(TableStates):
         return replace(
             items, emb=held if isinstance(held, RowBatches) else RowBatches([score_copy(held)])
         )
+
+    @staticmethod
+    def fingerprint(gallery: Items) -> int:
+        """A hash of a fixed gallery's size, width and keys (not its embeddings' values: a
+        corpus on disk is not read for it), which processes compare after the sync."""
+        parts: list[Any] = [repr(tuple(gallery.emb.shape))]
+        for name in ("ids", "labels", "cameras", "positions"):
+            key = getattr(gallery, name)
+            parts += [f"{name}:-"] if key is None else [f"{name}:", key]
+        return fingerprint(parts)
 
     def skip_reason(self, context: FormContext) -> str:
         return relevance_skip_reason(context)
