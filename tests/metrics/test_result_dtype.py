@@ -150,3 +150,25 @@ def test_a_move_to_a_device_keeps_set_dtype(device, request):
     value = metric.compute()
     assert value.dtype == torch.float64 and value.device.type == device
     assert float(value) == 1 / 3
+
+
+@pytest.mark.parametrize(
+    ("dtype", "result"),
+    [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+     (torch.float64, torch.float64)],
+)
+def test_a_module_converted_to_half_precision_keeps_float32_results(dtype, result):
+    """Trainer(precision="bf16-true") converts the LightningModule, its metrics too: a result
+    rounded to bfloat16 read MAP@R 0.015625 for 0.0156652 (8 bits), enough to tie or swap the
+    epochs ModelCheckpoint compares. Half precision keeps float32 results; float64 follows."""
+    g = torch.Generator().manual_seed(0)
+    emb, labels = torch.randn(201, 16, generator=g), torch.arange(201) % 23
+    plain = rm.MAPAtR()
+    plain.update(emb, labels)
+    converted = rm.MAPAtR().to(dtype)
+    converted.update(emb, labels)
+    value = converted.compute()
+    assert value.dtype == result
+    assert float(value) == pytest.approx(float(plain.compute()), rel=1e-6)
+    assert float(value) != pytest.approx(float(torch.tensor(float(value)).to(torch.bfloat16)),
+                                         rel=1e-6)

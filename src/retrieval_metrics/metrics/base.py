@@ -195,7 +195,11 @@ class RetrievalMetricBase(Metric):
         """``set_dtype`` sets the dtype of the results only (:meth:`_result`): the states are
         the inputs themselves (int64 ids and label codes, float64 positions, embeddings as
         given), which torchmetrics' conversion would cast to that dtype, rounding 64-bit codes
-        and positions. Moves between devices (``.to``, ``.cuda``) apply to every state."""
+        and positions. Moves between devices (``.to``, ``.cuda``) apply to every state. A
+        module's conversion to float64 (``.to(torch.float64)``) makes float64 results; one to
+        half precision (``Trainer(precision="bf16-true")`` converts the LightningModule whole)
+        keeps them float32: a value rounded to 8 bits would tie or swap epochs that
+        ``ModelCheckpoint`` compares."""
         if self._dtype_convert:
             exclude_state = tuple(self._defaults)
             # a value compute() kept is recomputed in the new dtype, not cast from the old one
@@ -206,7 +210,8 @@ class RetrievalMetricBase(Metric):
             # torchmetrics reads the new dtype off a float32 probe, so a move (`.to(device)`,
             # Lightning's at setup) would undo set_dtype(torch.float64); a probe in the set
             # dtype keeps it, and still follows a dtype conversion
-            self._dtype = fn(torch.zeros(1, dtype=dtype)).dtype
+            converted = fn(torch.zeros(1, dtype=dtype)).dtype
+            self._dtype = converted if converted in (torch.float32, torch.float64) else dtype
         return out
 
     def _result(self, value: Tensor) -> Tensor:
