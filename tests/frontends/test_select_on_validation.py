@@ -356,3 +356,15 @@ def test_ddp_tests_the_selected_weights_on_every_rank(tmp_path):
     # ckpt_path="best" tests the same file and reports the same
     for rank in ranks:
         assert rank["test_best"] == pytest.approx(result["test"], abs=1e-7)
+
+
+@pytest.mark.timeout(300)
+def test_strategies_that_spawn_processes_per_call_are_refused(tmp_path):
+    """Under ddp_spawn the selection record and the validation ids live in the processes fit
+    starts, and are gone when it returns: the test guard was silently skipped and the model in
+    the main process kept the last weights (found by an audit). Refused, naming strategy='ddp'."""
+    select = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt")
+    trainer = make_trainer(tmp_path, [select], max_epochs=1, strategy="ddp_spawn")
+    train, val, _, _ = loaders()
+    with pytest.raises(Exception, match=r"starts its processes with 'spawn'.*strategy='ddp'"):
+        trainer.fit(TinyEmbedder(), train, val)

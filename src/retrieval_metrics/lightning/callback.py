@@ -90,7 +90,10 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
     from ``ckpt_path="last"`` silently repeat epochs).
 
     Use one ``SelectOnValidation`` per Trainer, and put it first if there are other
-    ``ModelCheckpoint`` callbacks: ``ckpt_path="best"`` resolves through the first one.
+    ``ModelCheckpoint`` callbacks: ``ckpt_path="best"`` resolves through the first one. On
+    several devices use ``strategy="ddp"``: the strategies that start their processes for each
+    call (``"ddp_spawn"``, ``"ddp_notebook"``, ``"ddp_fork"``) are refused, since what the
+    callback records during ``fit`` would stay in processes that end with it.
 
     Args:
         monitor: the validation metric to select on, as logged (``"val/rsum"`` by default).
@@ -212,6 +215,20 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
     # ------------------------------------------------------------------ Lightning hooks
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        launcher = getattr(trainer.strategy, "launcher", None)
+        if type(launcher).__name__ == "_MultiProcessingLauncher":
+            # (the processes are started for each fit and test call, and only the first
+            # ModelCheckpoint's best_model_path comes back from them)
+            method = getattr(launcher, "_start_method", "multiprocessing")
+            raise RuntimeError(
+                "SelectOnValidation does not work with a strategy that starts its processes "
+                f"with {method!r} (ddp_spawn, ddp_notebook, ddp_fork): they are started for "
+                "each trainer.fit and trainer.test, so what the "
+                "callback records during fit (the selection record, the validation sample ids "
+                "that trainer.test is checked against) is lost when fit returns, and the model "
+                "in this process keeps the last weights. Use strategy='ddp' (a script, or "
+                "torchrun) or one device"
+            )
         super().setup(trainer, pl_module, stage)
         self._stage = stage
         self._loaded = {}
