@@ -519,7 +519,9 @@ def _canonical(value):
     return int(value) if isinstance(value, (int, np.integer)) else value
 
 
-def reference_judged(scores, query_ids, doc_ids, qrels, ignore_identical_ids=True):
+def reference_judged(
+    scores, query_ids, doc_ids, qrels, ignore_identical_ids=True, keep_judgment=False
+):
     """Per query, the ``reference_ordered`` dict of a corpus scored against judgments, or None
     for a query with nothing relevant.
 
@@ -527,7 +529,8 @@ def reference_judged(scores, query_ids, doc_ids, qrels, ignore_identical_ids=Tru
     row). ``qrels``: query id -> document ids, or -> {document id: grade}; a grade <= 0 is not
     relevant; a judged document the corpus lacks is relevant and never retrieved (it counts in m
     and, with its grade, in the ideal DCG); with ``ignore_identical_ids`` the document whose id is
-    the query's is removed first (neither ranked nor relevant).
+    the query's is removed first (neither ranked nor relevant; with ``keep_judgment``, BEIR's
+    rule, not ranked but still relevant: never retrieved).
     """
     doc_keys = [_canonical(d) for d in doc_ids]
     judged = {_canonical(q): v for q, v in qrels.items()}
@@ -540,7 +543,7 @@ def reference_judged(scores, query_ids, doc_ids, qrels, ignore_identical_ids=Tru
         kept = [
             j for j in range(len(doc_keys)) if not (ignore_identical_ids and doc_keys[j] == key)
         ]
-        if ignore_identical_ids:
+        if ignore_identical_ids and not keep_judgment:
             grades.pop(key, None)
         order = sorted(kept, key=lambda j: -float(scores[qi][j]))
         rel = [1 if doc_keys[j] in grades else 0 for j in order]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         EVALUATOR_NAMES,
         EVALUATOR_REPORTS,
         NOT_GIVEN,
+        PROTOCOL_DEFAULTS,
         PROTOCOLS,
         RUN_DEPTH,
         NotGiven,
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = lazy_names(__name__, {
     "retrieval_metrics.formats.converters": ["ann_benchmarks_ranks", "trec_run_to_lists"],
     "retrieval_metrics.metrics.protocols": [
-        "DEFAULTS", "EVALUATOR_NAMES", "EVALUATOR_REPORTS", "NOT_GIVEN", "PROTOCOLS", "RUN_DEPTH",
+        "DEFAULTS", "EVALUATOR_NAMES", "EVALUATOR_REPORTS", "NOT_GIVEN", "PROTOCOLS",
+        "PROTOCOL_DEFAULTS", "RUN_DEPTH",
         "NotGiven", "apply_protocol", "library_names", "protocol_name",
     ],
 })
@@ -45,6 +47,7 @@ __all__ = [
     "EVALUATOR_REPORTS",
     "NOT_GIVEN",
     "PROTOCOLS",
+    "PROTOCOL_DEFAULTS",
     "RUN_DEPTH",
     "NotGiven",
     "ann_benchmarks_ranks",

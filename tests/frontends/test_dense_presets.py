@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -554,7 +555,13 @@ def test_option_sets():
     assert PROTOCOLS["beir"][0] == {"gain": "linear", "empty_queries": "zero"}
     assert PROTOCOLS["mteb"][0] == {"gain": "linear", "empty_queries": "zero"}
     assert PROTOCOLS["sentence_transformers"][0] == {
-        "gain": "binary", "divisor": "min", "empty_queries": "skip", "ties": "id"}
+        "gain": "binary", "divisor": "min", "empty_queries": "skip", "ties": "id",
+        "ignore_identical_ids": False}
+    # the evaluators' own defaults of their ignore_identical_ids, which a value passed changes
+    assert apply_protocol("beir", {})["ignore_identical_ids"] is True
+    assert apply_protocol("beir", {"ignore_identical_ids": False})["ignore_identical_ids"] is False
+    assert apply_protocol("mteb", {})["ignore_identical_ids"] is False
+    assert apply_protocol("mteb", {"ignore_identical_ids": True})["ignore_identical_ids"] is True
     # pytrec_eval's order (descending id of float32 scores) is no rule here: ties not fixed
     for protocol in ("beir", "mteb"):
         assert apply_protocol(protocol, {})["ties"] == DEFAULTS["ties"] == "expected"
@@ -715,3 +722,54 @@ def test_ids_that_do_not_meet_are_refused_by_name(fixed):
     with pytest.warns(UserWarning, match=r"of the 64 relevant documents the qrels judge for the "
                                          r"queries given are not in the corpus \(corpus of 80"):
         metric.compute()
+
+
+# A corpus that holds the query: "a" is query and document; cosine ranks a (itself), b, c.
+SELF_QUERY = torch.tensor([[1.0, 0.0]])
+SELF_CORPUS = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+
+
+def _self_corpus_values(names, qrels, **options):
+    metric = rm.RetrievalMetrics(names, qrels=qrels, **options)
+    metric.update(SELF_QUERY, ids=["a"], role="query")
+    metric.update(SELF_CORPUS, ids=["a", "b", "c"], role="gallery")
+    return values64(metric)
+
+
+def test_identical_ids_as_each_evaluator_treats_them():
+    """Worked by hand (found by an audit against BEIR 2.2, MTEB 2.26 and sentence-transformers
+    6.3):
+
+    - BEIR's evaluate(ignore_identical_ids=True), its default, pops "a" from the run, not from
+      the qrels: judged {a, b}, "a" relevant and never retrieved, b first. NDCG@3 = 1 / (1 +
+      1/log2(3)) = 0.61315, MAP@3 = 1/2, Recall@3 = 1/2.
+    - MTEB's RetrievalEvaluator (ignore_identical_ids=False by default) and sentence-transformers
+      (no such option) rank "a" first: with b relevant, NDCG@1 = accuracy@1 = 0, MRR@10 = 1/2.
+    - The library's default, without a protocol, leaves "a" out of the ranking and of the
+      judgments: b first, NDCG@3 = MAP@3 = Recall@3 = 1.
+    """
+    both = {"a": {"a": 1, "b": 1}}
+    beir = _self_corpus_values(["ndcg@3", "map@3", "recall@3"], both, protocol="beir")
+    assert beir == {"ndcg@3": pytest.approx(1 / (1 + 1 / math.log2(3)), abs=1e-12),
+                    "map@3": pytest.approx(0.5), "recall@3": pytest.approx(0.5)}
+    kept = _self_corpus_values(["ndcg@3", "map@3", "recall@3"], both, protocol="beir",
+                               ignore_identical_ids=False)
+    # BEIR's evaluate(ignore_identical_ids=False): a first and relevant, b second
+    assert kept["map@3"] == pytest.approx(1.0)
+    plain = _self_corpus_values(["ndcg@3", "map@3", "recall@3"], both, gain="linear")
+    assert plain == {"ndcg@3": pytest.approx(1.0), "map@3": pytest.approx(1.0),
+                     "recall@3": pytest.approx(1.0)}
+    only_b = {"a": {"b": 1}}
+    for protocol, names in (("mteb", ["ndcg@1", "mrr@10"]),
+                            ("sentence_transformers", ["hit_rate@1", "mrr@10"])):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the cut-off reaches the gallery of 3)
+            got = _self_corpus_values(names, only_b, protocol=protocol)
+        assert got == {names[0]: 0.0, "mrr@10": pytest.approx(0.5)}, protocol
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        task = _self_corpus_values(["ndcg@1"], only_b, protocol="mteb", ignore_identical_ids=True)
+    assert task == {"ndcg@1": 1.0}  # an MTEB task that sets ignore_identical_ids=True
+    with pytest.raises(ValueError, match="sets ignore_identical_ids=False"):
+        rm.RetrievalMetrics(["mrr@10"], qrels=only_b, protocol="sentence_transformers",
+                            ignore_identical_ids=True)

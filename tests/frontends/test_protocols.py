@@ -23,7 +23,7 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional import rank_embeddings
 from retrieval_metrics.metrics.crossmodal import _NOT_APPLICABLE as NOT_APPLICABLE
 from retrieval_metrics.metrics.protocols import HIT_RATE_RECALL_PROTOCOLS
-from retrieval_metrics.protocols import DEFAULTS, PROTOCOLS, apply_protocol
+from retrieval_metrics.protocols import DEFAULTS, PROTOCOL_DEFAULTS, PROTOCOLS, apply_protocol
 
 TOL = 1e-6
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fields.py"
@@ -682,13 +682,18 @@ def test_every_protocol_constructs_on_every_class(make, protocol):
     assert description
     for name, value in fixed.items():
         assert getattr(metric, name) == value, (protocol, name)
-    # what the protocol does not fix keeps the default (image-text has no one-direction option)
+    # what the protocol does not fix keeps the default, or the evaluator's own default of an
+    # option it takes (image-text has no one-direction option)
     for name, value in DEFAULTS.items():
         if name in fixed or (isinstance(metric, rm.CrossModalRetrieval) and name in NOT_APPLICABLE):
             continue
-        assert getattr(metric, name) == value, (protocol, name)
-    # and passing the protocol's own value explicitly is accepted
-    again = make(protocol=protocol, **fixed)
+        expected = PROTOCOL_DEFAULTS.get(protocol, {}).get(name, value)
+        assert getattr(metric, name) == expected, (protocol, name)
+    # and passing the protocol's own value explicitly is accepted (ignore_identical_ids is
+    # passed with qrels= only, which these classes are made without)
+    again = make(
+        protocol=protocol, **{k: v for k, v in fixed.items() if k != "ignore_identical_ids"}
+    )
     for name, value in fixed.items():
         assert getattr(again, name) == value
 

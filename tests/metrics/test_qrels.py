@@ -160,10 +160,11 @@ def test_integer_ids_from_two_counters_are_refused_by_name():
     same = _metric(["mrr"], qrels, ignore_identical_ids=True)
     same.update(queries, ids=torch.arange(2), role="query")
     same.update(docs, ids=torch.arange(4), role="gallery")
-    # query 0's only relevant document is itself: left out, nothing relevant (skipped); query
-    # 1 loses document 1 from its ranking and finds its document 3 first
-    assert float(same.compute()["mrr"]) == 1.0
-    assert same.summary().as_dict()["mrr"]["skipped"] == 1
+    # query 0's only relevant document is itself: left out of its ranking, its judgment kept
+    # (BEIR's rule): relevant, never retrieved, reciprocal rank 0; query 1 loses document 1
+    # from its ranking and finds its document 3 first
+    assert float(same.compute()["mrr"]) == 0.5
+    assert same.summary().as_dict()["mrr"]["skipped"] == 0
     # the fixed gallery refuses alike
     fixed = _metric(["mrr"], qrels)
     fixed.set_gallery(docs, ids=torch.arange(4))
@@ -292,11 +293,16 @@ def _random_case(seed: int, integer_ids: bool):
     return queries, docs, q_ids, d_ids, qrels
 
 
-def _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, names):
+def _assert_equals_reference(
+    values, queries, docs, q_ids, d_ids, qrels, names, keep_judgment=False
+):
     q = torch.nn.functional.normalize(queries, dim=1)
     d = torch.nn.functional.normalize(docs, dim=1)
     scores = (q @ d.T).tolist()
-    per_query = [r for r in reference_judged(scores, q_ids, d_ids, qrels) if r is not None]
+    per_query = [
+        r for r in reference_judged(scores, q_ids, d_ids, qrels, keep_judgment=keep_judgment)
+        if r is not None
+    ]
     assert per_query
     for name in names:
         base, _, k = name.partition("@")
@@ -328,7 +334,10 @@ def test_every_measure_equals_the_reference_that_scores_every_document(integer_i
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         values = m.compute()
-    _assert_equals_reference(values, queries, docs, q_ids, d_ids, qrels, NAMES)
+    # True is BEIR's rule: a query's own id leaves its ranking, a judgment of it stays
+    _assert_equals_reference(
+        values, queries, docs, q_ids, d_ids, qrels, NAMES, keep_judgment=True
+    )
 
 
 @pytest.mark.parametrize("sharded", [False, True])
@@ -350,25 +359,27 @@ PYTREC = {"ndcg_cut_10": "ndcg@10", "map_cut_10": "map@10", "recall_10": "recall
           "recip_rank": "mrr"}
 
 
+@pytest.mark.parametrize("identical", [None, True])
 @pytest.mark.parametrize("sharded", [False, True])
-def test_every_measure_equals_pytrec_eval_on_the_full_score_matrix(sharded):
+def test_every_measure_equals_pytrec_eval_on_the_full_score_matrix(sharded, identical):
     """trec_eval (pytrec_eval) run on every document's score: the same numbers to 1e-9 (scores
-    without ties; the identical ids popped from the run, as BEIR does, and from the judgments,
-    as ``ignore_identical_ids`` leaves them out of both)."""
+    without ties; the identical ids popped from the run, as BEIR does, and, by default, from
+    the judgments too; ``ignore_identical_ids=True``, BEIR's and MTEB's rule, keeps the
+    judgments: a query's own id judged relevant is relevant and never retrieved)."""
     pytrec_eval = pytest.importorskip("pytrec_eval")
     queries, docs, q_ids, d_ids, qrels = _random_case(3, False)
     scores = (torch.nn.functional.normalize(queries, dim=1)
               @ torch.nn.functional.normalize(docs, dim=1).T)
     run = {q: {d: float(scores[i, j]) for j, d in enumerate(d_ids) if d != q}
            for i, q in enumerate(q_ids)}
-    judged = {q: {d: g for d, g in v.items() if d != q} for q, v in qrels.items()}
+    judged = {q: {d: g for d, g in v.items() if d != q or identical} for q, v in qrels.items()}
     # trec_eval scores only the queries of the run that have a relevant judgment
     scored = {q for q, v in judged.items() if q in run and any(g > 0 for g in v.values())}
     per_query = pytrec_eval.RelevanceEvaluator(
         {q: judged[q] for q in scored}, set(PYTREC)
     ).evaluate({q: run[q] for q in scored})
     m = rm.RetrievalMetrics(list(PYTREC.values()), qrels=qrels, gain="linear",
-                            gallery_sharded=sharded)
+                            gallery_sharded=sharded, ignore_identical_ids=identical)
     m.set_dtype(torch.float64)
     m.update(queries, ids=q_ids, role="query")
     m.update(docs, ids=d_ids, role="gallery")
@@ -470,8 +481,9 @@ def test_ties_by_id_equal_a_python_sort_by_score_then_id(device, request):
 
 # the options each evaluator's protocol sets, given without it (the whole ranking's values)
 PROTOCOL_OPTIONS = {
-    "beir": dict(gain="linear", empty_queries="zero"),
-    "sentence_transformers": dict(gain="binary", divisor="min", empty_queries="skip", ties="id"),
+    "beir": dict(gain="linear", empty_queries="zero", ignore_identical_ids=True),
+    "sentence_transformers": dict(gain="binary", divisor="min", empty_queries="skip", ties="id",
+                                  ignore_identical_ids=False),
 }
 
 
@@ -508,7 +520,7 @@ def test_a_protocols_run_depth_gives_the_whole_rankings_values(protocol):
     results = {}
     for preset in (protocol, None):
         options = {"protocol": preset} if preset else PROTOCOL_OPTIONS[protocol]
-        m = rm.RetrievalMetrics(names, qrels=qrels, ignore_identical_ids=True, **options)
+        m = rm.RetrievalMetrics(names, qrels=qrels, **options)
         m.set_dtype(torch.float64)
         m.update(docs[:1700], ids=d_ids[:1700], role="gallery")
         m.update(queries, ids=q_ids, role="query")

@@ -94,7 +94,9 @@ OPTIONS: dict[str, Option] = {
                valid=_optional_int, expected="an int or None"),
         Option("ignore_identical_ids", None, "ranking",
                "with qrels=: whether the document whose id is the query's id is left out of "
-               "its ranking; None leaves it out and refuses integer ids that collide",
+               "its ranking; None leaves it out (and its judgment) and refuses integer ids "
+               "that collide; True, BEIR's and MTEB's rule, keeps its judgment (relevant, "
+               "never retrieved)",
                allowed=(None, True, False)),
         Option("memory_budget", None, "ranking",
                "bytes of scratch memory the ranking may use; None: 256 MiB on the CPU, on an "

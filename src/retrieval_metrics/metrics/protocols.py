@@ -25,6 +25,7 @@ __all__ = [
     "IR_PROTOCOLS",
     "NOT_GIVEN",
     "PROTOCOLS",
+    "PROTOCOL_DEFAULTS",
     "RUN_DEPTH",
     "NotGiven",
     "apply_protocol",
@@ -160,8 +161,9 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "Accuracy@K by the run dict's insertion order; no order-free rule reproduces either, so "
         "ties stay 'expected' here, equal to BEIR whenever no tie touches a relevant document "
         "(a ranked list keeps its own order: protocols.trec_run_to_lists gives pytrec_eval's). "
-        "ignore_identical_ids=True (BEIR's default) is the qrels input form's; R_cap@K and "
-        "Hole@K have no name here",
+        "ignore_identical_ids defaults to True, as BEIR's evaluate: the query's own id leaves "
+        "its run and a judgment of it stays (relevant, never retrieved); pass False as you "
+        "would to evaluate. R_cap@K and Hole@K have no name here",
     ),
     "mteb": (
         {"gain": "linear", "empty_queries": "zero"},
@@ -176,10 +178,12 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
         "places is its number. Ties: "
         "pytrec_eval orders tied float32 scores by document id descending, MTEB's MRR tied "
         "float64 scores likewise; ties stay 'expected' here, equal to MTEB whenever no tie "
-        "touches a relevant document. Its ignore_identical_ids is the qrels input form's",
+        "touches a relevant document. ignore_identical_ids defaults to False, MTEB's "
+        "RetrievalEvaluator default; pass True for the tasks that set it",
     ),
     "sentence_transformers": (
-        {"gain": "binary", "divisor": "min", "empty_queries": "skip", "ties": "id"},
+        {"gain": "binary", "divisor": "min", "empty_queries": "skip", "ties": "id",
+         "ignore_identical_ids": False},
         "sentence-transformers InformationRetrievalEvaluator.compute_metrics (sentence_"
         "transformers/sentence_transformer/evaluation/information_retrieval.py): accuracy@K is "
         "hit_rate@K, precision@K divides by K, recall@K by the relevant documents, MRR@K, NDCG@K "
@@ -194,6 +198,14 @@ PROTOCOLS: dict[str, tuple[dict[str, Any], str]] = {
 }
 """Each protocol by name -> (the options it fixes, what the field's code does that they
 reproduce)."""
+
+#: protocol -> the evaluator's own defaults of an option it takes as an argument: used where the
+#: option is left out, while a value passed wins (BEIR's evaluate(ignore_identical_ids=True);
+#: MTEB's RetrievalEvaluator(ignore_identical_ids=False), which some tasks set to True)
+PROTOCOL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "beir": {"ignore_identical_ids": True},
+    "mteb": {"ignore_identical_ids": False},
+}
 
 #: the protocols of fields whose "R@K" is recall (IR, RAG): under them ir_measures' R@K is read
 #: as written without judgments too (image-text, metric-learning and re-id papers' R@K is the
@@ -351,10 +363,11 @@ def apply_protocol(protocol: str | None, options: dict[str, Any]) -> dict[str, A
     protocol = protocol_name(protocol)
     if protocol is not None:
         fixed = PROTOCOLS[protocol][0]
+    defaults = PROTOCOL_DEFAULTS.get(protocol or "", {})
     for name, value in fixed.items():
         if name in given and given[name] != value:
             raise ValueError(
                 f"protocol={protocol!r} sets {name}={value!r}, but {name}={given[name]!r} was "
                 "passed; drop one of them"
             )
-    return {**DEFAULTS, **fixed, **given}
+    return {**DEFAULTS, **defaults, **fixed, **given}

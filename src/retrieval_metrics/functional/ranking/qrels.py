@@ -224,13 +224,16 @@ class Judgments:
         gallery_ids: Tensor,
         *,
         drop_identical: bool = True,
+        identical_unretrieved: bool = False,
         every_judged: bool = False,
         lookup: tuple[Tensor, Tensor] | None = None,
     ) -> JudgedRelevance:
         """The relevant corpus positions of each query (``query_ids``: int64 codes) in a corpus
         of ``gallery_ids`` (int64 codes, each once), and the relevant documents it lacks.
         ``drop_identical``: a judgment of the document whose id is the query's is dropped (in
-        the corpus or not), as the ranking leaves that document out. ``every_judged``: every
+        the corpus or not), as the ranking leaves that document out; ``identical_unretrieved``:
+        it is kept, relevant and never retrieved, as the ranking leaves the document out (BEIR
+        and MTEB pop it from the run, not from the qrels). ``every_judged``: every
         judged document is returned, grade <= 0 included (their grades tell them apart).
         ``lookup``: :func:`sorted_ids` of ``gallery_ids`` among ids that hold every judged
         document of these queries (one pass over the corpus's ids for several lookups; by
@@ -253,6 +256,8 @@ class Judgments:
                 at = torch.searchsorted(g_sorted, docs).clamp_max(g_sorted.numel() - 1)
                 found = g_sorted[at] == docs
                 index = g_order[at]
+        if identical_unretrieved:
+            found &= docs != query_ids[row]
         f_row, f_index, f_grade = row[found], index[found], grades[found]
         # each query's positions ascending (rows are grouped already: sort within them)
         if f_row.numel():

@@ -88,7 +88,9 @@ def _excluded_pairs(
     ex_rows: list[Tensor] = []
     ex_cols: list[Tensor] = []
     if queries.ids is not None and gallery.ids is not None:
-        if settings.ignore_identical_ids is not False:
+        # (ignore_identical_ids is judgments' option: elsewhere an id on both sides is one
+        # sample, never ranked against itself, whatever a protocol's default for it)
+        if settings.ignore_identical_ids is not False or settings.relevance != "qrels":
             ptr, index = identical_ids_csr(queries.ids, gallery.ids)
             ex_rows.append(row_of_entries(ptr))
             ex_cols.append(index)

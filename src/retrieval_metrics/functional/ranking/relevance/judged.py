@@ -19,7 +19,8 @@ def judged_relevance(
     queries: Keys, gallery: Keys, sizes: tuple[int, int], settings: RankingSettings
 ) -> Relevance:
     """Relevance by ``settings.qrels``; the document whose id is the query's excluded (unless
-    ``ignore_identical_ids`` is False), neither relevant nor ranked. With
+    ``ignore_identical_ids`` is False): not ranked, and not relevant (None) or relevant and
+    never retrieved (True, BEIR's and MTEB's rule). With
     ``judged_documents``, every judged document is listed, grade <= 0 included (the ranking
     places them all, and the table splits them off after)."""
     num_queries, num_gallery = sizes
@@ -35,8 +36,11 @@ def judged_relevance(
     among = torch.cat([judged_documents, query_ids]) if leave_out else judged_documents
     lookup = sorted_ids(gallery_ids, among=among)
     # the judgment of the query's own id is dropped with the document (in the corpus or not)
+    # True is BEIR's and MTEB's rule: the document leaves the run, its judgment stays (relevant,
+    # never retrieved); None, the default, leaves the query's own id out of its judgments too
     judged = judgments.relevance(
-        query_ids, gallery_ids, drop_identical=leave_out,
+        query_ids, gallery_ids, drop_identical=settings.ignore_identical_ids is None,
+        identical_unretrieved=settings.ignore_identical_ids is True,
         every_judged=settings.judged_documents, lookup=lookup,
     )
     if leave_out:
