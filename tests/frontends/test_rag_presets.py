@@ -337,3 +337,22 @@ def test_haystack_map_no_hit_is_zero_in_both_versions() -> None:
     for protocol in ("haystack", "haystack<3.1"):
         m = run(protocol, ["map"], [["x", "y"], ["a"]], [["a", "b"], ["a"]])
         assert m.per_query()["map"].tolist() == [approx(0.0), approx(1.0)]
+
+
+@pytest.mark.parametrize(
+    ("ranked", "relevant", "named"),
+    [
+        ([1.0], ["1"], r"`ranked_ids\[0\]` holds 1.0 \(float\)"),
+        ([1.0, 2], [2], r"`ranked_ids\[0\]` holds 1.0 \(float\)"),
+        (["a", None], ["a"], r"`ranked_ids\[0\]` holds None"),
+        (["a"], [float("nan")], r"`relevant_ids\[0\]` holds nan \(float\)"),
+        ([1, 2], [True], r"`relevant_ids\[0\]` holds True \(bool\)"),
+    ],
+)
+def test_ids_that_are_no_ids_are_refused(ranked, relevant, named):
+    """ragas 0.4 refuses float and None ids; here 1.0 matched 1, True matched 1 and a NaN id
+    matched nothing, silently (found by an audit)."""
+    for protocol in ("ragas", None):
+        m = rm.RetrievalMetrics(["recall"], protocol=protocol)
+        with pytest.raises(ValueError, match=named):
+            m.update(ranked_ids=[ranked], relevant_ids=[relevant])

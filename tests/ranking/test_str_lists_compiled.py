@@ -117,7 +117,7 @@ def test_graded_judgments_and_duplicates_error_take_the_python_loop(monkeypatch)
         rank_lists([["a", "a"]], [{"a"}], duplicates="error")
     assert calls == []
     rank_lists([["a", "b"]], [{"b"}])
-    with pytest.warns(UserWarning, match=r"1 ranked lists repeat a relevant id \(first: query 0"):
+    with pytest.warns(UserWarning, match=r"1 queries repeat a relevant id \(first: query 0"):
         rank_lists([["a", "a"]], [{"a"}], duplicates="warn")
     assert len(calls) == 2
 

@@ -93,10 +93,12 @@ def rank_lists(
     if repeated:
         q, item = repeated[0]
         warnings.warn(
-            f"{len(repeated)} ranked lists repeat a relevant id (first: query {q}, id {item!r}, "
+            f"{len(repeated)} queries repeat a relevant id (first: query {q}, id {item!r}, "
             "in `ranked_ids` or `relevant_ids`): each such id counts once, at its first position "
-            '(duplicates="warn"). Evaluators that credit every repeat (LlamaIndex, Haystack '
-            "before 3.1) report other values there, AP and NDCG above 1 among them",
+            '(duplicates="warn"). Evaluators that count every repeat (LlamaIndex, Haystack '
+            "before 3.1) report other values there: above this one for an id retrieved twice "
+            "(AP and NDCG above 1 among them), below it for an id expected twice (NDCG, "
+            "LlamaIndex's granular hit rate)",
             UserWarning,
             stacklevel=2,
         )
@@ -203,6 +205,23 @@ def _check_one_grade(q: int, gains: dict[Any, float]) -> None:
         seen.setdefault(key, (item, grade))
 
 
+def _is_odd_id(item: Any) -> bool:
+    return item is None or isinstance(item, (bool, float, np.bool_, np.floating))
+
+
+def _refuse_odd_ids(q: int, ids: Iterable[Any], name: str = "relevant_ids") -> None:
+    """Refuse ids that are no ids: None, a bool, or a float (NaN never equals itself; 1.0 would
+    equal 1 here and not "1" in ragas; a pandas column of int ids with a missing value turns
+    into floats). Run over a query's relevant ids (a few), and over its ranked ids only where
+    their types differ from the relevant ones' (a pass that is made there anyway)."""
+    for item in ids:
+        if _is_odd_id(item):
+            raise ValueError(
+                f"`{name}[{q}]` holds {item!r} ({type(item).__name__}): ids must be ints or "
+                "strings (a column of int ids with a missing value turns into floats)"
+            )
+
+
 def _match_in_python(
     found: _Found,
     ranked_ids: Sequence[Sequence[Any]],
@@ -248,12 +267,14 @@ def _match_in_python(
                 if not isinstance(relevant, (list, tuple, set, frozenset)):
                     relevant = list(relevant)
                 gains = dict.fromkeys(relevant, 1.0)
+        _refuse_odd_ids(q, gains)
         if duplicates == "warn" and not isinstance(relevant, dict) and len(gains) != len(relevant):
             repeated.append((q, _first_repeat(relevant)))
         if gains and _mixes_kinds(ranked, gains):
             # Ids compare as text (7 is "7"): only a query that mixes types (ints and strings)
             # is rewritten to canonical ids; one whose ids are of one type compares them as
             # they are.
+            _refuse_odd_ids(q, ranked, "ranked_ids")
             ranked = [canonical_id(item) for item in ranked]
             canonical = {canonical_id(item): grade for item, grade in gains.items()}
             if len(canonical) != len(gains):
