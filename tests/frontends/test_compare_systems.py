@@ -449,7 +449,13 @@ def test_command_line_errors(tmp_path, capsys):
     err = error_of(["compare", a, b, "--baseline", "7"], capsys)
     assert "--baseline '7' is neither a system's name (base, strong) nor a position" in err
     err = error_of(["compare", a, a], capsys)
-    assert "two systems are named 'base': give each its own --name" in err
+    assert "two runs are named 'base'" in err and "give each its own --name" in err
+    # evaluate refuses them alike: its --per-query report, keyed by name, kept one of them
+    err = error_of(["evaluate", a, a, "--per-query", str(tmp_path / "pq.json")], capsys)
+    assert "two runs are named 'base'" in err
+    err = error_of(["evaluate", a, b, "--name", "m a", "--name", "m_a", "--write-run",
+                    str(tmp_path / "run.trec")], capsys)
+    assert "--write-run: two runs' names make one file name" in err and "run.m_a.trec" in err
     err = error_of(["compare", a, b, "--resamples", "0"], capsys)
     assert "--resamples must be a positive integer" in err
     err = error_of(["compare", a, b, "--level", "95"], capsys)
@@ -472,3 +478,64 @@ def test_command_line_choices_are_the_library_s():
     assert cli_parser.TESTS == S.TESTS
     assert cli_parser.CORRECTIONS == S.CORRECTIONS
     assert cli_parser.FAMILIES == FAMILIES
+
+
+def _with_ids(ids, noise=1.0, **options):
+    labels, centres, gen = labelled_items()
+    metric = rm.RetrievalMetrics(["map@r"], **options)
+    x = centres[labels] + noise * torch.randn(len(labels), 16, generator=gen)
+    metric.update(x, labels, ids=ids)
+    return metric
+
+
+def test_queries_paired_by_id_or_refused():
+    """Found by an audit: only the numbers of queries and of relevant items were compared, so
+    a metric given ids and one without, or two with other ids, were paired by position."""
+    n = len(labelled_items()[0])
+    ids = torch.arange(n)
+    a, b = _with_ids(ids), _with_ids(ids, noise=0.5)
+    # the same ids in another update order: paired by id (the tables hold queries by id)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(1))
+    labels, centres, gen = labelled_items()
+    shuffled = rm.RetrievalMetrics(["map@r"])
+    shuffled.update((centres[labels] + 0.5 * torch.randn(n, 16, generator=gen))[order],
+                    labels[order], ids=ids[order])
+    for pair in ((a, b), (a, shuffled)):
+        assert rm.compare_systems(*pair)["map@r", "system 1"]["queries"] > 0
+    with pytest.raises(ValueError, match="'system 0' was given query ids and the other not"):
+        rm.compare_systems(a, three_systems(["map@r"])[1])
+    with pytest.raises(ValueError, match=f"{n} of {n} queries have other ids"):
+        rm.compare_systems(a, _with_ids(ids + 1000))
+    with pytest.raises(ValueError, match="'the first' was given query ids and the other not"):
+        rm.compare(a, three_systems(["map@r"])[1])
+
+
+@pytest.mark.parametrize("option", [{"gain": "linear"}, {"empty_queries": "zero"},
+                                    {"ties": "optimistic"}])
+def test_systems_made_with_other_options_are_refused(option):
+    """gain, empty_queries or ties change the per-query values of one ranking: a difference
+    that would be the options', not the systems'."""
+    metrics = three_systems(["map@r", "ndcg@10"])
+    other = three_systems(["map@r", "ndcg@10"], **option)[1]
+    name = next(iter(option))
+    with pytest.raises(ValueError, match=f"made with different options \\({name} "):
+        rm.compare_systems(metrics[0], other)
+    with pytest.raises(ValueError, match=f"made with different options \\({name} "):
+        rm.compare(metrics[0], other)
+    # the scratch memory changes no value
+    budget = three_systems(["map@r", "ndcg@10"], memory_budget=1 << 20)[1]
+    assert rm.compare_systems(metrics[0], budget)["map@r", "system 1"]["queries"] > 0
+
+
+def test_compare_reports_percent_metrics_in_percent():
+    """rm.compare printed 0.4050 vs 0.1400 for hit rates the metrics report as 40.5 and 14.0."""
+    plain, percent = three_systems(["map@r"]), three_systems(["map@r"], percent=True)
+    fraction = rm.compare(plain[1], plain[0])["map@r"]
+    scaled = rm.compare(percent[1], percent[0])["map@r"]
+    assert scaled.difference == pytest.approx(100 * fraction.difference, rel=1e-12)
+    assert scaled.difference == pytest.approx(
+        float(percent[1].compute()["map@r"]) - float(percent[0].compute()["map@r"]), abs=1e-3
+    )
+    assert scaled.first == pytest.approx(float(percent[1].compute()["map@r"]), abs=1e-3)
+    with pytest.raises(ValueError, match="same unit"):
+        rm.compare(plain[1], percent[0])

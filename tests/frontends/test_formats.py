@@ -258,6 +258,14 @@ def test_bad_lines_name_the_file_and_line(tmp_path):
         ("q.jsonl", '{"id": "q1", "relevant": {"d1": "yes"}}\n', read_qrels,
          ["q.jsonl, line 1", "not an integer"]),
         ("q.jsonl", '{"relevant": ["d1"]}\n', read_qrels, ["q.jsonl, line 1", '"id"']),
+        # (found by an audit) Python reads "1_0" as 10, trec_eval's atof and atoi as 1
+        ("r.txt", "q1 Q0 d1 1 1_0 t\n", read_run, ["r.txt, line 1", "'1_0' is not a number"]),
+        ("q.txt", "q1 0 d1 1_0\n", read_qrels, ["q.txt, line 1", "'1_0' is not an integer"]),
+        # an integer beyond a double's range: one line naming the file, not an OverflowError
+        ("r.json", '{"q1": {"d1": 1' + "0" * 400 + "}}", read_run,
+         ["r.json, line 1", "'d1'", "is not finite"]),
+        ("q.json", '{"q1": {"d1": 1' + "0" * 400 + "}}", read_qrels,
+         ["q.json, line 1", "out of the range of a 64-bit integer"]),
     ]  # fmt: skip
     for name, content, reader, expected in cases:
         message = error(write(tmp_path / name, content), reader)
@@ -291,3 +299,19 @@ def test_cli_reports_the_bad_line(tmp_path, capsys):
     assert "drop the qrels file" in capsys.readouterr().err
     assert cli.main(["evaluate", "--run", str(tmp_path / "run.json")]) == 2
     assert "--qrels" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
+    """A UTF-8 byte order mark (some Windows editors write one) became part of the first query's
+    id, which then met no judgment: MAP 0.25 for 0.75 (found by an audit)."""
+    run = "q1 Q0 d1 1 2.0 t\nq1 Q0 d2 2 1.0 t\nq2 Q0 d3 1 1.0 t\n"
+    qrels = "q1 0 d1 1\nq2 0 d3 1\n"
+    values = []
+    for bom in ("", "\ufeff"):
+        (tmp_path / "run.txt").write_text(bom + run, encoding="utf-8")
+        (tmp_path / "qrels.txt").write_text(bom + qrels, encoding="utf-8")
+        assert set(read_run(tmp_path / "run.txt")[0]) == {"q1", "q2"}
+        lists = read_ranked_lists(tmp_path / "run.txt", tmp_path / "qrels.txt")
+        assert sorted(lists.qids) == ["q1", "q2"]
+        values.append(lists.relevant_ids)
+    assert values[0] == values[1]

@@ -226,12 +226,6 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
             f"compare needs two or more systems, got one ({names[0]}): give several embedding "
             "FILEs, --query/--gallery pairs, or --run files"
         )
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise CLIError(
-            f"two systems are named {twice[0]!r}: give each its own --name, in the order of the "
-            "inputs"
-        )
     other = [run.name for run in runs if run.queries_key != runs[0].queries_key]
     if other:
         raise CLIError(

@@ -249,6 +249,25 @@ def effective_options(metric: Any) -> dict[str, Any]:
     return out
 
 
+def _distinct_names(labels: list[str], args: argparse.Namespace) -> None:
+    """Refuse two runs of one name before any is scored: a report keyed by name (--per-query)
+    would keep one of them, and --write-run would write both to one file."""
+    twice = sorted({name for name in labels if labels.count(name) > 1})
+    if twice:
+        raise CLIError(
+            f"two runs are named {twice[0]!r} (a --name given twice, or two input files of one "
+            "name in different folders): give each its own --name, in the order of the inputs"
+        )
+    if getattr(args, "write_run", None) is not None and len(labels) > 1:
+        paths = [data.run_path(args.write_run, name, len(labels)) for name in labels]
+        clash = next((p for p in paths if paths.count(p) > 1), None)
+        if clash is not None:
+            raise CLIError(
+                f"--write-run: two runs' names make one file name ({clash}); give names that "
+                "differ in letters, digits, '_', '.' or '-' (--name)"
+            )
+
+
 def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
     files, queries, galleries = args.files or [], args.query or [], args.gallery or []
     runs_trec = args.run or []
@@ -297,6 +316,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
 
     runs: list[Run] = []
     if trec:
+        _distinct_names([name_of(i, Path(p).stem) for i, p in enumerate(runs_trec)], args)
         for path in runs_trec:
             if args.qrels is None and Path(path).suffix.lower() != ".jsonl":
                 raise CLIError(
@@ -344,6 +364,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                 "gallery for all, or one per query file"
             )
         pairs = list(zip(queries, galleries, strict=True))
+    _distinct_names([name_of(i, Path(q).stem) for i, (q, _) in enumerate(pairs)], args)
     if judged:
         assert qrels is not None
         for i, (qpath, gpath) in enumerate(pairs):

@@ -3,6 +3,7 @@ paired test of the two metric objects' per-query values."""
 
 from __future__ import annotations
 
+from retrieval_metrics.comparison.agreement import in_metric_units, same_options, same_queries
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.aggregation import counted_values
 from retrieval_metrics.functional.measures.stats import Comparison, paired_comparison
@@ -52,21 +53,13 @@ def compare(
             "compare() needs the same measures in both metrics; the first reports "
             f"{names_a}, the second {names_b}"
         )
+    labels = ["the first", "the second"]
+    same_options((first, second), labels)
     tables_a, tables_b = first.rank_tables(), second.rank_tables()
-    if tables_a.keys() != tables_b.keys():
-        raise ValueError(
-            f"the two metrics rank in different directions: {list(tables_a)} and {list(tables_b)}"
-        )
+    same_queries([tables_a, tables_b], labels)
     out = {}
     for key in tables_a:
         table_a, table_b = tables_a[key], tables_b[key]
-        if table_a.num_queries != table_b.num_queries or not bool(
-            (table_a.num_relevant == table_b.num_relevant).all()
-        ):
-            raise ValueError(
-                "the two metrics were not scored on the same queries (different numbers of "
-                f"queries or of relevant items per query{' in ' + key.rstrip('/') if key else ''})"
-            )
         for name in names_a:
             spec = M.parse_metric(name)
             values = []
@@ -81,7 +74,7 @@ def compare(
                     # it), and say so, since "cmc@20: 0.61 vs 0.55" reads like a hit rate @20
                     label = f"{key}{spec.name} (mean over K = 1..{v.shape[1]})"
                     v = v.mean(1)
-                values.append(v)
+                values.append(in_metric_units(v, metric, spec))
             out[f"{key}{spec.name}"] = paired_comparison(
                 label, values[0], values[1], level, num_bootstrap, seed
             )

@@ -1,6 +1,6 @@
 """``compare_systems(*metrics, baseline=...)``: which of several systems differ from a
 baseline, with p-values corrected for the multiple comparisons? In steps: the arguments
-checked (:func:`_checked`), the same queries in every metric (:func:`_same_queries`), a row
+checked (:func:`_checked`), the same options and queries in every metric (``agreement.py``), a row
 per measure and system (:func:`_rows`), the p-values corrected over the family
 (:func:`_correct`)."""
 
@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from retrieval_metrics.comparison.agreement import in_metric_units, same_options, same_queries
 from retrieval_metrics.comparison.report import SystemComparison
 from retrieval_metrics.comparison.text import baseline_index, system_names
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import significance as S
 from retrieval_metrics.functional.measures.stats import bootstrap_interval
-from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 
 __all__ = ["FAMILIES", "compare_systems"]
@@ -113,7 +113,9 @@ def compare_systems(
     labels, base, test, correction = _checked(
         metrics, baseline, names, test, correction, family, (level, num_resamples, seed)
     )
-    fields = _same_queries(metrics, labels)
+    # the query fields of each metric's ranking, by direction (a chunked ranking: its queries)
+    fields = [metric.ranking_fields() for metric in metrics]
+    same_queries(fields, labels)
     specs = [M.parse_metric(name) for name in metrics[0].metric_names()]
     entries = [(f"{key}{spec.name}", spec) for key in fields[0] for spec in specs]
     keys = [key for key, _ in entries]
@@ -186,43 +188,8 @@ def _checked(
                 f"compare_systems() needs the same measures in every metric; {labels[0]!r} "
                 f"reports {measure_names}, {label!r} {metric.metric_names()}"
             )
-    percent = [bool(getattr(metric, "percent", False)) for metric in metrics]
-    if len(set(percent)) > 1:
-        raise ValueError(
-            "compare_systems() needs every metric in the same unit: `percent` is "
-            f"{dict(zip(labels, percent, strict=True))}"
-        )
+    same_options(metrics, labels)
     return labels, base, test, correction
-
-
-def _same_queries(
-    metrics: Sequence[RetrievalMetricBase], labels: list[str]
-) -> list[dict[str, RankTable]]:
-    """Each metric's query fields by direction (``ranking_fields()``: a chunked ranking's
-    queries), refused unless every metric ranks the same directions and the same queries (as
-    many, with as many relevant items each)."""
-    # the query fields of each metric's ranking, by direction (a chunked ranking: its queries)
-    fields = [metric.ranking_fields() for metric in metrics]
-    for label, own in zip(labels[1:], fields[1:], strict=True):
-        if list(own) != list(fields[0]):
-            raise ValueError(
-                f"the metrics rank in different directions: {labels[0]!r} in "
-                f"{[k.rstrip('/') or 'one' for k in fields[0]]}, {label!r} in "
-                f"{[k.rstrip('/') or 'one' for k in own]}"
-            )
-        for key, table in own.items():
-            first = fields[0][key]
-            if table.num_queries != first.num_queries or not bool(
-                (table.num_relevant.cpu() == first.num_relevant.cpu()).all()
-            ):
-                where = f" in {key.rstrip('/')}" if key else ""
-                raise ValueError(
-                    f"{labels[0]!r} and {label!r} were not scored on the same queries "
-                    f"({first.num_queries} and {table.num_queries} queries{where}, or different "
-                    "numbers of relevant items per query); update every metric with the same "
-                    "queries, with ids= or in the same order"
-                )
-    return fields
 
 
 def _computed(metric: RetrievalMetricBase, keys: list[str]) -> dict[str, Tensor]:
@@ -258,7 +225,7 @@ def _rows(
             if v.dim() > 1:
                 label = f"{key} (mean over K = 1..{v.shape[1]})"
                 v = v.mean(1)
-            values.append(v * (100.0 if metric.percent and spec.higher_is_better else 1.0))
+            values.append(in_metric_units(v, metric, spec))
         statistic = "median" if spec.base == "median_rank" else "mean"
         reference = values[base]
         for i, (name, v) in enumerate(zip(labels, values, strict=True)):

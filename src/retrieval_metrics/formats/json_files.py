@@ -29,7 +29,9 @@ def file_text(path: Path) -> str:
     if path.is_dir():
         raise FormatError(f"{path}: is a directory, not a file")
     try:
-        return path.read_text(encoding="utf-8")
+        # (utf-8-sig: a byte order mark, as some Windows editors write, is no part of the
+        # first query's id)
+        return path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:
         raise FormatError(f"{path}: cannot be read as UTF-8 text: {err}") from None
 
@@ -131,12 +133,23 @@ def _value_problem(value: Any, what: str) -> str | None:
     if what == "run":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"score {value!r} is not a number"
-        if not math.isfinite(value):
-            return f"score {value!r} is not finite"
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # (an int beyond a double's range)
+            finite = False
+        if not finite:
+            return f"score {_short(value)} is not finite"
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         return f"relevance {value!r} is not an integer"
+    if not -(2**63) <= value < 2**63:
+        return f"relevance {_short(value)} is out of the range of a 64-bit integer"
     return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:20]}..."
 
 
 def _expected(what: str) -> str:

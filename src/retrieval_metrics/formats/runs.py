@@ -117,6 +117,9 @@ class RankedLists:
 
 def _grade(text: str, where: str) -> int:
     try:
+        # (Python reads "1_0" as 10; trec_eval's atoi reads 1: neither is a grade)
+        if "_" in text:
+            raise ValueError(text)
         return int(text)
     except ValueError:
         raise FormatError(f"{where}: relevance {text!r} is not an integer") from None
@@ -140,6 +143,9 @@ def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
             )
         qid, _, doc, _, score, _ = fields
         try:
+            # (Python reads "1_0" as 10; trec_eval's atof reads 1: refused as no number)
+            if "_" in score:
+                raise ValueError(score)
             value = float(score)
         except ValueError:
             raise FormatError(f"{where}: score {score!r} is not a number") from None

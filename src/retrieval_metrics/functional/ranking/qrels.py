@@ -100,9 +100,13 @@ def checked_grade(value: Any, where: str) -> float:
     else a ValueError naming ``where`` (the argument and its keys)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"`{where}` must be a number (a grade), got {value!r}")
-    grade = float(value)
+    try:
+        grade = float(value)
+    except OverflowError:  # (an int beyond a double's range)
+        grade = math.inf
     if not math.isfinite(grade):
-        raise ValueError(f"`{where}` must be finite, got {value!r}")
+        text = repr(value) if len(repr(value)) <= 24 else f"{repr(value)[:20]}..."
+        raise ValueError(f"`{where}` must be finite, got {text}")
     return grade
 
 
