@@ -539,3 +539,49 @@ def test_examples_log_computed_values_with_sync_dist():
     assert any(found.values())  # the check looks at something
     unsynced = {name: [line for line, ok in calls if not ok] for name, calls in found.items()}
     assert not any(unsynced.values()), unsynced
+
+
+def test_cosine_of_rows_whose_squares_overflow_float32():
+    """float32 rows with entries near 2**64 (norm beyond float32's range): their unit rows were
+    0, every score tied and the values were chance's (hit_rate@1 0.5 for 1.0, found by an
+    audit). Cosine does not depend on scale: the values of the rows scaled down."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 8, generator=g)
+    labels = torch.arange(40) % 4
+    x = x + 3 * torch.eye(8)[labels]
+    values = []
+    for scale in (1.0, 2.0**64, 2.0**-64):
+        m = rm.RetrievalMetrics(["hit_rate@1", "map"], similarity="cosine")
+        m.update(x * scale, labels)
+        values.append({k: float(v) for k, v in m.compute().items()})
+    assert values[1] == values[0] == values[2]
+    assert torch.isinf(torch.linalg.vector_norm(x * 2.0**64, dim=1)).all()  # the case
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+def test_embeddings_without_a_dimension_are_refused(similarity):
+    """Width 0: every score 0 under dot and cosine, and a crash deep in the product under
+    euclidean (found by an audit); refused by name."""
+    m = rm.RetrievalMetrics(["mrr"], similarity=similarity)
+    with pytest.raises(ValueError, match="`embeddings` must have at least one dimension"):
+        m.update(torch.zeros(5, 0), torch.tensor([0, 0, 1, 1, 2]))
+
+
+def test_a_fixed_gallery_refuses_a_query_id_given_for_two_samples():
+    """set_gallery kept the first copy of a repeated query id whatever its embedding, so the
+    value depended on the update order (MRR 1.0 one way, 0.33 the other; found by an audit).
+    Refused as update(role="gallery") refuses it; an identical repeat (padding) still counts
+    once."""
+    gallery = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.7, 0.7]])
+    values = []
+    for first, second in (([1.0, 0.0], [0.0, 1.0]), ([1.0, 0.0], [1.0, 0.0])):
+        m = rm.MRR()
+        m.set_gallery(gallery, torch.tensor([0, 1, 2]), ids=["g0", "g1", "g2"])
+        m.update(torch.tensor([first]), torch.tensor([0]), ids=["q0"], role="query")
+        m.update(torch.tensor([second]), torch.tensor([0]), ids=["q0"], role="query")
+        if first != second:
+            with pytest.raises(ValueError, match="`ids` of the queries: 1 id"):
+                m.compute()
+        else:
+            values.append(float(m.compute()))
+    assert values == [1.0]

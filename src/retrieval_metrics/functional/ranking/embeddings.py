@@ -63,6 +63,9 @@ def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
         raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"`{name}` must be 2-D (items x dimensions), got shape {tuple(x.shape)}")
+    if x.shape[1] == 0:
+        # (every score would be 0: nothing to rank by)
+        raise ValueError(f"`{name}` must have at least one dimension, got shape {tuple(x.shape)}")
     if x.is_complex():
         raise ValueError(f"`{name}` must be real, got {x.dtype}")
     if isinstance(x, RowBatches):

@@ -220,6 +220,9 @@ class FixedGallery(TableStates):
         return relevance_skip_reason(context)
 
     def table(self, context: FormContext) -> RankTable:
+        # a query id given twice: the copies' embeddings (held for run()) must agree, as in
+        # every form, before the table keeps the first copy's results
+        context.store.deduped("q", "`ids` of the queries")
         table = super().table(context)
         if context.qrels is None or table.query_id is None:
             return table

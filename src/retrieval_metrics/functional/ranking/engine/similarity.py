@@ -25,9 +25,10 @@ def score_dtype(*xs: Tensor) -> torch.dtype:
 
 
 def _short_rows(norm: Tensor) -> Tensor:
-    """Indices of the rows whose ``(N, 1)`` norm is below :data:`TINY_NORM`: zero rows, and
-    rows whose squares underflow (their norm wrong or 0)."""
-    return flat_nonzero(norm[:, 0] < TINY_NORM)
+    """Indices of the rows whose ``(N, 1)`` norm is below :data:`TINY_NORM` or infinite: zero
+    rows, rows whose squares underflow (their norm wrong or 0) and finite rows whose squares
+    overflow (float32 entries beyond about 1e19: their unit rows would be 0)."""
+    return flat_nonzero((norm[:, 0] < TINY_NORM) | torch.isinf(norm[:, 0]))
 
 
 BINARY_COSINE = (
@@ -80,7 +81,8 @@ def _unit_rows(x: Tensor, in_place: bool = False, side: str = "query") -> Tensor
     """
     norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
     # Squares of float32 entries below ~1e-19 underflow, so the norm of such a row is wrong or
-    # 0; those rows are scaled up by their largest entry (in float64) before normalising.
+    # 0, and above ~1e19 overflow; those rows are scaled by their largest entry (in float64)
+    # before normalising.
     # (Only the short rows are looked at: a test of every entry costs as much as the scaling.)
     short = _short_rows(norm)
     rows = x.index_select(0, short) if short.numel() else None  # read before x is scaled
