@@ -539,3 +539,17 @@ def test_compare_reports_percent_metrics_in_percent():
     assert scaled.first == pytest.approx(float(percent[1].compute()["map@r"]), abs=1e-3)
     with pytest.raises(ValueError, match="same unit"):
         rm.compare(plain[1], percent[0])
+
+
+def test_a_family_without_p_values_says_so():
+    """One query: no paired test has a p-value; the header read "corrected by Holm over the 0
+    comparisons (2 systems x 2 measures)"."""
+    def one(ranked):
+        m = rm.RetrievalMetrics(["mrr", "ndcg@3"])
+        m.update(ranked_ids=[ranked], relevant_ids=[{"d2"}], ids=["q0"])
+        return m
+
+    result = rm.compare_systems(one(["d1", "d2", "d3"]), one(["d2", "d1", "d3"]),
+                                one(["d3", "d1", "d2"]))
+    assert result.comparisons == 0
+    assert "no comparison has a p-value to correct" in result.description()

@@ -82,6 +82,9 @@ class SystemComparison:
         others, measures = len(self.systems) - 1, len(self.measures)
         if self.correction == "none":
             fix = "p-values not corrected for multiple comparisons"
+        elif self.comparisons == 0:
+            # (every p-value undefined: fewer than two queries both systems count, say)
+            fix = "no comparison has a p-value to correct"
         elif self.family == "all":
             fix = (
                 f"p-values corrected by {CORRECTION_TEXT[self.correction]} over the "
