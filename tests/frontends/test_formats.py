@@ -315,3 +315,13 @@ def test_a_byte_order_mark_is_no_part_of_the_first_id(tmp_path):
         assert sorted(lists.qids) == ["q1", "q2"]
         values.append(lists.relevant_ids)
     assert values[0] == values[1]
+
+
+def test_write_run_refuses_one_query_given_twice(tmp_path):
+    """7 and "7" are one query id: two lists for it wrote one of them silently (found by an
+    audit)."""
+    from retrieval_metrics.formats import write_run
+
+    with pytest.raises(ValueError, match=r"`run` gives query '7' twice \(7 and '7'"):
+        write_run({7: [("a", 1.0)], "7": [("b", 2.0)]}, tmp_path / "r.trec")
+    assert not (tmp_path / "r.trec").exists()

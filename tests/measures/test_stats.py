@@ -112,3 +112,20 @@ def test_ranked_lists_have_no_chance_level_and_chance_is_shared_per_gallery():
     shared = M.chance_measures(table, metric.metric_names())
     for name in direct:
         torch.testing.assert_close(direct[name], shared[name])
+
+
+def test_the_median_rank_interval_resamples_the_median_reported():
+    """Per-query ranks 1 and 3: a resample's ordinary median is 1, 2 or 3 (1/4, 1/2, 1/4);
+    torch's lower median, which the interval took, is 1 (3/4) or 3. At level 0.4 the percentile
+    interval of the reported median is (2, 2); of the lower median it was (1, 1) (found by an
+    audit: the interval did not describe the value)."""
+    ranks = torch.tensor([1.0, 3.0])
+    assert bootstrap_interval(ranks, 0.4, 4000, 0, "median") == (2.0, 2.0)
+    assert bootstrap_interval(ranks, 0.4, 4000, 0, "median_vsepp") == (2.0, 2.0)
+    with pytest.raises(ValueError, match="`statistic` must be one of"):
+        bootstrap_interval(ranks, 0.4, 10, 0, "lower median")
+    for median in ("plain", "vsepp"):
+        m = rm.MedianRank(median=median)
+        m.update(relevant_ranks=[[1], [3]])
+        row = m.summary(level=0.4, num_bootstrap=4000).as_dict()["median_rank"]
+        assert row["value"] == 2.0 and tuple(row["interval"]) == (2.0, 2.0), median

@@ -86,3 +86,15 @@ def test_per_query_keyed_when_ranked_in_chunks_of_queries():
     for name in ("map@r", "mrr"):
         assert list(keyed[name]) == ids[::-1]
         assert keyed[name] == pytest.approx(expected[name], abs=1e-12)
+
+
+def test_per_query_values_are_in_the_metric_s_unit():
+    """Under percent=True compute() reported mrr 75.0 while per_query() gave [0.5, 1.0]
+    (found by an audit): the rows are now in percent, their mean the value; a rank is not
+    scaled."""
+    m = rm.RetrievalMetrics(["mrr", "mean_rank"], percent=True)
+    m.update(ranked_ids=[["b", "a"], ["a", "b"]], relevant_ids=[{"a"}, {"a"}], ids=["q1", "q2"])
+    rows = m.per_query(ids=["q1", "q2"])
+    assert rows["mrr"] == {"q1": 50.0, "q2": 100.0}
+    assert rows["mean_rank"] == {"q1": 2.0, "q2": 1.0}
+    assert float(m.compute()["mrr"]) == 75.0

@@ -173,3 +173,15 @@ def test_write_run_refuses_what_a_run_cannot_hold(tmp_path):
         write_run({"q 1": [("d1", 1.0)]}, tmp_path / "r.txt")
     with pytest.raises(ValueError, match="the score inf"):
         write_run({"q": [("d1", float("inf"))]}, tmp_path / "r.json")
+
+
+@pytest.mark.parametrize("num_ids", [2, 5])
+def test_ids_of_the_wrong_length_under_ties_by_id_are_refused(num_ids):
+    """Two ids for four items ranked two of them only (the best item was never listed); five
+    raised an IndexError (found by an audit)."""
+    q = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    g = torch.tensor([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [0.1, 0.1]])
+    ids = [f"d{i}" for i in range(num_ids)]
+    message = f"`gallery_ids` must hold one id per gallery item \\(4\\), got {num_ids}"
+    with pytest.raises(ValueError, match=message):
+        top_k(q, g, 2, similarity="dot", ties="id", gallery_ids=ids)

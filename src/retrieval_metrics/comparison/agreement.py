@@ -1,6 +1,6 @@
 """What two or more metric objects must share before their per-query values are paired: the same
 measures' options, the same directions and the same queries, query i the same query in each
-(by its id where the metrics were given ``ids=``), and the values in the metrics' own units.
+(by its id where the metrics were given ``ids=``).
 :func:`~retrieval_metrics.comparison.pairwise.compare` and
 :func:`~retrieval_metrics.comparison.systems.compare_systems` both check through here."""
 
@@ -10,13 +10,11 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 import torch
-from torch import Tensor
 
-from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 
-__all__ = ["in_metric_units", "same_options", "same_queries"]
+__all__ = ["same_options", "same_queries"]
 
 #: options that change no per-query value: the scratch memory, the unit (checked on its own,
 #: or converted), the protocol's name (its options are compared one by one)
@@ -96,9 +94,3 @@ def _same_query_fields(
             )
 
 
-def in_metric_units(
-    values: Tensor, metric: RetrievalMetricBase, spec: M.MetricSpec
-) -> Tensor:
-    """Per-query values in the metric's unit: a fraction in percent under ``percent=True``
-    (what its ``compute()`` reports), a rank as it is."""
-    return values * (100.0 if metric.percent and spec.higher_is_better else 1.0)

@@ -3,7 +3,7 @@ paired test of the two metric objects' per-query values."""
 
 from __future__ import annotations
 
-from retrieval_metrics.comparison.agreement import in_metric_units, same_options, same_queries
+from retrieval_metrics.comparison.agreement import same_options, same_queries
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.aggregation import counted_values
 from retrieval_metrics.functional.measures.stats import Comparison, paired_comparison
@@ -74,7 +74,7 @@ def compare(
                     # it), and say so, since "cmc@20: 0.61 vs 0.55" reads like a hit rate @20
                     label = f"{key}{spec.name} (mean over K = 1..{v.shape[1]})"
                     v = v.mean(1)
-                values.append(in_metric_units(v, metric, spec))
+                values.append(metric.in_units(v, spec))
             out[f"{key}{spec.name}"] = paired_comparison(
                 label, values[0], values[1], level, num_bootstrap, seed
             )

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.comparison.agreement import in_metric_units, same_options, same_queries
+from retrieval_metrics.comparison.agreement import same_options, same_queries
 from retrieval_metrics.comparison.report import SystemComparison
 from retrieval_metrics.comparison.text import baseline_index, system_names
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import significance as S
-from retrieval_metrics.functional.measures.stats import bootstrap_interval
+from retrieval_metrics.functional.measures.stats import bootstrap_interval, value_statistic
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 
 __all__ = ["FAMILIES", "compare_systems"]
@@ -220,13 +220,13 @@ def _rows(
     rows: list[dict[str, Any]] = []
     for key, spec in entries:
         values, label = [], key
-        for metric, own in zip(metrics, per_query, strict=True):
+        for own in per_query:
             v = own[key].detach().to("cpu", torch.float64)
             if v.dim() > 1:
                 label = f"{key} (mean over K = 1..{v.shape[1]})"
                 v = v.mean(1)
-            values.append(in_metric_units(v, metric, spec))
-        statistic = "median" if spec.base == "median_rank" else "mean"
+            values.append(v)  # (per_query() is in the metric's unit: percent if it reports so)
+        statistic = value_statistic(spec, metrics[0].measure_options)
         reference = values[base]
         for i, (name, v) in enumerate(zip(labels, values, strict=True)):
             value = computed[i][key].detach().to("cpu", torch.float64)

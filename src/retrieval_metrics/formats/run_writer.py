@@ -41,7 +41,16 @@ def write_run(
     {'q1': ['d3', 'd1']}
     """
     _check_tag(tag)
-    by_text = {str(qid): (qid, docs) for qid, docs in run.items()}  # (7 and "7": one query)
+    by_text: dict[str, tuple[Any, Any]] = {}
+    for qid, docs in run.items():
+        text = str(qid)
+        if text in by_text:
+            # (7 and "7" are one query: two lists for it, which is right is unknown)
+            raise ValueError(
+                f"`run` gives query {text!r} twice ({by_text[text][0]!r} and {qid!r}: an int id "
+                "and its decimal text are one id); give each query once"
+            )
+        by_text[text] = (qid, docs)
     return write_run_lines(by_text.values(), path, tag=tag)
 
 

@@ -460,10 +460,12 @@ class RetrievalMetricBase(Metric):
     # ------------------------------------------------------------------ beyond compute()
 
     def per_query(self, ids: Any = None) -> dict[str, Any]:
-        """Each query's value of every reported measure as the mean counts it (NaN for skipped
-        queries; 0, or the worst rank, under ``empty_queries="zero"``), queries in a stable
-        order (by sample id when ids were given, else the order they arrived in); keys carry the
-        direction for image-text ("i2t/hit_rate@1").
+        """Each query's value of every reported measure as the mean counts it, in the metric's
+        unit (percent under ``percent=True``; NaN for skipped queries; 0, or the worst rank,
+        under ``empty_queries="zero"``), queries in a stable
+        order (by sample id when ids were given, string ids by their 64-bit codes, which is no
+        alphabetical order: pass ``ids`` to key the values by id; else the order they arrived
+        in); keys carry the direction for image-text ("i2t/hit_rate@1").
 
         With ``ids`` (the query ids given to ``update``, int or str, any subset in any order):
         ``{name: {query id: value}}`` in the order of ``ids``, a value a float (a list for a
@@ -490,8 +492,15 @@ class RetrievalMetricBase(Metric):
                 values = counted_values(
                     self._per_query_values(table, spec), table, spec, self.measure_options
                 )
-                out[f"{key}{spec.name}"] = (values.to(self.device), table.query_id)
+                out[f"{key}{spec.name}"] = (
+                    self.in_units(values, spec).to(self.device), table.query_id
+                )
         return out
+
+    def in_units(self, values: Tensor, spec: M.MetricSpec) -> Tensor:
+        """Per-query values in this metric's unit, as ``compute()`` reports their mean: a
+        fraction in percent under ``percent=True``, a rank as it is."""
+        return values * (100.0 if self.percent and spec.higher_is_better else 1.0)
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
         """One measure's per-query values (a kind's input form may apply its own rule)."""

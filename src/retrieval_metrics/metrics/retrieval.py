@@ -256,9 +256,10 @@ class RetrievalMetric(RetrievalMetricBase):
         (the similarity, duplicate ids dropped, a query never listing itself nor, with qrels, a
         document of its own id): query id -> ``[(document id, score), ...]`` best first, ids
         as text, for :func:`retrieval_metrics.formats.write_run` (TREC, JSON, JSONL). Tied
-        scores at the cut go to the item the states hold first (same source: the smaller id; a
-        separate gallery: as given, on one process), or under ``ties="id"`` to the smaller id
-        of a separate gallery.
+        scores at the cut go to the item the states hold first (same source: the smaller id,
+        string ids by their 64-bit codes, which is no alphabetical order; a separate gallery:
+        as given, on one process), or under ``ties="id"`` to the smaller id of a separate
+        gallery (strings by code point, as ``ties="id"`` ranks them).
 
         For embeddings whose states hold both sides (same source; queries and gallery in
         updates, with or without ``qrels``), and for queries ranked against a gallery given with

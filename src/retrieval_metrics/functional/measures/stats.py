@@ -26,6 +26,7 @@ __all__ = [
     "paired_comparison",
     "summarize",
     "summarize_query_parts",
+    "value_statistic",
     "wilson_interval",
 ]
 
@@ -71,6 +72,18 @@ def _canonical(values: Tensor) -> Tensor:
     return values
 
 
+#: what :func:`bootstrap_interval` resamples: the statistic a reported value is
+BOOTSTRAP_STATISTICS = ("mean", "median", "median_vsepp")
+
+
+def value_statistic(spec: N.MetricSpec, options: MeasureOptions) -> str:
+    """The statistic of per-query values a measure's value is (:data:`BOOTSTRAP_STATISTICS`):
+    the median rank's by its convention (``median``), every other measure's the mean."""
+    if spec.base != "median_rank":
+        return "mean"
+    return "median_vsepp" if options.median == "vsepp" else "median"
+
+
 def bootstrap_interval(
     values: Tensor,
     level: float = 0.95,
@@ -78,8 +91,12 @@ def bootstrap_interval(
     seed: int = 0,
     statistic: str = "mean",
 ) -> tuple[float, float]:
-    """Seeded percentile bootstrap over queries of the mean (or median) of ``values``; the same
-    for the same values in any order."""
+    """Seeded percentile bootstrap over queries of a statistic of ``values``: ``"mean"``,
+    ``"median"`` (the ordinary median: the mean of the two middle values for an even count) or
+    ``"median_vsepp"`` (VSE++'s floor(median(r - 1)) + 1, which is floor(median(r))), each the
+    statistic the reported value is; the same for the same values in any order."""
+    if statistic not in BOOTSTRAP_STATISTICS:
+        raise ValueError(f"`statistic` must be one of {BOOTSTRAP_STATISTICS}, got {statistic!r}")
     v = _canonical(values[~torch.isnan(values)].to(torch.float64))
     n = v.numel()
     if n == 0:
@@ -87,7 +104,13 @@ def bootstrap_interval(
     stats = []
     for idx in _resamples(n, num_bootstrap, seed):
         sample = v[idx]
-        stats.append(sample.mean(1) if statistic == "mean" else sample.median(1).values)
+        if statistic == "mean":
+            stats.append(sample.mean(1))
+            continue
+        # (torch's median is the lower middle value; the reported median is not)
+        ordered = sample.sort(1).values
+        middle = (ordered[:, (n - 1) // 2] + ordered[:, n // 2]) / 2
+        stats.append(torch.floor(middle) if statistic == "median_vsepp" else middle)
     dist = torch.cat(stats)
     alpha = (1 - level) / 2
     lo = torch.quantile(dist, alpha).item()
@@ -333,7 +356,7 @@ def _summary(
             lo, hi = wilson_interval(float(per_query.nansum()), counted, level)
             interval = (lo * scale, hi * scale)
         else:
-            stat = "median" if spec.base == "median_rank" else "mean"
+            stat = value_statistic(spec, options)
             lo, hi = bootstrap_interval(per_query, level, num_bootstrap, seed, stat)
             interval = (lo * scale, hi * scale)
         summary.rows.append(

@@ -149,6 +149,11 @@ def top_k(
         if item_ids is None:
             raise ValueError('ties="id" orders tied items by their ids: give `gallery_ids`')
         key = order_ranks(id_order_rows(item_ids, "gallery_ids"))
+        if key.shape != (num_g,):
+            name = "query_ids" if same else "gallery_ids"
+            raise ValueError(
+                f"`{name}` must hold one id per gallery item ({num_g}), got {key.numel()}"
+            )
     else:
         key = None  # the gallery's order
     # the gallery in key order: the columns of every block are then in tie order
