@@ -191,8 +191,10 @@ judgments, judged queries not given. Default metrics: ndcg@10,recall@100,map@100
 library's options). Two retrievers (two --query files and one --gallery, or two --query/--gallery
 pairs, e.g. two models) get the paired test when they score the same queries. --plot draws recall
 vs K (BEIR's Recall@K) for each, with the chance level when every judged document is in the
-corpus. A document whose id is the query's is left out of its ranking, as BEIR does; integer ids
-that collide are refused unless --ignore-identical-ids says true or false.
+corpus. A document whose id is the query's is left out of its ranking (and of its judgments;
+true: BEIR's and MTEB's rule, its judgment kept, never retrieved); integer ids that collide are
+refused unless --ignore-identical-ids says true or false. --protocol beir defaults to true, mteb
+and sentence_transformers to false, as those evaluators do.
 
 Runs and qrels, by extension:
   --run    .json   {"qid": {"docid": score}} (ranx, pytrec_eval)
