@@ -184,7 +184,7 @@ class RetrievalMetric(RetrievalMetricBase):
             ids = read_ids(ids)
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
         self._gallery = FixedGallery.set(self.context(), embeddings, keys)
-        self._gallery_print = FixedGallery.fingerprint(self._gallery)
+        self._gallery_print = 0  # (hashed when a query is ranked against it on many processes)
         self._note_id_example("gallery", ids)
         self._forget_ranking()
 
@@ -247,7 +247,12 @@ class RetrievalMetric(RetrievalMetricBase):
         except BaseException:
             self.form = before
             raise
-        if form.kind == "fixed_gallery":
+        if form.kind == "fixed_gallery" and context.processes.several:
+            # what the processes compare after the sync; one process has none to compare with
+            # (a corpus's keys are hashed once, not at every set_gallery)
+            if not self._gallery_print:
+                assert self._gallery is not None  # (the form is chosen for it)
+                self._gallery_print = FixedGallery.fingerprint(self._gallery)
             self.agreement[2] = self._gallery_print
         self._note_id_example(role or "query", ids)
 

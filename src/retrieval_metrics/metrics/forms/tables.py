@@ -73,8 +73,14 @@ class TableStates(InputForm):
                 listed_items=table.num_listed,
                 gallery_size=table.gallery_size,
             )
+            if keep.numel() < table.num_queries:
+                self.check_repeats(context)
             table = table.select(keep)
         return table
+
+    def check_repeats(self, context: FormContext) -> None:
+        """Check what else the copies of a repeated query id must agree on, beyond the table's
+        fields: nothing here (the table is all these forms keep of a query)."""
 
 
 class RankedLists(TableStates):
@@ -219,10 +225,12 @@ class FixedGallery(TableStates):
     def skip_reason(self, context: FormContext) -> str:
         return relevance_skip_reason(context)
 
-    def table(self, context: FormContext) -> RankTable:
+    def check_repeats(self, context: FormContext) -> None:
         # a query id given twice: the copies' embeddings (held for run()) must agree, as in
         # every form, before the table keeps the first copy's results
         context.store.deduped("q", "`ids` of the queries")
+
+    def table(self, context: FormContext) -> RankTable:
         table = super().table(context)
         if context.qrels is None or table.query_id is None:
             return table
