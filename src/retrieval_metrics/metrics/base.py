@@ -31,7 +31,11 @@ from torchmetrics.utilities.data import dim_zero_cat
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
-from retrieval_metrics.functional.measures.aggregation import QueryParts, counted_values
+from retrieval_metrics.functional.measures.aggregation import (
+    QueryParts,
+    counted_values,
+    unit_scale,
+)
 from retrieval_metrics.functional.measures.names import judged_needed
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.functional.primitives import to_device
@@ -500,7 +504,7 @@ class RetrievalMetricBase(Metric):
     def in_units(self, values: Tensor, spec: M.MetricSpec) -> Tensor:
         """Per-query values in this metric's unit, as ``compute()`` reports their mean: a
         fraction in percent under ``percent=True``, a rank as it is."""
-        return values * (100.0 if self.percent and spec.higher_is_better else 1.0)
+        return values * unit_scale(spec, self.measure_options)
 
     def _per_query_values(self, table: RankTable, spec: M.MetricSpec) -> Tensor:
         """One measure's per-query values (a kind's input form may apply its own rule)."""

@@ -49,11 +49,18 @@ __all__ = [
     "query_parts_in_chunks",
     "retrieval_measures",
     "unanswerable",
+    "unit_scale",
 ]
 
 EMPTY_QUERIES = OPTIONS["empty_queries"].allowed
 AVERAGES = OPTIONS["average"].allowed
 MEDIAN_CONVENTIONS = OPTIONS["median"].allowed
+
+
+def unit_scale(spec: MetricSpec, options: MeasureOptions) -> float:
+    """What a measure's per-query values are multiplied by to be in the unit its value is
+    reported in: 100 for a fraction under ``percent=True``, else 1 (a rank is not scaled)."""
+    return 100.0 if options.percent and spec.higher_is_better else 1.0
 
 
 def _empty_fill(

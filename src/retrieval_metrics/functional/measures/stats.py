@@ -342,7 +342,7 @@ def _summary(
         else:
             per_query = A.counted_values(per_query, table, spec, options)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
-        scale = 100.0 if options.percent and spec.higher_is_better else 1.0
+        scale = A.unit_scale(spec, options)
         if per_query.dim() > 1:
             # a curve (CMC): a pointwise interval at each K, two vectors
             if bool(((per_query == 0) | (per_query == 1) | per_query.isnan()).all()):

@@ -205,17 +205,13 @@ def _check_one_grade(q: int, gains: dict[Any, float]) -> None:
         seen.setdefault(key, (item, grade))
 
 
-def _is_odd_id(item: Any) -> bool:
-    return item is None or isinstance(item, (bool, float, np.bool_, np.floating))
-
-
 def _refuse_odd_ids(q: int, ids: Iterable[Any], name: str = "relevant_ids") -> None:
     """Refuse ids that are no ids: None, a bool, or a float (NaN never equals itself; 1.0 would
     equal 1 here and not "1" in ragas; a pandas column of int ids with a missing value turns
     into floats). Run over a query's relevant ids (a few), and over its ranked ids only where
     their types differ from the relevant ones' (a pass that is made there anyway)."""
     for item in ids:
-        if _is_odd_id(item):
+        if item is None or isinstance(item, (bool, float, np.bool_, np.floating)):
             raise ValueError(
                 f"`{name}[{q}]` holds {item!r} ({type(item).__name__}): ids must be ints or "
                 "strings (a column of int ids with a missing value turns into floats)"
