@@ -95,7 +95,7 @@ def child(kind: str, folder: Path, out: Path) -> None:
 
     import retrieval_metrics as rm
     import retrieval_metrics.metrics.named
-    from retrieval_metrics.cli.main import run as _cli_run  # noqa: F401
+    from retrieval_metrics.cli.commands import run as _cli_run  # noqa: F401
     from retrieval_metrics.formats import read_qrels, write_run
 
     warnings.simplefilter("ignore")

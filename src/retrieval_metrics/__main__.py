@@ -13,7 +13,8 @@ from retrieval_metrics.cli.parser import build_parser
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``retrieval-metrics`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
-    from retrieval_metrics.cli.main import run  # the commands' imports, once there is one to run
+    # the commands' imports, once there is one to run
+    from retrieval_metrics.cli.commands import run
 
     return run(args)
 

@@ -507,3 +507,13 @@ def test_place_recognition_positions_with_protocol(tmp_path):
     m.update(torch.from_numpy(g_emb), positions=torch.from_numpy(g_pos), role="gallery")
     assert_matches_summary(got, m.summary())
     assert got["hit_rate@1"]["value"] > 1  # netvlad reports percent
+
+
+def test_importing_the_commands_module_by_its_path_leaves_main_the_function():
+    """``import retrieval_metrics.cli.<module>`` binds the submodule as an attribute of the
+    package: a submodule named ``main`` replaced the function ``cli.main`` for whoever imported
+    it by its path first (a test worker calling ``cli.main([...])`` then called a module)."""
+    import importlib
+
+    importlib.import_module("retrieval_metrics.cli.commands")
+    assert callable(cli.main) and cli.main.__module__ == "retrieval_metrics.cli.commands"

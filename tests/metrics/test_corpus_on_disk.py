@@ -352,8 +352,7 @@ def test_the_command_line_reads_the_file_once_to_score_and_once_for_the_run(
     """``evaluate --gallery corpus.npy --write-run``: the evaluation's ranking reads the file
     once (its norms and scan for NaN with it), and the run's once more (3 times before: the
     run's corpus was scanned by a pass of its own)."""
-    from retrieval_metrics.cli import main  # (the package's face: importing the submodule
-    # by its path would leave `retrieval_metrics.cli.main` the module for later tests)
+    from retrieval_metrics.cli import main
 
     n = 5_000
     _spread_case(tmp_path, n, 16, 30)
@@ -373,7 +372,7 @@ import numpy as np, torch
 import retrieval_metrics as rm
 import retrieval_metrics.metrics.named  # the classes (and torchmetrics) before the start
 from retrieval_metrics.__main__ import main
-from retrieval_metrics.cli.main import run as _run
+from retrieval_metrics.cli.commands import run as _run
 from retrieval_metrics.formats import read_qrels
 warnings.simplefilter("ignore")
 folder, kind = sys.argv[1], sys.argv[2]

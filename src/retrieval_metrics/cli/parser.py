@@ -1,7 +1,7 @@
 """The command line of ``retrieval-metrics``: its subcommands, options and help text.
 
-Only the description of the command line lives here; :mod:`retrieval_metrics.cli.main` parses with
-:func:`build_parser` and runs the subcommand ``args.command`` names.
+Only the description of the command line lives here; :mod:`retrieval_metrics.cli.commands`
+parses with :func:`build_parser` and runs the subcommand ``args.command`` names.
 """
 
 from __future__ import annotations

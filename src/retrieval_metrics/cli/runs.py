@@ -1,6 +1,6 @@
 """The command line's inputs: the runs it reads from its arguments (embedding files, query and
 gallery pairs, TREC or JSONL runs with their qrels), the metric each is scored by, and the lines
-that describe a run. ``evaluate`` and ``compare`` (:mod:`retrieval_metrics.cli.main`) read their
+that describe a run. ``evaluate`` and ``compare`` (:mod:`retrieval_metrics.cli.commands`) read their
 systems here."""
 
 from __future__ import annotations
