@@ -128,7 +128,7 @@ class RetrievalMetricBase(Metric):
         *Metric.__jit_ignored_attributes__, "_update_signature"
     ]
     __jit_unused_properties__: ClassVar[list[str]] = [
-        *Metric.__jit_unused_properties__, "measure_options", *OPTION_NAMES
+        *Metric.__jit_unused_properties__, "measure_options", "_computed", *OPTION_NAMES
     ]
     is_differentiable = False
     higher_is_better: bool | None = True
@@ -193,6 +193,32 @@ class RetrievalMetricBase(Metric):
         self._warned_cutoffs = False
         self._warned_unjudged = False
 
+    # torchmetrics marks the value compute() kept as stale by setting ``_computed = None``
+    # wherever the states change under it: update(), forward(), reset(), and a MetricCollection's
+    # compute groups, which update a group's first member only and hand its states to the others
+    # (whose update() never runs). The ranking kept beside that value is stale at the same
+    # moments, so it is dropped with it: here, the one place every such change passes.
+    @property
+    def _computed(self) -> Any:
+        return self.__dict__.get("_computed_value")
+
+    @_computed.setter
+    def _computed(self, value: Any) -> None:
+        self.__dict__["_computed_value"] = value
+        if value is None and "_tables" in self.__dict__:  # (torchmetrics' __init__ sets it first)
+            self._forget_ranking()
+
+    def _reduce_states(self, incoming_state: dict[str, Any]) -> None:
+        """``merge_state``: the merged states are new data, so neither the ranking nor a value
+        compute() kept holds (torchmetrics would return the value of the states before)."""
+        super()._reduce_states(incoming_state)
+        self._computed = None
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any) -> None:
+        """``load_state_dict``: states loaded into a metric that has computed are new data."""
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        self._computed = None
+
     # ------------------------------------------------------------------ dtype of the results
 
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> Any:
@@ -216,6 +242,10 @@ class RetrievalMetricBase(Metric):
             # dtype keeps it, and still follows a dtype conversion
             converted = fn(torch.zeros(1, dtype=dtype)).dtype
             self._dtype = converted if converted in (torch.float32, torch.float64) else dtype
+            if self._dtype != dtype:
+                # a value compute() kept is recomputed in the new dtype (a float32 value cast
+                # to float64 would carry float32's digits only)
+                self._computed = None
         return out
 
     def _result(self, value: Tensor) -> Tensor:

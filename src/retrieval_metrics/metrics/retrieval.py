@@ -188,6 +188,22 @@ class RetrievalMetric(RetrievalMetricBase):
         self._note_id_example("gallery", ids)
         self._forget_ranking()
 
+    @torch.jit.unused
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """torchmetrics' ``forward`` (see the base class). A batch of one side
+        (``role="query"`` or ``"gallery"``) has no value alone unless the gallery is fixed
+        (:meth:`set_gallery`): torchmetrics' forward would set the states aside, score the
+        batch alone, fail for want of the other side, and leave them lost. Refused first."""
+        role = kwargs.get("role")
+        if role is not None and self._gallery is None:
+            raise ValueError(
+                f"{type(self).__name__}(...) was called (forward) with role={role!r}: a batch of "
+                "one side has no value alone, since forward() scores its batch against itself. "
+                f"Add it with `update(..., role={role!r})` and log the metric object (or "
+                "compute() at the end of the epoch); nothing was added"
+            )
+        return super().forward(*args, **kwargs)
+
     def update(  # type: ignore[override]
         self,
         embeddings: Tensor | None = None,

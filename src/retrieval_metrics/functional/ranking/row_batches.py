@@ -129,6 +129,26 @@ class MappedRows:
         self.shape = self.tensor.shape
         self._buffer: np.ndarray | None = None
 
+    # A copy (copy.deepcopy, clone(), pickle: MetricTracker, EMA of a module holding a metric)
+    # maps the same file again rather than copying its rows: the mapping itself cannot be
+    # pickled, and the rows, read whole into the copy, are what a corpus on disk must not be.
+    def __getstate__(self) -> dict:
+        if self.path is None:
+            raise TypeError(
+                "a corpus on disk mapped copy-on-write (numpy.load(..., mmap_mode='c')) or "
+                "without a file cannot be copied or pickled: its rows may hold changes the file "
+                "lacks. Map it with mmap_mode='r', or give it as a tensor"
+            )
+        return {"path": self.path, "offset": self._offset, "dtype": self._dtype,
+                "shape": tuple(self.shape)}
+
+    def __setstate__(self, state: dict) -> None:
+        array = np.memmap(
+            state["path"], dtype=state["dtype"], mode="r", offset=state["offset"],
+            shape=state["shape"],
+        )
+        self.__init__(array)  # type: ignore[misc]
+
     def _staging(self, rows: int) -> np.ndarray:
         """A reused buffer of ``rows`` rows (at most a chunk), in the stored dtype."""
         if self._buffer is None or self._buffer.shape[0] < rows:
@@ -290,6 +310,22 @@ class RowBatches:
         self._as_read = as_read
         self._onto: dict[torch.device, RowBatches] = {}
         self._stored: RowBatches | None = None
+
+    def __getstate__(self) -> dict:
+        # the rows read from files travel as their MappedRows (the file named again), not as
+        # the tensors over the mapping, which would carry the whole file
+        state = dict(self.__dict__)
+        state["batches"] = [
+            None if m is not None else b for b, m in zip(self.batches, self.mapped, strict=True)
+        ]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["batches"] = [
+            m.tensor if m is not None else b
+            for b, m in zip(state["batches"], state["mapped"], strict=True)
+        ]
+        self.__dict__.update(state)
 
     def __len__(self) -> int:
         return self.shape[0]
