@@ -240,6 +240,30 @@ def test_refuses_a_validation_dataloader_that_is_also_tested(tmp_path):
         trainer.test(model, test_loader, verbose=False)
 
 
+def test_a_monitor_of_the_second_validation_dataloader_selects_and_tests(tmp_path):
+    """Lightning refuses a name with "dataloader_idx" logged by a callback: the test run on the
+    weights selected by `val/map_at_r/dataloader_idx_1` raised after its whole loop."""
+    L.seed_everything(0, verbose=False)
+    train, val, test_loader, test_set = loaders()
+    second = DataLoader(ClassData(10, seed=4, id_offset=30_000), batch_size=16)
+    monitor = f"{MONITOR}/dataloader_idx_1"
+    select = SelectOnValidation(monitor=monitor, mode="max", dirpath=tmp_path / "ckpt")
+    recorder = EpochRecorder(monitor)
+    trainer = make_trainer(tmp_path, [recorder, select], max_epochs=4)
+    model = TwoValidationSets()
+    trainer.fit(model, train, [val, second])
+    best = best_epoch(recorder.values)
+    for ckpt_path in (None, "best"):
+        result = trainer.test(model, test_loader, ckpt_path=ckpt_path, verbose=False)[0]
+        assert result["test/map_at_r"] == pytest.approx(
+            weights_metric(recorder.weights[best], test_set), abs=1e-6
+        )
+        assert result["selection/epoch"] == best
+        assert result[f"selection/{MONITOR}/val_dataloader_1"] == pytest.approx(
+            recorder.values[best], abs=1e-6
+        )
+
+
 class LogsTestMetricsWhileFitting(TinyEmbedder):
     """Evaluates the test split at every validation: its numbers could feed the choice."""
 

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from retrieval_metrics.lightning.checkpoints import SELECTION_KEY, SelectionRecords
 from retrieval_metrics.lightning.checks import (
+    DATALOADER_SUFFIX,
     dataset_of,
     flatten_loaders,
     is_test_key,
@@ -58,7 +59,8 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
     * ``trainer.test(model, dataloaders)`` with no ``ckpt_path`` loads ``best_model_path`` into
       ``model`` on every process before testing (the model keeps those weights afterwards), and
       ``ckpt_path="best"`` tests the same file. Both log ``selection/epoch``, ``selection/step``
-      and ``selection/<monitor>`` beside the test metrics.
+      and ``selection/<monitor>`` beside the test metrics (a monitor's ``/dataloader_idx_N``
+      suffix, a name Lightning keeps for itself, as ``/val_dataloader_N``).
     * Any other ``ckpt_path`` (e.g. ``"last"``) is tested as asked, with a warning, and its test
       metrics carry no ``selection/...`` keys.
 
@@ -206,10 +208,13 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         record = self.selection if record is None else record
         if record is None:
             return {}
+        # Lightning refuses a logged name with "dataloader_idx" in it (it adds that suffix
+        # itself): a monitor of the second validation dataloader is named by its number
+        monitor = DATALOADER_SUFFIX.sub(r"/val_dataloader_\1", record["monitor"])
         return {
             "selection/epoch": float(record["epoch"]),
             "selection/step": float(record["step"]),
-            f"selection/{record['monitor']}": float(record["score"]),
+            f"selection/{monitor}": float(record["score"]),
         }
 
     # ------------------------------------------------------------------ Lightning hooks
