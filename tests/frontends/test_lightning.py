@@ -104,3 +104,32 @@ def test_a_metric_of_several_values_logged_with_self_log_points_to_log_dict(tmp_
                   torch.tensor([0, 0, 1, 1]))
     assert {k: float(v) for k, v in metric.compute().items()} == {
         "hit_rate@1": 1.0, "hit_rate@2": 1.0}
+
+
+@pytest.mark.timeout(400)
+def test_log_dict_of_a_metric_object_says_how_to_log_it(tmp_path):
+    # Lightning reads log_dict's argument as a mapping: an AttributeError ('items') before
+    pl = pytest.importorskip("lightning.pytorch")
+    import torch
+
+    import retrieval_metrics as rm
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 4)
+            self.metrics = rm.RetrievalMetrics(["map@r", "recall@2"], prefix="val/")
+
+        def validation_step(self, batch, index):
+            x, y = batch
+            self.metrics.update(self.layer(x), y)
+            self.log_dict(self.metrics)
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.arange(16) % 4)
+    trainer = pl.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    with pytest.raises(TypeError, match=r"RetrievalMetrics is a metric, not a dict.*"
+                       r"self.log_dict\(metric.compute\(\), sync_dist=True\)"):
+        trainer.validate(Module(), torch.utils.data.DataLoader(data, batch_size=8))

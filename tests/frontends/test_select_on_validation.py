@@ -9,6 +9,7 @@ file), never through the callback under test.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -262,6 +263,73 @@ def test_a_monitor_of_the_second_validation_dataloader_selects_and_tests(tmp_pat
         assert result[f"selection/{MONITOR}/val_dataloader_1"] == pytest.approx(
             recorder.values[best], abs=1e-6
         )
+
+
+class ScriptedScores(L.LightningModule):
+    """Logs the monitor's value given for an epoch (none for epochs left out) at the end of
+    each validation; trains a little so that every step's weights differ."""
+
+    def __init__(self, scores: dict[int, float]) -> None:
+        super().__init__()
+        self.lin, self.scores = nn.Linear(8, 4), scores
+
+    def training_step(self, batch, batch_idx):
+        return nn.functional.cross_entropy(self.lin(batch[0]), batch[1])
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", nn.functional.cross_entropy(self.lin(batch[0]), batch[1]))
+
+    def on_validation_epoch_end(self):
+        if not self.trainer.sanity_checking and self.current_epoch in self.scores:
+            self.log(MONITOR, self.scores[self.current_epoch])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _scripted_fit(tmp_path, scores, epochs, train_batches=4, **options):
+    torch.manual_seed(0)
+    x, y = torch.randn(16 * train_batches, 8), torch.arange(16 * train_batches) % 4
+    train = DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    val = DataLoader(torch.utils.data.TensorDataset(x[:32], y[:32]), batch_size=16)
+    trainer_options = {k: options.pop(k) for k in ("val_check_interval",) if k in options}
+    select = SelectOnValidation(monitor=MONITOR, mode="max", dirpath=tmp_path / "ckpt", **options)
+    trainer = make_trainer(tmp_path, [select], max_epochs=epochs, num_sanity_val_steps=0,
+                           **trainer_options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(ScriptedScores(scores), train, val)
+    said = [str(w.message) for w in caught if "SelectOnValidation" in str(w.message)]
+    return select, said
+
+
+def test_a_validation_that_does_not_log_the_monitor_makes_no_candidate(tmp_path):
+    """The monitor logged at epochs 0 and 2 only: epochs 1 and 3 kept epoch 0's value in
+    callback_metrics and became candidates with it (kept: epochs 0 and 1)."""
+    select, _ = _scripted_fit(tmp_path, {0: 0.9, 2: 0.8}, epochs=4, save_top_k=2)
+    records = [torch.load(p, weights_only=False)[SELECTION_KEY] for p in select.best_k_models]
+    assert sorted((r["epoch"], r["score"]) for r in records) == [
+        (0, pytest.approx(0.9)), (2, pytest.approx(0.8))
+    ]
+
+
+def test_validations_off_the_epoch_end_with_save_on_train_epoch_end_are_said(tmp_path):
+    """Validations at steps 4 and 8 of 9-step epochs; save_on_train_epoch_end=True saves only
+    at step 9, whose weights were never validated: nothing is selected, and fit says why."""
+    select, said = _scripted_fit(
+        tmp_path, {0: 0.5, 1: 0.7}, epochs=2, train_batches=9, val_check_interval=0.5,
+        save_on_train_epoch_end=True,
+    )
+    assert select.best_model_path == ""
+    assert any("step 9" in m and "measured at step 8" in m for m in said), said
+    assert any("no validated weights came to be saved" in m for m in said), said
+
+
+def test_a_nan_monitor_is_said_and_recorded_as_logged(tmp_path):
+    nan = float("nan")
+    select, said = _scripted_fit(tmp_path, {0: nan, 1: nan}, epochs=2)
+    assert any("is NaN at epoch 0" in m for m in said), said
+    assert select.selection["epoch"] == 0 and math.isnan(select.selection["score"])
 
 
 class LogsTestMetricsWhileFitting(TinyEmbedder):

@@ -81,12 +81,17 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
       overlapping ids is reported. Ids must be global sample ids, unique across splits. Gallery
       ids are not compared (validation and test queries may share one corpus).
 
-    A warning is given when ``fit`` ends without any metric logged in the validation loop (nothing
-    was selected) and when ``trainer.test`` runs with nothing selected.
+    A warning is given when ``fit`` ends without any metric logged in the validation loop, or
+    with the monitor logged but no validated weights saved (nothing was selected), when the
+    monitor is NaN (a metric with no query to count; ModelCheckpoint ranks it below every
+    number, and the record keeps the NaN), and when ``trainer.test`` runs with nothing selected.
 
     Only weights that were just validated are candidates: the score always describes the saved
-    weights. ``every_n_train_steps`` and ``train_time_interval`` are therefore refused; validate
-    more often with ``Trainer(val_check_interval=...)`` instead. With ``save_last=True``,
+    weights. A validation that did not log the monitor (one computed every few epochs) makes no
+    candidate, and with ``save_on_train_epoch_end=True`` the weights at an epoch's end are one
+    only where a validation ran at that step. ``every_n_train_steps`` and
+    ``train_time_interval`` are therefore refused; validate more often with
+    ``Trainer(val_check_interval=...)`` instead. With ``save_last=True``,
     ``last.ckpt`` is written at every validation (Lightning 2.6 writes it only when a top-k
     checkpoint is written at the same step, which makes it a copy of the best one and a resume
     from ``ckpt_path="last"`` silently repeat epochs).
@@ -186,6 +191,7 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         self._fed: dict[int, set[str]] = {}
         self._batches_before: list[tuple[int, int]] = []
         self._validated_step: int | None = None
+        self._warned_unvalidated = self._warned_nan = False
         self._snapshot: dict[str, Any] = {}
         # per-stage bookkeeping
         self._stage: str | None = None
@@ -253,6 +259,17 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_end(trainer, pl_module)
+        if self.monitor in self._val_keys and not self.best_model_path and not (
+            trainer.fast_dev_run or self.save_top_k == 0
+        ):
+            rank_zero_warn(
+                f"SelectOnValidation: {self.monitor!r} was logged in validation, but no "
+                "validated weights came to be saved, so none were selected and trainer.test "
+                "would run on the last weights. Weights are a candidate where they were just "
+                "validated; with save_on_train_epoch_end=True only the weights at the end of a "
+                "training epoch are saved, so validate at each epoch's end or leave "
+                "save_on_train_epoch_end unset"
+            )
         if not self._val_keys:
             rank_zero_warn(
                 f"SelectOnValidation: no metric was logged in the validation loop during fit, so "
@@ -300,8 +317,12 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
             if self.check_ids:
                 self._val_ids = unique_ids([self._val_ids, ids])
             if not trainer.sanity_checking:
-                self._val_keys |= self._validation_keys(trainer)
-                self._validated_step = trainer.global_step
+                keys = self._validation_keys(trainer)
+                self._val_keys |= keys
+                # these weights are a candidate only where this validation measured the
+                # monitor: one logged every k-th epoch keeps its older value in
+                # callback_metrics in between, which describes other weights
+                self._validated_step = trainer.global_step if self.monitor in keys else None
                 self._val_datasets = [
                     dataset_of(dl) for dl in flatten_loaders(trainer.val_dataloaders)
                 ]
@@ -324,8 +345,9 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         if ckpt_path is None:
             if not best:
                 rank_zero_warn(
-                    "SelectOnValidation has selected no checkpoint (fit did not run here, or no "
-                    f"validation value of {self.monitor!r} was seen), so trainer.test() runs on "
+                    "SelectOnValidation has selected no checkpoint (fit did not run here, no "
+                    f"validation value of {self.monitor!r} was seen, or no validated weights "
+                    "were saved: see fit's warnings), so trainer.test() runs on "
                     "the module's current weights and logs no selection/... keys. Call "
                     "trainer.fit(...) with validation data first, or pass ckpt_path= explicitly"
                 )

@@ -12,6 +12,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torch import Tensor
 
 __all__ = ["SELECTION_KEY", "SelectionRecords"]
@@ -29,6 +30,8 @@ class SelectionRecords(ModelCheckpoint):
     _val_keys: set[str]
     _val_ids: Tensor
     _validated_step: int | None
+    _warned_unvalidated: bool
+    _warned_nan: bool
     _stage: str | None
     _loaded: dict[str, Any]
 
@@ -85,6 +88,17 @@ class SelectionRecords(ModelCheckpoint):
         # `monitor_candidates` belongs to older weights
         if self.monitor not in monitor_candidates or self._validated_step == trainer.global_step:
             super()._save_topk_checkpoint(trainer, monitor_candidates)
+        elif self._validated_step is not None and not self._warned_unvalidated:
+            self._warned_unvalidated = True
+            rank_zero_warn(
+                f"SelectOnValidation: the weights at step {trainer.global_step} (the end of "
+                f"epoch {trainer.current_epoch}) are not a candidate: {self.monitor!r} was "
+                f"measured at step {self._validated_step}, on the weights before the last "
+                "training steps. With save_on_train_epoch_end=True only the weights at the end "
+                "of a training epoch are saved: validate at each epoch's end (a "
+                "val_check_interval that divides the epoch) or leave save_on_train_epoch_end "
+                "unset, so that every validation's weights are candidates"
+            )
         if self.save_last is True and self._last_global_step_saved != trainer.global_step:
             # Lightning >= 2.6 writes last.ckpt only when a top-k checkpoint was written at the
             # same step, which makes it a copy of the best one; resuming needs the real last
@@ -94,9 +108,16 @@ class SelectionRecords(ModelCheckpoint):
     def _update_best_and_save(
         self, current: Tensor, trainer: pl.Trainer, monitor_candidates: dict[str, Tensor]
     ) -> None:
+        # (the record keeps the value as logged; ModelCheckpoint ranks a NaN as the worst)
         score = float(current)
-        if score != score:  # NaN is stored as the worst value, as ModelCheckpoint does
-            score = float("inf") if self.mode == "min" else float("-inf")
+        if score != score and not self._warned_nan:
+            self._warned_nan = True
+            rank_zero_warn(
+                f"SelectOnValidation: {self.monitor!r} is NaN at epoch "
+                f"{trainer.current_epoch}, step {trainer.global_step} (a retrieval metric "
+                "with no query to count: did any query have a relevant item?); ModelCheckpoint "
+                "ranks a NaN below every number. Later NaN values are not reported"
+            )
         self._pending = {
             "monitor": self.monitor,
             "mode": self.mode,

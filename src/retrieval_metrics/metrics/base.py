@@ -386,6 +386,19 @@ class RetrievalMetricBase(Metric):
             stacklevel=stacklevel,
         )
 
+    def items(self) -> Any:
+        """A metric is no mapping: Lightning's ``self.log_dict(metric)`` reads it as one (its
+        ``items()``), which would fail with an AttributeError that names neither; refused with
+        the ways to log it."""
+        raise TypeError(
+            f"{type(self).__name__} is a metric, not a dict of values: self.log_dict(metric) "
+            "cannot log it. Log a metric of one value with self.log(name, metric); for several "
+            "values, call metric.update(...) in the step and, at the epoch's end "
+            "(on_validation_epoch_end), self.log_dict(metric.compute(), sync_dist=True) then "
+            "metric.reset(); or put metrics of one value each in a torchmetrics MetricCollection "
+            "and self.log_dict(collection)"
+        )
+
     def _refuse_several_in_log(self, values: Any) -> Any:
         """``values``, unless they are several (a dict) and Lightning's ``self.log(name,
         metric)`` is computing them: it logs one tensor per metric object, and would say only
