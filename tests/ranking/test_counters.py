@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -203,6 +204,49 @@ def test_every_backend_gives_the_cpu_values(backend, monkeypatch):
             assert torch.equal(got[form][name], value), (backend, form, name)
 
 
+def _listed(table) -> list[list[tuple[int, int]]]:
+    """Each query's listed (above, tied) pairs, on the host."""
+    ptr, above, tied = (t.cpu().tolist() for t in (table.ptr, table.above, table.tied))
+    return [list(zip(above[a:b], tied[a:b], strict=True)) for a, b in itertools.pairwise(ptr)]
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+@pytest.mark.parametrize("locate_first", [True, False])
+@pytest.mark.parametrize("cover_relevant", [False, True])
+def test_a_ranking_with_a_depth_lists_the_same_items_on_every_backend(
+    backend, locate_first, cover_relevant, monkeypatch
+):
+    """With a depth a query lists the relevant items fewer than its depth items beat (and,
+    with locate_first, its best ones): read off the whole ranking here. The CPU's thresholds
+    stop at the depth; a whole-block backend (a GPU's) counted every item and listed them all,
+    so a table, and the measures it refuses, depended on the device."""
+    from retrieval_metrics.functional.ranking import rank_embeddings
+
+    gen = torch.Generator().manual_seed(1)
+    q, g = torch.randn(12, 8, generator=gen), torch.randn(300, 8, generator=gen)
+    labels = {"query_labels": torch.randint(0, 4, (12,), generator=gen),
+              "gallery_labels": torch.randint(0, 4, (300,), generator=gen)}
+    depth = 5
+    options = {"depth": depth, "locate_first": locate_first, "cover_relevant": cover_relevant}
+    whole = rank_embeddings(q, g, **labels)
+    expected = []
+    for items, m in zip(_listed(whole), whole.num_relevant.tolist(), strict=True):
+        reach = max(depth, m) if cover_relevant else depth
+        best = min((a for a, _ in items), default=None)
+        expected.append(
+            [(a, t) for a, t in items if a < reach or (locate_first and a == best)]
+        )
+    cpu = rank_embeddings(q, g, **labels, **options)
+    assert _listed(cpu) == expected
+    monkeypatch.setenv(counters.COUNTER_ENV, backend)
+    device = KERNEL_DEVICE if backend == "triton" else "cpu"
+    on_device = rank_embeddings(
+        q.to(device), g.to(device),
+        **{k: v.to(device) for k, v in labels.items()}, **options,
+    )
+    assert _listed(on_device) == expected
+
+
 def test_the_backend_is_chosen_once_by_device(monkeypatch):
     monkeypatch.delenv(counters.COUNTER_ENV, raising=False)
     assert type(counters.choose_counter("cpu")) is counters.CpuCounter
@@ -240,10 +284,14 @@ class _CountOps(TorchFunctionMode):
         return launched
 
 
-def _ops_per_block(class_size: int, backend: str, monkeypatch) -> list[int]:
+def _ops_per_block(
+    class_size: int, backend: str, monkeypatch, ties_by_id: bool = False
+) -> list[int]:
     """Torch operations of each QueryBlock.count (one gallery block), a set ranked against
     itself in classes of ``class_size`` items, on a whole-block backend (an accelerator's), the
-    blocks fixed at (64, 384) so that only the relevant items per query change."""
+    blocks fixed at (64, 384) so that only the relevant items per query change.
+    ``ties_by_id``: tied items ordered by their ids (each block also counts, per relevant
+    pair, the tied items of a smaller id)."""
     from retrieval_metrics.functional.ranking import rank_embeddings
 
     monkeypatch.setenv(counters.COUNTER_ENV, backend)
@@ -264,8 +312,11 @@ def _ops_per_block(class_size: int, backend: str, monkeypatch) -> list[int]:
         ops.append(mode.ops)
 
     monkeypatch.setattr(counting.QueryBlock, "count", counted)
+    by_id = {"gallery_ids": torch.arange(n), "ties_by_id": True} if ties_by_id else {}
     rank_embeddings(
-        emb, None, query_labels=labels, block_size=(64, 384), memory_budget=2**28
+        emb, None if not ties_by_id else emb, query_labels=labels,
+        **({"gallery_labels": labels} if ties_by_id else {}), block_size=(64, 384),
+        memory_budget=2**28, **by_id,
     )
     monkeypatch.setattr(counting.QueryBlock, "count", original)
     monkeypatch.setattr(triton_count, "count_block_fused", fused)
@@ -280,6 +331,19 @@ def test_the_work_of_a_block_does_not_grow_with_the_relevant_items(backend, monk
     per_block = [_ops_per_block(size, backend, monkeypatch) for size in (2, 24, 288)]
     assert per_block[0] == per_block[1] == per_block[2] and len(per_block[0]) == 1, per_block
     assert per_block[0][0] <= (16 if backend == "triton" else 64), per_block
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_the_work_of_a_block_with_ties_by_id_is_bounded(backend, monkeypatch):
+    """Ordering ties by id counts, per relevant pair, the block's tied items of a smaller id:
+    four operations over the block per relevant item up to a few, then one sort of the block
+    and a handful of searches, in four parts of its rows (69, 222 and 2070 operations a block
+    for classes of 2, 24 and 288 before: one comparison per relevant score)."""
+    per_block = [
+        _ops_per_block(size, backend, monkeypatch, ties_by_id=True) for size in (2, 24, 288)
+    ]
+    assert per_block[1] == per_block[2] and len(per_block[1]) == 1, per_block
+    assert max(per_block[0]) <= per_block[1][0] <= 200, per_block
 
 
 def test_the_default_budget_follows_the_devices_free_memory(monkeypatch):

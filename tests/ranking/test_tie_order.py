@@ -56,7 +56,8 @@ def problems(draw: Any) -> dict[str, Any]:
     graded = draw(st.booleans())
     qrels: dict[str, Any] = {}
     for q in query_ids:
-        picked = rng.choice(n_g, size=int(rng.integers(0, min(n_g, 6) + 1)), replace=False)
+        # (up to 16 relevant items: past tie_keys.COMPARED_RELEVANT, counted by sorting)
+        picked = rng.choice(n_g, size=int(rng.integers(0, min(n_g, 16) + 1)), replace=False)
         docs = [gallery_ids[j] for j in picked.tolist()]
         qrels[q] = {d: int(rng.integers(0, 3)) for d in docs} if graded else docs
     return {

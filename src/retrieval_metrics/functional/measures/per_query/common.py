@@ -109,8 +109,10 @@ def require_depth(table: RankTable, cutoff: Tensor, what: str) -> None:
     bad = table.truncated_above(cutoff)
     if bool(bad.any()):
         q = int(flat_nonzero(bad)[0])
+        k = int(cutoff[q])
+        reach = "every position" if k == UNBOUNDED else f"positions down to {k}"
         raise ValueError(
-            f"{what} needs positions down to {int(cutoff[q])} but the ranking was truncated at "
+            f"{what} needs {reach} but the ranking was truncated at "
             f"depth {int(table.depth[q])} (query {q}); rank with a larger `depth` or depth=None"
         )
 

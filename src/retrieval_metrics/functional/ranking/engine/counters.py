@@ -9,7 +9,8 @@ it); they differ in what they skip and where they run:
 * :class:`TorchDeviceCounter`: an accelerator, with torch's own kernels. Each block is counted
   whole (a batched binary search of every score in its row's relevant scores, then two
   scatter-adds): a fixed handful of kernels a block and no wait on the host, where the CPU's
-  pruning would read a data-dependent size on the host at every block.
+  pruning would read a data-dependent size on the host at every block. (Ties ordered by id
+  add a bounded number: ``tie_keys``.)
 * :class:`TritonCounter`: a CUDA device with Triton: the same counts in one fused kernel over the
   score block (``triton_count``), which reads each score once and writes nothing per item.
 

@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.csr import row_of_entries
 from retrieval_metrics.functional.primitives import is_identity, repeat, to_device, to_host
 from retrieval_metrics.functional.ranking.engine.counters import Counter, choose_counter
 from retrieval_metrics.functional.ranking.relevance import Relevance
@@ -275,6 +276,8 @@ class Direction:
             depth_out = torch.full((num_q,), depth, dtype=torch.int64)
         outputs = self.host_outputs()
         above, tied, listed = outputs[:3]
+        if depth is not None:
+            listed = self._listed_within(above, listed, depth_out)
         if self.tie_key is not None:
             # Ties ordered by key: each relevant item has a place of its own, after the items
             # above it and the tied items of a smaller key; it shares it with nobody.
@@ -286,6 +289,21 @@ class Direction:
         return table_from_items(
             items, num_relevant, gallery_size, depth_out, by_score=self.by_score
         )
+
+    def _listed_within(self, above: Tensor, listed: Tensor, depth: Tensor) -> Tensor:
+        """The items a ranking with a depth lists, by one rule on every device and counter:
+        those fewer than the query's depth items beat, and (``locate_first``) its best relevant
+        items. The CPU's thresholds stop counting an item once depth items beat it, and leave
+        listed some others that depth items beat (a threshold is a lower bound); whole-block
+        counters (a GPU's) count every item exactly and list them all."""
+        row = row_of_entries(self.rel_ptr)
+        keep = above < depth.index_select(0, row)
+        if self.options.locate_first and above.numel():
+            best = torch.full_like(depth, torch.iinfo(torch.int64).max).scatter_reduce_(
+                0, row, above, "amin"
+            )
+            keep |= above == best.index_select(0, row)
+        return keep if listed is None else listed & keep
 
     def host_outputs(self) -> tuple[Tensor, ...]:
         """The outputs on the host: one copy from the device for all of them, after the pass

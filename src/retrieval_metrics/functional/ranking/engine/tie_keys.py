@@ -12,6 +12,54 @@ from torch import Tensor
 from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 
+#: relevant scores per row up to which each is compared with the block's items (four
+#: operations over the block each); rows of more are counted by one sort of the block
+#: (:func:`_counts_by_sorting`), so that a block's work does not grow with a class's size
+COMPARED_RELEVANT = 6
+
+
+def _counts_by_sorting(scores: Tensor, keys: Tensor, values: Tensor, rel_keys: Tensor) -> Tensor:
+    """Per relevant pair ``(values[r, j], rel_keys[r, j])``, the items ``i`` of row ``r`` of
+    ``scores`` with ``scores[r, i] == values[r, j]`` and ``keys[i] < rel_keys[r, j]``.
+
+    Each row's items are sorted by (score, key): the columns in key order, then a stable sort
+    by score. A pair's count is then where it would go in that order less where its score's run
+    starts, found by searches: a fixed number of operations whatever the pairs per row. The
+    sorted rows are about four times the block's scores, so they are made a part of the rows at
+    a time, within the scratch the plan gives the block's scores."""
+    num_rows, width = scores.shape
+    counts = torch.zeros_like(rel_keys)
+    if not num_rows or not width:
+        return counts
+    in_key_order = torch.argsort(keys, stable=True)
+    sorted_keys = keys.index_select(0, in_key_order)
+    # each column's key as the number of smaller keys (equal keys alike), in key order
+    key_rank = torch.searchsorted(sorted_keys, sorted_keys)
+    # (a pair's key as the same number, among the block's keys)
+    pair_key_rank = torch.searchsorted(sorted_keys, rel_keys.contiguous())
+    per_row = 2 * scores.element_size() + 3 * 8
+    step = max(1, 2 * num_rows * scores.element_size() // per_row)
+    for lo in range(0, num_rows, step):
+        hi = min(num_rows, lo + step)
+        part = scores[lo:hi].index_select(1, in_key_order)
+        ordered, where = torch.sort(part, dim=1, stable=True)
+        del part
+        new_run = torch.ones_like(ordered, dtype=torch.bool)
+        torch.ne(ordered[:, 1:], ordered[:, :-1], out=new_run[:, 1:])
+        # (run, key rank) as one increasing number: the run's index times the width, plus rank
+        order_key = new_run.cumsum(1).sub_(1).mul_(width)
+        order_key += key_rank.index_select(0, where.view(-1)).view_as(where)
+        del new_run, where
+        wanted = values[lo:hi].contiguous()
+        start = torch.searchsorted(ordered, wanted)  # items scoring below the pair
+        at = start.clamp(max=width - 1)
+        tied = ordered.gather(1, at) == wanted  # (its score's run exists in the row)
+        pair_key = order_key.gather(1, at).div_(width, rounding_mode="floor").mul_(width)
+        pair_key += pair_key_rank[lo:hi]
+        before = torch.searchsorted(order_key, pair_key).sub_(start)
+        counts[lo:hi] = torch.where(tied, before, 0)
+    return counts
+
 
 class TieKeyCounts:
     """``before``: per relevant pair of a query block (laid out as its relevant scores, rows x
@@ -71,11 +119,14 @@ class TieKeyCounts:
         if rows is not None:
             scores = scores.index_select(0, rows)
             values, rel_keys = values.index_select(0, rows), rel_keys.index_select(0, rows)
-        counts = torch.empty_like(rel_keys)
-        for j in range(values.shape[1]):
-            tied = scores == values[:, j : j + 1]
-            tied &= keys < rel_keys[:, j : j + 1]
-            counts[:, j] = tied.sum(1)
+        if values.shape[1] <= COMPARED_RELEVANT:
+            counts = torch.empty_like(rel_keys)
+            for j in range(values.shape[1]):
+                tied = scores == values[:, j : j + 1]
+                tied &= keys < rel_keys[:, j : j + 1]
+                counts[:, j] = tied.sum(1)
+        else:
+            counts = _counts_by_sorting(scores, keys, values, rel_keys)
         if rows is None:
             self.before += counts
         else:
