@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from fractions import Fraction
+from math import comb
 
 import numpy as np
 import pytest
@@ -195,3 +196,29 @@ def test_the_compiled_sums_refuse_mismatched_arrays():
         T._ties.precision_sums(*ints, np.zeros(3, np.float32), np.zeros(3, np.int64), 16)
     with pytest.raises(ValueError, match="one length"):
         T._ties.precision_sums(*ints, np.zeros(2), np.zeros(3, dtype=np.int64), 16)
+
+
+def test_the_expectations_of_large_tie_groups_do_not_depend_on_how_many_terms_are_summed_at_once(
+    monkeypatch,
+):
+    """Collapsed embeddings: every item ties, so each query's first relevant item is spread over
+    thousands of positions and MRR's and mINP's expectations sum a term per position. The
+    terms are summed a bounded number at a time (2**22 at once took 0.7-0.9 GiB for 10,000
+    items); each group's sum lies in one part, so the values are the same to the bit. The
+    reference: P(first relevant at x) = C(t - x, r - 1) / C(t, r), summed by hand."""
+    import retrieval_metrics as rm
+
+    def values():
+        m = rm.RetrievalMetrics(["mrr", "minp"])
+        m.set_dtype(torch.float64)
+        m.update(torch.ones(600, 4), torch.arange(600) % 150)  # classes of 4: 3 relevant each
+        return m.compute()
+
+    whole = values()
+    monkeypatch.setattr(T, "_EXPECTATION_TERMS", 1000)  # a few groups a part
+    parts = values()
+    assert all(torch.equal(whole[k], parts[k]) for k in whole)
+    # one tie group of 599 holding 3 relevant items: E[1 / first position]
+    t, r = 599, 3
+    expected = sum(comb(t - x, r - 1) / comb(t, r) / x for x in range(1, t - r + 2))
+    assert float(whole["mrr"]) == pytest.approx(expected, rel=1e-12)
