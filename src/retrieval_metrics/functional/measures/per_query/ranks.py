@@ -122,6 +122,10 @@ def _first_ranks(table: RankTable, groups: T.TieGroups) -> Tensor:
     # (a query without a group has no relevant item retrieved: an infinite rank)
     return unanswerable_nan(table, spread_over_queries(table, query, first, math.inf))
 
+#: queries x ranks of CMC curves computed at once (:func:`cmc_per_query`)
+CMC_CELLS = 2**20
+
+
 def cmc_per_query(
     table: RankTable, max_rank: int, ties: str = DEFAULT_TIES, *,
     shared: SharedTieGroups | None = None,
@@ -142,10 +146,15 @@ def cmc_per_query(
     require_first(table, as_cutoff(table, max_rank), "CMC")
     q, a, t, r = tie_groups_of(table, ties, shared=shared).first_groups
     ks = torch.arange(1, max_rank + 1)
-    u = torch.minimum((ks[None, :] - a[:, None]).clamp_min(0), t[:, None])
-    p = 1.0 - T.miss_probability(t[:, None].expand_as(u), r[:, None].expand_as(u), u)
     out = torch.zeros(table.num_queries, max_rank, dtype=torch.float64)
-    out[q] = p
+    # a part of the queries at a time: the curves' temporaries (positions, probabilities) are
+    # four times the output's 8 bytes a query and rank, which is all that stays
+    step = max(1, CMC_CELLS // max_rank)
+    for lo in range(0, q.numel(), step):
+        part = slice(lo, lo + step)
+        tp, rp = t[part, None], r[part, None]
+        u = torch.minimum((ks[None, :] - a[part, None]).clamp_min(0), tp)
+        out[q[part]] = 1.0 - T.miss_probability(tp.expand_as(u), rp.expand_as(u), u)
     out[table.without_relevant] = math.nan
     return out
 
