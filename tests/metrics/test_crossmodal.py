@@ -152,3 +152,28 @@ def test_one_fold_is_its_whole_tables(monkeypatch):
                                     for d, t in tables.items()})
     for key, value in by_select.items():
         assert float(got[key]) == pytest.approx(float(value), rel=1e-6), key  # (float32 out)
+
+
+def test_repeated_images_are_compared_a_part_at_a_time(monkeypatch):
+    """Each image comes once per caption; its repeats are compared with its first row a part
+    of the rows at a time (float64 copies of every repeat at once were several times the
+    stored embeddings): a repeat that differs in the last part is still refused, and the
+    values are those of each image given once."""
+    from retrieval_metrics.metrics import distributed
+
+    monkeypatch.setattr(distributed, "REPEAT_ROWS", 3)
+    gen = torch.Generator().manual_seed(0)
+    images, texts = torch.randn(6, 8, generator=gen), torch.randn(30, 8, generator=gen)
+    owner = torch.arange(6).repeat_interleave(5)
+    repeated = rm.CrossModalRetrieval()
+    repeated.update(images[owner], texts, owner)
+    once = rm.CrossModalRetrieval()
+    once.update(images, texts, torch.arange(6), text_image_ids=owner)
+    got, want = repeated.compute(), once.compute()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    changed = images[owner].clone()
+    changed[-1, 0] += 1.0  # the last caption's copy of image 5
+    bad = rm.CrossModalRetrieval()
+    bad.update(changed, texts, owner)
+    with pytest.raises(ValueError, match=r"`image_ids`: 1 id\(s\).*\(e\.g\. 5\)"):
+        bad.compute()

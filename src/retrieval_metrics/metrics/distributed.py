@@ -273,6 +273,25 @@ def sync_states(states: Mapping[str, Any], group: Any = None) -> tuple[dict[str,
 EMBEDDING_REPEAT_TOLERANCE = 1e-2
 
 
+#: repeated rows compared with their first at once (:func:`_rows_differ`)
+REPEAT_ROWS = 4096
+
+
+def _rows_differ(emb: Tensor, rows: Tensor, firsts: Tensor) -> Tensor:
+    """Whether each row ``rows[i]`` of ``emb`` differs from row ``firsts[i]`` by more than
+    :data:`EMBEDDING_REPEAT_TOLERANCE` of the latter's largest coordinate (host bool). A part of
+    the rows at a time: image-text gives each image once per caption, and float64 copies of
+    every repeat at once were several times the stored embeddings."""
+    differ = torch.zeros(rows.numel(), dtype=torch.bool, device=emb.device)
+    rows, firsts = rows.to(emb.device), firsts.to(emb.device)
+    for lo in range(0, rows.numel(), REPEAT_ROWS):
+        part = slice(lo, lo + REPEAT_ROWS)
+        a, b = emb[rows[part]].to(torch.float64), emb[firsts[part]].to(torch.float64)
+        scale = b.abs().amax(1) if b.shape[1] else b.new_zeros(b.shape[0])
+        differ[part] = (a - b).abs().amax(1) > EMBEDDING_REPEAT_TOLERANCE * scale
+    return differ.cpu()  # (one read of the device, after every part)
+
+
 def dedupe_by_id(
     ids: Tensor, what: str, *, embeddings: Tensor | None = None, **keys: Tensor | None
 ) -> Tensor:
@@ -303,10 +322,7 @@ def dedupe_by_id(
         if key is None:
             continue
         if name == "embeddings":
-            index = rows.to(key.device), firsts.to(key.device)
-            a, b = key[index[0]].to(torch.float64), key[index[1]].to(torch.float64)
-            scale = b.abs().amax(1) if b.numel() else b.new_zeros(b.shape[0])
-            differ = ((a - b).abs().amax(1) > EMBEDDING_REPEAT_TOLERANCE * scale).cpu()
+            differ = _rows_differ(key, rows, firsts)
         else:
             key = key.cpu()
             differ = key[rows] != key[firsts]
