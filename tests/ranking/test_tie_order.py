@@ -129,12 +129,16 @@ def test_id_rows_sort_as_python_sorts():
     assert [ints[i] for i in order_ranks(id_order_rows(ints, "x")).argsort()] == sorted(ints)
 
 
-def test_on_the_emulated_cuda_device(fake_cuda):
-    """A device compares every row (no histogram test): the same table as the CPU's."""
+@pytest.mark.parametrize("relevant", [4, 12])
+def test_on_the_emulated_cuda_device(fake_cuda, relevant):
+    """A device compares every row (no histogram test): the same table as the CPU's, with
+    relevant items per query compared one by one (4) and counted by sorting (12)."""
     rng = np.random.default_rng(5)
     q, g = rows_of(rng, 30, 4, "duplicates"), rows_of(rng, 260, 4, "duplicates")
     ids = id_names(rng, 260, True)
-    qrels = {f"q{i}": [ids[j] for j in rng.choice(260, 4, replace=False)] for i in range(30)}
+    qrels = {
+        f"q{i}": [ids[j] for j in rng.choice(260, relevant, replace=False)] for i in range(30)
+    }
     kw = dict(query_ids=[f"q{i}" for i in range(30)], gallery_ids=ids, qrels=qrels,
               relevance="qrels", block_size=(8, 64), ties_by_id=True)
     assert_same(rank_embeddings(to_fake_cuda(q), to_fake_cuda(g), **kw),

@@ -57,6 +57,14 @@ __all__ = ["RetrievalMetricBase"]
 OPTION_NAMES = tuple(f.name for f in fields(MetricOptions))
 
 
+#: how a metric of several values is logged in Lightning (the advice of the refusals of
+#: ``self.log(name, metric)`` and ``self.log_dict(metric)``)
+_LOG_SEVERAL = (
+    "call metric.update(...) in the step and, at the epoch's end (on_validation_epoch_end), "
+    "self.log_dict(metric.compute(), sync_dist=True) then metric.reset()"
+)
+
+
 class RetrievalMetricBase(Metric):
     """What every retrieval metric shares: options, states, rank tables and what is built on them.
 
@@ -393,10 +401,8 @@ class RetrievalMetricBase(Metric):
         raise TypeError(
             f"{type(self).__name__} is a metric, not a dict of values: self.log_dict(metric) "
             "cannot log it. Log a metric of one value with self.log(name, metric); for several "
-            "values, call metric.update(...) in the step and, at the epoch's end "
-            "(on_validation_epoch_end), self.log_dict(metric.compute(), sync_dist=True) then "
-            "metric.reset(); or put metrics of one value each in a torchmetrics MetricCollection "
-            "and self.log_dict(collection)"
+            f"values, {_LOG_SEVERAL}; or put metrics of one value each in a torchmetrics "
+            "MetricCollection and self.log_dict(collection)"
         )
 
     def _refuse_several_in_log(self, values: Any) -> Any:
@@ -417,10 +423,8 @@ class RetrievalMetricBase(Metric):
                 logged = f"self.log({name!r}, metric)" if name else "self.log(name, metric)"
                 raise ValueError(
                     f"{type(self).__name__} computes several values ({', '.join(values)}), and "
-                    f"{logged} logs one tensor per metric object: call metric.update(...) in "
-                    "the step and, at the epoch's end (on_validation_epoch_end), "
-                    "self.log_dict(metric.compute(), sync_dist=True) then metric.reset(); or "
-                    "ask for one value (one k, one metric name)"
+                    f"{logged} logs one tensor per metric object: {_LOG_SEVERAL}; or ask for "
+                    "one value (one k, one metric name)"
                 )
         return values
 
