@@ -10,6 +10,9 @@ classes as for small."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
@@ -225,3 +228,44 @@ def test_map_at_r_makes_as_many_operations_for_large_classes_as_for_small():
     finally:
         T._ties = saved
     assert torch_counts[1] > torch_counts[0], torch_counts
+
+
+def _harmonic(n: int) -> Fraction:
+    return sum((Fraction(1, i) for i in range(1, n + 1)), Fraction(0))
+
+
+def test_collapsed_embeddings_sum_each_distinct_tie_group_once(monkeypatch):
+    """Collapsed embeddings tie every item with every other: each query's first and last
+    relevant item lie in one group of the whole gallery at the top, which MRR and mINP average
+    over term by term (a term a position). Queries of one class size have the same group, so
+    the terms are summed once a class size, not once a query (they were queries x gallery:
+    140 s at 20,000 items). The values against closed forms derived by hand: the first of r
+    relevant among t tied positions gives E[1 / X] = r (H_t - H_{r-1}) / (t - r + 1) (the sum
+    of C(t - x, r - 1) / x over x is C(t, r - 1) (H_t - H_{r-1})), and the last
+    E[1 / Y] = sum over y of C(y - 1, r - 1) / (y C(t, r))."""
+    sizes = [2] * 40 + [3] * 45 + [7] * 35  # 460 items: classes of 2, 3 and 7
+    labels = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    n = labels.numel()
+    table = rank_embeddings(torch.ones(n, 4), query_labels=labels)
+    summed = []
+    original = T._ragged_sums
+
+    def recording(t, *rest):
+        summed.append(t.numel())
+        return original(t, *rest)
+
+    monkeypatch.setattr(T, "_ragged_sums", recording)
+    values = M.retrieval_measures(table, ["mrr", "minp"], ties="expected")
+    assert summed == [2, 2]  # classes of 3 and of 7 (r = 2 and 6; r = 1 is a harmonic sum)
+    t = n - 1
+    mrr, minp = Fraction(0), Fraction(0)
+    for size in set(sizes):
+        queries, r = size * sizes.count(size), size - 1
+        mrr += queries * Fraction(r, t - r + 1) * (_harmonic(t) - _harmonic(r - 1))
+        last = sum(
+            (Fraction(math.comb(y - 1, r - 1), y * math.comb(t, r)) for y in range(r, t + 1)),
+            Fraction(0),
+        )
+        minp += queries * r * last
+    assert float(values["mrr"]) == pytest.approx(float(mrr / n), rel=1e-12)
+    assert float(values["minp"]) == pytest.approx(float(minp / n), rel=1e-12)

@@ -555,6 +555,18 @@ def _ragged_expectation(
         idx, t, r, a, lim = idx[~full], t[~full], r[~full], a[~full], lim[~full]
     if idx.numel() == 0:
         return out
+    # Groups alike in (t, r, a, limit) have one expectation: each distinct one is summed once.
+    # Collapsed embeddings give every query one tie group of the whole gallery at a = 0, its r
+    # one of a few class sizes: the terms were queries x gallery (140 s at 20,000 items) and are
+    # now the distinct groups x gallery. Each group's sum is the one it was, term for term.
+    distinct, alike = torch.unique(torch.stack([t, r, a, lim], 1), dim=0, return_inverse=True)
+    out[idx] = _ragged_sums(*distinct.unbind(1), from_end).index_select(0, alike)
+    return out
+
+
+def _ragged_sums(t: Tensor, r: Tensor, a: Tensor, lim: Tensor, from_end: bool) -> Tensor:
+    """:func:`_ragged_expectation` of groups with 1 < r < t, term by term."""
+    out = torch.zeros(t.numel(), dtype=torch.float64)
     n_terms = torch.minimum(t - r + 1, torch.div(80 * t + r - 1, r, rounding_mode="floor"))
     if not from_end:
         # positions past the limit count 0: the terms stop there
@@ -562,7 +574,7 @@ def _ragged_expectation(
     # about 130 bytes of temporaries a term: 2**19 terms at once keep them near 64 MiB (2**22
     # took 0.7-0.9 GiB on collapsed embeddings, whatever the memory budget; 2**17 ran slower)
     chunk_groups = max(1, _EXPECTATION_TERMS // max(1, int(n_terms.max())))
-    for c0 in range(0, idx.numel(), chunk_groups):
+    for c0 in range(0, t.numel(), chunk_groups):
         sl = slice(c0, c0 + chunk_groups)
         tt, rr, aa, nn, ll = t[sl], r[sl], a[sl], n_terms[sl], lim[sl]
         owner = repeat(torch.arange(tt.numel()), nn)
@@ -582,7 +594,7 @@ def _ragged_expectation(
         p = torch.exp(log_p)
         pos = (tq - x + 1) if from_end else x
         value = torch.where(aq + pos <= ll[owner], p / (aq + pos).to(torch.float64), 0.0)
-        out[idx[sl]] = torch.zeros(tt.numel(), dtype=torch.float64).index_add_(0, owner, value)
+        out[sl] = torch.zeros(tt.numel(), dtype=torch.float64).index_add_(0, owner, value)
     return out
 
 
