@@ -107,7 +107,9 @@ class QueryBlock:
             None if p.tie_key is None
             else TieKeyCounts(p, tuple(self.rel_scores.shape), self.r_flat, r_gal)
         )
-        self.thresholds = RowThresholds(p, self.r_row, self.r_block, self.r_local)
+        self.thresholds = RowThresholds(
+            p, self.r_row, self.r_local, self.block_order, self.block_bounds
+        )
         self.went_dense = False
         # counted by count_above (see start_counting)
         self.above_only = False

@@ -79,7 +79,12 @@ def by_block(r_block: Tensor, num_blocks: int) -> tuple[Tensor, Tensor]:
     order: one sort instead of one comparison of every pair per block."""
     if num_blocks <= 1:
         return torch.arange(r_block.numel()), torch.tensor([0, r_block.numel()])[: num_blocks + 1]
-    order = torch.from_numpy(np.argsort(r_block.cpu().numpy(), kind="stable"))
+    keys = r_block.cpu().numpy()
+    if num_blocks <= np.iinfo(np.int16).max:
+        # numpy sorts 16-bit integers by radix (linear time; int64 by merging, n log n): the
+        # relevant pairs of a huge class are millions a query block
+        keys = keys.astype(np.int16)
+    order = torch.from_numpy(np.argsort(keys, kind="stable"))
     return order, ptr_from_counts(torch.bincount(r_block.cpu(), minlength=num_blocks))
 
 

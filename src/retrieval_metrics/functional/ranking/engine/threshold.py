@@ -25,13 +25,17 @@ THETA_EVERY = 4
 class RowThresholds:
     """The thresholds of one query block's rows (``value``), and what raises them.
 
-    ``r_row``, ``r_block`` and ``r_local``: each relevant pair's row, gallery block and place in
-    the block, to mask relevant items from the segment maxima. :meth:`start` once the relevant
-    scores are read; then :meth:`seed` and :meth:`raise_from_maxima` with each gallery block's
-    segment maxima, :meth:`raise_by_counts` with the histograms.
+    ``r_row`` and ``r_local``: each relevant pair's row and place in its gallery block, to mask
+    relevant items from the segment maxima; ``block_order`` and ``block_bounds``: the pairs by
+    gallery block (:func:`~retrieval_metrics.functional.ranking.engine.kernels.by_block`).
+    :meth:`start` once the relevant scores are read; then :meth:`seed` and
+    :meth:`raise_from_maxima` with each gallery block's segment maxima, :meth:`raise_by_counts`
+    with the histograms.
     """
 
-    def __init__(self, p: Pass, r_row: Tensor, r_block: Tensor, r_local: Tensor) -> None:
+    def __init__(
+        self, p: Pass, r_row: Tensor, r_local: Tensor, block_order: Tensor, block_bounds: Tensor
+    ) -> None:
         self.p = p
         # A backend that counts every item of every block (``Counter.whole_blocks``) never
         # raises a threshold: nothing to prepare for it, nothing to read back.
@@ -41,12 +45,10 @@ class RowThresholds:
         self.raising = False
         if self.depth is not None:
             # where each relevant item lies, by block and segment, to mask it from the maxima
-            seg_order = torch.argsort(r_block, stable=True)
-            self.seg_rows = to_device(r_row[seg_order], p.device)
-            self.seg_cols = to_device((r_local // SEGMENT)[seg_order], p.device)
-            self.seg_bounds = torch.searchsorted(
-                r_block[seg_order], torch.arange(p.num_blocks_g + 1)
-            )
+            # (in the query block's order of its pairs by gallery block: no sort of its own)
+            self.seg_rows = to_device(r_row.index_select(0, block_order), p.device)
+            self.seg_cols = to_device((r_local // SEGMENT).index_select(0, block_order), p.device)
+            self.seg_bounds = block_bounds
 
     def start(self, rel_sorted: Tensor, finite: Tensor, r_counts: Tensor) -> None:
         """From each row's relevant scores: ``rel_sorted`` ascending (+inf padding last),
