@@ -124,6 +124,18 @@ def test_a_conversion_to_float64_after_a_compute_carries_every_digit():
         assert value.dtype == torch.float64 and value.item() == 1 / 3
 
 
+def test_set_dtype_takes_floating_dtypes_only():
+    """An integer result dtype truncated MRR 0.5 to 0, bool made every value True."""
+    metric = rm.MRR()
+    metric.update(relevant_ranks=[[2]])
+    for dtype in (torch.int64, torch.bool, torch.complex64, "float64"):
+        with pytest.raises(ValueError, match="`dst_type` must be a floating dtype"):
+            metric.set_dtype(dtype)
+    assert metric.compute().item() == 0.5
+    metric.set_dtype("torch.DoubleTensor")  # nn.Module.type's names still work
+    assert metric.compute().dtype == torch.float64
+
+
 @pytest.mark.parametrize("first", ["gallery", "query"])
 def test_forward_of_one_side_is_refused_and_keeps_the_states(first):
     """torchmetrics' forward sets the states aside and scores the batch alone; a batch of one

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import retrieval_metrics as rm
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.ranking import rank_embeddings, rank_lists, rank_scores
 from retrieval_metrics.functional.ranking.labels import encode_labels
@@ -205,6 +206,31 @@ def test_rank_scores_and_lists_validation():
         rank_lists([["a"]], [{"a"}, {"b"}])
     with pytest.raises(ValueError, match=r"`ranked_ids\[0\]` must be a list"):
         rank_lists(["abc"], [{"a"}])
+
+
+def _scores_refused(preds, target, match: str) -> None:
+    """``preds``/``target`` of one query refused by ``rank_scores`` and by a metric's update."""
+    indexes = torch.zeros(len(preds), dtype=torch.int64)
+    with pytest.raises(ValueError, match=match):
+        rank_scores(preds, target, indexes)
+    with pytest.raises(ValueError, match=match):
+        rm.MRR().update(preds, target, indexes=indexes)
+
+
+def test_scores_that_would_be_read_wrongly_are_refused():
+    """A NaN grade was read as not relevant (``target < 0`` is False for NaN: MRR 0.4167 where
+    the NaN stood beside a 1), a complex score was read by its real part with a warning, and
+    integer scores past 2**53 rounded together in float64 and tied."""
+    nan_target = torch.tensor([float("nan"), 0.0, 1.0])
+    _scores_refused(torch.tensor([0.9, 0.5, 0.1]), nan_target, "`target` must be non-negative")
+    _scores_refused(torch.tensor([0.9 + 0j, 0.1 + 5j]), torch.tensor([0, 1]), "real scores")
+    _scores_refused(torch.tensor([0.9, 0.1]), torch.tensor([0j, 1 + 0j]), "real grades")
+    big = torch.tensor([2**60 + 1, 2**60], dtype=torch.int64)
+    _scores_refused(big, torch.tensor([0, 1]), "integers beyond 2\\*\\*53")
+    # up to 2**53 integers are exact in float64: the relevant one is second
+    edge = torch.tensor([2**53, 2**53 - 1], dtype=torch.int64)
+    table = rank_scores(edge, torch.tensor([0, 1]), torch.zeros(2, dtype=torch.int64))
+    assert table.above.tolist() == [1] and table.tied.tolist() == [1]
 
 
 def test_half_precision_is_scored_in_float32():

@@ -229,6 +229,26 @@ class RetrievalMetricBase(Metric):
 
     # ------------------------------------------------------------------ dtype of the results
 
+    def set_dtype(self, dst_type: str | torch.dtype) -> Any:
+        """The dtype of ``compute()``'s results (torchmetrics' ``set_dtype``): a floating dtype
+        (float64 keeps every digit of the measures, computed in float64). An integer, bool or
+        complex dtype would truncate or mangle them (MRR 0.7 read 0), and is refused."""
+        dtype = dst_type
+        if not isinstance(dst_type, torch.dtype):
+            try:  # a tensor type's name, as nn.Module.type takes it ("torch.DoubleTensor")
+                dtype = torch.zeros(()).type(dst_type).dtype
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise ValueError(
+                    f"set_dtype: `dst_type` must be a floating dtype such as torch.float64, "
+                    f"got {dst_type!r}"
+                ) from err
+        if not dtype.is_floating_point:
+            raise ValueError(
+                f"set_dtype: `dst_type` must be a floating dtype such as torch.float64 (the "
+                f"results are measures between 0 and 1, ranks and sums), got {dtype}"
+            )
+        return super().set_dtype(dst_type)
+
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> Any:
         """``set_dtype`` sets the dtype of the results only (:meth:`_result`): the states are
         the inputs themselves (int64 ids and label codes, float64 positions, embeddings as

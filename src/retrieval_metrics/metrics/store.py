@@ -26,6 +26,7 @@ from retrieval_metrics.functional.ranking.corpus import as_embeddings
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.scores import PREDS_REFUSED, TARGET_REFUSED
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.inputs import num_batches
 from retrieval_metrics.metrics.ranking import Ranking, Side
@@ -44,8 +45,8 @@ PUT_OFF = {
     "image_embeddings": "contains NaN or infinite values",
     "text_embeddings": "contains NaN or infinite values",
     "positions": "contains NaN or infinite values",
-    "preds": "contains NaN or infinite values",
-    "target": "must be non-negative (0 = not relevant, > 0 = grade)",
+    "preds": PREDS_REFUSED,
+    "target": TARGET_REFUSED,
 }
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
-from retrieval_metrics.functional.primitives import all_finite, masked
+from retrieval_metrics.functional.primitives import finite_flag, masked
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
@@ -27,6 +27,51 @@ try:  # the compiled grouping of entries by query (setup.py builds it; optional)
     from retrieval_metrics.functional.ranking import _group
 except ImportError:  # pragma: no cover - a build without a C compiler
     _group = None
+
+
+#: integer scores are compared as float64, which holds every integer up to this magnitude
+#: exactly; beyond it neighbouring integers round to one score and would tie
+EXACT_INTEGER_SCORES = 2**53
+
+#: why a batch's ``preds`` or ``target`` is refused when :func:`scores_pass` or
+#: :func:`target_passes` says it failed
+PREDS_REFUSED = (
+    "contains NaN or infinite values, or integers beyond 2**53 in magnitude (scores are "
+    "compared as float64, in which such integers round together)"
+)
+TARGET_REFUSED = "must be non-negative numbers (0 = not relevant, > 0 = grade), not NaN"
+
+
+def comparable_scores(preds: Tensor) -> Tensor:
+    """``preds`` in the dtype its scores are compared in: integers as float64, half precision as
+    float32 (widening is exact: same order, same ties); complex scores are refused."""
+    if preds.is_complex():
+        raise ValueError(f"`preds` must hold real scores, got {preds.dtype}")
+    if not preds.is_floating_point():
+        return preds.to(torch.float64)
+    if preds.dtype not in (torch.float32, torch.float64):
+        return preds.to(torch.float32)
+    return preds
+
+
+def scores_pass(preds: Tensor) -> Tensor:
+    """Whether ``preds`` (as given) holds finite scores that float64 tells apart: a 0-dim bool
+    tensor on their device, not read (see :func:`~retrieval_metrics.functional.primitives.
+    finite_flag`)."""
+    if preds.is_floating_point():
+        return finite_flag(preds)
+    if preds.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=preds.device)
+    low, high = torch.aminmax(preds)
+    return (low >= -EXACT_INTEGER_SCORES) & (high <= EXACT_INTEGER_SCORES)
+
+
+def target_passes(target: Tensor) -> Tensor:
+    """Whether ``target`` holds grades (real, non-negative, no NaN): a 0-dim bool tensor on its
+    device, not read. (``target < 0`` is False for NaN: a NaN grade was read as not relevant.)"""
+    if target.is_complex():
+        raise ValueError(f"`target` must hold real grades, got {target.dtype}")
+    return (target >= 0).all()
 
 
 def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
@@ -47,17 +92,14 @@ def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
             "`preds`, `target` and `indexes` must be 1-D and of the same length, got shapes "
             f"{tuple(preds.shape)}, {tuple(target.shape)} and {tuple(indexes.shape)}"
         )
-    if not preds.is_floating_point():
-        preds = preds.to(torch.float64)
-    elif preds.dtype not in (torch.float32, torch.float64):
-        preds = preds.to(torch.float32)  # half precision widens exactly: same order, same ties
-    if not all_finite(preds):
-        raise ValueError("`preds` contains NaN or infinite values")
+    compared = comparable_scores(preds)
+    if not bool(scores_pass(preds)):
+        raise ValueError(f"`preds` {PREDS_REFUSED}")
     if indexes.is_floating_point():
         raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
-    if target.numel() and bool((target < 0).any()):
-        raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
-    return rank_checked_scores(preds, target, indexes)
+    if not bool(target_passes(target)):
+        raise ValueError(f"`target` {TARGET_REFUSED}")
+    return rank_checked_scores(compared, target, indexes)
 
 
 def rank_checked_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:

@@ -11,11 +11,13 @@ from torch import Tensor
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures.aggregation import micro_parts
 from retrieval_metrics.functional.measures.names import average_for
-from retrieval_metrics.functional.primitives import finite_flag
 from retrieval_metrics.functional.ranking.scores import (
+    comparable_scores,
     nonpositive_missed,
     positive_counts,
     rank_checked_scores,
+    scores_pass,
+    target_passes,
 )
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.forms.base import MISS_BASES, Batch, FormContext, InputForm
@@ -58,18 +60,13 @@ class Scores(InputForm):
             )
         if indexes.is_floating_point():
             raise ValueError(f"`indexes` must hold integers, got {indexes.dtype}")
-        # Scores keep their dtype (widening is exact, so ties stay ties): integers and half
-        # precision are stored in the smallest dtype that compares them exactly.
-        if not preds.is_floating_point():
-            preds = preds.to(torch.float64)
-        elif preds.dtype in (torch.float16, torch.bfloat16):
-            preds = preds.to(torch.float32)
+        # Scores are stored in the dtype they are compared in (integers as float64, half
+        # precision as float32: widening is exact, so ties stay ties).
         # (on a device, the checks' answers stay there until compute(): SideStore.verdict)
-        scans = {"preds": context.store.verdict("preds", finite_flag(preds))}
-        if target.is_complex():
-            raise ValueError("`target` must be non-negative (0 = not relevant, > 0 = grade)")
-        scans["target"] = context.store.verdict("target", ~(target < 0).any())
-        context.store.append("s_preds", preds.reshape(-1))
+        compared = comparable_scores(preds)
+        scans = {"preds": context.store.verdict("preds", scores_pass(preds))}
+        scans["target"] = context.store.verdict("target", target_passes(target))
+        context.store.append("s_preds", compared.reshape(-1))
         # the target's dtype says binary (bool, integers 0/1) or graded (float), as in rank_scores
         context.store.append("s_target", target.reshape(-1))
         context.store.append("s_indexes", indexes.reshape(-1).to(torch.int64))
