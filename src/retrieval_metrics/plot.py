@@ -15,7 +15,7 @@ matplotlib is an extra: ``pip install "retrieval-metrics[plot]"``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -170,6 +170,23 @@ def measure_curve(
         label=label,
         percent=bool(options.percent),
         measure=measure,
+    )
+
+
+def _mean_curve(curves: Sequence[Curve]) -> Curve:
+    """The mean of curves at the same Ks (one curve: itself); its chance where every curve has
+    one."""
+    if len(curves) == 1:
+        return curves[0]
+
+    def mean(rows: Sequence[list[float]]) -> list[float]:
+        return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+
+    chances = [c.chance for c in curves]
+    return replace(
+        curves[0],
+        values=mean([c.values for c in curves]),
+        chance=None if any(c is None for c in chances) else mean(chances),  # type: ignore[arg-type]
     )
 
 
@@ -371,17 +388,18 @@ def plot_metric(metric: Any, val: Any = None, ax: Any = None) -> tuple[Any, Any]
             {k for s in specs if s.base == "cmc" for k in range(1, int(s.k) + 1)}
             | {int(s.k) for s in specs if s.base == "hit_rate"}
         )
-        tables = metric.rank_tables()
+        # compute()'s values at each K: the metric's own measure options (its average, its
+        # ties...), and the mean over its folds where it has folds, as compute() takes it
+        folds = metric.fold_tables() if hasattr(metric, "fold_tables") else [metric.rank_tables()]
         curves = [
-            hit_rate_curve(
-                table,
-                ks=ks,
-                ties=metric.ties,
-                empty_queries=metric.empty_queries,
-                percent=percent,
-                label=f"{name} {key.rstrip('/')}" if key else name,
-            )
-            for key, table in tables.items()
+            _mean_curve([
+                measure_curve(
+                    tables[key], "hit_rate", ks=ks, options=metric.measure_options,
+                    label=f"{name} {key.rstrip('/')}" if key else name,
+                )
+                for tables in folds
+            ])
+            for key in folds[0]
         ]
         return plot_curves(curves, ax=ax)
     if val is not None:

@@ -132,3 +132,59 @@ def test_curve_without_a_known_gallery():
     assert len(ax.get_lines()) == 1
     with pytest.raises(ValueError, match="empty"):
         plot_curves([])
+
+
+def _hit_rates(scores: np.ndarray, relevant: np.ndarray, ks: list[int]) -> np.ndarray:
+    """Brute force, per query: whether a relevant item is among the ``k`` best scores (no
+    ties in these scores), for each K."""
+    order = np.argsort(-scores, axis=1, kind="stable")
+    hits = np.take_along_axis(relevant, order, 1)
+    return np.stack([hits[:, :k].any(1) for k in ks], 1).astype(np.float64)
+
+
+def test_a_curve_plots_what_compute_reports_under_a_class_average():
+    """average="class" averages the queries of each class, then the classes; the plot drew
+    the queries' plain mean (0.41/0.59/0.82 against compute()'s 0.19/0.28/0.56)."""
+    gen = torch.Generator().manual_seed(5)
+    labels = torch.tensor([0] * 12 + [1] * 3 + [2] * 2 + [3] * 2 + [4] * 2)
+    emb = torch.randn(len(labels), 6, generator=gen, dtype=torch.float64)
+    x, y = emb.numpy(), labels.numpy()
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)  # cosine, the default similarity
+    scores = x @ x.T
+    np.fill_diagonal(scores, -np.inf)  # a query is not its own result
+    relevant = (y[:, None] == y[None, :]) & ~np.eye(len(y), dtype=bool)
+    per_query = _hit_rates(scores, relevant, [1, 2, 5])
+    expected = np.mean([per_query[y == c].mean(0) for c in np.unique(y)], 0)
+    for metric in (
+        rm.HitRateAtK(k=(1, 2, 5), average="class"), rm.CMC(max_rank=5, average="class")
+    ):
+        metric.update(emb, labels)
+        _, ax = metric.plot()
+        line = ax.get_lines()[0]
+        plotted = dict(zip(line.get_xdata(), line.get_ydata(), strict=True))
+        np.testing.assert_allclose([plotted[k] for k in (1, 2, 5)], expected, rtol=1e-6)
+
+
+def test_crossmodal_folds_plot_the_mean_over_folds():
+    """compute() averages the folds' values; the plot ranked the folds' queries as one set,
+    which differs when the folds differ in size (10 images in folds of 3, 3 and 4)."""
+    gen = torch.Generator().manual_seed(1)
+    images = torch.randn(10, 8, generator=gen, dtype=torch.float64)
+    image_of = torch.arange(10).repeat_interleave(2)
+    captions = images[image_of] + 1.5 * torch.randn(20, 8, generator=gen, dtype=torch.float64)
+    metric = rm.CrossModalRetrieval(k=(1, 2), folds=3)
+    metric.update(images, captions, torch.arange(10), image_of)
+    _, ax = metric.plot()
+    lines = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
+    i2t, t2i = [], []
+    unit = torch.nn.functional.normalize  # cosine, the default similarity
+    for lo, hi in ((0, 3), (3, 6), (6, 10)):
+        img, cap = unit(images[lo:hi]).numpy(), unit(captions[2 * lo : 2 * hi]).numpy()
+        owner = image_of[2 * lo : 2 * hi].numpy() - lo
+        relevant = owner[None, :] == np.arange(hi - lo)[:, None]  # image x caption
+        i2t.append(_hit_rates(img @ cap.T, relevant, [1, 2]).mean(0))
+        t2i.append(_hit_rates(cap @ img.T, relevant.T, [1, 2]).mean(0))
+    i2t_line = next(v for k, v in lines.items() if "i2t" in k and "chance" not in k)
+    t2i_line = next(v for k, v in lines.items() if "t2i" in k and "chance" not in k)
+    np.testing.assert_allclose(i2t_line, np.mean(i2t, 0), rtol=1e-6)
+    np.testing.assert_allclose(t2i_line, np.mean(t2i, 0), rtol=1e-6)

@@ -287,11 +287,11 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
         )
         return out
 
-    def compute_values(self) -> dict[str, Tensor]:
-        """The unprefixed values, averaged over folds (float64)."""
+    def fold_tables(self) -> list[dict[str, RankTable]]:
+        """Each fold's rank tables by direction (one fold without ``folds``): what compute()
+        averages over, and ``plot()`` too."""
         tables = self.rank_tables()
-        self._warn_if_cutoffs_reach_gallery(tables)
-        rows = []
+        folds = []
         starts = {d: 0 for d in DIRECTIONS}
         for f in range(self.folds or 1):
             fold_tables = {}
@@ -302,7 +302,13 @@ class CrossModalRetrieval(Plotted, RetrievalMetricBase):
                     torch.arange(starts[d], starts[d] + size)
                 )
                 starts[d] += size
-            rows.append(self._fold_values(fold_tables))
+            folds.append(fold_tables)
+        return folds
+
+    def compute_values(self) -> dict[str, Tensor]:
+        """The unprefixed values, averaged over folds (float64)."""
+        self._warn_if_cutoffs_reach_gallery(self.rank_tables())
+        rows = [self._fold_values(fold_tables) for fold_tables in self.fold_tables()]
         if len(rows) == 1:
             return rows[0]  # (the mean of one fold is its value)
         return {key: torch.stack([r[key] for r in rows]).mean() for key in rows[0]}
