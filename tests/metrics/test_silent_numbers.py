@@ -102,14 +102,15 @@ def test_canonical_id_is_the_text_rule():
 
 def test_str_ids_get_the_codes_of_the_general_rule():
     """label_codes' path for lists of python strings against the rule it writes out: the decimal
-    text of an int64 is that int, any other string the 64-bit hash of (type name, value); numpy
+    text of an int64 is that int, any other string its 64-bit hash (_text_hashes); numpy
     strings (ids taken one by one from an array) get the codes of their text."""
     import numpy as np
 
-    from retrieval_metrics.functional.ranking.labels import _hash_label, label_codes
+    from retrieval_metrics.functional.ranking.labels import _text_hashes, label_codes
 
     values = ["doc-1", "7", "-3", "007", "", "-", "-0", "d'q", 'a"b', "ü", "\n", str(2**63), "0"]
-    rule = [c if isinstance(c := canonical_id(v), int) else _hash_label(c) for v in values]
+    rule = [c if isinstance(c := canonical_id(v), int) else int(_text_hashes([c])[0])
+            for v in values]
     assert label_codes(values, "ids").tolist() == rule
     assert label_codes([np.str_(v) for v in values], "ids").tolist() == rule
     assert label_codes(np.array(values), "ids").tolist() == rule
@@ -124,15 +125,16 @@ def test_str_codes_of_a_batch_are_each_strings_own(values):
     string the code it gets alone, whatever strings share its batch: decimal text of an int64 as
     that int (by Python's int), any other string by its hash; strings that differ by a trailing
     NUL differ."""
-    from retrieval_metrics.functional.ranking.labels import _hash_label, label_codes
+    from retrieval_metrics.functional.ranking.labels import _text_hashes, label_codes
 
-    alone = [c if isinstance(c := canonical_id(v), int) else _hash_label(c) for v in values]
+    alone = [c if isinstance(c := canonical_id(v), int) else int(_text_hashes([c])[0])
+             for v in values]
     assert label_codes(values, "ids").tolist() == alone
     for v in values:
         if isinstance(c := canonical_id(v), int):
             assert c == int(v)
         elif isinstance(canonical_id(v + "\x00"), str):
-            assert _hash_label(v) != _hash_label(v + "\x00")
+            assert int(_text_hashes([v])[0]) != int(_text_hashes([v + "\x00"])[0])
 
 
 def test_int_and_str_ids_of_ranked_lists_compare_as_text():

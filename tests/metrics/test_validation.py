@@ -252,3 +252,22 @@ def test_float64_stays_float64():
     t32 = rank_embeddings(q.float(), g.float(), similarity="dot", **labels)
     assert (t64.above.tolist(), t64.tied.tolist()) == ([1], [1])
     assert (t32.above.tolist(), t32.tied.tolist()) == ([0], [2])
+
+
+def test_labels_and_ids_are_integers_or_strings():
+    """None, bytes and other objects were hashed by their repr into labels of their own
+    (``[None] * 12`` scored as one class: hit rate@1 1.0); they are refused by name. A list of
+    a tensor's elements (0-d tensors) is read as the integers it holds, in both the codes and
+    the kind of key (a tensor batch then such a list was refused as a mix of ints and strings)."""
+    emb = torch.eye(4)[[0, 0, 1, 1, 2, 2]] + 0.01 * torch.arange(6.0)[:, None]
+    for bad, shown in (([None] * 6, "None"), ([b"a"] * 6, "decode bytes"), ([1.0j] * 6, "1j")):
+        with pytest.raises(ValueError, match=f"`labels` must hold integers or strings.*{shown}"):
+            rm.MAPAtR().update(emb, bad)
+        with pytest.raises(ValueError, match="`query_labels` must hold integers or strings"):
+            rank_embeddings(emb, query_labels=bad)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    as_tensor, as_list = rm.MAPAtR(), rm.MAPAtR()
+    as_tensor.update(emb, labels)
+    as_list.update(emb[:3], labels[:3])
+    as_list.update(emb[3:], list(labels[3:]))
+    assert float(as_tensor.compute()) == float(as_list.compute()) == 1.0

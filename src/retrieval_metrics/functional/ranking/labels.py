@@ -10,7 +10,6 @@ vocabulary shared by the sets it is given.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -153,24 +152,27 @@ def _as_int64(labels: Tensor, name: str) -> Tensor:
     return labels.to(torch.int64)
 
 
-def _canonical_values(labels: Any, name: str) -> list[Any]:
+def _canonical_values(labels: Any, name: str) -> list[int | str]:
     """A collection of Python values, each as it is compared: whole floats as ints, the decimal
-    text of an int as that int (:func:`canonical_id`)."""
+    text of an int as that int (:func:`canonical_id`), a one-element tensor as its value.
+    Anything else (None, bytes, bool, other objects) is refused: hashed by its repr it became a
+    label of its own (``[None] * 12`` read as one class)."""
     if isinstance(labels, np.ndarray):
         labels = labels.tolist()
-    return [
-        whole_float_value(v, name) if isinstance(v, (float, np.floating)) else canonical_id(v)
-        for v in labels
-    ]
-
-
-def _hash_label(value: Any) -> int:
-    """The 64-bit code of a label that is not an integer: a string by :func:`_text_hashes`
-    (the path of a million corpus ids), anything else by a hash of its type name and repr."""
-    if isinstance(value, str):
-        return int(_text_hashes([str(value)])[0])
-    digest = hashlib.blake2b(repr((type(value).__name__, value)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    values = []
+    for v in labels:
+        if isinstance(v, (Tensor, np.ndarray)) and v.ndim == 0:
+            v = v.item()  # (a list of a tensor's elements)
+        if isinstance(v, (float, np.floating)):
+            v = whole_float_value(v, name)
+        v = canonical_id(v)
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            hint = " (decode bytes to str first)" if isinstance(v, bytes) else ""
+            raise ValueError(
+                f"`{name}` must hold integers or strings, got {v!r} ({type(v).__name__}){hint}"
+            )
+        values.append(v)
+    return values
 
 
 _FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
@@ -316,13 +318,10 @@ def label_codes(labels: Any, name: str) -> Tensor:
             return compiled
         if set(map(type, values)) == {str}:
             return _str_codes(values)
-    if any(isinstance(v, bool) for v in values):
-        bad = next(v for v in values if isinstance(v, bool))
-        raise ValueError(f"`{name}` must hold integers or strings, got {bad!r}")
     canonical = _canonical_values(values, name)
     texts = [i for i, v in enumerate(canonical) if isinstance(v, str)]
     text_codes = _text_hashes([canonical[i] for i in texts]).tolist()
-    codes = [v if isinstance(v, (int, str)) else _hash_label(v) for v in canonical]
+    codes: list[int | str] = list(canonical)
     for i, code in zip(texts, text_codes, strict=True):
         codes[i] = code
     return torch.tensor(codes, dtype=torch.int64)
@@ -371,6 +370,8 @@ def key_kind(labels: Any) -> str:
                 return "str"
             values = [values[i] for i in undecided]
     for v in values:
+        if isinstance(v, (Tensor, np.ndarray)) and v.ndim == 0:
+            v = v.item()  # (as label_codes reads it)
         if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):
             return "str"
         if not isinstance(v, (str, bytes, int, float, np.integer, np.floating)):
