@@ -271,3 +271,29 @@ def test_labels_and_ids_are_integers_or_strings():
     as_list.update(emb[:3], labels[:3])
     as_list.update(emb[3:], list(labels[3:]))
     assert float(as_tensor.compute()) == float(as_list.compute()) == 1.0
+
+
+def test_relevant_ranks_and_counts_are_whole_numbers_given_once():
+    """relevant_ranks were read through int() and a set: 2.7 became rank 2, a repeated rank
+    was dropped with its relevant item (recall@5 0.75 read 0.5), "23" became two rows, True
+    rank 1; num_relevant 1.9 became 1. A tensor of ranks failed inside torch."""
+    def update(ranks, counts=None):
+        metric = rm.RetrievalMetrics(["mrr", "recall@5"])
+        metric.update(relevant_ranks=ranks, num_relevant=counts)
+        return {k: float(v) for k, v in metric.compute().items()}
+
+    # by hand: query 0 finds 1 of 1 at rank 2, query 1 finds 1 of 2 at rank 3
+    expected = {"mrr": (1 / 2 + 1 / 3) / 2, "recall@5": (1 + 1 / 2) / 2}
+    assert update([[2], [3]], [1, 2]) == pytest.approx(expected)
+    assert update(torch.tensor([[2], [3]]), torch.tensor([1, 2])) == pytest.approx(expected)
+    for ranks, counts, match in (
+        ([[2.7], [3]], None, r"`relevant_ranks\[0\]` must hold integers, got 2.7"),
+        ([[2, 2], [3]], [2, 2], r"`relevant_ranks\[0\]` holds a rank twice"),
+        ([["2"], [3]], None, r"`relevant_ranks\[0\]` must hold integers, got '2'"),
+        ("23", None, "`relevant_ranks` must be a list, got str"),
+        ([[True], [3]], None, r"`relevant_ranks\[0\]` must hold integers, got True"),
+        ([[2], [3]], [1.9, 2.5], "`num_relevant` must hold integers, got 1.9"),
+        ([[2], [3]], [[1], [2]], "`num_relevant` must hold integers"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            update(ranks, counts)

@@ -8,6 +8,7 @@ only when they hold whole numbers their dtype stores exactly.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -89,18 +90,52 @@ def item_tensors(
     return Items(emb=emb, positions=pos, **codes)
 
 
+def _whole_number(value: Any, name: str) -> int:
+    """``value`` as an int: Python and numpy integers, 0-d integer tensors; bools, floats and
+    text are refused (a rank of 2.7 was read as 2, "23" as the ranks 2 and 3)."""
+    if isinstance(value, (Tensor, np.ndarray)) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must hold integers, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(
+            f"`{name}` must hold integers, got {value!r} ({type(value).__name__})"
+        ) from None
+
+
+def _rows_of(value: Any, name: str) -> list[Any]:
+    """A list of entries (a tensor or array by its rows); a string is no list of ranks."""
+    if isinstance(value, (Tensor, np.ndarray)):
+        return list(value) if value.ndim else [value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(f"`{name}` must be a list, got {type(value).__name__}")
+    return list(value)
+
+
 def table_from_ranks(relevant_ranks: Sequence[Sequence[int]], num_relevant: Any) -> RankTable:
     """A table from 1-based ranks of each query's relevant items (no ties)."""
-    ranks = [sorted({int(r) for r in row}) for row in relevant_ranks]
-    for q, row in enumerate(ranks):
+    ranks = []
+    for q, given in enumerate(_rows_of(relevant_ranks, "relevant_ranks")):
+        name = f"relevant_ranks[{q}]"
+        row = sorted(_whole_number(r, name) for r in _rows_of(given, name))
         if any(r < 1 for r in row):
-            raise ValueError(f"`relevant_ranks[{q}]` must hold 1-based ranks (>= 1), got {row}")
+            raise ValueError(f"`{name}` must hold 1-based ranks (>= 1), got {row}")
+        if len(set(row)) < len(row):
+            # a repeat was dropped, and with it a relevant item (recall@5 0.75 read 0.5)
+            raise ValueError(
+                f"`{name}` holds a rank twice ({row}): each relevant item has a rank of its "
+                "own in this form (no ties)"
+            )
+        ranks.append(row)
     found = torch.tensor([len(r) for r in ranks], dtype=torch.int64)
     if num_relevant is None:
         total = found.clone()
     else:
         # (on the host, with the ranks: a rank table is host data whatever the metric's device)
-        total = torch.as_tensor(num_relevant, dtype=torch.int64).reshape(-1).cpu()
+        counts = [_whole_number(n, "num_relevant") for n in _rows_of(num_relevant, "num_relevant")]
+        total = torch.tensor(counts, dtype=torch.int64)
         if total.numel() != len(ranks):
             raise ValueError(
                 f"`num_relevant` must have one entry per query ({len(ranks)}), got {total.numel()}"

@@ -129,7 +129,8 @@ class PrecomputedRanks(RankedLists):
     call = "`relevant_ranks`"
 
     def append(self, context: FormContext, batch: Batch) -> None:
-        table = table_from_ranks(batch.relevant_ranks or [], batch.num_relevant)
+        given = [] if batch.relevant_ranks is None else batch.relevant_ranks
+        table = table_from_ranks(given, batch.num_relevant)
         context.store.note_key_kinds("q", batch.keys())
         append_table(context, table, batch.ids)
 
