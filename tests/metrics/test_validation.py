@@ -297,3 +297,52 @@ def test_relevant_ranks_and_counts_are_whole_numbers_given_once():
     ):
         with pytest.raises(ValueError, match=match):
             update(ranks, counts)
+
+
+def test_the_functional_layer_checks_what_the_classes_check():
+    """Each of these gave a number: ignore_label=1.5 ignored nothing and True ignored label 1,
+    aggregate took 3 values for 5 queries (0.333), median_rank took rank 0, a confidence level
+    of -0.5 gave an inverted interval, top_k took 4 ids for 9 items, and a repeated name came
+    back once."""
+    from retrieval_metrics.functional.measures.aggregation import aggregate, median_rank
+    from retrieval_metrics.functional.ranking import top_k
+
+    emb, labels = EMB[:6], LABELS[:6]
+    for bad in (1.5, True, "1"):
+        with pytest.raises(ValueError, match="`ignore_label` must be an int or None"):
+            rank_embeddings(emb, query_labels=labels, ignore_label=bad)
+    table = rank_embeddings(emb, query_labels=labels)
+    with pytest.raises(ValueError, match=r"one value \(or one row\) per query of `table` \(6\)"):
+        aggregate(torch.ones(3, dtype=torch.float64), table)
+    with pytest.raises(ValueError, match="1-based"):
+        median_rank(torch.tensor([0.0, 2.0, 3.0]))
+    metric = rm.MRR()
+    metric.update(relevant_ranks=[[1], [2], [3]])
+    for level in (-0.5, 0, 1.5, "0.9"):
+        with pytest.raises(ValueError, match="`level` must be a number between 0 and 1"):
+            metric.confidence_interval(level=level)
+    with pytest.raises(ValueError, match="`num_bootstrap` must be a positive int"):
+        metric.confidence_interval(num_bootstrap=0)
+    with pytest.raises(ValueError, match=r"`gallery_ids` must hold one id per gallery item \(6\)"):
+        top_k(emb, emb, 2, gallery_ids=range(4))
+    with pytest.raises(ValueError, match="more than once"):
+        M.retrieval_measures(table, ["mrr", "mrr"])
+    with pytest.raises(ValueError, match="must be a list of metric names"):
+        M.retrieval_measures(table, "mrr")
+
+
+def test_bool_embeddings_are_0_1_from_torch_and_numpy_alike():
+    """A torch bool tensor was ranked as 0/1, a numpy bool array refused."""
+    codes = torch.tensor(
+        [[1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 0], [0, 0, 0, 1, 1, 1]],
+        dtype=torch.bool,
+    )
+    labels = torch.tensor([0, 0, 1, 1])
+    values = []
+    for given in (codes, codes.numpy(), codes.float()):
+        metric = rm.MAPAtR(similarity="dot")
+        metric.update(given, labels)
+        values.append(float(metric.compute()))
+    # by hand (dot products of the 0/1 codes): each item scores 2 against the other of its
+    # class and 0 against the other class: MAP@R is 1
+    assert values == [1.0, 1.0, 1.0]

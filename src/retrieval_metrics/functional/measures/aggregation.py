@@ -132,6 +132,11 @@ def aggregate(
     recall-like metrics). NaN when no query counts.
     """
     check_option("average", average)
+    if values.dim() not in (1, 2) or values.shape[0] != table.num_queries:
+        raise ValueError(
+            f"`values` must hold one value (or one row) per query of `table` "
+            f"({table.num_queries}), got shape {tuple(values.shape)}"
+        )
     values = _empty_fill(values, table, empty_queries, fill)
     counted = ~torch.isnan(values) if values.dim() == 1 else ~torch.isnan(values[:, 0])
     scale = 100.0 if percent else 1.0
@@ -185,7 +190,11 @@ def median_rank(ranks: Tensor, convention: str = DEFAULT_MEDIAN) -> Tensor:
     """
     if convention not in MEDIAN_CONVENTIONS:
         raise ValueError(f"`convention` must be one of {MEDIAN_CONVENTIONS}, got {convention!r}")
+    if not isinstance(ranks, Tensor) or ranks.dim() != 1:
+        raise ValueError("`ranks` must be a 1-D tensor of per-query ranks (NaN: unanswerable)")
     r = _kept(ranks, ~torch.isnan(ranks))
+    if r.numel() and bool((r < 1).any()):
+        raise ValueError(f"`ranks` are 1-based (>= 1), got {float(r.min()):g}")
     n = r.numel()
     if n == 0:
         return torch.tensor(math.nan, dtype=torch.float64)
@@ -356,6 +365,11 @@ def retrieval_measures(
         options, ties=ties, empty_queries=empty_queries, average=average, percent=percent, ap=ap,
         divisor=divisor, gain=gain, median=median,
     )
+    if isinstance(names, str):
+        # (read letter by letter it gave "unknown metric 'm'")
+        raise ValueError(f"`names` must be a list of metric names, got the string {names!r}")
+    if repeated := sorted({n for n in names if list(names).count(n) > 1}):
+        raise ValueError(f"`names` holds {repeated} more than once: its values are keyed by name")
     return _measures(table, names, options)
 
 

@@ -35,12 +35,22 @@ def wilson_interval(successes: float, total: int, level: float = 0.95) -> tuple[
     """Wilson's score interval for a proportion."""
     if total <= 0:
         return (math.nan, math.nan)
+    _tail(level)  # (checked)
     z = _normal_quantile(0.5 + level / 2)
     p = successes / total
     denom = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denom
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def _tail(level: float) -> float:
+    """The share of the distribution beyond each end of a ``level`` interval, ``level`` checked:
+    outside (0, 1) an interval came back inverted (-0.5: 0.85 to 0.55) or failed inside
+    torch.quantile."""
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise ValueError(f"`level` must be a number between 0 and 1 (e.g. 0.95), got {level!r}")
+    return (1 - level) / 2
 
 
 def _normal_quantile(p: float) -> float:
@@ -52,6 +62,8 @@ def _resamples(n: int, num_bootstrap: int, seed: int) -> Iterator[Tensor]:
     drawn with replacement, yielded in chunks of at most 2^22 indices (a ``(b, n)`` tensor each),
     from one generator seeded with ``seed``: the same draws, in the same order, for every caller
     (Efron's bootstrap; the percentile interval is read off the resampled statistics)."""
+    if isinstance(num_bootstrap, bool) or not isinstance(num_bootstrap, int) or num_bootstrap < 1:
+        raise ValueError(f"`num_bootstrap` must be a positive int, got {num_bootstrap!r}")
     gen = torch.Generator().manual_seed(seed)
     chunk = max(1, 2**22 // n)
     for start in range(0, num_bootstrap, chunk):
@@ -112,7 +124,7 @@ def bootstrap_interval(
         middle = (ordered[:, (n - 1) // 2] + ordered[:, n // 2]) / 2
         stats.append(torch.floor(middle) if statistic == "median_vsepp" else middle)
     dist = torch.cat(stats)
-    alpha = (1 - level) / 2
+    alpha = _tail(level)
     lo = torch.quantile(dist, alpha).item()
     hi = torch.quantile(dist, 1 - alpha).item()
     return (lo, hi)
@@ -137,7 +149,7 @@ def _bootstrap_curve(
         )
         means.append(counts @ v / n)
     dist = torch.cat(means)
-    alpha = (1 - level) / 2
+    alpha = _tail(level)
     return (torch.quantile(dist, alpha, dim=0), torch.quantile(dist, 1 - alpha, dim=0))
 
 
@@ -459,7 +471,7 @@ def paired_comparison(
     # the differences in an order of their own: the same interval for the queries in any order
     ordered = _canonical(diff)
     dist = torch.cat([ordered[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
-    alpha = (1 - level) / 2
+    alpha = _tail(level)
     interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
     binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())
     if binary:

@@ -24,7 +24,8 @@ def as_embeddings(name: str, value: Any, scan: bool = True) -> Tensor:
     """Embeddings as a tensor: a numpy array is taken as torch.from_numpy would (no copy).
     ``scan=False``: not scanned for NaN and infinities (:func:`check_embeddings`)."""
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "fiu":
+        # (booleans as 0/1, as a torch bool tensor is taken: binary codes)
+        if value.dtype.kind not in "fiub":
             raise ValueError(f"`{name}` must hold numbers, got a numpy array of {value.dtype}")
         value = torch.from_numpy(np.ascontiguousarray(value))
     elif not isinstance(value, Tensor):

@@ -127,6 +127,9 @@ class RankingSettings:
 
     def __post_init__(self) -> None:
         check_option("similarity", self.similarity)
+        # (the classes check it as they are made; unchecked here, 1.5 ignored nothing and True
+        # ignored label 1)
+        check_option("ignore_label", self.ignore_label)
         if self.relevance not in RELEVANCE_RULES:
             raise ValueError(
                 f'`relevance` must be "label", "radius", "qrels" or "ids", got {self.relevance!r}'
@@ -148,7 +151,9 @@ class RankingSettings:
         if self.judged_documents and self.qrels is None:
             raise ValueError("`judged_documents=True` places judged documents: give `qrels`")
         depth = self.depth
-        if depth is not None and (not isinstance(depth, int) or depth < 1):
+        if depth is not None and (
+            not isinstance(depth, int) or isinstance(depth, bool) or depth < 1
+        ):
             raise ValueError(f"`depth` must be a positive int or None, got {depth!r}")
         budget = self.memory_budget
         if budget is not None and (not isinstance(budget, int) or budget < 2**16):

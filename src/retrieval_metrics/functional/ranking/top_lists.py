@@ -141,6 +141,12 @@ def top_k(
         )
     num_q, num_g = query.shape[0], items.shape[0]
     item_ids = query_ids if same else gallery_ids
+    if item_ids is not None and len(item_ids) != num_g:
+        # (also where nothing orders or excludes by them: the ids name the listed items)
+        name = "query_ids" if same else "gallery_ids"
+        raise ValueError(
+            f"`{name}` must hold one id per gallery item ({num_g}), got {len(item_ids)}"
+        )
     if tie_keys is not None:
         key = torch.as_tensor(tie_keys, dtype=torch.int64).cpu()
         if key.shape != (num_g,):
