@@ -23,6 +23,13 @@ def evaluate(capsys, *args: str) -> tuple[int, str, str]:
     return status, out.out, out.err
 
 
+def readers_order(pairs: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """A top list as the run writer writes it: by decreasing score, tied scores by document id
+    in descending byte order (trec_eval's order, the one every run reader here reads), so that
+    a .jsonl copy, read in the order it lists, ranks as the TREC copy."""
+    return sorted(pairs, key=lambda pair: (pair[1], pair[0].encode()), reverse=True)
+
+
 def _codes(n: int, dim: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 2, (n, dim)).astype(np.float32)
 
@@ -67,7 +74,9 @@ def test_the_run_of_a_judged_corpus_is_the_brute_force_top_k(judged, suffix, cor
     written = {x["id"]: x for x in map(json.loads, run_path.read_text().splitlines())} if (
         suffix == ".jsonl") else None
     for i, qid in enumerate(q_ids):
-        want = [(d_ids[kept[j]], float(s)) for s, j in brute[i]]
+        # the brute force's top 9 (ties at the cut: the first in the file), in the readers'
+        # order
+        want = readers_order([(d_ids[kept[j]], float(s)) for s, j in brute[i]])
         if suffix == ".txt":
             lines = [line.split() for line in run_path.read_text().splitlines()
                      if line.startswith(f"{qid} ")]
@@ -115,7 +124,7 @@ def test_same_source_runs_never_list_the_query_and_several_runs_get_their_names(
             by_query.setdefault(qid, []).append((doc, float(score)))
         brute = reference_top_k(x, x, 40, list(range(30)), {(i, i) for i in range(30)})
         for i in range(30):
-            assert by_query[str(i)] == [(str(j), float(s)) for s, j in brute[i]]
+            assert by_query[str(i)] == readers_order([(str(j), float(s)) for s, j in brute[i]])
             assert len(by_query[str(i)]) == 29
 
 
@@ -146,3 +155,68 @@ def test_a_scored_run_is_ranked_by_its_float32_scores_as_trec_eval_ranks_it(tmp_
     scored = {"q1": {"d1": 0.100000001, "d2": 0.1, "d0": 0.05}}
     got = pytrec_eval.RelevanceEvaluator({"q1": {"d1": 1}}, {"P_1", "recip_rank"}).evaluate(scored)
     assert got["q1"]["P_1"] == 0.0 and got["q1"]["recip_rank"] == 0.5  # d1 second there too
+
+
+def test_float64_scores_that_tie_as_float32_are_noted_and_read_back_alike(tmp_path, capsys):
+    """float64 embeddings: 'a' (relevant) scores 1.0, 'b' 0.999999999, one float32. The .trec run
+    read back gave MRR 0.5 (b first, by id descending) and the .jsonl run 1.0 (found by an
+    audit). Both are now written b, a, as the readers tie them, read back at MRR 1/2, and the
+    command says why the run's value can differ from the table's (1.0: a first)."""
+    np.savez(tmp_path / "c.npz", embeddings=np.array([[1.0, 0.0], [1.0 - 1e-9, 0.0]]),
+             ids=np.array(["a", "b"]))
+    np.savez(tmp_path / "q.npz", embeddings=np.array([[1.0, 0.0]]), ids=np.array(["q1"]))
+    (tmp_path / "qrels.txt").write_text("q1 0 a 1\n")
+    base = ["--metrics", "mrr", "--similarity", "dot", "--protocol", "beir"]
+    for suffix in (".trec", ".jsonl"):
+        run = tmp_path / f"run{suffix}"
+        status, _, err = evaluate(capsys, "--query", str(tmp_path / "q.npz"), "--gallery",
+                                  str(tmp_path / "c.npz"), "--qrels", str(tmp_path / "qrels.txt"),
+                                  *base, "--write-run", str(run),
+                                  "--json", str(tmp_path / "a.json"))
+        assert status == 0 and "in 1 query, scores that differ by less than float32's" in err
+        table = json.loads((tmp_path / "a.json").read_text())["runs"][0]["metrics"]["mrr"]
+        assert table["value"] == 1.0
+        assert read_run(run)[0] == {"q1": ["b", "a"]}
+        status, _, _ = evaluate(capsys, "--run", str(run), "--qrels", str(tmp_path / "qrels.txt"),
+                                *base, "--json", str(tmp_path / "b.json"))
+        back = json.loads((tmp_path / "b.json").read_text())["runs"][0]["metrics"]["mrr"]
+        assert status == 0 and back["value"] == 0.5
+
+
+@pytest.mark.parametrize("flag", ["--write-run", "--json", "--per-query"])
+def test_an_output_in_a_missing_folder_stops_before_the_evaluation(judged, capsys, flag):
+    """--write-run into a missing folder ended in a FileNotFoundError traceback, exit 1, after the
+    whole evaluation (found by an audit): now one line naming the flag and the folder, exit 2,
+    and nothing evaluated (no table printed)."""
+    tmp = judged[0]
+    target = tmp / "missing" / "out.txt"
+    status, out, err = evaluate(capsys, "--query", str(tmp / "q.npz"), "--gallery",
+                                str(tmp / "c.npz"), "--qrels", str(tmp / "qrels.tsv"),
+                                "--metrics", "mrr", flag, str(target))
+    assert status == 2 and out == ""
+    assert err.strip() == (f"retrieval-metrics: error: {flag} {target}: its folder "
+                           f"{target.parent} does not exist")
+
+
+def test_messages_name_the_users_ids(tmp_path, capsys):
+    """(a) One query id given to two embeddings was named by its 64-bit code
+    ('e.g. 7818327418847251472'); (b) --duplicates warn named the question by its position
+    ('first: query 1') in a Python warning with a source line (found by an audit)."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "c.npz", embeddings=rng.normal(size=(5, 3)), ids=np.array(list("abcde")))
+    np.savez(tmp_path / "q.npz", embeddings=rng.normal(size=(2, 3)), ids=np.array(["q1", "q1"]))
+    (tmp_path / "qrels.txt").write_text("q1 0 a 1\n")
+    status, _, err = evaluate(capsys, "--query", str(tmp_path / "q.npz"), "--gallery",
+                              str(tmp_path / "c.npz"), "--qrels", str(tmp_path / "qrels.txt"),
+                              "--metrics", "mrr")
+    assert status == 2 and "(e.g. 'q1')" in err
+    # the second question, 'q2', retrieves its relevant 'a' twice
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"id": "q1", "retrieved": ["a", "b"], "relevant": ["a"]}\n'
+                   '{"id": "q2", "retrieved": ["b", "a", "a"], "relevant": ["a"]}\n')
+    status, _, err = evaluate(capsys, "--run", str(run), "--metrics", "mrr",
+                              "--duplicates", "warn")
+    assert status == 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"retrieval-metrics: warning: {run}: 1 ")
+    assert "first: query 'q2', id 'a'" in lines[0]

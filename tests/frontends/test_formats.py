@@ -11,6 +11,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import retrieval_metrics as rm
@@ -325,3 +326,137 @@ def test_write_run_refuses_one_query_given_twice(tmp_path):
     with pytest.raises(ValueError, match=r"`run` gives query '7' twice \(7 and '7'"):
         write_run({7: [("a", 1.0)], "7": [("b", 2.0)]}, tmp_path / "r.trec")
     assert not (tmp_path / "r.trec").exists()
+
+
+# ----------------------------------------------------------------------------- write_run (audit)
+
+
+def _read_back(path: Path) -> list[str]:
+    return read_run(path)[0]["q1"]
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
+def test_write_run_ranks_a_dict_by_its_scores(tmp_path, suffix):
+    """A {document: score} dict (ranx's and pytrec_eval's form) was written in dict order: the
+    TREC rank 1 went to the lowest score, and a .jsonl copy read back lowest first (found by an
+    audit). By hand: 0.75 > 0.5 > 0.25, and the tie of c and a at 1.0 goes to c (document id
+    descending, trec_eval's rule)."""
+    from retrieval_metrics.formats import write_run
+
+    path = write_run({"q1": {"d1": 0.25, "d3": 0.5, "d2": 0.75}}, tmp_path / f"run{suffix}")
+    assert _read_back(path) == ["d2", "d3", "d1"]
+    if suffix == ".txt":
+        lines = [line.split() for line in path.read_text().splitlines()]
+        assert [(f[2], f[3], f[4]) for f in lines] == [("d2", "1", "0.75"), ("d3", "2", "0.5"),
+                                                       ("d1", "3", "0.25")]
+    elif suffix == ".jsonl":
+        row = json.loads(path.read_text())
+        assert row["retrieved"] == ["d2", "d3", "d1"] and row["scores"] == [0.75, 0.5, 0.25]
+    tied = write_run({"q1": {"a": 1.0, "b": 0.5, "c": 1.0}}, tmp_path / f"tied{suffix}")
+    assert _read_back(tied) == ["c", "a", "b"]
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
+def test_tied_scores_are_written_in_the_readers_order(tmp_path, suffix):
+    """Four tied documents given best first as a, b, c, d: the TREC reader ranked them d, c, b, a
+    (id descending) and the .jsonl reader, which takes the order listed, a, b, c, d; MRR 0.25
+    against 1.0 for one written ranking (found by an audit). Now every format lists and reads
+    them d, c, b, a: the relevant a 4th, MRR 1/4 as trec_eval gives."""
+    from retrieval_metrics.formats import write_run
+
+    pairs = [(doc, 0.5) for doc in "abcd"] + [("e", 0.25)]
+    path = write_run({"q1": pairs}, tmp_path / f"run{suffix}")
+    assert _read_back(path) == ["d", "c", "b", "a", "e"]
+    lists = read_ranked_lists(path, write(tmp_path / "qrels.txt", "q1 0 a 1\n"))
+    m = rm.RetrievalMetrics(["mrr"])
+    m.update(ranked_ids=lists.ranked_ids, relevant_ids=lists.relevant_ids)
+    assert float(m.compute()["mrr"]) == 0.25
+
+
+def test_write_run_refuses_pairs_that_are_not_best_first(tmp_path):
+    """Pairs given as a list are best first: scores that rise (distances, say) were written
+    with rank 1 at the lowest score; which order was meant is unknown, so they are refused."""
+    from retrieval_metrics.formats import write_run
+
+    with pytest.raises(ValueError, match=r"`run\['q1'\]` must list its .* best first, but 'd2' "
+                                         r"\(score 0.9\) comes after 'd1' \(score 0.1\)"):
+        write_run({"q1": [("d1", 0.1), ("d2", 0.9)]}, tmp_path / "r.txt")
+    assert not (tmp_path / "r.txt").exists()
+    with pytest.raises(ValueError, match=r"`run\['q1'\]`, document 'd1': the score 'high' is "
+                                         "not a number"):
+        write_run({"q1": [("d1", "high")]}, tmp_path / "r.txt")
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
+def test_float64_scores_equal_as_float32_are_written_as_the_readers_tie_them(tmp_path, suffix):
+    """1.0 and 0.999999999 are one float32 (the readers, as trec_eval 9 and pytrec_eval, compare
+    scores so): the TREC copy read back b, a (id descending) and the .jsonl copy a, b (found by
+    an audit). Written in that tie order, every copy reads b, a; the scores stay in full."""
+    from retrieval_metrics.formats import write_run
+
+    assert float(np.float32(1.0)) == float(np.float32(0.999999999))  # (the premise)
+    path = write_run({"q1": [("a", 1.0), ("b", 0.999999999), ("c", 0.5)]},
+                     tmp_path / f"run{suffix}")
+    assert _read_back(path) == ["b", "a", "c"]
+    assert "0.999999999" in path.read_text()
+
+
+# ----------------------------------------------------------------------------- comments (audit)
+
+
+def test_trec_comment_lines_are_skipped_as_trec_eval_10_skips_them(tmp_path, capsys):
+    """'# pool depth 100' has 4 fields ending in a number: it became query '#', document 'depth',
+    grade 100 (and made the qrels graded); with -c it was scored, MAP 0.3333 (found by an
+    audit). A line that starts with '#' is a comment (trec_eval 10): by hand, -c over q1 (AP 1)
+    and q2 (not retrieved, AP 0) gives MAP 0.5, trec_eval 10's value."""
+    from retrieval_metrics.formats import read_trec_qrels, read_trec_run
+
+    qrels = write(tmp_path / "qrels.txt", "# pool depth 100\nq1 0 a 1\nq2 0 b 1\n")
+    run = write(tmp_path / "run.txt", "# run: bm25 top 2\nq1 Q0 a 1 2 t\nq1 Q0 c 2 1 t\n")
+    assert read_trec_qrels(qrels) == {"q1": {"a": 1}, "q2": {"b": 1}}
+    assert read_trec_run(run) == {"q1": {"a": 2.0, "c": 1.0}}
+    status = cli.main(["evaluate", "--run", str(run), "--qrels", str(qrels), "-c", "--metrics",
+                       "map", "--bootstrap", "10", "--json", str(tmp_path / "out.json")])
+    assert status == 0
+    entry = json.loads((tmp_path / "out.json").read_text())["runs"][0]
+    assert entry["queries"] == 2 and entry["metrics"]["map"]["value"] == 0.5
+    # a '#' after blanks: a comment or a query id? refused, naming the line
+    indented = write(tmp_path / "indented.txt", "q1 0 a 1\n  # pool depth 100\n")
+    assert "indented.txt, line 2" in error(indented, read_trec_qrels)
+
+
+# ----------------------------------------------------------------------------- converters (audit)
+
+
+def test_converters_refuse_what_the_file_readers_refuse():
+    """trec_run_to_lists and ir_measures_per_query ranked a NaN score wherever the input put it
+    (RR 1.0 for a NaN relevant document), truncated a grade 0.5 to 0 and read True and "2" as
+    grades (found by an audit); each is now a ValueError naming the argument, the query and the
+    document."""
+    from retrieval_metrics.formats import ir_measures_per_query, trec_eval_order, trec_run_to_lists
+
+    nan = float("nan")
+    bad_runs = [({"q": {"a": 1.0, "b": nan}}, "`run`, query 'q', document 'b': the score is NaN"),
+                ({"q": {"a": "high"}}, "`run`, query 'q', document 'a': the score 'high' is not"),
+                ({"q": {"a": True}}, "`run`, query 'q', document 'a': the score True is not"),
+                ({"q": {"a": float("inf")}}, "document 'a': the score inf is not finite")]
+    for run, message in bad_runs:
+        for convert in (lambda r: trec_run_to_lists(r, {"q": {"a": 1}}),
+                        lambda r: ir_measures_per_query(r, {"q": {"a": 1}}, ["RR"])):
+            with pytest.raises(ValueError) as info:
+                convert(run)
+            assert message in str(info.value), (run, str(info.value))
+    for grade in (0.5, True, "2"):
+        for convert in (lambda q: trec_run_to_lists({"q": {"a": 1.0}}, q),
+                        lambda q: ir_measures_per_query({"q": {"a": 1.0}}, q, ["RR"])):
+            with pytest.raises(ValueError) as info:
+                convert({"q": {"a": grade}})
+            assert f"`qrels`, query 'q', document 'a': the grade {grade!r} is not an integer" \
+                in str(info.value)
+    with pytest.raises(ValueError, match="document 'b' has the score nan"):
+        trec_eval_order({"a": 1.0, "b": nan})
+    # whole numbers of any type are grades, numbers of any type scores: by hand, b (2) above a
+    ranked, relevant, _ = trec_run_to_lists({"q": {"a": np.float32(1), "b": np.int64(2)}},
+                                            {"q": {"a": np.int64(2), "b": 1.0}})
+    assert ranked == [["b", "a"]] and relevant == [{"a": 2, "b": 1}]
+    assert all(type(g) is int for g in relevant[0].values())

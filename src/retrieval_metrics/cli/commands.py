@@ -86,6 +86,7 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise CLIError(f"--bootstrap must be a positive integer, got {args.bootstrap}")
     if (problem := data.write_run_problem(args)) is not None:
         raise CLIError(problem)
+    _check_outputs((("--json", args.json), ("--per-query", args.per_query), ("--plot", args.plot)))
     runs, trec = runs_from_args(args)
     report: dict[str, Any] = {
         "retrieval_metrics": version(),
@@ -177,6 +178,14 @@ def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return 0
 
 
+def _check_outputs(outputs: Sequence[tuple[str, str | None]]) -> None:
+    """Refuse an output path that cannot be written (its folder missing, ...) before the
+    evaluation, which can take minutes, rather than after it."""
+    for flag, path in outputs:
+        if path is not None and (problem := data.output_problem(flag, str(path))) is not None:
+            raise CLIError(problem)
+
+
 def _compare(runs: list[Run], args: argparse.Namespace, out: TextIO) -> dict[str, Any] | None:
     """Paired comparison of two runs scored on the same queries (rm.compare), when it applies."""
     try:
@@ -219,6 +228,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise CLIError(f"--level must be between 0 and 1, got {args.level}")
     if args.resamples < 1:
         raise CLIError(f"--resamples must be a positive integer, got {args.resamples}")
+    _check_outputs((("--markdown", args.markdown), ("--latex", args.latex), ("--json", args.json)))
     runs, trec = runs_from_args(args)
     names = [run.name for run in runs]
     if len(runs) < 2:

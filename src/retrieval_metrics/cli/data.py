@@ -14,8 +14,10 @@ the file, or under ``ties="id"`` to the smaller id. The run's format follows its
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from retrieval_metrics.functional.ranking.top_lists import top_k
 
 __all__ = [
     "any_in", "as_tensor", "first_occurrences", "give_back_freed", "is_corpus_on_disk",
-    "run_path", "select_rows",
+    "output_problem", "run_path", "select_rows",
     "write_run_file", "write_run_of", "write_run_problem",
 ]
 
@@ -78,6 +80,27 @@ def write_run_problem(args: Any) -> str | None:
             "--write-run writes the ranking of embeddings (--query/--gallery or FILEs); a --run "
             "is a run already"
         )
+    if args.write_run is not None:
+        return output_problem("--write-run", args.write_run)
+    return None
+
+
+def output_problem(flag: str, path: str) -> str | None:
+    """What stops ``path`` being written (its folder missing or not writable, or the path a
+    folder), found before an evaluation that can take minutes; None where it looks writable
+    (the write itself can still fail, and is reported the same way)."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        return f"{flag} {path}: is a directory, not a file"
+    if not folder.is_dir():
+        what = "is not a directory" if folder.exists() else "does not exist"
+        return f"{flag} {path}: its folder {folder} {what}"
+    # (a file that is there, /dev/null say, is written in place: its own permission counts)
+    if target.exists() and not os.access(target, os.W_OK):
+        return f"{flag} {path}: is not writable"
+    if not target.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        return f"{flag} {path}: its folder {folder} is not writable"
     return None
 
 
@@ -122,10 +145,27 @@ def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFi
     rows = first_occurrences(held.ids) if held.ids is not None else slice(None)
     path = run_path(args.write_run, run.name, runs)
     give_back_freed()  # (the evaluation's freed scratch, before the run's blocks are made)
-    written = write_run_file(path, args.run_depth, run.metric, query, gallery, rows, run.name)
+    notes: dict[str, int] = {}
+    try:
+        written = write_run_file(path, args.run_depth, run.metric, query, gallery, rows, run.name,
+                                 notes)
+    except OSError as err:
+        from retrieval_metrics.cli.runs import CLIError  # (runs imports this module)
+
+        # (a folder removed, a disk full, ... after the check made before the evaluation)
+        raise CLIError(f"--write-run {path}: {err}") from None
     run.notes["run_written"] = str(written)
     print(f"{run.name}: the top {args.run_depth} of each query written to {written}",
           file=sys.stderr)
+    if notes.get("float32_ties"):
+        count = notes["float32_ties"]
+        print(
+            f"{run.name}: note: in {count} {'query' if count == 1 else 'queries'}, scores that "
+            "differ by less than float32's resolution (float64 embeddings) are written as ties, "
+            "by document id descending: trec_eval 9, pytrec_eval and --run hold scores as "
+            "float32 and rank them so; the run's values can differ there from the table's",
+            file=sys.stderr,
+        )
 
 
 def give_back_freed() -> None:
@@ -159,10 +199,13 @@ def write_run_file(
     gallery: EmbeddingFile | None,
     gallery_rows: np.ndarray | slice,
     label: str,
+    notes: dict[str, int] | None = None,
 ) -> Path:
     """The top ``depth`` of every query of ``query`` among ``gallery``'s rows ``gallery_rows``
     (the rows the evaluation kept: each id once; ``gallery=None``: the queries' own, each query
-    ranked against the others), written to ``path``."""
+    ranked against the others), written to ``path``. ``notes["float32_ties"]``: the queries
+    whose written order differs from the ranking's (float64 scores equal as float32, which the
+    writer writes in the readers' tie order)."""
     same = gallery is None
     items = query if gallery is None else gallery
     # the ids as arrays (a million corpus ids as python str took 70 MB, twice): only the ids
@@ -190,4 +233,22 @@ def write_run_file(
         exclude_identical_ids=same or (judged and metric.ignore_identical_ids is not False),
     )
     tag = re.sub(r"\s+", "_", label) or "retrieval-metrics"
-    return write_run_lines(found.lines(q_ids, g_ids), path, tag=tag)
+    lines = found.lines(q_ids, g_ids)
+    if notes is not None:
+        notes["float32_ties"] = 0
+        lines = _counting_float32_ties(lines, notes)
+    return write_run_lines(lines, path, tag=tag)
+
+
+def _counting_float32_ties(lines: Iterator[tuple[str, list[tuple[str, float]]]],
+                           notes: dict[str, int]) -> Iterator[tuple[str, list[tuple[str, float]]]]:
+    """``lines`` as they are, counting in ``notes["float32_ties"]`` the queries with two
+    neighbouring scores that differ but are equal as float32 (only float64 scores can)."""
+    for qid, pairs in lines:
+        if len(pairs) > 1:
+            scores = np.fromiter((s for _, s in pairs), dtype=np.float64, count=len(pairs))
+            with np.errstate(over="ignore"):
+                single = scores.astype(np.float32)
+            if bool(((scores[1:] != scores[:-1]) & (single[1:] == single[:-1])).any()):
+                notes["float32_ties"] += 1
+        yield qid, pairs

@@ -9,6 +9,8 @@ import argparse
 import hashlib
 import math
 import re
+import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,9 +349,12 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
 
             judged = judged_queries_needed(metric.metric_names(), metric.measure_options)
             relevant = lists.judgments if judged else lists.relevant_ids
-            with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar:
+            with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar, \
+                    warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 evaluate_trec(metric, lists.qids, lists.ranked_ids, relevant, bar)
                 runs.append(_summarize(run_, args, bar))
+            _show_warnings(caught, path, lists.qids)
         return runs, trec
     if files:
         pairs = [(path, None) for path in files]
@@ -398,8 +403,44 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                 data.write_run_of(args, run_, query, gallery, len(pairs))
             except ValueError as err:
                 where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
-                raise CLIError(f"{where}: {err}") from None
+                message = _user_ids(str(err), query.ids, None if gallery is None else gallery.ids)
+                raise CLIError(f"{where}: {message}") from None
     return runs, trec
+
+
+def _show_warnings(caught: list[warnings.WarningMessage], path: str, qids: list[str]) -> None:
+    """The metric's warnings about a run file, each on one line that names the file and, for
+    the query a warning names by its position in the updates (``query 3``), its id (``--duplicates
+    warn``: "first: query 0" named no question of the file); others re-emitted as they came."""
+    for w in caught:
+        text = str(w.message)
+        found = re.search(r"first: query (\d+),", text)
+        if found is None or not issubclass(w.category, UserWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        position = int(found.group(1))
+        if position < len(qids):
+            text = text.replace(found.group(0), f"first: query {qids[position]!r},", 1)
+        print(f"retrieval-metrics: warning: {path}: {text}", file=sys.stderr)
+
+
+def _user_ids(message: str, *ids: np.ndarray | None) -> str:
+    """``message`` with the 64-bit code that the metric names a text id by (``e.g.
+    7818327418847251472``: it keeps text ids as codes) replaced by the id of the file, where one
+    of ``ids`` holds it."""
+    found = re.search(r"\(e\.g\. (-?\d+)\)", message)
+    if found is None:
+        return message
+    from retrieval_metrics.functional.ranking.labels import label_codes
+
+    code = int(found.group(1))
+    for arr in ids:
+        if arr is None or arr.dtype.kind != "U" or arr.ndim != 1:
+            continue  # (integer ids are their own codes: the message shows them already)
+        hits = np.flatnonzero(label_codes(arr, "ids").numpy() == code)
+        if hits.size:
+            return message.replace(found.group(0), f"(e.g. {str(arr[hits[0]])!r})", 1)
+    return message
 
 
 def _judged_run(
@@ -453,7 +494,8 @@ def _judged_run(
             hint = ""
             if "ignore_identical_ids" in str(err):
                 hint = " (on the command line: --ignore-identical-ids false or true)"
-            raise CLIError(f"{qpath} / {gpath}: {err}{hint}") from None
+            message = _user_ids(str(err), query.ids, gallery.ids)
+            raise CLIError(f"{qpath} / {gpath}: {message}{hint}") from None
 
 
 def _ids_only(items: EmbeddingFile) -> EmbeddingFile:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.formats.runs import trec_eval_order
+from retrieval_metrics.formats.runs import checked_grade, checked_score, trec_eval_order
 
 __all__ = ["ann_benchmarks_ranks", "trec_run_to_lists"]
 
@@ -25,15 +25,30 @@ def trec_run_to_lists(
     ties by document id in descending byte order (trec_eval's rule). Queries are those of the
     qrels, sorted; a query missing from the run gets an empty list (it scores 0, as ``trec_eval
     -c``). Returns (ranked ids, relevance dicts, qids).
+
+    A score must be a finite number and a grade a whole number, as the file readers require:
+    anything else is a ``ValueError`` naming ``run`` or ``qrels``, the query and the document
+    (a NaN has no place in a ranking; a grade 0.5 would be truncated to 0).
     """
     qids = sorted(qrels)
     ranked, relevant = [], []
     for qid in qids:
-        # compared as floats, whatever number type the run holds (int, numpy, 0-d tensor)
-        scores = {doc: float(score) for doc, score in run.get(qid, {}).items()}
-        ranked.append(trec_eval_order(scores))
-        relevant.append({doc: int(g) for doc, g in qrels[qid].items()})
+        ranked.append(trec_eval_order(checked_run_query(run, qid)))
+        relevant.append(checked_qrels_query(qrels, qid))
     return ranked, relevant, qids
+
+
+def checked_run_query(run: Mapping[str, Mapping[Any, Any]], qid: str) -> dict[str, float]:
+    """``run[qid]`` (empty where the run lacks the query) with each score checked and made a
+    float, whatever number type the run holds (int, numpy, 0-d tensor)."""
+    return {doc: checked_score(score, f"`run`, query {qid!r}, document {doc!r}")
+            for doc, score in run.get(qid, {}).items()}
+
+
+def checked_qrels_query(qrels: Mapping[str, Mapping[Any, Any]], qid: str) -> dict[str, int]:
+    """``qrels[qid]`` with each grade checked and made an int."""
+    return {doc: checked_grade(g, f"`qrels`, query {qid!r}, document {doc!r}")
+            for doc, g in qrels[qid].items()}
 
 
 def _distances(name: str, value: Any) -> Tensor:

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.formats.runs import trec_eval_order
+from retrieval_metrics.formats.converters import checked_qrels_query, checked_run_query
+from retrieval_metrics.formats.runs import checked_score, trec_eval_order
 from retrieval_metrics.functional.measures import MeasureOptions, parse_metric, per_query_values
 from retrieval_metrics.functional.measures.aggregation import counted_values
 from retrieval_metrics.functional.measures.providers import Provider, provider_of
@@ -34,11 +35,14 @@ _OPTIONS = MeasureOptions(empty_queries="zero")
 
 def provider_order(scores: Mapping[str, float], provider: Provider) -> list[str]:
     """One query's documents (``scores``: document id -> score, in the run's order) in the order
-    ``provider`` ranks them."""
+    ``provider`` ranks them. A score that is no finite number is refused, naming the document."""
+    given = {doc: checked_score(score, f"`scores`, document {doc!r}")
+             for doc, score in scores.items()}
     if provider.float32:
-        values = {doc: float(np.float32(score)) for doc, score in scores.items()}
+        with np.errstate(over="ignore"):  # (beyond float32's range: inf, as trec_eval 9)
+            values = {doc: float(np.float32(score)) for doc, score in given.items()}
     else:
-        values = {doc: float(score) for doc, score in scores.items()}
+        values = given
     if provider.order == "id_descending":
         order = trec_eval_order(values, as_float32=provider.float32)
     elif provider.order == "id_ascending":
@@ -94,10 +98,15 @@ def ir_measures_per_query(
     As ir_measures reports them: every judged query, a query judged grade 0 only scoring 0
     (Judged@K its share of judged documents), a query the run lacks scoring 0; run queries
     without judgments are left out. The whole run is ranked (ir_measures' providers read it
-    whole; cwl_eval stops at 1,000 documents a query).
+    whole; cwl_eval stops at 1,000 documents a query). A score must be a finite number and a
+    grade a whole number: anything else is a ``ValueError`` naming ``run`` or ``qrels``, the
+    query and the document.
     """
     qids = sorted(qrels)
-    relevant = [{doc: int(g) for doc, g in qrels[qid].items()} for qid in qids]
+    # checked first (a NaN score ranked wherever the input put it, a grade 0.5 truncated to 0),
+    # each problem named by its argument, query and document
+    relevant = [checked_qrels_query(qrels, qid) for qid in qids]
+    run = {qid: checked_run_query(run, qid) for qid in qids if qid in run}
     missing = torch.tensor([qid not in run for qid in qids], dtype=torch.bool)
     tables: dict[tuple[str, int | None], RankTable] = {}
     out: dict[str, Tensor] = {}

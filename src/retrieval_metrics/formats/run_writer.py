@@ -10,12 +10,14 @@ then renamed): a bad id or score found halfway leaves no half-written run.
 
 from __future__ import annotations
 
+import itertools
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from retrieval_metrics.formats.runs import checked_score, trec_eval_order
 
 __all__ = ["write_run", "write_run_lines"]
 
@@ -26,9 +28,20 @@ def write_run(
     """Write ``run`` (query id -> its ``(document id, score)`` pairs best first, or -> {document
     id: score}) by the extension of ``path``: ``.json`` as ranx and pytrec_eval read it, ``.jsonl``
     one query a line (``{"id", "retrieved", "scores"}``), else a TREC run (``qid Q0 docid rank
-    score tag``). Scores are written in full (a float32 score's exact value), so a reader ranks
-    what was ranked; a reader orders tied scores by its own rule (trec_eval and pytrec_eval: by
-    document id, descending), :func:`read_run` too.
+    score tag``).
+
+    Each query's documents are written in the order :func:`read_run` ranks them: by decreasing
+    score compared as float32 (as trec_eval 9 and pytrec_eval hold scores), tied scores by
+    document id in descending byte order (:func:`~retrieval_metrics.formats.runs.trec_eval_order`).
+    So the rank column follows the scores, a dict (which has no best-first order) is ranked, and
+    a ``.jsonl`` run, read in the order it lists, reads back as the same ranking as the TREC and
+    ``.json`` copies. Pairs given as a list must come best first (scores never increase): a list
+    that does not is refused, since which order was meant is unknown.
+
+    Scores are written in full (a float32 score's exact value, a float64 score's too); a reader
+    that compares them as float32 ranks what was ranked when the scores are float32 (or float16).
+    Float64 scores closer than float32's resolution (about 6e-8 of their size) compare equal
+    there: they are written, and read back, in the tie order.
 
     >>> import pathlib, tempfile
     >>> from retrieval_metrics.formats import read_run
@@ -103,13 +116,27 @@ def _trec_lines(qid: str, pairs: list[tuple[str, float]], tag: str) -> Iterable[
 
 
 def _run_pairs(docs: Any, qid: Any) -> list[tuple[str, float]]:
-    items = docs.items() if isinstance(docs, Mapping) else docs
-    pairs = [(str(doc), float(score)) for doc, score in items]
+    """One query's pairs as the readers rank them (see :func:`write_run`), each checked."""
+    given_as_dict = isinstance(docs, Mapping)
+    items = docs.items() if given_as_dict else docs
+    pairs = [(str(doc), checked_score(score, f"`run[{qid!r}]`, document {str(doc)!r}"))
+             for doc, score in items]
     seen: set[str] = set()
-    for doc, score in pairs:
+    for doc, _ in pairs:
         if doc in seen:
             raise ValueError(f"`run[{qid!r}]` lists document {doc!r} twice")
-        if not math.isfinite(score):
-            raise ValueError(f"`run[{qid!r}]` gives document {doc!r} the score {score}")
         seen.add(doc)
-    return pairs
+    if not given_as_dict:
+        for (above, high), (below, low) in itertools.pairwise(pairs):
+            if low > high:
+                # (scores that rise: distances, or an order that is no ranking; which order was
+                # meant is unknown, so nothing is re-ranked by a guess)
+                raise ValueError(
+                    f"`run[{qid!r}]` must list its (document, score) pairs best first, but "
+                    f"{below!r} (score {low!r}) comes after {above!r} (score {high!r}); give "
+                    "the pairs by decreasing score (higher is better), or a {document: score} dict"
+                )
+    # the readers' order (float32 scores, ties by id descending): the rank column follows the
+    # scores, and a .jsonl copy (read in the order listed) ranks as the TREC and .json copies
+    score = dict(pairs)
+    return [(doc, score[doc]) for doc in trec_eval_order(score)]

@@ -21,13 +21,15 @@ Judgments (qrels):
 A qrels file judges each (query, document) once: the same judgment repeated is kept once, and
 one judged again at another grade is refused, naming the line (which grade holds is unknown).
 
-Scored runs are ranked as trec_eval ranks them: by decreasing score (as float32, as trec_eval
-holds it), ties by document id in descending byte order (the file's rank column and its order
-of lines do not matter); a scored run holds one score per document, so a document listed twice
-for a query is an error, as in trec_eval. A ``.jsonl`` list is taken in the order given. A grade
+Scored runs are ranked as trec_eval 9 (and pytrec_eval) ranks them: by decreasing score (as
+float32, as trec_eval 9 holds it; trec_eval 10 compares doubles), ties by document id in
+descending byte order (the file's rank column and its order of lines do not matter); a scored
+run holds one score per document, so a document listed twice for a query is an error, as in
+trec_eval. A ``.jsonl`` list is taken in the order given. A grade
 >= 1 is relevant; a query whose judgments hold no relevant document is unanswerable and follows
 the metric's ``empty_queries``.
-Ids are compared as text: ``7`` and ``"7"`` are the same document.
+Ids are compared as text: ``7`` and ``"7"`` are the same document. In TREC runs and qrels, a
+line that starts with ``#`` is a comment (trec_eval 10's rule).
 
 Every reader stops at the first bad line with a :class:`FormatError` that names the file, the
 line and what was expected.
@@ -52,6 +54,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +74,8 @@ from retrieval_metrics.formats.json_files import (
 __all__ = [
     "FormatError",
     "RankedLists",
+    "checked_grade",
+    "checked_score",
     "order_by_score",
     "ranked_lists",
     "read_qrels",
@@ -125,16 +130,36 @@ def _grade(text: str, where: str) -> int:
         raise FormatError(f"{where}: relevance {text!r} is not an integer") from None
 
 
+def _trec_lines(path: Path) -> list[tuple[int, list[str]]]:
+    """The fields of each line of a TREC run or qrels file, its comment lines left out.
+
+    A line whose first character is ``#`` is a comment, as trec_eval 10 reads it ("Lines
+    starting with '#' are ignored"). A ``#`` that opens the first field after blanks is refused:
+    a comment or a query id, which is meant is unknown (trec_eval 9 reads every line as data;
+    a comment of 4 fields ending in a number, ``# pool depth 100``, became a judgment)."""
+    lines = []
+    for lineno, line in file_lines(path):
+        if line.startswith("#"):
+            continue
+        fields = line.split()
+        if fields[0].startswith("#"):
+            raise FormatError(
+                f"{path}, line {lineno}: starts with blanks, then '#': a comment line starts "
+                "with '#' at its first character; a query id may not start with '#'"
+            )
+        lines.append((lineno, fields))
+    return lines
+
+
 def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
     """A TREC run file (``qid Q0 docid rank score tag`` per line) as qid -> docid -> score.
 
     The rank column is ignored (trec_eval ranks by score). A document listed twice for one query
-    is an error, as in trec_eval.
+    is an error, as in trec_eval. A line that starts with ``#`` is a comment (trec_eval 10).
     """
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
-    for lineno, line in file_lines(path):
-        fields = line.split()
+    for lineno, fields in _trec_lines(path):
         where = f"{path}, line {lineno}"
         if len(fields) != 6:
             raise FormatError(
@@ -174,11 +199,11 @@ def _judge(qrels: Qrels, qid: str, doc: str, grade: int, where: str) -> None:
 
 
 def read_trec_qrels(path: str | Path) -> Qrels:
-    """A TREC qrels file (``qid iter docid rel`` per line) as qid -> docid -> grade."""
+    """A TREC qrels file (``qid iter docid rel`` per line) as qid -> docid -> grade. A line that
+    starts with ``#`` is a comment (trec_eval 10)."""
     path = Path(path)
     qrels: Qrels = {}
-    for lineno, line in file_lines(path):
-        fields = line.split()
+    for lineno, fields in _trec_lines(path):
         where = f"{path}, line {lineno}"
         if len(fields) != 4:
             raise FormatError(
@@ -219,16 +244,68 @@ def _read_beir_qrels(path: Path) -> Qrels:
 # ---------------------------------------------------------------------------- public readers
 
 
+def checked_score(value: Any, where: str) -> float:
+    """``value`` as a score (a float), or a ``ValueError`` that starts with ``where`` (the
+    argument, the query and the document): a real number (int, float, a numpy scalar, a 0-d
+    tensor) that is finite, as the file readers require. A bool or a text is no score (``"0.5"``
+    would be a guess at what the text meant); NaN has no place in a ranking."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{where}: the score {value!r} is not a number")
+    try:
+        number = float(value)
+    except OverflowError:  # (an int beyond a double's range)
+        raise ValueError(f"{where}: the score {_brief(value)} is not finite") from None
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{where}: the score {_brief(value)} is not a number") from None
+    if math.isnan(number):
+        raise ValueError(f"{where}: the score is NaN, which has no place in a ranking")
+    if not math.isfinite(number):
+        raise ValueError(f"{where}: the score {number!r} is not finite")
+    return number
+
+
+def checked_grade(value: Any, where: str) -> int:
+    """``value`` as a relevance grade (an int), or a ``ValueError`` that starts with ``where``:
+    a whole number (an int, a numpy integer, or a float or 0-d tensor holding a whole value). A
+    fraction is refused rather than truncated (0.5 would become 0, judged not relevant), a bool
+    or a text rather than read as a number."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{where}: the grade {value!r} is not an integer")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise ValueError(f"{where}: the grade {_brief(value)} is not an integer") from None
+    if not number.is_integer():
+        raise ValueError(f"{where}: the grade {number!r} is not an integer")
+    return int(number)
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:36]}..."
+
+
 def trec_eval_order(scores: Mapping[str, float], *, as_float32: bool = True) -> list[str]:
     """One query's document ids by decreasing score, ties by document id in descending byte
     order (trec_eval's rule; the one place it is written, for the readers here and
     :func:`retrieval_metrics.formats.converters.trec_run_to_lists`). The scores compare as
-    float32, as trec_eval holds them (0.100000001 and 0.1 tie there); ``as_float32=False``
-    compares them as given (gdeval's rule)."""
+    float32, as trec_eval 9 (and pytrec_eval, which embeds it) holds them (0.100000001 and 0.1
+    tie there); ``as_float32=False`` compares them as given (gdeval's rule). A NaN score is
+    refused: it has no place in an order."""
     docs = list(scores)
     values = np.asarray([scores[doc] for doc in docs], dtype=np.float64)
+    bad = np.flatnonzero(np.isnan(values))
+    if bad.size:
+        raise ValueError(
+            f"`scores`: document {docs[int(bad[0])]!r} has the score nan, which has no place in "
+            "an order"
+        )
     if as_float32:
-        values = values.astype(np.float32)
+        # (a score beyond float32's range becomes inf there, as in trec_eval 9: no warning)
+        with np.errstate(over="ignore"):
+            values = values.astype(np.float32)
     score = dict(zip(docs, values.tolist(), strict=True))
     return sorted(docs, key=lambda doc: (-score[doc], _descending_bytes(doc)))
 
