@@ -193,3 +193,44 @@ def test_non_finite_embeddings_are_still_refused_at_update():
     emb[2, 1] = float("nan")
     with pytest.raises(ValueError, match="`embeddings` contains NaN or infinite values"):
         metric.update(emb, torch.arange(6) % 2)
+
+
+class LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """The most elements of any tensor an operator returned while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_depth_beyond_the_gallery_costs_what_no_depth_costs(symmetric):
+    """Every item lies within a depth of the gallery's size, so a larger depth is the whole
+    ranking: the same relevant items, ranks and ties. Its work did not know that: each row kept
+    its depth best scores (a cut-off of 2,000,000 over 11 items held 572 MiB, 10**12 asked the
+    allocator for 48 TB)."""
+    gen = torch.Generator().manual_seed(0)
+    emb = torch.randint(-2, 3, (12, 4), generator=gen).float()  # small integers: ties
+    labels = torch.arange(12) % 3
+    gallery = None if symmetric else emb.flip(0)
+    kwargs = dict(query_labels=labels, gallery_labels=None if symmetric else labels.flip(0))
+    with LargestTensor() as without_depth:
+        whole = rank_embeddings(emb, gallery, **kwargs)
+    for depth in (12, 2_000_000, 10**12):
+        with LargestTensor() as seen:
+            deep = rank_embeddings(emb, gallery, depth=depth, **kwargs)
+        assert seen.largest <= without_depth.largest
+        assert deep.depth.tolist() == [depth] * 12  # (the depth asked for, as recorded before)
+        for field in ("above", "tied", "num_relevant", "num_listed"):
+            assert torch.equal(getattr(deep, field), getattr(whole, field)), (depth, field)
+    metric = rm.RecallAtK(k=10**12, memory_budget=65536)
+    metric.update(emb, labels)
+    with pytest.warns(UserWarning):  # (a cut-off at or beyond the gallery warns)
+        assert float(metric.compute()) == 1.0
