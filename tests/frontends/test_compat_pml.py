@@ -225,17 +225,47 @@ def test_mrr_depends_on_k_as_in_pml():
 
 
 def test_warns_like_pml_when_k_truncates_r(caplog):
+    # on PML's own logger, "PML": code that silences it silences both after the import swap
     emb, labels = data(2, 30, 3)
-    with caplog.at_level(logging.WARNING, logger="retrieval_metrics"):
+    with caplog.at_level(logging.WARNING, logger="PML"):
         AccuracyCalculator(device=CPU, exclude=("NMI", "AMI"), k=2).get_accuracy(emb, labels)
-    assert any("will be incorrect" in r.getMessage() for r in caplog.records)
+    warned = [r for r in caplog.records if "will be incorrect" in r.getMessage()]
+    assert [r.name for r in warned] == ["PML"]
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="retrieval_metrics"):
+    with caplog.at_level(logging.WARNING, logger="PML"):
         AccuracyCalculator(device=CPU, include=("precision_at_1",), k=2).get_accuracy(emb, labels)
     assert not caplog.records
+    # silenced as the PML page silences PML (the fixture sets "PML" to ERROR), nothing shows,
+    # whatever the level of this library's own loggers
+    with caplog.at_level(logging.WARNING, logger="retrieval_metrics"):
+        logging.getLogger("PML").setLevel(logging.ERROR)
+        AccuracyCalculator(device=CPU, exclude=("NMI", "AMI"), k=2).get_accuracy(emb, labels)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 # ------------------------------------------------------------------------ documented differences
+
+
+def test_two_column_labels_where_pml_compares_cells():
+    # By hand: query 0 (labels (1, 2)) is nearest reference item 0 (labels (1, 9)), query 1
+    # ((3, 4)) is nearest item 1 ((3, 4)). Rows compared whole: 1 hit of 2. PML's torch.eq
+    # compares cells: 3 of 4 match; its MRR with k=1 counts a query whose neighbour matches
+    # in any column. A whole-row label_comparison_fn gives PML this class's values.
+    q, r = torch.tensor([[0.0], [10.0]]), torch.tensor([[0.1], [10.1], [50.0]])
+    ql, rl = torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 9], [3, 4], [1, 2]])
+    args = (q, ql, r, rl)
+    include = ("precision_at_1", "mean_reciprocal_rank")
+    theirs = pml_ac.AccuracyCalculator(include=include, k=1, device=CPU).get_accuracy(*args)
+    ours = AccuracyCalculator(include=include, k=1, device=CPU).get_accuracy(*args)
+    assert theirs["precision_at_1"] == 0.75 and theirs["mean_reciprocal_rank"] == 1.0
+    assert ours["precision_at_1"] == 0.5 and ours["mean_reciprocal_rank"] == 0.5
+    rows = pml_ac.AccuracyCalculator(
+        include=include, k=1, device=CPU, label_comparison_fn=_rows_equal
+    ).get_accuracy(*args)
+    assert_same(rows, ours)
+    with pytest.raises(RuntimeError):  # the other setups fail on the shapes in PML
+        pml_ac.AccuracyCalculator(include=include, k=1, device=CPU).get_accuracy(q, ql)
+    assert "fraction of matching" in AccuracyCalculator.__doc__
 
 
 def test_exact_ties_count_as_expected_where_pml_keeps_index_order():
@@ -318,6 +348,181 @@ def test_supported_knn_funcs_match_pml(make_knn, ref_includes_query):
 def test_other_knn_funcs_are_refused(make_knn):
     with pytest.raises(ValueError, match="knn_func"):
         AccuracyCalculator(knn_func=make_knn())
+
+
+@pytest.mark.parametrize(
+    ("distance", "power"),
+    [("CosineSimilarity", 2), ("DotProductSimilarity", 2), ("CosineSimilarity", 0.5),
+     ("DotProductSimilarity", 3)],
+)
+def test_a_similarity_to_a_power_is_refused_by_name(distance, power):
+    # PML ranks by similarity ** power. By hand, for item 0 = (1, 0): cos to item 1 (-1, 0.05)
+    # is -0.9988 and to item 2 (0.6, 0.8) is 0.6, so cos^2 puts item 1 (its own label) first
+    # and cos puts item 2 first: precision_at_1 is 1.0 under power=2, 0.5 without the power.
+    emb = torch.tensor([[1.0, 0.0], [-1.0, 0.05], [0.6, 0.8], [0.5, 0.9]])
+    labels = torch.tensor([0, 0, 1, 1])
+    make = getattr(pml_distances, distance)
+    kwargs = {} if distance == "CosineSimilarity" else {"normalize_embeddings": False}
+    if power == 2:
+        theirs = pml_ac.AccuracyCalculator(
+            include=("precision_at_1",), device=CPU,
+            knn_func=pml_inference.CustomKNN(make(power=power, **kwargs)),
+        ).get_accuracy(emb, labels)
+        assert theirs["precision_at_1"] == 1.0
+    with pytest.raises(ValueError, match=rf"CustomKNN\({distance}\(power={power}\)\).*power"):
+        AccuracyCalculator(knn_func=pml_inference.CustomKNN(make(power=power, **kwargs)))
+    ours = AccuracyCalculator(
+        include=("precision_at_1",), device=CPU,
+        knn_func=pml_inference.CustomKNN(make(power=1, **kwargs)),
+    ).get_accuracy(emb, labels)
+    assert ours["precision_at_1"] == 0.5
+
+
+@pytest.mark.parametrize("power", [2, 0.5])
+def test_a_distance_to_a_positive_power_ranks_as_the_distance(power):
+    emb, labels = data(8, 40, 5, dim=6)
+    knn = pml_inference.CustomKNN(pml_distances.LpDistance(normalize_embeddings=False, power=power))
+    theirs, ours = both((emb, labels), knn_func=knn)
+    assert_same(theirs, ours)
+    _, plain = both((emb, labels))
+    assert_same(plain, ours)
+
+
+def _brute_force_p1_and_map_at_r(emb: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """precision_at_1 and MAP@R of the same-source euclidean ranking, in float64 (no ties)."""
+    d = torch.cdist(emb.double(), emb.double())
+    d.fill_diagonal_(float("inf"))
+    order = d.argsort(1)[:, :-1]
+    p1, ap = [], []
+    for i in range(len(emb)):
+        hits = (labels[order[i]] == labels[i]).double()
+        r = int(hits.sum())
+        if r == 0:
+            continue  # a lone query, left out as PML leaves it out
+        p1.append(float(hits[0]))
+        first = hits[:r]
+        precision = torch.cumsum(first, 0) / torch.arange(1, r + 1)
+        ap.append(float((precision * first).sum()) / r)
+    return float(np.mean(p1)), float(np.mean(ap))
+
+
+@pytest.mark.parametrize(("dim", "n", "offset"), [(16, 60, 1000.0), (128, 300, 100.0)])
+def test_euclidean_far_from_the_origin_keeps_pmls_values(dim, n, offset):
+    # PML's faiss computes |q - g|^2 directly (below its BLAS threshold of 128,000 queries), so
+    # its values do not move with a translation; the expansion 2 q.g - |g|^2 in float32 did.
+    gen = torch.Generator().manual_seed(1)
+    emb = torch.randn(n, dim, generator=gen)
+    labels = torch.randint(0, 8, (n,), generator=gen)
+    far = emb + offset
+    include = ("precision_at_1", "mean_average_precision_at_r")
+    p1, map_r = _brute_force_p1_and_map_at_r(far, labels)
+    theirs, ours = both((far, labels), include=include)
+    assert_same(theirs, ours)
+    assert ours["precision_at_1"] == pytest.approx(p1, abs=1e-12)
+    assert ours["mean_average_precision_at_r"] == pytest.approx(map_r, abs=1e-9)
+    query, reference = far[:20], far[20:]
+    args = (query, labels[:20], reference, labels[20:])
+    assert_same(*both(args, include=include))
+
+
+def test_data_near_the_origin_is_ranked_as_given():
+    from retrieval_metrics.compat.pml.knn import FAR_FROM_ORIGIN, near_origin
+
+    gen = torch.Generator().manual_seed(2)
+    codes = torch.randint(0, 2, (50, 32), generator=gen).float()  # binary codes
+    pixels = torch.randint(0, 256, (50, 32), generator=gen).float()  # integers from 0
+    for x in (codes, pixels, torch.randn(50, 32, generator=gen)):
+        q, r = near_origin(x, x[:10])
+        assert q is x  # not copied, not moved
+    # far: the mean's norm is 1e5 * sqrt(32), the spread sqrt(32 * 2/3): moved, and exactly (the
+    # centre is a multiple of a power of two, here 1/2, so the differences are exact and ties
+    # stay ties)
+    far = torch.randint(0, 3, (50, 32), generator=gen).float() + 100000
+    spread = (far - far.mean(0)).norm(dim=1).pow(2).mean().sqrt()
+    assert far.mean(0).norm() > FAR_FROM_ORIGIN * spread
+    q, r = near_origin(far, far[:10])
+    assert q.dtype == torch.float32 and torch.equal(2 * q, (2 * q).round())
+    assert torch.equal(q[:10], r)
+    assert torch.equal(torch.cdist(q.double(), q.double()), torch.cdist(far.double(), far.double()))
+    assert q.abs().max() <= 3
+
+
+def _nearest_distances(base):
+    return type(
+        "Calculator",
+        (base,),
+        {
+            "calculate_nearest": lambda self, knn_distances, **kwargs: knn_distances[:, 0].tolist(),
+            "calculate_distances": lambda self, knn_distances, **kwargs: knn_distances.tolist(),
+            "requires_knn": lambda self: [*base.requires_knn(self), "nearest", "distances"],
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("make_knn", "expected"),
+    [
+        # by hand: items (0, 0), (3, 4), (0, 1); nearest of each is 1, sqrt(18), 1 away
+        (lambda: None, [1.0, 18.0, 1.0]),  # faiss' IndexFlatL2: squared
+        (lambda: pml_distances.LpDistance(normalize_embeddings=False), [1.0, 18**0.5, 1.0]),
+        (lambda: pml_distances.LpDistance(normalize_embeddings=False, power=2), [1.0, 18.0, 1.0]),
+        # unit vectors (0, 0) (normalisation leaves it), (0.6, 0.8), (0, 1): a zero vector is
+        # 1 from any unit vector, and (0.6, 0.8) is sqrt(0.36 + 0.04) from (0, 1)
+        (lambda: pml_distances.LpDistance(), [1.0, 0.4**0.5, 0.4**0.5]),
+        (lambda: pml_distances.LpDistance(power=2), [1.0, 0.4, 0.4]),
+        (lambda: pml_distances.CosineSimilarity(), [0.0, 0.8, 0.8]),  # largest first
+    ],
+)
+def test_knn_distances_are_pmls_for_the_knn_func(make_knn, expected):
+    emb, labels = torch.tensor([[0.0, 0.0], [3.0, 4.0], [0.0, 1.0]]), torch.tensor([0, 0, 1])
+
+    def knn():
+        distance = make_knn()
+        return None if distance is None else pml_inference.CustomKNN(distance)
+
+    options = {"include": ("nearest",), "device": CPU}
+    theirs = _nearest_distances(pml_ac.AccuracyCalculator)(knn_func=knn(), **options)
+    ours = _nearest_distances(AccuracyCalculator)(knn_func=knn(), **options)
+    got = ours.get_accuracy(emb, labels)["nearest"]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, theirs.get_accuracy(emb, labels)["nearest"], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make_knn",
+    [
+        lambda: None,
+        lambda: pml_inference.FaissKNN(index_init_fn=__import__("faiss").IndexFlatIP),
+        lambda: pml_inference.CustomKNN(pml_distances.LpDistance(normalize_embeddings=False)),
+        lambda: pml_inference.CustomKNN(pml_distances.LpDistance(power=0.5)),
+        lambda: pml_inference.CustomKNN(pml_distances.CosineSimilarity()),
+        lambda: pml_inference.CustomKNN(
+            pml_distances.DotProductSimilarity(normalize_embeddings=False)
+        ),
+    ],
+)
+@pytest.mark.parametrize("separate", [False, True])
+def test_knn_distances_match_pml_and_a_float64_brute_force(make_knn, separate):
+    emb, labels = data(5, 30, 4, dim=6)
+    ref, ref_labels = data(6, 50, 5, dim=6)
+    args = (emb, labels, ref, ref_labels) if separate else (emb, labels)
+    options = {"include": ("distances",), "device": CPU, "k": 4}
+    theirs = _nearest_distances(pml_ac.AccuracyCalculator)(knn_func=make_knn(), **options)
+    got = np.asarray(
+        _nearest_distances(AccuracyCalculator)(knn_func=make_knn(), **options).get_accuracy(
+            *args
+        )["distances"]
+    )
+    expected = np.asarray(theirs.get_accuracy(*args)["distances"])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    if make_knn() is None:
+        # faiss' squared L2 of the 4 nearest, by brute force in float64
+        q = emb.double()
+        r = ref.double() if separate else q
+        d = torch.cdist(q, r) ** 2
+        if not separate:
+            d.fill_diagonal_(float("inf"))
+        np.testing.assert_allclose(got, d.sort(1).values[:, :4].numpy(), rtol=1e-5, atol=1e-6)
 
 
 def _first_equal_second_differs(x, y):

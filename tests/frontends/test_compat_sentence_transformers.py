@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import pickle
 import sys
+import warnings
 import zlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -294,6 +296,86 @@ def test_a_cutoff_listed_twice_counts_once():
     assert list(ours) == list(theirs)
     for key in ("cosine_accuracy@1", "cosine_mrr@10"):
         assert theirs[key] == pytest.approx(2 * ours[key]) and ours[key] == once[key]
+
+
+class _Table:
+    """encode looks each text up in a table of embeddings (cosine)."""
+
+    model_card_data = _Card()
+    similarity_fn_name = "cosine"
+    similarity = staticmethod(cos_sim)
+
+    def __init__(self, table: dict[str, list[float]]) -> None:
+        self.table = table
+
+    def encode(self, texts, **kwargs):
+        return torch.tensor([self.table[t] for t in texts])
+
+    encode_query = encode_document = encode
+
+
+def test_queries_whose_relevant_documents_are_all_absent_score_zero(caplog):
+    """By hand: q1's only relevant id is '1' (a str) and the corpus ids are ints 1, 2, 3, so it
+    is never retrieved: sentence-transformers scores q1 0 on every measure. q2's relevant d=2
+    is ranked first (cosine 1), so q2 scores 1 on every measure (recall@1 1/1). The values are
+    their mean over both queries: 1/2; with q1 alone, 0."""
+    table = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [0.6, 0.8]}
+    corpus = {1: "a", 2: "b", 3: "c"}
+    queries = {"q1": "a", "q2": "b"}
+    kw = dict(accuracy_at_k=[1], precision_recall_at_k=[1], mrr_at_k=[10], ndcg_at_k=[10],
+              map_at_k=[10])
+    for relevant, value in (({"q1": {"1"}, "q2": {2}}, 0.5), ({"q1": {"1"}}, 0.0),
+                            ({"q1": {"d99"}}, 0.0)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=compat.__name__), warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning from the ranking either
+            ours = Ours(queries, corpus, relevant, **kw)(_Table(table))
+        theirs = Theirs(queries, corpus, relevant, **kw)(_Table(table))
+        assert_same(theirs, ours)
+        assert set(ours.values()) == {value}
+        # named by the user's ids, and 7 and '7' are two ids here
+        message = caplog.text
+        assert "`relevant_docs`" in message and "two ids" in message
+        assert repr(next(iter(relevant["q1"]))) in message and "corpus ids e.g. 1" in message
+
+
+def test_a_minority_of_absent_documents_counts_as_never_retrieved():
+    """By hand: q1's relevant ids are 1 (ranked first) and 'x' (not in the corpus): recall@1
+    is 1/2, NDCG@10 is 1 / (1 + 1/log2(3)), MAP@10 is 1 / min(10, 2); the ranking's own
+    warning about absent documents is not shown (sentence-transformers shows none)."""
+    table = {"a": [1.0, 0.0], "b": [0.0, 1.0], "c": [0.6, 0.8]}
+    corpus = {1: "a", 2: "b", 3: "c"}
+    relevant = {"q1": {1, "x", "y"}}
+    kw = dict(accuracy_at_k=[1], precision_recall_at_k=[1], mrr_at_k=[10], ndcg_at_k=[10],
+              map_at_k=[10])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = Ours({"q1": "a"}, corpus, relevant, **kw)(_Table(table))
+    theirs = Theirs({"q1": "a"}, corpus, relevant, **kw)(_Table(table))
+    assert_same(theirs, ours)
+    idcg = 1 + 1 / torch.log2(torch.tensor(3.0, dtype=torch.float64)).item() + 1 / 2
+    assert ours["cosine_recall@1"] == pytest.approx(1 / 3)
+    assert ours["cosine_ndcg@10"] == pytest.approx(1 / idcg)
+    assert ours["cosine_map@10"] == pytest.approx(1 / 3)
+
+
+def test_cutoffs_as_sentence_transformers_takes_them():
+    """numpy ints, sets and numpy arrays are K lists there; they give the values of plain
+    ints. Bools and non-integers are refused by name."""
+    q, c, rel = data()
+    plain = Ours(q, c, rel, ndcg_at_k=[1, 2, 3], mrr_at_k=[10])(FakeModel())
+    for kw in (dict(ndcg_at_k=[np.int64(1), np.int64(2), np.int64(3)], mrr_at_k={10}),
+               dict(ndcg_at_k=np.arange(1, 4), mrr_at_k=(np.int32(10),))):
+        ours = Ours(q, c, rel, **kw)(FakeModel())
+        assert ours == plain
+        assert_same(Theirs(q, c, rel, **kw)(FakeModel()), ours)
+    for k, message in (([True], r"`ndcg_at_k` must hold positive ints, got the bool True"),
+                       ([np.bool_(True)], "got the bool"),
+                       ([np.float64(3.0)], r"got np.float64\(3.0\) \(float64\)"),
+                       ([2.0], r"got 2.0 \(float\)"), ([np.int64(0)], "positive ints"),
+                       ("10", "non-empty list"), (10, "non-empty list")):
+        with pytest.raises(ValueError, match=message):
+            Ours(q, c, rel, ndcg_at_k=k)
 
 
 def test_refused_by_name():

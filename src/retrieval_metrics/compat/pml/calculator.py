@@ -16,7 +16,8 @@ from retrieval_metrics.compat.pml.inputs import as_embeddings, as_labels
 from retrieval_metrics.compat.pml.knn import (
     blocked_knn,
     fill_index_as_pml_leaves_it,
-    similarity_of,
+    knn_convention,
+    near_origin,
 )
 from retrieval_metrics.compat.pml.labels import (
     EQUALITY,
@@ -40,8 +41,13 @@ from retrieval_metrics.functional.ranking.embeddings import rank_relevance
 
 __all__ = ["CLUSTERING_KEYS", "RANKED_KEYS", "AccuracyCalculator"]
 
-# the package's name, the logger's name before the package was split into modules
+# the package's name, the logger's name before the package was split into modules: this
+# module's own messages (what it ranks)
 LOGGER = logging.getLogger("retrieval_metrics.compat.pml")
+# PML's own warnings (k below the largest match count, no query label in the reference) go
+# where PML logs them, its logger "PML", so that code silencing logging.getLogger("PML")
+# silences them after the import swap too
+PML_LOGGER = logging.getLogger("PML")
 
 #: The kNN keys this module computes from the rank table (PML's ``requires_knn()`` plus MRR,
 #: which PML leaves out of that list, so that ``include=("mean_reciprocal_rank",)`` crashes there).
@@ -88,13 +94,33 @@ class AccuracyCalculator:
     * ``knn_func`` is honoured when it is an exact kNN this ranking reproduces: PML's
       ``FaissKNN`` with ``IndexFlatL2`` (the default) or ``IndexFlatIP``, or ``CustomKNN`` with
       ``LpDistance(p=2)``, ``CosineSimilarity`` or ``DotProductSimilarity``. Any other raises
-      ValueError. The object is never called (a ``FaissKNN(reset_after=False)`` is left holding
+      ValueError, and so does ``CosineSimilarity`` / ``DotProductSimilarity`` with
+      ``power != 1`` (PML ranks by the similarity to that power, which lifts negative
+      similarities or makes them NaN; a distance's positive power ranks as the distance and is
+      accepted). The object is never called (a ``FaissKNN(reset_after=False)`` is left holding
       the reference in its index, as PML leaves it).
+    * **Euclidean embeddings far from the origin** are translated before they are ranked: when
+      the norm of their mean exceeds ``FAR_FROM_ORIGIN`` (4) times their spread (root mean
+      square distance from the mean), a common point near the mean is subtracted, exactly (see
+      :func:`~retrieval_metrics.compat.pml.knn.near_origin`). The ranking scores by the
+      expansion 2 q.g - |g|^2, which loses such points' distances in float32, while PML's faiss
+      computes |q - g|^2 directly; translated, the values are PML's. Data near the origin is
+      ranked as given. (PML's own ``CustomKNN(LpDistance(normalize_embeddings=False))`` uses
+      ``torch.cdist``, which takes the expansion too, so far from the origin PML's values
+      there can drift from these.)
     * Inputs may be tensors, numpy arrays or lists; ``get_accuracy``'s ``include`` / ``exclude``
       are checked like the constructor's (PML ignores unknown names there).
-    * Multi-column labels ``(Q, C)`` are compared row by row with the default comparison (PML's
-      default ``torch.eq`` compares them column by column and fails on the shapes; there they need
-      a ``label_comparison_fn``, which gives the same values here).
+    * Multi-column labels ``(Q, C)`` are compared row by row with the default comparison. PML's
+      default ``torch.eq`` compares them cell by cell: with ``reference=None`` and for
+      ``mean_average_precision``, ``mean_average_precision_at_r`` and ``r_precision`` it fails on
+      the shapes, but with a separate reference ``precision_at_1`` is the fraction of matching
+      label cells of the nearest neighbours (not of matching rows), and with ``k=1``
+      ``mean_reciprocal_rank`` is the fraction of queries whose nearest neighbour matches in any
+      column. Give PML a ``label_comparison_fn`` comparing whole rows (for example
+      ``lambda x, y: (x == y).all(-1)``) for the values this class gives, with it or without.
+    * PML's warnings (``k`` below the largest match count, no query label in the reference)
+      are logged on PML's logger, ``"PML"``, so ``logging.getLogger("PML")`` silences them as
+      it silences PML; this module's own messages go to ``"retrieval_metrics.compat.pml"``.
 
     ``NMI`` and ``AMI`` are computed as PML does: k-means on the query embeddings with as many
     clusters as distinct query labels (faiss' ``Kmeans(niter=20)`` unless ``kmeans_func`` is
@@ -104,7 +130,12 @@ class AccuracyCalculator:
     Subclasses work as in PML's documentation: a ``calculate_<name>(self, **kwargs)`` method adds
     the key ``<name>``; listed in ``requires_knn()`` it receives ``knn_labels`` and
     ``knn_distances`` (queries x k, computed exactly, a block of queries at a time), listed in
-    ``requires_clustering()`` it receives ``cluster_labels``. The built-in keys never build
+    ``requires_clustering()`` it receives ``cluster_labels``. ``knn_distances`` follow PML's
+    convention for the ``knn_func``: squared L2 for ``FaissKNN()`` (``IndexFlatL2``), L2 (to
+    the distance's ``power``) for ``CustomKNN(LpDistance(normalize_embeddings=False))``, the L2
+    distance between the unit vectors, sqrt(max(0, 2 - 2 cos)) (to ``power``), for a
+    normalised ``LpDistance``, and the similarity, largest first, for ``IndexFlatIP``,
+    ``CosineSimilarity`` and ``DotProductSimilarity``. The built-in keys never build
     ``knn_labels``; a built-in ``calculate_*`` method called directly with ``knn_labels`` (PML's
     internal form) computes from them.
 
@@ -154,7 +185,9 @@ class AccuracyCalculator:
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.similarity = similarity_of(knn_func)
+        # the ranking, and the knn_distances PML hands a subclass's keys for this knn_func
+        self.knn_convention = knn_convention(knn_func)
+        self.similarity = self.knn_convention.similarity
         self.knn_func = knn_func
         self.kmeans_func = (
             FaissKMeans(niter=20, gpu=self.device.type == "cuda")
@@ -231,7 +264,7 @@ class AccuracyCalculator:
                 "mean_average_precision_at_r",
             }
             if intersection:
-                LOGGER.warning(
+                PML_LOGGER.warning(
                     "You are computing %s, but the value for k (%d) is less than the max bin "
                     "count (%d) so the values for these metrics will be incorrect. To fix this, "
                     "set k='max_bin_count'. If you're looking for MAP@%d instead of MAP@R, then "
@@ -423,7 +456,7 @@ class AccuracyCalculator:
         num_k = self.determine_k(counts.match_counts, len(reference), ref_includes_query)
         mask = counts.not_lone_query_mask
         if not bool(mask.any()):
-            LOGGER.warning("None of the query labels are in the reference set.")
+            PML_LOGGER.warning("None of the query labels are in the reference set.")
         LOGGER.info(
             "ranking %d queries against %d reference items (%s), k=%d",
             int(mask.sum()),
@@ -439,12 +472,21 @@ class AccuracyCalculator:
             "not_lone_query_mask": mask.to(query_labels.device),
         }
         fill_index_as_pml_leaves_it(self.knn_func, reference)
+        if self.similarity == "euclidean":
+            # PML's faiss computes |q - g|^2 directly; the ranking's expansion needs data near
+            # the origin for the same precision (distances do not change under translation)
+            query, reference = near_origin(query, reference)
         wanted = [x for x in metrics if x in self.requires_knn()]
         if bool(mask.any()) and any(self._own(x) for x in wanted):
             out["ranked"] = self._ranked(query, reference, index, counts, num_k, ref_includes_query)
         if any(not self._own(x) for x in wanted):
             distances, indices = blocked_knn(
-                query, reference, num_k, ref_includes_query, self.similarity, self.memory_budget
+                query,
+                reference,
+                num_k,
+                ref_includes_query,
+                self.knn_convention,
+                self.memory_budget,
             )
             out["knn_labels"] = reference_labels[indices]
             out["knn_distances"] = distances

@@ -37,6 +37,7 @@ MEASURES = {
     "ndcg@k": "ndcg", "mrr@k": "mrr", "map@k": "map",
 }
 _WHOLE_GALLERY = r".*the cut-off reaches the whole gallery"
+_ABSENT = r".*relevant documents the qrels judge for the queries given are not in the corpus"
 
 
 class InformationRetrievalEvaluator:
@@ -159,6 +160,7 @@ class InformationRetrievalEvaluator:
         self.corpus_prompt_name = corpus_prompt_name
 
         self.relevant_docs = relevant_docs
+        self._log_absent_documents()
         self.corpus_chunk_size = check_positive_int("corpus_chunk_size", corpus_chunk_size)
         self.mrr_at_k = check_ks("mrr_at_k", mrr_at_k)
         self.ndcg_at_k = check_ks("ndcg_at_k", ndcg_at_k)
@@ -393,6 +395,38 @@ class InformationRetrievalEvaluator:
             qrels[i] = list(dict.fromkeys(docs))
         return qrels
 
+    def _log_absent_documents(self) -> None:
+        """Log (once, at construction) where a query has none of its relevant documents in the
+        corpus, or most relevant ids are not corpus ids: they count as relevant and never
+        retrieved, as in sentence-transformers (such a query scores 0), but that usually means
+        ids that do not meet (7 and '7', a prefix). The message names the user's ids."""
+        corpus = set(self.corpus_ids)
+        total, missing, zero_queries = 0, 0, 0
+        examples: dict[bool, tuple[Any, Any]] = {}  # an absent id (of a zero query: True)
+        for qid in self.queries_ids:
+            try:
+                docs = list(dict.fromkeys(self.relevant_docs[qid]))
+                absent = [doc for doc in docs if doc not in corpus]
+            except TypeError:
+                return  # refused by name when the judgments are read (_qrels)
+            total += len(docs)
+            missing += len(absent)
+            zero_queries += len(absent) == len(docs)
+            if absent:
+                examples.setdefault(len(absent) == len(docs), (absent[0], qid))
+        if not examples or (zero_queries == 0 and 2 * missing <= total):
+            return
+        example = examples.get(True, examples.get(False))
+        assert example is not None
+        logger.warning(
+            f"`relevant_docs`: {missing} of the {total} relevant document ids are not ids of "
+            f"`corpus`, and {zero_queries} of the {len(self.queries_ids)} queries have none of "
+            f"theirs in it (e.g. {example[0]!r}, relevant to query {example[1]!r}; corpus ids "
+            f"e.g. {self.corpus_ids[0]!r}). They count as relevant and never retrieved, as in "
+            "sentence-transformers: a query without any in the corpus scores 0 on every "
+            "measure. Ids are compared with Python's ==: 7 and '7' are two ids"
+        )
+
     def compute_all_metrics(
         self,
         model: Any,
@@ -435,19 +469,28 @@ class InformationRetrievalEvaluator:
         }
         places = self._corpus_places()
         qrels = self._qrels(places)
+        # A query none of whose relevant documents is in the corpus scores 0 on every measure
+        # in sentence-transformers (nothing relevant can be retrieved; recall, NDCG and MAP
+        # still divide by its relevant count). The ranking refuses judgments that meet no
+        # corpus document, so such queries are left out of it and counted as zeros in the
+        # means below.
+        scored = [i for i, docs in qrels.items() if any(d < len(places) for d in docs)]
         place_ids = torch.tensor(places, dtype=torch.int64)
         names = self._metric_names()
         rankers = {}
-        for sim in dict.fromkeys(similarity.values()):
+        for sim in dict.fromkeys(similarity.values()) if scored else ():
             metric = RetrievalMetrics(
-                names, qrels=qrels, protocol="sentence_transformers", similarity=sim,
-                ignore_identical_ids=False, memory_budget=self.memory_budget,
+                names, qrels={i: qrels[i] for i in scored}, protocol="sentence_transformers",
+                similarity=sim, ignore_identical_ids=False, memory_budget=self.memory_budget,
                 # every process encodes everything, as sentence-transformers' does: no gather
                 sync_on_compute=False,
             )
             # (in this order: torchmetrics' .to() puts the results' dtype back to float32)
             metric.to(query_embeddings.device).set_dtype(torch.float64)
-            metric.update(query_embeddings, ids=torch.arange(len(self.queries)), role="query")
+            rows = torch.tensor(scored, dtype=torch.int64)
+            metric.update(
+                query_embeddings[rows.to(query_embeddings.device)], ids=rows, role="query"
+            )
             rankers[sim] = metric
 
         starts = range(0, len(self.corpus), self.corpus_chunk_size)
@@ -471,12 +514,20 @@ class InformationRetrievalEvaluator:
             for metric in rankers.values():
                 metric.update(chunk, ids=place_ids[start:stop], role="gallery")
 
-        computed = {}
+        # the scored queries' means, over every query (the others score 0)
+        share = len(scored) / len(self.queries)
+        computed = {sim: dict.fromkeys(names, 0.0) for sim in similarity.values()}
         for sim, metric in rankers.items():
             with warnings.catch_warnings():
                 # sentence-transformers' defaults (map@100) on a small corpus are routine
                 warnings.filterwarnings("ignore", message=_WHOLE_GALLERY, category=UserWarning)
-                computed[sim] = {key: float(value) for key, value in metric.compute().items()}
+                # relevant ids the corpus lacks are routine here too (they count as never
+                # retrieved, as in sentence-transformers); _log_absent_documents names them
+                warnings.filterwarnings("ignore", message=_ABSENT, category=UserWarning)
+                values = metric.compute().items()
+            computed[sim] = {
+                key: float(value) if share == 1 else float(value) * share for key, value in values
+            }
         logger.info(f"Queries: {len(self.queries)}")
         logger.info(f"Corpus: {len(self.corpus)}\n")
 

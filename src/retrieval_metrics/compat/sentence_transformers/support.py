@@ -5,9 +5,11 @@ checks of its arguments (cut-offs, similarities, embeddings)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -70,12 +72,32 @@ def rebuild(cls: type, state: dict[str, Any]) -> Any:
 
 
 def check_ks(name: str, value: Any) -> list[int]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) == 0:
+    """A cut-off list as sentence-transformers takes it: any non-empty iterable (list, tuple,
+    set, numpy array) of positive integers, numpy's included; bools and non-integers refused by
+    name (sentence-transformers would take ``True`` as 1 and fail later on a float)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ValueError(
+            f"`{name}` must be a non-empty list (or other iterable) of positive ints, got "
+            f"{value!r}"
+        )
+    items = list(value)
+    if not items:
         raise ValueError(f"`{name}` must be a non-empty list of positive ints, got {value!r}")
-    for k in value:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    ks = []
+    for k in items:
+        if isinstance(k, (bool, np.bool_)) or (isinstance(k, Tensor) and k.dtype == torch.bool):
+            raise ValueError(f"`{name}` must hold positive ints, got the bool {k!r} in {value!r}")
+        try:
+            # ints of any kind (numpy's, a 0-d integer tensor), never a float's value
+            number = operator.index(k)
+        except TypeError:
+            raise ValueError(
+                f"`{name}` must hold positive ints, got {k!r} ({type(k).__name__}) in {value!r}"
+            ) from None
+        if number < 1:
             raise ValueError(f"`{name}` must hold positive ints, got {k!r} in {value!r}")
-    return list(value)
+        ks.append(number)
+    return ks
 
 
 def check_positive_int(name: str, value: Any) -> int:
