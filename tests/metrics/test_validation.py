@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -346,3 +347,23 @@ def test_bool_embeddings_are_0_1_from_torch_and_numpy_alike():
     # by hand (dot products of the 0/1 codes): each item scores 2 against the other of its
     # class and 0 against the other class: MAP@R is 1
     assert values == [1.0, 1.0, 1.0]
+
+
+def test_the_functional_rankings_take_what_the_classes_take():
+    """Embeddings that require grad (a model's output outside no_grad) failed inside a product
+    with out=; lists and numpy arrays in rank_scores failed on a missing attribute; a
+    block_size of the wrong form failed while being unpacked."""
+    from retrieval_metrics.functional.ranking import rank_two_ways, top_k
+
+    emb = EMB.clone().requires_grad_()
+    table = rank_embeddings(emb, query_labels=LABELS)
+    assert torch.equal(table.above, rank_embeddings(EMB, query_labels=LABELS).above)
+    rank_two_ways(emb, EMB, a_labels=LABELS, b_labels=LABELS)
+    assert torch.equal(top_k(emb, EMB, 2).indices, top_k(EMB, EMB, 2).indices)
+    preds, target, indexes = [0.9, 0.5, 0.1], [0, 1, 0], [0, 0, 0]
+    for given in ((preds, target, indexes), tuple(np.array(x) for x in (preds, target, indexes))):
+        assert rank_scores(*given).above.tolist() == [1]
+    with pytest.raises(ValueError, match="`block_size` must be a pair of ints"):
+        rank_embeddings(EMB, query_labels=LABELS, block_size=3)
+    with pytest.raises(ValueError, match="`block_size` must be an int"):
+        rank_two_ways(EMB, EMB, a_labels=LABELS, b_labels=LABELS, block_size=(2, 64))

@@ -75,6 +75,10 @@ def check_embeddings(name: str, x: Tensor, *, scan: bool = True) -> Tensor:
         finite = lambda: all_finite(x)  # noqa: E731
     if scan and not finite():
         raise ValueError(f"`{name}` contains NaN or infinite values")
+    if isinstance(x, Tensor) and x.requires_grad:
+        # (a model's output outside no_grad: nothing here is differentiated, and the products
+        # write into buffers, which autograd refuses; a view, no copy)
+        return x.detach()
     return x
 
 
@@ -396,6 +400,10 @@ def rank_two_ways(
         >>> i2t.above.tolist(), t2i.above.tolist()
         ([0, 1, 0], [0, 0, 0])
     """
+    if block_size is not None and (not isinstance(block_size, int) or isinstance(block_size, bool)):
+        raise ValueError(
+            f"`block_size` must be an int (the side of the square block), got {block_size!r}"
+        )
     options = RankingSettings(
         similarity=similarity,
         memory_budget=memory_budget,

@@ -87,6 +87,8 @@ def rank_scores(preds: Tensor, target: Tensor, indexes: Tensor) -> RankTable:
     >>> t.above.tolist(), t.tied.tolist()
     ([1], [2])
     """
+    # (lists and numpy arrays, as the metric classes take them)
+    preds, target, indexes = (torch.as_tensor(x) for x in (preds, target, indexes))
     if not (preds.shape == target.shape == indexes.shape) or preds.dim() != 1:
         raise ValueError(
             "`preds`, `target` and `indexes` must be 1-D and of the same length, got shapes "

@@ -142,6 +142,14 @@ def block_sizes(
 
 
 def checked_block_size(block_size: tuple[int, int]) -> tuple[int, int]:
+    pair = isinstance(block_size, (tuple, list)) and len(block_size) == 2
+    if not pair or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in block_size
+    ):
+        raise ValueError(
+            "`block_size` must be a pair of ints (queries, gallery items), e.g. (256, 4096), "
+            f"got {block_size!r}"
+        )
     block_q, block_g = block_size
     if block_q < 1 or block_g < SEGMENT or block_g % SEGMENT:
         raise ValueError(
