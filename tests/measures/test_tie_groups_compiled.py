@@ -198,27 +198,49 @@ def test_the_compiled_sums_refuse_mismatched_arrays():
         T._ties.precision_sums(*ints, np.zeros(2), np.zeros(3, dtype=np.int64), 16)
 
 
-def test_the_expectations_of_large_tie_groups_do_not_depend_on_how_many_terms_are_summed_at_once(
-    monkeypatch,
-):
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(3, 400), st.integers(0, 50), st.integers(0, 500)),
+        min_size=1, max_size=12,
+    ),
+    st.data(),
+    st.booleans(),
+)
+def test_the_compiled_reciprocal_sums_are_the_torch_reference_to_the_bit(groups, data, from_end):
+    """``_ties.reciprocal_sums`` against ``_reciprocal_sums_in_torch``: the same float64
+    operations in the same order, so the same bits, for any sizes, relevant items, items above
+    and limits (a cut-off that splits the group, or none)."""
+    size = torch.tensor([g[0] for g in groups])
+    relevant = torch.tensor([data.draw(st.integers(2, g[0] - 1)) for g in groups])
+    above = torch.tensor([g[1] for g in groups])
+    limit = torch.tensor([g[2] if g[2] else 2**62 for g in groups])
+    saved = T._ties
+    try:
+        compiled = T._ragged_sums(size, relevant, above, limit, from_end)
+        T._ties = None
+        reference = T._ragged_sums(size, relevant, above, limit, from_end)
+    finally:
+        T._ties = saved
+    assert torch.equal(compiled, reference)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_expectation_over_a_large_tie_group_is_the_hand_sum(compiled, monkeypatch):
     """Collapsed embeddings: every item ties, so each query's first relevant item is spread over
-    thousands of positions and MRR's and mINP's expectations sum a term per position. The
-    terms are summed a bounded number at a time (2**22 at once took 0.7-0.9 GiB for 10,000
-    items); each group's sum lies in one part, so the values are the same to the bit. The
-    reference: P(first relevant at x) = C(t - x, r - 1) / C(t, r), summed by hand."""
+    599 positions and MRR and mINP sum a term a position. Against the sums written out: the
+    first relevant of r among t tied positions is at x with chance C(t - x, r - 1) / C(t, r),
+    the last at y with chance C(y - 1, r - 1) / C(t, r) (exact fractions)."""
     import retrieval_metrics as rm
 
-    def values():
-        m = rm.RetrievalMetrics(["mrr", "minp"])
-        m.set_dtype(torch.float64)
-        m.update(torch.ones(600, 4), torch.arange(600) % 150)  # classes of 4: 3 relevant each
-        return m.compute()
-
-    whole = values()
-    monkeypatch.setattr(T, "_EXPECTATION_TERMS", 1000)  # a few groups a part
-    parts = values()
-    assert all(torch.equal(whole[k], parts[k]) for k in whole)
-    # one tie group of 599 holding 3 relevant items: E[1 / first position]
+    if not compiled:
+        monkeypatch.setattr(T, "_ties", None)
+    m = rm.RetrievalMetrics(["mrr", "minp"])
+    m.set_dtype(torch.float64)
+    m.update(torch.ones(600, 4), torch.arange(600) % 150)  # classes of 4: 3 relevant each
+    values = m.compute()
     t, r = 599, 3
-    expected = sum(comb(t - x, r - 1) / comb(t, r) / x for x in range(1, t - r + 2))
-    assert float(whole["mrr"]) == pytest.approx(expected, rel=1e-12)
+    first = sum(Fraction(comb(t - x, r - 1), comb(t, r) * x) for x in range(1, t - r + 2))
+    last = sum(Fraction(comb(y - 1, r - 1), comb(t, r) * y) for y in range(r, t + 1))
+    assert float(values["mrr"]) == pytest.approx(float(first), rel=1e-13)
+    assert float(values["minp"]) == pytest.approx(float(r * last), rel=1e-13)

@@ -18,6 +18,12 @@
  * 16 over the short ones: most of SOP's MAP@R on the host. The long sums (more than
  * DIRECT_TERMS positions) take a closed form with digamma; their groups are handed back to the
  * torch path, which computes them.
+ *
+ * reciprocal_sums gives each group's E[1 / (above + X)], X the position of its first (or last)
+ * relevant item (ties._reciprocal_sums_in_torch, the reference it must equal bit for bit): a
+ * term a position, each probability the last times a ratio. Collapsed or half-collapsed
+ * embeddings put thousands of positions in one group of each query: in torch (four lgamma a
+ * term) half of 10,000 items collapsed took 2.3 s of MRR's and mINP's measures.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -213,15 +219,77 @@ finally:
     return result;
 }
 
+PyDoc_STRVAR(reciprocal_sums_doc,
+             "reciprocal_sums(size, relevant, above, limit, terms, from_end, out)\n\n"
+             "Per group (int64 inputs of n entries each, 1 < relevant < size), the sum over"
+             " x = 1..terms of p_x / (above + pos) for above + pos <= limit, pos = x (from_end:"
+             " size - x + 1), where p_1 = relevant / size and p_x = p_{x-1} (size - x - relevant"
+             " + 2) / (size - x + 1): the chance that the first relevant item of the group is at"
+             " its position x. Written into out (float64, n).");
+
+#define NUM_RECIPROCAL_BUFFERS 6
+
+static PyObject *reciprocal_sums(PyObject *self, PyObject *args) {
+    PyObject *objs[NUM_RECIPROCAL_BUFFERS];
+    int from_end;
+    if (!PyArg_ParseTuple(args, "OOOOOpO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &from_end, &objs[5]))
+        return NULL;
+    /* inputs: size, relevant, above, limit, terms; output: out */
+    Py_buffer views[NUM_RECIPROCAL_BUFFERS];
+    PyObject *result = NULL;
+    int taken = take_buffers(objs, views, NUM_RECIPROCAL_BUFFERS, 5);
+    if (taken < NUM_RECIPROCAL_BUFFERS) goto finally;
+    Py_ssize_t n = views[0].shape[0];
+    int ok = 1;
+    for (int b = 0; b < NUM_RECIPROCAL_BUFFERS && ok; b++) {
+        ok = views[b].ndim == 1 && views[b].shape[0] == n && views[b].itemsize == 8 &&
+             (b == 5 ? strcmp(views[b].format, "d") == 0 : is_vector(&views[b], 8));
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError,
+                        "reciprocal_sums: int64 size, relevant, above, limit and terms, float64"
+                        " out, all of one length");
+        goto finally;
+    }
+    const int64_t *size = (const int64_t *)views[0].buf;
+    const int64_t *relevant = (const int64_t *)views[1].buf;
+    const int64_t *above = (const int64_t *)views[2].buf;
+    const int64_t *limit = (const int64_t *)views[3].buf;
+    const int64_t *terms = (const int64_t *)views[4].buf;
+    double *out = (double *)views[5].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t g = 0; g < n; g++) {
+        /* ties._reciprocal_sums_in_torch, term for term: the same float64 operations in the
+         * same order (no multiply-add fused: setup.py) */
+        double t = (double)size[g], r = (double)relevant[g], a = (double)above[g];
+        double p = r / t, sum = 0.0;
+        for (int64_t x = 1; x <= terms[g]; x++) {
+            if (x > 1) p = p * ((t - (double)x - r + 2.0) / (t - (double)x + 1.0));
+            int64_t pos = from_end ? size[g] - x + 1 : x;
+            if (above[g] + pos <= limit[g]) sum = sum + p / (a + (double)pos);
+        }
+        out[g] = sum;
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+finally:
+    for (int b = 0; b < taken; b++) PyBuffer_Release(&views[b]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"binary_groups", binary_groups, METH_VARARGS, binary_groups_doc},
     {"precision_sums", precision_sums, METH_VARARGS, precision_sums_doc},
+    {"reciprocal_sums", reciprocal_sums, METH_VARARGS, reciprocal_sums_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_ties",
-    "The expected-tie groups of a binary rank table, and their precision sums (ties.py).", -1,
+    "The expected-tie groups of a binary rank table, their precision sums and reciprocal sums"
+    " (ties.py).", -1,
     methods,
 };
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.measures.options import DEFAULT_TIES
 from retrieval_metrics.functional.options import OPTIONS
-from retrieval_metrics.functional.primitives import flat_nonzero, masked, order_by_row, repeat
+from retrieval_metrics.functional.primitives import flat_nonzero, masked, order_by_row
 from retrieval_metrics.functional.table import RankTable
 
 try:  # the groups of a binary table in one pass, where built (setup.py); else the torch path
@@ -38,8 +38,6 @@ __all__ = ["TIES", "TieGroups", "tie_groups"]
 
 TIES: tuple[str, ...] = OPTIONS["ties"].allowed
 _DIRECT_TERMS = 16
-#: terms of the tie groups' expectations summed at once (:func:`_ragged_expectation`)
-_EXPECTATION_TERMS = 2**19
 
 
 @dataclass(frozen=True)
@@ -565,37 +563,45 @@ def _ragged_expectation(
 
 
 def _ragged_sums(t: Tensor, r: Tensor, a: Tensor, lim: Tensor, from_end: bool) -> Tensor:
-    """:func:`_ragged_expectation` of groups with 1 < r < t, term by term."""
-    out = torch.zeros(t.numel(), dtype=torch.float64)
+    """:func:`_ragged_expectation` of groups with 1 < r < t: the sum over the terms that matter
+    (see there) of p_x / (a + pos), where p_x = C(t - x, r - 1) / C(t, r) is each the last times
+    a ratio: p_1 = r / t, p_x = p_{x-1} (t - x - r + 2) / (t - x + 1). (Four lgamma a term took
+    seconds on half-collapsed embeddings, and lost more digits: lgamma of 10**5 is about 10**6,
+    so its rounding moved each term by some 1e-10 of itself.) In C where it is built
+    (``_ties.reciprocal_sums``), else :func:`_reciprocal_sums_in_torch`, the same operations."""
     n_terms = torch.minimum(t - r + 1, torch.div(80 * t + r - 1, r, rounding_mode="floor"))
     if not from_end:
         # positions past the limit count 0: the terms stop there
         n_terms = torch.minimum(n_terms, (lim - a).clamp_min(0))
-    # about 130 bytes of temporaries a term: 2**19 terms at once keep them near 64 MiB (2**22
-    # took 0.7-0.9 GiB on collapsed embeddings, whatever the memory budget; 2**17 ran slower)
-    chunk_groups = max(1, _EXPECTATION_TERMS // max(1, int(n_terms.max())))
-    for c0 in range(0, t.numel(), chunk_groups):
-        sl = slice(c0, c0 + chunk_groups)
-        tt, rr, aa, nn, ll = t[sl], r[sl], a[sl], n_terms[sl], lim[sl]
-        owner = repeat(torch.arange(tt.numel()), nn)
-        start = torch.cumsum(nn, 0) - nn
-        x = torch.arange(int(nn.sum())) - start[owner] + 1  # 1..n_terms
-        tq, rq, aq = tt[owner], rr[owner], aa[owner]
-        # log C(t - x, r - 1) - log C(t, r), the parts that do not depend on x once per group
-        t64, r64 = tt.to(torch.float64), rr.to(torch.float64)
-        per_group = (
-            torch.lgamma(r64 + 1)
-            + torch.lgamma(t64 - r64 + 1)
-            - torch.lgamma(r64)
-            - torch.lgamma(t64 + 1)
-        )
-        left = (tq - x).to(torch.float64)
-        log_p = per_group[owner] + torch.lgamma(left + 1) - torch.lgamma(left - rq + 2)
-        p = torch.exp(log_p)
-        pos = (tq - x + 1) if from_end else x
-        value = torch.where(aq + pos <= ll[owner], p / (aq + pos).to(torch.float64), 0.0)
-        out[sl] = torch.zeros(tt.numel(), dtype=torch.float64).index_add_(0, owner, value)
-    return out
+    parts = [x.to(torch.int64).contiguous() for x in (t, r, a, lim, n_terms)]
+    if _ties is not None and t.device.type == "cpu":
+        out = torch.empty(t.numel(), dtype=torch.float64)
+        _ties.reciprocal_sums(*(x.numpy() for x in parts), from_end, out.numpy())
+        return out
+    return _reciprocal_sums_in_torch(*parts, from_end)
+
+
+def _reciprocal_sums_in_torch(
+    t: Tensor, r: Tensor, a: Tensor, lim: Tensor, n_terms: Tensor, from_end: bool
+) -> Tensor:
+    """:func:`_ragged_sums` term by term in torch (the reference of ``_ties.reciprocal_sums``,
+    which must equal it bit for bit): term x of every group with at least x terms at once; the
+    groups sorted by their number of terms, those are a prefix."""
+    order = torch.argsort(n_terms, descending=True, stable=True)
+    t, r, a, lim, n_terms = (x.index_select(0, order) for x in (t, r, a, lim, n_terms))
+    t64, r64, a64 = (x.to(torch.float64) for x in (t, r, a))
+    p = r64 / t64
+    total = torch.zeros_like(p)
+    counts = np.bincount(n_terms.numpy(), minlength=1)
+    with_terms = counts[::-1].cumsum()[::-1]  # groups with at least x terms, x = 0, 1, ...
+    for x in range(1, with_terms.size):
+        k = int(with_terms[x])
+        if x > 1:
+            p[:k] = p[:k] * ((t64[:k] - x - r64[:k] + 2.0) / (t64[:k] - x + 1.0))
+        pos = (t[:k] - x + 1) if from_end else torch.full_like(t[:k], x)
+        inside = a[:k] + pos <= lim[:k]
+        total[:k] = torch.where(inside, total[:k] + p[:k] / (a64[:k] + pos), total[:k])
+    return torch.empty_like(total).index_copy_(0, order, total)
 
 
 def expected_reciprocal_first(groups: TieGroups, limit: Tensor) -> Tensor:
