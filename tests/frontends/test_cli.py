@@ -224,7 +224,7 @@ def test_trec_run_matches_python_api(tmp_path):
         "--json", "out.json", cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "1 run queries without judgments ignored" in proc.stdout
+    assert "1 run query without judgments ignored" in proc.stdout
     report = json.loads((tmp_path / "out.json").read_text())
     assert report["options"]["protocol"] == "trec_eval"
     qids = sorted(q for q in run if q in qrels)
@@ -367,6 +367,110 @@ def test_error_protocol_conflict(tmp_path, capsys):
         ["evaluate", str(tmp_path / "e.npz"), "--protocol", "pml", "--similarity", "dot"], capsys
     )
     assert "pml" in err and "similarity" in err
+
+
+@pytest.fixture
+def each_form(tmp_path):
+    """One input of each form (cli.parser.FORMS), as the command's arguments."""
+    emb, labels = class_data(0, n_classes=4)
+    np.savez(tmp_path / "e.npz", embeddings=emb, labels=labels,
+             ids=np.array([f"d{i}" for i in range(len(labels))]))
+    np.savez(tmp_path / "q.npz", embeddings=emb[:3], labels=labels[:3],
+             ids=np.array(["q0", "q1", "q2"]))
+    (tmp_path / "run.txt").write_text("q1 Q0 d1 1 2 t\nq1 Q0 d2 2 1 t\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d3 1\n")
+    (tmp_path / "own.jsonl").write_text('{"id": "q1", "retrieved": ["d1"], "relevant": ["d1"]}\n')
+    (tmp_path / "run.jsonl").write_text('{"id": "q1", "retrieved": ["d2", "d1", "d2"]}\n')
+    e, q, qrels = str(tmp_path / "e.npz"), str(tmp_path / "q.npz"), str(tmp_path / "qrels.txt")
+    return {
+        "files": [e],
+        "pairs": ["--query", q, "--gallery", e],
+        "judged": ["--query", q, "--gallery", e, "--qrels", qrels],
+        "scored_run": ["--run", str(tmp_path / "run.txt"), "--qrels", qrels],
+        "jsonl_run": ["--run", str(tmp_path / "run.jsonl"), "--qrels", qrels],
+        "jsonl": ["--run", str(tmp_path / "own.jsonl")],
+    }
+
+
+SCORED = "the input given is a TREC or .json --run"
+
+
+@pytest.mark.parametrize(("form", "option", "flag", "why"), [
+    # each was accepted and changed nothing, exit 0 (found by an audit)
+    ("files", ["--complete"], "--complete", "the input given is same-source embedding FILEs"),
+    ("files", ["--duplicates", "error"], "--duplicates", "same-source embedding FILEs"),
+    ("files", ["--run-depth", "7"], "--run-depth", "--write-run was not given"),
+    ("files", ["--plot-k", "5"], "--plot-k", "--plot was not given"),
+    ("scored_run", ["--similarity", "dot"], "--similarity", SCORED),
+    ("scored_run", ["--relevance", "radius"], "--relevance", SCORED),
+    ("scored_run", ["--radius", "3"], "--radius", SCORED),
+    ("scored_run", ["--ignore-label", "1"], "--ignore-label", SCORED),
+    ("scored_run", ["--keys", "labels=x"], "--keys", SCORED),
+    ("scored_run", ["--protocol", "none", "--ties", "pessimistic"], "--ties", SCORED),
+    ("scored_run", ["--duplicates", "error"], "--duplicates", SCORED),
+    ("jsonl", ["--complete"], "--complete", 'a .jsonl --run with its own "relevant"'),
+    ("judged", ["--ignore-label", "1"], "--ignore-label", "judged by --qrels"),
+    ("pairs", ["--radius", "3"], "--radius", "--relevance was not given"),
+    ("pairs", ["--relevance", "label", "--radius", "3"], "--radius", "--relevance is label"),
+    # the parser's default value, given explicitly, is given all the same
+    ("files", ["--run-depth", "100"], "--run-depth", "--write-run was not given"),
+    ("scored_run", ["--similarity", "cosine"], "--similarity", SCORED),
+])
+def test_an_option_that_does_not_act_on_the_input_is_refused_by_name(each_form, capsys, form,
+                                                                     option, flag, why):
+    """One rule (cli.parser.APPLIES) for every option that acts on some inputs only: given
+    elsewhere it is refused on one line that names it and what it applies to, exit 2, as
+    --ignore-identical-ids with --run already was, rather than accepted and ignored."""
+    err = error_of(["evaluate", *each_form[form], *option, "--metrics", "mrr"], capsys)
+    assert f"error: {flag} applies to " in err and why in err, err
+    if flag not in ("--run-depth", "--plot-k"):  # (evaluate's alone)
+        # compare reads the same inputs, and refuses the same way
+        assert f"error: {flag} applies to " in error_of(["compare", *each_form[form], *option],
+                                                        capsys)
+
+
+def test_options_that_act_on_the_input_are_still_taken(each_form, tmp_path):
+    """The rule refuses no option where it acts: --duplicates on a .jsonl run, --complete on a
+    judged run, the embeddings' options on embeddings judged by qrels, --radius under a
+    protocol that sets relevance radius, --plot-k with --plot."""
+    quiet = ["--progress-delay", "-1", "--bootstrap", "10", "--metrics", "mrr"]
+    assert cli.main(["evaluate", *each_form["jsonl_run"], "--duplicates", "first",
+                     "--complete", *quiet]) == 0
+    assert cli.main(["evaluate", *each_form["jsonl"], "--duplicates", "warn", *quiet]) == 0
+    assert cli.main(["evaluate", *each_form["scored_run"], "-c", *quiet]) == 0
+    assert cli.main(["evaluate", *each_form["judged"], "--similarity", "dot", "--ties",
+                     "optimistic", "--keys", "ids=ids", "--ignore-identical-ids", "false",
+                     *quiet]) == 0
+    assert cli.main(["evaluate", *each_form["files"], "--plot", str(tmp_path / "p.png"),
+                     "--plot-k", "3", "--write-run", str(tmp_path / "r.txt"), "--run-depth", "2",
+                     "--relevance", "label", "--ignore-label", "9", *quiet]) == 0
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "places.npz", embeddings=rng.normal(size=(20, 2)),
+             positions=rng.uniform(0, 60, size=(20, 2)))
+    assert cli.main(["evaluate", str(tmp_path / "places.npz"), "--relevance", "radius",
+                     "--radius", "30", *quiet]) == 0
+    assert cli.main(["evaluate", str(tmp_path / "places.npz"), "--protocol", "msls",
+                     "--radius", "25", *quiet]) == 0
+
+
+def test_a_name_beyond_the_last_input_is_refused(each_form, capsys):
+    """A third --name for two runs named nothing and was dropped without a word."""
+    err = error_of(["evaluate", *each_form["files"], "--name", "a", "--name", "b"], capsys)
+    assert "--name is given 2 times for 1 run" in err and "'b' names none" in err
+
+
+def test_counts_of_one_take_the_singular():
+    """'1 judged queries not in the run' and '1 run queries without judgments ignored'."""
+    run = cli_runs.Run("r", "trec", ["run.txt", "qrels.txt"], None, 1,
+                       {"run_queries_without_qrels": 1, "qrels_queries_without_run": 1})
+    assert cli_runs.describe(run) == (
+        "run.txt judged by qrels.txt: 1 query (1 run query without judgments ignored; 1 judged "
+        "query not in the run ignored)"
+    )
+    run = cli_runs.Run("r", "trec", ["q.jsonl"], None, 1, {"run_queries_without_qrels": 2})
+    assert cli_runs.describe(run) == (
+        "q.jsonl: 1 question with its relevant ids (2 run queries without judgments ignored)"
+    )
 
 
 def test_error_trec_format(tmp_path, capsys):

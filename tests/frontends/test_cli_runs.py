@@ -140,6 +140,25 @@ def test_write_run_refusals(judged, capsys):
     assert status != 0 and "a --run is a run already" in err
 
 
+def test_a_depth_beyond_the_corpus_reports_what_was_written(judged, capsys):
+    """--run-depth 5000 over 39 distinct documents printed "the top 5000 of each query
+    written", where 39 were (found by an audit): the message says what the file holds."""
+    tmp = judged[0]
+    run = tmp / "deep.txt"
+    status, _, err = evaluate(capsys, "--query", str(tmp / "q.npz"), "--gallery",
+                              str(tmp / "c.npz"), "--qrels", str(tmp / "qrels.tsv"), "--metrics",
+                              "mrr", "--write-run", str(run), "--run-depth", "5000")
+    assert status == 0
+    per_query = read_trec_run(run)
+    assert max(len(docs) for docs in per_query.values()) == 39  # d05 once; q3's own id left out
+    assert f"q: the top 39 of each query (every item it ranks; --run-depth 5000) written to {run}" \
+        in err
+    status, _, err = evaluate(capsys, "--query", str(tmp / "q.npz"), "--gallery",
+                              str(tmp / "c.npz"), "--qrels", str(tmp / "qrels.tsv"), "--metrics",
+                              "mrr", "--write-run", str(run), "--run-depth", "39")
+    assert status == 0 and f"q: the top 39 of each query written to {run}" in err
+
+
 def test_a_scored_run_is_ranked_by_its_float32_scores_as_trec_eval_ranks_it(tmp_path):
     """trec_eval holds scores as float32: 0.100000001 and 0.1 tie there, and the tie goes to the
     document id in descending byte order (d2 before d1). The readers ranked by float64 and put
@@ -166,12 +185,12 @@ def test_float64_scores_that_tie_as_float32_are_noted_and_read_back_alike(tmp_pa
              ids=np.array(["a", "b"]))
     np.savez(tmp_path / "q.npz", embeddings=np.array([[1.0, 0.0]]), ids=np.array(["q1"]))
     (tmp_path / "qrels.txt").write_text("q1 0 a 1\n")
-    base = ["--metrics", "mrr", "--similarity", "dot", "--protocol", "beir"]
+    base = ["--metrics", "mrr", "--protocol", "beir"]
     for suffix in (".trec", ".jsonl"):
         run = tmp_path / f"run{suffix}"
         status, _, err = evaluate(capsys, "--query", str(tmp_path / "q.npz"), "--gallery",
                                   str(tmp_path / "c.npz"), "--qrels", str(tmp_path / "qrels.txt"),
-                                  *base, "--write-run", str(run),
+                                  *base, "--similarity", "dot", "--write-run", str(run),
                                   "--json", str(tmp_path / "a.json"))
         assert status == 0 and "in 1 query, scores that differ by less than float32's" in err
         table = json.loads((tmp_path / "a.json").read_text())["runs"][0]["metrics"]["mrr"]

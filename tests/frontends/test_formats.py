@@ -328,6 +328,47 @@ def test_write_run_refuses_one_query_given_twice(tmp_path):
     assert not (tmp_path / "r.trec").exists()
 
 
+def test_lines_end_at_newline_alone(tmp_path):
+    """JSON keeps U+2028, U+2029, U+0085 and form feeds inside strings, and JSON Lines ends a
+    line at '\\n' alone: the readers split lines with str.splitlines(), which also breaks at
+    those, so a valid file was refused ("Unterminated string") and every later line number was
+    off (found by an audit). CRLF still ends a line."""
+    odd = ["chunk\u2028one", "p\u2029q", "nel\u0085x", "ff\x0cy", "gs\x1dz"]
+    rows = [{"id": "q1", "retrieved": [odd[0], odd[1], "d2"], "relevant": [odd[1]]},
+            {"id": "q\u20282", "retrieved": odd[2:], "relevant": {odd[4]: 2}}]
+    text = "\r\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\r\n"
+    run = write(tmp_path / "run.jsonl", text)
+    assert read_run(run) == ({"q1": [odd[0], odd[1], "d2"], "q\u20282": odd[2:]},
+                             {"q1": {odd[1]: 1}, "q\u20282": {odd[4]: 2}})
+    # a bad third line is named line 3, whatever the lines above hold
+    bad = write(tmp_path / "bad.jsonl", text + '{"id": "q3", "retrieved": ["a"]\n')
+    with pytest.raises(FormatError, match=r"bad.jsonl, line 3: not valid JSON"):
+        read_run(bad)
+    # (TREC: a U+2028 ending line 1 counted as a line of its own, so line 2 was named line 3)
+    qrels = write(tmp_path / "qrels.txt", "q1 0 a 1\u2028\nq1 0 b x\n")
+    with pytest.raises(FormatError, match=r"qrels.txt, line 2: "):
+        read_qrels(qrels)
+
+
+def test_write_run_refuses_ids_that_are_not_text_or_integers(tmp_path):
+    """write_run made ids text with str(): bytes ids (np.bytes_, as h5py gives them) were
+    written as b'd1', and a float id as 1.0 (found by an audit). A str or an int is written;
+    anything else is refused by name."""
+    from retrieval_metrics.formats import write_run
+
+    path = tmp_path / "r.txt"
+    with pytest.raises(ValueError, match=r"`run\['q1'\]`'s document id must be a str or an int, "
+                                         r"got np.bytes_\(b'd1'\) .*decode bytes first"):
+        write_run({"q1": {np.bytes_(b"d1"): 1.0}}, path)
+    with pytest.raises(ValueError, match=r"`run`'s query id must be a str or an int, got b'q1'"):
+        write_run({b"q1": [("d1", 1.0)]}, path)
+    with pytest.raises(ValueError, match=r"document id must be a str or an int, got 1.0 \(float"):
+        write_run({"q1": [(1.0, 1.0)]}, path.with_suffix(".jsonl"))
+    assert not path.exists() and not path.with_suffix(".jsonl").exists()
+    write_run({np.int64(3): {np.str_("x"): 1.0, 7: 0.5}}, path)
+    assert path.read_text() == "3 Q0 x 1 1.0 retrieval-metrics\n3 Q0 7 2 0.5 retrieval-metrics\n"
+
+
 # ----------------------------------------------------------------------------- write_run (audit)
 
 

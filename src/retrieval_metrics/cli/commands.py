@@ -54,6 +54,7 @@ from retrieval_metrics.cli.progress import Progress
 from retrieval_metrics.cli.runs import (
     CLIError,
     Run,
+    check_options,
     check_plot_depth,
     describe,
     effective_options,
@@ -78,6 +79,7 @@ __all__ = ["CLIError", "Progress", "evaluate_embeddings", "evaluate_trec", "main
 
 def cmd_evaluate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out if out is not None else sys.stdout
+    check_options(args)  # (an option that does not act on the input: before any other check)
     if args.plot_k is not None and args.plot_k < 1:
         raise CLIError("--plot-k must be a positive integer")
     if not 0 < args.level < 1:
@@ -224,6 +226,7 @@ def cmd_compare(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from retrieval_metrics.comparison import compare_systems
 
     out = out if out is not None else sys.stdout
+    check_options(args)
     if not 0 < args.level < 1:
         raise CLIError(f"--level must be between 0 and 1, got {args.level}")
     if args.resamples < 1:

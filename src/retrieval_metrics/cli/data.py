@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from retrieval_metrics.cli.parser import RUN_DEPTH
 from retrieval_metrics.formats import EmbeddingFile, write_run_lines
 from retrieval_metrics.formats.embeddings import ARRAYS
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
@@ -32,7 +33,7 @@ from retrieval_metrics.functional.ranking.top_lists import top_k
 
 __all__ = [
     "any_in", "as_tensor", "first_occurrences", "give_back_freed", "is_corpus_on_disk",
-    "output_problem", "run_path", "select_rows",
+    "output_problem", "run_depth", "run_path", "select_rows",
     "write_run_file", "write_run_of", "write_run_problem",
 ]
 
@@ -71,15 +72,18 @@ def is_corpus_on_disk(embeddings: np.ndarray) -> bool:
     return isinstance(embeddings, np.memmap) and bool(embeddings.flags["C_CONTIGUOUS"])
 
 
+def run_depth(args: Any) -> int:
+    """``--run-depth`` as given, else its default (the parser's default is None, so that a
+    depth given without ``--write-run`` is told from none: ``cli.runs.check_options``)."""
+    depth = getattr(args, "run_depth", None)
+    return RUN_DEPTH if depth is None else depth
+
+
 def write_run_problem(args: Any) -> str | None:
-    """What is wrong with ``--write-run`` and ``--run-depth`` as given (None: nothing)."""
-    if args.run_depth < 1:
+    """What is wrong with ``--write-run`` and ``--run-depth`` as given (None: nothing; where
+    they apply is ``cli.runs.check_options``'s)."""
+    if run_depth(args) < 1:
         return f"--run-depth must be a positive integer, got {args.run_depth}"
-    if args.write_run is not None and getattr(args, "run", None):
-        return (
-            "--write-run writes the ranking of embeddings (--query/--gallery or FILEs); a --run "
-            "is a run already"
-        )
     if args.write_run is not None:
         return output_problem("--write-run", args.write_run)
     return None
@@ -146,17 +150,21 @@ def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFi
     path = run_path(args.write_run, run.name, runs)
     give_back_freed()  # (the evaluation's freed scratch, before the run's blocks are made)
     notes: dict[str, int] = {}
+    depth = run_depth(args)
     try:
-        written = write_run_file(path, args.run_depth, run.metric, query, gallery, rows, run.name,
-                                 notes)
+        written = write_run_file(path, depth, run.metric, query, gallery, rows, run.name, notes)
     except OSError as err:
         from retrieval_metrics.cli.runs import CLIError  # (runs imports this module)
 
         # (a folder removed, a disk full, ... after the check made before the evaluation)
         raise CLIError(f"--write-run {path}: {err}") from None
     run.notes["run_written"] = str(written)
-    print(f"{run.name}: the top {args.run_depth} of each query written to {written}",
-          file=sys.stderr)
+    # what was written, not what was asked: a depth beyond the corpus lists every item ("the
+    # top 5000" of a 1,000-document corpus was 1,000)
+    longest = notes.get("longest", depth)
+    top = (f"the top {depth} of each query" if longest >= depth else
+           f"the top {longest} of each query (every item it ranks; --run-depth {depth})")
+    print(f"{run.name}: {top} written to {written}", file=sys.stderr)
     if notes.get("float32_ties"):
         count = notes["float32_ties"]
         print(
@@ -205,7 +213,8 @@ def write_run_file(
     (the rows the evaluation kept: each id once; ``gallery=None``: the queries' own, each query
     ranked against the others), written to ``path``. ``notes["float32_ties"]``: the queries
     whose written order differs from the ranking's (float64 scores equal as float32, which the
-    writer writes in the readers' tie order)."""
+    writer writes in the readers' tie order); ``notes["longest"]``: the most items a query
+    lists (below ``depth`` where the corpus holds fewer)."""
     same = gallery is None
     items = query if gallery is None else gallery
     # the ids as arrays (a million corpus ids as python str took 70 MB, twice): only the ids
@@ -235,16 +244,18 @@ def write_run_file(
     tag = re.sub(r"\s+", "_", label) or "retrieval-metrics"
     lines = found.lines(q_ids, g_ids)
     if notes is not None:
-        notes["float32_ties"] = 0
-        lines = _counting_float32_ties(lines, notes)
+        notes["float32_ties"] = notes["longest"] = 0
+        lines = _counting(lines, notes)
     return write_run_lines(lines, path, tag=tag)
 
 
-def _counting_float32_ties(lines: Iterator[tuple[str, list[tuple[str, float]]]],
-                           notes: dict[str, int]) -> Iterator[tuple[str, list[tuple[str, float]]]]:
+def _counting(lines: Iterator[tuple[str, list[tuple[str, float]]]],
+              notes: dict[str, int]) -> Iterator[tuple[str, list[tuple[str, float]]]]:
     """``lines`` as they are, counting in ``notes["float32_ties"]`` the queries with two
-    neighbouring scores that differ but are equal as float32 (only float64 scores can)."""
+    neighbouring scores that differ but are equal as float32 (only float64 scores can), and
+    in ``notes["longest"]`` the most pairs a query lists."""
     for qid, pairs in lines:
+        notes["longest"] = max(notes["longest"], len(pairs))
         if len(pairs) > 1:
             scores = np.fromiter((s for _, s in pairs), dtype=np.float64, count=len(pairs))
             with np.errstate(over="ignore"):

@@ -7,21 +7,26 @@ parses with :func:`build_parser` and runs the subcommand ``args.command`` names.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from retrieval_metrics import __version__
 from retrieval_metrics.functional.options import OPTIONS
 from retrieval_metrics.metrics.protocols import PROTOCOLS
 
 __all__ = [
+    "APPLIES",
     "COMPARE_HELP",
     "CORRECTIONS",
     "EMBEDDING_METRICS",
     "EVALUATE_HELP",
     "FAMILIES",
+    "FORMS",
     "PROTOCOL_NAMES",
     "QRELS_METRICS",
+    "RUN_DEPTH",
     "TESTS",
     "TREC_METRICS",
+    "Applies",
     "add_inputs",
     "build_parser",
 ]
@@ -38,6 +43,71 @@ PROTOCOL_NAMES = tuple(PROTOCOLS)
 TESTS = ("t-test", "randomization")
 CORRECTIONS = ("holm", "bonferroni", "benjamini-hochberg", "none")
 FAMILIES = ("all", "measure")
+#: --run-depth when not given (the parser's default is None, so that a depth given without
+#: --write-run is told from none and refused)
+RUN_DEPTH = 100
+
+#: The forms of input, as ``cli.runs.input_forms`` names those given: each option of
+#: :data:`APPLIES` acts on some of them only.
+FORMS = {
+    "files": "same-source embedding FILEs",
+    "pairs": "--query/--gallery embeddings without --qrels",
+    "judged": "--query/--gallery embeddings judged by --qrels",
+    "scored_run": "a TREC or .json --run",
+    "jsonl_run": "a .jsonl --run judged by --qrels",
+    "jsonl": 'a .jsonl --run with its own "relevant"',
+}
+_EMBEDDINGS = frozenset({"files", "pairs", "judged"})
+_LABELLED = frozenset({"files", "pairs"})  # relevance by the files' labels or positions
+
+
+@dataclass(frozen=True)
+class Applies:
+    """Where an option acts: on the input ``forms`` (keys of :data:`FORMS`; at least one given),
+    and only when the option ``needs[0]`` (a dest) is given, or set by ``--protocol``, with the
+    value ``needs[1]`` (None: any). ``to`` says it in words, for the message that refuses it."""
+
+    to: str
+    forms: frozenset[str] = frozenset(FORMS)
+    needs: tuple[str, str | None] | None = None
+
+
+_RADIUS_PROTOCOLS = ", ".join(
+    name for name, (options, _) in PROTOCOLS.items() if options.get("relevance") == "radius"
+)
+
+#: Every option that acts on some inputs only, by its dest. An option given where it does not
+#: act would change nothing, and a user who typed it would believe it did: ``cli.runs.
+#: check_options`` refuses it by name (exit 2), one rule for all. Their defaults are None, so
+#: that an option given is told from one left out even when given its default value.
+APPLIES: dict[str, Applies] = {
+    "similarity": Applies("embeddings (the score of a query and an item): FILEs or "
+                          "--query/--gallery", _EMBEDDINGS),
+    "ties": Applies("embeddings' tied scores: FILEs or --query/--gallery (a run's ties go by "
+                    "document id, trec_eval's rule; a .jsonl list is in rank order)", _EMBEDDINGS),
+    "keys": Applies("embedding files (the names of their arrays)", _EMBEDDINGS),
+    "relevance": Applies("embeddings related by their labels or positions: FILEs, or "
+                         "--query/--gallery without --qrels (with --qrels the judgments "
+                         "decide)", _LABELLED),
+    "radius": Applies(f"--relevance radius (or a --protocol that sets it: {_RADIUS_PROTOCOLS}), "
+                      "with FILEs or --query/--gallery without --qrels", _LABELLED,
+                      ("relevance", "radius")),
+    "ignore_label": Applies("embeddings related by their labels: FILEs, or --query/--gallery "
+                            "without --qrels", _LABELLED),
+    "ignore_identical_ids": Applies("embeddings judged by qrels: --query, --gallery and --qrels",
+                                    frozenset({"judged"})),
+    "complete": Applies("--run files judged by --qrels (it scores the judged queries a run "
+                        "lacks as empty lists; embeddings have no ranking for a query the "
+                        "query file lacks)", frozenset({"scored_run", "jsonl_run"})),
+    "duplicates": Applies(".jsonl --run files (a list that retrieves an id twice; a TREC or "
+                          ".json run lists a document once, or is refused)",
+                          frozenset({"jsonl_run", "jsonl"})),
+    "write_run": Applies("embeddings: FILEs or --query/--gallery (a --run is a run already)",
+                         _EMBEDDINGS),
+    "run_depth": Applies("--write-run (the depth of the run it writes)", _EMBEDDINGS,
+                         ("write_run", None)),
+    "plot_k": Applies("--plot (the largest K it draws)", needs=("plot", None)),
+}
 
 
 def _protocol_argument(text: str) -> str:
@@ -84,6 +154,7 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
         "--complete",
         "-c",
         action="store_true",
+        default=None,  # None: not given (APPLIES)
         help="runs: also score judged queries missing from the run, as empty lists "
         "(trec_eval -c)",
     )
@@ -310,9 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-depth",
         dest="run_depth",
         type=int,
-        default=100,
         metavar="K",
-        help="items per query in --write-run's run (100)",
+        help=f"items per query in --write-run's run ({RUN_DEPTH})",
     )
     ev.add_argument("--level", type=float, default=0.95, help="interval level (0.95)")
     ev.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (1000)")
@@ -374,5 +444,5 @@ def build_parser() -> argparse.ArgumentParser:
     _add_progress_delay(cmp)
     # evaluate's outputs, which compare does not write; and no summary per system (the
     # comparison summarizes them together)
-    cmp.set_defaults(write_run=None, run_depth=100, plot=None, plot_k=None, summarize=False)
+    cmp.set_defaults(write_run=None, run_depth=None, plot=None, plot_k=None, summarize=False)
     return parser

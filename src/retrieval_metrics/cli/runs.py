@@ -20,7 +20,9 @@ import numpy as np
 
 from retrieval_metrics.cli import data
 from retrieval_metrics.cli.parser import (
+    APPLIES,
     EMBEDDING_METRICS,
+    FORMS,
     QRELS_METRICS,
     TREC_METRICS,
 )
@@ -36,11 +38,13 @@ from retrieval_metrics.formats.embeddings import ARRAYS, check_pair
 __all__ = [
     "CLIError",
     "Run",
+    "check_options",
     "check_plot_depth",
     "describe",
     "effective_options",
     "evaluate_embeddings",
     "evaluate_trec",
+    "input_forms",
     "options_line",
     "runs_from_args",
     "scored",
@@ -187,14 +191,10 @@ def _metric_factory(
             options[option] = value
     if args.percent:
         options["percent"] = True
-    if trec and args.duplicates is not None:
+    # (each option given acts on this input: check_options refused the others)
+    if args.duplicates is not None:
         options["duplicates"] = args.duplicates
     if args.ignore_identical_ids is not None:
-        if qrels is None:
-            raise CLIError(
-                "--ignore-identical-ids applies to embeddings judged by qrels: --query, "
-                "--gallery and --qrels"
-            )
         options["ignore_identical_ids"] = args.ignore_identical_ids == "true"
     if qrels is not None:
         options["qrels"] = qrels
@@ -253,7 +253,14 @@ def effective_options(metric: Any) -> dict[str, Any]:
 
 def _distinct_names(labels: list[str], args: argparse.Namespace) -> None:
     """Refuse two runs of one name before any is scored: a report keyed by name (--per-query)
-    would keep one of them, and --write-run would write both to one file."""
+    would keep one of them, and --write-run would write both to one file. A --name beyond the
+    last run names nothing: refused, as an option that does not act is."""
+    given = list(getattr(args, "name", None) or [])
+    if len(given) > len(labels):
+        raise CLIError(
+            f"--name is given {len(given)} times for {_many(len(labels), 'run')} (the names go "
+            f"to the inputs in order, one each; {given[len(labels)]!r} names none)"
+        )
     twice = sorted({name for name in labels if labels.count(name) > 1})
     if twice:
         raise CLIError(
@@ -270,7 +277,9 @@ def _distinct_names(labels: list[str], args: argparse.Namespace) -> None:
             )
 
 
-def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
+def input_forms(args: argparse.Namespace) -> set[str]:
+    """The forms of input given (keys of ``cli.parser.FORMS``): one for embeddings, one per
+    kind of --run file given; an input that is no form (none, two kinds) refused."""
     files, queries, galleries = args.files or [], args.query or [], args.gallery or []
     runs_trec = args.run or []
     sources = sum(bool(x) for x in (files, queries or galleries, runs_trec))
@@ -293,13 +302,52 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             "--qrels with same-source FILEs is not supported: give the queries and the corpus "
             "as --query Q --gallery CORPUS, with the qrels' query ids and document ids in them"
         )
+    if files:
+        return {"files"}
+    if queries or galleries:
+        return {"pairs" if args.qrels is None else "judged"}
+    jsonl = "jsonl" if args.qrels is None else "jsonl_run"
+    return {jsonl if Path(p).suffix.lower() == ".jsonl" else "scored_run" for p in runs_trec}
+
+
+def check_options(args: argparse.Namespace) -> set[str]:
+    """Refuse, by name, an option given where it does not act (``cli.parser.APPLIES``: on
+    other inputs, or without the option it qualifies), before any file is read: it would change
+    nothing, and its user would believe it did. The forms of input given."""
+    from retrieval_metrics.metrics.protocols import PROTOCOLS
+
+    def value(dest: str) -> Any:
+        # the option as given, else as --protocol sets it (--radius acts under netvlad's
+        # relevance radius as under --relevance radius)
+        given = getattr(args, dest, None)
+        if given is None and getattr(args, "protocol", None) in PROTOCOLS:
+            given = PROTOCOLS[args.protocol][0].get(dest)
+        return given
+
+    forms = input_forms(args)
+    for dest, rule in APPLIES.items():
+        if getattr(args, dest, None) is None:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if not forms & rule.forms:
+            given = " and ".join(FORMS[f] for f in FORMS if f in forms)
+            raise CLIError(f"{flag} applies to {rule.to}; the input given is {given}")
+        if rule.needs is not None:
+            needed, wanted = rule.needs
+            have = value(needed)
+            if have is None or (wanted is not None and have != wanted):
+                other = "--" + needed.replace("_", "-")
+                why = f"{other} was not given" if have is None else f"{other} is {have}"
+                raise CLIError(f"{flag} applies to {rule.to}; {why}")
+    return forms
+
+
+def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
+    check_options(args)
+    files, queries, galleries = args.files or [], args.query or [], args.gallery or []
+    runs_trec = args.run or []
     trec = bool(runs_trec)
     judged = args.qrels is not None and not trec  # embeddings judged by qrels
-    if judged and args.complete:
-        raise CLIError(
-            "--complete scores the judged queries a run lacks as empty lists; with --query and "
-            "--gallery a judged query that is not in the query file has no embedding to rank"
-        )
     qrels = read_qrels(args.qrels) if judged else None
     # commas inside parentheses belong to a name's options: "RBP(p=0.5,rel=2),nDCG@10"
     names = [n.strip() for n in re.split(r",(?![^()]*\))", args.metrics or "") if n.strip()]
@@ -329,7 +377,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             lists = read_ranked_lists(
                 path,
                 args.qrels,
-                complete=args.complete,
+                complete=bool(args.complete),
                 # the file refuses repeats itself; counting them (and warning) is the metric's
                 duplicates="error" if args.duplicates == "error" else "first",
             )
@@ -510,30 +558,39 @@ def _examples(ids: Any, n: int = 3) -> str:
     return ", ".join(repr(x) for x in shown) + (", ..." if len(ids) > n else "")
 
 
+def _many(count: int, one: str, many: str | None = None) -> str:
+    """``count`` and the noun that goes with it: "1 query", "2 queries" (not "1 queries")."""
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
 def describe(run: Run) -> str:
     if run.kind == "same_source":
-        return f"{run.files[0]}: {run.num_queries} items, each queries all the others"
+        return f"{run.files[0]}: {_many(run.num_queries, 'item')}, each queries all the others"
+    queries = _many(run.num_queries, "query", "queries")
     if run.kind == "query_gallery":
-        return f"{run.files[0]} against {run.files[1]}: {run.num_queries} queries"
+        return f"{run.files[0]} against {run.files[1]}: {queries}"
     if run.kind == "qrels":
         ignored = run.notes.get("query_file_queries_without_qrels")
-        many = "query" if ignored == 1 else "queries"
-        tail = f" ({ignored} {many} of the file without judgments ignored)" if ignored else ""
+        many = _many(ignored or 0, "query", "queries")
+        tail = f" ({many} of the file without judgments ignored)" if ignored else ""
         return (
-            f"{run.files[0]} against {run.files[1]}, judged by {run.files[2]}: "
-            f"{run.num_queries} queries{tail}"
+            f"{run.files[0]} against {run.files[1]}, judged by {run.files[2]}: {queries}{tail}"
         )
     notes = run.notes
     extra = []
     if notes.get("run_queries_without_qrels"):
-        extra.append(f"{notes['run_queries_without_qrels']} run queries without judgments ignored")
+        many = _many(notes["run_queries_without_qrels"], "run query", "run queries")
+        extra.append(f"{many} without judgments ignored")
     if notes.get("qrels_queries_without_run"):
         verb = "scored as empty lists" if notes.get("complete") else "ignored"
-        extra.append(f"{notes['qrels_queries_without_run']} judged queries not in the run {verb}")
+        many = _many(notes["qrels_queries_without_run"], "judged query", "judged queries")
+        extra.append(f"{many} not in the run {verb}")
     tail = f" ({'; '.join(extra)})" if extra else ""
     if len(run.files) == 1:
-        return f"{run.files[0]}: {run.num_queries} questions with their relevant ids{tail}"
-    return f"{run.files[0]} judged by {run.files[1]}: {run.num_queries} queries{tail}"
+        their = "its" if run.num_queries == 1 else "their"
+        questions = _many(run.num_queries, "question")
+        return f"{run.files[0]}: {questions} with {their} relevant ids{tail}"
+    return f"{run.files[0]} judged by {run.files[1]}: {queries}{tail}"
 
 
 def options_line(metric: Any, trec: bool = False, scored: bool = False) -> str:

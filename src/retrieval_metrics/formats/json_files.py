@@ -37,8 +37,13 @@ def file_text(path: Path) -> str:
 
 
 def file_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line) for every line that is not blank."""
-    for lineno, line in enumerate(file_text(path).splitlines(), 1):
+    """(line number, line) for every line that is not blank.
+
+    Lines end at ``\n`` alone, as JSON Lines and trec_eval end them: ``str.splitlines()`` also
+    broke at U+2028, U+2029, U+0085, ``\x0b``, ``\x0c`` and ``\x1c``-``\x1e``, which JSON
+    keeps inside strings, so a valid line was refused and every later line number was off.
+    (``\r\n`` and ``\r`` end lines too: ``file_text`` reads them as ``\n``.)"""
+    for lineno, line in enumerate(file_text(path).split("\n"), 1):
         if line.strip():
             yield lineno, line
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import numbers
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -56,7 +57,7 @@ def write_run(
     _check_tag(tag)
     by_text: dict[str, tuple[Any, Any]] = {}
     for qid, docs in run.items():
-        text = str(qid)
+        text = _id_text(qid, "`run`'s query id")
         if text in by_text:
             # (7 and "7" are one query: two lists for it, which is right is unknown)
             raise ValueError(
@@ -81,7 +82,8 @@ def write_run_lines(
             if suffix == ".json":
                 out.write("{")
             for n, (given, docs) in enumerate(queries):
-                qid, pairs = str(given), _run_pairs(docs, given)
+                qid = _id_text(given, "`run`'s query id")
+                pairs = _run_pairs(docs, given)
                 if suffix == ".json":
                     # (json.dumps of the whole dict: ", " between entries, ": " after a key)
                     out.write(("" if n == 0 else ", ") + f"{json.dumps(qid)}: "
@@ -97,6 +99,20 @@ def write_run_lines(
     finally:
         part.unlink(missing_ok=True)
     return path
+
+
+def _id_text(value: Any, what: str) -> str:
+    """An id as the file writes it: a str as it is, an integer (numpy's too) in decimal. Other
+    ids are refused: ``str()`` wrote bytes as ``b'd1'`` and a float as ``1.0``, ids that no
+    reader reads back as the ones meant."""
+    if isinstance(value, str):
+        return str(value)  # (np.str_ too, as plain text)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    hint = " (decode bytes first, e.g. ids.astype(str))" if isinstance(value, bytes) else ""
+    raise ValueError(
+        f"{what} must be a str or an int, got {value!r} ({type(value).__name__}){hint}"
+    )
 
 
 def _check_tag(tag: str) -> None:
@@ -119,8 +135,10 @@ def _run_pairs(docs: Any, qid: Any) -> list[tuple[str, float]]:
     """One query's pairs as the readers rank them (see :func:`write_run`), each checked."""
     given_as_dict = isinstance(docs, Mapping)
     items = docs.items() if given_as_dict else docs
-    pairs = [(str(doc), checked_score(score, f"`run[{qid!r}]`, document {str(doc)!r}"))
-             for doc, score in items]
+    pairs = []
+    for doc, score in items:
+        text = _id_text(doc, f"`run[{qid!r}]`'s document id")
+        pairs.append((text, checked_score(score, f"`run[{qid!r}]`, document {text!r}")))
     seen: set[str] = set()
     for doc, _ in pairs:
         if doc in seen:
