@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from retrieval_metrics.cli.errors import CLIError
 from retrieval_metrics.cli.parser import RUN_DEPTH
 from retrieval_metrics.formats import EmbeddingFile, write_run_lines
 from retrieval_metrics.formats.embeddings import ARRAYS
@@ -154,8 +155,6 @@ def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFi
     try:
         written = write_run_file(path, depth, run.metric, query, gallery, rows, run.name, notes)
     except OSError as err:
-        from retrieval_metrics.cli.runs import CLIError  # (runs imports this module)
-
         # (a folder removed, a disk full, ... after the check made before the evaluation)
         raise CLIError(f"--write-run {path}: {err}") from None
     run.notes["run_written"] = str(written)

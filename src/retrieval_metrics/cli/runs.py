@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from retrieval_metrics.cli import data
+from retrieval_metrics.cli.errors import CLIError
 from retrieval_metrics.cli.parser import (
     APPLIES,
     EMBEDDING_METRICS,
@@ -50,10 +51,6 @@ __all__ = [
     "scored",
     "version",
 ]
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
 
 
 def check_plot_depth(table: Any, plot_k: int | None, protocol: str | None) -> None:
