@@ -130,7 +130,8 @@ def rank_embeddings(
         similarity: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"``. The cosine of a zero
             vector with anything (a zero vector included) is 0: a zero query ties every gallery
             item, and a zero gallery item ties every item whose cosine with the query is exactly
-            0. Any non-zero vector, however short, counts by its direction only.
+            0. Any non-zero vector, however short, counts by its direction only (up to the
+            rounding of its unit vector: parallel rows of different lengths may not tie).
         depth: if given, only relevant items within the top ``depth`` positions (and each query's
             best relevant item) are located exactly; the others are recorded as lying deeper. Enough
             for hit rate, precision, recall and NDCG with ``depth`` >= their cut-off.
