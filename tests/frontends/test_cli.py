@@ -555,13 +555,25 @@ def test_progress_bar_only_for_slow_evaluations(tmp_path, capsys):
 def test_progress_bar_appears_after_the_delay():
     import io
 
-    stream = io.StringIO()
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Terminal()
     with cli.Progress(10, "work", delay=0.05, stream=stream) as bar:
         time.sleep(0.4)
         bar.advance(10)
     text = stream.getvalue()
     assert text.startswith("\rwork [") and text.endswith("s\n")
     assert "10/10" in text.split("\r")[-1]
+    # a log file: a line a state, no carriage return (the redraws piled onto one line there)
+    log = io.StringIO()
+    with cli.Progress(10, "work", delay=0.05, stream=log) as bar:
+        time.sleep(0.2)
+        bar.advance(10)
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and lines[0].startswith("work [") and "0/10" in lines[0]
+    assert "10/10" in lines[-1] and len(lines) == 2
     quiet = io.StringIO()
     with cli.Progress(10, "work", delay=5, stream=quiet) as bar:
         bar.advance(10)

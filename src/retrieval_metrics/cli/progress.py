@@ -34,6 +34,10 @@ class Progress:
         self.width = width
         self.done = 0
         self.drawn = False
+        # a terminal's bar is redrawn in place; a log file gets a line a state (set when the
+        # bar first shows), the final state only where it differs from the last line
+        self.tty = True
+        self._last_logged = -1
         self._start = 0.0
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -62,21 +66,28 @@ class Progress:
     def _run(self) -> None:
         if self._stop.wait(self.delay):
             return
-        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         while True:
             with self._lock:
                 self._write(final=False)
-            if self._stop.wait(0.25 if tty else 5.0):
+            if self._stop.wait(0.25 if self.tty else 5.0):
                 return
 
     def _write(self, final: bool) -> None:
         elapsed = time.monotonic() - self._start
         filled = round(self.width * self.done / self.total)
         bar = "#" * filled + "." * (self.width - filled)
-        line = f"\r{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s"
-        self.stream.write(line + ("\n" if final else ""))
+        line = f"{self.label} [{bar}] {self.done}/{self.total} {elapsed:5.1f}s"
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if final else ""))
+        elif not final or self.done != self._last_logged:
+            # a log file: each state on a line of its own (carriage returns piled every
+            # redraw onto one line), the final state only where it differs from the last
+            self.stream.write(line + "\n")
+        self._last_logged = self.done
         self.stream.flush()
         self.drawn = True
+
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
