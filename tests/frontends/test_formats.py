@@ -466,6 +466,30 @@ def test_trec_comment_lines_are_skipped_as_trec_eval_10_skips_them(tmp_path, cap
     assert "indented.txt, line 2" in error(indented, read_trec_qrels)
 
 
+def test_trec_fields_split_at_ascii_blanks_as_trec_eval_reads_them(tmp_path):
+    """A non-breaking space (or another Unicode space) inside an id is part of the id, as
+    trec_eval's C reads it; str.split() cut there, and the line had too many fields."""
+    from retrieval_metrics.formats import read_trec_qrels, read_trec_run
+
+    nbsp, ideographic = "\u00a0", "\u3000"
+    qrels = write(tmp_path / "qrels.txt", f"q1 0 doc{nbsp}1 1\nq1\t0\tdoc{ideographic}2\t0\n")
+    run = write(tmp_path / "run.txt", f"q1 Q0 doc{nbsp}1 1 2.5 t\n")
+    assert read_trec_qrels(qrels) == {"q1": {f"doc{nbsp}1": 1, f"doc{ideographic}2": 0}}
+    assert read_trec_run(run) == {"q1": {f"doc{nbsp}1": 2.5}}
+
+
+def test_a_trec_qrels_in_a_tsv_is_told_how_to_be_read(tmp_path):
+    """MS MARCO's qrels.dev.tsv is TREC qrels with tabs; read as BEIR's .tsv it was refused
+    with only the field count."""
+    from retrieval_metrics.formats import read_qrels
+
+    tsv = write(tmp_path / "qrels.dev.tsv", "1102432\t0\t2026790\t1\n")
+    message = error(tsv, read_qrels)
+    assert "got 4" in message and "another extension" in message
+    trec = write(tmp_path / "qrels.dev.txt", "1102432\t0\t2026790\t1\n")
+    assert read_qrels(trec) == {"1102432": {"2026790": 1}}
+
+
 # ----------------------------------------------------------------------------- converters (audit)
 
 

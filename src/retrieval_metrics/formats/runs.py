@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,9 @@ def _grade(text: str, where: str) -> int:
         raise FormatError(f"{where}: relevance {text!r} is not an integer") from None
 
 
+_ASCII_BLANKS = re.compile(r"[ \t\n\v\f\r]+")
+
+
 def _trec_lines(path: Path) -> list[tuple[int, list[str]]]:
     """The fields of each line of a TREC run or qrels file, its comment lines left out.
 
@@ -141,7 +145,9 @@ def _trec_lines(path: Path) -> list[tuple[int, list[str]]]:
     for lineno, line in file_lines(path):
         if line.startswith("#"):
             continue
-        fields = line.split()
+        # fields are split at ASCII blanks, as trec_eval's C reads them: str.split() also splits
+        # at Unicode spaces (a non-breaking space inside an id made a line of 7 fields)
+        fields = line.split() if line.isascii() else [f for f in _ASCII_BLANKS.split(line) if f]
         if fields[0].startswith("#"):
             raise FormatError(
                 f"{path}, line {lineno}: starts with blanks, then '#': a comment line starts "
@@ -228,9 +234,15 @@ def _read_beir_qrels(path: Path) -> Qrels:
             if tuple(f.strip().lower() for f in fields) == BEIR_HEADER:
                 continue
         if len(fields) != 3:
+            # (MS MARCO's qrels.dev.tsv is TREC qrels, 'qid 0 docid rel', in a .tsv)
+            hint = (
+                "; 4 fields are TREC qrels ('qid iter docid rel', as MS MARCO's qrels.*.tsv): "
+                "give the file another extension (e.g. .txt) to read it as TREC qrels"
+                if len(fields) == 4 else ""
+            )
             raise FormatError(
                 f"{where}: a BEIR qrels line has 3 tab-separated fields 'query-id corpus-id "
-                f"score', got {len(fields)}"
+                f"score', got {len(fields)}{hint}"
             )
         qid, doc, rel = (f.strip() for f in fields)
         if not qid or not doc:
