@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import retrieval_metrics as rm
 from retrieval_metrics import cli
@@ -525,3 +526,20 @@ def test_converters_refuse_what_the_file_readers_refuse():
                                             {"q": {"a": np.int64(2), "b": 1.0}})
     assert ranked == [["b", "a"]] and relevant == [{"a": 2, "b": 1}]
     assert all(type(g) is int for g in relevant[0].values())
+
+
+def test_a_float16_pt_file_stays_float16(tmp_path):
+    """A .pt file's float16 embeddings were upcast to float32 on loading (twice the memory; a
+    .npy of float16 stays float16); bfloat16, which numpy lacks, is widened exactly."""
+    from retrieval_metrics.formats.embeddings import load_items
+
+    emb = torch.tensor([[1.0, 0.5], [0.25, -1.0], [3.0, 2.0]])
+    labels = torch.tensor([0, 0, 1])
+    torch.save({"embeddings": emb.half(), "labels": labels}, tmp_path / "half.pt")
+    torch.save({"embeddings": emb.bfloat16(), "labels": labels}, tmp_path / "brain.pt")
+    half = load_items(tmp_path / "half.pt")
+    assert half.embeddings.dtype == np.float16
+    np.testing.assert_array_equal(half.embeddings.astype(np.float32), emb.numpy())
+    brain = load_items(tmp_path / "brain.pt")
+    assert brain.embeddings.dtype == np.float32
+    np.testing.assert_array_equal(brain.embeddings, emb.numpy())

@@ -33,7 +33,9 @@ ARRAYS = ("embeddings", "labels", "ids", "cameras", "positions")
 def _as_numpy(value: Any, path: Path, name: str) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu()
-        if value.dtype in (torch.bfloat16, torch.float16):
+        if value.dtype == torch.bfloat16:
+            # numpy has no bfloat16 (float32 holds each value exactly); float16 stays float16,
+            # half the memory, as a .npy of float16 does
             value = value.float()
         return value.numpy()
     if isinstance(value, np.ndarray):
