@@ -56,6 +56,17 @@ static int take_buffers(PyObject **objs, Py_buffer *views, int count, int first_
     return count;
 }
 
+/* Whether views[0 .. count - 1] are vectors of n 8-byte entries: int64, but float64 at
+ * `double_at` (the sums' output). */
+static int vectors_of_one_length(const Py_buffer *views, int count, int double_at, Py_ssize_t n) {
+    for (int b = 0; b < count; b++) {
+        const Py_buffer *view = &views[b];
+        int kind = b == double_at ? strcmp(view->format, "d") == 0 : is_vector(view, 8);
+        if (!(view->ndim == 1 && view->shape[0] == n && view->itemsize == 8 && kind)) return 0;
+    }
+    return 1;
+}
+
 #define NUM_BUFFERS 11
 
 static PyObject *binary_groups(PyObject *self, PyObject *args) {
@@ -165,12 +176,7 @@ static PyObject *precision_sums(PyObject *self, PyObject *args) {
     int taken = take_buffers(objs, views, NUM_SUM_BUFFERS, 5);
     if (taken < NUM_SUM_BUFFERS) goto finally;
     Py_ssize_t n = views[0].shape[0];
-    int ok = 1;
-    for (int b = 0; b < NUM_SUM_BUFFERS && ok; b++) {
-        ok = views[b].ndim == 1 && views[b].shape[0] == n && views[b].itemsize == 8 &&
-             (b == 5 ? strcmp(views[b].format, "d") == 0 : is_vector(&views[b], 8));
-    }
-    if (!ok) {
+    if (!vectors_of_one_length(views, NUM_SUM_BUFFERS, 5, n)) {
         PyErr_SetString(PyExc_ValueError,
                         "precision_sums: int64 above, size, relevant, before, cutoff and"
                         " long_index, float64 out, all of one length");
@@ -241,12 +247,7 @@ static PyObject *reciprocal_sums(PyObject *self, PyObject *args) {
     int taken = take_buffers(objs, views, NUM_RECIPROCAL_BUFFERS, 5);
     if (taken < NUM_RECIPROCAL_BUFFERS) goto finally;
     Py_ssize_t n = views[0].shape[0];
-    int ok = 1;
-    for (int b = 0; b < NUM_RECIPROCAL_BUFFERS && ok; b++) {
-        ok = views[b].ndim == 1 && views[b].shape[0] == n && views[b].itemsize == 8 &&
-             (b == 5 ? strcmp(views[b].format, "d") == 0 : is_vector(&views[b], 8));
-    }
-    if (!ok) {
+    if (!vectors_of_one_length(views, NUM_RECIPROCAL_BUFFERS, 5, n)) {
         PyErr_SetString(PyExc_ValueError,
                         "reciprocal_sums: int64 size, relevant, above, limit and terms, float64"
                         " out, all of one length");
