@@ -368,7 +368,9 @@ def retrieval_measures(
     if isinstance(names, str):
         # (read letter by letter it gave "unknown metric 'm'")
         raise ValueError(f"`names` must be a list of metric names, got the string {names!r}")
-    if repeated := sorted({n for n in names if list(names).count(n) > 1}):
+    if len(set(names)) != len(names):
+        # (counted only where some name repeats, as RetrievalMetrics does)
+        repeated = sorted({n for n in names if list(names).count(n) > 1})
         raise ValueError(f"`names` holds {repeated} more than once: its values are keyed by name")
     return _measures(table, names, options)
 

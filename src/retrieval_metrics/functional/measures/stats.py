@@ -109,6 +109,7 @@ def bootstrap_interval(
     statistic the reported value is; the same for the same values in any order."""
     if statistic not in BOOTSTRAP_STATISTICS:
         raise ValueError(f"`statistic` must be one of {BOOTSTRAP_STATISTICS}, got {statistic!r}")
+    alpha = _tail(level)  # (checked before the resampling)
     v = _canonical(values[~torch.isnan(values)].to(torch.float64))
     n = v.numel()
     if n == 0:
@@ -124,7 +125,6 @@ def bootstrap_interval(
         middle = (ordered[:, (n - 1) // 2] + ordered[:, n // 2]) / 2
         stats.append(torch.floor(middle) if statistic == "median_vsepp" else middle)
     dist = torch.cat(stats)
-    alpha = _tail(level)
     lo = torch.quantile(dist, alpha).item()
     hi = torch.quantile(dist, 1 - alpha).item()
     return (lo, hi)
@@ -135,6 +135,7 @@ def _bootstrap_curve(
 ) -> tuple[Tensor, Tensor]:
     """Pointwise percentile bootstrap of the mean of each column of ``(Q, K)`` per-query values
     (a CMC curve), rows with NaN left out; every column uses the same resampled queries."""
+    alpha = _tail(level)  # (checked before the resampling)
     v = _canonical(values[~torch.isnan(values).any(1)].to(torch.float64))
     n, width = v.shape
     if n == 0:
@@ -149,7 +150,6 @@ def _bootstrap_curve(
         )
         means.append(counts @ v / n)
     dist = torch.cat(means)
-    alpha = _tail(level)
     return (torch.quantile(dist, alpha, dim=0), torch.quantile(dist, 1 - alpha, dim=0))
 
 
@@ -461,6 +461,7 @@ def paired_comparison(
             f"the two metrics were computed on different queries ({first.shape[0]} and "
             f"{second.shape[0]}); compare models on the same queries"
         )
+    alpha = _tail(level)  # (checked before the resampling)
     both = ~(torch.isnan(first) | torch.isnan(second))
     a, b = first[both].to(torch.float64), second[both].to(torch.float64)
     n = a.numel()
@@ -471,7 +472,6 @@ def paired_comparison(
     # the differences in an order of their own: the same interval for the queries in any order
     ordered = _canonical(diff)
     dist = torch.cat([ordered[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
-    alpha = _tail(level)
     interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
     binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())
     if binary:
