@@ -152,17 +152,23 @@ def _as_int64(labels: Tensor, name: str) -> Tensor:
     return labels.to(torch.int64)
 
 
+def _scalar(value: Any) -> Any:
+    """A 0-d tensor or array as the Python value it holds (a list of a tensor's elements), any
+    other value as it is: read alike by the codes and by the kind of key."""
+    if isinstance(value, (Tensor, np.ndarray)) and value.ndim == 0:
+        return value.item()
+    return value
+
+
 def _canonical_values(labels: Any, name: str) -> list[int | str]:
     """A collection of Python values, each as it is compared: whole floats as ints, the decimal
-    text of an int as that int (:func:`canonical_id`), a one-element tensor as its value.
+    text of an int as that int (:func:`canonical_id`), a 0-d tensor as its value.
     Anything else (None, bytes, bool, other objects) is refused: hashed by its repr it became a
     label of its own (``[None] * 12`` read as one class)."""
     if isinstance(labels, np.ndarray):
         labels = labels.tolist()
     values = []
-    for v in labels:
-        if isinstance(v, (Tensor, np.ndarray)) and v.ndim == 0:
-            v = v.item()  # (a list of a tensor's elements)
+    for v in map(_scalar, labels):
         if isinstance(v, (float, np.floating)):
             v = whole_float_value(v, name)
         v = canonical_id(v)
@@ -369,9 +375,7 @@ def key_kind(labels: Any) -> str:
             if undecided is None:
                 return "str"
             values = [values[i] for i in undecided]
-    for v in values:
-        if isinstance(v, (Tensor, np.ndarray)) and v.ndim == 0:
-            v = v.item()  # (as label_codes reads it)
+    for v in map(_scalar, values):
         if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):
             return "str"
         if not isinstance(v, (str, bytes, int, float, np.integer, np.floating)):
