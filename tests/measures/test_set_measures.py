@@ -165,3 +165,24 @@ def test_num_retrieved_survives_concatenation():
     assert both.num_retrieved.tolist() == [1, 3]
     assert per_query(both, ["precision"])["precision"] == pytest.approx([1.0, 1 / 3])
     assert torch.equal(both.select(torch.tensor([1])).num_retrieved, torch.tensor([3]))
+
+
+def test_the_duplicates_warning_names_the_query_by_its_id():
+    """A metric fed ranked lists in batches named the query that repeats an id by its position
+    in its batch ("first: query 0"), which names no query of the caller's; the command line
+    mapped that position into the whole run, naming another query for any batch but the first.
+    With ids, the warning names the query by its id."""
+    import warnings
+
+    import retrieval_metrics as rm
+
+    metric = rm.RetrievalMetrics(["mrr"], duplicates="warn")
+    metric.update(ranked_ids=[["a", "b"], ["c"]], relevant_ids=[{"a"}, {"c"}], ids=["q1", "q2"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metric.update(ranked_ids=[["d", "d"]], relevant_ids=[{"d"}], ids=["q3"])
+    assert len(caught) == 1 and "first: query 'q3', id 'd'" in str(caught[0].message)
+    with pytest.warns(UserWarning, match="first: query 0, id 'd'"):  # no ids: its position
+        rm.RetrievalMetrics(["mrr"], duplicates="warn").update(
+            ranked_ids=[["d", "d"]], relevant_ids=[{"d"}]
+        )

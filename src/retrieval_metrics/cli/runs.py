@@ -399,7 +399,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                 warnings.simplefilter("always")
                 evaluate_trec(metric, lists.qids, lists.ranked_ids, relevant, bar)
                 runs.append(_summarize(run_, args, bar))
-            _show_warnings(caught, path, lists.qids)
+            _show_warnings(caught, path)
         return runs, trec
     if files:
         pairs = [(path, None) for path in files]
@@ -453,20 +453,15 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
     return runs, trec
 
 
-def _show_warnings(caught: list[warnings.WarningMessage], path: str, qids: list[str]) -> None:
-    """The metric's warnings about a run file, each on one line that names the file and, for
-    the query a warning names by its position in the updates (``query 3``), its id (``--duplicates
-    warn``: "first: query 0" named no question of the file); others re-emitted as they came."""
+def _show_warnings(caught: list[warnings.WarningMessage], path: str) -> None:
+    """The metric's warnings about a run file, each on one line that names the file (``--duplicates
+    warn``'s came as a Python warning with a library source line); others re-emitted as they
+    came. (The warning names the query by the id the run gives it: the qids are the ids.)"""
     for w in caught:
-        text = str(w.message)
-        found = re.search(r"first: query (\d+),", text)
-        if found is None or not issubclass(w.category, UserWarning):
+        if not issubclass(w.category, UserWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             continue
-        position = int(found.group(1))
-        if position < len(qids):
-            text = text.replace(found.group(0), f"first: query {qids[position]!r},", 1)
-        print(f"retrieval-metrics: warning: {path}: {text}", file=sys.stderr)
+        print(f"retrieval-metrics: warning: {path}: {w.message}", file=sys.stderr)
 
 
 def _user_ids(message: str, *ids: np.ndarray | None) -> str:

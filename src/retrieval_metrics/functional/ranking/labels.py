@@ -29,6 +29,7 @@ __all__ = [
     "encode_labels",
     "key_kind",
     "label_codes",
+    "scalar_value",
     "whole_float_labels",
     "whole_float_value",
 ]
@@ -152,10 +153,13 @@ def _as_int64(labels: Tensor, name: str) -> Tensor:
     return labels.to(torch.int64)
 
 
-def _scalar(value: Any) -> Any:
-    """A 0-d tensor or array as the Python value it holds (a list of a tensor's elements), any
-    other value as it is: read alike by the codes and by the kind of key."""
-    if isinstance(value, (Tensor, np.ndarray)) and value.ndim == 0:
+def scalar_value(value: Any) -> Any:
+    """A 0-d tensor or array, or a numpy scalar, as the Python value it holds (a list of a
+    tensor's elements, an id taken from an array), any other value as it is: read alike by the
+    codes, by the kind of key and by messages that name an id."""
+    if (isinstance(value, (Tensor, np.ndarray)) and value.ndim == 0) or isinstance(
+        value, np.generic
+    ):
         return value.item()
     return value
 
@@ -168,7 +172,7 @@ def _canonical_values(labels: Any, name: str) -> list[int | str]:
     if isinstance(labels, np.ndarray):
         labels = labels.tolist()
     values = []
-    for v in map(_scalar, labels):
+    for v in map(scalar_value, labels):
         if isinstance(v, (float, np.floating)):
             v = whole_float_value(v, name)
         v = canonical_id(v)
@@ -375,7 +379,7 @@ def key_kind(labels: Any) -> str:
             if undecided is None:
                 return "str"
             values = [values[i] for i in undecided]
-    for v in map(_scalar, values):
+    for v in map(scalar_value, values):
         if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):
             return "str"
         if not isinstance(v, (str, bytes, int, float, np.integer, np.floating)):

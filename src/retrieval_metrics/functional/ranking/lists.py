@@ -13,7 +13,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.options import OPTIONS, check_option
-from retrieval_metrics.functional.ranking.labels import canonical_id
+from retrieval_metrics.functional.ranking.labels import canonical_id, scalar_value
 from retrieval_metrics.functional.ranking.qrels import checked_grade
 from retrieval_metrics.functional.ranking.table_build import (
     ItemResults,
@@ -45,6 +45,7 @@ def rank_lists(
     duplicates: str = DEFAULT_DUPLICATES,
     distinct: bool = True,
     judged_documents: bool = False,
+    query_ids: Sequence[Any] | None = None,
 ) -> RankTable:
     """Rank table from each query's ranked list of ids and its relevant ids.
 
@@ -52,8 +53,9 @@ def rank_lists(
     relevant). An id repeated in one list counts once, at its first position; the repeats keep
     their places as non-relevant slots. ``duplicates="error"`` raises instead, and
     ``duplicates="warn"`` warns when the repeated id is relevant (or ``relevant_ids[q]`` lists
-    an id twice), the case where evaluators that credit every repeat give another number. Relevant
-    ids the list never returned count in m_q and are never retrieved. The table keeps each
+    an id twice), the case where evaluators that credit every repeat give another number; it
+    names the first such query by its id in ``query_ids`` where given, else by its position.
+    Relevant ids the list never returned count in m_q and are never retrieved. The table keeps each
     list's number of distinct ids (``num_retrieved``), which precision and F1 without a cut-off
     divide by; ``distinct=False`` leaves it out (one set per list fewer), for callers that
     report neither. ``judged_documents=True`` also places the judged documents that are not
@@ -92,8 +94,10 @@ def rank_lists(
     repeated = sorted(found.repeated, key=lambda note: note[0])  # (stable: a query's in order)
     if repeated:
         q, item = repeated[0]
+        # (a position names no query of a caller's batches: its id does)
+        query = q if query_ids is None else repr(scalar_value(query_ids[q]))
         warnings.warn(
-            f"{len(repeated)} queries repeat a relevant id (first: query {q}, id {item!r}, "
+            f"{len(repeated)} queries repeat a relevant id (first: query {query}, id {item!r}, "
             "in `ranked_ids` or `relevant_ids`): each such id counts once, at its first position "
             '(duplicates="warn"). Evaluators that count every repeat (LlamaIndex, Haystack '
             "before 3.1) report other values there: above this one for an id retrieved twice "

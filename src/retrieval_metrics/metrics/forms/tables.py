@@ -112,6 +112,7 @@ class RankedLists(TableStates):
             # the distinct ids of each list, only where a measure divides by them
             distinct=divides_by_retrieved(context.names),
             judged_documents=judged_queries_needed(context.names, context.measures),
+            query_ids=batch.ids,  # (a warning names a query by the id given with it)
         )
         context.store.note_key_kinds("q", batch.keys())
         append_table(context, table, batch.ids)
