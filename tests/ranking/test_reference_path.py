@@ -596,3 +596,66 @@ def test_relevant_scores_gathered_from_many_blocks_are_their_blocks_scores(seed,
     assert spy.call_count > 0, "the case is meant to gather the relevant rows"
     assert bool((engine.tied >= 1).all())
     assert_same_table(engine, rank_embeddings_by_full_sort(query, gallery, **rest))
+
+
+@contextmanager
+def counted_widths() -> Iterator[list[int]]:
+    """The width of every query block's counted relevant scores (``rel_sorted``)."""
+    widths: list[int] = []
+    original = counting.QueryBlock.start_counting
+
+    def start(self: counting.QueryBlock) -> None:
+        original(self)
+        widths.append(self.rel_sorted.shape[1])
+
+    with mock.patch.object(counting.QueryBlock, "start_counting", start):
+        yield widths
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(KINDS),
+    st.integers(1, 5),
+    st.booleans(),
+    st.sampled_from(["labels", "same source", "graded"]),
+)
+def test_a_huge_class_counts_its_best_relevant_scores_only(seed, kind, depth, locate_first, form):
+    """With a depth, a row of many more relevant items than the depth counts only its relevant
+    scores at or above its depth-th best one (ties at the cut included): one below it lies
+    below the depth, and below the row's best item. The listed items are still the
+    reference's (binary relevance written by score, graded in CSR order; with and without
+    locate_first), and where the scores are distinct the counting is depth wide, not as wide
+    as the class."""
+    rng = np.random.default_rng(seed)
+    gallery = torch.tensor(embeddings(rng, 240, 4, kind))
+    query = None if form == "same source" else torch.tensor(embeddings(rng, 50, 4, kind))
+    if form == "graded":
+        grades = [
+            {int(i): float(rng.integers(1, 4)) for i in rng.choice(240, 150, replace=False)}
+            for _ in range(50)
+        ]
+        kwargs: dict[str, Any] = dict(relevance="ids", relevant_ids=grades)
+    else:
+        lab = labels(rng, 240, 3, huge=True)
+        kwargs = dict(query_labels=lab) if query is None else dict(
+            query_labels=lab[:50], gallery_labels=lab
+        )
+    kwargs.update(block_size=(16, 64), similarity="dot")
+    q = gallery if query is None else query
+    g = None if query is None else gallery
+    expected = rank_embeddings_by_full_sort(q, g, **kwargs)
+    with counted_widths() as widths:
+        engine = rank_embeddings(q, g, depth=depth, locate_first=locate_first, **kwargs)
+    if locate_first:
+        assert_prefix(engine, expected, depth, cover=False)
+    else:
+        assert_within_depth(engine, expected, depth)
+    if form == "graded":
+        assert engine.grade is not None and expected.grade is not None
+        for qi in range(expected.num_queries):
+            e0, e1 = int(engine.ptr[qi]), int(engine.ptr[qi + 1])
+            r0 = int(expected.ptr[qi])
+            assert torch.equal(engine.grade[e0:e1], expected.grade[r0 : r0 + e1 - e0]), qi
+    if kind == "normal":
+        assert widths and max(widths) == depth, widths

@@ -50,6 +50,11 @@ DENSE_RECHECK = 16
 # relevant score copied in the sparse way, per item and search step in the dense way.
 SPARSE_OVERHEAD = 8
 DENSE_OVERHEAD = 8
+#: A row's relevant scores below its depth-th best are left out of the counting
+#: (QueryBlock._top_relevant) where that leaves at most 1/this of the block's width.
+TOP_RELEVANT_GAIN = 2
+#: ``above`` of a relevant item left out of the counting: beyond every depth (it is not listed)
+UNCOUNTED_ABOVE = 2**62
 #: Finished rows are dropped from a query block's products (QueryBlock.drop_finished) once
 #: there are this many: a product's shortest block of rows (plan.PRODUCT_ROWS).
 DROP_AT_LEAST = 8
@@ -70,7 +75,8 @@ class QueryBlock:
         self.nb = nb = q_rows.numel()
         device = p.device
         self.r_row, self.r_col, self.r_pos = csr_rows(p.rel_ptr, q_rows)
-        self.r_counts = p.rel_ptr[q_rows + 1] - p.rel_ptr[q_rows]
+        self.row_start = p.rel_ptr[q_rows]
+        self.r_counts = p.rel_ptr[q_rows + 1] - self.row_start
         r_gal = p.rel_index.index_select(0, self.r_pos)
         if p.num_blocks_g <= 1:
             # one gallery block (many relevant items per query widen it): nothing to group
@@ -111,6 +117,8 @@ class QueryBlock:
             p, self.r_row, self.r_local, self.block_order, self.block_bounds
         )
         self.went_dense = False
+        # each row's number of relevant scores counted, where not all (see _top_relevant)
+        self.num_top: Tensor | None = None
         # counted by count_above (see start_counting)
         self.above_only = False
         self.heap: tuple[Tensor, Tensor, Tensor] | None = None
@@ -229,10 +237,14 @@ class QueryBlock:
         device = p.device
         # Items never beat anything below the lowest relevant score; -0.0 and 0.0 must tie.
         self.rel_scores.add_(0.0)
-        # +inf padding last; the permutation only to write back in CSR order
-        self.rel_sorted, self.rel_perm = p.counter.sort_rows(
-            self.rel_scores, with_perm=not p.by_score
-        )
+        top = self._top_relevant()
+        if top is None:
+            # +inf padding last; the permutation only to write back in CSR order
+            self.rel_sorted, self.rel_perm = p.counter.sort_rows(
+                self.rel_scores, with_perm=not p.by_score
+            )
+        else:
+            self.rel_sorted, self.rel_perm, self.num_top = top
         if self.ties is not None:
             # the tie-key count compares with the scores where the keys are
             self.ties.start(self.rel_scores)
@@ -258,6 +270,47 @@ class QueryBlock:
         )
         self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
         self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
+
+    def _top_relevant(self) -> tuple[Tensor, Tensor, Tensor] | None:
+        """Each row's relevant scores that a ranking stopped at a depth can list: those at or
+        above the row's depth-th best relevant score, ascending (+inf padding last), with their
+        columns (the padding's: the rows' width) and their number per row. A relevant item
+        below that score has depth relevant items above it: it lies below the depth, and below
+        the row's best relevant item, whatever the rest of the gallery holds, so leaving it
+        out of the counting changes no value (:meth:`finish` writes it not listed). With a huge
+        class (thousands of relevant items a row, ``hit_rate@1``) this spares sorting every
+        relevant score and counting the items above each. None: every score is counted (no
+        depth, or one that covers every relevant item; ties ordered by key; given scores;
+        rows little longer than the depth, or ties at the cut that keep most of them); and
+        where a backend counts every block whole (an accelerator's), to which the kept width
+        would be one more read on the host a block."""
+        p = self.p
+        depth = p.options.depth
+        rel = self.rel_scores
+        width = rel.shape[1]
+        if (
+            depth is None or p.options.cover_relevant or self.ties is not None
+            or p.ext_scores is not None or p.counter.whole_blocks
+            or width < TOP_RELEVANT_GAIN * depth
+        ):
+            return None
+        padding = rel == float("inf")
+        # -inf scores above the padding (still kept where the cut falls among them: keeping
+        # more than needed is exact too); the values kept are read from rel itself
+        key = rel.clamp_min(torch.finfo(rel.dtype).min).masked_fill_(padding, float("-inf"))
+        cut = key.topk(depth, dim=1).values[:, -1:]
+        num_top = ((key >= cut) & ~padding).sum(1)
+        kept_width = int(num_top.max()) if num_top.numel() else 0
+        if TOP_RELEVANT_GAIN * kept_width > width:
+            return None
+        best_first = key.topk(max(kept_width, 1), dim=1).indices
+        # ascending: place j of a row that keeps c scores holds its (c - 1 - j)-th best
+        places = torch.arange(best_first.shape[1])
+        valid = places < num_top[:, None]
+        columns = best_first.gather(1, (num_top[:, None] - 1 - places).clamp_min(0))
+        columns = columns.masked_fill_(~valid, width)
+        values = rel.gather(1, columns.clamp_max(width - 1)).masked_fill_(~valid, float("inf"))
+        return values, columns, num_top
 
     def drop_finished(self) -> Tensor | None:
         """Stop ranking the rows that are finished: without ``locate_first``, those whose
@@ -459,6 +512,9 @@ class QueryBlock:
         tied_sorted = (prefix_le[:, -1:] - prefix_le[:, :-1]).sub_(above_sorted)
         del self.hist_lt, self.hist_le, prefix_lt, prefix_le, hist_le
         listed_sorted = self.rel_sorted >= self.thresholds.value[:, None]
+        if self.num_top is not None:
+            self._write_top((above_sorted, tied_sorted, listed_sorted))
+            return
         if self.p.by_score:
             # The j-th smallest of a row's m relevant scores goes to place m - 1 - j of its query
             # (each row's m scores sort first: the padding is +inf). The flat positions of
@@ -483,6 +539,26 @@ class QueryBlock:
             unsorted = torch.empty_like(sorted_values)
             unsorted.scatter_(1, self.rel_perm, sorted_values)
             out.scatter_(0, r_pos, self._in_csr_order(unsorted))
+
+    def _write_top(self, sorted_values: tuple[Tensor, Tensor, Tensor]) -> None:
+        """:meth:`finish` where each row counted its top relevant scores only
+        (:meth:`_top_relevant`): every relevant pair of the block written not listed and
+        beyond any depth, then the counted ones at their places (with ``by_score``, place
+        c - 1 - j of its query for the j-th smallest of c; else its CSR column)."""
+        outputs = self.p.outputs
+        for out, fill in zip(outputs[:3], (UNCOUNTED_ABOVE, 1, False), strict=True):
+            out.index_fill_(0, self.r_pos, fill)
+        num_top = self.num_top
+        rows, places = (torch.arange(self.rel_sorted.shape[1]) < num_top[:, None]).nonzero(
+            as_tuple=True
+        )
+        if self.p.by_score:
+            columns = num_top.index_select(0, rows) - 1 - places
+        else:
+            columns = self.rel_perm[rows, places]
+        dest = self.row_start.index_select(0, rows) + columns
+        for out, values in zip(outputs[:3], sorted_values, strict=True):
+            out.index_copy_(0, dest, values[rows, places])
 
 
 def count_both_sides(rows: QueryBlock, cols: QueryBlock, s: Tensor, i: int, j: int) -> bool:
