@@ -53,8 +53,6 @@ DENSE_OVERHEAD = 8
 #: A row's relevant scores below its depth-th best are left out of the counting
 #: (QueryBlock._top_relevant) where that leaves at most 1/this of the block's width.
 TOP_RELEVANT_GAIN = 2
-#: ``above`` of a relevant item left out of the counting: beyond every depth (it is not listed)
-UNCOUNTED_ABOVE = 2**62
 #: Finished rows are dropped from a query block's products (QueryBlock.drop_finished) once
 #: there are this many: a product's shortest block of rows (plan.PRODUCT_ROWS).
 DROP_AT_LEAST = 8
@@ -144,7 +142,10 @@ class QueryBlock:
             return False
         if p.counter.whole_blocks:
             return False
-        return self.pruning or not compiled_for(p.dtype, self.r_counts)
+        # (rows that count their depth best relevant scores only, _top_relevant, are mostly
+        # that short: where ties at the cut make them longer, no seeds is as exact)
+        counts = self.r_counts.clamp_max(p.options.depth) if self.may_keep_top() else self.r_counts
+        return self.pruning or not compiled_for(p.dtype, counts)
 
     def folds_column_factor(self) -> bool:
         """Whether :meth:`count` may be given a block's scores before their factors (a half
@@ -271,6 +272,16 @@ class QueryBlock:
         self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
         self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
 
+    def may_keep_top(self) -> bool:
+        """Whether the rows may count only their best relevant scores (:meth:`_top_relevant`):
+        a ranking stopped at a depth that need not cover every relevant item, counted block by
+        block on the CPU, without ties ordered by key or given scores."""
+        p = self.p
+        return (
+            p.options.depth is not None and not p.options.cover_relevant and self.ties is None
+            and p.ext_scores is None and not p.counter.whole_blocks
+        )
+
     def _top_relevant(self) -> tuple[Tensor, Tensor, Tensor] | None:
         """Each row's relevant scores that a ranking stopped at a depth can list: those at or
         above the row's depth-th best relevant score, ascending (+inf padding last), with their
@@ -284,15 +295,10 @@ class QueryBlock:
         rows little longer than the depth, or ties at the cut that keep most of them); and
         where a backend counts every block whole (an accelerator's), to which the kept width
         would be one more read on the host a block."""
-        p = self.p
-        depth = p.options.depth
+        depth = self.p.options.depth
         rel = self.rel_scores
         width = rel.shape[1]
-        if (
-            depth is None or p.options.cover_relevant or self.ties is not None
-            or p.ext_scores is not None or p.counter.whole_blocks
-            or width < TOP_RELEVANT_GAIN * depth
-        ):
+        if depth is None or not self.may_keep_top() or width < TOP_RELEVANT_GAIN * depth:
             return None
         padding = rel == float("inf")
         # -inf scores above the padding (still kept where the cut falls among them: keeping
@@ -542,12 +548,12 @@ class QueryBlock:
 
     def _write_top(self, sorted_values: tuple[Tensor, Tensor, Tensor]) -> None:
         """:meth:`finish` where each row counted its top relevant scores only
-        (:meth:`_top_relevant`): every relevant pair of the block written not listed and
-        beyond any depth, then the counted ones at their places (with ``by_score``, place
-        c - 1 - j of its query for the j-th smallest of c; else its CSR column)."""
+        (:meth:`_top_relevant`): every relevant pair of the block written not listed (what
+        their above and tied hold is read nowhere: ``Direction.table`` reads the listed
+        items'), then the counted ones at their places (with ``by_score``, place c - 1 - j of
+        its query for the j-th smallest of c; else its CSR column)."""
         outputs = self.p.outputs
-        for out, fill in zip(outputs[:3], (UNCOUNTED_ABOVE, 1, False), strict=True):
-            out.index_fill_(0, self.r_pos, fill)
+        outputs[2].index_fill_(0, self.r_pos, False)
         num_top = self.num_top
         rows, places = (torch.arange(self.rel_sorted.shape[1]) < num_top[:, None]).nonzero(
             as_tuple=True

@@ -299,8 +299,11 @@ class Direction:
         row = row_of_entries(self.rel_ptr)
         keep = above < depth.index_select(0, row)
         if self.options.locate_first and above.numel():
-            best = torch.full_like(depth, torch.iinfo(torch.int64).max).scatter_reduce_(
-                0, row, above, "amin"
+            # (among the items the counting listed, which holds each query's best: above and
+            # tied of the others may be unwritten, QueryBlock._write_top)
+            unlisted = torch.iinfo(torch.int64).max
+            best = torch.full_like(depth, unlisted).scatter_reduce_(
+                0, row, above if listed is None else above.masked_fill(~listed, unlisted), "amin"
             )
             keep |= above == best.index_select(0, row)
         return keep if listed is None else listed & keep

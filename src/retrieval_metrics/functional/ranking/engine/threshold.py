@@ -43,12 +43,12 @@ class RowThresholds:
         self.locate_first = p.options.locate_first
         self.pending: list[Tensor] = []
         self.raising = False
-        if self.depth is not None:
-            # where each relevant item lies, by block and segment, to mask it from the maxima
-            # (in the query block's order of its pairs by gallery block: no sort of its own)
-            self.seg_rows = to_device(r_row.index_select(0, block_order), p.device)
-            self.seg_cols = to_device((r_local // SEGMENT).index_select(0, block_order), p.device)
-            self.seg_bounds = block_bounds
+        # where each relevant item lies, by block and segment, to mask it from the maxima (in
+        # the query block's order of its pairs by gallery block: no sort of its own); made
+        # where segment maxima are first read (_segments): the compiled count above the
+        # thresholds reads none
+        self._pairs: tuple[Tensor, Tensor, Tensor] | None = (r_row, r_local, block_order)
+        self.seg_bounds = block_bounds
 
     def start(self, rel_sorted: Tensor, finite: Tensor, r_counts: Tensor) -> None:
         """From each row's relevant scores: ``rel_sorted`` ascending (+inf padding last),
@@ -100,11 +100,21 @@ class RowThresholds:
         if not self.raising:
             self.pending = []
 
+    def _segments(self) -> None:
+        """Each relevant pair's row and segment (``seg_rows``, ``seg_cols``) on the device."""
+        if self._pairs is not None:
+            r_row, r_local, block_order = self._pairs
+            device = self.p.device
+            self.seg_rows = to_device(r_row.index_select(0, block_order), device)
+            self.seg_cols = to_device((r_local // SEGMENT).index_select(0, block_order), device)
+            self._pairs = None
+
     def without_relevant(self, seg_max: Tensor, b: int) -> Tensor:
         """Segment maxima of block ``b``, -inf where a segment holds a relevant item."""
         lo, hi = int(self.seg_bounds[b]), int(self.seg_bounds[b + 1])
         if hi == lo:
             return seg_max
+        self._segments()
         masked = seg_max.clone()
         masked[self.seg_rows[lo:hi], self.seg_cols[lo:hi]] = self.p.neg_inf
         return masked
@@ -167,6 +177,7 @@ class RowThresholds:
                 setattr(self, name, value.index_select(0, at))
         self.pending = [maxima.index_select(0, at) for maxima in self.pending]
         if self.depth is not None:
+            self._segments()
             self.seg_rows, self.seg_bounds, self.seg_cols = renumbered(
                 new_row, self.seg_rows, self.seg_bounds, self.seg_cols
             )
