@@ -27,7 +27,9 @@ from retrieval_metrics.functional.ranking import rank_lists
 ir_measures = pytest.importorskip("ir_measures")
 
 CUTOFFS = (1, 3, 5, 10, 20)
-CUT = ["nDCG@{k}", "nDCG(judged_only=True)@{k}", "nDCG(dcg=exp-log2)@{k}", "P@{k}",
+# nDCG(dcg='exp-log2') as ir_measures writes it (str() of the measure), and unquoted
+CUT = ["nDCG@{k}", "nDCG(judged_only=True)@{k}", "nDCG(dcg='exp-log2')@{k}",
+       "nDCG(dcg=exp-log2)@{k}", "P@{k}",
        "P(rel=2)@{k}", "P(judged_only=True)@{k}", "R@{k}", "R(rel=3)@{k}",
        "R(judged_only=True)@{k}", "RR@{k}", "RR(rel=2)@{k}", "AP@{k}", "AP(rel=2)@{k}",
        "AP(judged_only=True)@{k}", "Success@{k}", "Success(rel=2)@{k}",
@@ -183,7 +185,7 @@ def test_provider_of_names_the_provider_ir_measures_runs():
     seen = 0
     for base, params, cut in itertools.product(
         sorted(IR_MEASURES), ["", "(rel=2)", "(judged_only=True)", "(p=0.5)", "(p=0.5,rel=2)",
-         "(dcg=exp-log2)"],
+         "(dcg=exp-log2)", "(dcg='exp-log2')", '(dcg="exp-log2")'],
         ["", "@5"],
     ):
         name = base + params + cut
@@ -202,3 +204,14 @@ def test_provider_of_names_the_provider_ir_measures_runs():
             with pytest.raises(ValueError, match=re.escape("has no provider")):
                 provider_of(name)
     assert seen > 50
+
+
+def test_a_quoted_value_is_the_measure_ir_measures_writes():
+    """ir_measures writes a string parameter quoted: its own str() of the gdeval nDCG is read
+    as the same measure as the unquoted spelling, under the name as given."""
+    written = str(ir_measures.nDCG(dcg="exp-log2") @ 5)
+    assert written == "nDCG(dcg='exp-log2')@5"
+    quoted, plain = parse_metric(written), parse_metric("nDCG(dcg=exp-log2)@5")
+    assert quoted.name == written
+    assert (quoted.base, quoted.k, quoted.options) == (plain.base, plain.k, plain.options)
+    assert provider_of(written).name == provider_of("nDCG(dcg=exp-log2)@5").name == "gdeval"

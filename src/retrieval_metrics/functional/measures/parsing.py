@@ -315,17 +315,30 @@ def _name_options(
 
 _IR_EXAMPLES = ("nDCG@10", "P(rel=2)@5", "R@100", "RR@10", "AP", "Bpref", "Judged@10",
                 "ERR@20", "RBP(p=0.8)")
-_IR_NAME = re.compile(r"^(?P<name>[A-Za-z]+)(\((?P<params>[^()]*)\))?(@(?P<k>\d+))?$")
+#: an ir_measures measure string: ``Name``, ``Name(params)``, with ``@k`` or without
+IR_NAME = re.compile(r"^(?P<name>[A-Za-z]+)(\((?P<params>[^()]*)\))?(@(?P<k>\d+))?$")
+_QUOTED_VALUE = re.compile(r"""=\s*(['"])([^'"]*)\1""")
 # ir_measures' option spellings
 _IR_KEYS = {"rel": "rel", "judged_only": "judged_only", "p": "p", "dcg": "gain"}
 _IR_DCG = {"log2": "linear", "exp-log2": "exponential"}
+
+
+def ir_params(params: str) -> str:
+    """The parameters of an ir_measures string with their values unquoted: ir_measures writes a
+    string value in quotes (``str(nDCG(dcg="exp-log2")@5)`` is ``nDCG(dcg='exp-log2')@5``), and
+    both spellings are one measure.
+
+    >>> ir_params("dcg='exp-log2'"), ir_params('dcg="log2"'), ir_params("rel=2")
+    ('dcg=exp-log2', 'dcg=log2', 'rel=2')
+    """
+    return _QUOTED_VALUE.sub(r"=\2", params)
 
 
 def _ir_suggestion(name: str) -> str | None:
     """The ir_measures string near ``name`` where ``name`` is written as ir_measures writes
     its strings (a capital letter in its name): spaces dropped, a misspelt name corrected."""
     text = re.sub(r"\s+", "", name)
-    match = _IR_NAME.match(text)
+    match = IR_NAME.match(text)
     if match is None or match.group("name").islower():
         return None
     written = match.group("name")
@@ -345,13 +358,14 @@ def _ir_suggestion(name: str) -> str | None:
 
 def _ir_measures_spec(text: str) -> MetricSpec | None:
     """``text`` read as an ir_measures name (case as written), or None if it is not one."""
-    match = _IR_NAME.match(text)
+    match = IR_NAME.match(text)
     if match is None or match.group("name") not in IR_MEASURES:
         return None
     base, implied = IR_MEASURES[match.group("name")]
     measure = MEASURES[base]
     params = match.group("params")
     if params is not None:
+        params = ir_params(params)
         # ir_measures' dcg=log2|exp-log2 is our gain=linear|exponential
         for spelled, gain in _IR_DCG.items():
             params = params.replace(f"dcg={spelled}", f"dcg={gain}")

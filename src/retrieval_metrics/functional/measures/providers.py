@@ -19,10 +19,10 @@ pipeline. Each provider ranks a scored run its own way:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from retrieval_metrics.functional.measures.names import IR_MEASURES
+from retrieval_metrics.functional.measures.parsing import IR_NAME, ir_params
 
 __all__ = ["IR_PROVIDERS", "Provider", "provider_of"]
 
@@ -66,7 +66,6 @@ IR_PROVIDERS: dict[str, Provider] = {
 }
 """The providers of the ir_measures strings the library accepts, by name."""
 
-_IR_NAME = re.compile(r"^(?P<name>[A-Za-z]+)(\((?P<params>[^()]*)\))?(@(?P<k>\d+))?$")
 
 
 def provider_of(name: str) -> Provider:
@@ -78,11 +77,11 @@ def provider_of(name: str) -> Provider:
     >>> provider_of("RBP(p=0.8)").name, provider_of("RBP(p=0.8,rel=2)").name
     ('trectools', 'cwl_eval')
     """
-    match = _IR_NAME.match(name.strip())
+    match = IR_NAME.match(name.strip())
     if match is None or match.group("name") not in IR_MEASURES:
         raise ValueError(f"{name!r} is not an ir_measures measure string")
     base, k = match.group("name"), match.group("k")
-    params = (match.group("params") or "").replace(" ", "")
+    params = ir_params(match.group("params") or "").replace(" ", "")
     keys = {part.partition("=")[0] for part in params.split(",") if part}
     if _no_provider(base, k is not None, keys, params):
         raise ValueError(
