@@ -110,9 +110,13 @@ class BiEncoder(L.LightningModule):
         self._encode(self.val_metrics, batch, dataloader_idx)
 
     def on_validation_epoch_end(self):
-        # compute() syncs every process's queries and corpus; sync_dist=True only tells
-        # Lightning the values are the same on every process
-        self.log_dict(self.val_metrics.compute(), sync_dist=True)
+        # Lightning's sanity check runs two batches of each dataloader: a partial corpus, whose
+        # ranking would warn that most judged documents are missing from it. Its steps have run
+        # (a mistake in them shows before training); the value waits for a whole validation.
+        if not self.trainer.sanity_checking:
+            # compute() syncs every process's queries and corpus; sync_dist=True only tells
+            # Lightning the values are the same on every process
+            self.log_dict(self.val_metrics.compute(), sync_dist=True)
         self.val_metrics.reset()
 
     def test_step(self, batch, batch_idx, dataloader_idx=0):

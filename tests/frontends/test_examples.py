@@ -12,7 +12,8 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def run(name: str, tmp_path: Path, *args: str) -> str:
+def run(name: str, tmp_path: Path, *args: str, stderr: list[str] | None = None) -> str:
+    """The example's standard output (its standard error appended to ``stderr`` where given)."""
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
@@ -21,6 +22,8 @@ def run(name: str, tmp_path: Path, *args: str) -> str:
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return proc.stdout
 
 
@@ -50,3 +53,13 @@ def test_bi_encoder_on_two_ddp_processes_logs_the_one_process_value(tmp_path):
     assert "'test/ndcg@10'" in out and "'selection/epoch'" in out
     # the checkpoints went to a temporary folder: nothing written in the working directory
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(300)
+def test_bi_encoder_in_one_process_does_not_score_the_sanity_check(tmp_path):
+    """Lightning's sanity check feeds two batches of the corpus: the example scores no such
+    partial corpus, so no warning says that judged documents are missing from it."""
+    errors: list[str] = []
+    out = run("bi_encoder.py", tmp_path, "--epochs", "1", stderr=errors)
+    assert "selected epoch" in out
+    assert "not in the corpus" not in errors[0], errors[0][-2000:]
