@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -238,13 +239,67 @@ def test_each_forced_pass_equals_the_reference(args, symmetric):
     assert_same_table(engine, expected)
 
 
+@contextmanager
+def heaps(kept: bool | None) -> Iterator[None]:
+    """Within it the rows' thresholds rise to the depth by heaps always (True), never (False:
+    every item above the lowest relevant score counted), or as their cost decides (None)."""
+    if kept is None:
+        yield
+        return
+    cost = 0 if kept else float("inf")
+    with mock.patch.object(counting, "HEAP_PUSH_COST", cost):
+        yield
+
+
 @SETTINGS
-@given(problems(), st.integers(1, 6), st.booleans())
-def test_with_a_depth_the_listed_items_are_the_references_first(args, depth, cover):
+@given(problems(), st.integers(1, 6), st.booleans(), st.sampled_from([True, False, None]))
+def test_with_a_depth_the_listed_items_are_the_references_first(args, depth, cover, kept):
+    """With or without the heaps that raise each row's threshold to its depth: the listed
+    items are the reference's first ones."""
     query, gallery, rest = split(args)
     expected = rank_embeddings_by_full_sort(query, gallery, **rest)
-    engine = rank_embeddings(query, gallery, depth=depth, cover_relevant=cover, **rest)
+    with heaps(kept):
+        engine = rank_embeddings(query, gallery, depth=depth, cover_relevant=cover, **rest)
     assert_prefix(engine, expected, depth, cover)
+
+
+def threshold_depths(run: Any) -> tuple[Any, list[int | None]]:
+    """``run()``, and the depth each query block's thresholds rose to in it."""
+    seen: list[int | None] = []
+    original = counting.QueryBlock.start_counting
+
+    def start(self: counting.QueryBlock) -> None:
+        seen.append(self.threshold_depth)
+        original(self)
+
+    with mock.patch.object(counting.QueryBlock, "start_counting", start):
+        result = run()
+    return result, seen
+
+
+def test_a_deep_cut_off_on_a_weak_model_counts_every_item_instead_of_keeping_heaps():
+    """recall@1000 over 4,000 random embeddings in classes of about 40: a heap of each row's
+    1,000 best scores is fed by most items (14x the whole count); the rows count every item
+    above their lowest relevant score instead, and list the same items. At depth 10 over
+    16,000 items in classes of about 160 (each row counting its 10 best relevant scores), the
+    heaps cost a fraction of the whole count and are kept."""
+    if kernels._count is None:
+        pytest.skip("the compiled count is not built")
+    gen = torch.Generator().manual_seed(0)
+    for n, classes, depth, kept in ((4000, 100, 1000, False), (16000, 100, 10, True)):
+        x = torch.randn(n, 16, generator=gen)
+        lab = torch.randint(0, classes, (n,), generator=gen)
+        queries = slice(0, 600)
+        kwargs: dict[str, Any] = dict(query_labels=lab[queries], gallery_labels=lab, depth=depth)
+        tables = {}
+        for forced in (None, not kept):
+            with heaps(forced):
+                tables[forced], depths = threshold_depths(
+                    partial(rank_embeddings, x[queries], x, **kwargs)
+                )
+            assert set(depths) == ({depth} if (forced is None) == kept else {None}), depths
+        for name in ("ptr", "above", "tied"):
+            assert torch.equal(getattr(tables[None], name), getattr(tables[not kept], name))
 
 
 # ------------------------------------------------------------------------------- hand cases

@@ -12,6 +12,7 @@ tie key puts first (``tie_keys``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -21,6 +22,7 @@ from retrieval_metrics.functional.csr import csr_rows
 from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.engine.direction import Pass
 from retrieval_metrics.functional.ranking.engine.kernels import (
+    COMPILED_MAX_RELEVANT,
     SEGMENT,
     above_arrays,
     by_block,
@@ -53,6 +55,11 @@ DENSE_OVERHEAD = 8
 #: A row's relevant scores below its depth-th best are left out of the counting
 #: (QueryBlock._top_relevant) where that leaves at most 1/this of the block's width.
 TOP_RELEVANT_GAIN = 2
+#: The cost of a push into a row's heap of its best scores (QueryBlock._threshold_depth), in
+#: units of a counted item's cost (_count.c's SPARSE_COST): 75 ns against 0.3 ns on an AMD
+#: EPYC, where depths 100 to 1,000 over a weak model's 4,000 items cost 2x to 9x the whole
+#: count and depth 10 over 16,000 items in classes of 160 a third of it.
+HEAP_PUSH_COST = 250
 #: Finished rows are dropped from a query block's products (QueryBlock.drop_finished) once
 #: there are this many: a product's shortest block of rows (plan.PRODUCT_ROWS).
 DROP_AT_LEAST = 8
@@ -111,8 +118,11 @@ class QueryBlock:
             None if p.tie_key is None
             else TieKeyCounts(p, tuple(self.rel_scores.shape), self.r_flat, r_gal)
         )
+        #: the depth the rows' thresholds rise to (see _threshold_depth)
+        self.threshold_depth = self._threshold_depth()
         self.thresholds = RowThresholds(
-            p, self.r_row, self.r_local, self.block_order, self.block_bounds
+            p, self.r_row, self.r_local, self.block_order, self.block_bounds,
+            self.threshold_depth,
         )
         self.went_dense = False
         # each row's number of relevant scores counted, where not all (see _top_relevant)
@@ -138,9 +148,7 @@ class QueryBlock:
         items' count of finite relevant scores, so where the counts allow the compiled pass,
         :meth:`start_counting` takes it."""
         p = self.p
-        if p.options.depth is None:
-            return False
-        if p.counter.whole_blocks:
+        if self.threshold_depth is None:
             return False
         # (rows that count their depth best relevant scores only, _top_relevant, are mostly
         # that short: where ties at the cut make them longer, no seeds is as exact)
@@ -262,7 +270,7 @@ class QueryBlock:
         # (from a heap of each row's best scores): no segment maxima, no candidates. Not where
         # finished rows leave the ranking (``pruning``), whose thresholds rise from the counts.
         self.above_only = self.compiled and not self.pruning
-        if self.above_only and p.options.depth is not None:
+        if self.above_only and self.threshold_depth is not None:
             self.heap = self.thresholds.heap()
         # per row, its relevant scores (ascending) that depth counted items beat already: no
         # longer counted (see RowThresholds.raise_by_counts)
@@ -271,6 +279,40 @@ class QueryBlock:
         )
         self.hist_lt = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
         self.hist_le = torch.zeros(nb * self.width, dtype=torch.int64, device=device)
+
+    def _threshold_depth(self) -> int | None:
+        """The depth the rows' thresholds rise to; None: they stay at each row's lowest
+        relevant score, and every item above it is counted (the ranking's depth still lists
+        its items: ``Direction.table``, as where every block is counted whole).
+
+        Rising to a depth d keeps a heap of each row's d best scores, which a weak model
+        (nearly every item a new best early on, about d (1 + ln(n / d)) pushes in a row of n
+        items) feeds at HEAP_PUSH_COST a push, where counting an item costs about 1 + f / 4
+        (f relevant scores; see _count.c): at depth 1,000 over 4,000 items in classes of 40,
+        14x the whole count. A block whose pushes would cost more than counting every item of
+        its rows counts them all: the same counts. Not where rows leave the ranking once
+        finished (``pruning``: their products are saved), nor where a backend counts whole
+        blocks (no thresholds at all)."""
+        p = self.p
+        options = p.options
+        depth = options.depth
+        if depth is None or p.counter.whole_blocks:
+            return None
+        if not options.locate_first or self.nb == 0:
+            return depth
+        if not compiled_for(p.dtype, self.r_counts[:0]):
+            return depth  # (without the compiled count, the whole count is torch's: slower)
+        most = int(self.r_counts.max())
+        width = max(depth, most) if options.cover_relevant else depth
+        # (a huge class counts its depth best relevant scores only: _top_relevant)
+        counted = depth if self.may_keep_top() and most >= TOP_RELEVANT_GAIN * depth else most
+        if counted > COMPILED_MAX_RELEVANT:
+            # rows this long rise to a depth by segment maxima, not by the compiled heaps, and
+            # are counted whole by the compiled sort of each row: about as fast
+            return None
+        n = max(p.num_g, 1)
+        pushes = width * (1 + math.log(max(n / width, 1.0)))
+        return depth if pushes * HEAP_PUSH_COST < n * (1 + counted / 4) else None
 
     def may_keep_top(self) -> bool:
         """Whether the rows may count only their best relevant scores (:meth:`_top_relevant`):

@@ -34,12 +34,14 @@ class RowThresholds:
     """
 
     def __init__(
-        self, p: Pass, r_row: Tensor, r_local: Tensor, block_order: Tensor, block_bounds: Tensor
+        self, p: Pass, r_row: Tensor, r_local: Tensor, block_order: Tensor, block_bounds: Tensor,
+        depth: int | None,
     ) -> None:
         self.p = p
-        # A backend that counts every item of every block (``Counter.whole_blocks``) never
-        # raises a threshold: nothing to prepare for it, nothing to read back.
-        self.depth = None if p.counter.whole_blocks else p.options.depth
+        # None: the thresholds never rise (a backend that counts every item of every block,
+        # or a depth whose heaps would cost more than the counts: QueryBlock._threshold_depth);
+        # nothing to prepare for it, nothing to read back
+        self.depth = depth
         self.locate_first = p.options.locate_first
         self.pending: list[Tensor] = []
         self.raising = False
