@@ -33,6 +33,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     stands,
 )
 from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.reference import ReferenceEngine
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.ranking.row_norms import reciprocal_norms, unit_divisor
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -246,8 +247,8 @@ def test_a_gallery_in_batches_ranks_as_the_joined_gallery(args, sizes, by_label,
 
 
 def test_blocks_are_read_from_the_batches_not_a_joined_copy():
-    """Cosine and dot over batches never join them; euclidean (an extra column) and a gallery
-    gathered into label order do, and give the same table."""
+    """Cosine and dot over batches never join them, labelled or not; euclidean (an extra
+    column) does, and gives the same table."""
     g = torch.randn(500, 6)
     q = torch.randn(40, 6)
     batches = cut(g, [130, 0, 200, 64])
@@ -495,3 +496,39 @@ def test_a_file_read_in_order_asks_for_its_next_rows_ahead(tmp_path):
     recording.asked.clear()
     list(mapped.chunks(800, 1000))
     assert recording.asked == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_a_labelled_gallery_in_batches_is_read_as_held_not_gathered_into_label_order(
+    dtype, similarity
+):
+    """Labels in any order: the ranking reads the gallery's batches as they are held. Ordered
+    by label it gathered a copy of the whole gallery (float32: twice the states of half
+    precision, beyond the memory bound). The values are the reference engine's."""
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(900, 8, generator=gen).to(dtype)
+    labels = torch.randint(0, 150, (900,), generator=gen)
+    q = torch.randn(60, 8, generator=gen).to(dtype)
+    names = ["hit_rate@1", "recall@10", "map@r", "mrr"]
+
+    def metric(**kwargs):
+        m = rm.RetrievalMetrics(names, similarity=similarity, memory_budget=2**20, **kwargs)
+        m.update(q, labels[:60], role="query")
+        for part in torch.tensor_split(torch.arange(900), 7):
+            m.update(g[part], labels[part], role="gallery")
+        return m
+
+    real = RowBatches.index_select
+
+    def gathered(self, dim, index):
+        assert index.numel() < 450, "the gallery was gathered whole"
+        return real(self, dim, index)
+
+    ours = metric()
+    with mock.patch.object(RowBatches, "joined", side_effect=AssertionError("joined")), \
+            mock.patch.object(RowBatches, "index_select", gathered):
+        values = ours.compute()
+    expected = metric(engine=ReferenceEngine()).compute()
+    for name in names:
+        assert float(values[name]) == pytest.approx(float(expected[name]), abs=1e-6), name

@@ -14,6 +14,7 @@ from torch import Tensor
 from retrieval_metrics.functional.csr import row_of_entries
 from retrieval_metrics.functional.primitives import is_identity, repeat, to_device, to_host
 from retrieval_metrics.functional.ranking.engine.counters import Counter, choose_counter
+from retrieval_metrics.functional.ranking.engine.similarity import may_read_in_blocks
 from retrieval_metrics.functional.ranking.relevance import Relevance
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -155,9 +156,14 @@ class Direction:
             order = _by_count_then_key(rel_ptr.diff(), query_order_key)
             if not is_identity(order, num_g):
                 g_perm = order
-        elif gallery_order_key is not None and num_g:
+        elif gallery_order_key is not None and num_g and not (
+            num_g == inputs.gallery.shape[0]
+            and may_read_in_blocks(inputs.gallery, options.similarity, dtype)
+        ):
             # Counts do not depend on gallery order; grouping by label puts each query block's
-            # relevant items in one or two gallery blocks.
+            # relevant items in one or two gallery blocks. Not a gallery held in batches and
+            # read a block at a time as held: ordered, it would be copied whole (half
+            # precision upcast too), beyond the memory bound.
             g_perm = torch.sort(gallery_order_key.cpu(), stable=True).indices
             if is_identity(g_perm, num_g):
                 g_perm = None  # already grouped (e.g. captions listed by image): no copy

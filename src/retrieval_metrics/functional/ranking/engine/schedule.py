@@ -42,6 +42,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     prepare_query,
     score_dtype,
     stands,
+    warn_sign_code_blocks,
 )
 from retrieval_metrics.functional.ranking.engine.tensor_cores import (
     HalfProducts,
@@ -227,6 +228,9 @@ def _ranked(
             # norms known now (every process of an exchange reads the same gallery, so all of
             # them do)
             return _ranked(inputs, options, mode, external=external, exchange=exchange)
+        if g_blocks is not None and options.similarity == "cosine":
+            assert isinstance(gallery, RowBatches)
+            warn_sign_code_blocks(query, gallery)
         if exchange is not None:
             combine_outputs(side.outputs, exchange)
     return side

@@ -54,6 +54,27 @@ def _sign_codes(x: Tensor) -> bool:
     return bool((x.abs() == 1).all())
 
 
+def warn_sign_code_blocks(query: Tensor, gallery: RowBatches) -> None:
+    """:func:`prepare`'s warning on sign codes under cosine (:data:`BINARY_COSINE`), for a
+    gallery read a block at a time, which :func:`prepare` never sees whole: said where the
+    queries are sign codes and so is every gallery row. The queries decide first (real
+    embeddings are not codes: one reduction), then the gallery's norms (known once a ranking
+    has read it), and its values are read only where every norm is a code's."""
+    if not _sign_codes(query):
+        return
+    width = gallery.shape[1]
+    squares = gallery.row_norms().square()
+    if not bool(((squares - width).abs() <= 1e-3 * width).all()):
+        return
+    raw = RowBatches(gallery.sources())
+    step = 4096
+    buffer = torch.empty(min(step, len(raw)), width, dtype=raw.dtype, device=raw.device)
+    for start in range(0, len(raw), step):
+        if not _sign_codes(raw.rows(start, min(start + step, len(raw)), buffer)):
+            return
+    warnings.warn(BINARY_COSINE, stacklevel=4)
+
+
 def warn_zero_rows(count: int, side: str) -> None:
     """A zero vector has no direction: under cosine it scores 0 against everything. Said by
     name, once per ranking side, where the rows were found anyway (no scan of its own)."""
@@ -101,6 +122,17 @@ def _unit_rows(x: Tensor, in_place: bool = False, side: str = "query") -> Tensor
     return out
 
 
+def may_read_in_blocks(gallery: Tensor | RowBatches, similarity: str, dtype: torch.dtype) -> bool:
+    """Whether :func:`gallery_in_blocks` may read ``gallery`` a block at a time, as held, where
+    every item is kept: a gallery held in batches, read in the scoring dtype, scored by dot
+    product or cosine. Where it may, the ranking keeps the order the rows are held in (no
+    order by label, ``Direction.make``): another order would be a copy of the gallery."""
+    return (
+        isinstance(gallery, RowBatches) and gallery.dtype == dtype
+        and similarity in ("dot", "cosine")
+    )
+
+
 def gallery_in_blocks(
     gallery: Tensor | RowBatches,
     similarity: str,
@@ -119,14 +151,13 @@ def gallery_in_blocks(
     then calls :func:`stands` once it has read the blocks it reads. (Batches in a device's
     memory keep the pass: a device's reduction may give a row another norm in another
     company, ``RowBatches.norms_as_read``.)"""
-    if not isinstance(gallery, RowBatches) or gallery_rows is not None or gallery.dtype != dtype:
+    if gallery_rows is not None or not may_read_in_blocks(gallery, similarity, dtype):
         return None
+    assert isinstance(gallery, RowBatches)
     if similarity == "dot":
         if gallery.checked or not gallery.held_on_host:
             return gallery
         return gallery.norms_as_read(unit=False)
-    if similarity != "cosine":
-        return None
     if not gallery.knows_norms() and gallery.held_on_host:
         return gallery.norms_as_read(unit=True)
     norm = gallery.row_norms()
