@@ -27,7 +27,9 @@ class RowThresholds:
 
     ``r_row`` and ``r_local``: each relevant pair's row and place in its gallery block, to mask
     relevant items from the segment maxima; ``block_order`` and ``block_bounds``: the pairs by
-    gallery block (:func:`~retrieval_metrics.functional.ranking.engine.kernels.by_block`).
+    gallery block (:func:`~retrieval_metrics.functional.ranking.engine.kernels.by_block`);
+    ``depth``: the depth the thresholds rise to, None where they stay at each row's lowest
+    relevant score (``QueryBlock._threshold_depth``).
     :meth:`start` once the relevant scores are read; then :meth:`seed` and
     :meth:`raise_from_maxima` with each gallery block's segment maxima, :meth:`raise_by_counts`
     with the histograms.
