@@ -118,6 +118,8 @@ class QueryBlock:
             None if p.tie_key is None
             else TieKeyCounts(p, tuple(self.rel_scores.shape), self.r_flat, r_gal)
         )
+        #: whether the rows count only their best relevant scores (see _keeps_top)
+        self.keeps_top = self._keeps_top()
         #: the depth the rows' thresholds rise to (see _threshold_depth)
         self.threshold_depth = self._threshold_depth()
         self.thresholds = RowThresholds(
@@ -152,7 +154,7 @@ class QueryBlock:
             return False
         # (rows that count their depth best relevant scores only, _top_relevant, are mostly
         # that short: where ties at the cut make them longer, no seeds is as exact)
-        counts = self.r_counts.clamp_max(p.options.depth) if self.may_keep_top() else self.r_counts
+        counts = self.r_counts.clamp_max(p.options.depth) if self.keeps_top else self.r_counts
         return self.pruning or not compiled_for(p.dtype, counts)
 
     def folds_column_factor(self) -> bool:
@@ -305,7 +307,7 @@ class QueryBlock:
         most = int(self.r_counts.max())
         width = max(depth, most) if options.cover_relevant else depth
         # (a huge class counts its depth best relevant scores only: _top_relevant)
-        counted = depth if self.may_keep_top() and most >= TOP_RELEVANT_GAIN * depth else most
+        counted = depth if self.keeps_top else most
         if counted > COMPILED_MAX_RELEVANT:
             # rows this long rise to a depth by segment maxima, not by the compiled heaps, and
             # are counted whole by the compiled sort of each row: about as fast
@@ -314,14 +316,17 @@ class QueryBlock:
         pushes = width * (1 + math.log(max(n / width, 1.0)))
         return depth if pushes * HEAP_PUSH_COST < n * (1 + counted / 4) else None
 
-    def may_keep_top(self) -> bool:
-        """Whether the rows may count only their best relevant scores (:meth:`_top_relevant`):
-        a ranking stopped at a depth that need not cover every relevant item, counted block by
-        block on the CPU, without ties ordered by key or given scores."""
+    def _keeps_top(self) -> bool:
+        """Whether the rows count only their best relevant scores (:meth:`_top_relevant`): a
+        ranking stopped at a depth that need not cover every relevant item, counted block by
+        block on the CPU, without ties ordered by key or given scores, whose widest row holds
+        at least TOP_RELEVANT_GAIN times the depth (ties at the cut may still keep them all)."""
         p = self.p
+        depth = p.options.depth
         return (
-            p.options.depth is not None and not p.options.cover_relevant and self.ties is None
-            and p.ext_scores is None and not p.counter.whole_blocks
+            depth is not None and not p.options.cover_relevant and self.ties is None
+            and p.ext_scores is None and not p.counter.whole_blocks and self.nb > 0
+            and int(self.r_counts.max()) >= TOP_RELEVANT_GAIN * depth
         )
 
     def _top_relevant(self) -> tuple[Tensor, Tensor, Tensor] | None:
@@ -337,11 +342,12 @@ class QueryBlock:
         rows little longer than the depth, or ties at the cut that keep most of them); and
         where a backend counts every block whole (an accelerator's), to which the kept width
         would be one more read on the host a block."""
+        if not self.keeps_top:
+            return None
         depth = self.p.options.depth
+        assert depth is not None
         rel = self.rel_scores
         width = rel.shape[1]
-        if depth is None or not self.may_keep_top() or width < TOP_RELEVANT_GAIN * depth:
-            return None
         padding = rel == float("inf")
         # -inf scores above the padding (still kept where the cut falls among them: keeping
         # more than needed is exact too); the values kept are read from rel itself
