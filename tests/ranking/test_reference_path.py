@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -263,18 +262,18 @@ def test_with_a_depth_the_listed_items_are_the_references_first(args, depth, cov
     assert_prefix(engine, expected, depth, cover)
 
 
-def threshold_depths(run: Any) -> tuple[Any, list[int | None]]:
-    """``run()``, and the depth each query block's thresholds rose to in it."""
-    seen: list[int | None] = []
+@contextmanager
+def query_blocks(read: Any) -> Iterator[list[Any]]:
+    """``read(block)`` of every query block once it has started counting."""
+    seen: list[Any] = []
     original = counting.QueryBlock.start_counting
 
     def start(self: counting.QueryBlock) -> None:
-        seen.append(self.threshold_depth)
         original(self)
+        seen.append(read(self))
 
     with mock.patch.object(counting.QueryBlock, "start_counting", start):
-        result = run()
-    return result, seen
+        yield seen
 
 
 def test_a_deep_cut_off_on_a_weak_model_counts_every_item_instead_of_keeping_heaps():
@@ -293,10 +292,8 @@ def test_a_deep_cut_off_on_a_weak_model_counts_every_item_instead_of_keeping_hea
         kwargs: dict[str, Any] = dict(query_labels=lab[queries], gallery_labels=lab, depth=depth)
         tables = {}
         for forced in (None, not kept):
-            with heaps(forced):
-                tables[forced], depths = threshold_depths(
-                    partial(rank_embeddings, x[queries], x, **kwargs)
-                )
+            with heaps(forced), query_blocks(lambda qb: qb.threshold_depth) as depths:
+                tables[forced] = rank_embeddings(x[queries], x, **kwargs)
             assert set(depths) == ({depth} if (forced is None) == kept else {None}), depths
         for name in ("ptr", "above", "tied"):
             assert torch.equal(getattr(tables[None], name), getattr(tables[not kept], name))
@@ -653,20 +650,6 @@ def test_relevant_scores_gathered_from_many_blocks_are_their_blocks_scores(seed,
     assert_same_table(engine, rank_embeddings_by_full_sort(query, gallery, **rest))
 
 
-@contextmanager
-def counted_widths() -> Iterator[list[int]]:
-    """The width of every query block's counted relevant scores (``rel_sorted``)."""
-    widths: list[int] = []
-    original = counting.QueryBlock.start_counting
-
-    def start(self: counting.QueryBlock) -> None:
-        original(self)
-        widths.append(self.rel_sorted.shape[1])
-
-    with mock.patch.object(counting.QueryBlock, "start_counting", start):
-        yield widths
-
-
 @settings(max_examples=12, deadline=None)
 @given(
     st.integers(0, 2**32 - 1),
@@ -700,7 +683,8 @@ def test_a_huge_class_counts_its_best_relevant_scores_only(seed, kind, depth, lo
     q = gallery if query is None else query
     g = None if query is None else gallery
     expected = rank_embeddings_by_full_sort(q, g, **kwargs)
-    with counted_widths() as widths:
+    # the width of each query block's counted relevant scores
+    with query_blocks(lambda qb: qb.rel_sorted.shape[1]) as widths:
         engine = rank_embeddings(q, g, depth=depth, locate_first=locate_first, **kwargs)
     if locate_first:
         assert_prefix(engine, expected, depth, cover=False)
