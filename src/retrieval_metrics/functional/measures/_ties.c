@@ -67,6 +67,20 @@ static int vectors_of_one_length(const Py_buffer *views, int count, int double_a
     return 1;
 }
 
+/* The sums' buffers (int64 inputs, the float64 output at 5, int64 after it; `taken` of
+ * `count` taken by take_buffers): their one length, or -1 with a Python error set, `what`
+ * naming them where they are not such vectors. */
+static Py_ssize_t sum_vectors_length(const Py_buffer *views, int taken, int count,
+                                     const char *what) {
+    if (taken < count) return -1;
+    Py_ssize_t n = views[0].shape[0];
+    if (!vectors_of_one_length(views, count, 5, n)) {
+        PyErr_SetString(PyExc_ValueError, what);
+        return -1;
+    }
+    return n;
+}
+
 #define NUM_BUFFERS 11
 
 static PyObject *binary_groups(PyObject *self, PyObject *args) {
@@ -174,14 +188,10 @@ static PyObject *precision_sums(PyObject *self, PyObject *args) {
     Py_buffer views[NUM_SUM_BUFFERS];
     PyObject *result = NULL;
     int taken = take_buffers(objs, views, NUM_SUM_BUFFERS, 5);
-    if (taken < NUM_SUM_BUFFERS) goto finally;
-    Py_ssize_t n = views[0].shape[0];
-    if (!vectors_of_one_length(views, NUM_SUM_BUFFERS, 5, n)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "precision_sums: int64 above, size, relevant, before, cutoff and"
-                        " long_index, float64 out, all of one length");
-        goto finally;
-    }
+    Py_ssize_t n = sum_vectors_length(views, taken, NUM_SUM_BUFFERS,
+                                      "precision_sums: int64 above, size, relevant, before,"
+                                      " cutoff and long_index, float64 out, all of one length");
+    if (n < 0) goto finally;
     const int64_t *above = (const int64_t *)views[0].buf, *size = (const int64_t *)views[1].buf;
     const int64_t *relevant = (const int64_t *)views[2].buf;
     const int64_t *before = (const int64_t *)views[3].buf;
@@ -245,14 +255,10 @@ static PyObject *reciprocal_sums(PyObject *self, PyObject *args) {
     Py_buffer views[NUM_RECIPROCAL_BUFFERS];
     PyObject *result = NULL;
     int taken = take_buffers(objs, views, NUM_RECIPROCAL_BUFFERS, 5);
-    if (taken < NUM_RECIPROCAL_BUFFERS) goto finally;
-    Py_ssize_t n = views[0].shape[0];
-    if (!vectors_of_one_length(views, NUM_RECIPROCAL_BUFFERS, 5, n)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "reciprocal_sums: int64 size, relevant, above, limit and terms, float64"
-                        " out, all of one length");
-        goto finally;
-    }
+    Py_ssize_t n = sum_vectors_length(views, taken, NUM_RECIPROCAL_BUFFERS,
+                                      "reciprocal_sums: int64 size, relevant, above, limit and"
+                                      " terms, float64 out, all of one length");
+    if (n < 0) goto finally;
     const int64_t *size = (const int64_t *)views[0].buf;
     const int64_t *relevant = (const int64_t *)views[1].buf;
     const int64_t *above = (const int64_t *)views[2].buf;
