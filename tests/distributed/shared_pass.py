@@ -1,8 +1,10 @@
-"""One process of test_shared_pass.py: ``python shared_pass.py RANK WORLD INIT_FILE OUT``.
+"""One process of test_shared_pass.py: ``python shared_pass.py RANK WORLD INIT [PART ...] OUT``.
 
 Every process holds the same items (as after the metric's state sync) and ranks them against
 themselves, through the metric class and through ``rank_embeddings(..., exchange=)``; it writes
-its tables, values and how many block products it computed.
+its tables, values and how many block products it computed. The PARTs name the rankings to
+run (default: all of them, in ``PARTS``): a test of one counting backend that only compares
+some of them (Triton's interpreter takes seconds a block) runs only those.
 """
 
 from __future__ import annotations
@@ -76,32 +78,30 @@ def counted(fn):
     return result, calls[0]
 
 
+PARTS = ("class", "depth", "full", "euclidean", "query_gallery", "sharded")
+
+
 def main() -> None:
-    rank, world, init_file, out = sys.argv[1:5]
+    rank, world, init_file, *parts, out = sys.argv[1:]
     rank, world = int(rank), int(world)
+    parts = parts or PARTS
+    unknown = set(parts) - set(PARTS)
+    assert not unknown, f"unknown parts {sorted(unknown)}; expected some of {PARTS}"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         emb, labels = data()
         result = {}
-        # the metric class: this rank's share of the updates, with ids
-        # (a class gives its ranking three quarters of its budget: the functional layer's BUDGET)
-        metric = rm.RetrievalMetrics(NAMES, memory_budget=BUDGET * 4 // 3)
-        idx = torch.arange(len(emb))[rank::world]
-        for chunk in idx.split(200):
-            metric.update(emb[chunk], labels[chunk], ids=chunk)
-        values, products = counted(metric.compute)
-        result["class"] = {
-            "values": {k: float(v) for k, v in values.items()},
-            "per_query": {k: v.tolist() for k, v in metric.per_query().items()},
-            "products": products,
-        }
+        if "class" in parts:
+            result["class"] = _class(emb, labels, rank, world)
         # the functional layer, every process holding every item
         for name, options in [
             ("depth", dict(depth=4, cover_relevant=True)),
             ("full", {}),
             ("euclidean", dict(similarity="euclidean")),  # no symmetric pass: query blocks shared
         ]:
+            if name not in parts:
+                continue
             exchange = DistributedExchange() if world > 1 else None
             table, products = counted(
                 lambda options=options, exchange=exchange: rank_embeddings(
@@ -113,6 +113,8 @@ def main() -> None:
         # its share of the queries, and the sharded gallery with each process its shard
         queries, gallery, q_labels, g_labels = query_gallery_data()
         for name, sharded in (("query_gallery", False), ("sharded", True)):
+            if name not in parts:
+                continue
             metric = rm.RetrievalMetrics(NAMES[:5], gallery_sharded=sharded)
             mine = torch.arange(len(queries))[rank::world]
             metric.update(queries[mine], q_labels[mine], ids=mine, role="query")
@@ -128,6 +130,22 @@ def main() -> None:
             json.dump(result, f)
     finally:
         dist.destroy_process_group()
+
+
+def _class(emb: torch.Tensor, labels: torch.Tensor, rank: int, world: int) -> dict:
+    """The metric class fed this rank's share of the updates, with ids; its values, per-query
+    values and block products."""
+    # (a class gives its ranking three quarters of its budget: the functional layer's BUDGET)
+    metric = rm.RetrievalMetrics(NAMES, memory_budget=BUDGET * 4 // 3)
+    idx = torch.arange(len(emb))[rank::world]
+    for chunk in idx.split(200):
+        metric.update(emb[chunk], labels[chunk], ids=chunk)
+    values, products = counted(metric.compute)
+    return {
+        "values": {k: float(v) for k, v in values.items()},
+        "per_query": {k: v.tolist() for k, v in metric.per_query().items()},
+        "products": products,
+    }
 
 
 if __name__ == "__main__":

@@ -40,9 +40,11 @@ def _with_backend(backend: str, monkeypatch, run):
 def test_shared_symmetric_pass_with_a_whole_block_backend(backend, tmp_path, monkeypatch):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
-    single = launch.run_workers(HERE / "shared_pass.py", [], 1, tmp_path / "one")[0]
+    parts = ["class", "full", "euclidean"]  # the ones compared (each exchange of the pass)
+    single = launch.run_workers(HERE / "shared_pass.py", parts, 1, tmp_path / "one")[0]
     runs = _with_backend(backend, monkeypatch, lambda: launch.run_workers(
-        HERE / "shared_pass.py", [], 2, tmp_path / "two"))
+        HERE / "shared_pass.py", parts, 2, tmp_path / "two"))
+    assert set(runs[0]) == set(parts)
     for rank, got in enumerate(runs):
         assert got["class"]["values"] == single["class"]["values"], rank
         assert got["class"]["per_query"] == single["class"]["per_query"], rank
