@@ -248,17 +248,31 @@ def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form, dtype):
     assert blocks[2] > blocks[0], blocks  # the largest is ranked in more blocks
 
 
+SHARDED_SIZES = (256, 1024, 4096)
+_TWO_PROCESSES: list[list[dict]] = []
+
+
+def _two_processes(tmp_path_factory) -> list[list[dict]]:
+    """Every rank's results of the two-process scenarios of this file (the sharded gallery's
+    syncs at each size, then the NaN on one rank), on one gloo group started once: starting
+    the processes costs more than the scenarios."""
+    if not _TWO_PROCESSES:
+        scenarios = [f"syncs:{n}" for n in SHARDED_SIZES] + ["nan"]
+        _TWO_PROCESSES.append(launch.run_workers(
+            DISTRIBUTED / "device_worker.py", [",".join(scenarios), "emulated"], 2,
+            tmp_path_factory.mktemp("two_processes"),
+        ))
+    return _TWO_PROCESSES[0]
+
+
 @pytest.mark.timeout(600)
-def test_host_syncs_of_a_sharded_gallery_do_not_grow(tmp_path):
+def test_host_syncs_of_a_sharded_gallery_do_not_grow(tmp_path_factory):
     """A gallery sharded over 2 processes (gallery_sharded=True; each rank ranks every query
     against its shard and the counts are summed), the states on the emulated device: every
     rank's compute() makes the same host syncs at 1x, 4x and 16x the queries and items, while
     the largest is ranked in more query blocks."""
-    sizes = (256, 1024, 4096)
-    runs = launch.run_workers(
-        DISTRIBUTED / "device_worker.py",
-        [",".join(f"syncs:{n}" for n in sizes), "emulated"], 2, tmp_path,
-    )
+    sizes = SHARDED_SIZES
+    runs = _two_processes(tmp_path_factory)
     for rank, payload in enumerate(runs):
         got = [payload[f"syncs:{n}"] for n in sizes]
         counts = [g["syncs"] for g in got]
@@ -434,14 +448,13 @@ def test_a_nan_given_on_a_device_is_refused_by_compute(where):
         metric.compute()  # (a batch refused at update leaves no scan behind)
 
 
-@pytest.mark.timeout(300)
-def test_a_nan_given_on_one_process_is_refused_on_every_process(tmp_path):
+@pytest.mark.timeout(600)
+def test_a_nan_given_on_one_process_is_refused_on_every_process(tmp_path_factory):
     """2 processes, the states on the emulated device (gloo reporting "nccl"), the last rank's
     second update holding a NaN: no update raises, and compute() refuses on both ranks, the
     scan's bit reduced with the state bits (a rank raising alone would leave the other waiting
     in its next collective)."""
-    runs = launch.run_workers(DISTRIBUTED / "device_worker.py", ["nan", "emulated"], 2, tmp_path)
-    for rank, payload in enumerate(runs):
+    for rank, payload in enumerate(_two_processes(tmp_path_factory)):
         for name, errors in payload["nan"].items():
             argument = "embeddings" if name == "same source" else "text_embeddings"
             assert len(errors) == 1 and errors[0].startswith("compute: "), (rank, name, errors)
