@@ -335,10 +335,8 @@ def test_the_counting_folds_cosines_factor_per_column(form, monkeypatch):
     folded: list[int] = []
     on_the_hosts = _counted_on_the_hosts(folded, pairs=False)
 
-    # (sizes and budgets where some block pairs are counted without their relevant scores
-    # read, each pass in several blocks: Triton's interpreter takes its time per score)
-    emb, labels = _data("cosine", n=400)
-    labels = labels * 8 + torch.arange(400) % 8  # (a few relevant items a query, not 65)
+    emb, labels = _data("cosine", n=1040)
+    labels = labels * 8 + torch.arange(1040) % 8  # (a few relevant items a query, not 65)
     half = emb.to(torch.bfloat16)
 
     def run(x: torch.Tensor, device: str) -> dict:
