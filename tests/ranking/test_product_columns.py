@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
     SEGMENT,
@@ -64,3 +65,37 @@ def test_blocks_are_whole_product_panels_where_the_budget_allows():
             block = square_block(num_g, 4, budget)
             if 4 * PRODUCT_COLUMNS**2 * 4 <= budget // 2:
                 assert block % PRODUCT_COLUMNS == 0, (num_g, budget, block)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("similarity", ["dot", "cosine", "euclidean"])
+@pytest.mark.parametrize("num_g", [10, 700])
+def test_a_narrow_gallery_takes_taller_query_blocks_with_the_same_ranks(
+    dtype, similarity, num_g, monkeypatch
+):
+    """A gallery narrower than the widest block leaves room for more queries a block (the same
+    score-block area: 9,000 queries in 2 blocks against 10 items, not 9 of 1,024 rows), and a
+    query's scores do not depend on how many rows its block has: the rank table (copies of
+    documents tied, integer embeddings full of ties) equals the one of 1,024-row blocks."""
+    g = torch.Generator().manual_seed(num_g)
+    num_q = 9000
+    docs = torch.randn(num_g, 16, generator=g, dtype=dtype)
+    docs[1::3] = docs[0]
+    queries = torch.randn(num_q, 16, generator=g, dtype=dtype)
+    queries[::2] = torch.randint(-2, 3, (num_q // 2, 16), generator=g).to(dtype)
+    labels_q, labels_g = torch.arange(num_q) % 4, torch.arange(num_g) % 4
+    layouts = []
+    choose = schedule.choose_layout
+    monkeypatch.setattr(schedule, "choose_layout",
+                        lambda *a, **k: layouts.append(choose(*a, **k)) or layouts[-1])
+
+    def ranked(block_size):
+        return rank_embeddings(queries, docs, query_labels=labels_q, gallery_labels=labels_g,
+                               similarity=similarity, block_size=block_size)
+
+    tall = ranked(None)
+    (layout,) = layouts
+    assert layout.block_q >= 2048 and layout.block_g < 2112, layout
+    narrow = ranked((1024, layout.block_g))
+    for field in ("ptr", "above", "tied", "num_relevant", "gallery_size"):
+        assert torch.equal(getattr(narrow, field), getattr(tall, field)), field

@@ -38,7 +38,8 @@ from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
 PRODUCT_COLUMNS = 192
 #: The largest blocks of the CPU's counting (``counters.CpuCounter``): (queries, gallery items)
 #: of the one-sided pass, and the square block of the symmetric pass. The CPU keeps a score
-#: block in its caches (2112 gallery items, up to 1024 queries); the symmetric pass also
+#: block in its caches (2112 gallery items, up to 1024 queries; a narrower gallery block takes
+#: as many times more queries, see :func:`block_sizes`); the symmetric pass also
 #: counts each block down its columns, a strided read that leaves the caches sooner: 1344
 #: (7 panels) measured best on 2 cores (a 20,000 x 128 set 0.45 s against 0.71 s at 2112 and
 #: 0.44 s at 960; SOP's 60,502 x 128 4.3 s against 5.1 s at 2112 and 5.5 s at 960, whose four
@@ -108,10 +109,18 @@ def block_sizes(
     """Query and gallery block sizes whose scratch fits in ``memory_budget`` and the counting
     backend's ``caps`` (the CPU's caches: :data:`CPU_BLOCK_CAPS`)."""
     # On the CPU a gallery block of 2112 keeps the score block in cache for typical query
-    # blocks; the query block is the largest power of two (up to the cap) whose scratch fits.
+    # blocks; the query block is the largest power of two (up to the cap's area of
+    # cap_q x cap_g scores) whose scratch fits.
     cap_q, cap_g, _ = caps
     block_g = min(cap_g, whole_blocks(num_g))
+    # A narrow gallery leaves the score block small: more query rows fill the same area (the
+    # cache's bound on the CPU), in as many times fewer blocks, each a fixed cost of Python
+    # steps (400,000 queries against 10 items: 391 blocks of 1,024 took 7x the product).
+    # A query's scores do not depend on its block's row count (a multiple of PRODUCT_ROWS:
+    # what the last, shorter block of every ranking relies on too).
     block_q = cap_q
+    while 2 * block_q * block_g <= cap_q * cap_g:
+        block_q *= 2
     while block_q > 8:
         # Score block (x2 for a cached relevant block and candidate copies), relevant scores,
         # two int64 histograms and the padded gallery block.
@@ -127,7 +136,7 @@ def block_sizes(
         # Whole panels (then segments) only: a gallery of 700 starts at 768.
         block_g = halved(block_g)
     # Thousands of relevant items per query: the per-pair scratch, counted in full, decides.
-    # (Only then: the query block sets how scores round, so ordinary data keeps its blocks.)
+    # (Only then: ordinary data keeps the cache's blocks.)
     while block_q > 1 and block_q * (max_relevant + 1) * _per_pair_bytes(elem) > memory_budget // 2:
         block_q //= 2
     if max_relevant > block_g // 4:
