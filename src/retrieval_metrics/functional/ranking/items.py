@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import is_identity, to_device, to_host
@@ -86,7 +87,10 @@ class Items:
                 return None
             if isinstance(index, slice):
                 return value[index]
-            return value[to_device(index, value.device)]
+            if index.dtype == torch.bool:
+                return value[to_device(index, value.device)]
+            # (index_select: advanced indexing copies rows several times slower)
+            return value.index_select(0, to_device(index, value.device))
 
         return Items(**{f.name: pick(getattr(self, f.name)) for f in fields(self)})
 
