@@ -173,3 +173,49 @@ def test_ranking_in_query_chunks_is_done_once_per_state(engine_calls):
     chunked.update(emb[:5], labels[:5])
     chunked.compute()
     assert engine_calls["rank"] > chunks  # new states are ranked again
+
+
+@pytest.mark.parametrize("form", ["same_source", "query_gallery", "scores"])
+def test_updates_of_a_loop_write_only_what_they_add(form, monkeypatch):
+    """An update of the kind the states hold already, with keys of the kinds they hold, writes
+    its rows and nothing else: not the ``form`` bits or the key kinds again, not the (empty)
+    ranking (each attribute write goes through torch's Module.__setattr__: a third of an update
+    of 8 rows was such writes). Counted by the writes, then checked that a later compute()
+    still sees the new rows and that a new kind of key is still recorded."""
+    import torch.nn
+
+    gen = torch.Generator().manual_seed(0)
+    metric = rm.RetrievalMetrics(["hit_rate@1", "mrr"])
+
+    def feed(i: int, ids=None) -> None:
+        if form == "scores":
+            metric.update(preds=torch.rand(8, generator=gen), target=torch.arange(8) % 2,
+                          indexes=torch.arange(8) // 4 + 2 * i)
+            return
+        emb, labels = torch.randn(8, 4, generator=gen), torch.arange(8) % 2
+        role = {} if form == "same_source" else {"role": "query" if i % 2 else "gallery"}
+        metric.update(emb, labels, ids=ids if ids is not None else torch.arange(8) + 8 * i,
+                      **role)
+
+    feed(0)
+    feed(1)
+    metric.compute()
+    queries_before = metric.per_query()["mrr"].numel()
+    written: list[str] = []
+    setattr_ = torch.nn.Module.__setattr__
+
+    def spy(self, name, value):
+        written.append(name)
+        setattr_(self, name, value)
+
+    monkeypatch.setattr(torch.nn.Module, "__setattr__", spy)
+    feed(2)  # after compute(): what it derived is forgotten
+    written.clear()
+    feed(3)
+    assert not {"form", "key_kinds", "_tables", "_chunk_parts", "_ranking"} & set(written), written
+    metric.compute()
+    assert metric.per_query()["mrr"].numel() > queries_before  # the new rows are ranked
+    if form != "scores":
+        written.clear()
+        feed(4, ids=[f"s{j}" for j in range(8)])  # string ids: a kind not held yet
+        assert "key_kinds" in written, written

@@ -352,8 +352,12 @@ class RetrievalMetricBase(Metric):
 
     def _forget_ranking(self) -> None:
         """The states changed: the ranking shared since the last change no longer holds."""
-        self._tables = None
-        self._chunk_parts = None
+        # (written only where something is held: every update() forgets twice, and each write
+        # goes through torch's Module.__setattr__, microseconds apiece)
+        if self.__dict__.get("_tables") is not None:
+            self._tables = None
+        if self.__dict__.get("_chunk_parts") is not None:
+            self._chunk_parts = None
 
     def _on_synced_states(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` with the states of every process (synced for the call unless they are)."""

@@ -11,7 +11,7 @@ a corpus is not kept twice once its table is made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Generic, TypeVar
 
 from torch import Tensor
@@ -53,6 +53,10 @@ class Ranking(Generic[F]):
     gallery: Side | None = None
     label_pairs: Tensor | None = None
     miss_table: RankTable | None = None
+
+    def empty(self) -> bool:
+        """Whether nothing is derived yet (every field as a new ranking starts)."""
+        return all(getattr(self, f.name) is None for f in fields(self))
 
     def side(self, name: str) -> Side | None:
         """Side ``name`` (``"q"`` or ``"g"``) as deduplicated in this ranking, None before."""

@@ -157,7 +157,9 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _forget_ranking(self) -> None:
         super()._forget_ranking()
-        self._ranking = Ranking()
+        held = self.__dict__.get("_ranking")
+        if held is None or not held.empty():
+            self._ranking = Ranking()
 
     # ------------------------------------------------------------------ inputs
 
@@ -318,6 +320,9 @@ class RetrievalMetric(RetrievalMetricBase):
     def _mark(self, kind: str) -> None:
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
         bits = self._form_bits()
+        if bits[kinds().index(kind)]:
+            self._form_of_bits(bits)  # (refused as before where the states mix kinds)
+            return  # marked by an earlier update: the state stays as it is
         bits[kinds().index(kind)] = 1
         self._form_of_bits(bits)
         # (written on the host and sent: setting one entry of a device tensor from a Python

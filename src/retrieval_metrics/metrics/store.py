@@ -74,6 +74,10 @@ class SideStore:
             dist_reduce_fx="max",
         )
         self.warned_no_ids = False
+        #: the ``key_kinds`` tensor this store last wrote and bits it knows set in it (an update
+        #: whose bits are all set writes nothing; a tensor replaced since, by a reset, ``.to``, a
+        #: load or a sync, is not this one, and is written again)
+        self._kinds_known: tuple[Tensor, frozenset[int]] | None = None
         #: the ranking in progress (see one_ranking), None outside one
         self.ranking: Ranking[Any] | None = None
         self._depth = 0
@@ -285,12 +289,18 @@ class SideStore:
             # an empty batch's keys (ids=[]) have no kind: they agree with either
             if value is not None and not _empty(value)
         ]
-        if bits:
-            # (the positions sent to the device: setting entries from Python values copies
-            # each value from the host, a sync apiece)
-            kinds = self.metric.key_kinds
-            at = to_device(torch.tensor(bits), kinds.device)
-            self.metric.key_kinds = kinds.index_fill(0, at, 1)
+        if not bits:
+            return
+        kinds = self.metric.key_kinds
+        known = self._kinds_known
+        set_before = known[1] if known is not None and known[0] is kinds else frozenset()
+        if set_before.issuperset(bits):
+            return  # (each update of a loop gives the same kinds: one write, not one each)
+        # (the positions sent to the device: setting entries from Python values copies each
+        # value from the host, a sync apiece)
+        at = to_device(torch.tensor(bits), kinds.device)
+        self.metric.key_kinds = kinds.index_fill(0, at, 1)
+        self._kinds_known = (self.metric.key_kinds, set_before | frozenset(bits))
 
     def scanned(self, name: str, value: Any) -> tuple[Tensor, Tensor | None]:
         """``value`` as the embeddings argument ``name``, checked as ``as_embeddings`` checks
