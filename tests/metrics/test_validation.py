@@ -367,3 +367,21 @@ def test_the_functional_rankings_take_what_the_classes_take():
         rank_embeddings(EMB, query_labels=LABELS, block_size=3)
     with pytest.raises(ValueError, match="`block_size` must be an int"):
         rank_two_ways(EMB, EMB, a_labels=LABELS, b_labels=LABELS, block_size=(2, 64))
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "shown"),
+    [("ids", "abc", "str 'abc'"), ("ids", {"q0", "q1", "q2"}, "set"), ("labels", "aab", "str"),
+     ("labels", 5, "int 5"), ("ids", "sample_17", "str 'sample_17'")],
+)
+def test_a_string_a_set_or_a_scalar_is_no_list_of_entries(argument, value, shown):
+    """One entry per item, in the items' order: a bare string was split into its characters
+    (``ids="abc"`` three ids; one id ``"sample_17"`` "must have 1 entries, got 9"), a set
+    taken in hash order (which differs between processes), an int refused by Python's
+    TypeError naming no argument. Each is refused naming the argument and what it got."""
+    n = 9 if value == "sample_17" else 3
+    given = {"labels": torch.arange(n) % 2, "ids": list(range(n)), argument: value}
+    metric = rm.RetrievalMetrics(["mrr"])
+    with pytest.raises(ValueError, match=rf"`{argument}` must be a sequence with one entry per "
+                                         rf"item .*got {shown}"):
+        metric.update(torch.randn(n, 4), **given)

@@ -11,7 +11,8 @@ vocabulary shared by the sets it is given.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+import reprlib
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -320,6 +321,15 @@ def label_codes(labels: Any, name: str) -> Tensor:
             return torch.cat([label_codes(labels[i : i + TEXT_CHUNK], name)
                               for i in range(0, labels.size, TEXT_CHUNK)])
         labels = labels.tolist()  # (numpy text: the compiled hash of a list of str below)
+    if isinstance(labels, (str, bytes, set, frozenset, dict)) or not isinstance(
+        labels, Iterable
+    ):
+        # a bare string would be split into its characters, a set taken in hash order (which
+        # differs between processes): one entry per item, in the items' order, is needed
+        raise ValueError(
+            f"`{name}` must be a sequence with one entry per item (a list, tuple, array or "
+            f"tensor), got {type(labels).__name__} {reprlib.repr(labels)}"
+        )
     # (a list as it is: a copy of 8.8M ids took 0.07 s)
     values = labels if isinstance(labels, (list, np.ndarray)) else list(labels)
     if not isinstance(values, np.ndarray):
