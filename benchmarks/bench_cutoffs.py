@@ -78,19 +78,25 @@ def user_values(q, ql, g, gl, same: bool, names: list[str]) -> dict[str, float]:
     return values
 
 
+def same_source(x: torch.Tensor, labels: torch.Tensor) -> tuple[Callable, Callable]:
+    """The metric fed the set in one update (each item queries the others), and the user's
+    values of the same set."""
+
+    def ours(names):
+        m = rm.RetrievalMetrics(names)
+        m.update(x, labels)
+        return m
+
+    return ours, lambda names: user_values(x, labels, x, labels, True, names)
+
+
 def workload(name: str) -> tuple[list[list[str]], Callable[[list[str]], Any], Callable]:
     gen = torch.Generator().manual_seed(0)
     if name == "deep":
         x = torch.randn(8000, 64, generator=gen)
         labels = torch.randint(0, 100, (8000,), generator=gen)
         calls = [["recall@10"], ["recall@100"], ["recall@1000"]]
-
-        def ours(names):
-            m = rm.RetrievalMetrics(names)
-            m.update(x, labels)
-            return m
-
-        return calls, ours, lambda names: user_values(x, labels, x, labels, True, names)
+        return calls, *same_source(x, labels)
     if name == "huge":
         labels = torch.randint(1, 100, (6000,), generator=gen)
         labels[:3000] = 0
@@ -98,13 +104,7 @@ def workload(name: str) -> tuple[list[list[str]], Callable[[list[str]], Any], Ca
         centres = torch.randn(100, 128, generator=gen)
         x = torch.randn(6000, 128, generator=gen) + 0.5 * centres[labels]
         calls = [["hit_rate@1"], ["recall@10"]]
-
-        def ours(names):
-            m = rm.RetrievalMetrics(names)
-            m.update(x, labels)
-            return m
-
-        return calls, ours, lambda names: user_values(x, labels, x, labels, True, names)
+        return calls, *same_source(x, labels)
     if name == "narrow":
         g, gl = torch.randn(10, 64, generator=gen), torch.arange(10)
         ql = torch.randint(0, 10, (400_000,), generator=gen)

@@ -320,11 +320,11 @@ class RetrievalMetric(RetrievalMetricBase):
     def _mark(self, kind: str) -> None:
         """Record that this metric's states hold ``kind`` (refused when another kind is in)."""
         bits = self._form_bits()
-        if bits[kinds().index(kind)]:
-            self._form_of_bits(bits)  # (refused as before where the states mix kinds)
-            return  # marked by an earlier update: the state stays as it is
-        bits[kinds().index(kind)] = 1
+        index = kinds().index(kind)
+        marked, bits[index] = bits[index], 1
         self._form_of_bits(bits)
+        if marked:
+            return  # marked by an earlier update: the state stays as it is
         # (written on the host and sent: setting one entry of a device tensor from a Python
         # value copies that value from the host, a sync of its own)
         self.form = to_device(torch.tensor(bits, dtype=self.form.dtype), self.form.device)
