@@ -149,6 +149,27 @@ def test_explicit_other_checkpoint_is_honoured_with_a_warning(tmp_path):
     )
 
 
+def test_last_without_a_last_checkpoint_tests_the_current_weights_with_a_warning(tmp_path):
+    # save_last unset: Lightning resolves ckpt_path="last" to no checkpoint (and says so), and
+    # the test runs on the module as it is; the selected weights must not be loaded instead
+    trainer, model, select, recorder = fit(tmp_path)
+    _, _, test_loader, test_set = loaders()
+    last, best = max(recorder.values), best_epoch(recorder.values)
+    assert best != last and not select.last_model_path
+    expected = weights_metric(recorder.weights[last], test_set)
+    with pytest.warns(UserWarning, match='ckpt_path="last"\\) found no last checkpoint'):
+        result = trainer.test(model, test_loader, ckpt_path="last", verbose=False)[0]
+    assert result["test/map_at_r"] == pytest.approx(expected, abs=1e-6)
+    assert not any(key.startswith("selection/") for key in result)
+    assert select.test_selection is None
+    # the request does not outlive its call: a test without ckpt_path runs on the selection
+    again = trainer.test(model, test_loader, verbose=False)[0]
+    assert again["selection/epoch"] == best
+    assert again["test/map_at_r"] == pytest.approx(
+        weights_metric(recorder.weights[best], test_set), abs=1e-6
+    )
+
+
 def test_resume_from_last_keeps_the_selection(tmp_path):
     _, _, select1, rec1 = fit(tmp_path, max_epochs=3, save_last=True)
     first_best = select1.best_model_path

@@ -62,7 +62,9 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
       and ``selection/<monitor>`` beside the test metrics (a monitor's ``/dataloader_idx_N``
       suffix, a name Lightning keeps for itself, as ``/val_dataloader_N``).
     * Any other ``ckpt_path`` (e.g. ``"last"``) is tested as asked, with a warning, and its test
-      metrics carry no ``selection/...`` keys.
+      metrics carry no ``selection/...`` keys. ``ckpt_path="last"`` with no last checkpoint
+      (``save_last`` unset) tests the module's current weights, as Lightning says, with the same
+      warning.
 
     Refused, with an error that says what to do instead:
 
@@ -200,6 +202,8 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         self._batch_ids: list[Tensor] = []
         self._latest: dict[tuple[int, str], Tensor] = {}
         self._metrics: list[RetrievalMetricBase] = []
+        # the trainer call that asked for ckpt_path="last" (see _find_last_checkpoints)
+        self._last_asked_by: TrainerFn | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -243,6 +247,18 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         super().setup(trainer, pl_module, stage)
         self._stage = stage
         self._loaded = {}
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().teardown(trainer, pl_module, stage)
+        self._last_asked_by = None
+
+    def _find_last_checkpoints(self, trainer: pl.Trainer) -> set[str]:
+        # Lightning asks each ModelCheckpoint for its last checkpoints only to resolve
+        # ckpt_path="last", before the run starts; where none exists it resolves the path to None,
+        # which on_test_start could not tell from a call without ckpt_path (and would load the
+        # selected weights into a test that asked for the last ones)
+        self._last_asked_by = trainer.state.fn
+        return super()._find_last_checkpoints(trainer)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fitting = True
@@ -342,6 +358,18 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         self._check_test_datasets(trainer)
         best = trainer.strategy.broadcast(self.best_model_path)
         ckpt_path = trainer.ckpt_path
+        asked_for_last = self._last_asked_by == TrainerFn.TESTING
+        self._last_asked_by = None
+        if ckpt_path is None and asked_for_last:
+            rank_zero_warn(
+                'SelectOnValidation: trainer.test(ckpt_path="last") found no last checkpoint, so '
+                "(as Lightning says) it runs on the module's current weights, which are not the "
+                f"checkpoint selected on validation ({best or 'none selected'}); its test metrics "
+                "carry no selection/... keys. Pass save_last=True to SelectOnValidation to keep "
+                "last.ckpt, or call trainer.test(model, ...) without ckpt_path to test the "
+                "selected weights"
+            )
+            return
         if ckpt_path is None:
             if not best:
                 rank_zero_warn(
