@@ -142,3 +142,31 @@ def test_the_run_on_the_emulated_device_is_the_cpus(fake_cuda):
                       role="query")
         runs.append(metric.run(9))
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("num_queries", [1, 3, 5])
+def test_the_run_lists_each_relevant_item_at_the_rank_the_metric_counts(num_queries):
+    """Real-valued scores a unit in the last place apart (30 near-copies of each relevant item):
+    the run's scores are the ranking's, so the items it lists above each relevant one are those
+    the metric counts above it. With a product of another shape (a few query rows), a single
+    query's run put its relevant item 22nd where the metric counted it 3rd."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(num_queries, 768, generator=gen)
+    relevant = q + 0.8 * torch.randn(q.shape, generator=gen)
+    near = [relevant * (1 + 3e-7 * torch.randn(q.shape, generator=gen)) for _ in range(30)]
+    g = torch.cat([relevant, *near, torch.randn(5000, 768, generator=gen)])
+    labels = torch.full((g.shape[0],), -1)
+    labels[:num_queries] = torch.arange(num_queries)
+    g_ids = list(range(100, 100 + g.shape[0]))
+    for similarity in ("cosine", "dot"):
+        metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic")
+        metric.update(q, torch.arange(num_queries), ids=list(range(num_queries)), role="query")
+        metric.update(g, labels, ids=g_ids, role="gallery")
+        # optimistic ties: rank = 1 + the items scoring strictly above the relevant one
+        mrr = metric.per_query(ids=list(range(num_queries)))["mrr"]
+        run = metric.run(g.shape[0])
+        for i in range(num_queries):
+            scores = dict(run[str(i)])
+            own = scores[str(g_ids[i])]
+            listed_above = sum(score > own for score in scores.values())
+            assert listed_above + 1 == round(1 / mrr[i]), (similarity, i)

@@ -53,6 +53,30 @@ def test_binary_codes_full_of_ties_by_position_any_blocks(nq, ng, dim, k, seed, 
     _check(top_k(q, g, k, similarity="dot"), brute, k)
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+def test_copies_tie_wherever_their_block_falls_whatever_queries_come_with(similarity):
+    # Real-valued scores: a BLAS rounds a score by the kernel of the panel its row and column
+    # fell in. Copies of ten documents in the narrower last gallery block scored a unit in the
+    # last place off their originals (listed out of tie order), and a query's scores depended
+    # on how many queries were listed with it, unless every product has the ranking's shape.
+    gen = torch.Generator().manual_seed(0)
+    originals = torch.arange(5, 15)
+    g = torch.randn(top_lists.BLOCK_G + 10, 768, generator=gen)
+    copies = torch.arange(top_lists.BLOCK_G, top_lists.BLOCK_G + 10)
+    g[copies] = g[originals]
+    q = torch.cat([g[originals], torch.randn(40, 768, generator=gen)])
+    q += 0.5 * torch.randn(q.shape, generator=gen)
+    every = top_k(q, g, 3, similarity=similarity)
+    for count in (1, 3, 5, 10):
+        some = top_k(q[:count], g, 3, similarity=similarity)
+        assert torch.equal(some.scores, every.scores[:count]), count
+        assert torch.equal(some.indices, every.indices[:count]), count
+    for i, (original, copy) in enumerate(zip(originals.tolist(), copies.tolist(), strict=True)):
+        rows = every.indices[i].tolist()
+        assert rows[:2] == [original, copy], (i, rows)  # tied, in gallery order
+        assert every.scores[i, 0] == every.scores[i, 1], i
+
+
 def test_ties_by_id_order_strings_by_code_point():
     q, g = _codes(9, 3, 0), _codes(30, 3, 1)
     ids = [f"doc{(j * 7) % 30}" for j in range(30)]

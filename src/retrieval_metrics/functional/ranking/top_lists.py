@@ -9,6 +9,14 @@ Ties are broken by a key per gallery item, smaller first: the item's place in th
 default, or the ids' order (``ties="id"``, as sentence-transformers orders tied documents).
 The K-th place goes to the tied item of the smallest key, never to whichever a sort left
 there, so the list is the same for every block size and device.
+
+Every product has the shape the ranking's products have (``engine.plan``): whole panels of
+:data:`~retrieval_metrics.functional.ranking.engine.plan.PRODUCT_COLUMNS` gallery columns, the
+last block padded, and query rows padded to a multiple of ``PRODUCT_ROWS``. A BLAS rounds a
+score by the kernel its row and column panel fell in, so otherwise two copies of a document, one
+in a whole block and one in the narrower last block, got scores a unit in the last place apart
+and were listed out of their tie order (and a query's scores depended on how many queries were
+listed with it).
 """
 
 from __future__ import annotations
@@ -25,6 +33,11 @@ from retrieval_metrics.functional.csr import row_of_entries
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
+from retrieval_metrics.functional.ranking.engine.plan import (
+    PRODUCT_COLUMNS,
+    product_rows,
+    whole_blocks,
+)
 from retrieval_metrics.functional.ranking.engine.similarity import (
     gallery_in_blocks,
     prepare,
@@ -42,8 +55,9 @@ __all__ = ["TopK", "top_k"]
 TIES = ("position", "id")
 #: gallery ids made codes at once, for the items of a query's id
 ID_CHUNK = 1 << 16
-#: gallery items scored at once per query (the block's columns)
-BLOCK_G = 4096
+#: gallery items scored at once per query (the block's columns: whole product panels; a
+#: narrower setting is still multiplied at a whole panel's width, see _padded)
+BLOCK_G = 21 * PRODUCT_COLUMNS
 #: scores computed at once, per query block x gallery block (float32: 64 MiB)
 BLOCK_ENTRIES = 1 << 24
 
@@ -192,24 +206,27 @@ def top_k(
     best_scores = torch.empty((num_q, width), dtype=dtype, device=device)
     best_cols = torch.empty((num_q, width), dtype=torch.int64, device=device)
     block_g = max(1, min(num_g, BLOCK_G))
-    block_q = max(1, min(num_q, BLOCK_ENTRIES // block_g))
-    buffer = torch.empty(block_g, q_mat.shape[1], dtype=dtype, device=device)
+    # every product this many columns wide, the last block's (and a narrower block's) padded
+    width_g = whole_blocks(block_g)
+    block_q = max(1, min(num_q, BLOCK_ENTRIES // width_g))
+    buffer = torch.zeros(width_g, q_mat.shape[1], dtype=dtype, device=device)
     # a block's scores and masks, reused block after block
-    s_flat = torch.empty(block_q * block_g, dtype=dtype, device=device)
+    s_flat = torch.empty(product_rows(q_mat[:block_q]).shape[0] * width_g, dtype=dtype,
+                         device=device)
     masks = torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device)
     with full_fp32_products():
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
+            q_block = product_rows(q_mat[q0:q1])
             scores = torch.empty((q1 - q0, 0), dtype=dtype, device=device)
             cols = torch.empty((q1 - q0, 0), dtype=torch.int64, device=device)
             for g0 in range(0, num_g, block_g):
                 g1 = min(num_g, g0 + block_g)
-                if isinstance(g_mat, RowBatches):
-                    g_block = g_mat.rows(g0, g1, buffer)
-                else:
-                    g_block = g_mat[g0:g1]
-                s = torch.mm(q_mat[q0:q1], g_block.T,
-                             out=s_flat[: (q1 - q0) * (g1 - g0)].view(q1 - q0, g1 - g0))
+                g_block = _padded(g_mat, g0, g1, buffer)
+                rows = q_block.shape[0]
+                s = torch.mm(q_block, g_block.T,
+                             out=s_flat[: rows * width_g].view(rows, width_g))[
+                    : q1 - q0, : g1 - g0]
                 if excluded is not None:
                     _mask(s, excluded, q0, q1, g0, g1)
                 s_scores, s_cols = _block_best(s, width, masks)
@@ -234,6 +251,23 @@ def top_k(
         best_scores = (best_scores - squared).clamp_max(0)
     best_scores = best_scores.masked_fill(empty, float("-inf"))
     return TopK(indices.masked_fill(empty, -1), best_scores)
+
+
+def _padded(g_mat: Tensor | RowBatches, g0: int, g1: int, buffer: Tensor) -> Tensor:
+    """Gallery rows ``g0:g1`` as a product of ``buffer``'s rows takes them: a view where they
+    fill it, else written into ``buffer`` with zero rows after them (the ranking's padded
+    last block: each column then falls in a whole panel, as in every other block)."""
+    n = g1 - g0
+    if n == buffer.shape[0]:
+        if isinstance(g_mat, RowBatches):
+            return g_mat.rows(g0, g1, buffer)
+        return g_mat[g0:g1]
+    if isinstance(g_mat, RowBatches):
+        g_mat.rows(g0, g1, buffer, copy=True)
+    else:
+        buffer[:n] = g_mat[g0:g1]
+    buffer[n:].zero_()
+    return buffer
 
 
 def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
