@@ -233,6 +233,18 @@ def test_a_cut_off_reaching_the_whole_gallery_warns_once():
         warnings.simplefilter("error")
         large.compute()  # 5 others: K = 4 does not reach them all
 
+    # nothing to find, nothing found "by construction": a set of one item (a gallery of 0) or
+    # labels all distinct is said by the all-skipped warning alone, not by this one too
+    for x, labels in ((torch.randn(1, 3), torch.tensor([3])),
+                      (torch.randn(3, 3), torch.tensor([0, 1, 2]))):
+        alone = rm.RetrievalMetrics(["hit_rate@1", "hit_rate@2"])
+        alone.update(x, labels)
+        with pytest.warns(UserWarning) as caught:
+            assert math.isnan(float(alone.compute()["hit_rate@1"]))
+        said = [str(w.message) for w in caught]
+        assert any("were skipped" in text for text in said), said
+        assert not any("reaches the whole gallery" in text for text in said), said
+
 
 # ---------------------------------------------------------------------- found by audits
 

@@ -489,8 +489,9 @@ class RetrievalMetricBase(Metric):
         found = []
         for key, table in fields.items():
             # ranked lists (depth unbounded) come from an unknown collection: a list no longer
-            # than K is no whole gallery
-            sizes = table.gallery_size[table.depth != UNBOUNDED]
+            # than K is no whole gallery; and a query with nothing relevant finds nothing
+            # (a set of one item, or labels all distinct: every value NaN, said apart)
+            sizes = table.gallery_size[(table.depth != UNBOUNDED) & (table.num_relevant > 0)]
             if sizes.numel() == 0:
                 continue
             largest = int(sizes.max())
