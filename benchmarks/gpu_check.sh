@@ -94,12 +94,13 @@ step "device tests (test_devices.py on $DEVICE, precision, counters, tensor core
     tests/ranking/test_precision.py tests/ranking/test_counters.py \
     tests/ranking/test_tensor_cores.py tests/metrics/test_half_precision.py
 
-step "device matrix and host-sync counts (the emulated device, also beside real CUDA)"
+step "device matrix, host-sync counts (the emulated device, also beside real CUDA), runs on $DEVICE"
 # Not stopping the benchmark if the emulator and a CUDA build of torch disagree: recorded, and
 # the script exits non-zero at the end.
 MATRIX_STATUS=0
 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_device_matrix.py \
-    tests/ranking/test_device_syncs.py || MATRIX_STATUS=$?
+    tests/ranking/test_device_syncs.py tests/ranking/test_top_k.py \
+    tests/metrics/test_metric_runs.py || MATRIX_STATUS=$?
 
 step "the metric classes beside the user's product + topk on $DEVICE (benchmarks/bench_gpu.py)"
 "$PYTHON" benchmarks/bench_gpu.py --device "$DEVICE" "${GPU_ARGS[@]}" --profile \

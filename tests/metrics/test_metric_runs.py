@@ -144,8 +144,13 @@ def test_the_run_on_the_emulated_device_is_the_cpus(fake_cuda):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device"))],
+)
 @pytest.mark.parametrize("num_queries", [1, 3, 5])
-def test_the_run_lists_each_relevant_item_at_the_rank_the_metric_counts(num_queries):
+def test_the_run_lists_each_relevant_item_at_the_rank_the_metric_counts(num_queries, device):
     """Real-valued scores a unit in the last place apart (30 near-copies of each relevant item):
     the run's scores are the ranking's, so the items it lists above each relevant one are those
     the metric counts above it. With a product of another shape (a few query rows), a single
@@ -160,8 +165,10 @@ def test_the_run_lists_each_relevant_item_at_the_rank_the_metric_counts(num_quer
     g_ids = list(range(100, 100 + g.shape[0]))
     for similarity in ("cosine", "dot"):
         metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic")
-        metric.update(q, torch.arange(num_queries), ids=list(range(num_queries)), role="query")
-        metric.update(g, labels, ids=g_ids, role="gallery")
+        metric = metric.to(device)
+        metric.update(q.to(device), torch.arange(num_queries, device=device),
+                      ids=list(range(num_queries)), role="query")
+        metric.update(g.to(device), labels.to(device), ids=g_ids, role="gallery")
         # optimistic ties: rank = 1 + the items scoring strictly above the relevant one
         mrr = metric.per_query(ids=list(range(num_queries)))["mrr"]
         run = metric.run(g.shape[0])

@@ -20,6 +20,14 @@ from retrieval_metrics.functional.ranking.top_lists import top_k
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    ),
+]
+
 
 def _codes(n, dim, seed):
     gen = torch.Generator().manual_seed(seed)
@@ -53,8 +61,9 @@ def test_binary_codes_full_of_ties_by_position_any_blocks(nq, ng, dim, k, seed, 
     _check(top_k(q, g, k, similarity="dot"), brute, k)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
-def test_copies_tie_wherever_their_block_falls_whatever_queries_come_with(similarity):
+def test_copies_tie_wherever_their_block_falls_whatever_queries_come_with(similarity, device):
     # Real-valued scores: a BLAS rounds a score by the kernel of the panel its row and column
     # fell in. Copies of ten documents in the narrower last gallery block scored a unit in the
     # last place off their originals (listed out of tie order), and a query's scores depended
@@ -66,6 +75,7 @@ def test_copies_tie_wherever_their_block_falls_whatever_queries_come_with(simila
     g[copies] = g[originals]
     q = torch.cat([g[originals], torch.randn(40, 768, generator=gen)])
     q += 0.5 * torch.randn(q.shape, generator=gen)
+    q, g = q.to(device), g.to(device)  # (on CUDA: cuBLAS picks its kernels by shape too)
     every = top_k(q, g, 3, similarity=similarity)
     for count in (1, 3, 5, 10):
         some = top_k(q[:count], g, 3, similarity=similarity)
