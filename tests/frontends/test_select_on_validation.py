@@ -127,42 +127,33 @@ def _module(state_dict: dict) -> TinyEmbedder:
     return model
 
 
-def test_explicit_other_checkpoint_is_honoured_with_a_warning(tmp_path):
-    trainer, model, select, recorder = fit(tmp_path, save_last=True)
-    _, _, test_loader, test_set = loaders()
-    last = max(recorder.values)
-    assert select.last_model_path.endswith("last.ckpt")
-    # last.ckpt holds the last epoch (not a copy of the best, as Lightning 2.6's save_last would)
-    assert load_file(select.last_model_path)["epoch"] == last
-    expected = weights_metric(recorder.weights[last], test_set)
-    with pytest.warns(UserWarning, match="not the checkpoint selected on validation"):
-        result = trainer.test(model, test_loader, ckpt_path="last", verbose=False)[0]
-    assert result["test/map_at_r"] == pytest.approx(expected, abs=1e-6)
-    assert not any(key.startswith("selection/") for key in result)
-    assert select.test_selection is None
-    # the selection made by fit is untouched by testing another file
-    best = best_epoch(recorder.values)
-    again = trainer.test(model, test_loader, verbose=False)[0]
-    assert again["selection/epoch"] == best
-    assert again["test/map_at_r"] == pytest.approx(
-        weights_metric(recorder.weights[best], test_set), abs=1e-6
-    )
-
-
-def test_last_without_a_last_checkpoint_tests_the_current_weights_with_a_warning(tmp_path):
-    # save_last unset: Lightning resolves ckpt_path="last" to no checkpoint (and says so), and
-    # the test runs on the module as it is; the selected weights must not be loaded instead
-    trainer, model, select, recorder = fit(tmp_path)
+@pytest.mark.parametrize(
+    ("save_last", "warning"),
+    [
+        (True, "not the checkpoint selected on validation"),
+        # save_last unset: Lightning resolves ckpt_path="last" to no checkpoint (and says so),
+        # and the test runs on the module as it is: the selected weights must not be loaded
+        (False, 'ckpt_path="last"\\) found no last checkpoint'),
+    ],
+)
+def test_last_is_tested_as_asked_with_a_warning(tmp_path, save_last, warning):
+    trainer, model, select, recorder = fit(tmp_path, save_last=save_last)
     _, _, test_loader, test_set = loaders()
     last, best = max(recorder.values), best_epoch(recorder.values)
-    assert best != last and not select.last_model_path
+    assert best != last
+    if save_last:
+        assert select.last_model_path.endswith("last.ckpt")
+        # last.ckpt holds the last epoch (not a copy of the best, as Lightning 2.6's would)
+        assert load_file(select.last_model_path)["epoch"] == last
+    else:
+        assert not select.last_model_path
     expected = weights_metric(recorder.weights[last], test_set)
-    with pytest.warns(UserWarning, match='ckpt_path="last"\\) found no last checkpoint'):
+    with pytest.warns(UserWarning, match=warning):
         result = trainer.test(model, test_loader, ckpt_path="last", verbose=False)[0]
     assert result["test/map_at_r"] == pytest.approx(expected, abs=1e-6)
     assert not any(key.startswith("selection/") for key in result)
     assert select.test_selection is None
-    # the request does not outlive its call: a test without ckpt_path runs on the selection
+    # the selection made by fit is untouched, and the request does not outlive its call
     again = trainer.test(model, test_loader, verbose=False)[0]
     assert again["selection/epoch"] == best
     assert again["test/map_at_r"] == pytest.approx(
