@@ -35,6 +35,7 @@ from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
+    product_row_count,
     product_rows,
     whole_blocks,
 )
@@ -211,8 +212,7 @@ def top_k(
     block_q = max(1, min(num_q, BLOCK_ENTRIES // width_g))
     buffer = torch.zeros(width_g, q_mat.shape[1], dtype=dtype, device=device)
     # a block's scores and masks, reused block after block
-    s_flat = torch.empty(product_rows(q_mat[:block_q]).shape[0] * width_g, dtype=dtype,
-                         device=device)
+    s_flat = torch.empty(product_row_count(block_q) * width_g, dtype=dtype, device=device)
     masks = torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device)
     with full_fp32_products():
         for q0 in range(0, num_q, block_q):
