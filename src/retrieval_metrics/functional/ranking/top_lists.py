@@ -229,6 +229,13 @@ def top_k(
                     : q1 - q0, : g1 - g0]
                 if excluded is not None:
                     _mask(s, excluded, q0, q1, g0, g1)
+                if scores.shape[1] == width:
+                    entering = _entering(s, scores[:, -1:], width, masks)
+                    if entering is not None:
+                        if entering[0].shape[1]:
+                            scores, cols = _merge_sorted(
+                                scores, cols, entering[0], entering[1] + g0, width)
+                        continue
                 s_scores, s_cols = _block_best(s, width, masks)
                 scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
             best_scores[q0:q1], best_cols[q0:q1] = scores, cols
@@ -299,6 +306,60 @@ def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
         found = chosen.nonzero()
     cols = found[:, 1].view(rows, width)
     return s.gather(1, cols), cols
+
+
+def _entering(
+    s: Tensor, kth: Tensor, width: int, masks: Tensor
+) -> tuple[Tensor, Tensor] | None:
+    """The items of the score block ``s`` that enter rows already holding ``width`` items,
+    ``kth`` their worst kept scores: those scoring above it (a tied one comes after every kept
+    item in tie order, and stays out). Per row best first, tied scores in column order:
+    ``(rows, c)`` scores (-inf padding) and columns; None where more than ``width`` enter a
+    row (:func:`_block_best` then takes the block). A block lets about ``width`` times its
+    share of the items seen so far in: a few, once several blocks were seen, whose merge
+    (:func:`_merge_sorted`) costs a fraction of a sort of every row's ``2 width`` (top 1,000
+    of 100,000 x 384 items, 500 queries: 4.4x one product before, 1.9x; top 100: 2.1x, 1.2x)."""
+    rows, n = s.shape
+    above = masks[: s.numel()].view(rows, n)
+    torch.gt(s, kth, out=above)
+    per_row = above.sum(1)
+    most = int(per_row.max()) if rows else 0
+    if most > width:
+        return None
+    found = above.nonzero()  # (row, column), row-major: each row's in column order
+    starts = torch.cumsum(per_row, 0) - per_row
+    place = torch.arange(found.shape[0], device=s.device) - starts.index_select(0, found[:, 0])
+    values = torch.full((rows, most), float("-inf"), dtype=s.dtype, device=s.device)
+    columns = torch.zeros((rows, most), dtype=torch.int64, device=s.device)
+    values[found[:, 0], place] = s[found[:, 0], found[:, 1]]
+    columns[found[:, 0], place] = found[:, 1]
+    # best first; a stable sort keeps tied scores in column order (the padding last)
+    order = torch.argsort(values, dim=1, descending=True, stable=True)
+    return values.gather(1, order), columns.gather(1, order)
+
+
+def _merge_sorted(
+    scores: Tensor, cols: Tensor, new_scores: Tensor, new_cols: Tensor, width: int
+) -> tuple[Tensor, Tensor]:
+    """:func:`_merge` of two lists each already best first (the kept ``scores``, and a later
+    block's few items, -inf padding last): each item's place in the merged list is its place
+    in its own list plus the items of the other list before it (the kept ones first among
+    equal scores), found by a search, not a sort of every row."""
+    rows = scores.shape[0]
+    # ascending sequences for searchsorted: the scores negated
+    kept, new = -scores.contiguous(), -new_scores.contiguous()
+    kept_place = torch.arange(scores.shape[1], device=scores.device) + torch.searchsorted(
+        new, kept, right=False)  # the new items strictly better go before a kept one
+    new_place = torch.arange(new.shape[1], device=scores.device) + torch.searchsorted(
+        kept, new, right=True)  # every kept item at least as good goes before a new one
+    total = scores.shape[1] + new.shape[1]
+    merged_scores = scores.new_empty((rows, total))
+    merged_cols = cols.new_empty((rows, total))
+    merged_scores.scatter_(1, kept_place, scores)
+    merged_scores.scatter_(1, new_place, new_scores)
+    merged_cols.scatter_(1, kept_place, cols)
+    merged_cols.scatter_(1, new_place, new_cols)
+    return merged_scores[:, :width], merged_cols[:, :width]
 
 
 def _merge(
