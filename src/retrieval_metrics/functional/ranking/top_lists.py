@@ -322,11 +322,11 @@ def _entering(
     rows, n = s.shape
     above = masks[: s.numel()].view(rows, n)
     torch.gt(s, kth, out=above)
-    per_row = above.sum(1)
+    found = above.nonzero()  # (row, column), row-major: each row's in column order
+    per_row = torch.bincount(found[:, 0], minlength=rows)
     most = int(per_row.max()) if rows else 0
     if most > width:
         return None
-    found = above.nonzero()  # (row, column), row-major: each row's in column order
     starts = torch.cumsum(per_row, 0) - per_row
     place = torch.arange(found.shape[0], device=s.device) - starts.index_select(0, found[:, 0])
     values = torch.full((rows, most), float("-inf"), dtype=s.dtype, device=s.device)
@@ -342,23 +342,22 @@ def _merge_sorted(
     scores: Tensor, cols: Tensor, new_scores: Tensor, new_cols: Tensor, width: int
 ) -> tuple[Tensor, Tensor]:
     """:func:`_merge` of two lists each already best first (the kept ``scores``, and a later
-    block's few items, -inf padding last): each item's place in the merged list is its place
-    in its own list plus the items of the other list before it (the kept ones first among
-    equal scores), found by a search, not a sort of every row."""
-    rows = scores.shape[0]
-    # ascending sequences for searchsorted: the scores negated
-    kept, new = -scores.contiguous(), -new_scores.contiguous()
-    kept_place = torch.arange(scores.shape[1], device=scores.device) + torch.searchsorted(
-        new, kept, right=False)  # the new items strictly better go before a kept one
-    new_place = torch.arange(new.shape[1], device=scores.device) + torch.searchsorted(
-        kept, new, right=True)  # every kept item at least as good goes before a new one
-    total = scores.shape[1] + new.shape[1]
-    merged_scores = scores.new_empty((rows, total))
-    merged_cols = cols.new_empty((rows, total))
-    merged_scores.scatter_(1, kept_place, scores)
-    merged_scores.scatter_(1, new_place, new_scores)
-    merged_cols.scatter_(1, kept_place, cols)
-    merged_cols.scatter_(1, new_place, new_cols)
+    block's few items, -inf padding last). A new item's place in the merged list is its place
+    among the new ones plus the kept items at least as good (the kept ones first among equal
+    scores), found by a search of the kept list, not a sort of every row; the kept items fill
+    the other places in their order."""
+    rows, num_new = new_scores.shape
+    total = scores.shape[1] + num_new
+    # (ascending sequences for searchsorted: the scores negated)
+    new_place = torch.arange(num_new, device=scores.device) + torch.searchsorted(
+        -scores.contiguous(), -new_scores.contiguous(), right=True)
+    is_kept = torch.ones((rows, total), dtype=torch.bool, device=scores.device)
+    is_kept.scatter_(1, new_place, False)
+    merged_scores = scores.new_empty((rows, total)).scatter_(1, new_place, new_scores)
+    merged_cols = cols.new_empty((rows, total)).scatter_(1, new_place, new_cols)
+    # every row has as many kept places as kept items: filled row by row, in order
+    merged_scores.masked_scatter_(is_kept, scores)
+    merged_cols.masked_scatter_(is_kept, cols)
     return merged_scores[:, :width], merged_cols[:, :width]
 
 
