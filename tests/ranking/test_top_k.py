@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import retrieval_metrics as rm
 from reference import reference_top_k
 from retrieval_metrics.formats import read_run, read_trec_run, write_run
 from retrieval_metrics.functional.ranking import top_lists
@@ -125,7 +126,38 @@ def test_cosine_and_euclidean_in_float64():
     squared = torch.cdist(q, g) ** 2
     found = top_k(q, g, 10, similarity="euclidean")
     assert found.indices.tolist() == squared.argsort(dim=1)[:, :10].tolist()
-    assert torch.allclose(found.scores, -squared.sort(dim=1).values[:, :10])
+    # the ranking's score: |q|^2 - |q - g|^2
+    shifted = (q * q).sum(1, keepdim=True) - squared.sort(dim=1).values[:, :10]
+    assert torch.allclose(found.scores, shifted)
+
+
+def test_euclidean_near_copies_keep_the_rankings_order():
+    # near-copies of the query (a unit in the last place apart): shifted by |q|^2 and clamped
+    # at 0 they were written tied at 0.0 where the ranking told them apart, and a reader
+    # re-sorting the run by score lost the ranking's order
+    separated = 0
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        q = rng.normal(size=(1, 16)).astype(np.float32)
+        near = [q[0] * (1 + 3e-7 * rng.normal(size=16)) for _ in range(2)]
+        g = torch.from_numpy(np.stack([*near, rng.normal(size=16)]).astype(np.float32))
+        found = top_k(torch.from_numpy(q), g, 3, similarity="euclidean")
+        for item in (0, 1):
+            # the metric's rank of each near-copy, counted apart under both tie rules
+            ranks = []
+            for ties in ("optimistic", "pessimistic"):
+                metric = rm.MRR(similarity="euclidean", ties=ties)
+                metric.update(torch.from_numpy(q), torch.tensor([0]), role="query")
+                metric.update(g, torch.tensor([0 if j == item else -1 for j in range(3)]),
+                              role="gallery")
+                ranks.append(round(1 / float(metric.compute())))
+            if ranks[0] == ranks[1]:  # the ranking puts it apart: so must the run
+                separated += 1
+                place = found.indices[0].tolist().index(item)
+                assert place == ranks[0] - 1, seed
+                scores = found.scores[0].tolist()
+                assert scores.count(scores[place]) == 1, (seed, scores)
+    assert separated
 
 
 def test_half_precision_lists_as_its_float32_values():

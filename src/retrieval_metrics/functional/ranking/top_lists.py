@@ -67,7 +67,9 @@ BLOCK_ENTRIES = 1 << 24
 class TopK:
     """``indices``: ``(Q, k')`` gallery rows, best first, ``k' = min(k, N)`` (``N - 1`` for a
     set ranked against itself; -1 where a query has fewer items to list); ``scores``: their
-    scores (-inf there). Euclidean scores are negative squared distances."""
+    scores (-inf there). Euclidean scores are the ranking's, ``2 q.g - |g|^2``: the negative
+    squared distance shifted by the query's ``|q|^2`` (the same shift for all of a query's
+    items), in the order of the ranking exactly."""
 
     indices: Tensor
     scores: Tensor
@@ -124,7 +126,8 @@ def top_k(
             each other, each query never listing itself.
         k: how many items a query lists.
         similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"`` (listed by distance; the score
-            is the negative squared distance).
+            is ``2 q.g - |g|^2 = |q|^2 - |q - g|^2``, the ranking's: subtracting ``|q|^2``
+            in float32 would tie near-copies the ranking tells apart).
         ties: ``"position"`` (tied items in gallery order) or ``"id"`` (in the order of their
             ids: integers by value, strings by code point, as ``ties="id"`` ranks them).
         query_ids: a sequence or 1-D integer tensor, one id per query.
@@ -251,11 +254,9 @@ def top_k(
     indices = best_cols if columns is None else (
         columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape))
     empty = torch.isneginf(best_scores)
-    if similarity == "euclidean":
-        # the prepared product is 2 q.g - |g|^2 = |q|^2 - |q - g|^2: a per-query shift, so the
-        # order is the distances'
-        squared = (query.to(dtype) ** 2).sum(1, keepdim=True).to(device)
-        best_scores = (best_scores - squared).clamp_max(0)
+    # (euclidean: the ranking's score 2 q.g - |g|^2 as it is. Shifted by |q|^2 to the negative
+    # squared distance and clamped at 0, near-copies of a query were written tied at 0.0 where
+    # the ranking told them apart, and a reader of the run re-sorted them)
     best_scores = best_scores.masked_fill(empty, float("-inf"))
     return TopK(indices.masked_fill(empty, -1), best_scores)
 
