@@ -794,3 +794,33 @@ def test_a_nan_embedding_is_refused_as_such():
     x[3, 1] = float("nan")
     with pytest.raises(ValueError, match="`query` contains NaN or infinite values"):
         AccuracyCalculator().get_accuracy(x, torch.arange(12) % 3)
+
+
+@pytest.mark.parametrize(
+    "make_knn",
+    [lambda: None, lambda: pml_inference.CustomKNN(pml_distances.CosineSimilarity())],
+)
+def test_a_querys_knn_does_not_depend_on_the_queries_with_it_nor_the_budget(make_knn):
+    # Real-valued near-copies (a unit in the last place apart) in a reference of 4,100 rows:
+    # a BLAS rounds a score by the panel its row and column fell in, so products of 1 to 3
+    # query rows (alone, or the last of a small budget's blocks), or a near-copy in the last
+    # columns, gave a query other neighbours or other distances
+    rng = np.random.default_rng(2)
+    ref = rng.normal(size=(4100, 64)).astype(np.float32)
+    ref[4096:] = ref[:4] * (1 + 3e-7 * rng.normal(size=(4, 64))).astype(np.float32)
+    ref_labels = torch.arange(4100) % 7
+    queries = torch.from_numpy(ref[:17] + 0.01 * rng.normal(size=(17, 64)).astype(np.float32))
+    query_labels = torch.zeros(17, dtype=torch.int64)
+    reference = torch.from_numpy(ref)
+
+    def knn(num_queries, **options):
+        calculator = _nearest_distances(AccuracyCalculator)(
+            include=("distances",), k=3, knn_func=make_knn(), device=CPU, **options)
+        got = calculator.get_accuracy(queries[:num_queries], query_labels[:num_queries],
+                                      reference, ref_labels)["distances"]
+        return np.asarray(got)
+
+    every = knn(17)
+    assert np.array_equal(knn(1), every[:1])
+    assert np.array_equal(knn(3), every[:3])
+    assert np.array_equal(knn(17, memory_budget=16 * 4100 * 8 + 1), every)  # blocks of 8, 8, 1
