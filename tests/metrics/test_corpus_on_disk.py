@@ -134,11 +134,16 @@ def test_half_rows_on_disk_are_read_once_by_the_tensor_cores_path(
     ("given", "message"),
     [("missing.npy", "no such file"), ("c.txt", "read from .npy files"),
      ("nothing-*.npy", "no file matches"), ("ints.npy", "float16, float32 or float64"),
-     ("cube.npy", "2-D memory-mapped array")],
+     ("cube.npy", "2-D memory-mapped array"),
+     # (files of two dtypes: named with theirs, not "row batches must share one dtype")
+     ("half-*.npy", r"share one dtype, got float32 in '.*half-a\.npy' and float16 in "
+                    r"'.*half-b\.npy'")],
 )
 def test_a_corpus_on_disk_that_cannot_be_read_is_named(tmp_path, given, message):
     np.save(tmp_path / "ints.npy", np.arange(12).reshape(4, 3))
     np.save(tmp_path / "cube.npy", np.zeros((2, 2, 2), dtype=np.float32))
+    np.save(tmp_path / "half-a.npy", np.ones((2, 3), dtype=np.float32))
+    np.save(tmp_path / "half-b.npy", np.ones((2, 3), dtype=np.float16))
     (tmp_path / "c.txt").write_text("1 2 3\n")
     metric = rm.RetrievalMetrics(["mrr"])
     with pytest.raises(ValueError, match=message):

@@ -51,12 +51,22 @@ def as_corpus(name: str, value: Any) -> Tensor | RowBatches:
                 f"`{name}`: a corpus on disk must hold float16, float32 or float64 numbers, "
                 f"got {array.dtype}"
             )
+        if array.dtype != arrays[0].dtype:
+            raise ValueError(
+                f"`{name}`: the files of a corpus on disk must share one dtype, got "
+                f"{arrays[0].dtype} in {_file_of(arrays[0])} and {array.dtype} in "
+                f"{_file_of(array)}; save them in one dtype"
+            )
     try:
         rows = RowBatches([MappedRows(array) for array in arrays])
     except ValueError as err:
         raise ValueError(f"`{name}`: {err}") from None
     # (its scan for NaN made as the first ranking reads it: the file read once, not twice)
     return check_embeddings(name, rows.check_when_read(name))  # type: ignore[return-value]
+
+
+def _file_of(array: np.ndarray) -> str:
+    return repr(str(getattr(array, "filename", None) or "a memory-mapped array"))
 
 
 def on_disk(name: str, value: Any) -> list[np.ndarray] | None:
