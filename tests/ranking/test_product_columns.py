@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+import retrieval_metrics as rm
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
     SEGMENT,
+    WIDE_ROWS_QUERIES,
     block_sizes,
     square_block,
 )
@@ -99,3 +101,32 @@ def test_a_narrow_gallery_takes_taller_query_blocks_with_the_same_ranks(
     narrow = ranked((1024, layout.block_g))
     for field in ("ptr", "above", "tied", "num_relevant", "gallery_size"):
         assert torch.equal(getattr(narrow, field), getattr(tall, field)), field
+
+
+def test_wide_rows_narrow_the_gallery_block_not_the_query_block():
+    # 1,000 queries x 20,000 items of 4,096 dimensions (+1: euclidean's column) in a 64 MiB
+    # pass: the gallery block alone (2,112 x 4,097 floats, 35 MB) overfilled the budget, and
+    # the query block shrank to 8 rows (1,250 products, each reading the whole gallery block)
+    budget = 64 * 2**20
+    block_q, block_g = block_sizes(1000, 20000, 4097, 1, 4, budget)
+    assert block_q >= WIDE_ROWS_QUERIES and block_g % PRODUCT_COLUMNS == 0
+    assert 3 * block_q * block_g * 4 + block_q * 2 * 28 + block_g * 4097 * 4 <= budget // 2
+    # rows of ordinary width keep their blocks
+    assert block_sizes(1000, 20000, 769, 1, 4, budget) == (1000, 2112)
+
+
+@pytest.mark.parametrize("similarity", ["dot", "cosine", "euclidean"])
+def test_wide_rows_rank_alike_in_any_budget(similarity):
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(3000, 2048, generator=gen)
+    g[2990:] = g[:10]  # copies in the last columns
+    labels = torch.randint(0, 40, (3000,), generator=gen)
+    q = g[:64] + 0.5 * torch.randn(64, 2048, generator=gen)
+    values = []
+    for budget in (32 * 2**20, 2**30):  # a narrowed gallery block, and the usual one
+        metric = rm.RetrievalMetrics(["mrr", "map", "recall@10"], similarity=similarity,
+                                     memory_budget=budget, ties="pessimistic")
+        metric.update(q, labels[:64], role="query")
+        metric.update(g, labels, role="gallery")
+        values.append({k: v.tolist() for k, v in metric.per_query().items()})
+    assert values[0] == values[1]

@@ -50,6 +50,9 @@ CPU_BLOCK_CAPS = (1024, 11 * PRODUCT_COLUMNS, 7 * PRODUCT_COLUMNS)
 #: blocks: 32,768 queries, 262,080 gallery items (an 8.8M corpus in 34 blocks, not 4,190 of
 #: the CPU's 2,112) and square blocks of 32,640 (SOP's 60,502 items in 2 x 2).
 DEVICE_BLOCK_CAPS = (2**15, 1365 * PRODUCT_COLUMNS, 170 * PRODUCT_COLUMNS)
+#: Query blocks do not shrink below this many rows while a narrower gallery block would fit
+#: the budget instead (rows of thousands of dimensions: see :func:`block_sizes`).
+WIDE_ROWS_QUERIES = 256
 
 
 def whole_blocks(n: int) -> int:
@@ -131,6 +134,16 @@ def block_sizes(
         )
         if scratch <= memory_budget // 2:
             break
+        if (
+            block_q <= WIDE_ROWS_QUERIES and block_g > PRODUCT_COLUMNS
+            and block_g * (dim + 1) * elem > memory_budget // 4
+        ):
+            # Wide rows (thousands of dimensions): the gallery block itself fills the budget.
+            # A narrower one, not fewer queries: a product of a few query rows reads the whole
+            # gallery block for each few queries (1,000 x 20,000 x 4,096 in blocks of 8 queries
+            # took 3.8x one product; of 256, about 1.3x).
+            block_g = halved(block_g)
+            continue
         block_q //= 2
     while block_g > SEGMENT and 3 * block_q * block_g * elem > memory_budget // 2:
         # Whole panels (then segments) only: a gallery of 700 starts at 768.
@@ -144,7 +157,9 @@ def block_sizes(
         # sorted scores: with thousands of relevant items per query, fewer and wider gallery
         # blocks cost less (the query blocks are then short, so the score block stays small).
         wide = whole_blocks(num_g)
-        while wide > block_g and 3 * min(block_q, num_q) * wide * elem > memory_budget // 2:
+        while wide > block_g and (
+            3 * min(block_q, num_q) * wide * elem + wide * (dim + 1) * elem
+        ) > memory_budget // 2:  # (its score blocks and the gallery block itself)
             wide = max(block_g, halved(wide))
         block_g = max(block_g, wide)
     return max(1, min(block_q, num_q)), balanced(num_g, block_g)
