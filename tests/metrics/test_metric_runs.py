@@ -15,8 +15,6 @@ from reference import reference_top_k
 from retrieval_metrics.formats import read_trec_run, write_run
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
-pytrec_eval = pytest.importorskip("pytrec_eval")
-
 
 def _codes(n, dim, seed):
     return torch.from_numpy(np.random.default_rng(seed).integers(0, 2, (n, dim)).astype(np.float32))
@@ -55,6 +53,7 @@ def test_a_gallery_by_id_is_the_brute_force():
 
 
 def test_queries_and_gallery_with_qrels_leave_out_the_querys_own_id(tmp_path):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
     q, g = _codes(10, 6, 1), _codes(50, 6, 2)
     q_ids = [f"d{3 * i}" for i in range(10)]  # each query is also a corpus document
     g_ids = [f"d{j}" for j in range(50)]

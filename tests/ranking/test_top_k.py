@@ -19,8 +19,6 @@ from retrieval_metrics.formats import read_run, read_trec_run, write_run
 from retrieval_metrics.functional.ranking import top_lists
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
-pytrec_eval = pytest.importorskip("pytrec_eval")
-
 DEVICES = [
     "cpu",
     pytest.param(
@@ -204,6 +202,7 @@ def test_bad_arguments_are_named(kwargs, message):
 
 @pytest.mark.parametrize("suffix", [".txt", ".json", ".jsonl"])
 def test_runs_written_read_back_by_us_and_by_pytrec_eval(suffix, tmp_path):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
     q, g = _codes(8, 5, 6), _codes(40, 5, 7)
     q_ids, g_ids = [f"q{i}" for i in range(8)], [f"d{j:02d}" for j in range(40)]
     run = top_k(q, g, 15, similarity="dot").run(q_ids, g_ids)
