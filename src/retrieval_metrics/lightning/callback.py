@@ -358,9 +358,8 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         self._check_test_datasets(trainer)
         best = trainer.strategy.broadcast(self.best_model_path)
         ckpt_path = trainer.ckpt_path
-        asked_for_last = self._last_asked_by == TrainerFn.TESTING
-        self._last_asked_by = None
-        if ckpt_path is None and asked_for_last:
+        # (the request is cleared at teardown, after this call)
+        if ckpt_path is None and self._last_asked_by == TrainerFn.TESTING:
             rank_zero_warn(
                 'SelectOnValidation: trainer.test(ckpt_path="last") found no last checkpoint, so '
                 "(as Lightning says) it runs on the module's current weights, which are not the "

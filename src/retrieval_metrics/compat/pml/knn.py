@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.plan import product_rows, whole_blocks
+from retrieval_metrics.functional.ranking.row_batches import padded_block
 from retrieval_metrics.functional.ranking.settings import memory_budget_on
 
 __all__ = [
@@ -200,9 +201,8 @@ def blocked_knn(
     # column fell in, so a query's neighbours depended on how many queries came with it (a
     # block of 1 to 3 rows) and on memory_budget, and a near-copy in the last columns
     # rounded otherwise than its original.
-    columns = torch.zeros(whole_blocks(num_r), reference.shape[1], dtype=reference.dtype,
-                          device=reference.device)
-    columns[:num_r] = reference
+    columns = padded_block(reference, 0, num_r,
+                           reference.new_empty(whole_blocks(num_r), reference.shape[1]))
     for start in range(0, num_q, block):
         q = query[start : start + block]
         product = (product_rows(q) @ columns.T)[: q.shape[0], :num_r]

@@ -51,7 +51,7 @@ from retrieval_metrics.functional.ranking.row_norms import (
     row_norms_of,
 )
 
-__all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "read_dtype"]
+__all__ = ["HALF_PRECISION", "MappedRows", "RowBatches", "padded_block", "read_dtype"]
 
 #: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
 #: freed memory is reused, not piled up by the allocator)
@@ -671,3 +671,23 @@ class RowBatches:
         elif index.dtype == torch.bool:
             index = index.cpu().nonzero().view(-1)
         return self.index_select(0, index)
+
+
+def padded_block(rows: Tensor | RowBatches, start: int, stop: int, out: Tensor) -> Tensor:
+    """Rows ``start:stop`` of ``rows`` as a product of ``out``'s shape takes them: a view where
+    they fill ``out`` and are held as they are read, else written into ``out`` (unit rows,
+    half rows upcast, a file, a block across batches) with zero rows after them. Every block
+    is then one product of the same shape, the last one padded: a pair's score cannot depend
+    on the block it fell in. Returns ``out`` itself where it wrote there. (Only the padding
+    is zeroed: the rows read overwrite the rest.)"""
+    n = stop - start
+    if n == out.shape[0]:
+        view = rows.view(start, stop) if isinstance(rows, RowBatches) else rows[start:stop]
+        if view is not None:
+            return view
+    out[n:].zero_()
+    if isinstance(rows, RowBatches):
+        rows.rows(start, stop, out, copy=True)
+    else:
+        out[:n] = rows[start:stop]
+    return out

@@ -48,7 +48,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
 )
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.relevance import identical_ids_csr
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
 __all__ = ["TopK", "top_k"]
@@ -57,7 +57,7 @@ TIES = ("position", "id")
 #: gallery ids made codes at once, for the items of a query's id
 ID_CHUNK = 1 << 16
 #: gallery items scored at once per query (the block's columns: whole product panels; a
-#: narrower setting is still multiplied at a whole panel's width, see _padded)
+#: narrower setting is still multiplied at a whole panel's width, see padded_block)
 BLOCK_G = 21 * PRODUCT_COLUMNS
 #: scores computed at once, per query block x gallery block (float32: 64 MiB)
 BLOCK_ENTRIES = 1 << 24
@@ -225,7 +225,7 @@ def top_k(
             cols = torch.empty((q1 - q0, 0), dtype=torch.int64, device=device)
             for g0 in range(0, num_g, block_g):
                 g1 = min(num_g, g0 + block_g)
-                g_block = _padded(g_mat, g0, g1, buffer)
+                g_block = padded_block(g_mat, g0, g1, buffer)
                 rows = q_block.shape[0]
                 s = torch.mm(q_block, g_block.T,
                              out=s_flat[: rows * width_g].view(rows, width_g))[
@@ -259,23 +259,6 @@ def top_k(
     # the ranking told them apart, and a reader of the run re-sorted them)
     best_scores = best_scores.masked_fill(empty, float("-inf"))
     return TopK(indices.masked_fill(empty, -1), best_scores)
-
-
-def _padded(g_mat: Tensor | RowBatches, g0: int, g1: int, buffer: Tensor) -> Tensor:
-    """Gallery rows ``g0:g1`` as a product of ``buffer``'s rows takes them: a view where they
-    fill it, else written into ``buffer`` with zero rows after them (the ranking's padded
-    last block: each column then falls in a whole panel, as in every other block)."""
-    n = g1 - g0
-    if n == buffer.shape[0]:
-        if isinstance(g_mat, RowBatches):
-            return g_mat.rows(g0, g1, buffer)
-        return g_mat[g0:g1]
-    if isinstance(g_mat, RowBatches):
-        g_mat.rows(g0, g1, buffer, copy=True)
-    else:
-        buffer[:n] = g_mat[g0:g1]
-    buffer[n:].zero_()
-    return buffer
 
 
 def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:

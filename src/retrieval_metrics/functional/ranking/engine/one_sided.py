@@ -19,7 +19,7 @@ from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
 from retrieval_metrics.functional.ranking.engine.plan import product_row_count, product_rows
 from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
-from retrieval_metrics.functional.ranking.row_batches import RowBatches
+from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block
 
 
 @in_full_fp32  # ranks must not depend on TF32 or the device
@@ -52,24 +52,12 @@ def one_sided_pass(
     held: list[int | None] = [None]
 
     def gallery_block(b: int) -> Tensor:
-        start, stop = b * block_g, min((b + 1) * block_g, num_g)
-        if stop - start == block_g:
-            view = g_mat.view(start, stop) if isinstance(g_mat, RowBatches) else g_mat[start:stop]
-            if view is not None:
-                return view
         if held[0] == b:
             return g_buffer
-        # Rows read by copying (unit rows, half rows upcast, a file, a block across batches),
-        # and the last block, padded to full width so that every block is one product of the
-        # same shape: a pair's score then cannot depend on the block it fell in. (Only the
-        # padding is zeroed: the rows read overwrite the rest.)
-        g_buffer[stop - start :].zero_()
-        if isinstance(g_mat, RowBatches):
-            g_mat.rows(start, stop, g_buffer, copy=True)
-        else:
-            g_buffer[: stop - start] = g_mat[start:stop]
-        held[0] = b
-        return g_buffer
+        block = padded_block(g_mat, b * block_g, min((b + 1) * block_g, num_g), g_buffer)
+        if block is g_buffer:
+            held[0] = b
+        return block
 
     for k, q_start in enumerate(range(0, q_mat.shape[0], block_q)):
         if exchange is not None and k % exchange.world != exchange.rank:
