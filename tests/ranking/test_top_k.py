@@ -250,3 +250,18 @@ def test_ids_of_the_wrong_length_under_ties_by_id_are_refused(num_ids):
     message = f"`gallery_ids` must hold one id per gallery item \\(4\\), got {num_ids}"
     with pytest.raises(ValueError, match=message):
         top_k(q, g, 2, similarity="dot", ties="id", gallery_ids=ids)
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+def test_a_run_multiplies_each_query_by_the_corpus_once(similarity):
+    # the run's work held to its plan: every query block times every gallery block once, at
+    # the ranking's padded shapes (50 queries: 56 rows; 10,000 items: 3 blocks of BLOCK_G;
+    # euclidean's extra column), however many items enter the lists block after block
+    from work_counts import counting_work
+
+    gen = torch.Generator().manual_seed(0)
+    q, g = torch.randn(50, 64, generator=gen), torch.randn(10_000, 64, generator=gen)
+    with counting_work() as work:
+        top_k(q, g, 100, similarity=similarity)
+    width = 64 + (similarity == "euclidean")
+    assert work.multiply_adds == 56 * 3 * top_lists.BLOCK_G * width
