@@ -77,6 +77,9 @@ class Work:
     #: elements written by every operator other than the products and the views: the work
     #: besides the product that torch does (the compiled count and numpy's are not in it)
     elements_written: int = 0
+    #: operators run (the products, views and allocations included): what a ranking does
+    #: per batch or per row of Python would show here
+    operations: int = 0
     #: of those, the elements a whole-block counting backend wrote (``Counter.count_whole``:
     #: torch's kernels' positions and flags; the fused Triton kernel writes none per score)
     elements_counting: int = 0
@@ -93,6 +96,7 @@ class _ProductCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         shape = _product_shape(func, args)
+        self.work.operations += 1
         if shape is not None:
             rows, columns, width = shape
             self.work.multiply_adds += int(rows) * int(columns) * int(width)

@@ -72,6 +72,11 @@ MAPPED_AROUND = 1 << 21
 #: (:meth:`RowBatches.finish_norms`)
 FINISH_BYTES = 8 << 20
 
+#: rows of consecutive small batches in memory joined before rows are picked from them
+#: (:meth:`RowBatches.index_select`): a gallery given a few rows an update is thousands of
+#: batches, and picking from each alone took a handful of operations a batch
+GROUP_ROWS = 4096
+
 #: stored as they are, read (and scored) as float32
 HALF_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -298,6 +303,7 @@ class RowBatches:
                 raise ValueError("only rows read from files are read onto another device")
             self.device = torch.device(device)  # each chunk read from the file copied there
         self.as_stored = as_stored
+        self._group_runs: list[tuple[int, int]] | None = None
         self.dtype = first.dtype if as_stored else read_dtype(first.dtype)
         self.divisor = divisor
         #: the row norms once read (``norms``: another view's of the same rows, on this
@@ -598,6 +604,9 @@ class RowBatches:
             return view
         self._check_before_reading()
         first = bisect.bisect_right(self._starts, start) - 1
+        last = bisect.bisect_left(self._starts, stop) - 1
+        if last > first and self._joins(first, last, out.device):
+            return self._joined(start, stop, first, last, out)
         at, i = start, first
         while at < stop:
             offset, end = self._starts[i], min(stop, self._starts[i + 1])
@@ -627,6 +636,52 @@ class RowBatches:
             self._as_read.settle(start, stop, out[: stop - start])
         return out[: stop - start]
 
+    def _groups(self) -> list[tuple[int, int]]:
+        """The batches as runs ``(first, last)`` that :meth:`index_select` picks rows from
+        together: consecutive batches in memory joined up to :data:`GROUP_ROWS` rows (a batch
+        that holds more, or a file, alone)."""
+        if self._group_runs is None:
+            runs, i, n = [], 0, len(self.batches)
+            while i < n:
+                last = i
+                while (
+                    self.mapped[i] is None and last + 1 < n and self.mapped[last + 1] is None
+                    and self._starts[last + 2] - self._starts[i] <= GROUP_ROWS
+                ):
+                    last += 1
+                runs.append((i, last))
+                i = last + 1
+            self._group_runs = runs
+        return self._group_runs
+
+    def _joins(self, first: int, last: int, device: torch.device) -> bool:
+        """Whether batches ``first..last`` (several) are read by :meth:`_joined`: all held in
+        memory on ``device``."""
+        return all(
+            self.mapped[i] is None and self.batches[i].device == device
+            for i in range(first, last + 1)
+        )
+
+    def _joined(self, start: int, stop: int, first: int, last: int, out: Tensor) -> Tensor:
+        """Rows ``start:stop`` across batches ``first..last``, all in memory on ``out``'s
+        device: copied into ``out`` by one concatenation (half rows upcast as copied, exactly),
+        then normed and divided as a whole. A gallery given a few rows an update is thousands
+        of batches: read one by one, each cost a handful of small operations (a norm, a
+        division, a copy) per block, several times the block's product. The values are the
+        same: a row's norm depends on that row alone, and a division or an upcast is made
+        element by element."""
+        n = stop - start
+        pieces = self.batches[first : last + 1]  # (those inside whole: no view of each)
+        pieces[0] = pieces[0][start - self._starts[first] :]
+        pieces[-1] = pieces[-1][: stop - self._starts[last]]
+        target = torch.cat(pieces, out=out[:n])
+        if self._as_read is not None:
+            self._as_read.read_joined(target, start)
+            self._as_read.settle(start, stop, target)
+        elif self.divisor is not None:
+            target.div_(self.divisor[start:stop])
+        return target
+
     def index_select(self, dim: int, index: Tensor) -> Tensor:
         """The rows at ``index`` (int64, any order, repeats allowed) as a new tensor."""
         if dim != 0:
@@ -642,22 +697,28 @@ class RowBatches:
             return reading.finished(to_device(on_host, self.device), norm, index)
         host = index.cpu().contiguous()  # (a view: searchsorted would copy it, and warn)
         out = torch.empty(host.numel(), self.shape[1], dtype=self.dtype, device=self.device)
-        batch = torch.searchsorted(self.starts, host, right=True) - 1
-        # the positions grouped by batch in one sort, not a scan of them all per batch (a
-        # gallery given 8 rows an update is thousands of batches)
-        by_batch = torch.sort(batch, stable=True).indices
+        groups = self._groups()
+        edges = torch.tensor([self._starts[first] for first, _ in groups] + [len(self)])
+        group = torch.searchsorted(edges, host, right=True) - 1
+        # the positions grouped by group of batches in one sort, not a scan of them all per
+        # batch (a gallery given 8 rows an update is thousands of batches)
+        by_group = torch.sort(group, stable=True).indices
         stop = 0
-        for i, count in enumerate(torch.bincount(batch, minlength=len(self.batches)).tolist()):
+        for g, count in enumerate(torch.bincount(group, minlength=len(groups)).tolist()):
             start, stop = stop, stop + count
             if count == 0:
                 continue
-            where = by_batch[start:stop]
-            local = host.index_select(0, where) - self._starts[i]
-            mapped = self.mapped[i]
-            rows = (
-                self.batches[i].index_select(0, to_device(local, self.device)) if mapped is None
-                else to_device(mapped.gather(local), self.device)  # (the rows alone, from the file)
-            )
+            where = by_group[start:stop]
+            first, last = groups[g]
+            local = host.index_select(0, where) - self._starts[first]
+            mapped = self.mapped[first]
+            if mapped is not None:  # (the rows alone, from the file)
+                rows = to_device(mapped.gather(local), self.device)
+            else:
+                held = self.batches[first] if first == last else torch.cat(
+                    self.batches[first : last + 1]
+                )
+                rows = held.index_select(0, to_device(local, self.device))
             out[to_device(where, self.device)] = rows.to(self.dtype)
         if self.divisor is not None:
             out /= self.divisor.index_select(0, to_device(index, self.divisor.device))

@@ -94,6 +94,18 @@ class NormsAsRead:
         else:
             target.copy_(piece)
 
+    def read_joined(self, target: Tensor, row: int) -> None:
+        """Rows from ``row`` on, already copied into ``target`` (the read dtype, on the norms'
+        device: ``RowBatches._joined``): their norms kept (computed from the copy where any is
+        new: the same values, a row's norm depending on that row alone), and the rows divided
+        by them where ``unit``. :meth:`settle` follows."""
+        n = target.shape[0]
+        norm = self.norms[row : row + n]
+        if not self.known[row : row + n].all():
+            row_norms_of(target, self.norms.dtype, norm)
+        if self.unit:
+            target.div_(unit_divisor(norm))
+
     def settle(self, start: int, stop: int, rows: Tensor) -> None:
         """Rows ``start:stop`` (``rows``) read: their norms known, and a row whose norm is not
         finite (a NaN or an infinity in it, or squares beyond the dtype) zeroed, so that no
