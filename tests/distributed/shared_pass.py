@@ -20,6 +20,7 @@ import torch.distributed as dist
 import retrieval_metrics as rm
 from retrieval_metrics.functional.measures import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
+from retrieval_metrics.functional.ranking.engine import plan
 from retrieval_metrics.metrics.distributed import DistributedExchange
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the work counter
@@ -66,14 +67,22 @@ def table_lists(table) -> dict:
 
 def counted(fn):
     """fn()'s result and the number of matrix products it computed."""
-    real = torch.mm
-    calls = [0]
+    real, probed = torch.mm, plan._probed_rows
+    calls, probing = [0], [False]
 
     def mm(*args, **kwargs):
-        calls[0] += 1
+        calls[0] += not probing[0]
         return real(*args, **kwargs)
 
-    with mock.patch.object(torch, "mm", mm):
+    def probe(*args):
+        # (the host's BLAS asked once per shape in a process: not the ranking's products)
+        probing[0] = True
+        try:
+            return probed(*args)
+        finally:
+            probing[0] = False
+
+    with mock.patch.object(torch, "mm", mm), mock.patch.object(plan, "_probed_rows", probe):
         result = fn()
     return result, calls[0]
 

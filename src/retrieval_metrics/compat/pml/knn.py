@@ -12,7 +12,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.ranking.engine.plan import product_rows, whole_blocks
+from retrieval_metrics.functional.ranking.engine.plan import (
+    least_product_rows,
+    product_rows,
+    whole_blocks,
+)
 from retrieval_metrics.functional.ranking.row_batches import padded_block
 from retrieval_metrics.functional.ranking.settings import memory_budget_on
 
@@ -196,16 +200,19 @@ def blocked_knn(
     block = max(1, min(num_q, budget // max(1, 16 * num_r)))
     distances = torch.empty(num_q, k, device=query.device)
     indices = torch.empty(num_q, k, dtype=torch.int64, device=query.device)
-    # Products of the ranking's shapes (engine.plan): query rows padded to a multiple of 8, the
-    # reference to whole panels. A BLAS rounds a score by the kernel of the panel its row and
-    # column fell in, so a query's neighbours depended on how many queries came with it (a
-    # block of 1 to 3 rows) and on memory_budget, and a near-copy in the last columns
-    # rounded otherwise than its original.
+    # Products of the ranking's shapes (engine.plan): query rows padded to a multiple of 8 (and
+    # to the least rows the host's BLAS computes alike), the reference to whole panels. A BLAS
+    # rounds a score by the kernel of the panel its row and column fell in, so a query's
+    # neighbours depended on how many queries came with it (a block of 1 to 3 rows) and on
+    # memory_budget, and a near-copy in the last columns rounded otherwise than its original.
     columns = padded_block(reference, 0, num_r,
                            reference.new_empty(whole_blocks(num_r), reference.shape[1]))
+    least = least_product_rows(
+        block, columns.shape[0], columns.shape[1], columns.dtype, columns.device
+    )
     for start in range(0, num_q, block):
         q = query[start : start + block]
-        product = (product_rows(q) @ columns.T)[: q.shape[0], :num_r]
+        product = (product_rows(q, least) @ columns.T)[: q.shape[0], :num_r]
         if similarity == "euclidean":
             key = (q * q).sum(1, keepdim=True) + ref_sq[None] - 2 * product
         else:

@@ -30,7 +30,7 @@ from retrieval_metrics.functional.ranking.engine.direction import Direction, Ran
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.layout import Layout, choose_layout
-from retrieval_metrics.functional.ranking.engine.plan import product_rows
+from retrieval_metrics.functional.ranking.engine.plan import least_product_rows, product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.options import RankingEngine
@@ -72,9 +72,10 @@ def _blocked_scores(q_mat: Tensor, g_mat: Tensor, order: Tensor, layout: Layout)
                     out[cols, rows] = s.T[:w, :h]
         return out
     device = q_mat.device
+    least = least_product_rows(bq, bg, q_mat.shape[1], q_mat.dtype, device)
     for start in range(0, num_q, bq):
         rows = order[start : start + bq]
-        q_blk = product_rows(q_mat[rows.to(device)])
+        q_blk = product_rows(q_mat[rows.to(device)], least)
         for g0 in range(0, num_g, bg):
             g_blk = _padded(g_mat[g0 : g0 + bg], bg)  # every gallery block bg columns wide
             s = torch.mm(q_blk, g_blk.T).cpu()

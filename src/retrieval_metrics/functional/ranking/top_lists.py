@@ -12,7 +12,8 @@ there, so the list is the same for every block size and device.
 
 Every product has the shape the ranking's products have (``engine.plan``): whole panels of
 :data:`~retrieval_metrics.functional.ranking.engine.plan.PRODUCT_COLUMNS` gallery columns, the
-last block padded, and query rows padded to a multiple of ``PRODUCT_ROWS``. A BLAS rounds a
+last block padded, and query rows padded to a multiple of ``PRODUCT_ROWS``, and to at least the
+rows the host's BLAS computes alike (``plan.least_product_rows``). A BLAS rounds a
 score by the kernel its row and column panel fell in, so otherwise two copies of a document, one
 in a whole block and one in the narrower last block, got scores a unit in the last place apart
 and were listed out of their tie order (and a query's scores depended on how many queries were
@@ -35,6 +36,7 @@ from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
+    least_product_rows,
     product_row_count,
     product_rows,
     whole_blocks,
@@ -215,12 +217,15 @@ def top_k(
     block_q = max(1, min(num_q, BLOCK_ENTRIES // width_g))
     buffer = torch.zeros(width_g, q_mat.shape[1], dtype=dtype, device=device)
     # a block's scores and masks, reused block after block
-    s_flat = torch.empty(product_row_count(block_q) * width_g, dtype=dtype, device=device)
+    # (the rows of the ranking's products: a query's scores alike whichever come with it)
+    least = least_product_rows(block_q, width_g, q_mat.shape[1], dtype, device)
+    s_flat = torch.empty(product_row_count(block_q, least) * width_g, dtype=dtype,
+                         device=device)
     masks = torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device)
     with full_fp32_products():
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
-            q_block = product_rows(q_mat[q0:q1])
+            q_block = product_rows(q_mat[q0:q1], least)
             scores = torch.empty((q1 - q0, 0), dtype=dtype, device=device)
             cols = torch.empty((q1 - q0, 0), dtype=torch.int64, device=device)
             for g0 in range(0, num_g, block_g):

@@ -16,7 +16,11 @@ from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBloc
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
-from retrieval_metrics.functional.ranking.engine.plan import product_row_count, product_rows
+from retrieval_metrics.functional.ranking.engine.plan import (
+    least_product_rows,
+    product_row_count,
+    product_rows,
+)
 from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
 from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block
@@ -38,7 +42,10 @@ def one_sided_pass(
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
     g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=g_mat.dtype, device=device)
-    scores = torch.empty(product_row_count(block_q), block_g, dtype=dtype, device=device)
+    # (every product of the pass this many rows or more: a query's scores alike whichever rows
+    # are multiplied with it, in its block and once rows finish)
+    least = least_product_rows(block_q, block_g, q_mat.shape[1], q_mat.dtype, device)
+    scores = torch.empty(product_row_count(block_q, least), block_g, dtype=dtype, device=device)
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
     # (cosine's factor per pair of a half product, written out block by block)
     work = torch.empty_like(scores) if half is not None and half.needs_work else None
@@ -67,7 +74,7 @@ def one_sided_pass(
         nb = qb.nb
         # (index_select, not q_mat[rows]: advanced indexing copies rows several times slower,
         # 2.4 ms a block of 8,192 x 64 where the product itself took 2.7)
-        q_blk = product_rows(q_mat.index_select(0, to_device(q_rows, device)))
+        q_blk = product_rows(q_mat.index_select(0, to_device(q_rows, device)), least)
         # the rows still ranked, as one product takes them (fewer once rows finish), and
         # their factors for a half product
         ranked = [q_blk, _query_factor(half, q_rows, q_blk.shape[0])]
@@ -158,7 +165,9 @@ def one_sided_pass(
                 # rows once, as it is counted, not again at every drop)
                 assert qb.kept is not None
                 still = q_rows.index_select(0, qb.kept)
-                ranked[0] = product_rows(q_mat.index_select(0, to_device(still, device)))
+                ranked[0] = product_rows(
+                    q_mat.index_select(0, to_device(still, device)), least
+                )
                 ranked[1] = _query_factor(half, still, ranked[0].shape[0])
                 if qb.nb == 0:
                     break
