@@ -184,6 +184,8 @@ class QueryBlock:
     def relevant_blocks(self) -> list[int]:
         if self.p.ext_scores is not None:
             return []
+        if self.p.num_blocks_g <= 1:  # (a huge class's millions of pairs: no count of them)
+            return [0] if self.r_block.numel() else []
         # a count per block, not a sort of every pair (torch.unique)
         counts = torch.bincount(self.r_block, minlength=self.p.num_blocks_g)
         return flat_nonzero(counts).tolist()
@@ -199,6 +201,17 @@ class QueryBlock:
 
     def read_relevant(self, s: Tensor, b: int) -> None:
         device = self.p.device
+        if s.is_contiguous() and self.p.num_blocks_g <= 1:
+            # one gallery block holds every pair, in CSR order: read at their places, no
+            # selection of them first (a huge class's millions of pairs, copied three times)
+            at = self.r_row * s.shape[1]
+            at += self.r_local
+            values = s.reshape(-1).index_select(0, to_device(at, device))
+            if self.dense:
+                self.rel_scores.view(-1).copy_(values)
+            else:
+                self.rel_scores.view(-1).scatter_(0, self.r_flat, values)
+            return
         if s.is_contiguous():
             pairs = pairs_in_block(self.block_order, self.block_bounds, b)
             if pairs.numel():
