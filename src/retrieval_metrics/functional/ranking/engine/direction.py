@@ -12,7 +12,13 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import row_of_entries
-from retrieval_metrics.functional.primitives import is_identity, repeat, to_device, to_host
+from retrieval_metrics.functional.primitives import (
+    flat_nonzero,
+    is_identity,
+    repeat,
+    to_device,
+    to_host,
+)
 from retrieval_metrics.functional.ranking.engine.counters import Counter, choose_counter
 from retrieval_metrics.functional.ranking.engine.similarity import may_read_in_blocks
 from retrieval_metrics.functional.ranking.relevance import Relevance
@@ -302,6 +308,21 @@ class Direction:
         items. The CPU's thresholds stop counting an item once depth items beat it, and leave
         listed some others that depth items beat (a threshold is a lower bound); whole-block
         counters (a GPU's) count every item exactly and list them all."""
+        if listed is not None and listed.device.type == "cpu":
+            # Only the pairs the counting listed can stay listed: judged among them alone (a
+            # huge class lists a few of its millions of pairs a row; the outputs are on the
+            # host by now, wherever the ranking ran)
+            at = flat_nonzero(listed)
+            row = torch.searchsorted(self.rel_ptr, at, right=True) - 1
+            listed_above = above.index_select(0, at)
+            keep = listed_above < depth.index_select(0, row)
+            if self.options.locate_first and at.numel():
+                unlisted = torch.iinfo(torch.int64).max
+                best = torch.full_like(depth, unlisted).scatter_reduce_(
+                    0, row, listed_above, "amin"
+                )
+                keep |= listed_above == best.index_select(0, row)
+            return torch.zeros_like(listed).index_fill_(0, at[keep], True)
         row = row_of_entries(self.rel_ptr)
         keep = above < depth.index_select(0, row)
         if self.options.locate_first and above.numel():
