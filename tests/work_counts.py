@@ -27,7 +27,13 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten
 
 from retrieval_metrics.functional.ranking import options as ranking_options
-from retrieval_metrics.functional.ranking.engine import counters, counting, kernels, plan, schedule
+from retrieval_metrics.functional.ranking.engine import (
+    counters,
+    counting,
+    kernels,
+    product_shape,
+    schedule,
+)
 from retrieval_metrics.functional.ranking.engine import one_sided as one_sided_module
 from retrieval_metrics.functional.ranking.engine import two_sided as two_sided_pass
 
@@ -77,7 +83,8 @@ class Work:
     #: elements written by every operator other than the products and the views: the work
     #: besides the product that torch does (the compiled count and numpy's are not in it)
     elements_written: int = 0
-    #: probes of the host's BLAS for a shape's least product rows (``plan.least_product_rows``:
+    #: probes of the host's BLAS for a shape's least product rows
+    #: (``product_shape.least_product_rows``:
     #: once per shape in a process, its products not counted above)
     probes: int = 0
     #: operators run (the products, views and allocations included): what a ranking does
@@ -186,7 +193,7 @@ def counting_work() -> Iterator[Work]:
 
         return rank
 
-    probed = plan._probed_rows
+    probed = product_shape._probed_rows
 
     def uncounted_probe(*args):
         # (a probe runs once per shape in a process: the work of a compute() is its plan's)
@@ -194,7 +201,7 @@ def counting_work() -> Iterator[Work]:
         with _disable_current_modes():
             return probed(*args)
 
-    plan._probed_rows = uncounted_probe
+    product_shape._probed_rows = uncounted_probe
     schedule.one_sided_pass = counted_one_sided
     schedule.two_sided_pass = counted_two_sided
     counting.QueryBlock.__init__ = counted_block
@@ -210,7 +217,7 @@ def counting_work() -> Iterator[Work]:
         with _ProductCounter(work):
             yield work
     finally:
-        plan._probed_rows = probed
+        product_shape._probed_rows = probed
         schedule.one_sided_pass = one_sided
         schedule.two_sided_pass = two_sided
         counting.QueryBlock.__init__ = block_init

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import retrieval_metrics as rm
 from retrieval_metrics.functional.measures import retrieval_measures
 from retrieval_metrics.functional.ranking import rank_embeddings
-from retrieval_metrics.functional.ranking.engine import plan
+from retrieval_metrics.functional.ranking.engine import product_shape
 from retrieval_metrics.metrics.distributed import DistributedExchange
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the work counter
@@ -67,7 +67,7 @@ def table_lists(table) -> dict:
 
 def counted(fn):
     """fn()'s result and the number of matrix products it computed."""
-    real, probed = torch.mm, plan._probed_rows
+    real, probed = torch.mm, product_shape._probed_rows
     calls, probing = [0], [False]
 
     def mm(*args, **kwargs):
@@ -82,7 +82,8 @@ def counted(fn):
         finally:
             probing[0] = False
 
-    with mock.patch.object(torch, "mm", mm), mock.patch.object(plan, "_probed_rows", probe):
+    with mock.patch.object(torch, "mm", mm), \
+            mock.patch.object(product_shape, "_probed_rows", probe):
         result = fn()
     return result, calls[0]
 

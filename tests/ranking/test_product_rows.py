@@ -1,4 +1,5 @@
-"""A query's scores do not depend on how many rows its product holds (``plan.least_product_rows``).
+"""A query's scores do not depend on how many rows its product holds
+(``product_shape.least_product_rows``).
 
 A BLAS may compute a product of a few rows otherwise than one of many: MKL on an Intel Xeon
 (AVX-512) takes other kernels for 8 rows than for 16 (768 wide), and with two threads splits the
@@ -15,21 +16,25 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional.ranking.engine import plan
+from retrieval_metrics.functional.ranking.engine import plan, product_shape
 
 
-@pytest.mark.parametrize(("columns", "width"), [(2112, 64), (2112, 768), (4032, 1024), (192, 1025)])
+@pytest.mark.parametrize(
+    ("columns", "width"), [(2112, 64), (2112, 768), (4032, 1024), (192, 1025), (1536, 4097)]
+)
 def test_products_of_the_least_rows_or_more_compute_each_row_alike(columns, width):
-    """Checked on data of its own (not the probe's): every product of at least the least rows,
-    up to the probe's block, equals the block's rows bit for bit; one of 8 rows fewer does not,
-    where the least is above 8 (it is the least)."""
-    least = plan.least_product_rows(1, columns, width, torch.float32, torch.device("cpu"))
-    assert least % plan.PRODUCT_ROWS == 0 and plan.PRODUCT_ROWS <= least <= plan.PROBE_ROWS
+    """Checked on data of its own (not the probe's): products of the least rows, and of more
+    (the next few counts, and counts about the thresholds MKL uses on an Intel Xeon with two
+    threads: width / 8 rows), equal the same rows of a product of PROBE_ROWS rows bit for bit;
+    one of 8 rows fewer does not, where the least is above 8 (it is the least)."""
+    least = product_shape.least_product_rows(1, columns, width, torch.float32, torch.device("cpu"))
+    assert least % plan.PRODUCT_ROWS == 0 and plan.PRODUCT_ROWS <= least <= product_shape.PROBE_ROWS
     gen = torch.Generator().manual_seed(7)
-    x = torch.randn(plan.PROBE_ROWS, width, generator=gen)
+    x = torch.randn(product_shape.PROBE_ROWS, width, generator=gen)
     g = torch.randn(columns, width, generator=gen)
     block = torch.mm(x, g.T)
-    for rows in range(least, plan.PROBE_ROWS + 1, plan.PRODUCT_ROWS):
+    counts = {least + 8 * i for i in range(4)} | {128, 136, 256, 264, 512, 520, 1024}
+    for rows in sorted(n for n in counts if least <= n <= product_shape.PROBE_ROWS):
         assert torch.equal(torch.mm(x[:rows], g.T), block[:rows]), rows
     if least > plan.PRODUCT_ROWS:
         fewer = least - plan.PRODUCT_ROWS
@@ -37,7 +42,27 @@ def test_products_of_the_least_rows_or_more_compute_each_row_alike(columns, widt
 
 
 def test_a_device_is_not_probed():
-    assert plan.least_product_rows(8, 2112, 1024, torch.float32, torch.device("cuda")) == 8
+    assert product_shape.least_product_rows(8, 2112, 1024, torch.float32, torch.device("cuda")) == 8
+
+
+def _near_copies(num_q: int, width: int, gallery: int, seed: int = 3):
+    """Queries, a gallery holding each one's relevant item, 30 near-copies of the first six
+    relevant items (a unit in the last place apart) and ``gallery`` others, and its labels."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(num_q, width, generator=gen)
+    relevant = q + 0.8 * torch.randn(q.shape, generator=gen)
+    near = [relevant[:6] * (1 + 3e-7 * torch.randn(6, width, generator=gen)) for _ in range(30)]
+    g = torch.cat([relevant, *near, torch.randn(gallery, width, generator=gen)])
+    labels = torch.full((g.shape[0],), -1)
+    labels[:num_q] = torch.arange(num_q)
+    return q, g, labels
+
+
+def _reciprocal_ranks(q, g, labels, count: int, similarity: str) -> list[float]:
+    metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic")
+    metric.update(q[:count], torch.arange(count), role="query")
+    metric.update(g, labels, role="gallery")
+    return metric.per_query()["mrr"].tolist()
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "dot"])
@@ -48,22 +73,31 @@ def test_a_query_ranks_alone_as_among_many(similarity):
     an Intel host with two threads (products of 8 and of 200 rows computed otherwise), the
     first query ranked its relevant item 3rd alone and 12th among 200 (cosine), and among 6
     queries 6 of 6 (cosine) and 5 of 6 (dot) ranked otherwise than among 200."""
-    gen = torch.Generator().manual_seed(3)
-    num_q, width = 200, 1024
-    q = torch.randn(num_q, width, generator=gen)
-    relevant = q + 0.8 * torch.randn(q.shape, generator=gen)
-    near = [relevant[:6] * (1 + 3e-7 * torch.randn(6, width, generator=gen)) for _ in range(30)]
-    g = torch.cat([relevant, *near, torch.randn(3000, width, generator=gen)])
-    labels = torch.full((g.shape[0],), -1)
-    labels[:num_q] = torch.arange(num_q)
-
-    def reciprocal_ranks(count: int) -> list[float]:
-        metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic")
-        metric.update(q[:count], torch.arange(count), role="query")
-        metric.update(g, labels, role="gallery")
-        return metric.per_query()["mrr"][:6].tolist()
-
-    among_many = reciprocal_ranks(num_q)
+    q, g, labels = _near_copies(200, 1024, 3000)
+    among_many = _reciprocal_ranks(q, g, labels, 200, similarity)[:6]
     assert min(among_many) < 1.0  # (near-copies above some relevant items: ranks to get right)
     for count in (1, 3):
-        assert reciprocal_ranks(count) == among_many[:count], count
+        assert _reciprocal_ranks(q, g, labels, count, similarity)[:6] == among_many[:count], count
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+def test_wide_rows_rank_alike_in_any_number_and_on_any_thread_count(similarity):
+    """4,096 dimensions (euclidean: 4,097 columns multiplied): each query ranks the same among
+    100 queries as among 600 (MKL splits the inner dimension of products of up to 512 rows,
+    that many included, on an Intel Xeon with two threads), and with one thread as with two
+    (a DDP worker of one thread beside a single process). It failed (cosine and euclidean)
+    while the probe compared with products of 512 rows, themselves split, and at 1,152
+    columns, where 8 rows of 4,097-d computed alike but not at 1,536 columns."""
+    q, g, labels = _near_copies(600, 4096, 1500, seed=5)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        among_600 = _reciprocal_ranks(q, g, labels, 600, similarity)
+        among_100 = _reciprocal_ranks(q, g, labels, 100, similarity)
+        torch.set_num_threads(1)
+        one_thread = _reciprocal_ranks(q, g, labels, 100, similarity)
+    finally:
+        torch.set_num_threads(threads)
+    assert min(among_600[:6]) < 1.0
+    assert among_100 == among_600[:100]
+    assert one_thread == among_100

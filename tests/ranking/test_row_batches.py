@@ -453,11 +453,11 @@ def test_a_file_read_in_order_leaves_none_of_its_pages_mapped(tmp_path, monkeypa
     """Read in order through the mapping (the norms, blocks of rows), a file's chunks hand their
     pages back, also the pages a fault maps around the next chunk's first row (the kernel's
     fault-around, a large folio), which would pile up, chunk after chunk, over a whole corpus."""
-    from retrieval_metrics.functional.ranking import row_batches
+    from retrieval_metrics.functional.ranking import mapped_rows
 
     # (chunks of 64 KiB, each handed back by itself: many chunk edges to leave pages at)
-    monkeypatch.setattr(row_batches, "READ_BYTES", 1 << 16)
-    monkeypatch.setattr(row_batches, "RELEASE_BYTES", 1 << 16)
+    monkeypatch.setattr(mapped_rows, "READ_BYTES", 1 << 16)
+    monkeypatch.setattr(mapped_rows, "RELEASE_BYTES", 1 << 16)
     data = np.random.default_rng(0).standard_normal((32 * 1024, 512)).astype(np.float16)
     np.save(tmp_path / "c.npy", data)  # 32 MiB
     del data

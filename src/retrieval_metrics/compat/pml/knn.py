@@ -13,10 +13,10 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.plan import (
-    least_product_rows,
     product_rows,
     whole_blocks,
 )
+from retrieval_metrics.functional.ranking.engine.product_shape import least_product_rows
 from retrieval_metrics.functional.ranking.row_batches import padded_block
 from retrieval_metrics.functional.ranking.settings import memory_budget_on
 

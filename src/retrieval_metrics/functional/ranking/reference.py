@@ -30,7 +30,8 @@ from retrieval_metrics.functional.ranking.engine.direction import Direction, Ran
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.layout import Layout, choose_layout
-from retrieval_metrics.functional.ranking.engine.plan import least_product_rows, product_rows
+from retrieval_metrics.functional.ranking.engine.plan import product_rows
+from retrieval_metrics.functional.ranking.engine.product_shape import least_product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.options import RankingEngine

@@ -36,11 +36,11 @@ from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
-    least_product_rows,
     product_row_count,
     product_rows,
     whole_blocks,
 )
+from retrieval_metrics.functional.ranking.engine.product_shape import least_product_rows
 from retrieval_metrics.functional.ranking.engine.similarity import (
     gallery_in_blocks,
     prepare,

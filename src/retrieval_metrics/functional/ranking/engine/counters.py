@@ -37,6 +37,7 @@ __all__ = [
     "TorchDeviceCounter",
     "TritonCounter",
     "choose_counter",
+    "multiplied_by_host_blas",
 ]
 
 #: Environment variable naming the counting backend of accelerator rankings ("torch" or
@@ -165,6 +166,12 @@ class TritonCounter(TorchDeviceCounter):
         triton_count.count_block_fused(
             s, rel_sorted, hist_lt, hist_le, column_factor, row_factor
         )
+
+
+def multiplied_by_host_blas(device: torch.device | str) -> bool:
+    """Whether a ranking on ``device`` multiplies with the host's BLAS (the CPU's), whose
+    shapes that compute alike ``plan.least_product_rows`` asks."""
+    return torch.device(device).type == "cpu"
 
 
 def _triton_runs_on(device: torch.device) -> bool:

@@ -308,10 +308,10 @@ class Direction:
         items. The CPU's thresholds stop counting an item once depth items beat it, and leave
         listed some others that depth items beat (a threshold is a lower bound); whole-block
         counters (a GPU's) count every item exactly and list them all."""
-        if listed is not None and listed.device.type == "cpu":
+        if listed is not None:
             # Only the pairs the counting listed can stay listed: judged among them alone (a
             # huge class lists a few of its millions of pairs a row; the outputs are on the
-            # host by now, wherever the ranking ran)
+            # host by now, wherever the ranking ran: host_outputs)
             at = flat_nonzero(listed)
             row = torch.searchsorted(self.rel_ptr, at, right=True) - 1
             listed_above = above.index_select(0, at)

@@ -17,10 +17,10 @@ from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
 from retrieval_metrics.functional.ranking.engine.plan import (
-    least_product_rows,
     product_row_count,
     product_rows,
 )
+from retrieval_metrics.functional.ranking.engine.product_shape import least_product_rows
 from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
 from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block

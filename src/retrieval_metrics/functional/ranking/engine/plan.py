@@ -22,8 +22,6 @@ what the rank table is made of). Shared out as follows:
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
@@ -217,78 +215,11 @@ def cache_room(room: int, block: int, dtype: torch.dtype, columns: int | None = 
 # with another kernel again (MKL's double precision on AVX2: 4 rows a panel), whose roundings
 # differ; a score must not depend on the size of the block its query fell in, nor on which rows
 # of its block are still ranked (QueryBlock.drop_finished). Where a BLAS computes products of
-# more rows than that otherwise, more: :func:`least_product_rows`.
+# more rows than that otherwise, more: ``product_shape.least_product_rows``.
 PRODUCT_ROWS = 8
-#: A gallery block wider than this is probed (:func:`least_product_rows`) at this width, a
-#: block of fewer query rows against products of PROBE_ROWS rows, and one of more against
-#: products of MAX_PROBE_ROWS (a BLAS computes a product of many rows alike however many)
-PROBE_COLUMNS = 1152
-PROBE_ROWS = 512
-MAX_PROBE_ROWS = 2048
-
-
-def least_product_rows(
-    rows: int, columns: int, width: int, dtype: torch.dtype, device: torch.device
-) -> int:
-    """The fewest rows (a multiple of :data:`PRODUCT_ROWS`) a product of ``columns`` gallery
-    columns, ``width`` wide, is given so that it computes each row as a product of ``rows``
-    rows (a pass's full query block, rounded up to a power of two, between :data:`PROBE_ROWS`
-    and :data:`MAX_PROBE_ROWS`) does. A query's scores then do not depend on how many rows are
-    multiplied with it: the last, shorter block; the rows still ranked once others finish
-    (``QueryBlock.drop_finished``); a run of 1 query or of 50 (``top_k``) beside the ranking.
-
-    A multiple of 8 rows is not enough everywhere. MKL on an Intel Xeon (AVX-512) computes a
-    product of 8 rows (768 wide, one thread) with other kernels than one of 16 or more, and with
-    two threads it splits the inner dimension between them for products of up to about
-    ``width / 8`` rows (1,024 wide: 128 rows; 4,096 wide: 512), which rounds otherwise: a query
-    scored a unit in the last place apart alone and among 50 others, and a copy of a document
-    could stop tying with it once the rows still ranked shrank. Which shapes a BLAS computes
-    alike is its own affair, so it is asked: products of fewer and fewer random rows against one
-    of ``rows`` rows (a search by halves, about three products of that shape at most
-    :data:`PROBE_COLUMNS` wide, once per shape, dtype and thread count in a process: 0.02 s at
-    64 dimensions, 0.4 s at 4,096 on a 2-core host). On the AMD EPYC this project was first
-    built on: 8. A device is not probed (each probe would wait on it, and its products are not
-    cut by finished rows): 8.
-
-    >>> least_product_rows(8, 2112, 64, torch.float32, torch.device("cuda"))
-    8
-    """
-    if torch.device(device).type != "cpu":
-        return PRODUCT_ROWS
-    # (a power of two: a few probes in a process, not one for every count of queries)
-    rows = min(MAX_PROBE_ROWS, max(PROBE_ROWS, 1 << (product_row_count(rows) - 1).bit_length()))
-    return _probed_rows(rows, min(columns, PROBE_COLUMNS), width, dtype, torch.get_num_threads())
-
-
-@functools.cache
-def _probed_rows(rows: int, columns: int, width: int, dtype: torch.dtype, threads: int) -> int:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, width, generator=gen, dtype=torch.float64).to(dtype)
-    g = torch.randn(max(columns, 1), width, generator=gen, dtype=torch.float64).to(dtype)
-    # (the engine's form: query rows times a transposed gallery block, out= a buffer)
-    reference = torch.mm(x, g.T)
-    buffer = torch.empty_like(reference)
-
-    def alike(n: int) -> bool:
-        return torch.equal(torch.mm(x[:n], g.T, out=buffer[:n]), reference[:n])
-
-    low, high = 1, rows // PRODUCT_ROWS  # in units of PRODUCT_ROWS; high is alike
-    while low < high:
-        middle = (low + high) // 2
-        if alike(middle * PRODUCT_ROWS):
-            high = middle
-        else:
-            low = middle + 1
-    least = low * PRODUCT_ROWS
-    # (the search takes a shape alike to stay alike with more rows: checked beside it)
-    if least < rows and not alike(least + PRODUCT_ROWS):
-        return rows
-    return least
-
-
 def product_row_count(n: int, least: int = PRODUCT_ROWS) -> int:
     """The rows of the product of ``n`` query rows: a whole multiple of :data:`PRODUCT_ROWS`,
-    and at least ``least`` (:func:`least_product_rows`)."""
+    and at least ``least`` (``product_shape.least_product_rows``)."""
     return max(least, -(-n // PRODUCT_ROWS) * PRODUCT_ROWS)
 
 

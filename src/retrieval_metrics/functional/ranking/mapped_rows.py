@@ -1,0 +1,203 @@
+"""Rows of a corpus on disk (a memory-mapped ``.npy``) as a ranking reads them
+(:class:`MappedRows`, one batch of ``row_batches.RowBatches``): in order a chunk at a time
+through the mapping, each chunk's pages handed back once read, and picked by index from the file
+itself. ``row_batches``' docstring has the figures behind the sizes below.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import warnings
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["MAPPED_AROUND", "READ_BYTES", "RELEASE_BYTES", "MappedRows"]
+
+#: bytes read at once from a file on disk, for the norms and the scan for NaN (small chunks:
+#: freed memory is reused, not piled up by the allocator)
+READ_BYTES = 1 << 20
+
+#: bytes of a file read through its mapping whose pages are handed back at once (the most of
+#: the file the process holds mapped, beside :data:`MAPPED_AROUND`)
+RELEASE_BYTES = 8 << 20
+
+#: bytes around a faulting address that Linux may map with it: its neighbours (fault-around,
+#: 64 KiB) or the whole large folio that holds it in the page cache (up to 2 MiB on x86-64).
+#: A chunk read through the mapping hands its pages back from this far before its first row
+#: on: its first faults mapped pages of rows read and handed back before (left mapped, those
+#: held 3.6% of a 2.9 GiB file read in chunks of 1 MiB)
+MAPPED_AROUND = 1 << 21
+
+
+class MappedRows:
+    """The rows of a memory-mapped 2-D array on disk (``numpy.load(path, mmap_mode="r")``, or
+    one of its slices of rows): in order a chunk at a time through the mapping, the chunks'
+    pages handed back once read (:meth:`chunks`), or picked by index from the file itself
+    (:meth:`gather`): the process holds at most :data:`RELEASE_BYTES` of the file's pages
+    (and those a fault maps around them).
+
+    ``tensor``: the rows as a CPU tensor over the mapping (what :meth:`chunks` reads; rows
+    picked by index are read through it only where the file cannot be read by itself: a
+    copy-on-write mapping).
+    """
+
+    def __init__(self, array: np.memmap) -> None:
+        mapping = getattr(array, "_mmap", None)
+        if not isinstance(mapping, mmap.mmap) or array.ndim != 2:
+            raise ValueError(
+                "a corpus on disk must be a 2-D memory-mapped array (numpy.load(path, "
+                f'mmap_mode="r")), got {type(array).__name__} of {array.ndim} dimensions'
+            )
+        if not array.flags["C_CONTIGUOUS"]:
+            raise ValueError("a corpus on disk must be stored by rows (C order), not Fortran")
+        self._mapping = mapping
+        base = np.frombuffer(mapping, dtype=np.uint8)
+        self._start = array.ctypes.data - base.ctypes.data
+        del base
+        self._row_bytes = array.itemsize * array.shape[1]  # (C order: rows one after another)
+        self._dtype = array.dtype
+        #: the file read by itself, and where the rows start in it (None: read through the
+        #: mapping): a copy-on-write mapping (mmap_mode="c") may hold the caller's own changes,
+        #: which the file lacks
+        self.path: str | None = None
+        self._offset = 0
+        filename = getattr(array, "filename", None)
+        self._copy_on_write = getattr(array, "mode", "r") == "c"
+        if not self._copy_on_write and filename is not None and os.path.isfile(
+            filename
+        ):
+            offset = int(getattr(array, "offset", 0))
+            self.path = filename
+            # (numpy maps the file from the allocation granularity below ``offset``)
+            self._offset = offset - offset % mmap.ALLOCATIONGRANULARITY + self._start
+        with warnings.catch_warnings():
+            # (read-only: the ranking never writes to it)
+            warnings.simplefilter("ignore", UserWarning)
+            self.tensor = torch.from_numpy(array)
+        self.shape = self.tensor.shape
+        self._buffer: np.ndarray | None = None
+
+    # A copy (copy.deepcopy, clone(), pickle: MetricTracker, EMA of a module holding a metric)
+    # maps the same file again rather than copying its rows: the mapping itself cannot be
+    # pickled, and the rows, read whole into the copy, are what a corpus on disk must not be.
+    def __getstate__(self) -> dict:
+        if self.path is None:
+            raise TypeError(
+                "a corpus on disk mapped copy-on-write (numpy.load(..., mmap_mode='c')) or "
+                "without a file cannot be copied or pickled: its rows may hold changes the file "
+                "lacks. Map it with mmap_mode='r', or give it as a tensor"
+            )
+        return {"path": self.path, "offset": self._offset, "dtype": self._dtype,
+                "shape": tuple(self.shape)}
+
+    def __setstate__(self, state: dict) -> None:
+        array = np.memmap(
+            state["path"], dtype=state["dtype"], mode="r", offset=state["offset"],
+            shape=state["shape"],
+        )
+        self.__init__(array)  # type: ignore[misc]
+
+    def _staging(self, rows: int) -> np.ndarray:
+        """A reused buffer of ``rows`` rows (at most a chunk), in the stored dtype."""
+        if self._buffer is None or self._buffer.shape[0] < rows:
+            self._buffer = np.empty((rows, self.shape[1]), dtype=self._dtype)
+        return self._buffer[:rows]
+
+    def stored_as(self, dtype: torch.dtype, device: torch.device) -> bool:
+        """Whether the rows are read as they are stored (``dtype``, on the host ``device``)."""
+        return self.tensor.dtype == dtype and device == self.tensor.device
+
+    def chunk_rows(self) -> int:
+        """Rows read at once (about :data:`READ_BYTES`)."""
+        return max(1, READ_BYTES // max(1, self._row_bytes))
+
+    def _read(self, fd: int, start: int, out: np.ndarray) -> None:
+        """Rows ``start:start + len(out)`` into ``out`` (C-contiguous, the stored dtype)."""
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        at, pos = 0, self._offset + start * self._row_bytes
+        while at < len(view):
+            got = os.preadv(fd, [view[at:]], pos + at)
+            if got <= 0:
+                raise OSError(f"{self.path}: the file ended before row {start + len(out)}")
+            at += got
+
+    def chunks(self, start: int, stop: int) -> Iterator[tuple[int, Tensor]]:
+        """Rows ``start:stop`` a chunk at a time: (the chunk's first row, its rows as a CPU
+        tensor of the stored dtype over the mapping, whose pages are handed back once the
+        caller asks for a later chunk: it copies out what it keeps)."""
+        step, held = self.chunk_rows(), start  # (rows from ``held`` on may still be mapped)
+        self._read_ahead(stop, stop + (stop - start))
+        try:
+            for at in range(start, stop, step):
+                end = min(stop, at + step)
+                yield at, self.tensor[at:end]
+                # handed back a few chunks at once: each madvise call costs as much as the
+                # faults of a chunk (4 calls a block of 3 MiB took 0.12 s of 2M x 768 float16)
+                if (end - held) * self._row_bytes >= RELEASE_BYTES:
+                    self._release(held, end)
+                    held = end
+        finally:
+            self._release(held, stop)
+
+    def _advise(self, advice: int, start: int, stop: int, before: int = 0) -> None:
+        """``madvise`` of the mapping's pages that hold rows ``start:stop``, from ``before``
+        bytes ahead of them (from the page holding that byte to the rows' end)."""
+        first = max(0, self._start + start * self._row_bytes - before)
+        first = first // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(self._start + stop * self._row_bytes, len(self._mapping))
+        if end > first:
+            self._mapping.madvise(advice, first, end - first)
+
+    def _read_ahead(self, start: int, stop: int) -> None:
+        """Ask the system to read rows ``start:stop`` into the page cache in the background
+        (``MADV_WILLNEED``): the rows a sequential reader asks for next are read from the disk
+        while it works on these (a ranking: a block's product)."""
+        if start < self.shape[0]:
+            self._advise(mmap.MADV_WILLNEED, start, stop)
+
+    def _release(self, start: int, stop: int) -> None:
+        """Hand back the mapped pages of rows ``start:stop`` (where the file is read through the
+        mapping; not a copy-on-write one: its pages hold the caller's changes)."""
+        if not self._copy_on_write:
+            # (from MAPPED_AROUND bytes before: reading these rows, a fault mapped its
+            # neighbours too, among them the last pages of rows read and handed back before)
+            self._advise(mmap.MADV_DONTNEED, start, stop, before=MAPPED_AROUND)
+
+    def gather(self, index: Tensor) -> Tensor:
+        """The rows at ``index`` (int64 on the host, any order, repeats allowed) as a new CPU
+        tensor of the stored dtype: the distinct rows in order, nearby ones read at once (a run
+        of rows at most a chunk long, with gaps of at most a page), each run read by itself."""
+        if self.path is None:
+            return self.tensor.index_select(0, index)
+        rows, inverse = torch.unique(index, return_inverse=True)
+        at = rows.numpy()
+        out = np.empty((at.size, self.shape[1]), dtype=self._dtype)
+        if at.size:
+            gap = max(1, mmap.PAGESIZE // max(1, self._row_bytes))
+            # runs: a new one where the next row is more than ``gap`` rows on, or where the run
+            # would outgrow a chunk
+            new = np.ones(at.size, dtype=bool)
+            new[1:] = np.diff(at) > gap
+            run = np.cumsum(new) - 1
+            first = at[new][run]
+            piece = (at - first) // self.chunk_rows()
+            new[1:] |= piece[1:] != piece[:-1]
+            bounds = np.append(np.flatnonzero(new), at.size).tolist()
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                for s, e in itertools.pairwise(bounds):
+                    lo, hi = int(at[s]), int(at[e - 1]) + 1
+                    if hi - lo == e - s:  # every row of the stretch: read in place
+                        self._read(fd, lo, out[s:e])
+                    else:
+                        span = self._staging(hi - lo)
+                        self._read(fd, lo, span)
+                        out[s:e] = span[at[s:e] - lo]
+            finally:
+                os.close(fd)
+        return torch.from_numpy(out).index_select(0, inverse)
