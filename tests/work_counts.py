@@ -193,15 +193,19 @@ def counting_work() -> Iterator[Work]:
 
         return rank
 
-    probed = product_shape._probed_rows
+    probes = {name: getattr(product_shape, name) for name in ("_probed_rows", "_probed_columns")}
 
-    def uncounted_probe(*args):
-        # (a probe runs once per shape in a process: the work of a compute() is its plan's)
-        work.probes += 1
-        with _disable_current_modes():
-            return probed(*args)
+    def uncounted(probe):
+        def uncounted_probe(*args):
+            # (a probe runs once per shape in a process: the work of a compute() is its plan's)
+            work.probes += 1
+            with _disable_current_modes():
+                return probe(*args)
 
-    product_shape._probed_rows = uncounted_probe
+        return uncounted_probe
+
+    for name, probe in probes.items():
+        setattr(product_shape, name, uncounted(probe))
     schedule.one_sided_pass = counted_one_sided
     schedule.two_sided_pass = counted_two_sided
     counting.QueryBlock.__init__ = counted_block
@@ -217,7 +221,8 @@ def counting_work() -> Iterator[Work]:
         with _ProductCounter(work):
             yield work
     finally:
-        product_shape._probed_rows = probed
+        for name, probe in probes.items():
+            setattr(product_shape, name, probe)
         schedule.one_sided_pass = one_sided
         schedule.two_sided_pass = two_sided
         counting.QueryBlock.__init__ = block_init

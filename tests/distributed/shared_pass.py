@@ -67,23 +67,29 @@ def table_lists(table) -> dict:
 
 def counted(fn):
     """fn()'s result and the number of matrix products it computed."""
-    real, probed = torch.mm, product_shape._probed_rows
+    real = torch.mm
     calls, probing = [0], [False]
 
     def mm(*args, **kwargs):
         calls[0] += not probing[0]
         return real(*args, **kwargs)
 
-    def probe(*args):
-        # (the host's BLAS asked once per shape in a process: not the ranking's products)
-        probing[0] = True
-        try:
-            return probed(*args)
-        finally:
-            probing[0] = False
+    def uncounted(probed):
+        def probe(*args):
+            # (the host's BLAS asked once per shape in a process: not the ranking's products)
+            probing[0] = True
+            try:
+                return probed(*args)
+            finally:
+                probing[0] = False
+
+        return probe
 
     with mock.patch.object(torch, "mm", mm), \
-            mock.patch.object(product_shape, "_probed_rows", probe):
+            mock.patch.object(product_shape, "_probed_rows",
+                              uncounted(product_shape._probed_rows)), \
+            mock.patch.object(product_shape, "_probed_columns",
+                              uncounted(product_shape._probed_columns)):
         result = fn()
     return result, calls[0]
 

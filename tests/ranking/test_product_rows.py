@@ -101,3 +101,44 @@ def test_wide_rows_rank_alike_in_any_number_and_on_any_thread_count(similarity):
     assert min(among_600[:6]) < 1.0
     assert among_100 == among_600[:100]
     assert one_thread == among_100
+
+
+@pytest.mark.parametrize("width", [1024, 4096])
+def test_products_of_the_least_columns_or_more_compute_each_column_alike(width):
+    """Checked on data of its own: products of the least columns and of more equal the same
+    columns of a product of 2,048 columns, bit for bit; one of 192 columns fewer does not,
+    where the least is above 192. And at that width, the least rows compute alike too."""
+    cpu = torch.device("cpu")
+    least = product_shape.least_product_columns(width, torch.float32, cpu)
+    assert least % plan.PRODUCT_COLUMNS == 0 and least >= plan.PRODUCT_COLUMNS
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(product_shape.PROBE_ROWS, width, generator=gen)
+    g = torch.randn(2048, width, generator=gen)
+    block = torch.mm(x, g.T)
+    for columns in range(least, min(2048, least + 4 * plan.PRODUCT_COLUMNS) + 1,
+                         plan.PRODUCT_COLUMNS):
+        assert torch.equal(torch.mm(x, g[:columns].T), block[:, :columns]), columns
+    if least > plan.PRODUCT_COLUMNS:
+        fewer = least - plan.PRODUCT_COLUMNS
+        assert not torch.equal(torch.mm(x, g[:fewer].T), block[:, :fewer])
+    rows = product_shape.least_product_rows(1, least, width, torch.float32, cpu)
+    assert torch.equal(torch.mm(x[:rows], g[:least].T), block[:rows, :least])
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
+def test_a_small_wide_gallery_ranks_alike_on_any_thread_count(similarity):
+    """380 items of 4,096 dimensions (one gallery block): the same reciprocal ranks with one
+    thread as with two. A block of 384 columns was a product MKL splits between two threads
+    on an Intel Xeon (up to 512 columns at this width), and the ranks differed; now the block
+    is padded to the columns the BLAS computes alike."""
+    q, g, labels = _near_copies(100, 4096, 100, seed=9)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two = _reciprocal_ranks(q, g, labels, 100, similarity)
+        torch.set_num_threads(1)
+        one = _reciprocal_ranks(q, g, labels, 100, similarity)
+    finally:
+        torch.set_num_threads(threads)
+    assert min(two[:6]) < 1.0
+    assert one == two

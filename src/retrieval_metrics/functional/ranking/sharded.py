@@ -19,6 +19,7 @@ from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.counters import choose_counter
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.plan import block_sizes
+from retrieval_metrics.functional.ranking.engine.product_shape import least_product_columns
 from retrieval_metrics.functional.ranking.engine.similarity import score_dtype
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.qrels import judged_ideal, with_unretrieved
@@ -118,7 +119,9 @@ def sharded_table(
         num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, options.budget_on(query.device),
         choose_counter(query.device).block_caps(),
     )
-    block = (max(1, min(block[0], 1024)), block[1])
+    # (every shard's blocks at least the columns the host's BLAS computes alike)
+    block = (max(1, min(block[0], 1024)),
+             max(block[1], least_product_columns(dim, dtype, query.device)))
     blocked = replace(options, depth=None, cover_relevant=False, block_size=block)
     local_scores = schedule.blocked_scores(inputs, blocked)
     local_query = row_of_entries(rel.relevant_ptr)

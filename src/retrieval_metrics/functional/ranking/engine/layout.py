@@ -33,6 +33,7 @@ from retrieval_metrics.functional.ranking.engine.plan import (
     pass_budget,
     square_block,
 )
+from retrieval_metrics.functional.ranking.engine.product_shape import least_product_columns
 from retrieval_metrics.functional.ranking.relevance import Relevance
 
 
@@ -89,6 +90,9 @@ def choose_layout(
     block_q, block_g = block_sizes(
         num_q, num_g, dim, side.max_relevant, elem, budget, side.counter.block_caps()
     )
+    # (a product of few columns may be computed otherwise, e.g. its sum split between threads:
+    # a small gallery's block padded to the columns the host's BLAS computes alike)
+    block_g = max(block_g, least_product_columns(dim, side.dtype, side.device))
     return Layout(False, block_q, block_g, budget)
 
 

@@ -12,9 +12,10 @@ import functools
 import torch
 
 from retrieval_metrics.functional.ranking.engine.counters import multiplied_by_host_blas
-from retrieval_metrics.functional.ranking.engine.plan import PRODUCT_ROWS
+from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
+from retrieval_metrics.functional.ranking.engine.plan import PRODUCT_COLUMNS, PRODUCT_ROWS
 
-__all__ = ["PROBE_COLUMNS", "PROBE_ROWS", "least_product_rows"]
+__all__ = ["PROBE_COLUMNS", "PROBE_ROWS", "least_product_columns", "least_product_rows"]
 
 #: The probe of :func:`least_product_rows` compares with a product of this many rows (a BLAS
 #: computes a product of many rows alike however many), at most PROBE_COLUMNS wide
@@ -55,6 +56,7 @@ def least_product_rows(
 
 
 @functools.cache
+@in_full_fp32  # (what the passes compute: ranks must not depend on TF32)
 def _probed_rows(columns: int, width: int, dtype: torch.dtype, threads: int) -> int:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(PROBE_ROWS, width, generator=gen, dtype=torch.float64).to(dtype)
@@ -78,5 +80,54 @@ def _probed_rows(columns: int, width: int, dtype: torch.dtype, threads: int) -> 
     least = low * PRODUCT_ROWS
     # (the search takes a shape alike to stay alike with more rows: checked beside it)
     if least < PROBE_ROWS and not alike(least + PRODUCT_ROWS):
+        return PROBE_ROWS
+    return least
+
+
+def least_product_columns(width: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The fewest gallery columns (whole :data:`~plan.PRODUCT_COLUMNS`) a product of rows
+    ``width`` wide is given so that it computes each column as a product of many columns does
+    (:data:`PROBE_ROWS` rows, 2,048 columns); 0 on a device (not probed: its blocks are wide).
+
+    MKL splits the sum of a product of few columns between threads as it does one of few rows
+    (on an Intel Xeon with two threads, up to about ``width / 8`` columns: 4,096-d, 512), so a
+    gallery of a few hundred items at thousands of dimensions ranked otherwise with one thread
+    than with two. The one-sided pass, ``top_k`` and the PML compat kNN pad their gallery
+    blocks to at least this many columns; then :func:`least_product_rows` is asked at that
+    width. Once per width, dtype and thread count in a process; where 192 columns compute
+    alike (AMD hosts, or narrow rows), one product of the reference's shape.
+
+    >>> least_product_columns(64, torch.float32, torch.device("cuda"))
+    0
+    """
+    if not multiplied_by_host_blas(device):
+        return 0
+    return _probed_columns(width, dtype, torch.get_num_threads())
+
+
+@functools.cache
+@in_full_fp32
+def _probed_columns(width: int, dtype: torch.dtype, threads: int) -> int:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(PROBE_ROWS, width, generator=gen, dtype=torch.float64).to(dtype)
+    g = torch.randn(PROBE_ROWS, width, generator=gen, dtype=torch.float64).to(dtype)
+    reference = torch.mm(x, g.T)
+
+    def alike(n: int) -> bool:
+        return torch.equal(torch.mm(x, g[:n].T), reference[:, :n])
+
+    unit = PRODUCT_COLUMNS
+    if alike(unit) and alike(2 * unit):
+        return unit
+    low, high = 2, PROBE_ROWS // unit  # in units of PRODUCT_COLUMNS; the widest is alike
+    while low < high:
+        middle = (low + high) // 2
+        if alike(middle * unit):
+            high = middle
+        else:
+            low = middle + 1
+    least = low * unit
+    # (the search takes a shape alike to stay alike with more columns: checked beside it)
+    if least + unit <= PROBE_ROWS and not alike(least + unit):
         return PROBE_ROWS
     return least
