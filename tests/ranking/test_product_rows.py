@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
+from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.engine import plan, product_shape
 
 
@@ -58,6 +59,16 @@ def _near_copies(num_q: int, width: int, gallery: int, seed: int = 3):
     return q, g, labels
 
 
+def _on_threads(threads: int, fn, *args):
+    """``fn(*args)`` computed with ``threads`` threads (the setting restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(before)
+
+
 def _reciprocal_ranks(q, g, labels, count: int, similarity: str) -> list[float]:
     metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic")
     metric.update(q[:count], torch.arange(count), role="query")
@@ -89,15 +100,9 @@ def test_wide_rows_rank_alike_in_any_number_and_on_any_thread_count(similarity):
     while the probe compared with products of 512 rows, themselves split, and at 1,152
     columns, where 8 rows of 4,097-d computed alike but not at 1,536 columns."""
     q, g, labels = _near_copies(600, 4096, 1500, seed=5)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        among_600 = _reciprocal_ranks(q, g, labels, 600, similarity)
-        among_100 = _reciprocal_ranks(q, g, labels, 100, similarity)
-        torch.set_num_threads(1)
-        one_thread = _reciprocal_ranks(q, g, labels, 100, similarity)
-    finally:
-        torch.set_num_threads(threads)
+    among_600 = _on_threads(2, _reciprocal_ranks, q, g, labels, 600, similarity)
+    among_100 = _on_threads(2, _reciprocal_ranks, q, g, labels, 100, similarity)
+    one_thread = _on_threads(1, _reciprocal_ranks, q, g, labels, 100, similarity)
     assert min(among_600[:6]) < 1.0
     assert among_100 == among_600[:100]
     assert one_thread == among_100
@@ -109,8 +114,9 @@ def test_products_of_the_least_columns_or_more_compute_each_column_alike(width):
     columns of a product of 2,048 columns, bit for bit; one of 192 columns fewer does not,
     where the least is above 192. And at that width, the least rows compute alike too."""
     cpu = torch.device("cpu")
-    least = product_shape.least_product_columns(width, torch.float32, cpu)
-    assert least % plan.PRODUCT_COLUMNS == 0 and least >= plan.PRODUCT_COLUMNS
+    # (0: whole panels are enough)
+    least = product_shape.least_product_columns(width, torch.float32, cpu) or plan.PRODUCT_COLUMNS
+    assert least % plan.PRODUCT_COLUMNS == 0
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(product_shape.PROBE_ROWS, width, generator=gen)
     g = torch.randn(2048, width, generator=gen)
@@ -132,13 +138,28 @@ def test_a_small_wide_gallery_ranks_alike_on_any_thread_count(similarity):
     on an Intel Xeon (up to 512 columns at this width), and the ranks differed; now the block
     is padded to the columns the BLAS computes alike."""
     q, g, labels = _near_copies(100, 4096, 100, seed=9)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        two = _reciprocal_ranks(q, g, labels, 100, similarity)
-        torch.set_num_threads(1)
-        one = _reciprocal_ranks(q, g, labels, 100, similarity)
-    finally:
-        torch.set_num_threads(threads)
+    two = _on_threads(2, _reciprocal_ranks, q, g, labels, 100, similarity)
+    one = _on_threads(1, _reciprocal_ranks, q, g, labels, 100, similarity)
     assert min(two[:6]) < 1.0
     assert one == two
+
+
+def test_a_small_wide_set_ranked_against_itself_ranks_alike_on_any_thread_count():
+    """A same-source set of 380 items of 4,096 dimensions (the symmetric pass, one square
+    block): every relevant pair's items above and tied the same with one thread as with two, and
+    with a budget that narrows the square blocks. Square products of 384 were split between two
+    threads on an Intel Xeon (the pairs' counts differed); now the blocks are at least the square
+    the BLAS computes alike."""
+    _, g, labels = _near_copies(100, 4096, 100, seed=13)
+    labels = torch.where(labels < 0, torch.arange(labels.numel()) % 7 + 1000, labels)
+    labels[100:280] = torch.arange(6).repeat(30)  # each near-copy in its original's class
+
+    def counts(budget: int | None) -> torch.Tensor:
+        table = rank_embeddings(g, None, query_labels=labels, similarity="dot",
+                                memory_budget=budget)
+        return torch.stack([table.above, table.tied])
+
+    two, narrow = _on_threads(2, counts, None), _on_threads(2, counts, 2**20)
+    one = _on_threads(1, counts, None)
+    assert torch.equal(one, two)
+    assert torch.equal(narrow, two)

@@ -33,7 +33,10 @@ from retrieval_metrics.functional.ranking.engine.plan import (
     pass_budget,
     square_block,
 )
-from retrieval_metrics.functional.ranking.engine.product_shape import least_product_columns
+from retrieval_metrics.functional.ranking.engine.product_shape import (
+    least_product_columns,
+    least_square_block,
+)
 from retrieval_metrics.functional.ranking.relevance import Relevance
 
 
@@ -82,6 +85,10 @@ def choose_layout(
                 block = None
         else:
             block = _symmetric_block(side, elem, budget)
+            if block is not None:
+                # (square products of a few columns may be computed otherwise: see
+                # product_shape)
+                block = max(block, least_square_block(dim, side.dtype, side.device))
         if block is not None:
             return Layout(True, block, block, budget)
     budget = pass_budget(memory_budget, (num_q + num_g * gallery_copied) * dim * elem)
@@ -174,16 +181,19 @@ def two_way_blocks(
     squares: tuple[int, int] | None,
     budget: int,
     dtype: torch.dtype,
+    width: int,
 ) -> tuple[int, int]:
     """The blocks of the two sets of a two-way pass (the rows' and the columns'): the square
     ``squares`` where the caller set them, else each set in even blocks of its own, none wider
     than :func:`two_way_block`: 1,000 images against 5,000 captions are not padded to the
-    captions' block."""
+    captions' block. None narrower than the host's BLAS computes alike (rows ``width`` wide:
+    ``product_shape.least_square_block``)."""
     if squares is not None:
         return squares[0], squares[0]
     block = two_way_block(sides, budget, dtype)
     num_a, num_b = (side.order.numel() for side in sides)
-    return balanced(num_a, block), balanced(num_b, block)
+    least = least_square_block(width, dtype, sides[0].device)
+    return max(balanced(num_a, block), least), max(balanced(num_b, block), least)
 
 
 def two_way_block(sides: list[Direction], budget: int, dtype: torch.dtype) -> int:

@@ -8,14 +8,25 @@ than in one of many. Asked of the BLAS itself, once per shape in a process, as
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
 from retrieval_metrics.functional.ranking.engine.counters import multiplied_by_host_blas
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
-from retrieval_metrics.functional.ranking.engine.plan import PRODUCT_COLUMNS, PRODUCT_ROWS
+from retrieval_metrics.functional.ranking.engine.plan import (
+    PRODUCT_COLUMNS,
+    PRODUCT_ROWS,
+    whole_blocks,
+)
 
-__all__ = ["PROBE_COLUMNS", "PROBE_ROWS", "least_product_columns", "least_product_rows"]
+__all__ = [
+    "PROBE_COLUMNS",
+    "PROBE_ROWS",
+    "least_product_columns",
+    "least_product_rows",
+    "least_square_block",
+]
 
 #: The probe of :func:`least_product_rows` compares with a product of this many rows (a BLAS
 #: computes a product of many rows alike however many), at most PROBE_COLUMNS wide
@@ -68,18 +79,25 @@ def _probed_rows(columns: int, width: int, dtype: torch.dtype, threads: int) -> 
     def alike(n: int) -> bool:
         return torch.equal(torch.mm(x[:n], g.T, out=buffer[:n]), reference[:n])
 
-    if alike(PRODUCT_ROWS) and alike(2 * PRODUCT_ROWS):
-        return PRODUCT_ROWS
-    low, high = 2, PROBE_ROWS // PRODUCT_ROWS  # in units of PRODUCT_ROWS; high is alike
+    return _least_alike(alike, PRODUCT_ROWS)
+
+
+def _least_alike(alike: Callable[[int], bool], unit: int) -> int:
+    """The fewest whole ``unit`` (rows or columns, up to :data:`PROBE_ROWS`, which is alike)
+    that ``alike`` says compute as the reference: one and two units first (most hosts), else a
+    search by halves."""
+    if alike(unit) and alike(2 * unit):
+        return unit
+    low, high = 2, PROBE_ROWS // unit  # in units; high is alike
     while low < high:
         middle = (low + high) // 2
-        if alike(middle * PRODUCT_ROWS):
+        if alike(middle * unit):
             high = middle
         else:
             low = middle + 1
-    least = low * PRODUCT_ROWS
-    # (the search takes a shape alike to stay alike with more rows: checked beside it)
-    if least < PROBE_ROWS and not alike(least + PRODUCT_ROWS):
+    least = low * unit
+    # (the search takes a shape alike to stay alike when larger: checked beside it)
+    if least + unit <= PROBE_ROWS and not alike(least + unit):
         return PROBE_ROWS
     return least
 
@@ -87,7 +105,9 @@ def _probed_rows(columns: int, width: int, dtype: torch.dtype, threads: int) -> 
 def least_product_columns(width: int, dtype: torch.dtype, device: torch.device) -> int:
     """The fewest gallery columns (whole :data:`~plan.PRODUCT_COLUMNS`) a product of rows
     ``width`` wide is given so that it computes each column as a product of many columns does
-    (:data:`PROBE_ROWS` rows, 2,048 columns); 0 on a device (not probed: its blocks are wide).
+    (:data:`PROBE_ROWS` rows, 2,048 columns), where whole panels are not enough; 0 where they
+    are (the gallery blocks keep the widths the plan gives them) and on a device (not probed:
+    its blocks are wide).
 
     MKL splits the sum of a product of few columns between threads as it does one of few rows
     (on an Intel Xeon with two threads, up to about ``width / 8`` columns: 4,096-d, 512), so a
@@ -102,7 +122,8 @@ def least_product_columns(width: int, dtype: torch.dtype, device: torch.device) 
     """
     if not multiplied_by_host_blas(device):
         return 0
-    return _probed_columns(width, dtype, torch.get_num_threads())
+    least = _probed_columns(width, dtype, torch.get_num_threads())
+    return 0 if least <= PRODUCT_COLUMNS else least
 
 
 @functools.cache
@@ -116,18 +137,27 @@ def _probed_columns(width: int, dtype: torch.dtype, threads: int) -> int:
     def alike(n: int) -> bool:
         return torch.equal(torch.mm(x, g[:n].T), reference[:, :n])
 
-    unit = PRODUCT_COLUMNS
-    if alike(unit) and alike(2 * unit):
-        return unit
-    low, high = 2, PROBE_ROWS // unit  # in units of PRODUCT_COLUMNS; the widest is alike
-    while low < high:
-        middle = (low + high) // 2
-        if alike(middle * unit):
-            high = middle
-        else:
-            low = middle + 1
-    least = low * unit
-    # (the search takes a shape alike to stay alike with more columns: checked beside it)
-    if least + unit <= PROBE_ROWS and not alike(least + unit):
-        return PROBE_ROWS
-    return least
+    return _least_alike(alike, PRODUCT_COLUMNS)
+
+
+def least_square_block(width: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The narrowest square block (whole :data:`~plan.PRODUCT_COLUMNS`) whose products, rows
+    ``width`` wide, the host's BLAS computes as it computes many rows and columns: at least
+    :func:`least_product_columns`, and at least :func:`least_product_rows` at that width (a
+    product of 192 rows by 192 columns of 1,024-d rows is split between two threads where one of
+    192 rows by 2,112 columns is not). The symmetric and the two-way passes multiply blocks of
+    one set by blocks of the other, as wide as they are tall. 0 where whole panels are enough
+    (the blocks keep the widths the plan gives them) and on a device (not probed).
+
+    >>> least_square_block(64, torch.float32, torch.device("cuda"))
+    0
+    """
+    if not multiplied_by_host_blas(device):
+        return 0
+    side = least_product_columns(width, dtype, device) or PRODUCT_COLUMNS
+    while True:
+        rows = least_product_rows(side, side, width, dtype, device)
+        if rows <= side:
+            break
+        side = whole_blocks(rows)
+    return 0 if side <= PRODUCT_COLUMNS else side

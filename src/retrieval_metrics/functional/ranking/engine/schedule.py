@@ -269,7 +269,8 @@ def two_way_ranking(
         ]
         # the prepared matrices first, then the pass (see plan.py)
         budget = pass_budget(options.budget_on(device), (num_a + num_b) * a.shape[1] * elem)
-        block_a, block_b = two_way_blocks(sides, squares, budget, dtype)
+        width = a.shape[1] + (options.similarity == "euclidean")
+        block_a, block_b = two_way_blocks(sides, squares, budget, dtype, width)
         state = sides[0].state_bytes(block_a, elem) + sides[1].state_bytes(block_b, elem)
         if keeps_states(state, sum(s.pair_state_bytes() for s in sides), budget):
             # each set's matrix in the processing order of the side whose gallery it is
