@@ -70,8 +70,8 @@ def least_product_rows(
 @in_full_fp32  # (what the passes compute: ranks must not depend on TF32)
 def _probed_rows(columns: int, width: int, dtype: torch.dtype, threads: int) -> int:
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(PROBE_ROWS, width, generator=gen, dtype=torch.float64).to(dtype)
-    g = torch.randn(max(columns, 1), width, generator=gen, dtype=torch.float64).to(dtype)
+    x = torch.randn(PROBE_ROWS, width, generator=gen).to(dtype)
+    g = torch.randn(max(columns, 1), width, generator=gen).to(dtype)
     # (the engine's form: query rows times a transposed gallery block, out= a buffer)
     reference = torch.mm(x, g.T)
     buffer = torch.empty_like(reference)
@@ -130,8 +130,8 @@ def least_product_columns(width: int, dtype: torch.dtype, device: torch.device) 
 @in_full_fp32
 def _probed_columns(width: int, dtype: torch.dtype, threads: int) -> int:
     gen = torch.Generator().manual_seed(1)
-    x = torch.randn(PROBE_ROWS, width, generator=gen, dtype=torch.float64).to(dtype)
-    g = torch.randn(PROBE_ROWS, width, generator=gen, dtype=torch.float64).to(dtype)
+    x = torch.randn(PROBE_ROWS, width, generator=gen).to(dtype)
+    g = torch.randn(PROBE_ROWS, width, generator=gen).to(dtype)
     reference = torch.mm(x, g.T)
 
     def alike(n: int) -> bool:
