@@ -30,7 +30,7 @@ __all__ = [
 
 #: The probe of :func:`least_product_rows` compares with a product of this many rows (a BLAS
 #: computes a product of many rows alike however many), at most PROBE_COLUMNS wide
-PROBE_ROWS = 2048
+PROBE_ROWS = 1024
 PROBE_COLUMNS = 4096
 
 
@@ -79,16 +79,16 @@ def _probed_rows(columns: int, width: int, dtype: torch.dtype, threads: int) -> 
     def alike(n: int) -> bool:
         return torch.equal(torch.mm(x[:n], g.T, out=buffer[:n]), reference[:n])
 
-    return _least_alike(alike, PRODUCT_ROWS)
+    return _least_alike(alike, PRODUCT_ROWS, PROBE_ROWS)
 
 
-def _least_alike(alike: Callable[[int], bool], unit: int) -> int:
-    """The fewest whole ``unit`` (rows or columns, up to :data:`PROBE_ROWS`, which is alike)
-    that ``alike`` says compute as the reference: one and two units first (most hosts), else a
-    search by halves."""
+def _least_alike(alike: Callable[[int], bool], unit: int, most: int) -> int:
+    """The fewest whole ``unit`` (rows or columns, up to ``most``, the reference's, which is
+    alike) that ``alike`` says compute as the reference: one and two units first (most hosts),
+    else a search by halves."""
     if alike(unit) and alike(2 * unit):
         return unit
-    low, high = 2, PROBE_ROWS // unit  # in units; high is alike
+    low, high = 2, most // unit  # in units; high is alike
     while low < high:
         middle = (low + high) // 2
         if alike(middle * unit):
@@ -97,17 +97,17 @@ def _least_alike(alike: Callable[[int], bool], unit: int) -> int:
             low = middle + 1
     least = low * unit
     # (the search takes a shape alike to stay alike when larger: checked beside it)
-    if least + unit <= PROBE_ROWS and not alike(least + unit):
-        return PROBE_ROWS
+    if least + unit <= most and not alike(least + unit):
+        return most
     return least
 
 
 def least_product_columns(width: int, dtype: torch.dtype, device: torch.device) -> int:
     """The fewest gallery columns (whole :data:`~plan.PRODUCT_COLUMNS`) a product of rows
     ``width`` wide is given so that it computes each column as a product of many columns does
-    (:data:`PROBE_ROWS` rows, 2,048 columns), where whole panels are not enough; 0 where they
-    are (the gallery blocks keep the widths the plan gives them) and on a device (not probed:
-    its blocks are wide).
+    (:data:`PROBE_ROWS` rows, twice as many columns), where whole panels are not enough; 0
+    where they are (the gallery blocks keep the widths the plan gives them) and on a device
+    (not probed: its blocks are wide).
 
     MKL splits the sum of a product of few columns between threads as it does one of few rows
     (on an Intel Xeon with two threads, up to about ``width / 8`` columns: 4,096-d, 512), so a
@@ -131,13 +131,13 @@ def least_product_columns(width: int, dtype: torch.dtype, device: torch.device) 
 def _probed_columns(width: int, dtype: torch.dtype, threads: int) -> int:
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(PROBE_ROWS, width, generator=gen).to(dtype)
-    g = torch.randn(PROBE_ROWS, width, generator=gen).to(dtype)
+    g = torch.randn(2 * PROBE_ROWS, width, generator=gen).to(dtype)
     reference = torch.mm(x, g.T)
 
     def alike(n: int) -> bool:
         return torch.equal(torch.mm(x, g[:n].T), reference[:, :n])
 
-    return _least_alike(alike, PRODUCT_COLUMNS)
+    return _least_alike(alike, PRODUCT_COLUMNS, g.shape[0] // PRODUCT_COLUMNS * PRODUCT_COLUMNS)
 
 
 def least_square_block(width: int, dtype: torch.dtype, device: torch.device) -> int:
