@@ -118,6 +118,9 @@ class RowBatches:
             self.device = torch.device(device)  # each chunk read from the file copied there
         self.as_stored = as_stored
         self._group_runs: list[tuple[int, int]] | None = None
+        #: every batch held in memory (none a file): a block across batches is then read by
+        #: one concatenation (:meth:`_joined`)
+        self._in_memory = all(m is None for m in self.mapped)
         self.dtype = first.dtype if as_stored else read_dtype(first.dtype)
         self.divisor = divisor
         #: the row norms once read (``norms``: another view's of the same rows, on this
@@ -419,7 +422,7 @@ class RowBatches:
         self._check_before_reading()
         first = bisect.bisect_right(self._starts, start) - 1
         last = bisect.bisect_left(self._starts, stop) - 1
-        if last > first and self._joins(first, last, out.device):
+        if last > first and self._in_memory and self.batches[0].device == out.device:
             return self._joined(start, stop, first, last, out)
         at, i = start, first
         while at < stop:
@@ -468,20 +471,13 @@ class RowBatches:
             self._group_runs = runs
         return self._group_runs
 
-    def _joins(self, first: int, last: int, device: torch.device) -> bool:
-        """Whether batches ``first..last`` (several) are read by :meth:`_joined`: all held in
-        memory on ``device``."""
-        return all(
-            self.mapped[i] is None and self.batches[i].device == device
-            for i in range(first, last + 1)
-        )
-
     def _joined(self, start: int, stop: int, first: int, last: int, out: Tensor) -> Tensor:
         """Rows ``start:stop`` across batches ``first..last``, all in memory on ``out``'s
-        device: copied into ``out`` by one concatenation (half rows upcast as copied, exactly),
-        then normed and divided as a whole. A gallery given a few rows an update is thousands
-        of batches: read one by one, each cost a handful of small operations (a norm, a
-        division, a copy) per block, several times the block's product. The values are the
+        device (the batches share one: ``__init__``): copied into ``out`` by one concatenation
+        (half rows upcast as copied, exactly), then normed and divided as a whole. A gallery
+        given a few rows an update is thousands of batches: read one by one, each cost a
+        handful of small operations (a norm, a division, a copy) per block, several times the
+        block's product. The values are the
         same: a row's norm depends on that row alone, and a division or an upcast is made
         element by element."""
         n = stop - start

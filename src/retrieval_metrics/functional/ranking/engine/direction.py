@@ -11,7 +11,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.csr import row_of_entries
 from retrieval_metrics.functional.primitives import (
     flat_nonzero,
     is_identity,
@@ -308,32 +307,21 @@ class Direction:
         items. The CPU's thresholds stop counting an item once depth items beat it, and leave
         listed some others that depth items beat (a threshold is a lower bound); whole-block
         counters (a GPU's) count every item exactly and list them all."""
-        if listed is not None:
-            # Only the pairs the counting listed can stay listed: judged among them alone (a
-            # huge class lists a few of its millions of pairs a row; the outputs are on the
-            # host by now, wherever the ranking ran: host_outputs)
-            at = flat_nonzero(listed)
-            row = torch.searchsorted(self.rel_ptr, at, right=True) - 1
-            listed_above = above.index_select(0, at)
-            keep = listed_above < depth.index_select(0, row)
-            if self.options.locate_first and at.numel():
-                unlisted = torch.iinfo(torch.int64).max
-                best = torch.full_like(depth, unlisted).scatter_reduce_(
-                    0, row, listed_above, "amin"
-                )
-                keep |= listed_above == best.index_select(0, row)
-            return torch.zeros_like(listed).index_fill_(0, at[keep], True)
-        row = row_of_entries(self.rel_ptr)
-        keep = above < depth.index_select(0, row)
-        if self.options.locate_first and above.numel():
-            # (among the items the counting listed, which holds each query's best: above and
-            # tied of the others may be unwritten, QueryBlock._write_top)
+        # Only the pairs the counting listed can stay listed: judged among them alone (a huge
+        # class lists a few of its millions of pairs a row; the outputs are on the host by
+        # now, wherever the ranking ran: host_outputs). The listed pairs hold each query's best
+        # (above and tied of the others may be unwritten, QueryBlock._write_top).
+        at = flat_nonzero(listed)
+        row = torch.searchsorted(self.rel_ptr, at, right=True) - 1
+        listed_above = above.index_select(0, at)
+        keep = listed_above < depth.index_select(0, row)
+        if self.options.locate_first and at.numel():
             unlisted = torch.iinfo(torch.int64).max
             best = torch.full_like(depth, unlisted).scatter_reduce_(
-                0, row, above if listed is None else above.masked_fill(~listed, unlisted), "amin"
+                0, row, listed_above, "amin"
             )
-            keep |= above == best.index_select(0, row)
-        return keep if listed is None else listed & keep
+            keep |= listed_above == best.index_select(0, row)
+        return torch.zeros_like(listed).index_fill_(0, at[keep], True)
 
     def host_outputs(self) -> tuple[Tensor, ...]:
         """The outputs on the host: one copy from the device for all of them, after the pass
