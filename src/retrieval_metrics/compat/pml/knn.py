@@ -14,11 +14,10 @@ from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.plan import (
     product_rows,
-    whole_blocks,
 )
 from retrieval_metrics.functional.ranking.engine.product_shape import (
-    least_product_columns,
     least_product_rows,
+    product_columns,
 )
 from retrieval_metrics.functional.ranking.row_batches import padded_block
 from retrieval_metrics.functional.ranking.settings import memory_budget_on
@@ -208,8 +207,7 @@ def blocked_knn(
     # rounds a score by the kernel of the panel its row and column fell in, so a query's
     # neighbours depended on how many queries came with it (a block of 1 to 3 rows) and on
     # memory_budget, and a near-copy in the last columns rounded otherwise than its original.
-    width = max(whole_blocks(num_r), least_product_columns(
-        reference.shape[1], reference.dtype, reference.device))
+    width = product_columns(num_r, reference.shape[1], reference.dtype, reference.device)
     columns = padded_block(reference, 0, num_r, reference.new_empty(width, reference.shape[1]))
     least = least_product_rows(
         block, columns.shape[0], columns.shape[1], columns.dtype, columns.device

@@ -148,9 +148,8 @@ def rank_embeddings(
             MiB on the CPU, a quarter of an accelerator's free memory (at most 32 GiB).
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
             ``memory_budget`` (the gallery block must be a multiple of 64). Results do not depend
-            on it, but for float64 products in blocks that are not multiples of 192 columns: a
-            matrix-product library may round a narrower last panel otherwise, so identical rows
-            there may stop tying (see the ties section of definitions.md).
+            on it: a block narrower than the matrix-product library computes alike is multiplied
+            with zero columns after it (see the ties section of definitions.md).
         exchange: rank on several processes that all hold these same items, each computing a
             share of the block products (for ``gallery=None``, a share of the symmetric pass's
             block pairs); every process returns the whole table, equal to one process's.

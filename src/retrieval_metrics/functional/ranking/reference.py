@@ -31,7 +31,11 @@ from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.layout import Layout, choose_layout
 from retrieval_metrics.functional.ranking.engine.plan import product_rows
-from retrieval_metrics.functional.ranking.engine.product_shape import least_product_rows
+from retrieval_metrics.functional.ranking.engine.product_shape import (
+    least_product_rows,
+    product_columns,
+    square_product_side,
+)
 from retrieval_metrics.functional.ranking.engine.similarity import prepare, score_dtype
 from retrieval_metrics.functional.ranking.items import KEY_FIELDS, Keys
 from retrieval_metrics.functional.ranking.options import RankingEngine
@@ -60,27 +64,33 @@ def _blocked_scores(q_mat: Tensor, g_mat: Tensor, order: Tensor, layout: Layout)
     """Every score, queries and gallery in processing order, from the engine's products."""
     num_q, num_g, bq, bg = q_mat.shape[0], g_mat.shape[0], layout.block_q, layout.block_g
     out = torch.empty(num_q, num_g, dtype=q_mat.dtype)
+    device, width, dtype = q_mat.device, q_mat.shape[1], q_mat.dtype
     if layout.symmetric:
         a = g_mat  # the symmetric pass multiplies the gallery matrix by itself
-        blocks = [_padded(a[i : i + bg], bg) for i in range(0, num_g, bg)]
+        # (every block padded to the product's side: square_product_side)
+        side = square_product_side(bg, width, dtype, device)
+        blocks = [_padded(a[i : i + bg], side) for i in range(0, num_g, bg)]
         for j, bj in enumerate(blocks):
             for i in range(j + 1):
-                s = torch.mm(blocks[i], bj.T).cpu()
+                s = torch.mm(blocks[i], bj.T)[:bg, :bg].cpu()
                 rows, cols = slice(i * bg, (i + 1) * bg), slice(j * bg, (j + 1) * bg)
                 h, w = out[rows, cols].shape
                 out[rows, cols] = s[:h, :w]
                 if i < j:  # block j's queries read the columns of the same product
                     out[cols, rows] = s.T[:w, :h]
         return out
-    device = q_mat.device
-    least = least_product_rows(bq, bg, q_mat.shape[1], q_mat.dtype, device)
+    # every gallery block as the product's columns (product_columns), zero rows after it
+    columns = product_columns(bg, width, dtype, device)
+    least = least_product_rows(bq, columns, width, dtype, device)
     for start in range(0, num_q, bq):
         rows = order[start : start + bq]
         q_blk = product_rows(q_mat[rows.to(device)], least)
         for g0 in range(0, num_g, bg):
-            g_blk = _padded(g_mat[g0 : g0 + bg], bg)  # every gallery block bg columns wide
+            g_blk = _padded(g_mat[g0 : g0 + bg], columns)
             s = torch.mm(q_blk, g_blk.T).cpu()
-            out[start : start + rows.numel(), g0 : g0 + bg] = s[: rows.numel(), : num_g - g0]
+            out[start : start + rows.numel(), g0 : g0 + bg] = s[
+                : rows.numel(), : min(bg, num_g - g0)
+            ]
     return out
 
 

@@ -100,8 +100,7 @@ class RankingSettings:
             being ranked once that is known (measures whose cut-offs are at most the depth
             need no more).
         block_size: ``(queries, gallery items)`` per block, overriding the choice made from
-            ``memory_budget``; results do not depend on it (but for float64 products in blocks
-            that are not multiples of 192 columns: see ``rank_embeddings``).
+            ``memory_budget``; results do not depend on it (see ``rank_embeddings``).
         qrels: for ``relevance="qrels"``, the judgments (a mapping query id -> document ids or
             -> {document id: grade}, or ``Judgments``) read by the queries' and the gallery
             items' ids (the metric classes' ``qrels=``).

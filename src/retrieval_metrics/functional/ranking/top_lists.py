@@ -38,11 +38,10 @@ from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
     product_row_count,
     product_rows,
-    whole_blocks,
 )
 from retrieval_metrics.functional.ranking.engine.product_shape import (
-    least_product_columns,
     least_product_rows,
+    product_columns,
 )
 from retrieval_metrics.functional.ranking.engine.similarity import (
     gallery_in_blocks,
@@ -216,7 +215,7 @@ def top_k(
     best_cols = torch.empty((num_q, width), dtype=torch.int64, device=device)
     block_g = max(1, min(num_g, BLOCK_G))
     # every product this many columns wide, the last block's (and a narrower block's) padded
-    width_g = max(whole_blocks(block_g), least_product_columns(q_mat.shape[1], dtype, device))
+    width_g = product_columns(block_g, q_mat.shape[1], dtype, device)
     block_q = max(1, min(num_q, BLOCK_ENTRIES // width_g))
     buffer = torch.zeros(width_g, q_mat.shape[1], dtype=dtype, device=device)
     # a block's scores and masks, reused block after block

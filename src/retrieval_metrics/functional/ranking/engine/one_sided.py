@@ -20,7 +20,10 @@ from retrieval_metrics.functional.ranking.engine.plan import (
     product_row_count,
     product_rows,
 )
-from retrieval_metrics.functional.ranking.engine.product_shape import least_product_rows
+from retrieval_metrics.functional.ranking.engine.product_shape import (
+    least_product_rows,
+    product_columns,
+)
 from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 from retrieval_metrics.functional.ranking.engine.threshold import THETA_EVERY
 from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block
@@ -41,11 +44,21 @@ def one_sided_pass(
     (``tensor_cores``)."""
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
-    g_buffer = torch.zeros(block_g, g_mat.shape[1], dtype=g_mat.dtype, device=device)
+    # The columns of every product: the gallery block's, or more where the block is narrower
+    # than the host's BLAS computes alike (set by block_size, or a very small budget): then
+    # multiplied with zero columns after its items (in ``wide``) and cut to them, so that an
+    # item scores alike whatever block holds it (product_shape.product_columns).
+    columns = block_g if half is not None else product_columns(
+        block_g, q_mat.shape[1], q_mat.dtype, device
+    )
+    g_buffer = torch.zeros(columns, g_mat.shape[1], dtype=g_mat.dtype, device=device)
     # (every product of the pass this many rows or more: a query's scores alike whichever rows
     # are multiplied with it, in its block and once rows finish)
-    least = least_product_rows(block_q, block_g, q_mat.shape[1], q_mat.dtype, device)
+    least = least_product_rows(block_q, columns, q_mat.shape[1], q_mat.dtype, device)
     scores = torch.empty(product_row_count(block_q, least), block_g, dtype=dtype, device=device)
+    wide = None if columns == block_g else torch.empty(
+        scores.shape[0], columns, dtype=dtype, device=device
+    )
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
     # (cosine's factor per pair of a half product, written out block by block)
     work = torch.empty_like(scores) if half is not None and half.needs_work else None
@@ -84,10 +97,14 @@ def one_sided_pass(
             factors_left: bool = False,
         ) -> Tensor:
             rows = ranked[0]
-            s = block_product(
-                rows, gallery_block(b), out[: rows.shape[0]], half, ranked[1],
-                None if factors_left else gallery_factor(b), work, factors_left,
-            )[: qb.nb]
+            if wide is None:
+                s = block_product(
+                    rows, gallery_block(b), out[: rows.shape[0]], half, ranked[1],
+                    None if factors_left else gallery_factor(b), work, factors_left,
+                )[: qb.nb]
+            else:  # (the product cut to the block's items; half is None)
+                product = block_product(rows, gallery_block(b), wide[: rows.shape[0]])
+                s = out[: qb.nb].copy_(product[: qb.nb, :block_g])
             qb.mask_excluded(s, b)
             width = min(block_g, num_g - b * block_g)
             if width < block_g:
@@ -115,7 +132,10 @@ def one_sided_pass(
             # and hold up to a quarter of the budget (64 MiB at the default) while the
             # gallery is read (a corpus on disk, its judged documents spread through it).
             held[0] = None  # (the rows gathered are written into g_buffer)
-            read_gathered(qb, q_blk, g_mat, g_buffer, scores, read_first, half, ranked[1], work)
+            read_gathered(
+                qb, q_blk, g_mat, g_buffer, scores if wide is None else wide, read_first,
+                half, ranked[1], work,
+            )
             read_first, cache_room = [], 0
         seeding = qb.seeds_from_maxima()
         if seeding:
@@ -198,8 +218,9 @@ def read_gathered(
     work: Tensor | None = None,
 ) -> None:
     """The relevant scores of query block ``qb`` that lie in gallery ``blocks``, from products
-    of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the blocks' shape); with
-    ``half``, on the tensor cores, ``q_factor`` the query rows' factors.
+    of ``q_blk`` with their gallery rows gathered into ``g_buffer`` (the shape of the blocks'
+    products, ``out`` as wide); with ``half``, on the tensor cores, ``q_factor`` the query
+    rows' factors.
 
     A relevant score must be the very one its block gives when it is counted, or the item does
     not tie with itself. Where a product of this shape scores a pair alike in every column
@@ -207,7 +228,7 @@ def read_gathered(
     Elsewhere (double precision there rounds the last ``width mod 12`` columns of a product
     otherwise; a device's BLAS is not probed) each row is gathered into its own block's column, rows
     sharing one taking turns, a product a turn."""
-    block_g = g_buffer.shape[0]
+    block_g = qb.p.block_g
     in_blocks = torch.isin(qb.r_block, torch.tensor(blocks, dtype=qb.r_block.dtype))
     pairs = flat_nonzero(in_blocks)
     if pairs.numel() == 0:
@@ -231,7 +252,7 @@ def read_gathered(
         g_buffer.index_copy_(0, to_device(columns, device), picked.to(g_buffer.dtype))
         g_factor = None
         if half is not None and half.b_factor is not None:
-            g_factor = half.b_factor.new_ones(block_g).index_copy_(
+            g_factor = half.b_factor.new_ones(g_buffer.shape[0]).index_copy_(
                 0, to_device(columns, device),
                 half.rows(half.b_factor, rows, rows.numel()),
             )

@@ -26,6 +26,8 @@ __all__ = [
     "least_product_columns",
     "least_product_rows",
     "least_square_block",
+    "product_columns",
+    "square_product_side",
 ]
 
 #: The probe of :func:`least_product_rows` compares with a product of this many rows (a BLAS
@@ -161,3 +163,30 @@ def least_square_block(width: int, dtype: torch.dtype, device: torch.device) -> 
             break
         side = whole_blocks(rows)
     return 0 if side <= PRODUCT_COLUMNS else side
+
+
+def product_columns(block: int, width: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The columns of the product of a gallery block of ``block`` items (rows ``width`` wide),
+    zero columns added after them where needed: whole :data:`~plan.PRODUCT_COLUMNS`, and at
+    least :func:`least_product_columns`. The plan's blocks are that already; a block set by
+    ``block_size``, or narrowed below one panel by a very small budget, is multiplied as
+    such a product, then cut to its items: an item scores alike whatever block holds it.
+
+    >>> product_columns(64, 64, torch.float32, torch.device("cpu"))
+    192
+    >>> product_columns(2112, 64, torch.float32, torch.device("cpu"))
+    2112
+    """
+    return max(whole_blocks(block), least_product_columns(width, dtype, device))
+
+
+def square_product_side(block: int, width: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The side of the square product of two blocks of ``block`` rows each (``width`` wide)
+    in the symmetric and two-way passes, zero rows and columns added where needed: whole
+    :data:`~plan.PRODUCT_COLUMNS`, and at least :func:`least_square_block` (see
+    :func:`product_columns`).
+
+    >>> square_product_side(128, 64, torch.float32, torch.device("cpu"))
+    192
+    """
+    return max(whole_blocks(block), least_square_block(width, dtype, device))

@@ -25,6 +25,7 @@ from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import column_segments, segment_maxima
 from retrieval_metrics.functional.ranking.engine.layout import symmetric_order
 from retrieval_metrics.functional.ranking.engine.plan import SEGMENT
+from retrieval_metrics.functional.ranking.engine.product_shape import square_product_side
 from retrieval_metrics.functional.ranking.engine.shared import SharedPairs
 from retrieval_metrics.functional.ranking.engine.tensor_cores import HalfProducts, block_product
 
@@ -35,8 +36,11 @@ class BlockPairs:
     """The products of the blocks of ``a`` (``block_a`` rows each) and of ``b`` (``block_b``).
 
     The last blocks are padded to full size (zero rows, their scores set to ``neg_inf``): every
-    product has the same shape, so a pair's score does not depend on its block. ``half``: ``a``
-    and ``b`` are half precision, multiplied on the tensor cores (``tensor_cores``).
+    product has the same shape, so a pair's score does not depend on its block. A block
+    narrower than the host's BLAS computes alike (set by ``block_size``, or a very small
+    budget) is multiplied with zero rows after it, then the product cut to the blocks
+    (``product_shape.square_product_side``). ``half``: ``a`` and ``b`` are half precision,
+    multiplied on the tensor cores (``tensor_cores``).
     """
 
     def __init__(
@@ -52,6 +56,19 @@ class BlockPairs:
         self.tail_b = b.shape[0] - (self.blocks_b - 1) * block_b
         self.last_a = self._padded_last(a, block_a, self.blocks_a)
         self.last_b = self.last_a if same else self._padded_last(b, block_b, self.blocks_b)
+        # (None: the blocks are multiplied as they are)
+        self._wide: tuple[Tensor, Tensor, Tensor] | None = None
+        if half is None:
+            side_a, side_b = (
+                square_product_side(block, a.shape[1], a.dtype, a.device)
+                for block in (block_a, block_b)
+            )
+            if (side_a, side_b) != (block_a, block_b):
+                def zeros(rows: int) -> Tensor:
+                    return torch.zeros(rows, a.shape[1], dtype=a.dtype, device=a.device)
+
+                # the blocks copied into zero rows, and their product
+                self._wide = (zeros(side_a), zeros(side_b), a.new_empty(side_a, side_b))
 
     @staticmethod
     def _padded_last(x: Tensor, block: int, num_blocks: int) -> Tensor:
@@ -89,13 +106,21 @@ class BlockPairs:
         """Pair ``(i, j)``'s scores into ``out``; ``factors_left``: a half product's cosine
         factors per pair left to the counting that folds them (:meth:`factors`)."""
         a_factor, b_factor = (None, None) if factors_left else self.factors(i, j)
-        s = block_product(
-            self._block(self.a, self.last_a, i, self.blocks_a, self.block_a),
-            self._block(self.b, self.last_b, j, self.blocks_b, self.block_b),
-            out, self.half, a_factor, b_factor,
-            self.spare() if self.half is not None and self.half.needs_work else None,
-            factors_left,
-        )
+        a_block = self._block(self.a, self.last_a, i, self.blocks_a, self.block_a)
+        b_block = self._block(self.b, self.last_b, j, self.blocks_b, self.block_b)
+        if self._wide is not None:
+            a_rows, b_rows, product = self._wide
+            a_rows[: self.block_a] = a_block
+            b_rows[: self.block_b] = b_block
+            s = out.copy_(
+                block_product(a_rows, b_rows, product)[: self.block_a, : self.block_b]
+            )
+        else:
+            s = block_product(
+                a_block, b_block, out, self.half, a_factor, b_factor,
+                self.spare() if self.half is not None and self.half.needs_work else None,
+                factors_left,
+            )
         if i == self.blocks_a - 1 and self.tail_a < self.block_a:
             s[self.tail_a :] = self.neg_inf
         if j == self.blocks_b - 1 and self.tail_b < self.block_b:

@@ -119,6 +119,8 @@ def as_positions(
 def label_csr(query_labels: Tensor, gallery_labels: Tensor) -> tuple[Tensor, Tensor]:
     order = torch.sort(gallery_labels, stable=True).indices
     sorted_labels = gallery_labels[order]
+    # (labels sliced with a step, a view: searchsorted warns and copies them twice)
+    query_labels = query_labels.contiguous()
     start = torch.searchsorted(sorted_labels, query_labels, right=False)
     stop = torch.searchsorted(sorted_labels, query_labels, right=True)
     # A stable sort keeps equal labels in index order: every row comes out sorted ascending.
