@@ -98,9 +98,11 @@ step "device matrix, host-sync counts (the emulated device, also beside real CUD
 # Not stopping the benchmark if the emulator and a CUDA build of torch disagree: recorded, and
 # the script exits non-zero at the end.
 MATRIX_STATUS=0
+# (test_product_rows.py: whether a query ranks alike alone and among many, and whatever blocks
+# block_size sets, on the device too: cuBLAS is not probed for the shapes it computes alike)
 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/metrics/test_device_matrix.py \
     tests/ranking/test_device_syncs.py tests/ranking/test_top_k.py \
-    tests/metrics/test_metric_runs.py || MATRIX_STATUS=$?
+    tests/metrics/test_metric_runs.py tests/ranking/test_product_rows.py || MATRIX_STATUS=$?
 
 step "the metric classes beside the user's product + topk on $DEVICE (benchmarks/bench_gpu.py)"
 "$PYTHON" benchmarks/bench_gpu.py --device "$DEVICE" "${GPU_ARGS[@]}" --profile \

@@ -69,15 +69,30 @@ def _on_threads(threads: int, fn, *args):
         torch.set_num_threads(before)
 
 
-def _reciprocal_ranks(q, g, labels, count: int, similarity: str) -> list[float]:
-    metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic")
+#: the CPU, and a CUDA device where there is one: a device's BLAS (cuBLAS) is not probed, and
+#: these tests are how a GPU check (benchmarks/gpu_check.sh) learns whether it must be
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    ),
+]
+
+
+def _reciprocal_ranks(
+    q, g, labels, count: int, similarity: str, device: str = "cpu"
+) -> list[float]:
+    metric = rm.RetrievalMetrics(["mrr"], similarity=similarity, ties="optimistic").to(device)
+    q, g, labels = q.to(device), g.to(device), labels.to(device)
     metric.update(q[:count], torch.arange(count), role="query")
     metric.update(g, labels, role="gallery")
     return metric.per_query()["mrr"].tolist()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("similarity", ["cosine", "dot"])
-def test_a_query_ranks_alone_as_among_many(similarity):
+def test_a_query_ranks_alone_as_among_many(similarity, device):
     """1,024-wide embeddings, 30 near-copies of each query's relevant item (a unit in the last
     place apart) among 3,000 others: each query's reciprocal rank (optimistic ties: one plus the
     items strictly above) is the same ranked alone, among 3 and among 200. Before the probe, on
@@ -85,10 +100,11 @@ def test_a_query_ranks_alone_as_among_many(similarity):
     first query ranked its relevant item 3rd alone and 12th among 200 (cosine), and among 6
     queries 6 of 6 (cosine) and 5 of 6 (dot) ranked otherwise than among 200."""
     q, g, labels = _near_copies(200, 1024, 3000)
-    among_many = _reciprocal_ranks(q, g, labels, 200, similarity)[:6]
+    among_many = _reciprocal_ranks(q, g, labels, 200, similarity, device)[:6]
     assert min(among_many) < 1.0  # (near-copies above some relevant items: ranks to get right)
     for count in (1, 3):
-        assert _reciprocal_ranks(q, g, labels, count, similarity)[:6] == among_many[:count], count
+        alone = _reciprocal_ranks(q, g, labels, count, similarity, device)[:6]
+        assert alone == among_many[:count], count
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "euclidean"])
@@ -175,11 +191,12 @@ def _copies_in_classes(width: int, items: int = 600, seed: int = 17):
 
 
 def _counts(table) -> torch.Tensor:
-    return torch.stack([table.above, table.tied])
+    return torch.stack([table.above, table.tied]).cpu()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("width", [1024, 2048])
-def test_blocks_set_by_block_size_or_a_tiny_budget_rank_alike(width):
+def test_blocks_set_by_block_size_or_a_tiny_budget_rank_alike(width, device):
     """Near-copies at 1,024 and 2,048 dimensions: every relevant pair's items above and tied
     are the same whatever ``block_size`` or ``memory_budget`` cuts the gallery into, one-sided
     (queries against a gallery), same source (square blocks) and both ways (image-text), as
@@ -192,6 +209,7 @@ def test_blocks_set_by_block_size_or_a_tiny_budget_rank_alike(width):
     g, labels = _copies_in_classes(width)
     gen = torch.Generator().manual_seed(1)
     q, q_labels = g[::2][:200] + 0.5 * torch.randn(200, width, generator=gen), labels[::2][:200]
+    q, q_labels, g, labels = (x.to(device) for x in (q, q_labels, g, labels))
 
     one_sided = _counts(rank_embeddings(q, g, query_labels=q_labels, gallery_labels=labels))
     same = _counts(rank_embeddings(g, None, query_labels=labels))
