@@ -17,6 +17,7 @@ import retrieval_metrics as rm
 from reference import reference_top_k
 from retrieval_metrics.formats import read_run, read_trec_run, write_run
 from retrieval_metrics.functional.ranking import top_lists
+from retrieval_metrics.functional.ranking.engine import kernels
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 DEVICES = [
@@ -265,3 +266,50 @@ def test_a_run_multiplies_each_query_by_the_corpus_once(similarity):
         top_k(q, g, 100, similarity=similarity)
     width = 64 + (similarity == "euclidean")
     assert work.multiply_adds == 56 * 3 * top_lists.BLOCK_G * width
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.integers(1, 12),
+    ld=st.integers(1, 300),
+    cut=st.floats(0.0, 1.0),
+    width=st.integers(0, 40),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_compiled_entering_items_are_those_above_each_rows_kth(rows, ld, cut, width, dtype,
+                                                                   seed):
+    """kernels.entering_compiled (top_k's later blocks on the CPU: the items scoring above each
+    row's K-th kept score) against a brute force of torch's compares: scores from a few values
+    (ties with the K-th, which stay out), -inf (excluded items) among them, only the first n
+    columns of each row read, and None exactly where a row has more than ``width``."""
+    gen = torch.Generator().manual_seed(seed)
+    levels = torch.tensor([float("-inf"), -1.0, 0.0, 0.5, 1.0, 2.0], dtype=dtype)
+    block = levels[torch.randint(0, 6, (rows, ld), generator=gen)]
+    kth = levels[torch.randint(0, 6, (rows, 1), generator=gen)]
+    n = round(cut * ld)
+    got = kernels.entering_compiled(block, n, kth, width)
+    above = block[:, :n] > kth
+    if int(above.sum(1).max()) > width:
+        assert got is None
+        return
+    assert got is not None
+    per_row, cols = got
+    assert per_row.tolist() == above.sum(1).tolist()
+    for i in range(rows):
+        assert cols[i, : per_row[i]].tolist() == torch.nonzero(above[i]).view(-1).tolist()
+
+
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_top_k_lists_alike_with_the_compiled_entering_and_without(k, monkeypatch):
+    """The same lists (scores and items, ties by position) whether the items entering a
+    block's rows are found by the compiled pass or by torch's compares: binary codes by dot
+    product, scores full of ties, in blocks of 256 items."""
+    codes = _codes(3000, 16, seed=4)
+    query = codes[:40]
+    monkeypatch.setattr(top_lists, "BLOCK_G", 256)
+    compiled = top_k(query, codes, k, similarity="dot")
+    monkeypatch.setattr(top_lists, "compiles_entering", lambda s: False)
+    plain = top_k(query, codes, k, similarity="dot")
+    assert torch.equal(compiled.indices, plain.indices)
+    assert torch.equal(compiled.scores, plain.scores)

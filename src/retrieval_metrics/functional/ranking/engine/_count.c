@@ -931,11 +931,111 @@ static PyObject *count_above_both(PyObject *self, PyObject *args) {
     return above_call(args, 1, 1);
 }
 
+/* The items of a row above its threshold t (strictly), in column order: their columns written to
+ * cols (room for `width`), how many returned, or -1 as soon as there are more than `width`. The
+ * row is compared a chunk at a time (whole vectors, as NAME##_any), its items looked at only in
+ * the chunks that hold one: a top-k list's later blocks, where few items enter. */
+#define DEFINE_ENTERING(NAME, T, V, M)                                                             \
+    enum { NAME##_LANES = (int)(sizeof(V) / sizeof(T)) };                                          \
+    static inline int NAME##_any(const T *v, T t) {                                                \
+        M acc = {0};                                                                               \
+        for (int u = 0; u < CHUNK; u += NAME##_LANES) {                                            \
+            V x;                                                                                   \
+            memcpy(&x, v + u, sizeof x);                                                           \
+            acc |= x > t;                                                                          \
+        }                                                                                          \
+        return any_set(&acc);                                                                      \
+    }                                                                                              \
+    VECTOR_CLONES                                                                                  \
+    static Py_ssize_t NAME(const T *v, Py_ssize_t n, T t, Py_ssize_t width, int64_t *cols) {       \
+        Py_ssize_t c = 0, k0 = 0;                                                                  \
+        for (; k0 + CHUNK <= n; k0 += CHUNK) {                                                     \
+            if (!NAME##_any(v + k0, t)) continue;                                                  \
+            for (Py_ssize_t q = k0; q < k0 + CHUNK; q++)                                           \
+                if (v[q] > t) {                                                                    \
+                    if (c == width) return -1;                                                     \
+                    cols[c++] = q;                                                                 \
+                }                                                                                  \
+        }                                                                                          \
+        for (Py_ssize_t q = k0; q < n; q++)                                                        \
+            if (v[q] > t) {                                                                        \
+                if (c == width) return -1;                                                         \
+                cols[c++] = q;                                                                     \
+            }                                                                                      \
+        return c;                                                                                  \
+    }
+
+DEFINE_ENTERING(entering_float, float, floats, ints)
+DEFINE_ENTERING(entering_double, double, doubles, longs)
+
+PyDoc_STRVAR(entering_doc,
+             "entering(values, thr, n, width, per_row, cols) -> found, or -1\n\n"
+             "The items of each row of values (rows x m, float32 or float64, C-contiguous; its "
+             "first n columns) scoring above the row's thr (rows x 1, the values' dtype), in "
+             "column order: each row's count written to per_row (rows, int64) and their columns "
+             "to cols (rows x width, int64), row i's from cols[i, 0]. Returns how many in all, or "
+             "-1 as soon as a row has more than width (the rest then unread).");
+
+static PyObject *entering(PyObject *self, PyObject *args) {
+    PyObject *values_obj, *thr_obj, *per_row_obj, *cols_obj;
+    Py_ssize_t n, width;
+    if (!PyArg_ParseTuple(args, "OOnnOO", &values_obj, &thr_obj, &n, &width, &per_row_obj,
+                          &cols_obj))
+        return NULL;
+    Py_buffer values, thr, per_row, cols;
+    int got = 0;
+    PyObject *result = NULL;
+    if (get_buffer(values_obj, &values, "values", NULL, 2, 0) < 0) goto finally;
+    got = 1;
+    int is_double = strcmp(values.format, "d") == 0;
+    if (!is_double && strcmp(values.format, "f") != 0) {
+        PyErr_SetString(PyExc_ValueError, "`values` must be float32 or float64");
+        goto finally;
+    }
+    if (get_buffer(thr_obj, &thr, "thr", values.format, 2, 0) < 0) goto finally;
+    got = 2;
+    if (get_buffer(per_row_obj, &per_row, "per_row", "i8", 1, 1) < 0) goto finally;
+    got = 3;
+    if (get_buffer(cols_obj, &cols, "cols", "i8", 2, 1) < 0) goto finally;
+    got = 4;
+    Py_ssize_t rows = values.shape[0], ld = values.shape[1];
+    if (n < 0 || n > ld || width < 0 || thr.shape[0] != rows || thr.shape[1] != 1 ||
+        per_row.shape[0] != rows || cols.shape[0] != rows || cols.shape[1] != width) {
+        PyErr_SetString(PyExc_ValueError, "entering: the shapes do not fit");
+        goto finally;
+    }
+    Py_ssize_t total = 0;
+    int64_t *counts = (int64_t *)per_row.buf, *out = (int64_t *)cols.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        Py_ssize_t here =
+            is_double ? entering_double((const double *)values.buf + i * ld, n,
+                                        ((const double *)thr.buf)[i], width, out + i * width)
+                      : entering_float((const float *)values.buf + i * ld, n,
+                                       ((const float *)thr.buf)[i], width, out + i * width);
+        if (here < 0) {
+            total = -1;
+            break;
+        }
+        counts[i] = here;
+        total += here;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(total);
+finally:
+    if (got >= 4) PyBuffer_Release(&cols);
+    if (got >= 3) PyBuffer_Release(&per_row);
+    if (got >= 2) PyBuffer_Release(&thr);
+    if (got >= 1) PyBuffer_Release(&values);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"count_rows", count_rows, METH_VARARGS, count_rows_doc},
     {"count_above", count_above, METH_VARARGS, count_above_doc},
     {"count_above_columns", count_above_columns, METH_VARARGS, count_above_columns_doc},
     {"count_above_both", count_above_both, METH_VARARGS, count_above_both_doc},
+    {"entering", entering, METH_VARARGS, entering_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -372,6 +372,30 @@ def _any_between(values: Tensor, lowest: Tensor, highest: Tensor, spread: Tensor
     return bool(((values >= lowest) & (values <= highest) & spread).any())
 
 
+def entering_compiled(
+    rows: Tensor, n: int, kth: Tensor, width: int
+) -> tuple[Tensor, Tensor] | None:
+    """The items among the first ``n`` columns of each row of ``rows`` (a C-contiguous CPU
+    block, float32 or float64) scoring above the row's ``kth`` (``(rows, 1)``), in column
+    order, by the compiled module in one pass (a compare a vector at a time; a top-k list's
+    later blocks let few items in): each row's count ``(rows,)`` and their columns
+    ``(rows, width)`` (a row's first ``count`` entries), or None where a row has more than
+    ``width``. The same items as ``torch.gt`` and ``nonzero``, which take two passes and a
+    mask of the block."""
+    per_row = torch.empty(rows.shape[0], dtype=torch.int64)
+    cols = torch.empty(rows.shape[0], width, dtype=torch.int64)
+    found = _count.entering(
+        rows.numpy(), kth.contiguous().numpy(), n, width, per_row.numpy(), cols.numpy()
+    )
+    return None if found < 0 else (per_row, cols)
+
+
+def compiles_entering(s: Tensor) -> bool:
+    """Whether :func:`entering_compiled` takes the block ``s`` (on the CPU: the caller's to
+    know): the compiled module built, in float32 or float64."""
+    return _count is not None and s.dtype in (torch.float32, torch.float64)
+
+
 def compiled_counts(s: Tensor) -> bool:
     """Whether :func:`count_block` counts the block ``s`` with the compiled loops: on the CPU,
     in float32 or float64, rows shorter than its 32-bit counters. A row of at most
