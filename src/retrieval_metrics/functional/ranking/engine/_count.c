@@ -616,6 +616,17 @@ static int get_buffer(PyObject *obj, Py_buffer *view, const char *name, const ch
     return 0;
 }
 
+/* values: a C-contiguous 2-d array of scores; 1 for float64, 0 for float32, -1 (an exception set,
+ * nothing held) for anything else */
+static int get_scores(PyObject *obj, Py_buffer *view) {
+    if (get_buffer(obj, view, "values", NULL, 2, 0) < 0) return -1;
+    if (strcmp(view->format, "d") == 0) return 1;
+    if (strcmp(view->format, "f") == 0) return 0;
+    PyErr_SetString(PyExc_ValueError, "`values` must be float32 or float64");
+    PyBuffer_Release(view);
+    return -1;
+}
+
 PyDoc_STRVAR(count_rows_doc,
              "count_rows(values, seq, num_finite, hist_lt, hist_le, first=None)\n\n"
              "Add each row of values (rows x n, float32 or float64, C-contiguous) to its row of "
@@ -633,13 +644,9 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
     Py_buffer values, seq, finite, hist_lt, hist_le, first;
     int got = 0;
     PyObject *result = NULL;
-    if (get_buffer(values_obj, &values, "values", NULL, 2, 0) < 0) goto finally;
+    int is_double = get_scores(values_obj, &values);
+    if (is_double < 0) goto finally;
     got = 1;
-    int is_double = strcmp(values.format, "d") == 0;
-    if (!is_double && strcmp(values.format, "f") != 0) {
-        PyErr_SetString(PyExc_ValueError, "`values` must be float32 or float64");
-        goto finally;
-    }
     if (get_buffer(seq_obj, &seq, "seq", values.format, 2, 0) < 0) goto finally;
     got = 2;
     if (get_buffer(finite_obj, &finite, "num_finite", "i8", 2, 0) < 0) goto finally;
@@ -985,13 +992,9 @@ static PyObject *entering(PyObject *self, PyObject *args) {
     Py_buffer values, thr, per_row, cols;
     int got = 0;
     PyObject *result = NULL;
-    if (get_buffer(values_obj, &values, "values", NULL, 2, 0) < 0) goto finally;
+    int is_double = get_scores(values_obj, &values);
+    if (is_double < 0) goto finally;
     got = 1;
-    int is_double = strcmp(values.format, "d") == 0;
-    if (!is_double && strcmp(values.format, "f") != 0) {
-        PyErr_SetString(PyExc_ValueError, "`values` must be float32 or float64");
-        goto finally;
-    }
     if (get_buffer(thr_obj, &thr, "thr", values.format, 2, 0) < 0) goto finally;
     got = 2;
     if (get_buffer(per_row_obj, &per_row, "per_row", "i8", 1, 1) < 0) goto finally;
