@@ -222,6 +222,68 @@ def test_rank_lists_many_hits_use_first_positions():
     assert math.isclose(float(M.recall_per_query(table, 30)[0]), 1.0)
 
 
+@SETTINGS
+@given(score_problems())
+def test_rank_scores_without_the_compiled_pass_matches_brute_force(problem):
+    """The Python path (entries grouped by query, each query's row sorted and searched) where
+    the compiled module is not built: the same table as the brute force, which the compiled
+    pass (scores._counted_by_query) meets in the test above."""
+    from retrieval_metrics.functional.ranking import scores as S
+
+    preds, target, indexes = problem
+    saved = S._group
+    try:
+        S._group = None
+        table = rank_scores(preds, target, indexes)
+    finally:
+        S._group = saved
+    expected = brute_force_counts(preds, target, indexes)
+    assert table.num_queries == len(expected)
+    for q, (items, size, _) in enumerate(expected):
+        lo, hi = int(table.ptr[q]), int(table.ptr[q + 1])
+        grade = table.grade[lo:hi].tolist() if table.grade is not None else [1.0] * (hi - lo)
+        ours = list(zip(table.above[lo:hi].tolist(), table.tied[lo:hi].tolist(),
+                        [-g for g in grade], strict=True))
+        assert ours == items, f"query {q}"
+        assert int(table.gallery_size[q]) == size
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 300), st.integers(0, 2**31 - 1))
+def test_sorting_by_query_then_score_is_a_lexsort(n, q, seed):
+    """scores._by_query_then_score (float32 scores packed with their query's code into one key)
+    orders as numpy's lexsort by code then score: negative scores, -0.0 and 0.0 (equal, in
+    either order), infinities and ties among them."""
+    from retrieval_metrics.functional.ranking import scores as S
+
+    rng = np.random.default_rng(seed)
+    code = rng.integers(0, q, n).astype(np.int64)
+    levels = np.array([-np.inf, -2.5, -1e-30, -0.0, 0.0, 1e-30, 0.25, 3.0, np.inf], np.float32)
+    value = np.where(rng.random(n) < 0.5, rng.choice(levels, n),
+                     rng.normal(size=n)).astype(np.float32)
+    order = S._by_query_then_score(code, value)
+    assert sorted(order.tolist()) == list(range(n))
+    expected = np.lexsort((value, code))
+    np.testing.assert_array_equal(code[order], code[expected])
+    np.testing.assert_array_equal(value[order], value[expected])  # (-0.0 == 0.0)
+
+
+def test_the_compiled_count_refuses_an_index_outside_its_table():
+    """_group.count_by_query reads each entry's code from a table by its index: an index
+    outside the table is refused by name, not read past the table's end."""
+    from retrieval_metrics.functional.ranking import scores as S
+
+    if S._group is None:
+        pytest.skip("the compiled module is not built")
+    index = np.array([0, 1, 5], dtype=np.int64)
+    code_of = np.array([0, 1], dtype=np.int64)
+    ptr = np.array([0, 1, 1], dtype=np.int64)
+    hist = np.zeros(2 * (1 + 2), dtype=np.int64)
+    with pytest.raises(ValueError, match="out of range"):
+        S._group.count_by_query(index, 0, code_of, np.ones(3, np.float32), ptr,
+                                np.ones(1, np.float32), hist)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2000), st.integers(1, 50), st.integers(0, 2**31 - 1))
 def test_grouping_by_query_is_the_stable_sort_with_and_without_the_compiled_one(n, q, seed):

@@ -4,10 +4,18 @@
  * 10 million of them by query with numpy takes one sort of 64-bit keys (scores._grouping_order),
  * n log n, the largest part of the form's time. The query codes are dense (0 .. num_q - 1), so
  * two linear passes give the same stable permutation: count the entries of each code, then
- * place each entry after the earlier entries of its code.
+ * place each entry after the earlier entries of its code. That is the path where this module's
+ * second function is not taken (scores far apart, or another dtype).
+ *
+ * count_by_query does the form's whole count without grouping anything: one pass over the
+ * entries as they came, each added to its query's histogram of places among the query's few
+ * relevant scores (scores._counted_by_query). Grouping 10 million shuffled entries moved every
+ * entry and sorted every query's row; the pass reads each entry once and most of them (those
+ * below their query's lowest relevant score) touch nothing else.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,14 +85,174 @@ finally:
     return result;
 }
 
+/* How many of the ascending r[0 .. m) are < x (lt) and <= x (le): a count without branches for
+ * a few (the judged entries of a query), a search by halves for many. */
+#define DEFINE_PLACE(NAME, T)                                                                      \
+    static inline void NAME(const T *r, int64_t m, T x, int64_t *lt, int64_t *le) {               \
+        if (m <= 16) {                                                                             \
+            int64_t below = 0, upto = 0;                                                           \
+            for (int64_t j = 0; j < m; j++) {                                                      \
+                below += r[j] < x;                                                                 \
+                upto += r[j] <= x;                                                                 \
+            }                                                                                      \
+            *lt = below;                                                                           \
+            *le = upto;                                                                            \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t lo = 0, hi = m;                                                                    \
+        while (lo < hi) {                                                                          \
+            int64_t mid = lo + (hi - lo) / 2;                                                      \
+            if (r[mid] < x) lo = mid + 1; else hi = mid;                                           \
+        }                                                                                          \
+        *lt = lo;                                                                                  \
+        hi = m;                                                                                    \
+        while (lo < hi) {                                                                          \
+            int64_t mid = lo + (hi - lo) / 2;                                                      \
+            if (r[mid] <= x) lo = mid + 1; else hi = mid;                                          \
+        }                                                                                          \
+        *le = lo;                                                                                  \
+    }
+
+DEFINE_PLACE(place_float, float)
+DEFINE_PLACE(place_double, double)
+
+PyDoc_STRVAR(count_by_query_doc,
+             "count_by_query(indexes, lo, code_of, scores, rel_ptr, rel_sorted, hist)\n\n"
+             "Add every entry to its query's histograms. indexes (int64, n): each entry's query "
+             "index; its query's code is code_of[index - lo] (code_of: int64, a code per index "
+             "from lo on), or, where code_of is None, the entries come grouped by query in "
+             "ascending index order and the codes count up from 0 as the index changes. scores "
+             "(float32 or float64, n). Query q's relevant scores are rel_sorted[rel_ptr[q] : "
+             "rel_ptr[q + 1]] (ascending, the scores' dtype; rel_ptr int64, num_groups + 1); its "
+             "m + 1 bins, from rel_ptr[q] + q on, are pairs in hist (int64, 2 x (len(rel_sorted) "
+             "+ num_groups), in place, side by side: an entry's two increments mostly fall in one "
+             "cache line). An entry adds 1 to the first of the bin of how many of its query's "
+             "relevant scores are below it, and to the second of the bin of how many are at most "
+             "it. Entries below their query's lowest relevant score (bin 0 of both, which no "
+             "relevant score reads) are passed over, and so are a query's without relevant "
+             "scores. Raises ValueError for an index or a code out of range.");
+
+static int is_float(const Py_buffer *view, int *is_double) {
+    if (view->ndim != 1) return 0;
+    *is_double = strcmp(view->format, "d") == 0;
+    return *is_double || strcmp(view->format, "f") == 0;
+}
+
+static PyObject *count_by_query(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    Py_ssize_t lo;
+    if (!PyArg_ParseTuple(args, "OnOOOOO", &objs[0], &lo, &objs[2], &objs[3], &objs[4],
+                          &objs[5], &objs[6]))
+        return NULL;
+    objs[1] = NULL; /* (lo: a number, no buffer) */
+    const int lookup = objs[2] != Py_None;
+    Py_buffer views[7];
+    int held[7] = {0};
+    PyObject *result = NULL;
+    double *lowest = NULL;
+    for (int k = 0; k < 7; k++) {
+        if (objs[k] == NULL || objs[k] == Py_None) continue;
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (k == 6 ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[k], &views[k], flags) < 0) goto finally;
+        held[k] = 1;
+    }
+    int is_double = 0, rel_double = 0;
+    Py_ssize_t n = views[0].shape[0], total = views[5].shape[0];
+    Py_ssize_t groups = views[4].shape[0] - 1;
+    if (!is_int64(&views[0]) || (lookup && !is_int64(&views[2])) ||
+        !is_float(&views[3], &is_double) || views[3].shape[0] != n || !is_int64(&views[4]) ||
+        groups < 0 || !is_float(&views[5], &rel_double) || rel_double != is_double ||
+        !is_int64(&views[6]) || views[6].shape[0] != 2 * (total + groups)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "count_by_query: the arrays' dtypes or lengths do not fit");
+        goto finally;
+    }
+    const int64_t *index = (const int64_t *)views[0].buf, *ptr = (const int64_t *)views[4].buf;
+    const int64_t *code_of = lookup ? (const int64_t *)views[2].buf : NULL;
+    const Py_ssize_t span = lookup ? views[2].shape[0] : 0;
+    int64_t *hist = (int64_t *)views[6].buf;
+    /* each query's lowest relevant score (+inf: none; by index value where the codes are
+     * looked up), a small array read for every entry: an entry below it lands in bin 0 of both
+     * histograms, whose counts no relevant score reads, so most entries (a query's many that
+     * rank below every relevant one) are passed over without reading their query's code,
+     * scores or bins, spread through memory */
+    const Py_ssize_t places = lookup ? span : groups;
+    lowest = (double *)malloc(((size_t)places + 1) * sizeof(double));
+    if (lowest == NULL) {
+        PyErr_NoMemory();
+        goto finally;
+    }
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t at = 0; at < places; at++) {
+        const int64_t q = lookup ? code_of[at] : at;
+        if (q < 0 || q >= groups) { /* (an index value no entry holds: never read) */
+            lowest[at] = INFINITY;
+            continue;
+        }
+        const int64_t start = ptr[q];
+        lowest[at] = ptr[q + 1] <= start ? INFINITY
+                     : is_double         ? ((const double *)views[5].buf)[start]
+                                         : (double)((const float *)views[5].buf)[start];
+    }
+    int64_t q = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const double x = is_double ? ((const double *)views[3].buf)[i]
+                                   : (double)((const float *)views[3].buf)[i];
+        if (lookup) {
+            const int64_t at = index[i] - (int64_t)lo;
+            if (at < 0 || at >= span) {
+                bad = 1;
+                break;
+            }
+            if (x < lowest[at]) continue;
+            q = code_of[at];
+        } else {
+            if (i == 0 || index[i] != index[i - 1]) q++;
+            if (q >= groups) {
+                bad = 1;
+                break;
+            }
+            if (x < lowest[q]) continue;
+        }
+        if (q < 0 || q >= groups) {
+            bad = 1;
+            break;
+        }
+        const int64_t start = ptr[q], m = ptr[q + 1] - start;
+        int64_t lt, le;
+        if (is_double)
+            place_double((const double *)views[5].buf + start, m,
+                         ((const double *)views[3].buf)[i], &lt, &le);
+        else
+            place_float((const float *)views[5].buf + start, m, ((const float *)views[3].buf)[i],
+                        &lt, &le);
+        hist[2 * (start + q + lt)]++;
+        hist[2 * (start + q + le) + 1]++;
+    }
+    Py_END_ALLOW_THREADS
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "count_by_query: an index or a code is out of range");
+        goto finally;
+    }
+    result = Py_NewRef(Py_None);
+finally:
+    free(lowest);
+    for (int k = 6; k >= 0; k--)
+        if (held[k]) PyBuffer_Release(&views[k]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"stable_order", stable_order, METH_VARARGS, stable_order_doc},
+    {"count_by_query", count_by_query, METH_VARARGS, count_by_query_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_group",
-    "The scores form's grouping of entries by query: a counting sort (see scores.py).", -1,
+    "The scores form's grouping of entries by query: a counting sort, and the count of each "
+    "query's entries against its relevant scores (see scores.py).", -1,
     methods,
 };
 
