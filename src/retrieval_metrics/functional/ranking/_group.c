@@ -132,6 +132,11 @@ PyDoc_STRVAR(count_by_query_doc,
              "relevant score reads) are passed over, and so are a query's without relevant "
              "scores. Raises ValueError for an index or a code out of range.");
 
+/* a query's relevant scores (rel_sorted[start : start + m]) and its first bin (start + its code) */
+typedef struct {
+    int64_t start, m, bins;
+} Place;
+
 static int is_float(const Py_buffer *view, int *is_double) {
     if (view->ndim != 1) return 0;
     *is_double = strcmp(view->format, "d") == 0;
@@ -150,6 +155,7 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
     int held[7] = {0};
     PyObject *result = NULL;
     double *lowest = NULL;
+    Place *record = NULL;
     for (int k = 0; k < 7; k++) {
         if (objs[k] == NULL || objs[k] == Py_None) continue;
         int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (k == 6 ? PyBUF_WRITABLE : 0);
@@ -171,14 +177,16 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
     const int64_t *code_of = lookup ? (const int64_t *)views[2].buf : NULL;
     const Py_ssize_t span = lookup ? views[2].shape[0] : 0;
     int64_t *hist = (int64_t *)views[6].buf;
-    /* each query's lowest relevant score (+inf: none; by index value where the codes are
-     * looked up), a small array read for every entry: an entry below it lands in bin 0 of both
-     * histograms, whose counts no relevant score reads, so most entries (a query's many that
-     * rank below every relevant one) are passed over without reading their query's code,
-     * scores or bins, spread through memory */
+    /* Per place (an index value where the codes are looked up, else a code), its query's
+     * lowest relevant score (+inf: none), read for every entry: an entry below it lands in bin
+     * 0 of both histograms, whose counts no relevant score reads, so most entries (a query's
+     * many that rank below every relevant one) touch nothing else. The few others read their
+     * query's code, first relevant score and count from one record (one cache line, not one
+     * each from code_of and rel_ptr), then its scores and bins. */
     const Py_ssize_t places = lookup ? span : groups;
     lowest = (double *)malloc(((size_t)places + 1) * sizeof(double));
-    if (lowest == NULL) {
+    record = (Place *)malloc(((size_t)places + 1) * sizeof(Place));
+    if (lowest == NULL || record == NULL) {
         PyErr_NoMemory();
         goto finally;
     }
@@ -188,9 +196,11 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
         const int64_t q = lookup ? code_of[at] : at;
         if (q < 0 || q >= groups) { /* (an index value no entry holds: never read) */
             lowest[at] = INFINITY;
+            record[at] = (Place){0, 0, 0};
             continue;
         }
         const int64_t start = ptr[q];
+        record[at] = (Place){start, ptr[q + 1] - start, start + q};
         lowest[at] = ptr[q + 1] <= start ? INFINITY
                      : is_double         ? ((const double *)views[5].buf)[start]
                                          : (double)((const float *)views[5].buf)[start];
@@ -199,36 +209,30 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         const double x = is_double ? ((const double *)views[3].buf)[i]
                                    : (double)((const float *)views[3].buf)[i];
+        int64_t at;
         if (lookup) {
-            const int64_t at = index[i] - (int64_t)lo;
+            at = index[i] - (int64_t)lo;
             if (at < 0 || at >= span) {
                 bad = 1;
                 break;
             }
-            if (x < lowest[at]) continue;
-            q = code_of[at];
         } else {
             if (i == 0 || index[i] != index[i - 1]) q++;
             if (q >= groups) {
                 bad = 1;
                 break;
             }
-            if (x < lowest[q]) continue;
+            at = q;
         }
-        if (q < 0 || q >= groups) {
-            bad = 1;
-            break;
-        }
-        const int64_t start = ptr[q], m = ptr[q + 1] - start;
+        if (x < lowest[at]) continue;
+        const Place here = record[at];
         int64_t lt, le;
         if (is_double)
-            place_double((const double *)views[5].buf + start, m,
-                         ((const double *)views[3].buf)[i], &lt, &le);
+            place_double((const double *)views[5].buf + here.start, here.m, x, &lt, &le);
         else
-            place_float((const float *)views[5].buf + start, m, ((const float *)views[3].buf)[i],
-                        &lt, &le);
-        hist[2 * (start + q + lt)]++;
-        hist[2 * (start + q + le) + 1]++;
+            place_float((const float *)views[5].buf + here.start, here.m, (float)x, &lt, &le);
+        hist[2 * (here.bins + lt)]++;
+        hist[2 * (here.bins + le) + 1]++;
     }
     Py_END_ALLOW_THREADS
     if (bad) {
@@ -237,6 +241,7 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
     }
     result = Py_NewRef(Py_None);
 finally:
+    free(record);
     free(lowest);
     for (int k = 6; k >= 0; k--)
         if (held[k]) PyBuffer_Release(&views[k]);
