@@ -132,6 +132,13 @@ PyDoc_STRVAR(count_by_query_doc,
              "relevant score reads) are passed over, and so are a query's without relevant "
              "scores. Raises ValueError for an index or a code out of range.");
 
+/* entries ahead whose table entries the pass asks for early (16 measured best of 8, 16, 32) */
+#define AHEAD 16
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(address) __builtin_prefetch(address)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
 /* a query's relevant scores (rel_sorted[start : start + m]) and its first bin (start + its code) */
 typedef struct {
     int64_t start, m, bins;
@@ -211,6 +218,16 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
                                    : (double)((const float *)views[3].buf)[i];
         int64_t at;
         if (lookup) {
+            /* the places' entries of the entry AHEAD on, asked for now: each entry's reads
+             * are random and mostly a table's, so without this the pass waited on them in turn
+             * (0.24 -> 0.20 s over 10 million shuffled entries) */
+            if (i + AHEAD < n) {
+                const int64_t later = index[i + AHEAD] - (int64_t)lo;
+                if (later >= 0 && later < span) {
+                    PREFETCH(&lowest[later]);
+                    PREFETCH(&record[later]);
+                }
+            }
             at = index[i] - (int64_t)lo;
             if (at < 0 || at >= span) {
                 bad = 1;

@@ -313,8 +313,7 @@ def _counted_by_query(
     n = index.size
     if _group is None or scores.dtype not in (np.float32, np.float64) or n == 0:
         return None
-    lo, hi = int(index.min()), int(index.max())
-    code_of = None
+    lo, code_of = 0, None
     if n == 1 or bool(np.all(index[1:] >= index[:-1])):
         # grouped in ascending order (as a dataloader of whole queries gives them): a query
         # starts where the index changes, and the pass counts the codes up itself
@@ -324,7 +323,10 @@ def _counted_by_query(
         starts = np.flatnonzero(new)
         counts = np.diff(np.append(starts, n))
         rel_code = np.searchsorted(starts, relevant, side="right") - 1
-    elif hi - lo + 1 <= 4 * n + 1024:
+    else:
+        lo, hi = int(index.min()), int(index.max())
+        if hi - lo + 1 > 4 * n + 1024:
+            return None  # (indexes too far apart for a table of codes: group_codes sorts them)
         # a code per index value, from a count of the entries of each
         if lo >= 0 and hi < 4 * n + 1024:
             lo = 0  # (the indexes counted as they are: no shifted copy of them)
@@ -333,8 +335,6 @@ def _counted_by_query(
         code_of = np.cumsum(present, dtype=np.int64) - 1
         counts = per_index[present]
         rel_code = code_of[index[relevant] - lo]
-    else:
-        return None
     num_q = counts.size
     rel_value = scores[relevant]
     order = _by_query_then_score(rel_code, rel_value)
