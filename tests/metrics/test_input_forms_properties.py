@@ -102,11 +102,8 @@ def brute_force_counts(preds, target, indexes):
     return out
 
 
-@SETTINGS
-@given(score_problems())
-def test_rank_scores_table_matches_brute_force(problem):
-    preds, target, indexes = problem
-    table = rank_scores(preds, target, indexes)
+def assert_brute_force_table(table, preds, target, indexes):
+    """``table`` (of rank_scores) holds the brute force's counts, sizes and grades."""
     expected = brute_force_counts(preds, target, indexes)
     assert table.num_queries == len(expected)
     for q, (items, size, m) in enumerate(expected):
@@ -118,6 +115,12 @@ def test_rank_scores_table_matches_brute_force(problem):
         assert int(table.gallery_size[q]) == size
         assert int(table.num_relevant[q]) == m
         assert int(table.depth[q]) == size
+
+
+@SETTINGS
+@given(score_problems())
+def test_rank_scores_table_matches_brute_force(problem):
+    assert_brute_force_table(rank_scores(*problem), *problem)
 
 
 @SETTINGS
@@ -230,22 +233,13 @@ def test_rank_scores_without_the_compiled_pass_matches_brute_force(problem):
     pass (scores._counted_by_query) meets in the test above."""
     from retrieval_metrics.functional.ranking import scores as S
 
-    preds, target, indexes = problem
     saved = S._group
     try:
         S._group = None
-        table = rank_scores(preds, target, indexes)
+        table = rank_scores(*problem)
     finally:
         S._group = saved
-    expected = brute_force_counts(preds, target, indexes)
-    assert table.num_queries == len(expected)
-    for q, (items, size, _) in enumerate(expected):
-        lo, hi = int(table.ptr[q]), int(table.ptr[q + 1])
-        grade = table.grade[lo:hi].tolist() if table.grade is not None else [1.0] * (hi - lo)
-        ours = list(zip(table.above[lo:hi].tolist(), table.tied[lo:hi].tolist(),
-                        [-g for g in grade], strict=True))
-        assert ours == items, f"query {q}"
-        assert int(table.gallery_size[q]) == size
+    assert_brute_force_table(table, *problem)
 
 
 @settings(max_examples=60, deadline=None)
