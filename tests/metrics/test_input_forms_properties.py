@@ -263,8 +263,10 @@ def test_sorting_by_query_then_score_is_a_lexsort(n, q, seed):
 
 
 def test_the_compiled_count_refuses_an_index_outside_its_table():
-    """_group.count_by_query reads each entry's code from a table by its index: an index
-    outside the table is refused by name, not read past the table's end."""
+    """_group.count_by_query reads each entry's code from a table by its index, and each
+    query's relevant scores through rel_ptr: an index outside the table, and a rel_ptr that
+    does not run from 0 to the scores' length without falling, are refused by name, not read
+    past the arrays' ends."""
     from retrieval_metrics.functional.ranking import scores as S
 
     if S._group is None:
@@ -276,6 +278,11 @@ def test_the_compiled_count_refuses_an_index_outside_its_table():
     with pytest.raises(ValueError, match="out of range"):
         S._group.count_by_query(index, 0, code_of, np.ones(3, np.float32), ptr,
                                 np.ones(1, np.float32), hist)
+    for bad_ptr in ([0, 2, 1], [1, 1, 1], [0, 0, 0]):
+        with pytest.raises(ValueError, match="rel_ptr"):
+            S._group.count_by_query(index[:2], 0, None, np.ones(2, np.float32),
+                                    np.array(bad_ptr, dtype=np.int64), np.ones(1, np.float32),
+                                    hist)
 
 
 @settings(max_examples=40, deadline=None)

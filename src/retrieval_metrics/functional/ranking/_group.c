@@ -170,17 +170,24 @@ static PyObject *count_by_query(PyObject *self, PyObject *args) {
         held[k] = 1;
     }
     int is_double = 0, rel_double = 0;
-    Py_ssize_t n = views[0].shape[0], total = views[5].shape[0];
-    Py_ssize_t groups = views[4].shape[0] - 1;
     if (!is_int64(&views[0]) || (lookup && !is_int64(&views[2])) ||
-        !is_float(&views[3], &is_double) || views[3].shape[0] != n || !is_int64(&views[4]) ||
-        groups < 0 || !is_float(&views[5], &rel_double) || rel_double != is_double ||
-        !is_int64(&views[6]) || views[6].shape[0] != 2 * (total + groups)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "count_by_query: the arrays' dtypes or lengths do not fit");
+        !is_float(&views[3], &is_double) || !is_int64(&views[4]) ||
+        !is_float(&views[5], &rel_double) || rel_double != is_double || !is_int64(&views[6])) {
+        PyErr_SetString(PyExc_ValueError, "count_by_query: the arrays' dtypes do not fit");
         goto finally;
     }
+    const Py_ssize_t n = views[0].shape[0], total = views[5].shape[0];
+    const Py_ssize_t groups = views[4].shape[0] - 1;
     const int64_t *index = (const int64_t *)views[0].buf, *ptr = (const int64_t *)views[4].buf;
+    int fits = views[3].shape[0] == n && groups >= 0 && views[6].shape[0] == 2 * (total + groups);
+    /* rel_ptr: from 0 to len(rel_sorted), never falling (a query's scores read through it) */
+    for (Py_ssize_t q = 0; fits && q <= groups; q++)
+        fits = q == 0 ? ptr[0] == 0 : ptr[q] >= ptr[q - 1];
+    if (!fits || ptr[groups] != total) {
+        PyErr_SetString(PyExc_ValueError,
+                        "count_by_query: the arrays' lengths or rel_ptr do not fit");
+        goto finally;
+    }
     const int64_t *code_of = lookup ? (const int64_t *)views[2].buf : NULL;
     const Py_ssize_t span = lookup ? views[2].shape[0] : 0;
     int64_t *hist = (int64_t *)views[6].buf;
