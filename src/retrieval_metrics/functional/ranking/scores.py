@@ -186,23 +186,46 @@ def group_codes(indexes: np.ndarray) -> tuple[np.ndarray, int, bool]:
     n = indexes.size
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0, True
-    grouped = n == 1 or bool(np.all(indexes[1:] >= indexes[:-1]))
-    if grouped:
-        new = np.empty(n, dtype=bool)
-        new[0] = True
-        np.not_equal(indexes[1:], indexes[:-1], out=new[1:])
-        codes = np.cumsum(new, dtype=np.int64) - 1
+    if _in_query_order(indexes):
+        codes = np.cumsum(_query_starts(indexes), dtype=np.int64) - 1
         return codes, int(codes[-1]) + 1, True
-    lo, hi = int(indexes.min()), int(indexes.max())
-    span = hi - lo + 1
-    if span <= 4 * n + 1024:
-        # a presence table over the index range replaces a sort of all entries
-        shifted = indexes - lo
-        present = np.bincount(shifted, minlength=span) > 0
-        code_of = np.cumsum(present, dtype=np.int64) - 1
-        return code_of[shifted], int(code_of[-1]) + 1, False
+    table = _code_table(indexes)
+    if table is not None:
+        # a table of codes over the index range replaces a sort of all entries
+        lo, code_of, _ = table
+        return code_of[indexes - lo], int(code_of[-1]) + 1, False
     uniq, codes = np.unique(indexes, return_inverse=True)
     return codes.reshape(-1).astype(np.int64, copy=False), int(uniq.size), False
+
+
+def _in_query_order(indexes: np.ndarray) -> bool:
+    """Whether the entries (at least one) arrive grouped by query, in ascending index order."""
+    return indexes.size == 1 or bool(np.all(indexes[1:] >= indexes[:-1]))
+
+
+def _query_starts(indexes: np.ndarray) -> np.ndarray:
+    """Entries in query order (:func:`_in_query_order`): True at each query's first."""
+    new = np.empty(indexes.size, dtype=bool)
+    new[0] = True
+    np.not_equal(indexes[1:], indexes[:-1], out=new[1:])
+    return new
+
+
+def _code_table(indexes: np.ndarray) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """A code per index value (ascending, dense over the values present) from a count of the
+    entries of each: ``(lo, code_of, per_index)``, the code of index ``i`` being
+    ``code_of[i - lo]`` and its entries ``per_index[i - lo]``. None where the values spread too
+    far for a table (more than about four per entry): a sort of them then costs less. Indexes
+    that are all small and non-negative are counted as they are (``lo`` 0: no shifted copy)."""
+    n = indexes.size
+    lo, hi = int(indexes.min()), int(indexes.max())
+    if hi - lo + 1 > 4 * n + 1024:
+        return None
+    if lo >= 0 and hi < 4 * n + 1024:
+        lo = 0
+    per_index = np.bincount(indexes if lo == 0 else indexes - lo, minlength=hi - lo + 1)
+    code_of = np.cumsum(per_index > 0, dtype=np.int64) - 1
+    return lo, code_of, per_index
 
 
 def _grouping_order(codes: np.ndarray, num_q: int) -> np.ndarray:
@@ -314,26 +337,18 @@ def _counted_by_query(
     if _group is None or scores.dtype not in (np.float32, np.float64) or n == 0:
         return None
     lo, code_of = 0, None
-    if n == 1 or bool(np.all(index[1:] >= index[:-1])):
+    if _in_query_order(index):
         # grouped in ascending order (as a dataloader of whole queries gives them): a query
         # starts where the index changes, and the pass counts the codes up itself
-        new = np.empty(n, dtype=bool)
-        new[0] = True
-        np.not_equal(index[1:], index[:-1], out=new[1:])
-        starts = np.flatnonzero(new)
+        starts = np.flatnonzero(_query_starts(index))
         counts = np.diff(np.append(starts, n))
         rel_code = np.searchsorted(starts, relevant, side="right") - 1
     else:
-        lo, hi = int(index.min()), int(index.max())
-        if hi - lo + 1 > 4 * n + 1024:
+        table = _code_table(index)
+        if table is None:
             return None  # (indexes too far apart for a table of codes: group_codes sorts them)
-        # a code per index value, from a count of the entries of each
-        if lo >= 0 and hi < 4 * n + 1024:
-            lo = 0  # (the indexes counted as they are: no shifted copy of them)
-        per_index = np.bincount(index if lo == 0 else index - lo, minlength=hi - lo + 1)
-        present = per_index > 0
-        code_of = np.cumsum(present, dtype=np.int64) - 1
-        counts = per_index[present]
+        lo, code_of, per_index = table
+        counts = per_index[per_index > 0]
         rel_code = code_of[index[relevant] - lo]
     num_q = counts.size
     rel_value = scores[relevant]
@@ -359,7 +374,8 @@ def _counted_by_query(
     tied = np.empty(relevant.size, dtype=np.int64)
     above[order] = above_sorted
     tied[order] = total[past, 1] - total[first, 1] - above_sorted
-    return rel_code.astype(np.int64, copy=False), num_q, counts.astype(np.int64), above, tied
+    return (rel_code.astype(np.int64, copy=False), num_q, counts.astype(np.int64, copy=False),
+            above, tied)
 
 
 def _by_query_then_score(code: np.ndarray, value: np.ndarray) -> np.ndarray:

@@ -119,7 +119,8 @@ def sharded_table(
         num_q, int(sizes[0]), dim, max(1, 4 * int(sizes[1])), elem, options.budget_on(query.device),
         choose_counter(query.device).block_caps(),
     )
-    # (every shard's blocks at least the columns the host's BLAS computes alike)
+    # (every shard's blocks at least the columns the host's BLAS computes alike: items in them,
+    # not the zero columns a narrower block's products would take, product_columns)
     block = (max(1, min(block[0], 1024)),
              max(block[1], least_product_columns(dim, dtype, query.device)))
     blocked = replace(options, depth=None, cover_relevant=False, block_size=block)

@@ -98,7 +98,8 @@ def choose_layout(
         num_q, num_g, dim, side.max_relevant, elem, budget, side.counter.block_caps()
     )
     # (a product of few columns may be computed otherwise, e.g. its sum split between threads:
-    # a small gallery's block padded to the columns the host's BLAS computes alike)
+    # a small gallery's block widened to the columns the host's BLAS computes alike, which its
+    # products would otherwise take as zero columns: product_shape.product_columns)
     block_g = max(block_g, least_product_columns(dim, side.dtype, side.device))
     return Layout(False, block_q, block_g, budget)
 
