@@ -1,8 +1,9 @@
 """The compiled parts, all optional: the ranked-lists form's loop over str ids, the codes of str
 ids, the scores form's grouping of entries by query, the CPU's count of a score block's rows
-against few relevant scores, and the tie groups of a binary rank table. Each module has a Python
-path that runs where it is not built (lists.py, labels.py, scores.py, engine/kernels.py,
-measures/ties.py), so a failed compile still installs the package with the same values."""
+against few relevant scores, the tie groups of a binary rank table, and a block's unit rows in
+one pass over each row. Each module has a Python path that runs where it is not built
+(lists.py, labels.py, scores.py, engine/kernels.py, measures/ties.py, row_norms.py), so a
+failed compile still installs the package with the same values."""
 
 import sys
 
@@ -28,6 +29,13 @@ setup(
         Extension(
             "retrieval_metrics.functional.ranking._group",
             ["src/retrieval_metrics/functional/ranking/_group.c"],
+            optional=True,
+        ),
+        Extension(
+            "retrieval_metrics.functional.ranking._rows",
+            ["src/retrieval_metrics/functional/ranking/_rows.c"],
+            # (a norm summed as torch sums it: each square and each sum rounded)
+            extra_compile_args=OPTIMIZE + UNFUSED,
             optional=True,
         ),
         Extension(

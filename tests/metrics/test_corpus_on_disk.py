@@ -462,8 +462,8 @@ def _rows_read_through_the_mapping(monkeypatch) -> list[int]:
     read = [0]
     real = MappedRows.chunks
 
-    def chunks(self, start, stop):
-        for at, piece in real(self, start, stop):
+    def chunks(self, start, stop, *size):
+        for at, piece in real(self, start, stop, *size):
             read[0] += piece.shape[0]
             yield at, piece
 

@@ -18,6 +18,7 @@ MODULES = [
     "retrieval_metrics.functional.ranking._str_lists",
     "retrieval_metrics.functional.ranking._labels",
     "retrieval_metrics.functional.ranking._group",
+    "retrieval_metrics.functional.ranking._rows",
     "retrieval_metrics.functional.ranking.engine._count",
     "retrieval_metrics.functional.measures._ties",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -32,6 +33,14 @@ RELEASE_BYTES = 8 << 20
 #: on: its first faults mapped pages of rows read and handed back before (left mapped, those
 #: held 3.6% of a 2.9 GiB file read in chunks of 1 MiB)
 MAPPED_AROUND = 1 << 21
+
+#: ``madvise``'s advice to map a range's pages at once (Linux 5.14; its value on every Linux
+#: architecture, for Pythons whose mmap module does not name it)
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+
+#: whether the system takes MADV_POPULATE_READ (False once refused: an older kernel, another
+#: system)
+_populates = sys.platform.startswith("linux")
 
 
 class MappedRows:
@@ -126,15 +135,21 @@ class MappedRows:
                 raise OSError(f"{self.path}: the file ended before row {start + len(out)}")
             at += got
 
-    def chunks(self, start: int, stop: int) -> Iterator[tuple[int, Tensor]]:
-        """Rows ``start:stop`` a chunk at a time: (the chunk's first row, its rows as a CPU
-        tensor of the stored dtype over the mapping, whose pages are handed back once the
-        caller asks for a later chunk: it copies out what it keeps)."""
-        step, held = self.chunk_rows(), start  # (rows from ``held`` on may still be mapped)
+    def chunks(
+        self, start: int, stop: int, chunk_bytes: int = READ_BYTES
+    ) -> Iterator[tuple[int, Tensor]]:
+        """Rows ``start:stop`` a chunk (about ``chunk_bytes``, at most :data:`RELEASE_BYTES`)
+        at a time: (the chunk's first row, its rows as a CPU tensor of the stored dtype over the
+        mapping, its pages mapped already, and handed back once the caller asks for a later
+        chunk: it copies out what it keeps)."""
+        chunk_bytes = min(chunk_bytes, RELEASE_BYTES)
+        step = max(1, chunk_bytes // max(1, self._row_bytes))
+        held = start  # (rows from ``held`` on may still be mapped)
         self._read_ahead(stop, stop + (stop - start))
         try:
             for at in range(start, stop, step):
                 end = min(stop, at + step)
+                self._populate(at, end)
                 yield at, self.tensor[at:end]
                 # handed back a few chunks at once: each madvise call costs as much as the
                 # faults of a chunk (4 calls a block of 3 MiB took 0.12 s of 2M x 768 float16)
@@ -159,6 +174,18 @@ class MappedRows:
         while it works on these (a ranking: a block's product)."""
         if start < self.shape[0]:
             self._advise(mmap.MADV_WILLNEED, start, stop)
+
+    def _populate(self, start: int, stop: int) -> None:
+        """Map the pages of rows ``start:stop`` in one call (``MADV_POPULATE_READ``, Linux
+        5.14), read from the disk where the page cache lacks them: their reads then take no
+        page faults, one a few pages each (2M x 768 float16 ranked from the page cache, 0.2 s
+        of 11.6 s). Where the system has no such advice, the reads fault the pages in."""
+        global _populates
+        if _populates:
+            try:
+                self._advise(MADV_POPULATE_READ, start, stop)
+            except (OSError, ValueError):
+                _populates = False
 
     def _release(self, start: int, stop: int) -> None:
         """Hand back the mapped pages of rows ``start:stop`` (where the file is read through the
