@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten
 
 from retrieval_metrics.functional.ranking import options as ranking_options
+from retrieval_metrics.functional.ranking import row_norms
 from retrieval_metrics.functional.ranking.engine import (
     counters,
     counting,
@@ -81,7 +82,8 @@ class Work:
     #: score entries reduced to segment maxima (``kernels.segment_maxima``, as the passes call it)
     entries_maxima: int = 0
     #: elements written by every operator other than the products and the views: the work
-    #: besides the product that torch does (the compiled count and numpy's are not in it)
+    #: besides the product that torch does, and the rows the compiled one-pass read writes
+    #: (``row_norms.unit_rows_in_one_pass``; the compiled count and numpy's are not in it)
     elements_written: int = 0
     #: probes of the host's BLAS for a shape's least product rows
     #: (``product_shape.least_product_rows``:
@@ -193,6 +195,14 @@ def counting_work() -> Iterator[Work]:
 
         return rank
 
+    one_pass = row_norms.unit_rows_in_one_pass
+
+    def counted_one_pass(piece, *args, **kwargs):
+        done = one_pass(piece, *args, **kwargs)
+        if done:  # (the rows it wrote, as torch's passes would have written them)
+            work.elements_written += piece.numel()
+        return done
+
     probes = {name: getattr(product_shape, name) for name in ("_probed_rows", "_probed_columns")}
 
     def uncounted(probe):
@@ -208,6 +218,7 @@ def counting_work() -> Iterator[Work]:
         setattr(product_shape, name, uncounted(probe))
     schedule.one_sided_pass = counted_one_sided
     schedule.two_sided_pass = counted_two_sided
+    row_norms.unit_rows_in_one_pass = counted_one_pass
     counting.QueryBlock.__init__ = counted_block
     counting.QueryBlock.count = counted_count
     two_sided_pass.count_both_sides = counted_both_sides
@@ -225,6 +236,7 @@ def counting_work() -> Iterator[Work]:
             setattr(product_shape, name, probe)
         schedule.one_sided_pass = one_sided
         schedule.two_sided_pass = two_sided
+        row_norms.unit_rows_in_one_pass = one_pass
         counting.QueryBlock.__init__ = block_init
         counting.QueryBlock.count = block_count
         two_sided_pass.count_both_sides = both_sides
