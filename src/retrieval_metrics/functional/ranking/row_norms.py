@@ -75,14 +75,13 @@ def torch_lanes(width: int) -> int | None:
     (:func:`_check_rows`); None where none does (or ``width`` is no multiple of it: torch adds
     the rest one at a time, in an order its compiler chooses), or without the compiled module.
     Once a process, a width."""
-    if _rows is None or width == 0:
-        return None
+    candidates = [lanes for lanes in LANES if width % lanes == 0]
+    if _rows is None or width == 0 or not candidates:
+        return None  # (no rows to check: a width no lane count divides keeps torch's passes)
     rows = _check_rows(width)
     norms = row_norms_of(rows, torch.float32)
     expected = NormsAsRead.zero_unfinished(rows / unit_divisor(norms), norms)
-    for lanes in LANES:
-        if width % lanes:
-            continue
+    for lanes in candidates:
         got, got_norms = torch.empty_like(rows), torch.empty_like(norms)
         _rows.unit_rows(rows.numpy(), 0, got.numpy(), got_norms.numpy(), lanes, False, True)
         if torch.equal(got_norms, norms) and torch.equal(got, expected):
