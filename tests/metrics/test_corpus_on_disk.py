@@ -462,8 +462,8 @@ def _rows_read_through_the_mapping(monkeypatch) -> list[int]:
     read = [0]
     real = MappedRows.chunks
 
-    def chunks(self, start, stop, *size):
-        for at, piece in real(self, start, stop, *size):
+    def chunks(self, start, stop, *args, **kwargs):
+        for at, piece in real(self, start, stop, *args, **kwargs):
             read[0] += piece.shape[0]
             yield at, piece
 

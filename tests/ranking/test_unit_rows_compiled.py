@@ -194,12 +194,14 @@ def test_a_corpus_on_disk_ranks_alike_with_the_one_pass_read_and_without(
     values, per_query = ranked()
     # (each row once a block of queries, a gallery block a call)
     assert sum(calls) % 3000 == 0 and 1 < len(calls) and max(calls) < 3000
+    module = row_norms._rows
     monkeypatch.setattr(row_norms, "_rows", None)
     expected, expected_per_query = ranked()
     assert values.keys() == expected.keys()
     assert all(torch.equal(values[k], expected[k]) for k in values)
     assert per_query.keys() == expected_per_query.keys()
     assert all(torch.equal(per_query[k], expected_per_query[k]) for k in per_query)
+    monkeypatch.setattr(row_norms, "_rows", module)  # (the one-pass read maps pages at once)
     monkeypatch.setattr(mapped_rows, "_populates", True)
     monkeypatch.setattr(mapped_rows, "MADV_POPULATE_READ", -1)  # (refused: EINVAL)
     faulted, faulted_per_query = ranked()
@@ -208,21 +210,33 @@ def test_a_corpus_on_disk_ranks_alike_with_the_one_pass_read_and_without(
     assert all(torch.equal(faulted_per_query[k], expected_per_query[k]) for k in per_query)
 
 
-def test_a_file_read_in_one_pass_takes_chunks_of_its_pages_held(tmp_path):
+def test_a_file_read_in_one_pass_takes_chunks_of_its_pages_held(tmp_path, monkeypatch):
     """Read in one pass, a file's rows come in chunks as large as the pages a process holds of
-    it (RELEASE_BYTES), not READ_BYTES: the pass writes into the block itself."""
+    it (RELEASE_BYTES), not READ_BYTES, each mapped in one call first: the pass writes into the
+    block itself on one thread. Read by torch's passes (the module hidden), 1 MiB chunks
+    faulted in, none mapped at once."""
     np.save(tmp_path / "c.npy", np.ones((20_000, 64), dtype=np.float16))  # 2.4 MiB
     rows = RowBatches([MappedRows(np.load(tmp_path / "c.npy", mmap_mode="r"))])
-    sizes = []
-    real = MappedRows.chunks
+    read, populated = [], []
+    real_chunks, real_populate = MappedRows.chunks, MappedRows._populate
 
-    def chunks(self, start, stop, size=mapped_rows.READ_BYTES):
-        sizes.append(size)
-        return real(self, start, stop, size)
+    def chunks(self, start, stop, *args, **kwargs):
+        for at, piece in real_chunks(self, start, stop, *args, **kwargs):
+            read.append(piece.shape[0])
+            yield at, piece
 
-    view = rows.norms_as_read(unit=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(MappedRows, "chunks", chunks)
-        block = view.rows(0, 20_000, torch.empty(20_000, 64), copy=True)
-    assert sizes == [mapped_rows.RELEASE_BYTES]
+    def populate(self, start, stop):
+        populated.append(stop - start)
+        real_populate(self, start, stop)
+
+    monkeypatch.setattr(MappedRows, "chunks", chunks)
+    monkeypatch.setattr(MappedRows, "_populate", populate)
+    block = rows.norms_as_read(unit=True).rows(0, 20_000, torch.empty(20_000, 64), copy=True)
+    assert read == populated == [20_000]
+    assert torch.equal(block, torch.full((20_000, 64), 0.125))
+    read.clear()
+    populated.clear()
+    monkeypatch.setattr(row_norms, "_rows", None)
+    block = rows.norms_as_read(unit=True).rows(0, 20_000, torch.empty(20_000, 64), copy=True)
+    assert read == [mapped_rows.READ_BYTES // 128] * 2 + [20_000 - 2 * 8192] and not populated
     assert torch.equal(block, torch.full((20_000, 64), 0.125))

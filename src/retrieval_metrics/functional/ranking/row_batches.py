@@ -13,9 +13,9 @@ number is one), so a ranking reads what it would read of the upcast corpus, at h
 
 A batch may be a file on disk (:class:`MappedRows`, a memory-mapped ``.npy``). Its rows in
 order (a block, the norms, the scan for NaN) are read through the mapping a chunk of about a MiB
-at a time (up to 8 MiB where a block's unit rows are read in one pass:
-``row_norms.unit_rows_in_one_pass``), each chunk's pages mapped in one call first (Linux's
-``MADV_POPULATE_READ``: no page faults), as many rows after them asked of the disk in the
+at a time (where a block's unit rows are read in one pass, ``row_norms.unit_rows_in_one_pass``:
+up to 8 MiB, each chunk's pages mapped in one call first, Linux's ``MADV_POPULATE_READ``, so
+that the pass takes no page faults), as many rows after them asked of the disk in the
 background (``MADV_WILLNEED``: a
 corpus larger than the page cache is read while a block's product runs; 2M x 768 float16 with
 the page cache dropped, 3.8-4.0 s besides the products before, 3.5 s after), their pages
@@ -428,13 +428,11 @@ class RowBatches:
         last = bisect.bisect_left(self._starts, stop) - 1
         if last > first and self._in_memory and self.batches[0].device == out.device:
             return self._joined(start, stop, first, last, out)
-        # (read in one pass, a file's chunks are as large as its pages held allow: the pass
-        # writes into the block itself, where torch's passes would make temporaries of them)
-        chunk_bytes = (
-            mapped_rows.RELEASE_BYTES
-            if self._as_read is not None
-            and reads_in_one_pass(self.stored_dtype, self.shape[1], out.device)
-            else mapped_rows.READ_BYTES
+        # (read in one pass, a file's chunks are as large as its pages held allow, mapped at
+        # once: the pass writes into the block itself, where torch's passes would make
+        # temporaries of them)
+        at_once = self._as_read is not None and reads_in_one_pass(
+            self.stored_dtype, self.shape[1], out.device
         )
         at, i = start, first
         while at < stop:
@@ -442,7 +440,7 @@ class RowBatches:
             mapped = self.mapped[i]
             pieces = (
                 [(at - offset, self.batches[i][at - offset : end - offset])] if mapped is None
-                else mapped.chunks(at - offset, end - offset, chunk_bytes)  # (a chunk at a time)
+                else mapped.chunks(at - offset, end - offset, at_once)  # (a chunk at a time)
             )
             for local, piece in pieces:
                 row = local + offset  # (of the whole matrix)
