@@ -11,6 +11,7 @@ batches never joined and its unit rows never made whole.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import warnings
 from typing import Any
@@ -505,6 +506,42 @@ def test_a_file_read_in_order_asks_for_its_next_rows_ahead(tmp_path):
     recording.asked.clear()
     list(mapped.chunks(800, 1000))
     assert recording.asked == []
+
+
+def test_rows_read_ahead_are_asked_for_in_pieces_linux_reads_whole(tmp_path):
+    """Linux reads at most its read-ahead window of one ``MADV_WILLNEED`` advice (128 KiB by
+    default) and drops the rest: the rows after a block are asked for in pieces of
+    ``READ_AHEAD_PIECE``, one after another, together every byte that holds them (in one advice,
+    a block of 3 MiB had its first 128 KiB read ahead)."""
+    import mmap
+
+    from retrieval_metrics.functional.ranking.mapped_rows import READ_AHEAD_PIECE
+
+    width = 64  # (float16: 128 bytes a row)
+    rows = 8 * READ_AHEAD_PIECE // (2 * width)
+    np.save(tmp_path / "c.npy", np.zeros((rows, width), dtype=np.float16))
+    mapped = MappedRows(np.load(tmp_path / "c.npy", mmap_mode="r"))
+    real = mapped._mapping
+    asked: list[tuple[int, int]] = []
+
+    class Recording:
+        def __len__(self) -> int:
+            return len(real)
+
+        def madvise(self, option: int, start: int, length: int) -> None:
+            if option == mmap.MADV_WILLNEED:
+                asked.append((start, start + length))
+            real.madvise(option, start, length)
+
+    mapped._mapping = Recording()
+    block = rows // 3 + 7  # (the next block's rows start and end inside pages)
+    list(mapped.chunks(5, 5 + block))
+    first_row = mapped._start + (5 + block) * 128
+    assert asked[0][0] == first_row // mmap.PAGESIZE * mmap.PAGESIZE
+    assert asked[-1][1] == mapped._start + (5 + 2 * block) * 128
+    assert all(end - start <= READ_AHEAD_PIECE for start, end in asked)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(asked))  # (no gap, no overlap)
+    assert len(asked) == -(-(asked[-1][1] - asked[0][0]) // READ_AHEAD_PIECE) > 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -16,9 +16,11 @@ order (a block, the norms, the scan for NaN) are read through the mapping a chun
 at a time (where a block's unit rows are read in one pass, ``row_norms.unit_rows_in_one_pass``:
 up to 8 MiB, each chunk's pages mapped in one call first, Linux's ``MADV_POPULATE_READ``, so
 that the pass takes no page faults), as many rows after them asked of the disk in the
-background (``MADV_WILLNEED``: a
-corpus larger than the page cache is read while a block's product runs; 2M x 768 float16 with
-the page cache dropped, 3.8-4.0 s besides the products before, 3.5 s after), their pages
+background (``MADV_WILLNEED``, in pieces of the most Linux reads of one advice by default,
+``mapped_rows.READ_AHEAD_PIECE``: a corpus larger than the page cache is read while a block's
+product runs; 2M x 768 float16 with the page cache dropped, 3.8-4.0 s besides the products
+before, 3.5 s after, and with the default read-ahead window of 128 KiB, 7.3-8.0 s in one advice
+a block, 4.3-4.9 s in pieces), their pages
 handed back (``MADV_DONTNEED``) every few MiB read and at the end: the
 process holds a few MiB of the file, whatever the corpus's size, and the values go from the
 page cache straight into the block (read into a buffer first, with ``preadv``, a pass over
