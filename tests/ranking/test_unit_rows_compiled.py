@@ -188,6 +188,8 @@ def test_a_corpus_on_disk_ranks_alike_with_the_one_pass_read_and_without(
 
     calls = []
     real = row_norms._rows.unit_rows
+    # (the check of width 64 made first, once a process: its 96 rows are no block's)
+    assert row_norms.torch_lanes(64) is not None
     monkeypatch.setattr(
         row_norms._rows, "unit_rows", lambda *a: calls.append(a[0].shape[0]) or real(*a)
     )
