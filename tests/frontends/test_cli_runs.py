@@ -239,3 +239,29 @@ def test_messages_name_the_users_ids(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"retrieval-metrics: warning: {run}: 1 ")
     assert "first: query 'q2', id 'a'" in lines[0]
+
+
+def test_the_heap_is_given_back_only_where_the_c_library_has_a_way(monkeypatch):
+    """``--write-run`` hands the freed heap back with glibc's ``malloc_trim`` where there is
+    one, and goes on where there is not: no such symbol (musl, macOS), no C library to open
+    (an OSError), or Windows, whose ctypes takes no ``CDLL(None)`` (a TypeError)."""
+    import ctypes
+
+    from retrieval_metrics.cli import data
+
+    for error in (TypeError, OSError, AttributeError):
+        def refused(name, *args, error=error, **kwargs):
+            raise error("argument of type 'NoneType' is not iterable")
+
+        monkeypatch.setattr(ctypes, "CDLL", refused)
+        assert data.give_back_freed() is None
+    trimmed = []
+
+    class Libc:
+        def malloc_trim(self, pad: int) -> int:
+            trimmed.append(pad)
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *args, **kwargs: Libc())
+    data.give_back_freed()
+    assert trimmed == [0]

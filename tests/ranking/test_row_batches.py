@@ -473,6 +473,98 @@ def test_a_file_read_in_order_leaves_none_of_its_pages_mapped(tmp_path, monkeypa
     assert held == 0, f"{held} KiB of the 32 MiB file still mapped"
 
 
+class _NoAdvice:
+    """A memory map where ``mmap.madvise`` does not exist (Windows): its length only."""
+
+    def __init__(self, mapping) -> None:
+        self.length = len(mapping)
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@pytest.fixture
+def no_advice(monkeypatch):
+    """This system as one whose memory maps take no advice and whose ``os`` has no ``preadv``
+    (Windows): every MappedRows made with a map that has no ``madvise`` at all."""
+    from retrieval_metrics.functional.ranking import mapped_rows
+
+    monkeypatch.setattr(mapped_rows, "_ADVISES", False, raising=False)
+    monkeypatch.setattr(mapped_rows, "_PREADV", False, raising=False)
+    monkeypatch.setattr(mapped_rows, "_populates", False)
+    monkeypatch.delattr(mapped_rows.os, "preadv")
+    made = MappedRows.__init__
+
+    def init(self, array) -> None:
+        made(self, array)
+        self._mapping = _NoAdvice(self._mapping)
+
+    monkeypatch.setattr(MappedRows, "__init__", init)
+
+
+@pytest.mark.filterwarnings("ignore:similarity=.cosine.. 3 gallery embeddings are zero")
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_corpus_on_disk_ranks_alike_where_maps_take_no_advice(tmp_path, dtype, no_advice):
+    """Where a memory map takes no advice and ``os`` has no ``preadv`` (Windows), a corpus on
+    disk is ranked from the file itself (its rows in order read a chunk at a time into a
+    buffer, its judged rows by seek and read): every value and every query's ranks as here,
+    the run's lists too. (Before, ``madvise`` and ``preadv`` were called all the same: an
+    AttributeError.)"""
+    rng = np.random.default_rng(7)
+    corpus = rng.standard_normal((5000, 48)).astype(dtype)
+    corpus[100:110] = corpus[0]  # duplicates: exact ties
+    corpus[300:303] = 0.0
+    np.save(tmp_path / "c.npy", corpus)
+    ids = [f"d{i}" for i in range(5000)]
+    queries = torch.from_numpy(corpus[rng.choice(5000, 120)].astype(np.float32) + 0.2)
+    q_ids = [f"q{i}" for i in range(120)]
+    qrels = {q: {f"d{j}": 1 for j in rng.choice(5000, 3)} for q in q_ids}
+
+    def ranked() -> tuple[dict, dict, dict]:
+        metric = rm.RetrievalMetrics(["ndcg@10", "recall@100", "mrr", "map"], qrels=qrels,
+                                     protocol="beir", memory_budget=1 << 21)
+        metric.set_gallery(str(tmp_path / "c.npy"), ids=ids)
+        metric.update(queries, ids=q_ids, role="query")
+        return metric.compute(), metric.per_query(), metric.run(20, ids=q_ids + ids)
+
+    # (a copy made before the fixture's MappedRows would be this system's)
+    no_advice_values, no_advice_per_query, no_advice_run = ranked()
+    expected = rm.RetrievalMetrics(["ndcg@10", "recall@100", "mrr", "map"], qrels=qrels,
+                                   protocol="beir", memory_budget=1 << 21)
+    expected.update(torch.from_numpy(corpus.astype(np.float32)), ids=ids, role="gallery")
+    expected.update(queries, ids=q_ids, role="query")
+    assert no_advice_values.keys() == expected.compute().keys()
+    assert all(torch.equal(no_advice_values[k], expected.compute()[k]) for k in no_advice_values)
+    assert all(
+        torch.equal(no_advice_per_query[k], expected.per_query()[k]) for k in no_advice_per_query
+    )
+    assert no_advice_run == expected.run(20, ids=q_ids + ids)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
+def test_a_file_read_where_maps_take_no_advice_maps_none_of_its_pages(tmp_path, no_advice):
+    """Where pages cannot be handed back (no ``madvise``), the rows in order are read from the
+    file into one buffer a chunk at a time: none of the file's pages is mapped, whatever was
+    read, and the values are those of the file."""
+    from retrieval_metrics.functional.ranking import mapped_rows
+
+    data = np.random.default_rng(1).standard_normal((20_000, 256)).astype(np.float16)
+    np.save(tmp_path / "c.npy", data)  # 9.8 MiB
+    rows = RowBatches([MappedRows(np.load(tmp_path / "c.npy", mmap_mode="r"))])
+    norms = rows.row_norms()
+    block = torch.empty(7000, 256)
+    for start in range(0, len(rows), 7000):
+        got = rows.rows(start, min(len(rows), start + 7000), block, copy=True)
+        assert torch.equal(got, torch.from_numpy(data[start : start + 7000]).float())
+    assert torch.equal(norms[:, 0], torch.linalg.vector_norm(torch.from_numpy(data).float(), 2, 1))
+    picked = torch.tensor([19_999, 3, 3, 12_000])
+    expected = torch.from_numpy(data[picked.numpy()]).float()
+    assert torch.equal(rows.index_select(0, picked), expected)
+    assert _mapped_kib(tmp_path / "c.npy") == 0
+    chunk = mapped_rows.READ_BYTES // (256 * 2)
+    assert len(list(rows.mapped[0].chunks(0, 20_000))) == -(-20_000 // chunk)
+
+
 def test_a_file_read_in_order_asks_for_its_next_rows_ahead(tmp_path):
     """Each read of rows in order (a block of the ranking) asks the system to read as many of
     the following rows into the page cache in the background (``MADV_WILLNEED``), so that a

@@ -6,6 +6,7 @@ itself. ``row_batches``' docstring has the figures behind the sizes below.
 
 from __future__ import annotations
 
+import io
 import itertools
 import mmap
 import os
@@ -51,13 +52,23 @@ MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 #: system)
 _populates = sys.platform.startswith("linux")
 
+#: whether a memory map takes advice here (``mmap.madvise``; Windows has none). Where it does
+#: not, a file's rows read in order come from the file itself into a reused buffer
+#: (:meth:`MappedRows._file_chunks`), as rows picked by index do: the process still holds a
+#: chunk of the file, not every page it read through the mapping
+_ADVISES = hasattr(mmap.mmap, "madvise")
+
+#: whether ``os.preadv`` reads at an offset here (not on Windows): else a seek, then a read
+_PREADV = hasattr(os, "preadv")
+
 
 class MappedRows:
     """The rows of a memory-mapped 2-D array on disk (``numpy.load(path, mmap_mode="r")``, or
     one of its slices of rows): in order a chunk at a time through the mapping, the chunks'
     pages handed back once read (:meth:`chunks`), or picked by index from the file itself
     (:meth:`gather`): the process holds at most :data:`RELEASE_BYTES` of the file's pages
-    (and those a fault maps around them).
+    (and those a fault maps around them). Where a memory map takes no advice (Windows), the
+    rows in order are read from the file itself, a chunk at a time into one buffer.
 
     ``tensor``: the rows as a CPU tensor over the mapping (what :meth:`chunks` reads; rows
     picked by index are read through it only where the file cannot be read by itself: a
@@ -99,6 +110,8 @@ class MappedRows:
             self.tensor = torch.from_numpy(array)
         self.shape = self.tensor.shape
         self._buffer: np.ndarray | None = None
+        #: the buffer :meth:`_file_chunks` reads a chunk into
+        self._chunk: np.ndarray | None = None
 
     # A copy (copy.deepcopy, clone(), pickle: MetricTracker, EMA of a module holding a metric)
     # maps the same file again rather than copying its rows: the mapping itself cannot be
@@ -134,12 +147,17 @@ class MappedRows:
         """Rows read at once (about ``chunk_bytes``)."""
         return max(1, chunk_bytes // max(1, self._row_bytes))
 
-    def _read(self, fd: int, start: int, out: np.ndarray) -> None:
-        """Rows ``start:start + len(out)`` into ``out`` (C-contiguous, the stored dtype)."""
+    def _read(self, file: io.FileIO, start: int, out: np.ndarray) -> None:
+        """Rows ``start:start + len(out)`` of the open ``file`` into ``out`` (C-contiguous, the
+        stored dtype)."""
         view = memoryview(out.reshape(-1).view(np.uint8))
         at, pos = 0, self._offset + start * self._row_bytes
         while at < len(view):
-            got = os.preadv(fd, [view[at:]], pos + at)
+            if _PREADV:
+                got = os.preadv(file.fileno(), [view[at:]], pos + at)
+            else:
+                file.seek(pos + at)
+                got = file.readinto(view[at:]) or 0
             if got <= 0:
                 raise OSError(f"{self.path}: the file ended before row {start + len(out)}")
             at += got
@@ -149,7 +167,8 @@ class MappedRows:
     ) -> Iterator[tuple[int, Tensor]]:
         """Rows ``start:stop`` a chunk at a time: (the chunk's first row, its rows as a CPU
         tensor of the stored dtype over the mapping, whose pages are handed back once the
-        caller asks for a later chunk: it copies out what it keeps).
+        caller asks for a later chunk, or in a buffer the next chunk is read into where a
+        memory map takes no advice: the caller copies out what it keeps).
 
         ``mapped_at_once``: chunks as large as the pages held allow (:data:`RELEASE_BYTES`, not
         :data:`READ_BYTES`), each chunk's pages mapped in one call before it is yielded
@@ -157,6 +176,9 @@ class MappedRows:
         thread (``row_norms.unit_rows_in_one_pass``). torch's copies fault the pages in on
         several threads at once: mapped in one call first, 1 MiB chunks were read 20% slower."""
         step = self.chunk_rows(RELEASE_BYTES if mapped_at_once else READ_BYTES)
+        if not _ADVISES and self.path is not None:
+            yield from self._file_chunks(start, stop, step)
+            return
         held = start  # (rows from ``held`` on may still be mapped)
         self._read_ahead(stop, stop + (stop - start))
         try:
@@ -173,6 +195,17 @@ class MappedRows:
         finally:
             self._release(held, stop)
 
+    def _file_chunks(self, start: int, stop: int, step: int) -> Iterator[tuple[int, Tensor]]:
+        """:meth:`chunks` where a memory map takes no advice (Windows): each chunk of ``step``
+        rows read from the file itself into one reused buffer, none of its pages mapped."""
+        if self._chunk is None or self._chunk.shape[0] < min(step, stop - start):
+            self._chunk = np.empty((min(step, stop - start), self.shape[1]), dtype=self._dtype)
+        with open(self.path, "rb", buffering=0) as file:  # type: ignore[arg-type]
+            for at in range(start, stop, step):
+                rows = self._chunk[: min(stop, at + step) - at]
+                self._read(file, at, rows)
+                yield at, torch.from_numpy(rows)
+
     def _span(self, start: int, stop: int, before: int = 0) -> tuple[int, int]:
         """The bytes of the mapping that hold rows ``start:stop``, from ``before`` bytes ahead
         of them: from the page holding that byte to the rows' end (or the mapping's)."""
@@ -184,7 +217,7 @@ class MappedRows:
         """``madvise`` of the mapping's pages that hold rows ``start:stop``, from ``before``
         bytes ahead of them (:meth:`_span`)."""
         first, end = self._span(start, stop, before)
-        if end > first:
+        if end > first and _ADVISES:
             self._mapping.madvise(advice, first, end - first)
 
     def _read_ahead(self, start: int, stop: int) -> None:
@@ -192,7 +225,7 @@ class MappedRows:
         (``MADV_WILLNEED``): the rows a sequential reader asks for next are read from the disk
         while it works on these (a ranking: a block's product). One advice a
         :data:`READ_AHEAD_PIECE`, the most of one that Linux reads by default."""
-        if start >= self.shape[0]:
+        if start >= self.shape[0] or not _ADVISES:
             return
         first, end = self._span(start, stop)
         for at in range(first, end, READ_AHEAD_PIECE):
@@ -238,16 +271,13 @@ class MappedRows:
             piece = (at - first) // self.chunk_rows()
             new[1:] |= piece[1:] != piece[:-1]
             bounds = np.append(np.flatnonzero(new), at.size).tolist()
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
+            with open(self.path, "rb", buffering=0) as file:
                 for s, e in itertools.pairwise(bounds):
                     lo, hi = int(at[s]), int(at[e - 1]) + 1
                     if hi - lo == e - s:  # every row of the stretch: read in place
-                        self._read(fd, lo, out[s:e])
+                        self._read(file, lo, out[s:e])
                     else:
                         span = self._staging(hi - lo)
-                        self._read(fd, lo, span)
+                        self._read(file, lo, span)
                         out[s:e] = span[at[s:e] - lo]
-            finally:
-                os.close(fd)
         return torch.from_numpy(out).index_select(0, inverse)
