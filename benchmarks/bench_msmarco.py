@@ -41,13 +41,18 @@ Run (about 15 minutes on 2 cores at the full size, most of it the three products
     python benchmarks/bench_msmarco.py --docs 200000 --queries 200       # a quick look
     python benchmarks/bench_msmarco.py --device cuda --queries 6980      # on a GPU, in memory
 
-Writes ``benchmarks/results/bench_msmarco[_N_DTYPE].json`` and ``.txt``.
+``--cold`` drops the corpus from the page cache (``posix_fadvise``, Linux) before the classes and
+the CLI, so that they read it from the disk while they rank (the disk's read-ahead window is
+printed beside: Linux reads a corpus ahead in pieces of 128 KiB, its default window).
+
+Writes ``benchmarks/results/bench_msmarco[_N_DTYPE][_cold].json`` and ``.txt``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -134,7 +139,34 @@ def square_gemm_rate() -> float:
     return 2 * 4096**3 / sorted(times)[1]
 
 
-def run_classes(folder: Path) -> dict:
+def drop_from_page_cache(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache (written out first: clean pages go without
+    root), so that the run after it reads the file from the disk (``--cold``)."""
+    if not hasattr(os, "posix_fadvise"):
+        raise SystemExit("--cold drops the corpus from the page cache with posix_fadvise, which "
+                         "this system lacks")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def read_ahead_kib(path: Path) -> int | None:
+    """The read-ahead window of the disk ``path`` lies on (Linux's ``read_ahead_kb``, of the
+    whole disk where the file is on a partition); None where sysfs does not say."""
+    dev = os.stat(path).st_dev
+    block = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for queue in (block / "queue", block.resolve().parent / "queue"):
+        try:
+            return int((queue / "read_ahead_kb").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def run_classes(folder: Path, cold: bool = False) -> dict:
     import torch
 
     import retrieval_metrics as rm
@@ -147,6 +179,8 @@ def run_classes(folder: Path) -> dict:
     data = np.load(folder / "q.npz")
     queries, q_ids = torch.from_numpy(data["embeddings"]), data["ids"].tolist()
     qrels = _qrels(folder)
+    if cold:
+        drop_from_page_cache(folder / "corpus.npy")
     reset_peak_rss()
     start_rss = proc_status_mib("VmRSS")
     t0 = time.perf_counter()
@@ -282,9 +316,11 @@ def report_device(args, out: dict) -> None:
     (RESULTS / f"bench_msmarco_{tag}.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
-def run_cli(folder: Path) -> dict:
+def run_cli(folder: Path, cold: bool = False) -> dict:
     import resource
 
+    if cold:
+        drop_from_page_cache(folder / "corpus.npy")
     command = [sys.executable, "-m", "retrieval_metrics", "evaluate", "--query",
                str(folder / "q.npz"), "--gallery", str(folder / "corpus.npy"), "--qrels",
                str(folder / "qrels.tsv"), "--protocol", "beir", "--metrics",
@@ -310,6 +346,9 @@ def main() -> None:
     parser.add_argument("--paths", default="classes,reference,cli")
     parser.add_argument("--device", help="the corpus in this device's memory (no disk)")
     parser.add_argument("--device-dtypes", dest="device_dtypes", default="bfloat16,float32")
+    parser.add_argument("--cold", action="store_true",
+                        help="drop the corpus from the page cache before the classes and the "
+                             "CLI (Linux): read from the disk, not memory")
     args = parser.parse_args()
     if args.device:
         report_device(args, run_device(args))
@@ -317,8 +356,11 @@ def main() -> None:
     folder = Path(args.dir) / f"{args.docs}_{args.dim}_{args.dtype}_{args.queries}"
     args.dir = str(folder)
     if args.only:
-        run = {"classes": run_classes, "reference": run_reference, "cli": run_cli}[args.only]
-        print(json.dumps(run(folder)))
+        if args.only == "reference":
+            print(json.dumps(run_reference(folder)))
+        else:
+            run = {"classes": run_classes, "cli": run_cli}[args.only]
+            print(json.dumps(run(folder, cold=args.cold)))
         return
     t0 = time.perf_counter()
     generate(args)
@@ -326,11 +368,13 @@ def main() -> None:
     out: dict = {"docs": args.docs, "dim": args.dim, "dtype": args.dtype,
                  "queries": args.queries, "generate_s": made_s,
                  "machine": f"{cpu_model()}, {platform.machine()}"}
+    if args.cold:
+        out["cold"] = {"read_ahead_kib": read_ahead_kib(folder / "corpus.npy")}
     for path in args.paths.split(","):
         done = subprocess.run([sys.executable, __file__, "--only", path, "--docs", str(args.docs),
                                "--dim", str(args.dim), "--dtype", args.dtype, "--queries",
-                               str(args.queries), "--dir", str(Path(args.dir).parent)],
-                              capture_output=True, text=True)
+                               str(args.queries), "--dir", str(Path(args.dir).parent)]
+                              + ["--cold"] * args.cold, capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(f"{path} failed:\n{done.stderr[-3000:]}")
         out[path] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -344,6 +388,11 @@ def report(out: dict) -> None:
     lines = [f"bench_msmarco: corpus {out['docs']:,} x {out['dim']} {out['dtype']} on disk "
              f"({size / 2**30:.1f} GiB), {out['queries']:,} queries, one judged passage each; "
              f"{out['machine']}; written in {out['generate_s']:.0f} s (or reused)"]
+    if "cold" in out:
+        window = out["cold"]["read_ahead_kib"]
+        lines.append("cold: the corpus dropped from the page cache before the classes and the "
+                     "CLI (read from the disk; the disk's read-ahead window "
+                     f"{'unknown' if window is None else f'{window:,} KiB'})")
     if "classes" in out:
         c = out["classes"]
         rate = max(c["gemm_rates"])
@@ -391,6 +440,7 @@ def report(out: dict) -> None:
     print(text)
     default = out["docs"] == 8_841_823 and out["dtype"] == "float16"
     name = "bench_msmarco" + ("" if default else f"_{out['docs']}_{out['dtype']}")
+    name += "_cold" if "cold" in out else ""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.txt").write_text(text + "\n")
     (RESULTS / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
