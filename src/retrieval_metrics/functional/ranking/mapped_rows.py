@@ -110,8 +110,6 @@ class MappedRows:
             self.tensor = torch.from_numpy(array)
         self.shape = self.tensor.shape
         self._buffer: np.ndarray | None = None
-        #: the buffer :meth:`_file_chunks` reads a chunk into
-        self._chunk: np.ndarray | None = None
 
     # A copy (copy.deepcopy, clone(), pickle: MetricTracker, EMA of a module holding a metric)
     # maps the same file again rather than copying its rows: the mapping itself cannot be
@@ -134,7 +132,9 @@ class MappedRows:
         self.__init__(array)  # type: ignore[misc]
 
     def _staging(self, rows: int) -> np.ndarray:
-        """A reused buffer of ``rows`` rows (at most a chunk), in the stored dtype."""
+        """A reused buffer of ``rows`` rows (at most a chunk), in the stored dtype: a stretch
+        :meth:`gather` reads, or a chunk :meth:`_file_chunks` yields (copied out by its caller
+        before the next read)."""
         if self._buffer is None or self._buffer.shape[0] < rows:
             self._buffer = np.empty((rows, self.shape[1]), dtype=self._dtype)
         return self._buffer[:rows]
@@ -198,11 +198,9 @@ class MappedRows:
     def _file_chunks(self, start: int, stop: int, step: int) -> Iterator[tuple[int, Tensor]]:
         """:meth:`chunks` where a memory map takes no advice (Windows): each chunk of ``step``
         rows read from the file itself into one reused buffer, none of its pages mapped."""
-        if self._chunk is None or self._chunk.shape[0] < min(step, stop - start):
-            self._chunk = np.empty((min(step, stop - start), self.shape[1]), dtype=self._dtype)
         with open(self.path, "rb", buffering=0) as file:  # type: ignore[arg-type]
             for at in range(start, stop, step):
-                rows = self._chunk[: min(stop, at + step) - at]
+                rows = self._staging(min(stop, at + step) - at)
                 self._read(file, at, rows)
                 yield at, torch.from_numpy(rows)
 
