@@ -61,6 +61,13 @@ and dense" and hand fake-cuda tensors' host tensors to the real (gloo) collectiv
 in the fake tensors. ``torch.distributed.get_backend`` reports ``"nccl"`` for a gloo group (pass
 ``report_nccl=False`` to keep ``"gloo"``). Object collectives are left as they are.
 
+Apple's MPS. ``emulated_cuda(mps=True)`` makes the device answer as MPS does where MPS lacks
+what CUDA has and the library could meet it: no float64 (every way a float64 tensor could come to
+be on the device, an operator's result, a factory, a move or a view, raises MPS's ``TypeError``,
+:data:`NO_FLOAT64`) and no ``torch.mm(..., out_dtype=)`` (ATen registers it for CUDA and XPU
+only: ``NotImplementedError``, :data:`NO_MM_OUT_DTYPE`). Everything else is CUDA's emulation (the
+device still reports ``cuda:0``; MPS's other gaps are not modelled).
+
 Known deviations from real CUDA
 -------------------------------
 * One device, ``cuda:0``; ``"cuda:1"`` raises "invalid device ordinal". Kernels run on the CPU:
@@ -111,6 +118,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -191,6 +199,18 @@ _NUMPY_ERROR = (
 )
 
 
+#: What MPS raises for a float64 tensor on it (its words)
+NO_FLOAT64 = (
+    "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
+    "Please use float32 instead."
+)
+#: What MPS raises for ``torch.mm(..., out_dtype=)``, which has no MPS kernel (the dispatcher's
+#: words)
+NO_MM_OUT_DTYPE = (
+    "Could not run 'aten::mm.dtype_out' with arguments from the 'MPS' backend."
+)
+
+
 class NcclTensorError(RuntimeError, ValueError):
     """NCCL's refusal of a host tensor: a ValueError in recent torch, a RuntimeError before."""
 
@@ -214,6 +234,8 @@ class FakeCudaTensor(torch.Tensor):
     def __new__(cls, host: torch.Tensor, requires_grad: bool = False) -> FakeCudaTensor:
         if isinstance(host, FakeCudaTensor) or host.device.type != "cpu":
             raise TypeError(f"a FakeCudaTensor holds a plain CPU tensor, got {type(host)}")
+        if host.dtype == torch.float64 and _current().mps:
+            raise TypeError(NO_FLOAT64)
         # "sizes": the wrapper asks the host for sizes and strides on each query, so in-place
         # metadata changes of the host (resize_ through out=, t_, set_) show on the wrapper too.
         out = torch.Tensor._make_wrapper_subclass(
@@ -553,7 +575,10 @@ def _tensor_core_mm(
 ) -> torch.Tensor:
     """CUDA's ``torch.mm(a, b, out_dtype=...)`` (``aten.mm.dtype`` / ``dtype_out``: half
     operands, float32 accumulation and result, on the tensor cores), which has no CPU kernel:
-    the product of the operands upcast, the same exact products summed in float32."""
+    the product of the operands upcast, the same exact products summed in float32. MPS has
+    no kernel for it (``mps=True``: NotImplementedError)."""
+    if _current().mps:
+        raise NotImplementedError(NO_MM_OUT_DTYPE)
     if a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
         raise RuntimeError(f"mm with out_dtype: expected half operands, got {a.dtype}, {b.dtype}")
     result = aten.mm.default(a.to(torch.float32), b.to(torch.float32)).to(out_dtype)
@@ -884,10 +909,11 @@ class EmulatedCuda(TorchFunctionMode):
     (``from emulated_cuda import fake_cuda_fixture  # noqa: F401``).
     """
 
-    def __init__(self, report_nccl: bool = True) -> None:
+    def __init__(self, report_nccl: bool = True, mps: bool = False) -> None:
         super().__init__()
         self.sync_log: list[str] = []
         self.report_nccl = report_nccl
+        self.mps = mps
         self._dispatch = _FactoryDispatch(self)
         self._patches = contextlib.ExitStack()
 
@@ -918,6 +944,7 @@ class EmulatedCuda(TorchFunctionMode):
         if _ACTIVE:
             raise RuntimeError("the CUDA emulation is already active")
         _ACTIVE.append(self)
+        _forget_device_answers()
         try:
             self._patches.enter_context(self._dispatch)
             self._patch_cuda()
@@ -935,6 +962,7 @@ class EmulatedCuda(TorchFunctionMode):
         finally:
             self._patches.close()
             _ACTIVE.pop()
+            _forget_device_answers()
 
     def _patch(self, owner: Any, name: str, value: Any) -> None:
         original = getattr(owner, name)
@@ -1022,6 +1050,14 @@ class _FactoryDispatch(TorchDispatchMode):
         return _run(self.emu, func, args, kwargs or {})
 
 
+def _forget_device_answers() -> None:
+    """Forget what retrieval_metrics remembers of ``cuda:0``'s abilities (float64, the half
+    product: an emulation with ``mps=True`` answers otherwise than one without)."""
+    primitives = sys.modules.get("retrieval_metrics.functional.primitives")
+    if primitives is not None:
+        primitives._DEVICE_ABILITIES.clear()
+
+
 _ACTIVE: list[EmulatedCuda] = []
 _IDLE = EmulatedCuda()  # counts the syncs of fake tensors used while no emulation is active
 
@@ -1087,9 +1123,12 @@ def _nccl_collective(original: Callable, name: str) -> Callable:
 
 
 @contextlib.contextmanager
-def emulated_cuda(report_nccl: bool = True) -> Iterator[EmulatedCuda]:
-    """Emulate a CUDA device for the block; yields the emulator (``.syncs``, ``.sync_log``)."""
-    with EmulatedCuda(report_nccl=report_nccl) as emu:
+def emulated_cuda(report_nccl: bool = True, mps: bool = False) -> Iterator[EmulatedCuda]:
+    """Emulate a CUDA device for the block; yields the emulator (``.syncs``, ``.sync_log``).
+
+    ``mps=True``: the device lacks what Apple's MPS lacks (float64, ``torch.mm(...,
+    out_dtype=)``; see the module's docstring)."""
+    with EmulatedCuda(report_nccl=report_nccl, mps=mps) as emu:
         yield emu
 
 
@@ -1106,3 +1145,11 @@ def fake_cuda_fixture() -> Iterator[EmulatedCuda]:
 
 
 fake_cuda = fake_cuda_fixture
+
+
+@pytest.fixture(name="fake_mps")
+def fake_mps_fixture() -> Iterator[EmulatedCuda]:
+    """The CUDA emulation answering as Apple's MPS (``emulated_cuda(mps=True)``); import it as
+    ``from emulated_cuda import fake_mps_fixture  # noqa: F401``."""
+    with emulated_cuda(mps=True) as emu:
+        yield emu

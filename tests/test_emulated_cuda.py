@@ -481,3 +481,24 @@ def test_collectives_refuse_host_tensors_and_reduce_device_ones(gloo_group):
         assert objects == [{"a": 1}]
     assert dist.all_reduce is unpatched and dist.get_backend() == "gloo"
     dist.all_reduce(torch.ones(2))  # gloo's own again
+
+
+def test_mps_mode_refuses_float64_and_the_half_product_as_mps_does():
+    with emulated_cuda(mps=True):
+        x = torch.ones(4, device="cuda")
+        for make in (
+            lambda: x.double(),  # a conversion
+            lambda: torch.zeros(2, dtype=torch.float64, device="cuda"),  # a factory
+            lambda: torch.ones(2, dtype=torch.float64).to("cuda"),  # a move
+            lambda: x.view(torch.uint8).view(torch.float64),  # a view
+        ):
+            with pytest.raises(TypeError, match="MPS framework doesn't support float64"):
+                make()
+        half = torch.ones(2, 2, dtype=torch.float16, device="cuda")
+        with pytest.raises(NotImplementedError, match=r"mm\.dtype_out"):
+            torch.mm(half, half, out_dtype=torch.float32)
+        assert (x * 2).sum().item() == 8  # everything else as on CUDA
+    with emulated_cuda():
+        assert torch.ones(2, dtype=torch.float64).to("cuda").dtype == torch.float64
+        half = torch.ones(2, 2, dtype=torch.float16, device="cuda")
+        assert torch.mm(half, half, out_dtype=torch.float32).dtype == torch.float32

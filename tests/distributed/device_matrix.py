@@ -33,6 +33,7 @@ import torch.distributed as dist
 from scenarios import summary_lists
 
 import retrieval_metrics as rm
+from retrieval_metrics.functional.primitives import holds_float64
 
 # ---------------------------------------------------------------------------------------- data
 
@@ -353,8 +354,12 @@ def _in_case_dtype(case: Case, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_device(x: Any, device: Any) -> Any:
-    """``x`` with every tensor in it (lists and dicts included) moved to ``device``."""
+    """``x`` with every tensor in it (lists and dicts included) moved to ``device``; float64
+    ones as float32 where the device has no float64 (Apple's MPS: what its users' tensors are;
+    the cases' numbers are whole, so exact in float32 too)."""
     if isinstance(x, torch.Tensor):
+        if x.dtype == torch.float64 and not holds_float64(device):
+            return x.to(device, torch.float32)
         return x.to(device)
     if isinstance(x, list):
         return [to_device(v, device) for v in x]
@@ -502,11 +507,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _states_on(metric) -> list[str]:
+def _states_on(metric, float64: bool | None = None) -> list[str]:
+    """The device types the metric's states are on: of every state, or of the float64 ones
+    (``float64=True``) or the others (``False``) only."""
     found = set()
     for value in metric.metric_state.values():
         for t in value if isinstance(value, list) else [value]:
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and float64 in (None, t.dtype == torch.float64):
                 found.add(t.device.type)
     return sorted(found)
 
@@ -549,6 +556,8 @@ def run_case(case: Case, split: str, rank: int, world: int, device: Any) -> dict
         warnings.simplefilter("always")
         metric = fed(case, split, rank, world, device)
         state_devices = _states_on(metric)
+        float64_state_devices = _states_on(metric, float64=True)
+        other_state_devices = _states_on(metric, float64=False)
         result = metric.compute()
         values = result if isinstance(result, dict) else {"value": result}
         per_query = metric.per_query()
@@ -559,6 +568,10 @@ def run_case(case: Case, split: str, rank: int, world: int, device: Any) -> dict
             "per_query_devices": {k: str(v.device) for k, v in per_query.items()},
             "metric_device": str(metric.device),
             "state_devices": state_devices,
+            "float64_state_devices": float64_state_devices,
+            "other_state_devices": other_state_devices,
+            "per_query_dtypes": {k: str(v.dtype) for k, v in per_query.items()},
+            "value_dtypes": {k: str(v.dtype) for k, v in values.items()},
             # whether compute() ranked a chunk of queries at a time (the "chunked" option's
             # path); the metric keeps the chunks' per-query parts only then
             "ranked_in_chunks": getattr(metric, "_chunk_parts", None) is not None,

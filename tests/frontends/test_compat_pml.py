@@ -447,6 +447,22 @@ def test_data_near_the_origin_is_ranked_as_given():
     assert q.abs().max() <= 3
 
 
+def test_far_data_on_a_device_without_float64_is_ranked_as_on_the_cpu():
+    """Apple's MPS (emulated) has no float64: the translation of data far from the origin is
+    worked out on the host and applied to the device's tensors, the CPU's values."""
+    from emulated_cuda import emulated_cuda
+
+    gen = torch.Generator().manual_seed(4)
+    far = torch.randint(0, 3, (60, 16), generator=gen).float() + 100000
+    labels = torch.arange(60) % 6
+    include = ("precision_at_1", "mean_average_precision_at_r", "r_precision")
+    want = AccuracyCalculator(include=include).get_accuracy(far, labels)
+    with emulated_cuda(mps=True):
+        calculator = AccuracyCalculator(include=include, device=torch.device("cuda"))
+        got = calculator.get_accuracy(far.to("cuda"), labels.to("cuda"))
+    assert got == want
+
+
 def _nearest_distances(base):
     return type(
         "Calculator",

@@ -27,7 +27,7 @@ from sentence_transformers.util import cos_sim, dot_score, euclidean_sim, manhat
 from sentence_transformers.util.similarity import SimilarityFunction  # noqa: E402
 
 import retrieval_metrics.compat  # noqa: E402
-from emulated_cuda import fake_cuda_fixture, is_fake_cuda  # noqa: E402, F401
+from emulated_cuda import fake_cuda_fixture, fake_mps_fixture, is_fake_cuda  # noqa: E402, F401
 from retrieval_metrics.compat import sentence_transformers as compat  # noqa: E402
 from retrieval_metrics.compat.sentence_transformers import (  # noqa: E402
     InformationRetrievalEvaluator as Ours,
@@ -429,7 +429,12 @@ def test_without_sentence_transformers_the_module_imports_and_says_how_to_instal
         fresh.InformationRetrievalEvaluator(*data())
 
 
-def test_on_a_cuda_device(fake_cuda):
+@pytest.mark.parametrize("device", ["fake_cuda", "fake_mps"])
+def test_on_a_cuda_device(device, request):
+    """On a device, and on one without float64 (Apple's MPS: the evaluator's float64 results
+    are made on the host)."""
+    request.getfixturevalue(device)
+
     class Model(FakeModel):
         def _embed(self, side, texts, **kwargs):
             return super()._embed(side, texts, **kwargs).to("cuda")

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 import device_matrix as dm  # noqa: E402
 import launch  # noqa: E402
 
-from emulated_cuda import fake_cuda_fixture  # noqa: E402, F401
+from emulated_cuda import fake_cuda_fixture, fake_mps_fixture  # noqa: E402, F401
 
 #: torchmetrics returns compute()'s results on the metric's device. True: every case asserts it
 #: (one process and several). False: where they live is recorded only.
@@ -130,6 +130,28 @@ def test_one_process_on_the_device_gives_the_cpu_values(case, expected, fake_cud
     assert got["ranked_in_chunks"] == want["ranked_in_chunks"] == (case.option == "chunked")
     assert_same_results(got, want, case.name)
     assert_results_on_metric_device(got, case.name)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in dm.split_cases("single")])
+def test_one_process_on_a_device_without_float64_gives_the_cpu_values(case, expected, fake_mps):
+    """The case on a device that has no float64 (Apple's MPS, emulated: a float64 tensor there
+    raises), fed float32 where the CPU run had float64 (whole numbers, so the same scores):
+    nothing raises, and every value is the CPU's exactly. The states that are float64 (integer
+    scores, positions, rank tables' grades) are on the host, every other on the device;
+    compute()'s float32 results are on the device, per_query()'s float64 values on the host."""
+    want = expected[case.name]
+    assert "error" not in want, f"the CPU run failed: {want['error']}"
+    got = dm.run_case(case, "single", 0, 1, "cuda")
+    assert got["metric_device"] == "cuda:0"
+    assert got["float64_state_devices"] in ([], ["cpu"]), "float64 states on the device"
+    assert got["other_state_devices"] == ["cuda"], "states left on the host"
+    assert got["ranked_in_chunks"] == want["ranked_in_chunks"] == (case.option == "chunked")
+    assert_same_results(got, want, case.name)
+    for part in ("value", "per_query"):
+        devices, dtypes = got[f"{part}_devices"], got[f"{part}_dtypes"]
+        for name, device in devices.items():
+            home = "cpu" if dtypes[name] == "torch.float64" else "cuda:0"
+            assert device == home, f"{case.name}: {part} {name} ({dtypes[name]}) on {device}"
 
 
 # ----------------------------------------------------------------------- several processes

@@ -27,6 +27,7 @@ from emulated_cuda import emulated_cuda
 from retrieval_metrics.functional import rank_embeddings
 from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine import kernels, plan, schedule
+from retrieval_metrics.functional.ranking.engine.counters import choose_counter
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.row_norms import reads_in_one_pass
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -439,6 +440,9 @@ def _device_beir_work(num_g: int, similarity: str, dtype: torch.dtype) -> Work:
         metric = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels, protocol="beir",
                                      similarity=similarity, memory_budget=2**26).to("cuda")
         metric.set_gallery(corpus.to(dtype).cuda(), ids=[f"d{i}" for i in range(num_g)])
+        # whether the device has the half product is asked of it once in a process (a 1 x 1
+        # product), before the first ranking: asked here, so that the count is the ranking's
+        choose_counter("cuda").multiplies_half(dtype, dtype)
         with counting_work() as work:
             # (against a gallery given once, each query update is ranked as it comes)
             metric.update(queries.to(dtype).cuda(), ids=[f"q{i}" for i in range(num_q)],

@@ -135,18 +135,42 @@ def test_the_choice_is_the_counters():
         assert choose_counter("cuda").multiplies_half(torch.bfloat16, torch.bfloat16)
         assert not choose_counter("cuda").multiplies_half(torch.bfloat16, torch.float16)
         assert not choose_counter("cuda").multiplies_half(torch.float32, torch.float32)
+    with emulated_cuda(mps=True):  # Apple's MPS has no torch.mm(..., out_dtype=)
+        assert not choose_counter("cuda").multiplies_half(torch.bfloat16, torch.bfloat16)
     assert not choose_counter("cpu").multiplies_half(torch.bfloat16, torch.bfloat16)
 
 
-def test_rows_whose_products_would_underflow_keep_float32(products):
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("form", FORMS)
+def test_a_device_without_the_half_product_upcasts_and_ranks_as_float64(
+    form, similarity, dtype, products
+):
+    """On a device whose torch has no ``torch.mm(..., out_dtype=)`` (Apple's MPS, emulated),
+    half precision is upcast to float32 as its blocks are read, as on the CPU: the float64
+    values, and no product asks for an out_dtype (which would raise there)."""
+    emb, labels = _data(similarity)
+    half = emb.to(dtype)
+    want = _run(form, half.double(), labels, similarity, "cpu")
+    products.clear()
+    with emulated_cuda(mps=True):
+        got = _run(form, half, labels, similarity, "cuda")
+    assert got == want
+    assert products, "no product was made"
+    assert {out for _, out in products} == {None}, set(products)
+
+
+@pytest.mark.parametrize("mps", [False, True], ids=["cuda", "mps"])
+def test_rows_whose_products_would_underflow_keep_float32(products, mps):
     """bfloat16 holds numbers down to 1e-38, whose products underflow float32 before the norms
-    could divide them: such a ranking takes the float32 path (unit rows first)."""
+    could divide them: such a ranking takes the float32 path (unit rows first). Those rows are
+    scaled in float64, on the host where the device has none (Apple's MPS): the same values."""
     emb, labels = _data("cosine")
     half = emb.to(torch.bfloat16)
     half[11] = half[11] * 2.0**-100
     want = _run("same_source", half.double(), labels, "cosine", "cpu")
     products.clear()
-    with emulated_cuda():
+    with emulated_cuda(mps=mps):
         got = _run("same_source", half, labels, "cosine", "cuda")
     assert got == want
     assert {out for _, out in products} == {None}

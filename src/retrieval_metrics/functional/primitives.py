@@ -4,7 +4,8 @@ the check of input values every entry point makes."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,8 +60,52 @@ def sent_without_waiting(x: Tensor, device: torch.device | str) -> bool:
 def to_device(x: Tensor, device: torch.device | str) -> Tensor:
     """``x`` on ``device``; a host tensor (an index tensor the ranking builds on the CPU, a
     result, a batch's keys) sent to a CUDA device without waiting for it
-    (:func:`sent_without_waiting`)."""
+    (:func:`sent_without_waiting`). A float64 tensor bound for a device without float64
+    (Apple's MPS) goes to the host instead (:func:`float64_home`): its digits are kept, not
+    rounded to float32."""
+    if x.dtype == torch.float64:
+        device = float64_home(device)
     return x.to(device, non_blocking=sent_without_waiting(x, device))
+
+
+#: what accelerators were found able to do, by (device type, ability): :func:`device_can`
+_DEVICE_ABILITIES: dict[tuple[str, str], bool] = {}
+
+
+def device_can(device: torch.device | str, ability: str, attempt: Callable[[torch.device], Any]
+               ) -> bool:
+    """Whether ``attempt(device)`` runs on the accelerator ``device`` (a tiny operation that
+    needs ``ability``), tried once per backend (device type) and remembered: backends differ
+    in what they implement (Apple's MPS has no float64, no ``torch.mm(..., out_dtype=)``), and
+    the device's own answer is the one that holds, whatever its name. The CPU can do all of
+    it."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return True
+    key = (device.type, ability)
+    if key not in _DEVICE_ABILITIES:
+        try:
+            attempt(device)
+            _DEVICE_ABILITIES[key] = True
+        except (TypeError, RuntimeError, NotImplementedError):
+            _DEVICE_ABILITIES[key] = False
+    return _DEVICE_ABILITIES[key]
+
+
+def holds_float64(device: torch.device | str) -> bool:
+    """Whether ``device`` can hold float64 tensors: the CPU and CUDA can, Apple's MPS cannot
+    (it raises a TypeError for any float64 tensor)."""
+    return device_can(
+        device, "float64", lambda d: torch.zeros((), dtype=torch.float64, device=d)
+    )
+
+
+def float64_home(device: torch.device | str) -> torch.device:
+    """Where float64 data kept for ``device`` lives: on it, or on the host where it has no
+    float64 (:func:`holds_float64`). The measures are computed in float64 on the host anyway;
+    float64 states (positions, integer scores, rank tables' grades) and float64 results
+    (``per_query()``, ``compute()`` after ``set_dtype(torch.float64)``) stay there."""
+    return torch.device(device) if holds_float64(device) else torch.device("cpu")
 
 
 def to_host(tensors: list[Tensor]) -> list[Tensor]:

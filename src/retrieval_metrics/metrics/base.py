@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 from torchmetrics import Metric
-from torchmetrics.utilities.data import dim_zero_cat
+from torchmetrics.utilities.data import apply_to_collection, dim_zero_cat
 
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import stats
@@ -38,7 +38,7 @@ from retrieval_metrics.functional.measures.aggregation import (
 )
 from retrieval_metrics.functional.measures.names import judged_needed
 from retrieval_metrics.functional.options import OPTIONS
-from retrieval_metrics.functional.primitives import to_device
+from retrieval_metrics.functional.primitives import holds_float64, to_device
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.options import (
     BLOCKED_ENGINE,
@@ -247,33 +247,45 @@ class RetrievalMetricBase(Metric):
                 f"set_dtype: `dst_type` must be a floating dtype such as torch.float64 (the "
                 f"results are measures between 0 and 1, ranks and sums), got {dtype}"
             )
-        return super().set_dtype(dst_type)
+        # Set here, not through torchmetrics' set_dtype: that converts a probe made on the
+        # metric's device, which a device without float64 (Apple's MPS) refuses, and the states
+        # are not converted anyway (they are the inputs themselves, see _apply).
+        self._dtype = dtype
+        # a value compute() kept is recomputed in the new dtype, not cast from the old one
+        self._computed = None
+        if self._forward_cache is not None:  # (what forward() returned, logged on step)
+            self._forward_cache = apply_to_collection(self._forward_cache, Tensor, self._result)
+        return self
 
     def _apply(self, fn: Callable, exclude_state: Sequence[str] = ()) -> Any:
         """``set_dtype`` sets the dtype of the results only (:meth:`_result`): the states are
         the inputs themselves (int64 ids and label codes, float64 positions, embeddings as
         given), which torchmetrics' conversion would cast to that dtype, rounding 64-bit codes
-        and positions. Moves between devices (``.to``, ``.cuda``) apply to every state. A
+        and positions. Moves between devices (``.to``, ``.cuda``) apply to every state, but
+        for float64 ones on a device without float64 (Apple's MPS), which stay on the host. A
         module's conversion to float64 (``.to(torch.float64)``) makes float64 results; one to
         half precision (``Trainer(precision="bf16-true")`` converts the LightningModule whole)
         keeps them float32: a value rounded to 8 bits would tie or swap epochs that
         ``ModelCheckpoint`` compares."""
-        if self._dtype_convert:
-            exclude_state = tuple(self._defaults)
-            # a value compute() kept is recomputed in the new dtype, not cast from the old one
-            self._computed = None
         dtype = self._dtype
+        destination = fn(torch.empty(0)).device  # (empty: no copy to wait for)
+        if not holds_float64(destination):
+            # float64 states and kept results stay on the host, as to_device keeps them
+            move = fn
+
+            def fn(t: Tensor) -> Tensor:
+                return t.cpu() if t.dtype == torch.float64 else move(t)
+
         out = super()._apply(fn, exclude_state)
-        if not self._dtype_convert:
-            # torchmetrics reads the new dtype off a float32 probe, so a move (`.to(device)`,
-            # Lightning's at setup) would undo set_dtype(torch.float64); a probe in the set
-            # dtype keeps it, and still follows a dtype conversion
-            converted = fn(torch.zeros(1, dtype=dtype)).dtype
-            self._dtype = converted if converted in (torch.float32, torch.float64) else dtype
-            if self._dtype != dtype:
-                # a value compute() kept is recomputed in the new dtype (a float32 value cast
-                # to float64 would carry float32's digits only)
-                self._computed = None
+        # torchmetrics reads the new dtype off a float32 probe, so a move (`.to(device)`,
+        # Lightning's at setup) would undo set_dtype(torch.float64); a probe in the set dtype
+        # keeps it, and still follows a dtype conversion
+        converted = fn(torch.zeros(1, dtype=dtype)).dtype
+        self._dtype = converted if converted in (torch.float32, torch.float64) else dtype
+        if self._dtype != dtype:
+            # a value compute() kept is recomputed in the new dtype (a float32 value cast to
+            # float64 would carry float32's digits only)
+            self._computed = None
         return out
 
     def _result(self, value: Tensor) -> Tensor:
@@ -569,7 +581,7 @@ class RetrievalMetricBase(Metric):
                     self._per_query_values(table, spec), table, spec, self.measure_options
                 )
                 out[f"{key}{spec.name}"] = (
-                    self.in_units(values, spec).to(self.device), table.query_id
+                    to_device(self.in_units(values, spec), self.device), table.query_id
                 )
         return out
 

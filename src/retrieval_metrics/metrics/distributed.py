@@ -280,13 +280,16 @@ REPEAT_ROWS = 4096
 def _rows_differ(emb: Tensor, rows: Tensor, firsts: Tensor) -> Tensor:
     """Whether each row ``rows[i]`` of ``emb`` differs from row ``firsts[i]`` by more than
     :data:`EMBEDDING_REPEAT_TOLERANCE` of the latter's largest coordinate (host bool). A part of
-    the rows at a time: image-text gives each image once per caption, and float64 copies of
+    the rows at a time: image-text gives each image once per caption, and float32 copies of
     every repeat at once were several times the stored embeddings."""
+    # compared in float32 (float64 ones in float64): a difference's rounding, a few parts in
+    # 10**8 of it, is far below the tolerance, and a device without float64 compares alike
+    wide = torch.promote_types(emb.dtype, torch.float32)
     differ = torch.zeros(rows.numel(), dtype=torch.bool, device=emb.device)
     rows, firsts = rows.to(emb.device), firsts.to(emb.device)
     for lo in range(0, rows.numel(), REPEAT_ROWS):
         part = slice(lo, lo + REPEAT_ROWS)
-        a, b = emb[rows[part]].to(torch.float64), emb[firsts[part]].to(torch.float64)
+        a, b = emb[rows[part]].to(wide), emb[firsts[part]].to(wide)
         scale = b.abs().amax(1) if b.shape[1] else b.new_zeros(b.shape[0])
         differ[part] = (a - b).abs().amax(1) > EMBEDDING_REPEAT_TOLERANCE * scale
     return differ.cpu()  # (one read of the device, after every part)

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import holds_float64
 from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings, load_npy
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import label_codes
@@ -41,6 +42,19 @@ def read_ids(path: str | Path) -> list[str] | np.ndarray:
     if "" in ids:
         raise ValueError(f"`ids`: {path} line {ids.index('') + 1} is empty (one id a line)")
     return ids
+
+
+def check_device_holds(name: str, emb: Tensor | Any, device: torch.device) -> None:
+    """Refuse float64 embeddings (a tensor, or a corpus on disk) for a metric on a device
+    without float64 (Apple's MPS), at the update that gives them: they are scored in float64,
+    which such a device cannot hold, and scored in float32 they could rank otherwise than on
+    the CPU."""
+    if emb.dtype == torch.float64 and not holds_float64(device):
+        raise ValueError(
+            f"`{name}` are float64, which the metric's device ({device}) cannot hold (Apple's "
+            "MPS has no float64): give float32 (or float16, bfloat16) embeddings, or keep the "
+            "metric on the CPU to score them in float64"
+        )
 
 
 def score_copy(emb: Tensor) -> Tensor:

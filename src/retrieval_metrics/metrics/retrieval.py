@@ -511,9 +511,9 @@ class RetrievalMetric(RetrievalMetricBase):
             return super()._per_query_rows()
         parts, queries = self._chunk_parts
         return {
-            name: (counted_values(
+            name: (to_device(counted_values(
                 values, queries, M.parse_metric(name), self.measure_options
-            ).to(self.device), queries.query_id)
+            ), self.device), queries.query_id)
             for name, (values, _, _) in parts.items()
         }
 

@@ -28,7 +28,7 @@ from retrieval_metrics.functional.ranking.labels import key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.scores import PREDS_REFUSED, TARGET_REFUSED
 from retrieval_metrics.metrics import distributed as D
-from retrieval_metrics.metrics.inputs import num_batches
+from retrieval_metrics.metrics.inputs import check_device_holds, num_batches
 from retrieval_metrics.metrics.ranking import Ranking, Side
 
 __all__ = ["KIND_KEYS", "SideStore"]
@@ -306,6 +306,7 @@ class SideStore:
         """``value`` as the embeddings argument ``name``, checked as ``as_embeddings`` checks
         them, and the :meth:`verdict` of its scan for NaN and infinities."""
         emb = as_embeddings(name, value, scan=False)
+        check_device_holds(name, emb, self.device)
         return emb, self.verdict(name, finite_flag(emb))
 
     def verdict(self, name: str, passed: Tensor) -> Tensor | None:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import float64_home
 from retrieval_metrics.functional.ranking.engine.plan import (
     product_rows,
 )
@@ -142,8 +143,9 @@ def near_origin(query: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     count = sum(part.shape[0] for part in parts)
     if count == 0 or query.shape[1] == 0:
         return query, reference
-    mean = sum(part.sum(0, dtype=torch.float64) for part in parts) / count
-    spread_sq = sum(((part.to(torch.float64) - mean) ** 2).sum() for part in parts) / count
+    home = float64_home(query.device)  # (the host, for a device without float64: MPS)
+    mean = sum(part.to(home).sum(0, dtype=torch.float64) for part in parts) / count
+    spread_sq = sum(((part.to(home, torch.float64) - mean) ** 2).sum() for part in parts) / count
     mean_norm, spread = float(mean.norm()), math.sqrt(float(spread_sq))
     if not (math.isfinite(mean_norm) and math.isfinite(spread)):
         return query, reference  # NaN or inf embeddings: the ranking refuses them itself
@@ -157,7 +159,7 @@ def near_origin(query: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
         centre = torch.round(mean / step) * step
 
     def shifted(x: Tensor) -> Tensor:
-        return (x.to(torch.float64) - centre).to(x.dtype)
+        return (x.to(home, torch.float64) - centre).to(x.device, x.dtype)
 
     moved = shifted(query)
     return moved, moved if same else shifted(reference)

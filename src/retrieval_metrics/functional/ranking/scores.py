@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
-from retrieval_metrics.functional.primitives import finite_flag, masked
+from retrieval_metrics.functional.primitives import finite_flag, float64_home, masked
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
@@ -46,12 +46,13 @@ TARGET_REFUSED = "must be non-negative numbers (0 = not relevant, > 0 = grade), 
 
 
 def comparable_scores(preds: Tensor) -> Tensor:
-    """``preds`` in the dtype its scores are compared in: integers as float64, half precision as
-    float32 (widening is exact: same order, same ties); complex scores are refused."""
+    """``preds`` in the dtype its scores are compared in: integers as float64 (on the host
+    where their device has no float64), half precision as float32 (widening is exact: same
+    order, same ties); complex scores are refused."""
     if preds.is_complex():
         raise ValueError(f"`preds` must hold real scores, got {preds.dtype}")
     if not preds.is_floating_point():
-        return preds.to(torch.float64)
+        return preds.to(float64_home(preds.device), torch.float64)
     if preds.dtype not in (torch.float32, torch.float64):
         return preds.to(torch.float32)
     return preds

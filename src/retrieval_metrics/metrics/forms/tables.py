@@ -34,6 +34,7 @@ from retrieval_metrics.metrics.forms.qrels import (
 from retrieval_metrics.metrics.inputs import (
     as_corpus,
     as_embeddings,
+    check_device_holds,
     item_tensors,
     per_item,
     score_copy,
@@ -154,6 +155,7 @@ class FixedGallery(TableStates):
         gallery = context.fixed_gallery
         assert gallery is not None  # accepts() chose this form for it
         emb = as_embeddings("embeddings", batch.embeddings)
+        check_device_holds("embeddings", emb, context.store.device)
         items = item_tensors(
             emb, context.options.relevance, batch.labels, batch.ids, batch.cameras,
             batch.positions,
@@ -191,6 +193,7 @@ class FixedGallery(TableStates):
     def set(context: FormContext, embeddings: Any, keys: dict[str, Any]) -> Items:
         """The gallery of ``set_gallery(embeddings, **keys)``, checked, its keys' kinds noted."""
         emb = as_corpus("embeddings", embeddings)
+        check_device_holds("embeddings", emb, context.store.device)
         if emb.shape[0] == 0:
             raise ValueError("the gallery is empty: `set_gallery` got 0 rows of `embeddings`")
         items = item_tensors(emb, context.options.relevance, **keys)

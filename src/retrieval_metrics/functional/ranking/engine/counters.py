@@ -27,6 +27,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import device_can
 from retrieval_metrics.functional.ranking.engine import kernels, plan
 from retrieval_metrics.functional.ranking.row_batches import HALF_PRECISION
 
@@ -97,17 +98,26 @@ class Counter:
     def multiplies_half(self, *dtypes: torch.dtype) -> bool:
         """Whether matrices of these dtypes are multiplied as they are stored, on the tensor
         cores with float32 accumulation (``tensor_cores``): all of one half-precision dtype,
-        on an accelerator whose torch has ``torch.mm(..., out_dtype=)``. Elsewhere half
-        precision is upcast to float32 as its blocks are read (the CPU has no such product)."""
+        on an accelerator that has ``torch.mm(..., out_dtype=)`` (CUDA's and XPU's torch; not
+        Apple's MPS, asked of the device once). Elsewhere half precision is upcast to float32
+        as its blocks are read (the CPU has no such product)."""
         return (
             self.device.type != "cpu"
             and len(set(dtypes)) == 1
             and dtypes[0] in HALF_PRECISION
             and hasattr(torch.ops.aten.mm, "dtype_out")
+            and device_can(self.device, "mm out_dtype", _half_product)
         )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device})"
+
+
+def _half_product(device: torch.device) -> Tensor:
+    """A 1 x 1 product of float16 matrices with a float32 result, on ``device``
+    (``torch.mm(one, one, out_dtype=torch.float32)``, called as its ATen operator)."""
+    one = torch.ones(1, 1, dtype=torch.float16, device=device)
+    return torch.ops.aten.mm.dtype(one, one, torch.float32)
 
 
 class CpuCounter(Counter):
