@@ -62,11 +62,12 @@ in the fake tensors. ``torch.distributed.get_backend`` reports ``"nccl"`` for a 
 ``report_nccl=False`` to keep ``"gloo"``). Object collectives are left as they are.
 
 Apple's MPS. ``emulated_cuda(mps=True)`` makes the device answer as MPS does where MPS lacks
-what CUDA has and the library could meet it: no float64 (every way a float64 tensor could come to
-be on the device, an operator's result, a factory, a move or a view, raises MPS's ``TypeError``,
-:data:`NO_FLOAT64`) and no ``torch.mm(..., out_dtype=)`` (ATen registers it for CUDA and XPU
-only: ``NotImplementedError``, :data:`NO_MM_OUT_DTYPE`). Everything else is CUDA's emulation (the
-device still reports ``cuda:0``; MPS's other gaps are not modelled).
+what CUDA has: no float64 (every way a float64 tensor could come to be on the device, an
+operator's result, a factory, a move or a view, raises MPS's ``TypeError``, :data:`NO_FLOAT64`),
+and no operator that ``native_functions.yaml`` gives no MPS kernel (neither ``MPS`` nor a
+composite key in its dispatch, e.g. ``torch.mm(..., out_dtype=)``, registered for CUDA and XPU
+only): the dispatcher's ``NotImplementedError``. Everything else is CUDA's emulation: the device
+still reports ``cuda:0``, and a kernel MPS has but not for every dtype or size is not modelled.
 
 Known deviations from real CUDA
 -------------------------------
@@ -203,11 +204,6 @@ _NUMPY_ERROR = (
 NO_FLOAT64 = (
     "Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64. "
     "Please use float32 instead."
-)
-#: What MPS raises for ``torch.mm(..., out_dtype=)``, which has no MPS kernel (the dispatcher's
-#: words)
-NO_MM_OUT_DTYPE = (
-    "Could not run 'aten::mm.dtype_out' with arguments from the 'MPS' backend."
 )
 
 
@@ -410,6 +406,49 @@ def _no_check_ops() -> frozenset[str] | None:
     return frozenset(names)
 
 
+_COMPOSITE = re.compile(r"Composite\w+")
+
+
+@functools.cache
+def _without_mps_kernel() -> frozenset[str]:
+    """ATen operators that have no kernel for Apple's MPS in ``native_functions.yaml``: their
+    ``dispatch:`` names neither ``MPS`` nor a composite key (which runs on any backend), or
+    their ``structured_delegate`` has none. Empty when torch ships without that file."""
+    try:
+        import torchgen
+    except ImportError:
+        return frozenset()
+    path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
+    if not path.is_file():
+        return frozenset()
+    delegate: dict[str, str] = {}
+    keys: dict[str, set[str]] = {}
+    for block in re.split(r"\n(?=- func:)", path.read_text()):
+        found = re.match(r"- func: ([\w.]+)\(", block)
+        if not found:
+            continue
+        name = found.group(1)
+        target = re.search(r"^  structured_delegate: ([\w.]+)", block, re.M)
+        if target:
+            delegate[name] = target.group(1)
+        dispatch = re.search(r"^  dispatch:\n((?:    .*\n?)+)", block, re.M)
+        if dispatch:
+            keys[name] = {
+                key.strip()
+                for line in dispatch.group(1).splitlines()
+                for key in line.split(":")[0].split(",")
+            }
+
+    def has_kernel(name: str) -> bool:
+        if name in delegate:
+            return has_kernel(delegate[name])
+        if name not in keys:  # no dispatch section: CompositeImplicitAutograd
+            return True
+        return "MPS" in keys[name] or any(_COMPOSITE.fullmatch(k) for k in keys[name])
+
+    return frozenset(name for name in keys.keys() | delegate.keys() if not has_kernel(name))
+
+
 def _op_key(func: Any) -> str:
     schema = func._schema
     name = schema.name.split("::")[-1]
@@ -575,10 +614,7 @@ def _tensor_core_mm(
 ) -> torch.Tensor:
     """CUDA's ``torch.mm(a, b, out_dtype=...)`` (``aten.mm.dtype`` / ``dtype_out``: half
     operands, float32 accumulation and result, on the tensor cores), which has no CPU kernel:
-    the product of the operands upcast, the same exact products summed in float32. MPS has
-    no kernel for it (``mps=True``: NotImplementedError)."""
-    if _current().mps:
-        raise NotImplementedError(NO_MM_OUT_DTYPE)
+    the product of the operands upcast, the same exact products summed in float32."""
     if a.dtype != b.dtype or a.dtype not in (torch.float16, torch.bfloat16):
         raise RuntimeError(f"mm with out_dtype: expected half operands, got {a.dtype}, {b.dtype}")
     result = aten.mm.default(a.to(torch.float32), b.to(torch.float32)).to(out_dtype)
@@ -596,6 +632,10 @@ def _run(emu: EmulatedCuda, func: Any, args: tuple, kwargs: dict) -> Any:
         return func(*args, **kwargs)  # nothing on the device
     if func.overloadpacket in _METADATA:
         return func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
+    if emu.mps and _op_key(func) in _without_mps_kernel():
+        raise NotImplementedError(
+            f"Could not run 'aten::{_op_key(func)}' with arguments from the 'MPS' backend."
+        )
     packet = func.overloadpacket
     if "device" in kwargs:
         # A factory or a move: run it on the host, place the result by the requested device.
