@@ -136,11 +136,16 @@ def test_the_abilities_are_asked_of_the_device_once():
 
     primitives._DEVICE_ABILITIES.clear()
     try:
-        assert not device_can("meta", "a test's ability", attempt)
-        assert not device_can("meta", "a test's ability", attempt)
+        assert not device_can("meta", "a test's ability", attempt, NotImplementedError)
+        assert not device_can("meta", "a test's ability", attempt, NotImplementedError)
         assert tries == [torch.device("meta")]
-        assert device_can("cpu", "a test's ability", attempt)  # the CPU is not asked
+        # the CPU is not asked
+        assert device_can("cpu", "a test's ability", attempt, NotImplementedError)
         assert tries == [torch.device("meta")]
+        # an error other than the refusal is not taken for one: raised, and nothing remembered
+        with pytest.raises(NotImplementedError):
+            device_can("meta", "another ability", attempt, TypeError)
+        assert ("meta", "another ability") not in primitives._DEVICE_ABILITIES
     finally:
         primitives._DEVICE_ABILITIES.clear()
 

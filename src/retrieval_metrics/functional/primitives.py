@@ -72,12 +72,18 @@ def to_device(x: Tensor, device: torch.device | str) -> Tensor:
 _DEVICE_ABILITIES: dict[tuple[str, str], bool] = {}
 
 
-def device_can(device: torch.device | str, ability: str, attempt: Callable[[torch.device], Any]
-               ) -> bool:
+def device_can(
+    device: torch.device | str,
+    ability: str,
+    attempt: Callable[[torch.device], Any],
+    refusal: type[Exception],
+) -> bool:
     """Whether ``attempt(device)`` runs on the accelerator ``device`` (a tiny operation that
-    needs ``ability``), tried once per backend (device type) and remembered: backends differ
-    in what they implement (Apple's MPS has no float64, no ``torch.mm(..., out_dtype=)``), and
-    the device's own answer is the one that holds, whatever its name. The CPU can do all of
+    needs ``ability``) rather than raising ``refusal``, the error a backend without it gives;
+    tried once per backend (device type) and remembered. Backends differ in what they
+    implement (Apple's MPS has no float64, no ``torch.mm(..., out_dtype=)``), and the device's
+    own answer is the one that holds, whatever its name. Any other error is raised: a device
+    that should have the ability is not silently taken for one without. The CPU can do all of
     it."""
     device = torch.device(device)
     if device.type == "cpu":
@@ -87,7 +93,7 @@ def device_can(device: torch.device | str, ability: str, attempt: Callable[[torc
         try:
             attempt(device)
             _DEVICE_ABILITIES[key] = True
-        except (TypeError, RuntimeError, NotImplementedError):
+        except refusal:
             _DEVICE_ABILITIES[key] = False
     return _DEVICE_ABILITIES[key]
 
@@ -96,7 +102,7 @@ def holds_float64(device: torch.device | str) -> bool:
     """Whether ``device`` can hold float64 tensors: the CPU and CUDA can, Apple's MPS cannot
     (it raises a TypeError for any float64 tensor)."""
     return device_can(
-        device, "float64", lambda d: torch.zeros((), dtype=torch.float64, device=d)
+        device, "float64", lambda d: torch.zeros((), dtype=torch.float64, device=d), TypeError
     )
 
 

@@ -106,7 +106,8 @@ class Counter:
             and len(set(dtypes)) == 1
             and dtypes[0] in HALF_PRECISION
             and hasattr(torch.ops.aten.mm, "dtype_out")
-            and device_can(self.device, "mm out_dtype", _half_product)
+            # (no kernel for the backend: the dispatcher's NotImplementedError)
+            and device_can(self.device, "mm out_dtype", _half_product, NotImplementedError)
         )
 
     def __repr__(self) -> str:
