@@ -364,6 +364,24 @@ def test_the_default_budget_follows_the_devices_free_memory(monkeypatch):
             assert RankingSettings(memory_budget=2**22).budget_on("cuda") == 2**22
 
 
+def test_the_default_budget_on_apple_mps_follows_metals_recommended_working_set(monkeypatch):
+    """MPS has no mem_get_info: its free memory is the working set Metal recommends for the
+    process less what the driver holds (mocked: no Mac here)."""
+    gib = 2**30
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 12 * gib)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 4 * gib)
+    assert memory_budget_on(None, "mps") == 2 * gib  # a quarter of the 8 GiB left
+    assert memory_budget_on(2**22, "mps") == 2**22
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 13 * gib)
+    assert memory_budget_on(None, "mps") == DEFAULT_MEMORY_BUDGET  # never below the CPU's
+
+    def unavailable():
+        raise RuntimeError("MPS backend is not available")
+
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", unavailable)
+    assert memory_budget_on(None, "mps") == DEFAULT_MEMORY_BUDGET
+
+
 def test_a_ranking_on_a_device_takes_the_devices_budget(monkeypatch):
     """The budget each ranking of a compute() is given: a share of the mocked free memory
     by default (square blocks of the symmetric pass grow with it), the explicit one where

@@ -61,9 +61,17 @@ def memory_budget_on(memory_budget: int | None, device: torch.device | str | Non
 
 def device_free_memory(device: torch.device) -> int | None:
     """The free memory of an accelerator in bytes: its backend module's ``mem_get_info``
-    (``torch.cuda``, ``torch.xpu``); None for the CPU or a backend that does not say."""
+    (``torch.cuda``, ``torch.xpu``); on Apple's MPS, which has none, the working set Metal
+    recommends for the process less what its driver already holds; None for the CPU or a
+    backend that does not say."""
     if device.type == "cpu":
         return None
+    if device.type == "mps":
+        try:
+            recommended = torch.mps.recommended_max_memory()
+            return max(0, int(recommended) - int(torch.mps.driver_allocated_memory()))
+        except (AttributeError, RuntimeError):
+            return None
     info = getattr(getattr(torch, device.type, None), "mem_get_info", None)
     if info is None:
         return None
