@@ -158,3 +158,66 @@ def test_to_device_keeps_float64_on_the_host_of_a_device_without_it():
     with emulated_cuda():
         assert holds_float64("cuda")
         assert to_device(torch.ones(2, dtype=torch.float64), "cuda").device.type == "cuda"
+
+
+def test_float_labels_ids_and_cameras_on_the_device_give_the_cpus_values():
+    """Whole-number float labels, ids and cameras are checked where they are, with no float64
+    copy on the device."""
+    cameras = torch.arange(30) % 3
+    cpu = rm.RetrievalMetrics(["map@r", "cmc@3"])
+    cpu.update(EMB.float(), LABELS, ids=torch.arange(30), cameras=cameras)
+    with emulated_cuda(mps=True):
+        metric = rm.RetrievalMetrics(["map@r", "cmc@3"]).to("cuda")
+        metric.update(EMB.float().to("cuda"), LABELS.float().to("cuda"),
+                      ids=torch.arange(30).float().to("cuda"),
+                      cameras=cameras.half().to("cuda"))
+        got = {k: v.cpu() for k, v in metric.compute().items()}
+        with pytest.raises(ValueError, match="whole numbers below 2\\*\\*11"):
+            rm.MAPAtR().to("cuda").update(
+                EMB.float().to("cuda"), (LABELS + 0.5).half().to("cuda")
+            )
+    want = cpu.compute()
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in got)
+
+
+@pytest.mark.parametrize("name", ["RetrievalMAP", "RetrievalMRR", "RetrievalNormalizedDCG",
+                                  "RetrievalAUROC", "RetrievalFallOut"])
+def test_the_torchmetrics_classes_in_float64_give_float64_on_the_host(name):
+    from retrieval_metrics.compat import torchmetrics as compat
+
+    gen = torch.Generator().manual_seed(1)
+    preds, target, indexes = torch.rand(12, generator=gen), torch.arange(12) % 3 == 0, (
+        torch.arange(12) % 4)
+    cpu = getattr(compat, name)().set_dtype(torch.float64)
+    cpu.update(preds, target, indexes)
+    with emulated_cuda(mps=True):
+        metric = getattr(compat, name)().to("cuda")
+        metric.set_dtype(torch.float64)
+        metric.update(preds.to("cuda"), target.to("cuda"), indexes.to("cuda"))
+        got = metric.compute()
+    assert got.dtype == torch.float64 and got.device.type == "cpu"
+    assert got.item() == cpu.compute().item()
+
+
+def test_a_device_whose_float64_raises_a_runtime_error_is_one_without(monkeypatch):
+    """Intel GPUs without fp64 answer a float64 kernel with a RuntimeError ("Required aspect
+    fp64 is not supported on the device"), not MPS's TypeError: such a device keeps float64
+    on the host too, and a metric moves to it and computes (emulated: float64 factories on
+    the device raise so)."""
+    zeros = torch.zeros
+
+    def refusing(*args, **kwargs):
+        if kwargs.get("dtype") == torch.float64 and str(kwargs.get("device")).startswith("cuda"):
+            raise RuntimeError("Required aspect fp64 is not supported on the device")
+        return zeros(*args, **kwargs)
+
+    cpu = rm.MAPAtR()
+    cpu.update(EMB.float(), LABELS)
+    with emulated_cuda():
+        monkeypatch.setattr(torch, "zeros", refusing)
+        assert not holds_float64("cuda")
+        metric = rm.MAPAtR().to("cuda")
+        metric.update(EMB.float().to("cuda"), LABELS.to("cuda"))
+        got = metric.compute()
+    assert got.device.type == "cuda" and got.item() == cpu.compute().item()

@@ -96,6 +96,7 @@ from retrieval_metrics.compat._tm_functional import (
     retrieval_recall,
     retrieval_reciprocal_rank,
 )
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.metrics.forms import Batch, Scores
 from retrieval_metrics.metrics.plotting import Plotted
 from retrieval_metrics.metrics.retrieval import RetrievalMetric
@@ -245,10 +246,11 @@ class _TorchmetricsRetrieval(Plotted, RetrievalMetric):
             values = torch.where(empty, fill, values)
         # torchmetrics aggregates its queries' values in its dtype: float32, or what
         # set_dtype gave it (its states, and so its values, become that dtype)
+        # (on the host where the device has no float64: set_dtype(torch.float64) on MPS)
         values = values.to(self.dtype)
         if values.numel() == 0:
-            return torch.tensor(0.0, device=device, dtype=self.dtype)
-        return _aggregate(values, self.aggregation).to(device)
+            return to_device(torch.tensor(0.0, dtype=self.dtype), device)
+        return to_device(_aggregate(values, self.aggregation), device)
 
     def summary(self, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(

@@ -76,7 +76,7 @@ def device_can(
     device: torch.device | str,
     ability: str,
     attempt: Callable[[torch.device], Any],
-    refusal: type[Exception],
+    refusal: type[Exception] | tuple[type[Exception], ...],
 ) -> bool:
     """Whether ``attempt(device)`` runs on the accelerator ``device`` (a tiny operation that
     needs ``ability``) rather than raising ``refusal``, the error a backend without it gives;
@@ -100,9 +100,12 @@ def device_can(
 
 def holds_float64(device: torch.device | str) -> bool:
     """Whether ``device`` can hold float64 tensors: the CPU and CUDA can, Apple's MPS cannot
-    (it raises a TypeError for any float64 tensor)."""
+    (it raises a TypeError for any float64 tensor), nor Intel GPUs without fp64 (a
+    RuntimeError, "Required aspect fp64 is not supported on the device"). A device taken for
+    one without float64 keeps float64 on the host: the same values, never a failure."""
     return device_can(
-        device, "float64", lambda d: torch.zeros((), dtype=torch.float64, device=d), TypeError
+        device, "float64", lambda d: torch.zeros((), dtype=torch.float64, device=d),
+        (TypeError, RuntimeError),
     )
 
 

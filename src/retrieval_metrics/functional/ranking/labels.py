@@ -45,16 +45,18 @@ def whole_float_labels(values: Tensor, name: str) -> Tensor:
     # Every integer of magnitude below 2**(mantissa bits + 1) has its own float; at or above that
     # bound two labels may already have been rounded into one, so they are refused.
     bits = round(-math.log2(torch.finfo(values.dtype).eps)) + 1  # 24 for float32, 53 for float64
-    as64 = values.to(torch.float64)
-    bad = ~torch.isfinite(as64) | (as64 != torch.round(as64)) | (as64.abs() >= 2.0**bits)
+    # checked where they are, in a dtype that holds them exactly (half precision as float32; no
+    # float64 copy, which a device without float64, Apple's MPS, cannot hold)
+    wide = values if values.dtype in (torch.float32, torch.float64) else values.float()
+    bad = ~torch.isfinite(wide) | (wide != torch.round(wide)) | (wide.abs() >= 2.0**bits)
     if bool(bad.any()):
-        example = float(as64[bad][0])
+        example = float(wide[bad][0])
         raise ValueError(
             f"`{name}` must hold integers or strings; floats are accepted only when they hold "
             f"whole numbers below 2**{bits} ({values.dtype} stores those exactly), got "
             f"{example!r}. Labels are compared exactly and never rounded"
         )
-    return as64.to(torch.int64)
+    return wide.to(torch.int64)
 
 
 _INT64 = 2**63
