@@ -143,6 +143,46 @@ def test_the_run_on_the_emulated_device_is_the_cpus(fake_cuda):
     assert runs[0] == runs[1]
 
 
+@pytest.mark.parametrize("ids", ["int", "str"])
+def test_a_same_source_run_with_ids_on_the_emulated_device_is_the_cpus(ids, fake_cuda):
+    """Items given with ids: each query's own id left out of its list, the pairs worked out
+    on the host whatever device the ids came on (they met the device's blocks' columns)."""
+    x, labels = _codes(30, 5, 12), torch.arange(30) % 6
+    given = list(range(500, 530)) if ids == "int" else [f"s{i}" for i in range(30)]
+    runs = []
+    for device in ("cpu", "cuda"):
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot").to(device)
+        metric.update(x.to(device), labels.to(device), ids=given)
+        runs.append(metric.run(5, ids=given) if ids == "str" else metric.run(5))
+    assert runs[0] == runs[1]
+    assert all(qid not in [d for d, _ in items] for qid, items in runs[0].items())
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_a_run_against_a_corpus_on_disk_on_the_emulated_device_is_the_cpus(
+    similarity, tmp_path, fake_cuda
+):
+    """qrels, a corpus on disk given with set_gallery, the queries on the device: the corpus
+    is streamed to the queries' device for the run as for compute() (for cosine its divisor
+    met the device's rows on the host before), and a query whose id is a document's leaves
+    that document out."""
+    corpus = torch.randn(40, 6, generator=torch.Generator().manual_seed(13))
+    queries = corpus[:4] + 0.1
+    path = tmp_path / "corpus.npy"
+    np.save(path, corpus.numpy())
+    d_ids = [f"d{j}" for j in range(40)]
+    q_ids = ["d0", "q1", "q2", "d3"]
+    qrels = {qid: {f"d{(i * 7 + 1) % 40}": 1} for i, qid in enumerate(q_ids)}
+    runs = []
+    for device in ("cpu", "cuda"):
+        metric = rm.RetrievalMetrics(["mrr"], qrels=qrels, similarity=similarity).to(device)
+        metric.set_gallery(path, ids=d_ids)
+        metric.update(queries.to(device), ids=q_ids, role="query")
+        runs.append(metric.run(6, ids=q_ids + d_ids))
+    assert runs[0] == runs[1]
+    assert "d0" not in [d for d, _ in runs[0]["d0"]] and "d3" not in [d for d, _ in runs[0]["d3"]]
+
+
 @pytest.mark.parametrize(
     "device",
     ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

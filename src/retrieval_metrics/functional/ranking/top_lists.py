@@ -157,6 +157,9 @@ def top_k(
     query = as_embeddings("query", query)
     # (a corpus on disk: read a block at a time, its judged rows alone)
     items = query if gallery is None else as_corpus("gallery", gallery)
+    if isinstance(items, RowBatches) and items.on_disk:
+        # streamed to the queries' device (a GPU's) a chunk at a time, as the ranking streams it
+        items = items.onto(query.device)
     if items.shape[1] != query.shape[1]:
         raise ValueError(
             f"`gallery` must have {query.shape[1]} columns, the width of `query`, got "
@@ -207,7 +210,7 @@ def top_k(
         # as columns of the gallery in key order
         place = torch.empty_like(columns)
         place[columns] = torch.arange(num_g)
-        excluded = (excluded[0], place.index_select(0, excluded[1]))
+        excluded = (excluded[0], place.index_select(0, excluded[1].to(place.device)).cpu())
     width = min(k, num_g - same)  # (a query never lists itself)
     if width <= 0:
         empty_rows = torch.empty((num_q, 0), dtype=torch.int64, device=query.device)
@@ -389,7 +392,8 @@ def _excluded(
     if identical:
         if query_ids is None or gallery_ids is None:
             raise ValueError("exclude_identical_ids=True needs `query_ids` and `gallery_ids`")
-        q_codes = label_codes(query_ids, "query_ids")
+        # (on the host, as every block's mask reads them, whatever device the ids came on)
+        q_codes = label_codes(query_ids, "query_ids").cpu()
         g_rows, g_codes, num_ids = _among(gallery_ids, q_codes)
         if q_codes.numel() != num_q or num_ids != num_g:
             raise ValueError(
@@ -412,7 +416,7 @@ def _among(ids: Any, codes: Tensor) -> tuple[Tensor, Tensor, int]:
     if isinstance(ids, Tensor) and ids.dim() != 1:
         ids = ids.reshape(-1)
     for start in range(0, len(ids), ID_CHUNK):
-        chunk = label_codes(ids[start : start + ID_CHUNK], "gallery_ids")
+        chunk = label_codes(ids[start : start + ID_CHUNK], "gallery_ids").cpu()
         at = torch.searchsorted(wanted, chunk).clamp_max(max(0, wanted.numel() - 1))
         hit = flat_nonzero(wanted[at] == chunk) if wanted.numel() else chunk[:0]
         rows.append(hit + start)
