@@ -117,6 +117,12 @@ def float64_home(device: torch.device | str) -> torch.device:
     return torch.device(device) if holds_float64(device) else torch.device("cpu")
 
 
+def in_float64(x: Tensor) -> Tensor:
+    """``x`` as float64: on its device, or on the host where that has no float64
+    (:func:`float64_home`)."""
+    return x.to(float64_home(x.device), torch.float64)
+
+
 def to_host(tensors: list[Tensor]) -> list[Tensor]:
     """``[t.cpu() for t in tensors]``, read from a device in one copy (one host sync, not one
     apiece): each tensor's bytes, padded to a whole 8 so that every dtype's view of its slice

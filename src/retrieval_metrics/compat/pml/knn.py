@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import float64_home
+from retrieval_metrics.functional.primitives import float64_home, in_float64
 from retrieval_metrics.functional.ranking.engine.plan import (
     product_rows,
 )
@@ -143,9 +143,10 @@ def near_origin(query: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
     count = sum(part.shape[0] for part in parts)
     if count == 0 or query.shape[1] == 0:
         return query, reference
-    home = float64_home(query.device)  # (the host, for a device without float64: MPS)
-    mean = sum(part.to(home).sum(0, dtype=torch.float64) for part in parts) / count
-    spread_sq = sum(((part.to(home, torch.float64) - mean) ** 2).sum() for part in parts) / count
+    # (summed in float64 without a float64 copy; on the host where the device has no float64)
+    mean = sum(part.to(float64_home(part.device)).sum(0, dtype=torch.float64) for part in parts)
+    mean = mean / count
+    spread_sq = sum(((in_float64(part) - mean) ** 2).sum() for part in parts) / count
     mean_norm, spread = float(mean.norm()), math.sqrt(float(spread_sq))
     if not (math.isfinite(mean_norm) and math.isfinite(spread)):
         return query, reference  # NaN or inf embeddings: the ranking refuses them itself
@@ -159,7 +160,7 @@ def near_origin(query: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
         centre = torch.round(mean / step) * step
 
     def shifted(x: Tensor) -> Tensor:
-        return (x.to(home, torch.float64) - centre).to(x.device, x.dtype)
+        return (in_float64(x) - centre).to(x.device, x.dtype)
 
     moved = shifted(query)
     return moved, moved if same else shifted(reference)

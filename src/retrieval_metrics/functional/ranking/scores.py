@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
-from retrieval_metrics.functional.primitives import finite_flag, float64_home, masked
+from retrieval_metrics.functional.primitives import finite_flag, in_float64, masked
 from retrieval_metrics.functional.ranking.table_build import ItemResults, table_from_items
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
@@ -52,7 +52,7 @@ def comparable_scores(preds: Tensor) -> Tensor:
     if preds.is_complex():
         raise ValueError(f"`preds` must hold real scores, got {preds.dtype}")
     if not preds.is_floating_point():
-        return preds.to(float64_home(preds.device), torch.float64)
+        return in_float64(preds)
     if preds.dtype not in (torch.float32, torch.float64):
         return preds.to(torch.float32)
     return preds

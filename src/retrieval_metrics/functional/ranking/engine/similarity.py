@@ -11,7 +11,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from retrieval_metrics.functional.primitives import flat_nonzero, float64_home, to_device
+from retrieval_metrics.functional.primitives import flat_nonzero, in_float64, to_device
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.row_norms import unit_divisor
 
@@ -116,7 +116,7 @@ def _unit_rows(x: Tensor, in_place: bool = False, side: str = "query") -> Tensor
             warn_zero_rows(zero, side)
         if zero < tiny.numel():
             # (on the host where the device has no float64: the same values on every device)
-            rows = rows[tiny].to(float64_home(x.device), torch.float64)
+            rows = in_float64(rows[tiny])
             rows = rows / rows.abs().amax(1, keepdim=True)
             unit = rows / torch.linalg.vector_norm(rows, dim=1, keepdim=True)
             out[short[tiny]] = unit.to(x.device, x.dtype)

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import csr_from_ranges, ptr_from_counts
-from retrieval_metrics.functional.primitives import all_finite, float64_home
+from retrieval_metrics.functional.primitives import all_finite, in_float64
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import canonical_id, label_codes
 from retrieval_metrics.functional.ranking.settings import RankingSettings
@@ -104,7 +104,7 @@ def as_positions(
         )
     try:
         if isinstance(positions, Tensor):  # (on the host where the device has no float64)
-            pos = positions.to(float64_home(positions.device), torch.float64)
+            pos = in_float64(positions)
         else:
             pos = torch.as_tensor(positions, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError) as err:
