@@ -210,7 +210,7 @@ def top_k(
         # as columns of the gallery in key order
         place = torch.empty_like(columns)
         place[columns] = torch.arange(num_g)
-        excluded = (excluded[0], place.index_select(0, excluded[1].to(place.device)).cpu())
+        excluded = (excluded[0], place.index_select(0, excluded[1]))
     width = min(k, num_g - same)  # (a query never lists itself)
     if width <= 0:
         empty_rows = torch.empty((num_q, 0), dtype=torch.int64, device=query.device)
