@@ -383,6 +383,25 @@ def _wrap_new(host: torch.Tensor) -> FakeCudaTensor:
 
 
 @functools.cache
+def _native_functions() -> dict[str, str] | None:
+    """ATen's ``native_functions.yaml`` (the copy torchgen ships with torch): each operator's
+    block of text by its name ("add.Tensor", ...). None when torch ships without it."""
+    try:
+        import torchgen
+    except ImportError:
+        return None
+    path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
+    if not path.is_file():
+        return None
+    blocks = {}
+    for block in re.split(r"\n(?=- func:)", path.read_text()):
+        found = re.match(r"- func: ([\w.]+)\(", block)
+        if found:
+            blocks[found.group(1)] = block
+    return blocks
+
+
+@functools.cache
 def _no_check_ops() -> frozenset[str] | None:
     """ATen operators declared ``device_check: NoCheck`` ("add.Tensor", "copy_", ...).
 
@@ -391,19 +410,10 @@ def _no_check_ops() -> frozenset[str] | None:
     without torchgen's copy of native_functions.yaml: then every operator tolerates 0-dim CPU
     tensors.
     """
-    try:
-        import torchgen
-    except ImportError:
+    blocks = _native_functions()
+    if blocks is None:
         return None
-    path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
-    if not path.is_file():
-        return None
-    names = set()
-    for block in re.split(r"\n(?=- func:)", path.read_text()):
-        found = re.match(r"- func: ([\w.]+)\(", block)
-        if found and "device_check: NoCheck" in block:
-            names.add(found.group(1))
-    return frozenset(names)
+    return frozenset(name for name, block in blocks.items() if "device_check: NoCheck" in block)
 
 
 _COMPOSITE = re.compile(r"Composite\w+")
@@ -414,20 +424,9 @@ def _without_mps_kernel() -> frozenset[str]:
     """ATen operators that have no kernel for Apple's MPS in ``native_functions.yaml``: their
     ``dispatch:`` names neither ``MPS`` nor a composite key (which runs on any backend), or
     their ``structured_delegate`` has none. Empty when torch ships without that file."""
-    try:
-        import torchgen
-    except ImportError:
-        return frozenset()
-    path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
-    if not path.is_file():
-        return frozenset()
     delegate: dict[str, str] = {}
     keys: dict[str, set[str]] = {}
-    for block in re.split(r"\n(?=- func:)", path.read_text()):
-        found = re.match(r"- func: ([\w.]+)\(", block)
-        if not found:
-            continue
-        name = found.group(1)
+    for name, block in (_native_functions() or {}).items():
         target = re.search(r"^  structured_delegate: ([\w.]+)", block, re.M)
         if target:
             delegate[name] = target.group(1)
