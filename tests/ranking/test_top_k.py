@@ -313,3 +313,51 @@ def test_top_k_lists_alike_with_the_compiled_entering_and_without(k, monkeypatch
     plain = top_k(query, codes, k, similarity="dot")
     assert torch.equal(compiled.indices, plain.indices)
     assert torch.equal(compiled.scores, plain.scores)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    widths=st.lists(st.integers(1, 30), min_size=1, max_size=12),
+    width=st.integers(1, 20),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    compiled=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width, dtype,
+                                                            compiled, seed):
+    """top_lists._RunningBest (top_k's lists, block after block) against a brute force: every
+    score of every block in one list per row, sorted by score with Python's stable sort (ties
+    in column order), cut to ``width``. Blocks of any width (more than ``width`` items entering
+    a row at once, a few at a time, none), scores from a few values (ties with the kept
+    lists' worst, -0.0 beside 0.0, -inf for excluded items), each block's product wider than
+    its items (the padding columns never listed); the compiled pass and torch's compares."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not compiled:
+            patch.setattr(top_lists, "compiles_entering", lambda s: False)
+        _check_running_lists(rows, widths, width, dtype, seed)
+
+
+def _check_running_lists(rows, widths, width, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    levels = torch.tensor([float("-inf"), -1.0, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0], dtype=dtype)
+    best = top_lists._RunningBest(rows, width, dtype, torch.device("cpu"))
+    masks = torch.empty(3 * rows * max(widths), dtype=torch.bool)
+    every: list[list[tuple[float, int]]] = [[] for _ in range(rows)]
+    g0 = 0
+    for n in widths:
+        # later blocks score higher on the whole: items keep entering lists already full
+        shift = torch.randint(0, 3, (rows, 1), generator=gen)
+        picks = (torch.randint(0, 6, (rows, n + 3), generator=gen) + shift).clamp_max(7)
+        product = levels[picks].contiguous()
+        s = product[:, :n]
+        for i in range(rows):
+            every[i] += [(v, g0 + j) for j, v in enumerate(s[i].tolist())]
+        best.add(s, g0, masks, product)
+        g0 += n
+    scores, cols = best.lists()
+    for i in range(rows):
+        expected = sorted(every[i], key=lambda pair: -pair[0])[:width]
+        assert scores[i].tolist() == [v for v, _ in expected]
+        finite = [c for v, c in expected if v != float("-inf")]
+        assert cols[i, : len(finite)].tolist() == finite

@@ -232,8 +232,7 @@ def top_k(
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
             q_block = product_rows(q_mat[q0:q1], least)
-            scores = torch.empty((q1 - q0, 0), dtype=dtype, device=device)
-            cols = torch.empty((q1 - q0, 0), dtype=torch.int64, device=device)
+            best = _RunningBest(q1 - q0, width, dtype, device)
             for g0 in range(0, num_g, block_g):
                 g1 = min(num_g, g0 + block_g)
                 g_block = padded_block(g_mat, g0, g1, buffer)
@@ -243,16 +242,8 @@ def top_k(
                 s = product[:, : g1 - g0]
                 if excluded is not None:
                     _mask(s, excluded, q0, q1, g0, g1)
-                if scores.shape[1] == width:
-                    entering = _entering(s, scores[:, -1:], width, masks, product)
-                    if entering is not None:
-                        if entering[0].shape[1]:
-                            scores, cols = _merge_sorted(
-                                scores, cols, entering[0], entering[1] + g0, width)
-                        continue
-                s_scores, s_cols = _block_best(s, width, masks)
-                scores, cols = _merge(scores, cols, s_scores, s_cols + g0, width)
-            best_scores[q0:q1], best_cols[q0:q1] = scores, cols
+                best.add(s, g0, masks, product)
+            best_scores[q0:q1], best_cols[q0:q1] = best.lists()
     if g_mat is g_blocks and not stands(g_blocks):
         # the norms computed as the rows were read ask for another path (a non-zero row too
         # short for its squares, whose unit row is rescaled on a copy; finite values whose
@@ -270,6 +261,101 @@ def top_k(
     # the ranking told them apart, and a reader of the run re-sorted them)
     best_scores = best_scores.masked_fill(empty, float("-inf"))
     return TopK(indices.masked_fill(empty, -1), best_scores)
+
+
+class _RunningBest:
+    """Each row's ``width`` best items of the score blocks seen so far, tied scores in column
+    order (the blocks come in column order).
+
+    Until every row holds ``width`` items, each block's best are merged with the kept lists
+    (:func:`_block_best`, :func:`_merge`). From then on, a block's items scoring above their
+    row's ``kth`` (the worst kept score when the lists were last sorted) are appended after the
+    row's items, in column order, to a buffer of twice ``width`` places, and the buffer is
+    sorted and cut to ``width`` (:meth:`_sort`) only when a block's items would not fit: a few
+    sorts a run, where a merge of every block into the sorted lists rewrote every row's
+    ``width`` places each block (top 1,000 of 2,000,000 x 768 items, 1,000 queries: 3.7 s of
+    a run's 7.6 s outside its products on a 2-core host). ``kth`` stays as it was at the last
+    sort, below the row's true ``width``-th score once items entered: more items enter than
+    stay, and the sort drops them. An item tied with ``kth`` stays out (it comes after every
+    kept item in tie order), and the stable sort keeps each tie in column order: the kept
+    items (earlier columns) first, then the appended ones as they came."""
+
+    def __init__(self, rows: int, width: int, dtype: torch.dtype, device: torch.device):
+        self.width = width
+        self.scores = torch.empty((rows, 0), dtype=dtype, device=device)
+        self.cols = torch.empty((rows, 0), dtype=torch.int64, device=device)
+        # the buffer, once every row holds width items: (rows, 2 width) scores and columns,
+        # each row's items in its first ``filled`` places (-inf after them)
+        self.filled: Tensor | None = None
+        self.kth = self.scores
+        #: at least as many places as the fullest row fills (a bound kept on the host: the
+        #: most items a block adds to a row, summed; no wait for the device's counts)
+        self.fullest = 0
+
+    def add(self, s: Tensor, g0: int, masks: Tensor, product: Tensor) -> None:
+        """The score block ``s`` (its first column the gallery's ``g0``), ``masks`` and
+        ``product`` as :func:`_entering` takes them."""
+        if self.filled is not None:
+            entering = _entering(s, self.kth, self.width, masks, product)
+            if entering is not None:
+                self._append(*entering, g0)
+                return
+            # more than width items enter a row: the block's best merged as the first
+            # blocks' are (a stable sort of the buffer, its items in tie order, then theirs)
+            self.filled = None
+        s_scores, s_cols = _block_best(s, self.width, masks)
+        self.scores, self.cols = _merge(self.scores, self.cols, s_scores, s_cols + g0,
+                                        self.width)
+        if self.scores.shape[1] == self.width:
+            self._buffer()
+
+    def lists(self) -> tuple[Tensor, Tensor]:
+        """Each row's best ``(scores, columns)``, best first, ``(rows, width')``."""
+        if self.filled is not None:
+            self._sort()
+        return self.scores[:, : self.width], self.cols[:, : self.width]
+
+    def _buffer(self) -> None:
+        """The sorted lists (``width`` items each) as the first half of a buffer twice as
+        wide."""
+        rows, width = self.scores.shape
+        scores = torch.full((rows, 2 * width), float("-inf"), dtype=self.scores.dtype,
+                            device=self.scores.device)
+        cols = torch.zeros((rows, 2 * width), dtype=torch.int64, device=self.cols.device)
+        scores[:, :width], cols[:, :width] = self.scores, self.cols
+        self.scores, self.cols = scores, cols
+        self.kth = scores[:, width - 1 : width].clone()
+        self.filled = torch.full((rows, 1), width, dtype=torch.int64, device=scores.device)
+        self.fullest = width
+
+    def _append(
+        self, values: Tensor, columns: Tensor, per_row: Tensor, most: int, g0: int
+    ) -> None:
+        """A block's entering items (:func:`_entering`: ``per_row`` a row, -inf padded to
+        ``most``) after each row's items; the buffer sorted first where they might not fit."""
+        if most == 0:
+            return
+        if self.fullest + most > self.scores.shape[1]:
+            self._sort()
+        places = self.filled + torch.arange(most, device=values.device)
+        self.scores.scatter_(1, places, values)
+        self.cols.scatter_(1, places, columns + g0)
+        assert self.filled is not None
+        self.filled += per_row.to(self.filled.device)
+        self.fullest += most
+
+    def _sort(self) -> None:
+        """Each row's buffer sorted best first (stable: ties in column order), its ``width``
+        best kept and the rest emptied; ``kth`` their worst."""
+        width = self.width
+        order = torch.argsort(self.scores, dim=1, descending=True, stable=True)[:, :width]
+        best, best_cols = self.scores.gather(1, order), self.cols.gather(1, order)
+        self.scores[:, :width], self.cols[:, :width] = best, best_cols
+        self.scores[:, width:] = float("-inf")
+        self.kth = best[:, width - 1 : width]
+        assert self.filled is not None
+        self.filled.fill_(width)
+        self.fullest = width
 
 
 def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
@@ -305,15 +391,14 @@ def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
 
 def _entering(
     s: Tensor, kth: Tensor, width: int, masks: Tensor, product: Tensor
-) -> tuple[Tensor, Tensor] | None:
+) -> tuple[Tensor, Tensor, Tensor, int] | None:
     """The items of the score block ``s`` that enter rows already holding ``width`` items,
     ``kth`` their worst kept scores: those scoring above it (a tied one comes after every kept
-    item in tie order, and stays out). Per row best first, tied scores in column order:
-    ``(rows, c)`` scores (-inf padding) and columns; None where more than ``width`` enter a
-    row (:func:`_block_best` then takes the block). A block lets about ``width`` times its
-    share of the items seen so far in: a few, once several blocks were seen, whose merge
-    (:func:`_merge_sorted`) costs a fraction of a sort of every row's ``2 width`` (top 1,000
-    of 100,000 x 384 items, 500 queries: 4.4x one product before, 1.9x; top 100: 2.1x, 1.2x).
+    item in tie order, and stays out). Per row in column order: ``(rows, most)`` scores
+    (-inf padding) and columns, how many a row has (``(rows, 1)``) and ``most``; None where
+    more than ``width`` enter a row (:func:`_block_best` then takes the block). A block lets
+    about ``width`` times its share of the items seen so far in: a few, once several blocks
+    were seen, which :class:`_RunningBest` appends to its rows.
     ``product``: the rows of ``s`` whole (C-contiguous), for the compiled pass on the CPU
     (``kernels.entering_compiled``: a third of the time of the compare and ``nonzero`` here)."""
     rows, n = s.shape
@@ -341,32 +426,7 @@ def _entering(
         columns = torch.zeros((rows, most), dtype=torch.int64, device=s.device)
         values[found[:, 0], place] = s[found[:, 0], found[:, 1]]
         columns[found[:, 0], place] = found[:, 1]
-    # best first; a stable sort keeps tied scores in column order (the padding last)
-    order = torch.argsort(values, dim=1, descending=True, stable=True)
-    return values.gather(1, order), columns.gather(1, order)
-
-
-def _merge_sorted(
-    scores: Tensor, cols: Tensor, new_scores: Tensor, new_cols: Tensor, width: int
-) -> tuple[Tensor, Tensor]:
-    """:func:`_merge` of two lists each already best first (the kept ``scores``, and a later
-    block's few items, -inf padding last). A new item's place in the merged list is its place
-    among the new ones plus the kept items at least as good (the kept ones first among equal
-    scores), found by a search of the kept list, not a sort of every row; the kept items fill
-    the other places in their order."""
-    rows, num_new = new_scores.shape
-    total = scores.shape[1] + num_new
-    # (ascending sequences for searchsorted: the scores negated)
-    new_place = torch.arange(num_new, device=scores.device) + torch.searchsorted(
-        -scores.contiguous(), -new_scores.contiguous(), right=True)
-    is_kept = torch.ones((rows, total), dtype=torch.bool, device=scores.device)
-    is_kept.scatter_(1, new_place, False)
-    merged_scores = scores.new_empty((rows, total)).scatter_(1, new_place, new_scores)
-    merged_cols = cols.new_empty((rows, total)).scatter_(1, new_place, new_cols)
-    # every row has as many kept places as kept items: filled row by row, in order
-    merged_scores.masked_scatter_(is_kept, scores)
-    merged_cols.masked_scatter_(is_kept, cols)
-    return merged_scores[:, :width], merged_cols[:, :width]
+    return values, columns, per_row.view(rows, 1), most
 
 
 def _merge(
