@@ -17,7 +17,8 @@ import retrieval_metrics as rm
 from reference import reference_top_k
 from retrieval_metrics.formats import read_run, read_trec_run, write_run
 from retrieval_metrics.functional.ranking import top_lists
-from retrieval_metrics.functional.ranking.engine import kernels
+from retrieval_metrics.functional.ranking.engine import kernels, running_best
+from retrieval_metrics.functional.ranking.engine.counters import choose_counter
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 DEVICES = [
@@ -309,7 +310,7 @@ def test_top_k_lists_alike_with_the_compiled_entering_and_without(k, monkeypatch
     query = codes[:40]
     monkeypatch.setattr(top_lists, "BLOCK_G", 256)
     compiled = top_k(query, codes, k, similarity="dot")
-    monkeypatch.setattr(top_lists, "compiles_entering", lambda s: False)
+    monkeypatch.setattr(kernels, "compiles_entering", lambda s: False)
     plain = top_k(query, codes, k, similarity="dot")
     assert torch.equal(compiled.indices, plain.indices)
     assert torch.equal(compiled.scores, plain.scores)
@@ -326,7 +327,7 @@ def test_top_k_lists_alike_with_the_compiled_entering_and_without(k, monkeypatch
 )
 def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width, dtype,
                                                             compiled, seed):
-    """top_lists._RunningBest (top_k's lists, block after block) against a brute force: every
+    """running_best.RunningBest (top_k's lists, block after block) against a brute force: every
     score of every block in one list per row, sorted by score with Python's stable sort (ties
     in column order), cut to ``width``. Blocks of any width (more than ``width`` items entering
     a row at once, a few at a time, none), scores from a few values (ties with the kept
@@ -334,14 +335,15 @@ def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width,
     its items (the padding columns never listed); the compiled pass and torch's compares."""
     with pytest.MonkeyPatch.context() as patch:
         if not compiled:
-            patch.setattr(top_lists, "compiles_entering", lambda s: False)
+            patch.setattr(kernels, "compiles_entering", lambda s: False)
         _check_running_lists(rows, widths, width, dtype, seed)
 
 
 def _check_running_lists(rows, widths, width, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
     levels = torch.tensor([float("-inf"), -1.0, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0], dtype=dtype)
-    best = top_lists._RunningBest(rows, width, dtype, torch.device("cpu"))
+    best = running_best.RunningBest(rows, width, dtype, torch.device("cpu"),
+                                    choose_counter("cpu"))
     masks = torch.empty(3 * rows * max(widths), dtype=torch.bool)
     every: list[list[tuple[float, int]]] = [[] for _ in range(rows)]
     g0 = 0

@@ -33,8 +33,8 @@ from torch import Tensor
 from retrieval_metrics.functional.csr import row_of_entries
 from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
+from retrieval_metrics.functional.ranking.engine.counters import choose_counter
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
-from retrieval_metrics.functional.ranking.engine.kernels import compiles_entering, entering_compiled
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
     product_row_count,
@@ -44,6 +44,7 @@ from retrieval_metrics.functional.ranking.engine.product_shape import (
     least_product_rows,
     product_columns,
 )
+from retrieval_metrics.functional.ranking.engine.running_best import RunningBest
 from retrieval_metrics.functional.ranking.engine.similarity import (
     gallery_in_blocks,
     prepare,
@@ -228,11 +229,12 @@ def top_k(
     s_flat = torch.empty(product_row_count(block_q, least) * width_g, dtype=dtype,
                          device=device)
     masks = torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device)
+    counter = choose_counter(device)  # (how a block's entering items are found)
     with full_fp32_products():
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
             q_block = product_rows(q_mat[q0:q1], least)
-            best = _RunningBest(q1 - q0, width, dtype, device)
+            best = RunningBest(q1 - q0, width, dtype, device, counter)
             for g0 in range(0, num_g, block_g):
                 g1 = min(num_g, g0 + block_g)
                 g_block = padded_block(g_mat, g0, g1, buffer)
@@ -261,184 +263,6 @@ def top_k(
     # the ranking told them apart, and a reader of the run re-sorted them)
     best_scores = best_scores.masked_fill(empty, float("-inf"))
     return TopK(indices.masked_fill(empty, -1), best_scores)
-
-
-class _RunningBest:
-    """Each row's ``width`` best items of the score blocks seen so far, tied scores in column
-    order (the blocks come in column order).
-
-    Until every row holds ``width`` items, each block's best are merged with the kept lists
-    (:func:`_block_best`, :func:`_merge`). From then on, a block's items scoring above their
-    row's ``kth`` (the worst kept score when the lists were last sorted) are appended after the
-    row's items, in column order, to a buffer of twice ``width`` places, and the buffer is
-    sorted and cut to ``width`` (:meth:`_sort`) only when a block's items would not fit: a few
-    sorts a run, where a merge of every block into the sorted lists rewrote every row's
-    ``width`` places each block (top 1,000 of 2,000,000 x 768 items, 1,000 queries: 3.7 s of
-    a run's 7.6 s outside its products on a 2-core host). ``kth`` stays as it was at the last
-    sort, below the row's true ``width``-th score once items entered: more items enter than
-    stay, and the sort drops them. An item tied with ``kth`` stays out (it comes after every
-    kept item in tie order), and the stable sort keeps each tie in column order: the kept
-    items (earlier columns) first, then the appended ones as they came."""
-
-    def __init__(self, rows: int, width: int, dtype: torch.dtype, device: torch.device):
-        self.width = width
-        self.scores = torch.empty((rows, 0), dtype=dtype, device=device)
-        self.cols = torch.empty((rows, 0), dtype=torch.int64, device=device)
-        # the buffer, once every row holds width items: (rows, 2 width) scores and columns,
-        # each row's items in its first ``filled`` places (-inf after them)
-        self.filled: Tensor | None = None
-        self.kth = self.scores
-        #: at least as many places as the fullest row fills (a bound kept on the host: the
-        #: most items a block adds to a row, summed; no wait for the device's counts)
-        self.fullest = 0
-
-    def add(self, s: Tensor, g0: int, masks: Tensor, product: Tensor) -> None:
-        """The score block ``s`` (its first column the gallery's ``g0``), ``masks`` and
-        ``product`` as :func:`_entering` takes them."""
-        if self.filled is not None:
-            entering = _entering(s, self.kth, self.width, masks, product)
-            if entering is not None:
-                self._append(*entering, g0)
-                return
-            # more than width items enter a row: the block's best merged as the first
-            # blocks' are (a stable sort of the buffer, its items in tie order, then theirs)
-            self.filled = None
-        s_scores, s_cols = _block_best(s, self.width, masks)
-        self.scores, self.cols = _merge(self.scores, self.cols, s_scores, s_cols + g0,
-                                        self.width)
-        if self.scores.shape[1] == self.width:
-            self._buffer()
-
-    def lists(self) -> tuple[Tensor, Tensor]:
-        """Each row's best ``(scores, columns)``, best first, ``(rows, width')``."""
-        if self.filled is not None:
-            self._sort()
-        return self.scores[:, : self.width], self.cols[:, : self.width]
-
-    def _buffer(self) -> None:
-        """The sorted lists (``width`` items each) as the first half of a buffer twice as
-        wide."""
-        rows, width = self.scores.shape
-        scores = torch.full((rows, 2 * width), float("-inf"), dtype=self.scores.dtype,
-                            device=self.scores.device)
-        cols = torch.zeros((rows, 2 * width), dtype=torch.int64, device=self.cols.device)
-        scores[:, :width], cols[:, :width] = self.scores, self.cols
-        self.scores, self.cols = scores, cols
-        self.kth = scores[:, width - 1 : width].clone()
-        self.filled = torch.full((rows, 1), width, dtype=torch.int64, device=scores.device)
-        self.fullest = width
-
-    def _append(
-        self, values: Tensor, columns: Tensor, per_row: Tensor, most: int, g0: int
-    ) -> None:
-        """A block's entering items (:func:`_entering`: ``per_row`` a row, -inf padded to
-        ``most``) after each row's items; the buffer sorted first where they might not fit."""
-        if most == 0:
-            return
-        if self.fullest + most > self.scores.shape[1]:
-            self._sort()
-        places = self.filled + torch.arange(most, device=values.device)
-        self.scores.scatter_(1, places, values)
-        self.cols.scatter_(1, places, columns + g0)
-        assert self.filled is not None
-        self.filled += per_row.to(self.filled.device)
-        self.fullest += most
-
-    def _sort(self) -> None:
-        """Each row's buffer sorted best first (stable: ties in column order), its ``width``
-        best kept and the rest emptied; ``kth`` their worst."""
-        width = self.width
-        order = torch.argsort(self.scores, dim=1, descending=True, stable=True)[:, :width]
-        best, best_cols = self.scores.gather(1, order), self.cols.gather(1, order)
-        self.scores[:, :width], self.cols[:, :width] = best, best_cols
-        self.scores[:, width:] = float("-inf")
-        self.kth = best[:, width - 1 : width]
-        assert self.filled is not None
-        self.filled.fill_(width)
-        self.fullest = width
-
-
-def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
-    """The ``width`` best columns of each row of the score block ``s`` (columns in tie order:
-    of equal scores the leftmost win), in column order, and their scores. ``masks``: a bool
-    buffer of three blocks' entries, reused block after block (fresh masks of every block
-    were left behind by the allocator: +30 MB a block)."""
-    rows, n = s.shape
-    if n <= width:
-        return s, torch.arange(n, device=s.device).expand(rows, n)
-    best = torch.topk(s, width, dim=1, sorted=False).values
-    kth = best.amin(1, keepdim=True)
-    above, at_kth, chosen = (masks[i * s.numel() : (i + 1) * s.numel()].view(rows, n)
-                             for i in range(3))
-    torch.gt(s, kth, out=above)
-    torch.eq(s, kth, out=at_kth)
-    torch.logical_or(above, at_kth, out=chosen)
-    found = chosen.nonzero()
-    if found.shape[0] != rows * width:
-        # rows with more items tied at the K-th score than places left: the leftmost of them
-        # (the places left counted among the K best: every score above the K-th is there; a
-        # running count on those rows alone, where on every row it took 8 bytes a score)
-        per_row = torch.bincount(found[:, 0], minlength=rows)
-        surplus = flat_nonzero(per_row > width)
-        need = width - (best.index_select(0, surplus) > kth.index_select(0, surplus)).sum(
-            1, keepdim=True)
-        tied = at_kth.index_select(0, surplus)
-        chosen[surplus] = above.index_select(0, surplus) | (tied & (tied.cumsum(1) <= need))
-        found = chosen.nonzero()
-    cols = found[:, 1].view(rows, width)
-    return s.gather(1, cols), cols
-
-
-def _entering(
-    s: Tensor, kth: Tensor, width: int, masks: Tensor, product: Tensor
-) -> tuple[Tensor, Tensor, Tensor, int] | None:
-    """The items of the score block ``s`` that enter rows already holding ``width`` items,
-    ``kth`` their worst kept scores: those scoring above it (a tied one comes after every kept
-    item in tie order, and stays out). Per row in column order: ``(rows, most)`` scores
-    (-inf padding) and columns, how many a row has (``(rows, 1)``) and ``most``; None where
-    more than ``width`` enter a row (:func:`_block_best` then takes the block). A block lets
-    about ``width`` times its share of the items seen so far in: a few, once several blocks
-    were seen, which :class:`_RunningBest` appends to its rows.
-    ``product``: the rows of ``s`` whole (C-contiguous), for the compiled pass on the CPU
-    (``kernels.entering_compiled``: a third of the time of the compare and ``nonzero`` here)."""
-    rows, n = s.shape
-    if product.device.type == "cpu" and compiles_entering(product) and product.is_contiguous():
-        compiled = entering_compiled(product, n, kth, width)
-        if compiled is None:
-            return None
-        per_row, cols = compiled
-        most = int(per_row.max()) if rows else 0
-        missing = torch.arange(most) >= per_row[:, None]  # (each row's padding)
-        columns = cols[:, :most].masked_fill(missing, 0)
-        values = s.gather(1, columns).masked_fill(missing, float("-inf"))
-    else:
-        above = masks[: s.numel()].view(rows, n)
-        torch.gt(s, kth, out=above)
-        found = above.nonzero()  # (row, column), row-major: each row's in column order
-        per_row = torch.bincount(found[:, 0], minlength=rows)
-        most = int(per_row.max()) if rows else 0
-        if most > width:
-            return None
-        starts = torch.cumsum(per_row, 0) - per_row
-        place = torch.arange(found.shape[0], device=s.device) - starts.index_select(
-            0, found[:, 0])
-        values = torch.full((rows, most), float("-inf"), dtype=s.dtype, device=s.device)
-        columns = torch.zeros((rows, most), dtype=torch.int64, device=s.device)
-        values[found[:, 0], place] = s[found[:, 0], found[:, 1]]
-        columns[found[:, 0], place] = found[:, 1]
-    return values, columns, per_row.view(rows, 1), most
-
-
-def _merge(
-    scores: Tensor, cols: Tensor, new_scores: Tensor, new_cols: Tensor, width: int
-) -> tuple[Tensor, Tensor]:
-    """The ``width`` best of the kept (``scores``, ``cols``: tie order among equal scores) and a
-    later block's (every column after the kept ones, in column order): a stable sort by score
-    keeps the tie order."""
-    all_scores = torch.cat([scores, new_scores], 1)
-    all_cols = torch.cat([cols, new_cols], 1)
-    order = torch.argsort(all_scores, dim=1, descending=True, stable=True)[:, :width]
-    return all_scores.gather(1, order), all_cols.gather(1, order)
 
 
 def _excluded(

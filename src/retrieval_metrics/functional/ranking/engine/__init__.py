@@ -6,6 +6,7 @@ block sizes by device and budget) -> ``one_sided`` / ``two_sided`` (the passes; 
 shares one out over processes) -> ``counting`` (one query block across the gallery) ->
 ``kernels`` (sorts, segment maxima, the sparse and dense counts); ``direction`` holds one
 direction's layout and outputs, ``similarity`` prepares the operands, ``fp32`` keeps the products
-in full float32 and ``exchange`` is the collectives several processes share a pass with.
+in full float32, ``exchange`` is the collectives several processes share a pass with, and
+``running_best`` keeps each row's K best items block after block (a run's lists).
 ``ranking.reference`` is the plain path every fast path here is tested against, bit for bit.
 """

@@ -110,6 +110,12 @@ class Counter:
             and device_can(self.device, "mm out_dtype", _half_product, NotImplementedError)
         )
 
+    def lists_compiled(self, product: Tensor) -> bool:
+        """Whether a run's running lists (``running_best``) find the items of the score block
+        ``product`` that enter them with the compiled pass (``kernels.entering_compiled``):
+        the CPU's, where it is built; elsewhere torch's compares."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.device})"
 
@@ -133,6 +139,9 @@ class CpuCounter(Counter):
 
     def sort_rows(self, x: Tensor, with_perm: bool = True) -> tuple[Tensor, Tensor | None]:
         return kernels.sort_rows(x, with_perm)  # numpy's, several times torch's on long rows
+
+    def lists_compiled(self, product: Tensor) -> bool:
+        return kernels.compiles_entering(product) and product.is_contiguous()
 
 
 class TorchDeviceCounter(Counter):
