@@ -107,6 +107,36 @@ def test_the_run_of_a_judged_corpus_is_the_brute_force_top_k(judged, suffix, cor
     assert set(read_run(run_path)[0]) == set(q_ids)
 
 
+@pytest.mark.parametrize("protocol", ["beir", "sentence_transformers"])
+def test_a_judged_run_is_listed_by_the_evaluations_own_ranking(judged, protocol, capsys,
+                                                                monkeypatch):
+    """--write-run multiplies the queries by the corpus once: the run's lists are kept as the
+    evaluation's ranking counts its blocks (``engine.listing``; the corpus was ranked a second
+    time for the run). Ties ordered by id (sentence-transformers' preset) are top_k's own: the
+    run is listed again there, twice the products. The same run file either way as top_k's."""
+    from retrieval_metrics.functional.ranking.engine import listing
+    from work_counts import counting_work
+
+    tmp = judged[0]
+    base = ["--query", str(tmp / "q.npz"), "--gallery", str(tmp / "c.npz"), "--qrels",
+            str(tmp / "qrels.tsv"), "--similarity", "dot", "--metrics", "ndcg@5",
+            "--protocol", protocol]
+    with counting_work() as alone:
+        assert evaluate(capsys, *base)[0] == 0
+    with counting_work() as listed:
+        status, _, err = evaluate(capsys, *base, "--write-run", str(tmp / "run.txt"),
+                                  "--run-depth", "7")
+    assert status == 0 and "written to" in err
+    assert alone.multiply_adds > 0
+    assert listed.multiply_adds == alone.multiply_adds * (1 if protocol == "beir" else 2)
+    # the run top_k writes, where no listing is kept
+    monkeypatch.setattr(listing.RunListing, "found", lambda self, num_queries: None)
+    status, _, _ = evaluate(capsys, *base, "--write-run", str(tmp / "top_k.txt"),
+                            "--run-depth", "7")
+    assert status == 0
+    assert (tmp / "run.txt").read_text() == (tmp / "top_k.txt").read_text()
+
+
 def test_same_source_runs_never_list_the_query_and_several_runs_get_their_names(tmp_path, capsys):
     items = _codes(30, 5, 2)
     labels = np.arange(30) % 6

@@ -360,12 +360,11 @@ def test_run_after_set_gallery_is_the_command_lines_run(tmp_path):
     assert found.run(q_ids, doc_ids) == run
 
 
-def test_the_command_line_reads_the_file_once_to_score_and_once_for_the_run(
-    tmp_path, monkeypatch
-):
+def test_the_command_line_reads_the_file_once_to_score_and_list_the_run(tmp_path, monkeypatch):
     """``evaluate --gallery corpus.npy --write-run``: the evaluation's ranking reads the file
-    once (its norms and scan for NaN with it), and the run's once more (3 times before: the
-    run's corpus was scanned by a pass of its own)."""
+    once (its norms and scan for NaN with it), and keeps the run's lists as it counts
+    (``engine.listing``): twice before, the run's ranking reading it again (and 3 times before
+    that: the run's corpus was scanned by a pass of its own)."""
     from retrieval_metrics.cli import main
 
     n = 5_000
@@ -376,7 +375,7 @@ def test_the_command_line_reads_the_file_once_to_score_and_once_for_the_run(
                  "--protocol", "beir", "--metrics", "ndcg@10", "--write-run",
                  str(tmp_path / "run.txt"), "--run-depth", "20", "--progress-delay", "-1"])
     assert code == 0
-    assert read[0] == 2 * n
+    assert read[0] == n
     assert len((tmp_path / "run.txt").read_text().splitlines()) == 30 * 20
 
 

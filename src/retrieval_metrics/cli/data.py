@@ -18,6 +18,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,10 @@ from retrieval_metrics.cli.errors import CLIError
 from retrieval_metrics.cli.parser import RUN_DEPTH
 from retrieval_metrics.formats import EmbeddingFile, write_run_lines
 from retrieval_metrics.formats.embeddings import ARRAYS
+from retrieval_metrics.functional.ranking.engine.listing import RunListing, listing
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
-from retrieval_metrics.functional.ranking.top_lists import top_k
+from retrieval_metrics.functional.ranking.top_lists import TopK, top_k
 
 __all__ = [
     "any_in", "as_tensor", "first_occurrences", "give_back_freed", "is_corpus_on_disk",
@@ -140,10 +142,19 @@ def any_in(values: np.ndarray, wanted: np.ndarray) -> bool:
                for i in range(0, len(values), step))
 
 
+def listing_for_run(args: Any) -> AbstractContextManager[RunListing | None]:
+    """With ``--write-run``: a listing of the run's depth (``engine.listing``) that the
+    evaluation's rankings keep their lists for, where they can; else nothing."""
+    if args.write_run is None:
+        return nullcontext()
+    return listing(run_depth(args))
+
+
 def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFile | None,
-                 runs: int) -> None:
+                 runs: int, found: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """With ``--write-run``: the run of the evaluated ``run`` (one of ``runs``), its gallery's
-    rows as the evaluation kept them; its path noted in ``run.notes``."""
+    rows as the evaluation kept them; its path noted in ``run.notes``. ``found``: the lists the
+    evaluation's ranking kept (:func:`listing_for_run`), else they are listed here."""
     if args.write_run is None:
         return
     held = query if gallery is None else gallery
@@ -153,7 +164,9 @@ def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFi
     notes: dict[str, int] = {}
     depth = run_depth(args)
     try:
-        written = write_run_file(path, depth, run.metric, query, gallery, rows, run.name, notes)
+        written = write_run_file(
+            path, depth, run.metric, query, gallery, rows, run.name, notes, found
+        )
     except OSError as err:
         # (a folder removed, a disk full, ... after the check made before the evaluation)
         raise CLIError(f"--write-run {path}: {err}") from None
@@ -207,13 +220,16 @@ def write_run_file(
     gallery_rows: np.ndarray | slice,
     label: str,
     notes: dict[str, int] | None = None,
+    found: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Path:
     """The top ``depth`` of every query of ``query`` among ``gallery``'s rows ``gallery_rows``
     (the rows the evaluation kept: each id once; ``gallery=None``: the queries' own, each query
     ranked against the others), written to ``path``. ``notes["float32_ties"]``: the queries
     whose written order differs from the ranking's (float64 scores equal as float32, which the
     writer writes in the readers' tie order); ``notes["longest"]``: the most items a query
-    lists (below ``depth`` where the corpus holds fewer)."""
+    lists (below ``depth`` where the corpus holds fewer). ``found``: the lists (gallery rows
+    among ``gallery_rows``, and scores) the evaluation's ranking kept, at ``depth``; None: they
+    are listed here (``top_k``), the corpus read again."""
     same = gallery is None
     items = query if gallery is None else gallery
     # the ids as arrays (a million corpus ids as python str took 70 MB, twice): only the ids
@@ -221,27 +237,30 @@ def write_run_file(
     q_ids = query.ids if query.ids is not None else np.arange(len(query))
     g_ids = (items.ids if items.ids is not None else np.arange(len(items)))[gallery_rows]
     judged = getattr(metric, "qrels", None) is not None
-    corpus: Any = (
-        # read a block at a time, never whole; its scan for NaN made by the ranking's read (the
-        # file read once for the run, not once to check it and again to rank it)
-        RowBatches([MappedRows(items.embeddings)]).check_when_read("--gallery")
-        if is_corpus_on_disk(items.embeddings) and _every_row(gallery_rows)
-        else torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows]))
-    )
-    found = top_k(
-        torch.from_numpy(np.ascontiguousarray(query.embeddings)),
-        corpus,
-        depth,
-        similarity=metric.similarity,
-        ties="id" if metric.ties == "id" else "position",
-        query_ids=q_ids,
-        gallery_ids=g_ids,
-        # same source: the item of the query's own id (or place) is the query; with qrels, a
-        # document of the query's id is left out as BEIR leaves it out
-        exclude_identical_ids=same or (judged and metric.ignore_identical_ids is not False),
-    )
     tag = re.sub(r"\s+", "_", label) or "retrieval-metrics"
-    lines = found.lines(q_ids, g_ids)
+    if found is not None:
+        listed = TopK(*found)  # (listed by the evaluation's ranking)
+    else:
+        corpus: Any = (
+            # read a block at a time, never whole; its scan for NaN made by the ranking's read
+            # (the file read once for the run, not once to check it and again to rank it)
+            RowBatches([MappedRows(items.embeddings)]).check_when_read("--gallery")
+            if is_corpus_on_disk(items.embeddings) and _every_row(gallery_rows)
+            else torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows]))
+        )
+        listed = top_k(
+            torch.from_numpy(np.ascontiguousarray(query.embeddings)),
+            corpus,
+            depth,
+            similarity=metric.similarity,
+            ties="id" if metric.ties == "id" else "position",
+            query_ids=q_ids,
+            gallery_ids=g_ids,
+            # same source: the item of the query's own id (or place) is the query; with qrels,
+            # a document of the query's id is left out as BEIR leaves it out
+            exclude_identical_ids=same or (judged and metric.ignore_identical_ids is not False),
+        )
+    lines = listed.lines(q_ids, g_ids)
     if notes is not None:
         notes["float32_ties"] = notes["longest"] = 0
         lines = _counting(lines, notes)

@@ -526,9 +526,14 @@ def _judged_run(
     run_.queries_key = _digest(*(q.encode() for q in sorted(set(query_ids[keep].tolist()))))
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
-            evaluate_embeddings(metric, query, gallery, bar)
+            # with --write-run, the run's lists kept as the ranking counts (one pass over the
+            # corpus for the table and the run, engine.listing; judged by qrels, the pairs the
+            # ranking leaves out are those a run leaves out: a document of the query's id)
+            with data.listing_for_run(args) as lists:
+                evaluate_embeddings(metric, query, gallery, bar)
             run_.query_ids = query.ids.tolist()
-            data.write_run_of(args, run_, query, gallery, count)
+            found = None if lists is None else lists.found(len(query))
+            data.write_run_of(args, run_, query, gallery, count, found)
             return _summarize(run_, args, bar)
         except ValueError as err:
             hint = ""

@@ -7,6 +7,7 @@ shares one out over processes) -> ``counting`` (one query block across the galle
 ``kernels`` (sorts, segment maxima, the sparse and dense counts); ``direction`` holds one
 direction's layout and outputs, ``similarity`` prepares the operands, ``fp32`` keeps the products
 in full float32, ``exchange`` is the collectives several processes share a pass with, and
-``running_best`` keeps each row's K best items block after block (a run's lists).
+``running_best`` keeps each row's K best items block after block (a run's lists; ``listing``
+keeps them as the one-sided pass counts, for a table and a run from one pass).
 ``ranking.reference`` is the plain path every fast path here is tested against, bit for bit.
 """

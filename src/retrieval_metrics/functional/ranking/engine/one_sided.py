@@ -16,6 +16,7 @@ from retrieval_metrics.functional.ranking.engine.counting import Pass, QueryBloc
 from retrieval_metrics.functional.ranking.engine.exchange import Exchange
 from retrieval_metrics.functional.ranking.engine.fp32 import in_full_fp32
 from retrieval_metrics.functional.ranking.engine.kernels import segment_maxima
+from retrieval_metrics.functional.ranking.engine.listing import PassLists
 from retrieval_metrics.functional.ranking.engine.plan import (
     product_row_count,
     product_rows,
@@ -33,6 +34,7 @@ from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_
 def one_sided_pass(
     p: Pass, q_mat: Tensor, g_mat: Tensor | RowBatches, block_q: int, mode: str,
     exchange: Exchange | None = None, half: HalfProducts | None = None,
+    lists: PassLists | None = None,
 ) -> None:
     """Each query block against every gallery block in turn (any query and gallery).
 
@@ -41,7 +43,8 @@ def one_sided_pass(
     same products either way. With ``exchange``, this process ranks every ``world``-th query
     block only (its outputs for the others stay as they start, for ``shared.combine_outputs``).
     ``half``: ``q_mat`` and ``g_mat`` are half precision, multiplied on the tensor cores
-    (``tensor_cores``)."""
+    (``tensor_cores``). ``lists``: each query's best items are kept there from the blocks as
+    they are counted, and no query leaves the products early (``engine.listing``)."""
     device, dtype, block_g, num_g = p.device, p.dtype, p.block_g, p.num_g
     elem = torch.finfo(dtype).bits // 8
     # The columns of every product: the gallery block's, or more where the block is narrower
@@ -65,6 +68,11 @@ def one_sided_pass(
 
     def gallery_factor(b: int) -> Tensor | None:
         return None if half is None else half.block(half.b_factor, b, block_g)
+
+    # (the running lists' masks, reused block after block: RunningBest)
+    masks = None if lists is None else torch.empty(
+        3 * min(block_q, q_mat.shape[0]) * block_g, dtype=torch.bool, device=device
+    )
 
     # the gallery block g_buffer holds (None: none, or rows gathered since): a gallery of one
     # block (a device's blocks hold a BEIR corpus whole) is read into it once, not once per
@@ -161,6 +169,7 @@ def one_sided_pass(
             continue
 
         qb.start_counting()
+        best = None if lists is None else lists.start(nb)
         seeded = set(read_first)
         # a half product's cosine factor per column (1/|g_j|) applied by the counting backend
         # as it reads each score, where it can (Triton's): no pass of its own over each block
@@ -175,10 +184,15 @@ def one_sided_pass(
                     factor = gallery_factor(b)
                 else:
                     s, seg_max = block_scores(b, scores), None
+                if best is not None:
+                    # (the block's items alone: the last block's padding columns never listed)
+                    assert masks is not None
+                    best.add(s[:, : min(block_g, num_g - b * block_g)], b * block_g, masks, s)
                 if seg_max is None and qb.reads_segment_maxima(b):
                     seg_max = segment_maxima(s)
                 qb.count(s, seg_max, b, seeded=b in seeded, column_factor=factor)
-            kept = qb.drop_finished()
+            # (a query listed needs every block: none leaves the products)
+            kept = qb.drop_finished() if best is None else None
             if kept is not None:
                 # finished rows are multiplied no more: the products shrink to the rows still
                 # ranked (the kept blocks hold every row of the block: each is cut to those
@@ -192,6 +206,9 @@ def one_sided_pass(
                 if qb.nb == 0:
                     break
         qb.finish()
+        if best is not None:
+            assert lists is not None
+            lists.store(q_rows, best)
 
 
 def _still_ranked(

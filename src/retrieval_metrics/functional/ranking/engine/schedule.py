@@ -29,6 +29,7 @@ from retrieval_metrics.functional.ranking.engine.layout import (
     two_sided_room,
     two_way_blocks,
 )
+from retrieval_metrics.functional.ranking.engine.listing import PassLists, open_listing
 from retrieval_metrics.functional.ranking.engine.one_sided import one_sided_pass
 from retrieval_metrics.functional.ranking.engine.plan import (
     cache_room,
@@ -209,7 +210,11 @@ def _ranked(
         q_mat, g_mat = prepare(
             None if layout.symmetric else query, gallery, options.similarity, dtype, rows
         )
+    # a run's lists kept as the pass counts, where they are top_k's (engine.listing)
+    listed = open_listing() if mode == "table" else None
     if layout.symmetric:
+        if listed is not None:
+            listed.add(None)
         assert isinstance(g_mat, Tensor)
         block = layout.block_g
         room = two_sided_room(layout.budget, side.state_bytes(block, elem), side.pair_state_bytes())
@@ -219,7 +224,14 @@ def _ranked(
         assert q_mat is not None
         # kept score blocks and the counting: a quarter of the pass's budget each
         p = side.at(layout.block_g, layout.budget // 2)
-        one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange, half)
+        lists = None
+        if listed is not None and exchange is None and half is None and rows is None and (
+            side.tie_key is None and not inputs.symmetric and side.num_g
+        ):
+            lists = PassLists(
+                query.shape[0], min(listed.k, side.num_g), dtype, p.device, side.counter
+            )
+        one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange, half, lists)
         if isinstance(g_mat, RowBatches) and g_mat.reads_norms and not (
             stands(g_mat) if half is None else half_stands(g_mat, half.similarity)
         ):
@@ -233,6 +245,8 @@ def _ranked(
             warn_sign_code_blocks(query, gallery)
         if exchange is not None:
             combine_outputs(side.outputs, exchange)
+        if listed is not None:
+            listed.add(lists)
     return side
 
 

@@ -1,0 +1,114 @@
+"""A run's lists kept by the ranking itself: each query's K best gallery items, taken from the
+score blocks the one-sided pass counts, so that a table and a run come from one pass over the
+products.
+
+``retrieval-metrics evaluate --write-run`` ranks every query against the corpus for its table,
+then wrote the run with ``top_lists.top_k``: the corpus read and multiplied a second time (a
+2,000,000 x 768 corpus on disk, 1,000 queries: 12 s for the table, 14 s more for the run). Inside
+:func:`listing`, every ranking the schedule makes (``schedule._ranked``) keeps its queries'
+lists as well (:class:`PassLists`, with ``running_best``'s code, top_k's), where its lists are
+top_k's: the one-sided pass on one process (its blocks cover every query x every gallery
+item), the gallery in the order given (its columns are the items' places, the tie order of
+``ties="position"``), every item kept, no ids ordering ties, and products in the scoring dtype
+(half precision on a device's tensor cores scores otherwise than top_k's upcast rows). The
+pass then lets no query leave the products early (``QueryBlock.drop_finished``): a finished
+query's table is the same, and its list needs every block. Any other ranking inside marks the
+listing incomplete, and :meth:`RunListing.found` gives None: the caller lists with top_k.
+
+The scores are those top_k computes for the same items (the products have the ranking's
+shapes in both: ``engine.plan``), and so are the lists, excluded pairs included: where the
+ranking excludes pairs that top_k does not, the caller does not open a listing (the command line
+opens one for judgments by qrels only, whose exclusions are the identical ids top_k leaves out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+import torch
+from torch import Tensor
+
+from retrieval_metrics.functional.ranking.engine.counters import Counter
+from retrieval_metrics.functional.ranking.engine.running_best import RunningBest
+
+__all__ = ["PassLists", "RunListing", "listing", "open_listing"]
+
+
+class PassLists:
+    """One ranking's lists: ``(num_q, width)`` gallery columns and scores, each query block's
+    written as the pass finishes it (:meth:`start`, :meth:`store`)."""
+
+    def __init__(
+        self, num_q: int, width: int, dtype: torch.dtype, device: torch.device, counter: Counter
+    ):
+        self.width, self.counter = width, counter
+        self.cols = torch.full((num_q, width), -1, dtype=torch.int64, device=device)
+        self.scores = torch.full((num_q, width), float("-inf"), dtype=dtype, device=device)
+        self._dtype, self._device = dtype, device
+
+    def start(self, rows: int) -> RunningBest:
+        """The running lists of a query block of ``rows`` queries."""
+        return RunningBest(rows, self.width, self._dtype, self._device, self.counter)
+
+    def store(self, q_rows: Tensor, best: RunningBest) -> None:
+        """A query block's lists: ``q_rows`` its queries' places in the ranking's input."""
+        scores, cols = best.lists()
+        at = q_rows.to(self._device)
+        self.scores.index_copy_(0, at, scores)
+        self.cols.index_copy_(0, at, cols)
+
+
+class RunListing:
+    """The lists of the rankings made inside :func:`listing`, in the order they were made."""
+
+    def __init__(self, k: int):
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"`k` must be a positive int, got {k!r}")
+        self.k = k
+        self._parts: list[PassLists] = []
+        self.complete = True
+
+    def add(self, lists: PassLists | None) -> None:
+        """A ranking's lists; None: a ranking whose lists were not kept (see the module)."""
+        if lists is None:
+            self.complete = False
+        else:
+            self._parts.append(lists)
+
+    def found(self, num_queries: int) -> tuple[Tensor, Tensor] | None:
+        """Every query's gallery rows (``(num_queries, k')``, best first, -1 past the items a
+        query lists) and their scores (-inf there), the rankings' queries one after another;
+        None where a ranking was not listed, or the rankings held other than ``num_queries``
+        queries (the caller then lists them itself)."""
+        if not self.complete or not self._parts:
+            return None
+        if sum(part.cols.shape[0] for part in self._parts) != num_queries:
+            return None
+        if len({part.width for part in self._parts}) != 1:
+            return None
+        cols = torch.cat([part.cols for part in self._parts])
+        scores = torch.cat([part.scores for part in self._parts])
+        empty = torch.isneginf(scores)
+        return cols.masked_fill(empty, -1), scores
+
+
+#: the listing the rankings of this context keep their lists for (None: none)
+_OPEN: ContextVar[RunListing | None] = ContextVar("retrieval_metrics_run_listing", default=None)
+
+
+@contextmanager
+def listing(k: int) -> Iterator[RunListing]:
+    """Keep each query's ``k`` best items of every ranking made inside (see the module)."""
+    kept = RunListing(k)
+    token = _OPEN.set(kept)
+    try:
+        yield kept
+    finally:
+        _OPEN.reset(token)
+
+
+def open_listing() -> RunListing | None:
+    """The listing open in this context, if any."""
+    return _OPEN.get()
