@@ -295,3 +295,42 @@ def test_the_heap_is_given_back_only_where_the_c_library_has_a_way(monkeypatch):
     monkeypatch.setattr(ctypes, "CDLL", lambda name, *args, **kwargs: Libc())
     data.give_back_freed()
     assert trimmed == [0]
+
+
+@pytest.mark.parametrize("listed", [True, False])
+@pytest.mark.parametrize("ignore", [None, 3])
+def test_a_labelled_run_leaves_out_what_the_ranking_leaves_out(tmp_path, capsys, monkeypatch,
+                                                                listed, ignore):
+    """Query and gallery files with ids, labels and cameras (re-identification): the run lists
+    what the table ranks, the brute force over every pair the definitions keep. A query's own
+    id among the gallery's is the query itself, the items of its label and camera are left
+    out, and so are the ignore label's; kept by the ranking as it counts (``listed``), or
+    listed again (where it cannot: the ignore label's items out of its gallery), the same."""
+    if not listed:
+        from retrieval_metrics.functional.ranking.engine import listing
+
+        monkeypatch.setattr(listing.RunListing, "found", lambda self, num_queries: None)
+    q, g = _codes(10, 5, 30), _codes(45, 5, 31)
+    q_labels, g_labels = np.arange(10) % 4, np.arange(45) % 5
+    q_cams, g_cams = np.arange(10) % 2, np.arange(45) % 3
+    q_ids, g_ids = np.arange(100, 110), np.arange(200, 245)
+    g_ids[[4, 9, 30]] = [100, 103, 107]  # queries' own ids among the gallery's
+    np.savez(tmp_path / "q.npz", embeddings=q, labels=q_labels, cameras=q_cams, ids=q_ids)
+    np.savez(tmp_path / "g.npz", embeddings=g, labels=g_labels, cameras=g_cams, ids=g_ids)
+    flags = [] if ignore is None else ["--ignore-label", str(ignore)]
+    status, _, err = evaluate(capsys, "--query", str(tmp_path / "q.npz"), "--gallery",
+                              str(tmp_path / "g.npz"), "--similarity", "dot", "--metrics",
+                              "mrr", "--write-run", str(tmp_path / "run.txt"), "--run-depth",
+                              "12", *flags)
+    assert status == 0, err
+    excluded = {(i, j) for i in range(10) for j in range(45)
+                if g_ids[j] == q_ids[i] or (g_labels[j] == q_labels[i] and g_cams[j] == q_cams[i])
+                or g_labels[j] == ignore}
+    brute = reference_top_k(q, g, 12, list(range(45)), excluded)
+    by_query: dict[str, list[tuple[str, float]]] = {}
+    for line in (tmp_path / "run.txt").read_text().splitlines():
+        qid, _, doc, _, score, _ = line.split()
+        by_query.setdefault(qid, []).append((doc, float(score)))
+    for i in range(10):
+        want = readers_order([(str(g_ids[j]), float(s)) for s, j in brute[i]])
+        assert by_query[str(q_ids[i])] == want, i

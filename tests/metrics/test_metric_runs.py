@@ -216,3 +216,57 @@ def test_the_run_lists_each_relevant_item_at_the_rank_the_metric_counts(num_quer
             own = scores[str(g_ids[i])]
             listed_above = sum(score > own for score in scores.values())
             assert listed_above + 1 == round(1 / mrr[i]), (similarity, i)
+
+
+@pytest.mark.parametrize("case", ["own_id", "cameras", "ignore_label", "qrels_kept", "same"])
+def test_the_run_leaves_out_what_the_ranking_leaves_out(case):
+    """A run lists what compute() ranks (the brute force over every pair the definitions keep):
+    a query's own id among the gallery items is the query itself, never listed (it was listed
+    first where the table left it out); in re-identification the items of the query's label
+    and camera; the ignore label's items for every query; with qrels and
+    ``ignore_identical_ids=False`` a document of the query's id is listed, as it is ranked;
+    a same-source set never lists the query."""
+    q, g = _codes(8, 5, 20), _codes(36, 5, 21)
+    q_labels, g_labels = torch.arange(8) % 4, torch.arange(36) % 5
+    q_ids, g_ids = list(range(100, 108)), list(range(200, 236))
+    for i in range(0, 8, 2):
+        g_ids[3 * i + 1] = q_ids[i]  # a query's own id among the gallery's
+    options, keys, excluded = {}, {}, set()
+    if case == "own_id":
+        excluded = {(i, j) for i in range(8) for j in range(36) if g_ids[j] == q_ids[i]}
+    if case == "cameras":
+        q_cams, g_cams = torch.arange(8) % 2, torch.arange(36) % 3
+        keys = {"q": {"cameras": q_cams}, "g": {"cameras": g_cams}}
+        excluded = {(i, j) for i in range(8) for j in range(36)
+                    if g_ids[j] == q_ids[i] or (g_labels[j] == q_labels[i]
+                                                and g_cams[j] == q_cams[i])}
+    if case == "ignore_label":
+        options = {"ignore_label": 4}
+        excluded = {(i, j) for i in range(8) for j in range(36)
+                    if g_ids[j] == q_ids[i] or g_labels[j] == 4}
+    if case == "qrels_kept":
+        qrels = {str(q_ids[i]): {str(g_ids[(5 * i + 2) % 36]): 1} for i in range(8)}
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot", qrels=qrels,
+                                     ignore_identical_ids=False)
+        metric.update(g, ids=[str(x) for x in g_ids], role="gallery")
+        metric.update(q, ids=[str(x) for x in q_ids], role="query")
+        run = metric.run(36, ids=[str(x) for x in q_ids + g_ids])
+        brute = reference_top_k(q, g, 36, list(range(36)))
+        for i, qid in enumerate(q_ids):
+            assert run[str(qid)] == [(str(g_ids[j]), s) for s, j in brute[i]], qid
+        return
+    metric = rm.RetrievalMetrics(["mrr"], similarity="dot", **options)
+    if case == "same":
+        metric.update(g, g_labels, ids=list(range(300, 336)))
+        run = metric.run(12)
+        brute = reference_top_k(g, g, 12, list(range(36)), {(i, i) for i in range(36)})
+        for i in range(36):
+            assert run[str(300 + i)] == [(str(300 + j), s) for s, j in brute[i]]
+        return
+    metric.update(g, g_labels, ids=g_ids, role="gallery", **keys.get("g", {}))
+    metric.update(q, q_labels, ids=q_ids, role="query", **keys.get("q", {}))
+    run = metric.run(12)
+    brute = reference_top_k(q, g, 12, list(range(36)), excluded)
+    assert excluded
+    for i, qid in enumerate(q_ids):
+        assert run[str(qid)] == [(str(g_ids[j]), s) for s, j in brute[i]], qid

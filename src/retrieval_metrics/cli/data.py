@@ -30,7 +30,9 @@ from retrieval_metrics.cli.parser import RUN_DEPTH
 from retrieval_metrics.formats import EmbeddingFile, write_run_lines
 from retrieval_metrics.formats.embeddings import ARRAYS
 from retrieval_metrics.functional.ranking.engine.listing import RunListing, listing
+from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
+from retrieval_metrics.functional.ranking.relevance import left_out_of_lists
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.ranking.top_lists import TopK, top_k
 
@@ -236,11 +238,17 @@ def write_run_file(
     # listed are made text, a query's lines as they are written
     q_ids = query.ids if query.ids is not None else np.arange(len(query))
     g_ids = (items.ids if items.ids is not None else np.arange(len(items)))[gallery_rows]
-    judged = getattr(metric, "qrels", None) is not None
     tag = re.sub(r"\s+", "_", label) or "retrieval-metrics"
     if found is not None:
         listed = TopK(*found)  # (listed by the evaluation's ranking)
     else:
+        # what the ranking leaves out, the run leaves out: a query itself (the document of its
+        # id), the items of its label and camera, the ignore label's (these: out of the corpus
+        # listed)
+        pairs, kept = _left_out(metric, query, items, gallery_rows, q_ids, g_ids, same)
+        if kept is not None:
+            gallery_rows = np.arange(len(items))[gallery_rows][kept.numpy()]
+            g_ids = g_ids[kept.numpy()]
         corpus: Any = (
             # read a block at a time, never whole; its scan for NaN made by the ranking's read
             # (the file read once for the run, not once to check it and again to rank it)
@@ -256,15 +264,34 @@ def write_run_file(
             ties="id" if metric.ties == "id" else "position",
             query_ids=q_ids,
             gallery_ids=g_ids,
-            # same source: the item of the query's own id (or place) is the query; with qrels,
-            # a document of the query's id is left out as BEIR leaves it out
-            exclude_identical_ids=same or (judged and metric.ignore_identical_ids is not False),
+            excluded=pairs,
         )
     lines = listed.lines(q_ids, g_ids)
     if notes is not None:
         notes["float32_ties"] = notes["longest"] = 0
         lines = _counting(lines, notes)
     return write_run_lines(lines, path, tag=tag)
+
+
+def _left_out(
+    metric: Any, query: EmbeddingFile, items: EmbeddingFile, gallery_rows: np.ndarray | slice,
+    q_ids: np.ndarray, g_ids: np.ndarray, same: bool,
+) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
+    """What the metric's ranking of ``query`` against ``items``' rows ``gallery_rows`` left
+    out, by its rule (``relevance.left_out_of_lists``): the pairs, and the rows kept where the
+    ignore label's are left out (None: all)."""
+
+    def keys(file: EmbeddingFile, rows: np.ndarray | slice, ids: np.ndarray) -> Keys:
+        return Keys(
+            labels=None if file.labels is None else label_codes(file.labels[rows], "labels"),
+            ids=label_codes(ids, "ids"),
+            cameras=None if file.cameras is None else label_codes(file.cameras[rows], "cameras"),
+        )
+
+    return left_out_of_lists(
+        keys(query, slice(None), q_ids), keys(items, gallery_rows, g_ids),
+        (len(q_ids), len(g_ids)), metric.context().ranking_options(), same,
+    )
 
 
 def _counting(lines: Iterator[tuple[str, list[tuple[str, float]]]],

@@ -441,11 +441,14 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         )
         with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
             try:
-                evaluate_embeddings(metric, query, gallery, bar)
+                # (with --write-run, the run's lists kept as the ranking counts: _judged_run)
+                with data.listing_for_run(args) as lists:
+                    evaluate_embeddings(metric, query, gallery, bar)
                 if query.ids is not None:  # (same source: the row numbers, given as ids)
                     run_.query_ids = query.ids.tolist()
                 runs.append(_summarize(run_, args, bar))
-                data.write_run_of(args, run_, query, gallery, len(pairs))
+                found = None if lists is None else lists.found(len(query))
+                data.write_run_of(args, run_, query, gallery, len(pairs), found)
             except ValueError as err:
                 where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
                 message = _user_ids(str(err), query.ids, None if gallery is None else gallery.ids)
@@ -527,8 +530,8 @@ def _judged_run(
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
             # with --write-run, the run's lists kept as the ranking counts (one pass over the
-            # corpus for the table and the run, engine.listing; judged by qrels, the pairs the
-            # ranking leaves out are those a run leaves out: a document of the query's id)
+            # corpus for the table and the run, engine.listing: what the ranking leaves out,
+            # the run leaves out)
             with data.listing_for_run(args) as lists:
                 evaluate_embeddings(metric, query, gallery, bar)
             run_.query_ids = query.ids.tolist()

@@ -276,8 +276,11 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def run(self, k: int = 100, *, ids: Any = None) -> dict[str, list[tuple[str, float]]]:
         """Each query's ``k`` best gallery items and their scores, as ``compute()`` ranks them
-        (the similarity, duplicate ids dropped, a query never listing itself nor, with qrels, a
-        document of its own id): query id -> ``[(document id, score), ...]`` best first, ids
+        (the similarity, duplicate ids dropped, and none of the items its ranking leaves out: a
+        query never lists itself, the gallery item of its id, nor in re-identification the items
+        of its label and camera, nor the ``ignore_label``'s; with qrels, a document of its own
+        id unless ``ignore_identical_ids=False``): query id -> ``[(document id, score), ...]``
+        best first, ids
         as text, for :func:`retrieval_metrics.formats.write_run` (TREC, JSON, JSONL). Tied
         scores at the cut go to the item the states hold first (same source: the smaller id,
         string ids by their 64-bit codes, which is no alphabetical order; a separate gallery:

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from retrieval_metrics.functional.ranking.items import Items
+from retrieval_metrics.functional.ranking.items import Items, keys_on_host
 from retrieval_metrics.functional.ranking.labels import label_codes
+from retrieval_metrics.functional.ranking.relevance import left_out_of_lists
 from retrieval_metrics.functional.ranking.tie_order import order_ranks
 from retrieval_metrics.functional.ranking.top_lists import top_k
 from retrieval_metrics.metrics import distributed as D
@@ -75,7 +77,8 @@ def run_of(
 
 def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
     """Each query's ``k`` best gallery items: their id codes (positions without ids) and
-    scores, ``(Q, k')`` (-inf past the end)."""
+    scores, ``(Q, k')`` (-inf past the end). The items the ranking leaves out of a query's
+    ranking are left out of its list (:func:`_left_out`)."""
     same = gallery is None
     items = queries if gallery is None else gallery
     tie_keys = None
@@ -87,26 +90,37 @@ def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
                 "under the other tie rules"
             )
         tie_keys = order_ranks(items.order)
+    pairs, kept = _left_out(context, queries, items, same)
+    # each listed row's code: its id, or its place in the gallery given
+    g_codes = items.ids if items.ids is not None else torch.arange(len(items))
+    if kept is not None:
+        # (the ignore label's items, out of every query's ranking: out of the gallery listed)
+        items, same = items.select(kept), False
+        g_codes = g_codes.index_select(0, kept.to(g_codes.device))
+        tie_keys = None if tie_keys is None else tie_keys.index_select(0, kept)
     found = top_k(
         queries.emb,  # type: ignore[arg-type]
         None if same else items.emb,  # type: ignore[arg-type]
         k,
         similarity=context.options.similarity,
         tie_keys=tie_keys,
-        query_ids=queries.ids,
-        gallery_ids=items.ids,
-        exclude_identical_ids=(
-            (same and queries.ids is not None)
-            or (
-                context.qrels is not None
-                and context.options.ignore_identical_ids is not False
-            )
-        ),
+        excluded=pairs,
     )
-    g_codes = (items.ids if items.ids is not None else torch.arange(len(items))).to(
-        found.indices.device)
+    g_codes = g_codes.to(found.indices.device)
     codes = g_codes.index_select(0, found.indices.clamp_min(0).view(-1)).view(found.indices.shape)
     return codes, found.scores
+
+
+def _left_out(
+    context: FormContext, queries: Items, items: Items, same: bool
+) -> tuple[tuple[Tensor, Tensor], Tensor | None]:
+    """What the ranking of ``queries`` against ``items`` leaves out, as its lists must
+    (``relevance.left_out_of_lists``, by the rule every ranking takes: a query itself, the
+    items of its label and camera, the ignore label's)."""
+    q_keys, g_keys = keys_on_host(queries, items)
+    return left_out_of_lists(
+        q_keys.keys, g_keys.keys, (len(queries), len(items)), context.ranking_options(), same
+    )
 
 
 def _shard_best(context: FormContext, queries: Items, shard: Items, k: int):

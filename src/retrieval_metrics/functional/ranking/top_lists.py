@@ -117,6 +117,7 @@ def top_k(
     gallery_ids: Any = None,
     exclude_identical_ids: bool = False,
     tie_keys: Tensor | None = None,
+    excluded: tuple[Tensor, Tensor] | None = None,
 ) -> TopK:
     """The ``k`` best gallery items of every query, best first, and their scores.
 
@@ -142,6 +143,9 @@ def top_k(
             ``ignore_identical_ids``; with ``gallery=None``, items sharing the query's id).
         tie_keys: int64, one per gallery item: tied items by ascending key, in place of
             ``ties`` (the metric classes pass the ids' order they keep).
+        excluded: ``(query rows, gallery rows)``, int64 of one length: pairs never listed,
+            besides the above (the metric classes pass the pairs their ranking leaves out:
+            the items of a query's label and camera, in re-identification).
 
     >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     >>> g = torch.tensor([[1.0, 1.0], [1.0, 0.0], [2.0, 2.0], [0.0, 1.0]])
@@ -192,7 +196,9 @@ def top_k(
     # the gallery in key order: the columns of every block are then in tie order
     # (None: the gallery's own order, no index of it made)
     columns = None if key is None else torch.argsort(key, stable=True)
-    excluded = _excluded(num_q, num_g, same, query_ids, item_ids, exclude_identical_ids)
+    excluded = _excluded(
+        num_q, num_g, same, query_ids, item_ids, exclude_identical_ids, excluded
+    )
     dtype = score_dtype(query, items)
     in_order = columns is None or bool(torch.equal(columns, torch.arange(num_g)))
     # a gallery in its own order is read a block at a time where that needs no copy of it (a
@@ -266,11 +272,23 @@ def top_k(
 
 
 def _excluded(
-    num_q: int, num_g: int, same: bool, query_ids: Any, gallery_ids: Any, identical: bool
+    num_q: int, num_g: int, same: bool, query_ids: Any, gallery_ids: Any, identical: bool,
+    given: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor] | None:
-    """The (query row, gallery row) pairs never listed: a query itself (same source), and
-    with ``identical`` the items whose id is the query's; None for none."""
+    """The (query row, gallery row) pairs never listed: a query itself (same source), with
+    ``identical`` the items whose id is the query's, and the pairs ``given``; None for none."""
     pairs = []
+    if given is not None:
+        rows, cols = (torch.as_tensor(x, dtype=torch.int64).cpu().reshape(-1) for x in given)
+        if rows.shape != cols.shape or (rows.numel() and not (
+            0 <= int(rows.min()) and int(rows.max()) < num_q
+            and 0 <= int(cols.min()) and int(cols.max()) < num_g
+        )):
+            raise ValueError(
+                f"`excluded` must be (query rows, gallery rows) of one length, within {num_q} "
+                f"queries and {num_g} gallery items"
+            )
+        pairs.append((rows, cols))
     if same:
         pairs.append((torch.arange(num_q), torch.arange(num_q)))
     if identical:

@@ -16,9 +16,9 @@ query's table is the same, and its list needs every block. Any other ranking ins
 listing incomplete, and :meth:`RunListing.found` gives None: the caller lists with top_k.
 
 The scores are those top_k computes for the same items (the products have the ranking's
-shapes in both: ``engine.plan``), and so are the lists, excluded pairs included: where the
-ranking excludes pairs that top_k does not, the caller does not open a listing (the command line
-opens one for judgments by qrels only, whose exclusions are the identical ids top_k leaves out).
+shapes in both: ``engine.plan``), and so are the lists: the pairs the ranking leaves out are
+masked in the blocks (a query itself, the items of its label and camera), which is what a run
+leaves out (``relevance.left_out_of_lists``, the pairs the callers give top_k otherwise).
 """
 
 from __future__ import annotations

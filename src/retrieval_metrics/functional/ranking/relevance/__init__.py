@@ -20,7 +20,9 @@ from retrieval_metrics.functional.csr import csr_from_ranges
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.relevance.exclusions import (
     check_exclusions,
+    excluded_pairs,
     identical_ids_csr,
+    left_out_of_lists,
     with_exclusions,
 )
 from retrieval_metrics.functional.ranking.relevance.judged import judged_relevance
@@ -28,7 +30,10 @@ from retrieval_metrics.functional.ranking.relevance.rules import RULES
 from retrieval_metrics.functional.ranking.relevance.sets import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
-__all__ = ["Relevance", "build_relevance", "csr_from_ranges", "identical_ids_csr"]
+__all__ = [
+    "Relevance", "build_relevance", "csr_from_ranges", "excluded_pairs", "identical_ids_csr",
+    "left_out_of_lists",
+]
 
 
 def build_relevance(

@@ -21,7 +21,10 @@ from retrieval_metrics.functional.ranking.relevance.rules import RelevantRows, l
 from retrieval_metrics.functional.ranking.relevance.sets import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
-__all__ = ["check_exclusions", "identical_ids_csr", "sorted_rows", "with_exclusions"]
+__all__ = [
+    "check_exclusions", "excluded_pairs", "identical_ids_csr", "left_out_of_lists", "sorted_rows",
+    "with_exclusions",
+]
 
 
 def check_exclusions(
@@ -46,7 +49,7 @@ def with_exclusions(
     taken out of them, and the ignore label's gallery items out of every ranking."""
     num_queries, num_gallery = sizes
     rel_ptr, rel_index, grades = relevant
-    rows, cols = _excluded_pairs(queries, gallery, sizes, settings, same_source)
+    rows, cols = excluded_pairs(queries, gallery, sizes, settings, same_source)
     gallery_keep = None
     if settings.ignore_label is not None:
         assert gallery.labels is not None  # check_exclusions
@@ -79,11 +82,15 @@ def with_exclusions(
     )
 
 
-def _excluded_pairs(
+def excluded_pairs(
     queries: Keys, gallery: Keys, sizes: tuple[int, int], settings: RankingSettings,
     same_source: bool,
 ) -> tuple[Tensor, Tensor]:
-    """(query, gallery item) pairs excluded, each once, sorted by query then item."""
+    """(query, gallery item) pairs excluded, each once, sorted by query then item: the query
+    itself (the gallery item of its id, or its place in a same-source set without ids) and the
+    items of its label and camera. The items of the ignore label, left out of every query's
+    ranking, are :func:`with_exclusions`' own. What a ranking leaves out, and so what a run
+    of it never lists (``metrics.runs``)."""
     num_queries, num_gallery = sizes
     ex_rows: list[Tensor] = []
     ex_cols: list[Tensor] = []
@@ -112,6 +119,24 @@ def _excluded_pairs(
     rows, cols = torch.cat(ex_rows), torch.cat(ex_cols)
     key = torch.unique(rows * max(num_gallery, 1) + cols)
     return key // max(num_gallery, 1), key % max(num_gallery, 1)
+
+
+def left_out_of_lists(
+    queries: Keys, gallery: Keys, sizes: tuple[int, int], settings: RankingSettings,
+    same_source: bool,
+) -> tuple[tuple[Tensor, Tensor], Tensor | None]:
+    """What a ranking of ``queries`` against ``gallery`` leaves out, as a list of its best items
+    (a run: ``top_lists.top_k``) must leave it out: the pairs of :func:`excluded_pairs`, their
+    gallery items as places among the items kept; and the items kept where the ignore label's
+    are left out of every ranking (``settings.ignore_label``; None: all of them). ``sizes``:
+    the queries and gallery items; keys on the host."""
+    rows, cols = excluded_pairs(queries, gallery, sizes, settings, same_source)
+    if settings.ignore_label is None or gallery.labels is None:
+        return (rows, cols), None
+    keep = gallery.labels != settings.ignore_label
+    place = torch.cumsum(keep, 0) - 1
+    at = keep.index_select(0, cols)
+    return (rows[at], place.index_select(0, cols[at])), flat_nonzero(keep)
 
 
 def identical_ids_csr(
