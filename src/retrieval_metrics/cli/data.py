@@ -32,7 +32,10 @@ from retrieval_metrics.formats.embeddings import ARRAYS
 from retrieval_metrics.functional.ranking.engine.listing import RunListing, listing
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
-from retrieval_metrics.functional.ranking.relevance import left_out_of_lists
+from retrieval_metrics.functional.ranking.relevance import (
+    leaves_out_identical_ids,
+    left_out_of_lists,
+)
 from retrieval_metrics.functional.ranking.row_batches import MappedRows, RowBatches
 from retrieval_metrics.functional.ranking.top_lists import TopK, top_k
 
@@ -232,7 +235,6 @@ def write_run_file(
     lists (below ``depth`` where the corpus holds fewer). ``found``: the lists (gallery rows
     among ``gallery_rows``, and scores) the evaluation's ranking kept, at ``depth``; None: they
     are listed here (``top_k``), the corpus read again."""
-    same = gallery is None
     items = query if gallery is None else gallery
     # the ids as arrays (a million corpus ids as python str took 70 MB, twice): only the ids
     # listed are made text, a query's lines as they are written
@@ -245,7 +247,8 @@ def write_run_file(
         # what the ranking leaves out, the run leaves out: a query itself (the document of its
         # id), the items of its label and camera, the ignore label's (these: out of the corpus
         # listed)
-        pairs, kept = _left_out(metric, query, items, gallery_rows, q_ids, g_ids, same)
+        settings = metric.context().ranking_options()
+        pairs, kept = _left_out(settings, query, items, gallery_rows, len(g_ids))
         if kept is not None:
             gallery_rows = np.arange(len(items))[gallery_rows][kept.numpy()]
             g_ids = g_ids[kept.numpy()]
@@ -264,6 +267,9 @@ def write_run_file(
             ties="id" if metric.ties == "id" else "position",
             query_ids=q_ids,
             gallery_ids=g_ids,
+            # (same source: the item of the query's own id is the query, the CLI giving ids
+            # where the file has none; the corpus's ids read a chunk at a time, never whole)
+            exclude_identical_ids=leaves_out_identical_ids(settings),
             excluded=pairs,
         )
     lines = listed.lines(q_ids, g_ids)
@@ -274,23 +280,23 @@ def write_run_file(
 
 
 def _left_out(
-    metric: Any, query: EmbeddingFile, items: EmbeddingFile, gallery_rows: np.ndarray | slice,
-    q_ids: np.ndarray, g_ids: np.ndarray, same: bool,
+    settings: Any, query: EmbeddingFile, items: EmbeddingFile, gallery_rows: np.ndarray | slice,
+    num_gallery: int,
 ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
-    """What the metric's ranking of ``query`` against ``items``' rows ``gallery_rows`` left
-    out, by its rule (``relevance.left_out_of_lists``): the pairs, and the rows kept where the
-    ignore label's are left out (None: all)."""
+    """What the metric's ranking (``settings``, its ranking options) of ``query`` against
+    ``items``' rows ``gallery_rows`` left out besides a query's own id (top_k's, the ids read
+    in chunks): by its rule (``relevance.left_out_of_lists``), the pairs of a query's label and
+    camera, and the rows kept where the ignore label's are left out (None: all)."""
 
-    def keys(file: EmbeddingFile, rows: np.ndarray | slice, ids: np.ndarray) -> Keys:
+    def keys(file: EmbeddingFile, rows: np.ndarray | slice) -> Keys:
         return Keys(
             labels=None if file.labels is None else label_codes(file.labels[rows], "labels"),
-            ids=label_codes(ids, "ids"),
             cameras=None if file.cameras is None else label_codes(file.cameras[rows], "cameras"),
         )
 
     return left_out_of_lists(
-        keys(query, slice(None), q_ids), keys(items, gallery_rows, g_ids),
-        (len(q_ids), len(g_ids)), metric.context().ranking_options(), same,
+        keys(query, slice(None)), keys(items, gallery_rows), (len(query), num_gallery),
+        settings, False,
     )
 
 

@@ -22,6 +22,7 @@ from retrieval_metrics.functional.ranking.relevance.exclusions import (
     check_exclusions,
     excluded_pairs,
     identical_ids_csr,
+    leaves_out_identical_ids,
     left_out_of_lists,
     with_exclusions,
 )
@@ -32,7 +33,7 @@ from retrieval_metrics.functional.ranking.settings import RankingSettings
 
 __all__ = [
     "Relevance", "build_relevance", "csr_from_ranges", "excluded_pairs", "identical_ids_csr",
-    "left_out_of_lists",
+    "leaves_out_identical_ids", "left_out_of_lists",
 ]
 
 

@@ -22,8 +22,8 @@ from retrieval_metrics.functional.ranking.relevance.sets import Relevance
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 
 __all__ = [
-    "check_exclusions", "excluded_pairs", "identical_ids_csr", "left_out_of_lists", "sorted_rows",
-    "with_exclusions",
+    "check_exclusions", "excluded_pairs", "identical_ids_csr", "leaves_out_identical_ids",
+    "left_out_of_lists", "sorted_rows", "with_exclusions",
 ]
 
 
@@ -95,9 +95,7 @@ def excluded_pairs(
     ex_rows: list[Tensor] = []
     ex_cols: list[Tensor] = []
     if queries.ids is not None and gallery.ids is not None:
-        # (ignore_identical_ids is judgments' option: elsewhere an id on both sides is one
-        # sample, never ranked against itself, whatever a protocol's default for it)
-        if settings.ignore_identical_ids is not False or settings.relevance != "qrels":
+        if leaves_out_identical_ids(settings):
             ptr, index = identical_ids_csr(queries.ids, gallery.ids)
             ex_rows.append(row_of_entries(ptr))
             ex_cols.append(index)
@@ -119,6 +117,14 @@ def excluded_pairs(
     rows, cols = torch.cat(ex_rows), torch.cat(ex_cols)
     key = torch.unique(rows * max(num_gallery, 1) + cols)
     return key // max(num_gallery, 1), key % max(num_gallery, 1)
+
+
+def leaves_out_identical_ids(settings: RankingSettings) -> bool:
+    """Whether a ranking leaves a gallery item of a query's id out of that query's ranking
+    (both sides given ids): always, but with judgments and ``ignore_identical_ids=False``.
+    (ignore_identical_ids is judgments' option: elsewhere an id on both sides is one sample,
+    never ranked against itself, whatever a protocol's default for it.)"""
+    return settings.ignore_identical_ids is not False or settings.relevance != "qrels"
 
 
 def left_out_of_lists(
