@@ -13,6 +13,8 @@ from setuptools import Extension, setup
 OPTIMIZE = [] if sys.platform == "win32" else ["-O3"]
 # the measures' sums must round as torch's do, operation by operation: no fused multiply-adds
 UNFUSED = [] if sys.platform == "win32" else ["-ffp-contract=off"]
+# the rows of a pass shared out over torch's OpenMP threads (_count and _rows)
+PARALLEL = "src/retrieval_metrics/functional/ranking/_parallel.h"
 
 setup(
     ext_modules=[
@@ -34,6 +36,7 @@ setup(
         Extension(
             "retrieval_metrics.functional.ranking._rows",
             ["src/retrieval_metrics/functional/ranking/_rows.c"],
+            depends=[PARALLEL],
             # (a norm summed as torch sums it: each square and each sum rounded)
             extra_compile_args=OPTIMIZE + UNFUSED,
             optional=True,
@@ -47,6 +50,7 @@ setup(
         Extension(
             "retrieval_metrics.functional.ranking.engine._count",
             ["src/retrieval_metrics/functional/ranking/engine/_count.c"],
+            depends=[PARALLEL],
             extra_compile_args=OPTIMIZE,
             optional=True,
         ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -355,3 +357,137 @@ def test_rows_of_many_relevant_scores_are_sorted_to_the_same_counts(
 
 
 COMPILED = kernels.COMPILED_MAX_RELEVANT
+
+
+def _shares_rows(module) -> bool:
+    """Whether ``module`` shares a pass's rows out: on Linux (torch's OpenMP runtime loaded
+    globally) it must, or the tests of the threaded passes would test one thread only."""
+    shares = module is not None and module.shares_rows()
+    if sys.platform.startswith("linux"):
+        assert shares, "torch's OpenMP pool was not found: the passes run on one thread"
+    return shares
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(9, 120),
+    n=st.integers(1, 90),
+    m=st.integers(1, 8),
+    depth=st.sampled_from([None, 1, 5]),
+    threads=st.integers(2, 5),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_count_above_shared_over_threads_counts_as_one_thread(
+    rows, n, m, depth, threads, dtype, seed
+):
+    """The rows of a block's count above the thresholds shared out over several of torch's
+    threads (8 rows a take; rows counted whole, searched item by item, and feeding heaps side by
+    side) give one thread's histograms, thresholds and heaps, bit for bit."""
+    if not _shares_rows(kernels._count):
+        pytest.skip("this platform's passes run on one thread")
+    values = np.random.default_rng(seed).integers(0, 4, (rows, n)).astype(dtype)
+    values[np.random.default_rng(seed + 1).random(values.shape) < 0.1] = -np.inf
+    outcomes = []
+    for team in (1, threads):
+        side = _AboveSide(np.random.default_rng(seed), values, m, depth, True, dtype)
+        kernels._count.count_above(values, *side.arrays(), threads=team)
+        side.check()
+        heap = () if side.heap is None else (side.heap[0],)
+        outcomes.append((side.hist, side.threshold, *heap))
+    for one, shared in zip(*outcomes, strict=True):
+        assert torch.equal(one, shared)
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(9, 120),
+    n=st.integers(1, 90),
+    m=st.sampled_from([1, 3, 6, 140]),
+    threads=st.integers(2, 5),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_count_rows_shared_over_threads_counts_as_one_thread(rows, n, m, threads, dtype, seed):
+    """The whole count of a block's rows (compares, and the radix sort of rows with more than
+    128 relevant scores, each thread with its own keys) shared out over threads gives one
+    thread's histograms, and both a count by comparison's."""
+    if not _shares_rows(kernels._count):
+        pytest.skip("this platform's passes run on one thread")
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, (rows, n)).astype(dtype)
+    rel = np.sort(rng.integers(0, 6, (rows, m)).astype(dtype), axis=1)
+    finite = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
+    for i in range(rows):
+        rel[i, finite[i, 0] :] = np.inf
+    hists = []
+    for team in (1, threads):
+        hist = np.zeros((2, rows, m + 1), dtype=np.int64)
+        kernels._count.count_rows(values, rel, finite, hist[0], hist[1], threads=team)
+        hists.append(hist)
+    np.testing.assert_array_equal(hists[0], hists[1])
+    lt = hists[1][0]
+    above = lt.sum(1, keepdims=True) - lt.cumsum(1)[:, :-1]
+    for i in range(rows):
+        for j in range(int(finite[i, 0])):
+            assert above[i, j] == (values[i] > rel[i, j]).sum()
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+def test_the_threads_asked_of_a_pass_are_checked():
+    values = np.zeros((4, 3), dtype=np.float32)
+    rel = np.ones((4, 1), dtype=np.float32)
+    args = (values, rel, np.ones((4, 1), dtype=np.int64), *np.zeros((2, 4, 2), dtype=np.int64))
+    with pytest.raises(ValueError, match="`threads` must be a positive int"):
+        kernels._count.count_rows(*args, threads=0)
+    with pytest.raises(TypeError, match="the only keyword taken is `threads`"):
+        kernels._count.count_rows(*args, workers=2)
+
+
+@pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
+def test_a_ranking_shares_its_passes_out_over_torchs_threads(monkeypatch):
+    """A ranking's compiled passes (unit rows, counts) take torch's threads for blocks of at
+    least SHARED_FROM values and one thread below it or under torch.set_num_threads(1); the
+    tables are the same either way."""
+    from retrieval_metrics.functional.ranking import row_norms, threads
+
+    asked = []
+
+    def asking(real):
+        return lambda *a, **kw: asked.append(kw.get("threads", 1)) or real(*a, **kw)
+
+    monkeypatch.setattr(kernels._count, "count_above", asking(kernels._count.count_above))
+    monkeypatch.setattr(kernels._count, "count_rows", asking(kernels._count.count_rows))
+    if row_norms._rows is not None:
+        monkeypatch.setattr(row_norms._rows, "unit_rows", asking(row_norms._rows.unit_rows))
+    g = torch.Generator().manual_seed(5)
+    gallery = torch.randn(3000, 16, generator=g)
+    labels = torch.randint(0, 30, (3000,), generator=g)
+    queries = gallery[::10] + 0.1 * torch.randn(300, 16, generator=g)
+
+    def ranked():
+        asked.clear()
+        return rank_embeddings(
+            queries, gallery, query_labels=labels[::10], gallery_labels=labels,
+            similarity="cosine", memory_budget=2**22,
+        )
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        tables = {}
+        for label, shared_from in (("shared", 1), ("one", 1 << 62)):
+            monkeypatch.setattr(threads, "SHARED_FROM", shared_from)
+            tables[label] = ranked()
+            assert asked and set(asked) == ({3} if label == "shared" else {1}), (label, asked)
+        monkeypatch.setattr(threads, "SHARED_FROM", 1)
+        torch.set_num_threads(1)
+        tables["torch's one"] = ranked()
+        assert set(asked) == {1}
+    finally:
+        torch.set_num_threads(before)
+    for table in tables.values():
+        for name in ("ptr", "above", "tied", "num_relevant"):
+            assert torch.equal(getattr(table, name), getattr(tables["one"], name)), name

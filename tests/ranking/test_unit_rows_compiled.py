@@ -13,6 +13,7 @@ ranked with it and without it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -56,14 +57,16 @@ def torch_passes(piece: torch.Tensor, unit: bool, norms: torch.Tensor | None = N
     return NormsAsRead.zero_unfinished(rows, norms), norms
 
 
-def one_pass(piece, unit, known_norms=None, lanes=None, simd=True):
-    """The compiled pass over ``piece`` (norms given where ``known_norms``)."""
+def one_pass(piece, unit, known_norms=None, lanes=None, simd=True, threads=1):
+    """The compiled pass over ``piece`` (norms given where ``known_norms``), its rows shared
+    out over ``threads`` of torch's threads."""
     target = torch.empty(piece.shape, dtype=torch.float32)
     norms = torch.empty(piece.shape[0], 1) if known_norms is None else known_norms.clone()
     stored = piece if piece.dtype == torch.float32 else piece.view(torch.int16)
     zeroed = row_norms._rows.unit_rows(
         stored.numpy(), KINDS[piece.dtype], target.numpy(), norms.numpy(),
         lanes or torch_lanes(piece.shape[1]), known_norms is not None, unit, simd,
+        threads=threads,
     )
     return target, norms, zeroed
 
@@ -77,8 +80,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @st.composite
-def pieces(draw: Any) -> torch.Tensor:
-    rows = draw(st.integers(1, 40))
+def pieces(draw: Any, most_rows: int = 40) -> torch.Tensor:
+    rows = draw(st.integers(1, most_rows))
     width = 8 * draw(st.integers(1, 40))
     dtype = draw(st.sampled_from(list(KINDS)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -108,6 +111,23 @@ def test_one_pass_equals_torch_passes(piece, unit, known, simd):
     assert same_bits(got, expected)
     assert same_bits(got_norms, norms)
     assert zeroed == bool((~torch.isfinite(norms)).any())
+
+
+@settings(max_examples=60, deadline=None)
+@given(piece=pieces(most_rows=200), unit=st.booleans(), known=st.booleans(),
+       threads=st.integers(2, 5))
+def test_one_pass_shared_over_threads_equals_one_thread(piece, unit, known, threads):
+    """The rows shared out over several of torch's threads (16 rows a take): one thread's
+    rows, norms and verdict on zeroed rows, bit for bit, whichever thread met the row that is
+    not finite."""
+    if not row_norms._rows.shares_rows():
+        assert not sys.platform.startswith("linux"), "torch's OpenMP pool was not found"
+        pytest.skip("this platform's passes run on one thread")
+    known_norms = torch.linalg.vector_norm(piece.float(), dim=1, keepdim=True) if known else None
+    alone = one_pass(piece, unit, known_norms)
+    shared = one_pass(piece, unit, known_norms, threads=threads)
+    assert same_bits(alone[0], shared[0]) and same_bits(alone[1], shared[1])
+    assert alone[2] == shared[2]
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -191,7 +211,7 @@ def test_a_corpus_on_disk_ranks_alike_with_the_one_pass_read_and_without(
     # (the check of width 64 made first, once a process: its 96 rows are no block's)
     assert row_norms.torch_lanes(64) is not None
     monkeypatch.setattr(
-        row_norms._rows, "unit_rows", lambda *a: calls.append(a[0].shape[0]) or real(*a)
+        row_norms._rows, "unit_rows", lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw)
     )
     values, per_query = ranked()
     # (each row once a block of queries, a gallery block a call)

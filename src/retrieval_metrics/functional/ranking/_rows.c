@@ -25,6 +25,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_parallel.h"
+
+/* rows a thread takes at a time (_parallel.h) */
+#define ROW_GRAIN 16
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__INTEL_COMPILER)
 #include <immintrin.h>
 #define HAVE_AVX2 1
@@ -170,6 +175,22 @@ static void run_job(Job *job) {
     rows_portable(job);
 }
 
+/* rows [start, stop) of the whole job, as a job of their own (each row is read and written
+ * alone: any split gives the same values) */
+static void job_rows(void *ctx, Py_ssize_t start, Py_ssize_t stop, void *scratch) {
+    Job *whole = (Job *)ctx;
+    (void)scratch;
+    const size_t stored = whole->kind == KIND_FLOAT32 ? 4 : 2;
+    Job part = *whole;
+    part.src = whole->src + (size_t)(start * whole->d) * stored;
+    part.dst = whole->dst + start * whole->d;
+    part.norms = whole->norms + start;
+    part.rows = stop - start;
+    part.zeroed = 0;
+    run_job(&part);
+    if (part.zeroed) SHARED_STORE(&whole->zeroed, 1);
+}
+
 PyDoc_STRVAR(unit_rows_doc,
              "unit_rows(src, kind, dst, norms, lanes, known, divide, simd=True)\n\n"
              "Each row of src (rows x d, C-contiguous: float32 for kind 0, float16 or bfloat16 "
@@ -178,10 +199,13 @@ PyDoc_STRVAR(unit_rows_doc,
              "norms (rows float32 values, contiguous) summed in `lanes` (8 or 16; d a multiple "
              "of it) running sums, or read from norms where `known`; each row divided by its "
              "norm (1 for a zero row) where `divide`, and zeroed where its norm is not finite. "
-             "simd=False: the portable loop, the same values. "
+             "simd=False: the portable loop, the same values. threads (a keyword, 1 by default): "
+             "the rows shared out over that many of the OpenMP pool's threads, the same values. "
              "Returns whether a row was zeroed.");
 
-static PyObject *unit_rows(PyObject *self, PyObject *args) {
+static PyObject *unit_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
+    const int threads = threads_keyword(kwargs);
+    if (threads < 0) return NULL;
     PyObject *src_obj, *dst_obj, *norms_obj;
     int kind, lanes, known, divide, simd = 1;
     if (!PyArg_ParseTuple(args, "OiOOipp|p", &src_obj, &kind, &dst_obj, &norms_obj, &lanes,
@@ -234,8 +258,9 @@ static PyObject *unit_rows(PyObject *self, PyObject *args) {
     }
     Job whole = {(const char *)src.buf, (float *)dst.buf, (float *)norms.buf, src.shape[0],
                  src.shape[1], kind, lanes, known, divide, simd, 0};
+    const int team = rows_threads(whole.rows, ROW_GRAIN, threads);
     Py_BEGIN_ALLOW_THREADS
-    run_job(&whole);
+    rows_run(job_rows, &whole, whole.rows, ROW_GRAIN, team, 1, &whole);
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(whole.zeroed);
 finally:
@@ -246,7 +271,9 @@ finally:
 }
 
 static PyMethodDef methods[] = {
-    {"unit_rows", unit_rows, METH_VARARGS, unit_rows_doc},
+    SHARES_ROWS_METHOD,
+    {"unit_rows", (PyCFunction)(void (*)(void))unit_rows, METH_VARARGS | METH_KEYWORDS,
+     unit_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.primitives import to_device
+from retrieval_metrics.functional.ranking.threads import pass_threads
 
 try:  # the one-pass read (setup.py); without it, torch's passes: the same values
     from retrieval_metrics.functional.ranking import _rows
@@ -118,7 +119,8 @@ def unit_rows_in_one_pass(
     kind, lanes = _KINDS[piece.dtype], torch_lanes(piece.shape[1])
     stored = piece if kind == 0 else piece.view(torch.int16)
     _rows.unit_rows(
-        stored.numpy(), kind, target.numpy(), norm.numpy(), lanes, known, unit
+        stored.numpy(), kind, target.numpy(), norm.numpy(), lanes, known, unit,
+        threads=pass_threads(piece.numel()),
     )
     return True
 

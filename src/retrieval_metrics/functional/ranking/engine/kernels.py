@@ -17,6 +17,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.csr import ptr_from_counts
 from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.ranking.threads import pass_threads
 
 try:  # count_block's compiled loop for the CPU (setup.py builds it; optional)
     from retrieval_metrics.functional.ranking.engine import _count
@@ -214,6 +215,7 @@ def count_block(
             hist_lt.view(nb, width).numpy(),
             hist_le.view(nb, width).numpy(),
             None if first is None else first.contiguous().numpy(),
+            threads=pass_threads(s.numel()),
         )
         return
     elem = s.element_size()
@@ -331,7 +333,7 @@ def count_above(s: Tensor, side: tuple[np.ndarray, ...]) -> None:
         items, ld = s.shape[1], s.stride(1)
         _count_columns(s.as_strided((items, ld), (ld, 1)), side)
         return
-    _count.count_above(s.contiguous().numpy(), *side)
+    _count.count_above(s.contiguous().numpy(), *side, threads=pass_threads(s.numel()))
 
 
 def count_above_both(
@@ -385,7 +387,8 @@ def entering_compiled(
     per_row = torch.empty(rows.shape[0], dtype=torch.int64)
     cols = torch.empty(rows.shape[0], width, dtype=torch.int64)
     found = _count.entering(
-        rows.numpy(), kth.contiguous().numpy(), n, width, per_row.numpy(), cols.numpy()
+        rows.numpy(), kth.contiguous().numpy(), n, width, per_row.numpy(), cols.numpy(),
+        threads=pass_threads(rows.shape[0] * n),
     )
     return None if found < 0 else (per_row, cols)
 
