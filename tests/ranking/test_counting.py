@@ -368,11 +368,18 @@ def _shares_rows(module) -> bool:
     return shares
 
 
+def split_rows(module, row_length: int, extra: int) -> int:
+    """Rows enough for two takes of a thread and ``extra`` more (a thread takes ROW_GRAIN rows
+    at a time, more where rows are short: TAKE_VALUES values at least)."""
+    grain = max(module.ROW_GRAIN, module.TAKE_VALUES // max(row_length, 1))
+    return 2 * grain + extra
+
+
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
-    rows=st.integers(9, 120),
-    n=st.integers(1, 90),
+    n=st.integers(64, 300),
+    extra=st.integers(0, 100),
     m=st.integers(1, 8),
     depth=st.sampled_from([None, 1, 5]),
     threads=st.integers(2, 5),
@@ -380,13 +387,15 @@ def _shares_rows(module) -> bool:
     seed=st.integers(0, 2**31 - 1),
 )
 def test_count_above_shared_over_threads_counts_as_one_thread(
-    rows, n, m, depth, threads, dtype, seed
+    n, extra, m, depth, threads, dtype, seed
 ):
     """The rows of a block's count above the thresholds shared out over several of torch's
-    threads (8 rows a take; rows counted whole, searched item by item, and feeding heaps side by
-    side) give one thread's histograms, thresholds and heaps, bit for bit."""
+    threads (rows counted whole, searched item by item, and feeding heaps side by side) give
+    one thread's histograms, thresholds and heaps, bit for bit, and what the ranking reads is a
+    count by comparison's."""
     if not _shares_rows(kernels._count):
         pytest.skip("this platform's passes run on one thread")
+    rows = split_rows(kernels._count, n, extra)
     values = np.random.default_rng(seed).integers(0, 4, (rows, n)).astype(dtype)
     values[np.random.default_rng(seed + 1).random(values.shape) < 0.1] = -np.inf
     outcomes = []
@@ -401,27 +410,27 @@ def test_count_above_shared_over_threads_counts_as_one_thread(
 
 
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
-    rows=st.integers(9, 120),
-    n=st.integers(1, 90),
+    n=st.integers(64, 300),
+    extra=st.integers(0, 100),
     m=st.sampled_from([1, 3, 6, 140]),
     threads=st.integers(2, 5),
     dtype=st.sampled_from([np.float32, np.float64]),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_count_rows_shared_over_threads_counts_as_one_thread(rows, n, m, threads, dtype, seed):
+def test_count_rows_shared_over_threads_counts_as_one_thread(n, extra, m, threads, dtype, seed):
     """The whole count of a block's rows (compares, and the radix sort of rows with more than
     128 relevant scores, each thread with its own keys) shared out over threads gives one
     thread's histograms, and both a count by comparison's."""
     if not _shares_rows(kernels._count):
         pytest.skip("this platform's passes run on one thread")
+    rows = split_rows(kernels._count, n, extra)
     rng = np.random.default_rng(seed)
     values = rng.integers(0, 6, (rows, n)).astype(dtype)
     rel = np.sort(rng.integers(0, 6, (rows, m)).astype(dtype), axis=1)
     finite = rng.integers(0, m + 1, (rows, 1)).astype(np.int64)
-    for i in range(rows):
-        rel[i, finite[i, 0] :] = np.inf
+    rel[np.arange(m)[None, :] >= finite] = np.inf
     hists = []
     for team in (1, threads):
         hist = np.zeros((2, rows, m + 1), dtype=np.int64)
@@ -430,9 +439,9 @@ def test_count_rows_shared_over_threads_counts_as_one_thread(rows, n, m, threads
     np.testing.assert_array_equal(hists[0], hists[1])
     lt = hists[1][0]
     above = lt.sum(1, keepdims=True) - lt.cumsum(1)[:, :-1]
-    for i in range(rows):
-        for j in range(int(finite[i, 0])):
-            assert above[i, j] == (values[i] > rel[i, j]).sum()
+    brute = (values[:, :, None] > rel[:, None, :]).sum(1)
+    counted = np.arange(m)[None, :] < finite
+    np.testing.assert_array_equal(above[counted], brute[counted])
 
 
 @pytest.mark.skipif(kernels._count is None, reason="the compiled count is not built")

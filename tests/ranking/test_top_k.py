@@ -302,39 +302,43 @@ def test_the_compiled_entering_items_are_those_above_each_rows_kth(rows, ld, cut
         assert cols[i, : per_row[i]].tolist() == torch.nonzero(above[i]).view(-1).tolist()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
-    rows=st.integers(9, 150),
-    ld=st.integers(1, 200),
+    n=st.integers(64, 300),
+    extra=st.integers(0, 100),
     width=st.integers(0, 40),
     threads=st.integers(2, 5),
     dtype=st.sampled_from([np.float32, np.float64]),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_the_entering_items_shared_over_threads_are_one_threads(rows, ld, width, threads, dtype,
+def test_the_entering_items_shared_over_threads_are_one_threads(n, extra, width, threads, dtype,
                                                                 seed):
-    """The entering items of a block's rows shared out over several of torch's threads (8 rows
-    a take): one thread's counts and columns, row for row, and -1 exactly where one thread
-    finds a row of more than ``width`` (whichever thread meets it; the rows then stay unread)."""
-    if not kernels._count.shares_rows():
+    """The entering items of a block's rows shared out over several of torch's threads (rows
+    for two takes of a thread and more): one thread's counts and columns, row for row, and -1
+    exactly where one thread finds a row of more than ``width`` (whichever thread meets it; the
+    rows then stay unread)."""
+    module = kernels._count
+    if not module.shares_rows():
         assert not sys.platform.startswith("linux"), "torch's OpenMP pool was not found"
         pytest.skip("this platform's passes run on one thread")
+    rows = 2 * max(module.ROW_GRAIN, module.TAKE_VALUES // n) + extra
     rng = np.random.default_rng(seed)
     levels = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 2.0], dtype=dtype)
-    block = levels[rng.integers(0, 6, (rows, ld))]
-    kth = levels[rng.integers(0, 6, (rows, 1))]
-    n = int(rng.integers(0, ld + 1))
+    # (mostly low scores: most rows fit in ``width``, some do not)
+    block = levels[rng.choice(6, (rows, n + 5), p=[0.3, 0.3, 0.3, 0.08, 0.015, 0.005])]
+    kth = levels[rng.integers(2, 6, (rows, 1))]
     found = []
     for team in (1, threads):
         per_row = np.zeros(rows, dtype=np.int64)
         cols = np.zeros((rows, width), dtype=np.int64)
-        total = kernels._count.entering(block, kth, n, width, per_row, cols, threads=team)
+        total = module.entering(block, kth, n, width, per_row, cols, threads=team)
         found.append((total, per_row, cols))
     (total, per_row, cols), (shared_total, shared_per_row, shared_cols) = found
     assert total == shared_total
     if total < 0:
         return
     np.testing.assert_array_equal(per_row, shared_per_row)
+    np.testing.assert_array_equal(per_row, (block[:, :n] > kth).sum(1))
     for i in range(rows):
         np.testing.assert_array_equal(cols[i, : per_row[i]], shared_cols[i, : per_row[i]])
 

@@ -80,8 +80,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @st.composite
-def pieces(draw: Any, most_rows: int = 40) -> torch.Tensor:
-    rows = draw(st.integers(1, most_rows))
+def pieces(draw: Any) -> torch.Tensor:
+    rows = draw(st.integers(1, 40))
     width = 8 * draw(st.integers(1, 40))
     dtype = draw(st.sampled_from(list(KINDS)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
@@ -113,21 +113,34 @@ def test_one_pass_equals_torch_passes(piece, unit, known, simd):
     assert zeroed == bool((~torch.isfinite(norms)).any())
 
 
-@settings(max_examples=60, deadline=None)
-@given(piece=pieces(most_rows=200), unit=st.booleans(), known=st.booleans(),
-       threads=st.integers(2, 5))
-def test_one_pass_shared_over_threads_equals_one_thread(piece, unit, known, threads):
-    """The rows shared out over several of torch's threads (16 rows a take): one thread's
-    rows, norms and verdict on zeroed rows, bit for bit, whichever thread met the row that is
-    not finite."""
-    if not row_norms._rows.shares_rows():
+@settings(max_examples=40, deadline=None)
+@given(piece=pieces(), extra=st.integers(0, 50), unit=st.booleans(), known=st.booleans(),
+       threads=st.integers(2, 5), unfinished=st.one_of(st.none(), st.floats(0, 1)))
+def test_one_pass_shared_over_threads_equals_one_thread(
+    piece, extra, unit, known, threads, unfinished
+):
+    """The rows shared out over several of torch's threads (a piece's rows repeated to two
+    takes of a thread and more, each repeat its own binades): one thread's rows, norms and
+    verdict on zeroed rows, bit for bit, and torch's, whichever thread meets a row of infinity
+    (``unfinished``: where it lies, or none) or one whose squares overflow."""
+    module = row_norms._rows
+    if not module.shares_rows():
         assert not sys.platform.startswith("linux"), "torch's OpenMP pool was not found"
         pytest.skip("this platform's passes run on one thread")
+    width = piece.shape[1]
+    rows = 2 * max(module.ROW_GRAIN, module.TAKE_VALUES // width) + extra
+    scale = torch.exp2(torch.arange(rows) % 7 - 3.0)[:, None]
+    piece = piece.float().nan_to_num(0.0, 0.0, 0.0).repeat(-(-rows // piece.shape[0]), 1)
+    piece = (piece[:rows] * scale).to(piece.dtype)
+    if unfinished is not None:
+        piece[min(int(unfinished * rows), rows - 1), 0] = float("inf")
     known_norms = torch.linalg.vector_norm(piece.float(), dim=1, keepdim=True) if known else None
     alone = one_pass(piece, unit, known_norms)
     shared = one_pass(piece, unit, known_norms, threads=threads)
     assert same_bits(alone[0], shared[0]) and same_bits(alone[1], shared[1])
-    assert alone[2] == shared[2]
+    rows_read, norms_read = torch_passes(piece, unit, known_norms)
+    assert same_bits(shared[0], rows_read)
+    assert alone[2] == shared[2] == (not bool(norms_read.isfinite().all()))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

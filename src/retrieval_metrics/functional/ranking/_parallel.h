@@ -87,6 +87,15 @@ static gomp_parallel_fn openmp_parallel(void) {
 #endif
 }
 
+/* The rows a thread takes at a time: `least`, or more where rows are short, so that each take
+ * holds TAKE_VALUES values at least (threads taking a few short rows each wrote the same cache
+ * lines, neighbouring rows' thresholds and histograms, take after take). */
+#define TAKE_VALUES (1 << 14)
+static Py_ssize_t rows_grain(Py_ssize_t least, Py_ssize_t row_length) {
+    const Py_ssize_t by_values = TAKE_VALUES / (row_length > 0 ? row_length : 1);
+    return by_values > least ? by_values : least;
+}
+
 /* a thread of the team: its own scratch */
 static void rows_team(void *job) { rows_take((RowsJob *)job, NULL); }
 
@@ -138,6 +147,17 @@ static PyObject *parallel_shares_rows(PyObject *self, PyObject *noargs) {
     (void)self;
     (void)noargs;
     return PyBool_FromLong(openmp_parallel() != NULL);
+}
+
+/* the module `module` with TAKE_VALUES and `least` (the rows a thread takes at a time at
+ * least) as attributes, what a test needs to give threads blocks they split; NULL on error */
+static PyObject *with_take_sizes(PyObject *module, long least) {
+    if (module != NULL && (PyModule_AddIntConstant(module, "TAKE_VALUES", TAKE_VALUES) < 0 ||
+                           PyModule_AddIntConstant(module, "ROW_GRAIN", least) < 0)) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }
 
 #define SHARES_ROWS_METHOD                                                                     \

@@ -27,7 +27,7 @@
 
 #include "_parallel.h"
 
-/* rows a thread takes at a time (_parallel.h) */
+/* rows a thread takes at a time at least (_parallel.h's rows_grain) */
 #define ROW_GRAIN 16
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__INTEL_COMPILER)
@@ -258,9 +258,10 @@ static PyObject *unit_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     Job whole = {(const char *)src.buf, (float *)dst.buf, (float *)norms.buf, src.shape[0],
                  src.shape[1], kind, lanes, known, divide, simd, 0};
-    const int team = rows_threads(whole.rows, ROW_GRAIN, threads);
+    const Py_ssize_t grain = rows_grain(ROW_GRAIN, whole.d);
+    const int team = rows_threads(whole.rows, grain, threads);
     Py_BEGIN_ALLOW_THREADS
-    rows_run(job_rows, &whole, whole.rows, ROW_GRAIN, team, 1, &whole);
+    rows_run(job_rows, &whole, whole.rows, grain, team, 1, &whole);
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(whole.zeroed);
 finally:
@@ -283,4 +284,4 @@ static struct PyModuleDef module = {
     -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__rows(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__rows(void) { return with_take_sizes(PyModule_Create(&module), ROW_GRAIN); }

@@ -120,7 +120,7 @@ def unit_rows_in_one_pass(
     stored = piece if kind == 0 else piece.view(torch.int16)
     _rows.unit_rows(
         stored.numpy(), kind, target.numpy(), norm.numpy(), lanes, known, unit,
-        threads=pass_threads(piece.numel()),
+        threads=pass_threads(*piece.shape),
     )
     return True
 

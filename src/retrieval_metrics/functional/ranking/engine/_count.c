@@ -31,7 +31,7 @@
 /* relevant scores counted per pass over a row (registers: two counters each) */
 #define GROUP 4
 
-/* rows a thread takes at a time (_parallel.h) */
+/* rows a thread takes at a time at least (_parallel.h's rows_grain) */
 #define ROW_GRAIN 8
 
 /* The loops below are compiled twice on x86-64 Linux (glibc's ifunc) with GCC or clang: for
@@ -739,9 +739,10 @@ static PyObject *count_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     const int64_t *from = got == 6 ? (const int64_t *)first.buf : NULL;
     CountRows job = {values.buf, seq.buf, fin, from, (int64_t *)hist_lt.buf,
                      (int64_t *)hist_le.buf, n, m, is_double, sizes.sorts};
-    const int team = rows_threads(rows, ROW_GRAIN, threads);
+    const Py_ssize_t grain = rows_grain(ROW_GRAIN, n);
+    const int team = rows_threads(rows, grain, threads);
     Py_BEGIN_ALLOW_THREADS
-    rows_run(count_rows_of, &job, rows, ROW_GRAIN, team, count_scratch(&job), at_most);
+    rows_run(count_rows_of, &job, rows, grain, team, count_scratch(&job), at_most);
     Py_END_ALLOW_THREADS
     free(at_most);
     Py_INCREF(Py_None);
@@ -935,7 +936,8 @@ static PyObject *above_call(PyObject *args, PyObject *kwargs, int with_cols, int
                                                rows, at_most, below, found, col_scratch);
     } else {
         AboveRows job = {rows, values.buf, ld, is_double};
-        rows_run(above_rows, &job, rows->n, ROW_GRAIN, rows_threads(rows->n, ROW_GRAIN, threads),
+        const Py_ssize_t grain = rows_grain(ROW_GRAIN, ld);
+        rows_run(above_rows, &job, rows->n, grain, rows_threads(rows->n, grain, threads),
                  row_scratch, at_most);
     }
     Py_END_ALLOW_THREADS
@@ -1094,9 +1096,10 @@ static PyObject *entering(PyObject *self, PyObject *args, PyObject *kwargs) {
     }
     EnteringRows job = {values.buf, thr.buf, (int64_t *)per_row.buf, (int64_t *)cols.buf,
                         ld, n, width, is_double, 0, 0};
-    const int team = rows_threads(rows, ROW_GRAIN, threads);
+    const Py_ssize_t grain = rows_grain(ROW_GRAIN, n);
+    const int team = rows_threads(rows, grain, threads);
     Py_BEGIN_ALLOW_THREADS
-    rows_run(entering_rows, &job, rows, ROW_GRAIN, team, 1, &job);
+    rows_run(entering_rows, &job, rows, grain, team, 1, &job);
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(job.over ? -1 : job.total);
 finally:
@@ -1128,4 +1131,6 @@ static struct PyModuleDef module = {
     methods,
 };
 
-PyMODINIT_FUNC PyInit__count(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__count(void) {
+    return with_take_sizes(PyModule_Create(&module), ROW_GRAIN);
+}

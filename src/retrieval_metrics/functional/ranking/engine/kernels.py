@@ -215,7 +215,7 @@ def count_block(
             hist_lt.view(nb, width).numpy(),
             hist_le.view(nb, width).numpy(),
             None if first is None else first.contiguous().numpy(),
-            threads=pass_threads(s.numel()),
+            threads=pass_threads(*s.shape),
         )
         return
     elem = s.element_size()
@@ -333,7 +333,7 @@ def count_above(s: Tensor, side: tuple[np.ndarray, ...]) -> None:
         items, ld = s.shape[1], s.stride(1)
         _count_columns(s.as_strided((items, ld), (ld, 1)), side)
         return
-    _count.count_above(s.contiguous().numpy(), *side, threads=pass_threads(s.numel()))
+    _count.count_above(s.contiguous().numpy(), *side, threads=pass_threads(*s.shape))
 
 
 def count_above_both(
@@ -388,7 +388,7 @@ def entering_compiled(
     cols = torch.empty(rows.shape[0], width, dtype=torch.int64)
     found = _count.entering(
         rows.numpy(), kth.contiguous().numpy(), n, width, per_row.numpy(), cols.numpy(),
-        threads=pass_threads(rows.shape[0] * n),
+        threads=pass_threads(rows.shape[0], n),
     )
     return None if found < 0 else (per_row, cols)
 
