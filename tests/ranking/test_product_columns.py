@@ -19,9 +19,12 @@ import retrieval_metrics as rm
 from retrieval_metrics.functional.ranking import rank_embeddings
 from retrieval_metrics.functional.ranking.engine import schedule
 from retrieval_metrics.functional.ranking.engine.plan import (
+    CPU_BLOCK_CAPS,
+    PADDED_AT_MOST,
     PRODUCT_COLUMNS,
     SEGMENT,
     WIDE_ROWS_QUERIES,
+    balanced,
     block_sizes,
     square_block,
 )
@@ -111,8 +114,30 @@ def test_wide_rows_narrow_the_gallery_block_not_the_query_block():
     block_q, block_g = block_sizes(1000, 20000, 4097, 1, 4, budget)
     assert block_q >= WIDE_ROWS_QUERIES and block_g % PRODUCT_COLUMNS == 0
     assert 3 * block_q * block_g * 4 + block_q * 2 * 28 + block_g * 4097 * 4 <= budget // 2
-    # rows of ordinary width keep their blocks
-    assert block_sizes(1000, 20000, 769, 1, 4, budget) == (1000, 2112)
+    # rows of ordinary width keep their query block, in the default budget their gallery block
+    # too, and in this one a narrower gallery block, not fewer queries
+    default, widest = 256 * 2**20, CPU_BLOCK_CAPS[1]
+    assert block_sizes(1000, 20000, 769, 1, 4, default) == (1000, balanced(20000, widest))
+    block_q, block_g = block_sizes(1000, 20000, 769, 1, 4, budget)
+    assert block_q == 1000 and block_g % PRODUCT_COLUMNS == 0
+    assert CPU_BLOCK_CAPS[1] // 2 <= block_g < CPU_BLOCK_CAPS[1]
+
+
+@pytest.mark.parametrize(
+    ("num", "block"), [(5000, 3072), (4500, 3072), (20000, 2112), (10**6, 3072), (700, 3072)]
+)
+def test_balanced_blocks_cover_the_gallery_padding_little(num, block):
+    """A gallery's blocks, all of one width, cover its items; where a block or two more pads
+    less than PADDED_AT_MOST, those; and never more blocks than two beyond the fewest."""
+    width = balanced(num, block)
+    blocks = -(-num // width)
+    fewest = -(-num // block)
+    assert width <= block and width % PRODUCT_COLUMNS == 0 and blocks * width >= num
+    assert fewest <= blocks <= fewest + 2
+    padded = blocks * width - num
+    tries = [c * min(block, -(-num // (c * PRODUCT_COLUMNS)) * PRODUCT_COLUMNS) - num
+             for c in range(fewest, fewest + 3)]
+    assert padded <= num * PADDED_AT_MOST or padded == min(tries)
 
 
 @pytest.mark.parametrize("similarity", ["dot", "cosine", "euclidean"])

@@ -38,17 +38,22 @@ from retrieval_metrics.functional.ranking.engine.kernels import SEGMENT
 PRODUCT_COLUMNS = 192
 #: The largest blocks of the CPU's counting (``counters.CpuCounter``): (queries, gallery items)
 #: of the one-sided pass, and the square block of the symmetric pass. The CPU keeps a score
-#: block in its caches (2112 gallery items, up to 1024 queries; a narrower gallery block takes
-#: as many times more queries, see :func:`block_sizes`); the symmetric pass also
-#: counts each block down its columns, a strided read that leaves the caches sooner: 1344
-#: (7 panels) measured best on 2 cores (a 20,000 x 128 set 0.45 s against 0.71 s at 2112 and
-#: 0.44 s at 960; SOP's 60,502 x 128 4.3 s against 5.1 s at 2112 and 5.5 s at 960, whose four
-#: times as many block pairs cost Python steps).
-CPU_BLOCK_CAPS = (1024, 11 * PRODUCT_COLUMNS, 7 * PRODUCT_COLUMNS)
+#: block in its caches (3072 gallery items, up to 1024 queries; a narrower gallery block takes
+#: as many times more queries, see :func:`block_sizes`), and each block costs Python steps
+#: besides: once the count shared a block's rows over torch's threads (threads.py), 16 panels
+#: beat 11 on a 2-core Intel Xeon (1,000,000 x 384, 1,000 queries, BEIR's measures: 0.46 s
+#: besides the products against 0.51 s for a strong model, 0.39 s against 0.43 s for a middling
+#: one; 22 panels 0.44 s for the strong one, 33 panels 0.57 s; 2,000,000 x 768
+#: float16 from disk 1.54 s against 1.58-2.01 s; without a protocol 0.56 s against 0.58 s).
+#: The symmetric pass also counts each block down its columns, a strided read that leaves the
+#: caches sooner: 1344 (7 panels) measured best on 2 cores (a 20,000 x 128 set 0.45 s against
+#: 0.71 s at 2112 and 0.44 s at 960; SOP's 60,502 x 128 4.3 s against 5.1 s at 2112 and 5.5 s
+#: at 960, whose four times as many block pairs cost Python steps).
+CPU_BLOCK_CAPS = (1024, 16 * PRODUCT_COLUMNS, 7 * PRODUCT_COLUMNS)
 #: An accelerator's (``counters.TorchDeviceCounter``): no cache to fit, but a fixed cost per
 #: block (a launch of each of its kernels, Python's steps), so the memory budget alone sets the
-#: blocks: 32,768 queries, 262,080 gallery items (an 8.8M corpus in 34 blocks, not 4,190 of
-#: the CPU's 2,112) and square blocks of 32,640 (SOP's 60,502 items in 2 x 2).
+#: blocks: 32,768 queries, 262,080 gallery items (an 8.8M corpus in 34 blocks, not 2,879 of
+#: the CPU's 3,072) and square blocks of 32,640 (SOP's 60,502 items in 2 x 2).
 DEVICE_BLOCK_CAPS = (2**15, 1365 * PRODUCT_COLUMNS, 170 * PRODUCT_COLUMNS)
 #: Query blocks do not shrink below this many rows while a narrower gallery block would fit
 #: the budget instead (rows of thousands of dimensions: see :func:`block_sizes`).
@@ -77,17 +82,32 @@ def narrowed(block: int) -> int:
     return max(SEGMENT, block // 2 // SEGMENT * SEGMENT)
 
 
+#: The padding :func:`balanced` lets a gallery's blocks add, as a share of its items, before it
+#: tries a block or two more (a padded column is multiplied as any other).
+PADDED_AT_MOST = 1 / 32
+
+
 def balanced(num: int, block: int) -> int:
     """The width of the blocks that cover ``num`` items in as many blocks as ``block`` needs,
     all of one width: every block, the last included, is computed at the shape of the others
     (the last is padded), so a width that divides the items evenly pads at most one panel per
-    block instead of most of a last block (4,500 gallery items: three blocks of 1,536, not of
-    2,112). Whole :data:`PRODUCT_COLUMNS` where ``block`` is, else whole segments."""
+    block instead of most of a last block (4,500 gallery items: two blocks of 2,304, not of
+    3,072), and a block or two more where those pad less (PADDED_AT_MOST). Whole
+    :data:`PRODUCT_COLUMNS` where ``block`` is, else whole segments."""
     if num <= block:
         return min(block, whole_blocks(num)) if block % PRODUCT_COLUMNS == 0 else block
     count = -(-num // block)
     unit = PRODUCT_COLUMNS if block % PRODUCT_COLUMNS == 0 else SEGMENT
-    return min(block, -(-num // (count * unit)) * unit)
+
+    def width(blocks: int) -> int:
+        return min(block, -(-num // (blocks * unit)) * unit)
+
+    # Each block pads up to a unit less one: where that is more than PADDED_AT_MOST of the items,
+    # a block or two more may pad less (5,000 items: two blocks of 2,688 pad 376 columns, 7.5%
+    # more products; three of 1,728, 184).
+    tries = range(count, count + 3)
+    fitting = [c for c in tries if c * width(c) - num <= num * PADDED_AT_MOST]
+    return width(fitting[0] if fitting else min(tries, key=lambda c: c * width(c)))
 
 
 def _per_pair_bytes(elem: int) -> int:
@@ -111,7 +131,7 @@ def block_sizes(
 ) -> tuple[int, int]:
     """Query and gallery block sizes whose scratch fits in ``memory_budget`` and the counting
     backend's ``caps`` (the CPU's caches: :data:`CPU_BLOCK_CAPS`)."""
-    # On the CPU a gallery block of 2112 keeps the score block in cache for typical query
+    # On the CPU a gallery block of 3072 keeps the score block in cache for typical query
     # blocks; the query block is the largest power of two (up to the cap's area of
     # cap_q x cap_g scores) whose scratch fits.
     cap_q, cap_g, _ = caps
@@ -134,6 +154,14 @@ def block_sizes(
         )
         if scratch <= memory_budget // 2:
             break
+        if block_g > max(PRODUCT_COLUMNS, cap_g // 2):
+            # A budget a little short of the widest blocks: a narrower gallery block first (more
+            # blocks, each a few Python steps), not half the queries (the whole gallery read
+            # again for each query block: 1,000 queries of 769 dimensions in 64 MiB stay one
+            # block, against gallery blocks of 1,728 items, where 512 of them took blocks of
+            # 2,880).
+            block_g = narrowed(block_g)
+            continue
         if (
             block_q <= WIDE_ROWS_QUERIES and block_g > PRODUCT_COLUMNS
             and block_g * (dim + 1) * elem > memory_budget // 4
