@@ -29,6 +29,7 @@ from retrieval_metrics.functional.ranking.embeddings import embedding_relevance
 from retrieval_metrics.functional.ranking.engine import kernels, plan, schedule
 from retrieval_metrics.functional.ranking.engine.counters import choose_counter
 from retrieval_metrics.functional.ranking.items import Keys
+from retrieval_metrics.functional.ranking.reference import rank_embeddings_by_full_sort
 from retrieval_metrics.functional.ranking.row_norms import reads_in_one_pass
 from retrieval_metrics.functional.ranking.settings import RankingSettings
 from retrieval_metrics.metrics.chunks import PAIR_BYTES
@@ -133,6 +134,40 @@ def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts
     # counting steps), about half of the product
     assert layouts[0].block_g >= plan.CPU_BLOCK_CAPS[2] // 2, layouts[0]
     assert half_product(n, layouts[0].block_g) <= 0.55
+
+
+def test_wide_rows_take_the_symmetric_pass_where_its_states_cost_less_than_a_matrix(layouts):
+    """60,502 x 512 (SOP's size at a common width) at the default budget: its 118 MiB of unit
+    rows leave the pass a quarter of the budget, whose quarter its 13 MiB of row states
+    overfill; but the symmetric pass never makes the queries' matrix that the one-sided pass
+    makes beside the gallery's, and the states fit in that: half the product, in less memory
+    (the one-sided pass took 1.9x the time and 411 MiB against 310 MiB above the start)."""
+    n = 60502
+    labels = class_labels(n, "skewed")
+    emb = embedded(labels, dim=512)
+    metric = rm.RetrievalMetrics(NAMES)
+    for start in range(0, n, 4096):
+        metric.update(emb[start : start + 4096], labels[start : start + 4096])
+    with pytest.raises(_Laid):
+        metric.compute()
+    assert len(layouts) == 1
+    assert layouts[0].symmetric, layouts[0]
+
+
+def test_a_tight_budget_ranks_same_source_in_the_symmetric_pass_alike():
+    """3,072 x 256 in 5 MiB: the row states overfill a quarter of the pass's budget but fit in
+    the queries' matrix the symmetric pass spares; it computes half the product, and the table
+    is the full sort's, bit for bit."""
+    n, dim, budget = 3072, 256, 5 * 2**20
+    labels = class_labels(n, "varied")
+    emb = embedded(labels, dim)
+    with counting_work() as work:
+        table = rank_embeddings(emb, query_labels=labels, memory_budget=budget)
+    assert work.passes == {"one_sided": 0, "symmetric": 1, "two_way": 0}
+    assert work.ratio(n, n, dim) <= 0.6
+    reference = rank_embeddings_by_full_sort(emb, query_labels=labels, memory_budget=budget)
+    for name in ("ptr", "above", "tied", "num_relevant", "gallery_size"):
+        assert torch.equal(getattr(table, name), getattr(reference, name)), name
 
 
 @pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])

@@ -78,13 +78,15 @@ def choose_layout(
         and _same_key(inputs.query_key, inputs.gallery_key)
     ):
         budget = pass_budget(memory_budget, num_g * dim * elem)
+        # (the queries' matrix, which the one-sided pass would prepare beside the gallery's)
+        spared = num_q * dim * elem
         if block_size is not None:
             block: int | None = block_size[1]
             if not keeps_states(side.state_bytes(block_size[1], elem), side.pair_state_bytes(),
-                                budget):
+                                budget, spared):
                 block = None
         else:
-            block = _symmetric_block(side, elem, budget)
+            block = _symmetric_block(side, elem, budget, spared)
             if block is not None:
                 # (square products of a few columns may be computed otherwise: see
                 # product_shape)
@@ -104,12 +106,13 @@ def choose_layout(
     return Layout(False, block_q, block_g, budget)
 
 
-def _symmetric_block(side: Direction, elem: int, budget: int) -> int | None:
+def _symmetric_block(side: Direction, elem: int, budget: int, spared: int) -> int | None:
     """The square block of the symmetric pass, or None where its states do not fit the budget
-    (:func:`keeps_states`): the widest whose products kept between reading and counting (see
-    :func:`kept_at_most`) fit beside the states, or, where none down to half the widest block
-    does, the widest whose states fit (a product then computed again where it cannot be kept:
-    narrower still, the counting steps of four times as many block pairs cost more)."""
+    (:func:`keeps_states`, with the ``spared`` matrix): the widest whose products kept between
+    reading and counting (see :func:`kept_at_most`) fit beside the states, or, where none down
+    to half the widest block does, the widest whose states fit (a product then computed again
+    where it cannot be kept: narrower still, the counting steps of four times as many block
+    pairs cost more)."""
     num = side.num_g
     widest = square_block(num, elem, budget, side.counter.block_caps())
     narrowest = max(PRODUCT_COLUMNS, widest // 2)
@@ -117,7 +120,7 @@ def _symmetric_block(side: Direction, elem: int, budget: int) -> int | None:
     pairs = side.pair_state_bytes()
     while True:
         rows = side.state_bytes(block, elem)
-        if keeps_states(rows, pairs, budget):
+        if keeps_states(rows, pairs, budget, spared):
             fallback = block if fallback is None else fallback
             room = two_sided_room(budget, rows, pairs)
             kept = kept_at_most(symmetric_needs(side, block), -(-num // block))
@@ -214,11 +217,19 @@ def two_way_block(sides: list[Direction], budget: int, dtype: torch.dtype) -> in
     return block
 
 
-def keeps_states(row_bytes: int, pair_bytes: int, budget: int) -> bool:
+def keeps_states(row_bytes: int, pair_bytes: int, budget: int, spared: int = 0) -> bool:
     """Whether a two-sided pass may keep every query block's counting state to the end: the
     part that grows with rows and their padding (``row_bytes``) within a quarter of the pass's
-    ``budget``, the part that grows with the relevant pairs (``pair_bytes``, of the order of the
-    outputs) within the whole of it.
+    ``budget``, or, with the pair part, within what the pass spares against the one-sided pass
+    (``spared``: the symmetric pass's second prepared matrix, which it never makes); the part
+    that grows with the relevant pairs (``pair_bytes``, of the order of the outputs) within the
+    whole of it.
+
+    The spared matrix: 60,502 x 512 float32 same source (SOP's size at a common width) in the
+    default budget left a pass 38.5 MiB beside its 118 MiB of unit rows, a quarter of which
+    its 13 MiB of row states overfilled; the one-sided pass it took instead made the queries'
+    118 MiB matrix too and all of the product, 14.4 s and 411 MiB above the start on a 2-core
+    Xeon, where the symmetric pass took 7.6 s and 310 MiB, the same values.
 
     The pair part is not charged to the quarter: it is of the size of the rank table the
     ranking returns, and counted against the quarter it made the choice between half and all of
@@ -226,7 +237,9 @@ def keeps_states(row_bytes: int, pair_bytes: int, budget: int) -> bool:
     state against a quarter of 97 MiB). Bounded by the whole budget, a ranking with millions of
     relevant pairs still takes the one-sided pass, one query block's state at a time.
     """
-    return row_bytes <= budget // 4 and pair_bytes <= budget
+    if pair_bytes > budget:
+        return False
+    return row_bytes <= budget // 4 or row_bytes + pair_bytes <= spared
 
 
 def two_sided_room(budget: int, row_bytes: int, pair_bytes: int) -> int:
