@@ -113,6 +113,18 @@ def plans(monkeypatch):
     return recorded_layouts(monkeypatch, stop=False)
 
 
+def _assert_laid_out_symmetric(emb: torch.Tensor, labels: torch.Tensor, layouts) -> None:
+    """RetrievalMetrics at its default budget, updated in batches of 4,096, lays its one
+    ranking out in the symmetric pass (the compute stops there: ``layouts``)."""
+    metric = rm.RetrievalMetrics(NAMES)
+    for start in range(0, emb.shape[0], 4096):
+        metric.update(emb[start : start + 4096], labels[start : start + 4096])
+    with pytest.raises(_Laid):
+        metric.compute()
+    assert len(layouts) == 1
+    assert layouts[0].symmetric, layouts[0]
+
+
 @pytest.mark.parametrize("kind", ["fixed", "varied", "skewed"])
 @pytest.mark.parametrize("grouped", [False, True])
 def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts, kind, grouped):
@@ -123,13 +135,7 @@ def test_sop_sized_classes_take_the_symmetric_pass_at_the_default_budget(layouts
     if grouped:
         labels = torch.sort(labels).values
     emb = embedded(labels, dim=128)
-    metric = rm.RetrievalMetrics(NAMES)
-    for start in range(0, n, 4096):
-        metric.update(emb[start : start + 4096], labels[start : start + 4096])
-    with pytest.raises(_Laid):
-        metric.compute()
-    assert len(layouts) == 1
-    assert layouts[0].symmetric, layouts[0]
+    _assert_laid_out_symmetric(emb, labels, layouts)
     # wide square blocks (at least half the CPU's widest: fewer pairs of blocks, fewer
     # counting steps), about half of the product
     assert layouts[0].block_g >= plan.CPU_BLOCK_CAPS[2] // 2, layouts[0]
@@ -145,13 +151,7 @@ def test_wide_rows_take_the_symmetric_pass_where_its_states_cost_less_than_a_mat
     n = 60502
     labels = class_labels(n, "skewed")
     emb = embedded(labels, dim=512)
-    metric = rm.RetrievalMetrics(NAMES)
-    for start in range(0, n, 4096):
-        metric.update(emb[start : start + 4096], labels[start : start + 4096])
-    with pytest.raises(_Laid):
-        metric.compute()
-    assert len(layouts) == 1
-    assert layouts[0].symmetric, layouts[0]
+    _assert_laid_out_symmetric(emb, labels, layouts)
 
 
 def test_a_tight_budget_ranks_same_source_in_the_symmetric_pass_alike():
