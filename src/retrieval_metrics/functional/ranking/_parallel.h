@@ -54,7 +54,8 @@ typedef struct {
 } RowsJob;
 
 /* One thread's share: `grain` rows at a time until none are left. A thread without its
- * scratch takes no rows; the others take them (the calling thread always has its own). */
+ * scratch takes no rows; the others take them, and after the team the calling thread, with
+ * its own (`own`, never NULL there: rows_run), any left. */
 static void rows_take(RowsJob *job, void *own) {
     void *scratch = own != NULL ? own : malloc(job->scratch > 0 ? job->scratch : 1);
     if (scratch == NULL) return;
@@ -121,6 +122,8 @@ static void rows_run(rows_fn fn, void *ctx, Py_ssize_t rows, Py_ssize_t grain, i
     /* (every member of the team, the calling thread too, takes rows with scratch of its own:
      * the team's numbering is not asked of the runtime) */
     parallel(rows_team, &job, (unsigned)threads, 0);
+    /* rows no member took (none had its scratch) are the calling thread's, with its own */
+    rows_take(&job, own);
 }
 
 /* the `threads` keyword of a call (1 where it is not given), or -1 with an exception set */
