@@ -730,15 +730,14 @@ static PyObject *count_rows(PyObject *self, PyObject *args, PyObject *kwargs) {
     int64_t longest = 0;
     for (Py_ssize_t i = 0; i < rows; i++)
         if (fin[i] > longest) longest = fin[i];
-    const CountRows sizes = {.n = n, .m = m, .sorts = longest > SORT_ABOVE && n > 0};
-    int64_t *at_most = (int64_t *)malloc(count_scratch(&sizes));
+    const int64_t *from = got == 6 ? (const int64_t *)first.buf : NULL;
+    CountRows job = {values.buf, seq.buf, fin, from, (int64_t *)hist_lt.buf,
+                     (int64_t *)hist_le.buf, n, m, is_double, longest > SORT_ABOVE && n > 0};
+    int64_t *at_most = (int64_t *)malloc(count_scratch(&job));
     if (at_most == NULL) {
         PyErr_NoMemory();
         goto finally;
     }
-    const int64_t *from = got == 6 ? (const int64_t *)first.buf : NULL;
-    CountRows job = {values.buf, seq.buf, fin, from, (int64_t *)hist_lt.buf,
-                     (int64_t *)hist_le.buf, n, m, is_double, sizes.sorts};
     const Py_ssize_t grain = rows_grain(ROW_GRAIN, n);
     const int team = rows_threads(rows, grain, threads);
     Py_BEGIN_ALLOW_THREADS
@@ -835,8 +834,6 @@ static int64_t whole_cost(const Side *side) {
     return cost;
 }
 
-/* count_above(values, *rows), count_above_columns(values, *cols) and count_above_both(values,
- * cols, rows): one pass over values' rows; returns the rows read for the columns' side. */
 /* the rows' side of count_above, split over threads: each row's own state, a thread's own
  * scratch (above_scratch) */
 typedef struct {
@@ -868,9 +865,11 @@ static void above_rows(void *ctx, Py_ssize_t start, Py_ssize_t stop, void *scrat
     }
 }
 
-static PyObject *above_call(PyObject *args, PyObject *kwargs, int with_cols, int with_rows) {
-    const int threads = threads_keyword(kwargs);
-    if (threads < 0) return NULL;
+/* count_above(values, *rows), count_above_columns(values, *cols) and count_above_both(values,
+ * cols, rows): one pass over values' rows; returns the rows read for the columns' side. The
+ * rows of count_above alone are shared over `threads` (a columns' side is one thread's: its
+ * state changes row after row of items). */
+static PyObject *above_call(PyObject *args, int threads, int with_cols, int with_rows) {
     Py_ssize_t given = PyTuple_Size(args);
     if (given < 2) {
         PyErr_SetString(PyExc_TypeError, "count_above: values and a side are needed");
@@ -965,7 +964,10 @@ PyDoc_STRVAR(count_above_doc,
              "min(cap[row], the heap's least). The queries may be the first len(thr) rows of "
              "values.");
 
-static PyObject *count_above(PyObject *self, PyObject *args, PyObject *kwargs) { return above_call(args, kwargs, 0, 1); }
+static PyObject *count_above(PyObject *self, PyObject *args, PyObject *kwargs) {
+    const int threads = threads_keyword(kwargs);
+    return threads < 0 ? NULL : above_call(args, threads, 0, 1);
+}
 
 PyDoc_STRVAR(count_above_columns_doc,
              "count_above_columns(values, thr, seq, num_finite, hist_lt, hist_le, heap=None, "
@@ -976,8 +978,8 @@ PyDoc_STRVAR(count_above_columns_doc,
              "(a weak model), the rest is counted whole, a vector of columns at a time; returns "
              "the rows of items read item by item before that.");
 
-static PyObject *count_above_columns(PyObject *self, PyObject *args, PyObject *kwargs) {
-    return above_call(args, kwargs, 1, 0);
+static PyObject *count_above_columns(PyObject *self, PyObject *args) {
+    return above_call(args, 1, 1, 0);
 }
 
 PyDoc_STRVAR(count_above_both_doc,
@@ -987,8 +989,8 @@ PyDoc_STRVAR(count_above_both_doc,
              "the symmetric pass read once for the queries on both of its sides. cols gives up "
              "as count_above_columns does, and returns what it returns.");
 
-static PyObject *count_above_both(PyObject *self, PyObject *args, PyObject *kwargs) {
-    return above_call(args, kwargs, 1, 1);
+static PyObject *count_above_both(PyObject *self, PyObject *args) {
+    return above_call(args, 1, 1, 1);
 }
 
 /* The items of a row above its threshold t (strictly), in column order: their columns written to
@@ -1050,7 +1052,8 @@ static void entering_rows(void *ctx, Py_ssize_t start, Py_ssize_t stop, void *sc
                                   ((const double *)job->thr)[i], width, job->out + i * width)
                 : entering_float((const float *)job->values + i * ld, job->n,
                                  ((const float *)job->thr)[i], width, job->out + i * width);
-        if (here < 0) { /* (the caller sorts every row instead: the rest need not be looked at) */
+        if (here < 0) {
+            /* (the caller sorts every row instead: the rest need not be looked at) */
             SHARED_STORE(&job->over, 1);
             return;
         }
@@ -1116,10 +1119,8 @@ static PyMethodDef methods[] = {
      count_rows_doc},
     {"count_above", (PyCFunction)(void (*)(void))count_above, METH_VARARGS | METH_KEYWORDS,
      count_above_doc},
-    {"count_above_columns", (PyCFunction)(void (*)(void))count_above_columns, METH_VARARGS | METH_KEYWORDS,
-     count_above_columns_doc},
-    {"count_above_both", (PyCFunction)(void (*)(void))count_above_both, METH_VARARGS | METH_KEYWORDS,
-     count_above_both_doc},
+    {"count_above_columns", count_above_columns, METH_VARARGS, count_above_columns_doc},
+    {"count_above_both", count_above_both, METH_VARARGS, count_above_both_doc},
     {"entering", (PyCFunction)(void (*)(void))entering, METH_VARARGS | METH_KEYWORDS,
      entering_doc},
     {NULL, NULL, 0, NULL},
