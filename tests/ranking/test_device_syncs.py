@@ -248,6 +248,81 @@ def test_host_syncs_do_not_grow_with_queries_items_or_blocks(form, dtype):
     assert blocks[2] > blocks[0], blocks  # the largest is ranked in more blocks
 
 
+
+def _listed_blocks(monkeypatch) -> list[int]:
+    """A counter of the gallery blocks top_k multiplies (its calls of padded_block)."""
+    from retrieval_metrics.functional.ranking import top_lists
+
+    seen = [0]
+    original = top_lists.padded_block
+
+    def counted(*args, **kwargs):
+        seen[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(top_lists, "padded_block", counted)
+    return seen
+
+
+def _metric_with(n: int, same_source: bool, device: str) -> rm.RetrievalMetrics:
+    emb, labels = _form_data(n)  # (small integers: dot products full of ties at every cut)
+    m = rm.RetrievalMetrics(["mrr"], similarity="dot", memory_budget=FORM_BUDGET // 16)
+    m = m.to(device)
+    if same_source:
+        m.update(emb.to(device), labels.to(device))
+    else:
+        m.update(emb[: n // 4].to(device), labels[: n // 4].to(device), role="query")
+        m.update(emb[n // 4 :].to(device), labels[n // 4 :].to(device), role="gallery")
+    return m
+
+
+@pytest.mark.parametrize("same_source", [True, False], ids=["same source", "query/gallery"])
+def test_a_runs_host_syncs_do_not_grow_with_queries_items_or_blocks(same_source, monkeypatch):
+    """run(k) on the emulated device, at 1x, 4x and 16x the queries and items:
+    the same host syncs at every size, however many blocks the largest is listed in. Each
+    block's lists are kept with no host read (running_best.UnwaitedBest), its -inf pairs (a
+    query itself) written with no copy from the host, and the ties at the cuts that such data
+    is full of listed again with no host read either (KeyedBest). The lists are the CPU's."""
+    blocks = _listed_blocks(monkeypatch)
+    syncs, listed = [], []
+    for n in (256, 1024, 4096):
+        expected = _metric_with(n, same_source, "cpu").run(k=10)
+        with emulated_cuda() as emu:
+            m = _metric_with(n, same_source, "cuda")
+            blocks[0] = 0
+            with emu.counting() as log:
+                run = m.run(k=10)
+        syncs.append(len(log))
+        listed.append(blocks[0])
+        assert run == expected
+    assert syncs[0] == syncs[1] == syncs[2], syncs
+    assert syncs[0] <= 12, syncs
+    assert listed[2] > listed[0] > 0, listed
+
+
+def test_top_k_on_a_device_takes_the_devices_budget(monkeypatch):
+    """top_k's blocks on an accelerator: a share of its (mocked) free memory where no budget
+    is given, far fewer blocks than the CPU's of 64 MiB of scores, and under an explicit
+    budget the blocks it allows; the same lists whichever."""
+    from retrieval_metrics.functional.ranking.top_lists import top_k
+
+    gen = torch.Generator().manual_seed(0)
+    q, g = torch.randn(300, 8, generator=gen), torch.randn(40_000, 8, generator=gen)
+    blocks = _listed_blocks(monkeypatch)
+    on_cpu = top_k(q, g, 20)
+    cpu_blocks = blocks[0]
+    found = {}
+    for free, budget in ((2**34, None), (2**34, 2**18)):
+        blocks[0] = 0
+        with emulated_cuda():
+            monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, f=free: (f, f))
+            listed = top_k(q.cuda(), g.cuda(), 20, memory_budget=budget)
+            found[budget] = (blocks[0], listed.indices.cpu(), listed.scores.cpu())
+    assert found[None][0] == 1 < cpu_blocks < found[2**18][0], (cpu_blocks, found)
+    for _, indices, scores in found.values():
+        assert torch.equal(indices, on_cpu.indices) and torch.equal(scores, on_cpu.scores)
+
+
 SHARDED_SIZES = (256, 1024, 4096)
 _TWO_PROCESSES: list[list[dict]] = []
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import retrieval_metrics as rm
 from emulated_cuda import fake_cuda_fixture  # noqa: F401
+from retrieval_metrics.functional.ranking.engine.counters import COUNTER_ENV
 from retrieval_metrics.functional.ranking.engine.listing import RunListing, listing
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
@@ -94,6 +95,50 @@ def test_the_lists_kept_as_the_ranking_counts_are_top_ks(nq, ng, dim, k, seed, c
     assert found is not None
     expected = top_k(q, g, k, similarity=similarity, query_ids=q_ids, gallery_ids=d_ids,
                      exclude_identical_ids=True)
+    assert torch.equal(found[0], expected.indices)
+    assert torch.equal(found[1], expected.scores)
+
+
+
+@pytest.mark.filterwarnings("ignore:RetrievalMetrics. the cut-off reaches")
+@settings(max_examples=30, deadline=None)
+@given(
+    nq=st.integers(1, 30), ng=st.integers(2, 260), dim=st.integers(2, 6), k=st.integers(1, 40),
+    seed=st.integers(0, 10_000), codes=st.booleans(),
+    budget=st.sampled_from([None, 1 << 16, 1 << 18]),
+)
+def test_an_accelerators_lists_are_top_ks_or_none_where_a_cut_ties(nq, ng, dim, k, seed, codes,
+                                                                   budget):
+    """The lists an accelerator's pass keeps (torch's whole-block counter, here on the CPU:
+    running_best.UnwaitedBest, no host read a block): top_k's where no block's cut falls in a
+    tie; where one may (binary codes), None, from the one read of the device that says so,
+    and the caller lists with top_k. The values are those of the CPU's ranking."""
+    q, g, q_ids, d_ids, qrels = _data(nq, ng, dim, seed, codes, torch.float32)
+    options = {} if budget is None else {"memory_budget": budget}
+    plain, _ = _ranked(q, g, q_ids, d_ids, qrels, k, "cosine", 1, False, **options)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(COUNTER_ENV, "torch")
+        values, lists = _ranked(q, g, q_ids, d_ids, qrels, k, "cosine", 1, True, **options)
+    _same_values(values, plain)
+    found = lists.found(nq)
+    if found is None:
+        assert lists.complete and not all(part.exact() for part in lists._parts)
+        return
+    expected = top_k(q, g, k, query_ids=q_ids, gallery_ids=d_ids, exclude_identical_ids=True)
+    assert torch.equal(found[0], expected.indices)
+    assert torch.equal(found[1], expected.scores)
+
+
+def test_an_accelerators_lists_of_distinct_scores_are_kept():
+    """Real-valued scores, no tie at any cut: the accelerator's pass keeps top_k's lists."""
+    q, g, q_ids, d_ids, qrels = _data(40, 3000, 16, 1, False, torch.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(COUNTER_ENV, "torch")
+        _, lists = _ranked(q, g, q_ids, d_ids, qrels, 25, "cosine", 2, True,
+                           memory_budget=1 << 18)
+    found = lists.found(40)
+    assert found is not None
+    expected = top_k(q, g, 25, query_ids=q_ids, gallery_ids=d_ids, exclude_identical_ids=True)
     assert torch.equal(found[0], expected.indices)
     assert torch.equal(found[1], expected.scores)
 

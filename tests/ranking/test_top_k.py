@@ -19,7 +19,7 @@ from reference import reference_top_k
 from retrieval_metrics.formats import read_run, read_trec_run, write_run
 from retrieval_metrics.functional.ranking import top_lists
 from retrieval_metrics.functional.ranking.engine import kernels, running_best
-from retrieval_metrics.functional.ranking.engine.counters import choose_counter
+from retrieval_metrics.functional.ranking.engine.counters import COUNTER_ENV, choose_counter
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 DEVICES = [
@@ -381,11 +381,11 @@ def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width,
         _check_running_lists(rows, widths, width, dtype, seed)
 
 
-def _check_running_lists(rows, widths, width, dtype, seed):
+def _check_running_lists(rows, widths, width, dtype, seed, kind=None):
     gen = torch.Generator().manual_seed(seed)
     levels = torch.tensor([float("-inf"), -1.0, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0], dtype=dtype)
-    best = running_best.RunningBest(rows, width, dtype, torch.device("cpu"),
-                                    choose_counter("cpu"))
+    best = (kind or running_best.RunningBest)(rows, width, dtype, torch.device("cpu"),
+                                              choose_counter("cpu"))
     masks = torch.empty(3 * rows * max(widths), dtype=torch.bool)
     every: list[list[tuple[float, int]]] = [[] for _ in range(rows)]
     g0 = 0
@@ -400,8 +400,97 @@ def _check_running_lists(rows, widths, width, dtype, seed):
         best.add(s, g0, masks, product)
         g0 += n
     scores, cols = best.lists()
+    # (UnwaitedBest: the rows it is sure of; the others are listed again)
+    unsure = getattr(best, "unsure", torch.zeros(rows, dtype=torch.bool)).tolist()
     for i in range(rows):
+        if unsure[i]:
+            continue
         expected = sorted(every[i], key=lambda pair: -pair[0])[:width]
         assert scores[i].tolist() == [v for v, _ in expected]
         finite = [c for v, c in expected if v != float("-inf")]
         assert cols[i, : len(finite)].tolist() == finite
+    return unsure
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    widths=st.lists(st.integers(1, 30), min_size=1, max_size=12),
+    width=st.integers(1, 20),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    keyed=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_lists_kept_without_host_waits_keep_each_rows_best_in_tie_order(
+    rows, widths, width, dtype, keyed, seed
+):
+    """An accelerator's running lists against the same brute force: UnwaitedBest (each
+    block's best by torch.topk, merged) in every row it does not mark unsure, and KeyedBest
+    (float32 scores keyed with their columns in one int64) in every row. Scores from a few
+    values, so that ties at a block's cut, which topk breaks as it likes, are common."""
+    if keyed and dtype == torch.float32:
+        _check_running_lists(rows, widths, width, dtype, seed, running_best.KeyedBest)
+    else:
+        _check_running_lists(rows, widths, width, dtype, seed, running_best.UnwaitedBest)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(1, 6),
+    widths=st.lists(st.integers(1, 40), min_size=1, max_size=8),
+    width=st.integers(1, 20),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_the_lists_kept_without_host_waits_are_sure_of_distinct_scores(rows, widths, width,
+                                                                       seed):
+    """Where no two of a row's scores tie (nor its -inf excluded items, which are never
+    listed), UnwaitedBest is sure of every row, and its lists are the brute force's."""
+    gen = torch.Generator().manual_seed(seed)
+    best = running_best.UnwaitedBest(rows, width, torch.float32, torch.device("cpu"))
+    every: list[list[tuple[float, int]]] = [[] for _ in range(rows)]
+    g0 = 0
+    for n in widths:
+        s = torch.randperm(rows * n, generator=gen).view(rows, n).float()
+        s[torch.rand(rows, n, generator=gen) < 0.2] = float("-inf")
+        for i in range(rows):
+            every[i] += [(v, g0 + j) for j, v in enumerate(s[i].tolist()) if v > float("-inf")]
+        best.add(s, g0)
+        g0 += n
+    assert not best.unsure.any()
+    scores, cols = best.lists()
+    for i in range(rows):
+        expected = sorted(every[i], key=lambda pair: -pair[0])[:width]
+        assert scores[i, : len(expected)].tolist() == [v for v, _ in expected]
+        assert cols[i, : len(expected)].tolist() == [c for _, c in expected]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    nq=st.integers(1, 12), ng=st.integers(1, 300), dim=st.integers(1, 6),
+    k=st.integers(1, 45), seed=st.integers(0, 10_000), codes=st.booleans(),
+    budget=st.sampled_from([None, 1 << 12, 1 << 14]), ties=st.sampled_from(["position", "id"]),
+)
+def test_top_k_without_host_waits_lists_as_a_brute_force(nq, ng, dim, k, seed, codes, budget,
+                                                         ties):
+    """top_k with an accelerator's lists (torch's whole-block counter, here on the CPU): each
+    query block listed by UnwaitedBest, the blocks holding a tie at a cut listed again by
+    KeyedBest; binary codes (ties everywhere) and real scores, the device's blocks or a budget
+    of a few blocks, ties by position and by id: the brute force's lists."""
+    gen = torch.Generator().manual_seed(seed)
+    if codes:
+        q, g = _codes(nq, dim, seed), _codes(ng, dim, seed + 1)
+    else:
+        q, g = torch.randn(nq, dim, generator=gen), torch.randn(ng, dim, generator=gen)
+    ids = [f"d{j:04d}" for j in torch.randperm(ng, generator=gen).tolist()]
+    options = {"similarity": "dot", "ties": ties, "gallery_ids": ids}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(COUNTER_ENV, "torch")
+        found = top_k(q, g, k, memory_budget=budget, **options)
+    if codes:
+        order = sorted(range(ng), key=lambda j: ids[j])
+        key = list(range(ng)) if ties == "position" else [order.index(j) for j in range(ng)]
+        _check(found, reference_top_k(q, g, k, key), k)
+    else:  # (float32 scores of real values: the CPU's lists of the same products)
+        expected = top_k(q, g, k, **options)
+        assert torch.equal(found.indices, expected.indices)
+        assert torch.equal(found.scores, expected.scores)

@@ -105,6 +105,7 @@ def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
         similarity=context.options.similarity,
         tie_keys=tie_keys,
         excluded=pairs,
+        memory_budget=context.options.memory_budget,
     )
     g_codes = g_codes.to(found.indices.device)
     codes = g_codes.index_select(0, found.indices.clamp_min(0).view(-1)).view(found.indices.shape)

@@ -31,12 +31,13 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.csr import row_of_entries
-from retrieval_metrics.functional.primitives import flat_nonzero
+from retrieval_metrics.functional.primitives import flat_nonzero, to_device
 from retrieval_metrics.functional.ranking.corpus import as_corpus, as_embeddings
-from retrieval_metrics.functional.ranking.engine.counters import choose_counter
+from retrieval_metrics.functional.ranking.engine.counters import Counter, choose_counter
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
 from retrieval_metrics.functional.ranking.engine.plan import (
     PRODUCT_COLUMNS,
+    block_sizes,
     product_row_count,
     product_rows,
 )
@@ -44,7 +45,13 @@ from retrieval_metrics.functional.ranking.engine.product_shape import (
     least_product_rows,
     product_columns,
 )
-from retrieval_metrics.functional.ranking.engine.running_best import RunningBest
+from retrieval_metrics.functional.ranking.engine.running_best import (
+    KeyedBest,
+    RunningBest,
+    UnwaitedBest,
+    exact_lists,
+    running_lists,
+)
 from retrieval_metrics.functional.ranking.engine.similarity import (
     gallery_in_blocks,
     prepare,
@@ -55,6 +62,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.relevance import identical_ids_csr
 from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block
+from retrieval_metrics.functional.ranking.settings import memory_budget_on
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
 __all__ = ["TopK", "top_k"]
@@ -118,6 +126,7 @@ def top_k(
     exclude_identical_ids: bool = False,
     tie_keys: Tensor | None = None,
     excluded: tuple[Tensor, Tensor] | None = None,
+    memory_budget: int | None = None,
 ) -> TopK:
     """The ``k`` best gallery items of every query, best first, and their scores.
 
@@ -146,6 +155,9 @@ def top_k(
         excluded: ``(query rows, gallery rows)``, int64 of one length: pairs never listed,
             besides the above (the metric classes pass the pairs their ranking leaves out:
             the items of a query's label and camera, in re-identification).
+        memory_budget: bytes of scratch the blocks may take; None: on the CPU blocks of 64 MiB
+            of scores, on an accelerator the budget a ranking there takes (a share of its free
+            memory). The lists do not depend on it.
 
     >>> q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     >>> g = torch.tensor([[1.0, 1.0], [1.0, 0.0], [2.0, 2.0], [0.0, 1.0]])
@@ -196,6 +208,7 @@ def top_k(
     # the gallery in key order: the columns of every block are then in tie order
     # (None: the gallery's own order, no index of it made)
     columns = None if key is None else torch.argsort(key, stable=True)
+    excluded_given = excluded  # (as given: for the listing again below)
     excluded = _excluded(
         num_q, num_g, same, query_ids, item_ids, exclude_identical_ids, excluded
     )
@@ -224,34 +237,52 @@ def top_k(
         return TopK(empty_rows, empty_rows.to(score_dtype(query, items)))
     best_scores = torch.empty((num_q, width), dtype=dtype, device=device)
     best_cols = torch.empty((num_q, width), dtype=torch.int64, device=device)
-    block_g = max(1, min(num_g, BLOCK_G))
+    counter = choose_counter(device)  # (how a block's entering items are found)
+    block_q, block_g = _block_sizes(counter, num_q, num_g, q_mat.shape[1], width, dtype,
+                                    memory_budget)
     # every product this many columns wide, the last block's (and a narrower block's) padded
     width_g = product_columns(block_g, q_mat.shape[1], dtype, device)
-    block_q = max(1, min(num_q, BLOCK_ENTRIES // width_g))
     buffer = torch.zeros(width_g, q_mat.shape[1], dtype=dtype, device=device)
     # a block's scores and masks, reused block after block
     # (the rows of the ranking's products: a query's scores alike whichever come with it)
     least = least_product_rows(block_q, width_g, q_mat.shape[1], dtype, device)
     s_flat = torch.empty(product_row_count(block_q, least) * width_g, dtype=dtype,
                          device=device)
-    masks = torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device)
-    counter = choose_counter(device)  # (how a block's entering items are found)
+    masks: list[Tensor] = []  # (RunningBest's, made where it lists)
+
+    def listed(q0: int, q1: int, best: RunningBest | UnwaitedBest | KeyedBest) -> None:
+        """The lists of queries ``q0:q1``, every gallery block added to ``best``."""
+        q_block = product_rows(q_mat[q0:q1], least)
+        if isinstance(best, RunningBest) and not masks:
+            masks.append(torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device))
+        for g0 in range(0, num_g, block_g):
+            g1 = min(num_g, g0 + block_g)
+            g_block = padded_block(g_mat, g0, g1, buffer)
+            rows = q_block.shape[0]
+            product = torch.mm(q_block, g_block.T,
+                               out=s_flat[: rows * width_g].view(rows, width_g))[: q1 - q0]
+            s = product[:, : g1 - g0]
+            if excluded is not None:
+                _mask(s, excluded, q0, q1, g0, g1)
+            best.add(s, g0, masks[0] if masks else None, product)
+        best_scores[q0:q1], best_cols[q0:q1] = best.lists()
+
     with full_fp32_products():
+        unsure = []
         for q0 in range(0, num_q, block_q):
             q1 = min(num_q, q0 + block_q)
-            q_block = product_rows(q_mat[q0:q1], least)
-            best = RunningBest(q1 - q0, width, dtype, device, counter)
-            for g0 in range(0, num_g, block_g):
-                g1 = min(num_g, g0 + block_g)
-                g_block = padded_block(g_mat, g0, g1, buffer)
-                rows = q_block.shape[0]
-                product = torch.mm(q_block, g_block.T,
-                                   out=s_flat[: rows * width_g].view(rows, width_g))[: q1 - q0]
-                s = product[:, : g1 - g0]
-                if excluded is not None:
-                    _mask(s, excluded, q0, q1, g0, g1)
-                best.add(s, g0, masks, product)
-            best_scores[q0:q1], best_cols[q0:q1] = best.lists()
+            best = running_lists(q1 - q0, width, dtype, device, counter)
+            listed(q0, q1, best)
+            if isinstance(best, UnwaitedBest):
+                unsure.append(best.unsure.any())
+        if unsure:
+            # (the one wait of a listing on an accelerator: which query blocks hold a row
+            # whose lists may break a tie otherwise than the tie order; listed again, exactly)
+            again = torch.stack(unsure).tolist()
+            for q0, redo in zip(range(0, num_q, block_q), again, strict=True):
+                if redo:
+                    q1 = min(num_q, q0 + block_q)
+                    listed(q0, q1, exact_lists(q1 - q0, width, dtype, device, counter))
     if g_mat is g_blocks and not stands(g_blocks):
         # the norms computed as the rows were read ask for another path (a non-zero row too
         # short for its squares, whose unit row is rescaled on a copy; finite values whose
@@ -259,16 +290,37 @@ def top_k(
         return top_k(
             query, batches, k, similarity=similarity, ties=ties, query_ids=query_ids,
             gallery_ids=gallery_ids, exclude_identical_ids=exclude_identical_ids,
-            tie_keys=tie_keys,
+            tie_keys=tie_keys, excluded=excluded_given, memory_budget=memory_budget,
         )
     indices = best_cols if columns is None else (
-        columns.to(device).index_select(0, best_cols.view(-1)).view(best_cols.shape))
+        to_device(columns, device).index_select(0, best_cols.view(-1)).view(best_cols.shape))
     empty = torch.isneginf(best_scores)
     # (euclidean: the ranking's score 2 q.g - |g|^2 as it is. Shifted by |q|^2 to the negative
     # squared distance and clamped at 0, near-copies of a query were written tied at 0.0 where
     # the ranking told them apart, and a reader of the run re-sorted them)
     best_scores = best_scores.masked_fill(empty, float("-inf"))
     return TopK(indices.masked_fill(empty, -1), best_scores)
+
+
+
+def _block_sizes(
+    counter: Counter, num_q: int, num_g: int, dim: int, width: int, dtype: torch.dtype,
+    memory_budget: int | None,
+) -> tuple[int, int]:
+    """top_k's query and gallery blocks. On the CPU without a budget, :data:`BLOCK_G` items and
+    :data:`BLOCK_ENTRIES` scores (blocks its caches hold). On an accelerator, or under a
+    ``memory_budget``, the ranking's blocks (``plan.block_sizes``) for the budget a ranking on
+    that device takes (``settings.memory_budget_on``: a share of an accelerator's free memory),
+    each query's lists (``2 width`` scores and columns at a merge) counted as its relevant
+    pairs: 256 MiB of scores a block left a GPU's products a few milliseconds each and its
+    Python steps the time."""
+    if memory_budget is None and not counter.whole_blocks:
+        block_g = max(1, min(num_g, BLOCK_G))
+        width_g = product_columns(block_g, dim, dtype, counter.device)
+        return max(1, min(num_q, BLOCK_ENTRIES // width_g)), block_g
+    elem = torch.finfo(dtype).bits // 8
+    budget = memory_budget_on(memory_budget, counter.device)
+    return block_sizes(num_q, num_g, dim, 2 * width, elem, budget, counter.block_caps())
 
 
 def _excluded(
@@ -333,7 +385,10 @@ def _mask(s: Tensor, excluded: tuple[Tensor, Tensor], q0: int, q1: int, g0: int,
     rows, cols = excluded
     inside = (rows >= q0) & (rows < q1) & (cols >= g0) & (cols < g1)
     if bool(inside.any()):
-        s[(rows[inside] - q0).to(s.device), (cols[inside] - g0).to(s.device)] = float("-inf")
+        # (the indices sent without waiting and -inf made on the device: a blocking copy of
+        # either waited for the device at every block)
+        at = (to_device(rows[inside] - q0, s.device), to_device(cols[inside] - g0, s.device))
+        s.index_put_(at, torch.full((1,), float("-inf"), dtype=s.dtype, device=s.device))
 
 
 def _texts(ids: Any) -> list[str]:

@@ -31,7 +31,11 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.ranking.engine.counters import Counter
-from retrieval_metrics.functional.ranking.engine.running_best import RunningBest
+from retrieval_metrics.functional.ranking.engine.running_best import (
+    RunningBest,
+    UnwaitedBest,
+    running_lists,
+)
 
 __all__ = ["PassLists", "RunListing", "listing", "open_listing"]
 
@@ -47,17 +51,27 @@ class PassLists:
         self.cols = torch.full((num_q, width), -1, dtype=torch.int64, device=device)
         self.scores = torch.full((num_q, width), float("-inf"), dtype=dtype, device=device)
         self._dtype, self._device = dtype, device
+        #: per query block listed without waits (an accelerator's: ``UnwaitedBest``), whether a
+        #: row's lists may break a tie otherwise than the tie order (a bool on the device)
+        self.unsure: list[Tensor] = []
 
-    def start(self, rows: int) -> RunningBest:
+    def start(self, rows: int) -> RunningBest | UnwaitedBest:
         """The running lists of a query block of ``rows`` queries."""
-        return RunningBest(rows, self.width, self._dtype, self._device, self.counter)
+        return running_lists(rows, self.width, self._dtype, self._device, self.counter)
 
-    def store(self, q_rows: Tensor, best: RunningBest) -> None:
+    def store(self, q_rows: Tensor, best: RunningBest | UnwaitedBest) -> None:
         """A query block's lists: ``q_rows`` its queries' places in the ranking's input."""
         scores, cols = best.lists()
         at = q_rows.to(self._device)
         self.scores.index_copy_(0, at, scores)
         self.cols.index_copy_(0, at, cols)
+        if isinstance(best, UnwaitedBest):
+            self.unsure.append(best.unsure.any())
+
+    def exact(self) -> bool:
+        """Whether every list is in the tie order (one read of the device where blocks were
+        listed without waits: an accelerator's)."""
+        return not self.unsure or not bool(torch.stack(self.unsure).any())
 
 
 class RunListing:
@@ -87,6 +101,10 @@ class RunListing:
         if sum(part.cols.shape[0] for part in self._parts) != num_queries:
             return None
         if len({part.width for part in self._parts}) != 1:
+            return None
+        if not all(part.exact() for part in self._parts):
+            # (ties at a block's cut that topk may have broken otherwise than by column: the
+            # caller lists with top_k, which lists such query blocks again)
             return None
         cols = torch.cat([part.cols for part in self._parts])
         scores = torch.cat([part.scores for part in self._parts])

@@ -69,8 +69,9 @@ def one_sided_pass(
     def gallery_factor(b: int) -> Tensor | None:
         return None if half is None else half.block(half.b_factor, b, block_g)
 
-    # (the running lists' masks, reused block after block: RunningBest)
-    masks = None if lists is None else torch.empty(
+    # (the running lists' masks, reused block after block: RunningBest's; an accelerator's
+    # lists, UnwaitedBest, take none)
+    masks = None if lists is None or p.counter.whole_blocks else torch.empty(
         3 * min(block_q, q_mat.shape[0]) * block_g, dtype=torch.bool, device=device
     )
 
@@ -186,7 +187,6 @@ def one_sided_pass(
                     s, seg_max = block_scores(b, scores), None
                 if best is not None:
                     # (the block's items alone: the last block's padding columns never listed)
-                    assert masks is not None
                     best.add(s[:, : min(block_g, num_g - b * block_g)], b * block_g, masks, s)
                 if seg_max is None and qb.reads_segment_maxima(b):
                     seg_max = segment_maxima(s)

@@ -5,7 +5,16 @@ run names (``top_lists.top_k``), kept block after block in bounded memory.
 (:func:`_entering`, the compiled pass where the counter takes it, the CPU's:
 ``kernels.entering_compiled``), and the first
 blocks, before every row holds K items, are merged by a stable sort (:func:`_block_best`,
-:func:`_merge`).
+:func:`_merge`). Finding the entering items reads a size on the host at every block.
+
+On an accelerator (a counter with ``whole_blocks``), where such a read is a wait for the device
+at every block, :class:`UnwaitedBest` keeps the same lists with no host read: each block's
+``K + 1`` best by ``torch.topk``, merged into the kept lists by the same stable sort. ``topk``
+orders tied scores as it likes, so a block whose K-th and (K+1)-th best scores tie is marked on
+the device (:attr:`UnwaitedBest.unsure`, read once when the lists are done) and its rows listed
+again (:func:`exact_lists`): float32 scores by :class:`KeyedBest`, which keys each item by its
+score and column in one int64 and waits for nothing either; float64 by :class:`RunningBest`. The
+lists are the same whichever keeps them (:func:`running_lists`).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.counters import Counter
 from retrieval_metrics.functional.ranking.engine.kernels import entering_compiled
 
-__all__ = ["RunningBest"]
+__all__ = ["KeyedBest", "RunningBest", "UnwaitedBest", "exact_lists", "running_lists"]
 
 
 class RunningBest:
@@ -115,6 +124,128 @@ class RunningBest:
         assert self.filled is not None
         self.filled.fill_(width)
         self.fullest = width
+
+
+
+class UnwaitedBest:
+    """:class:`RunningBest`'s lists on an accelerator, with no wait for the device: each block's
+    ``width + 1`` best items (``torch.topk``), their first ``width`` in column order, merged into
+    the kept lists by :func:`_merge` (a stable sort: the kept items, from earlier columns, first
+    among equal scores).
+
+    An item outside its block's ``width`` best by (score, column) is outside every row's
+    ``width`` best, so the merge is exact wherever ``topk`` took those: wherever the block's
+    ``width``-th best score is above its next one. Where they tie, ``topk`` may have taken a
+    later column of the tie; the row is marked in :attr:`unsure` (a bool per row, on the device,
+    never read here), and the caller lists it again with :class:`RunningBest`. Ties at -inf
+    (the items no query lists) are never listed, and mark nothing."""
+
+    def __init__(
+        self, rows: int, width: int, dtype: torch.dtype, device: torch.device,
+        counter: Counter | None = None,
+    ):
+        self.width = width
+        self.scores = torch.empty((rows, 0), dtype=dtype, device=device)
+        self.cols = torch.empty((rows, 0), dtype=torch.int64, device=device)
+        #: rows whose lists may hold a later column of a tie than the tie order's (see above)
+        self.unsure = torch.zeros(rows, dtype=torch.bool, device=device)
+
+    def add(
+        self, s: Tensor, g0: int, masks: Tensor | None = None, product: Tensor | None = None
+    ) -> None:
+        """The score block ``s`` (its first column the gallery's ``g0``); ``masks`` and
+        ``product`` are :class:`RunningBest`'s, not needed here."""
+        rows, n = s.shape
+        if n <= self.width:
+            scores, cols = s, torch.arange(n, device=s.device).expand(rows, n)
+        else:
+            top = torch.topk(s, self.width + 1, dim=1)  # (best first)
+            last, after = top.values[:, -2], top.values[:, -1]
+            self.unsure |= (last == after) & (last > float("-inf"))
+            # the block's best in column order: the merge's stable sort keeps it among ties
+            cols, order = torch.sort(top.indices[:, :-1], dim=1)
+            scores = top.values[:, :-1].gather(1, order)
+        self.scores, self.cols = _merge(self.scores, self.cols, scores, cols + g0, self.width)
+
+    def lists(self) -> tuple[Tensor, Tensor]:
+        """Each row's best ``(scores, columns)``, best first, ``(rows, width')``; exact in the
+        rows :attr:`unsure` leaves out."""
+        return self.scores, self.cols
+
+
+
+class KeyedBest:
+    """Each row's ``width`` best items of float32 score blocks, exactly and with no wait for the
+    device: each item keyed by one int64 whose high half is its score's bits, ordered as the
+    scores (:func:`_keys`), and whose low half is the complement of its column, so that of equal
+    scores the smaller column has the larger key. The keys are distinct, and ``torch.topk`` of
+    them takes the tie order whatever order it breaks ties in: a block's ``width`` largest keys,
+    then the ``width`` largest of those and the kept ones. Slower than :class:`UnwaitedBest` (a
+    few passes over each block to key it, a top-k of 64-bit keys): the lists of the rows that
+    one could not be sure of."""
+
+    def __init__(
+        self, rows: int, width: int, dtype: torch.dtype, device: torch.device,
+        counter: Counter | None = None,
+    ):
+        if dtype != torch.float32:
+            raise ValueError(f"KeyedBest keys float32 scores, got {dtype}")
+        self.width = width
+        self.keys = torch.empty((rows, 0), dtype=torch.int64, device=device)
+
+    def add(
+        self, s: Tensor, g0: int, masks: Tensor | None = None, product: Tensor | None = None
+    ) -> None:
+        """The score block ``s`` (its first column the gallery's ``g0``)."""
+        keys = _keys(s, g0)
+        if keys.shape[1] > self.width:
+            keys = torch.topk(keys, self.width, dim=1, sorted=False).values
+        merged = torch.cat([self.keys, keys], 1)
+        if merged.shape[1] > self.width:
+            merged = torch.topk(merged, self.width, dim=1, sorted=False).values
+        self.keys = merged
+
+    def lists(self) -> tuple[Tensor, Tensor]:
+        """Each row's best ``(scores, columns)``, best first, ``(rows, width')``."""
+        keys = torch.sort(self.keys, dim=1, descending=True).values
+        high = (keys >> 32).to(torch.int32)
+        scores = (high ^ ((high >> 31) & 0x7FFFFFFF)).view(torch.float32)
+        return scores, _LOW - (keys & _LOW)
+
+
+#: the low half of a key: the complement of the item's column
+_LOW = 0xFFFFFFFF
+
+
+def _keys(s: Tensor, g0: int) -> Tensor:
+    """The int64 key of each score of the float32 block ``s`` (columns from ``g0``): the
+    score's bits with the sign's flipped into an order as the scores' (a negative score's other
+    bits inverted), over the complement of its column. -0.0 is keyed as 0.0, which it ties."""
+    bits = (s + 0.0).view(torch.int32)  # (-0.0 + 0.0 is 0.0)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    cols = torch.arange(g0, g0 + s.shape[1], dtype=torch.int64, device=s.device)
+    return (ordered.to(torch.int64) << 32) | (_LOW - cols)
+
+
+def exact_lists(
+    rows: int, width: int, dtype: torch.dtype, device: torch.device, counter: Counter
+) -> RunningBest | KeyedBest:
+    """Lists in the tie order in every row, for the rows :class:`UnwaitedBest` could not be
+    sure of: :class:`KeyedBest` for float32 scores where the ranking waits for nothing per block
+    (an accelerator), else :class:`RunningBest`."""
+    if counter.whole_blocks and dtype == torch.float32:
+        return KeyedBest(rows, width, dtype, device, counter)
+    return RunningBest(rows, width, dtype, device, counter)
+
+
+def running_lists(
+    rows: int, width: int, dtype: torch.dtype, device: torch.device, counter: Counter
+) -> RunningBest | UnwaitedBest:
+    """The running lists of a block of ``rows`` queries: :class:`UnwaitedBest` where the
+    ranking's ``counter`` waits for nothing per block (``whole_blocks``: an accelerator's),
+    else :class:`RunningBest`."""
+    kind = UnwaitedBest if counter.whole_blocks else RunningBest
+    return kind(rows, width, dtype, device, counter)
 
 
 def _block_best(s: Tensor, width: int, masks: Tensor) -> tuple[Tensor, Tensor]:
