@@ -9,7 +9,8 @@ Four workloads, each through the classes as users run them (updates in batches, 
   largest class (the three lines users write), in float32 and in bfloat16, and one product;
 * ``msmarco``: MS MARCO dev's shape, 8,841,823 x 768 bfloat16 in device memory, 6,980 queries,
   BEIR's measures + MRR@10; beside it a blocked bfloat16 product + running top-1000 (BEIR's
-  exact search), and one product;
+  exact search), and one product; and our run of the same top-1000 lists (``top_k``, what
+  ``metric.run(1000)`` and ``--write-run`` list), its host syncs and peak memory;
 * ``image_text``: 5,000 images x 25,000 captions, D = 512, both directions; one product;
 * ``qrels``: a 1,000,000 x 768 corpus in batches, 7,000 queries, BEIR's measures; one product.
 
@@ -50,6 +51,7 @@ from measuring import load_metric_classes
 import retrieval_metrics as rm
 from retrieval_metrics.functional.ranking.engine.counters import COUNTER_ENV
 from retrieval_metrics.functional.ranking.engine.fp32 import full_fp32_products
+from retrieval_metrics.functional.ranking.top_lists import top_k
 
 load_metric_classes()
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -303,6 +305,13 @@ def msmarco(args, device) -> dict:
     qb = q.to(torch.bfloat16)
     out["bfloat16"]["product_topk"] = running_topk(qb, corpus, 1000, device, 1)
     out["bfloat16"]["one_product"] = one_product(qb, corpus, device, 1, block=2**20)
+
+    def listed():  # (what metric.run(1000) and --write-run list: each query's 1,000 best)
+        return top_k(qb, corpus, 1000)
+
+    seconds, _ = timed(listed, device, 1)
+    syncs, peak = syncs_and_peak(listed, device)
+    out["bfloat16"]["run_top_k"] = {"seconds": seconds, "host_syncs": syncs, "peak_gib": peak}
     return out
 
 
@@ -375,6 +384,13 @@ def report(results: dict) -> str:
                         f" s ({prof['device_busy_s'] / prof['seconds']:.0%}),"
                         f" {prof['kernel_launches']} kernel launches"
                         if "seconds" in prof else str(prof)))
+            listed = row.get("run_top_k")
+            if listed:
+                lines.append(
+                    f"{name:10s} {dtype:8s} run    top_k(1000) {listed['seconds']:8.3f} s"
+                    f" ({listed['seconds'] / alt:.2f}x product+topk), host syncs"
+                    f" {listed['host_syncs']}, peak {listed['peak_gib']:.2f} GiB"
+                )
             extra = f"product+topk {alt:.3f} s, " if alt else ""
             lines.append(f"{'':10s} {dtype:8s} {extra}one product {row['one_product']:.3f} s,"
                          f" backends equal: {row['backends_equal']}")

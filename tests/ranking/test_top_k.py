@@ -494,3 +494,53 @@ def test_top_k_without_host_waits_lists_as_a_brute_force(nq, ng, dim, k, seed, c
         expected = top_k(q, g, k, **options)
         assert torch.equal(found.indices, expected.indices)
         assert torch.equal(found.scores, expected.scores)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("similarity", ["dot", "euclidean", "cosine"])
+def test_half_rows_on_a_device_are_multiplied_on_its_tensor_cores(dtype, similarity,
+                                                                  monkeypatch):
+    """top_k of half-precision rows on the emulated device: every block a product of the half
+    rows with float32 results (tensor_cores.HalfProducts, as the ranking multiplies them), not
+    of float32 copies. Integer entries (exact products) list as the CPU's upcast rows do;
+    cosine's factors per pair give true cosines, within rounding of a float64 brute force, the
+    same items. A row whose norm is out of the tensor cores' bounds keeps the float32 path."""
+    from emulated_cuda import emulated_cuda
+    from retrieval_metrics.functional.ranking.engine import tensor_cores
+
+    calls = [0]
+    product = tensor_cores.HalfProducts.product
+
+    def counted(self, *args, **kwargs):
+        calls[0] += 1
+        return product(self, *args, **kwargs)
+
+    monkeypatch.setattr(tensor_cores.HalfProducts, "product", counted)
+    gen = torch.Generator().manual_seed(5)
+    if similarity == "cosine":
+        q, g = torch.randn(40, 16, generator=gen), torch.randn(3000, 16, generator=gen)
+    else:
+        q = torch.randint(-3, 4, (40, 16), generator=gen).float()
+        g = torch.randint(-3, 4, (3000, 16), generator=gen).float()
+    q, g = q.to(dtype), g.to(dtype)
+    expected = top_k(q, g, 15, similarity=similarity)
+    with emulated_cuda():
+        found = top_k(q.cuda(), g.cuda(), 15, similarity=similarity, memory_budget=1 << 16)
+        indices, scores = found.indices.cpu(), found.scores.cpu()
+    assert calls[0] > 1  # (several blocks, each on the tensor cores)
+    assert torch.equal(indices, expected.indices)
+    if similarity == "cosine":
+        exact = torch.nn.functional.normalize(q.double()) @ torch.nn.functional.normalize(
+            g.double()).T
+        assert torch.allclose(scores.double(), exact.gather(1, indices), atol=1e-6, rtol=0)
+    else:
+        assert torch.equal(scores, expected.scores)
+    if dtype == torch.bfloat16 and similarity == "cosine":
+        calls[0] = 0
+        g[7] *= 1e20  # (its squares overflow float32's sums on the tensor cores' path)
+        expected = top_k(q, g, 15, similarity=similarity)
+        with emulated_cuda():
+            found = top_k(q.cuda(), g.cuda(), 15, similarity=similarity)
+            assert torch.equal(found.indices.cpu(), expected.indices)
+            assert torch.equal(found.scores.cpu(), expected.scores)
+        assert calls[0] == 0

@@ -18,12 +18,18 @@ score by the kernel its row and column panel fell in, so otherwise two copies of
 in a whole block and one in the narrower last block, got scores a unit in the last place apart
 and were listed out of their tie order (and a query's scores depended on how many queries were
 listed with it).
+
+On an accelerator (a counter with ``whole_blocks``) the blocks are the ranking's for the device's
+budget, half-precision rows go to its tensor cores as the ranking's do (``tensor_cores``), and
+the lists are kept with no host read per block (``running_best.UnwaitedBest``; the query blocks
+where a cut may fall in a tie listed again by ``KeyedBest``): a fixed handful of host syncs a
+call, whatever the number of blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -59,6 +65,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
     score_dtype,
     stands,
 )
+from retrieval_metrics.functional.ranking.engine.tensor_cores import block_product, prepare_half
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.relevance import identical_ids_csr
 from retrieval_metrics.functional.ranking.row_batches import RowBatches, padded_block
@@ -131,8 +138,11 @@ def top_k(
     """The ``k`` best gallery items of every query, best first, and their scores.
 
     The scores are those the ranking of this library ranks by (float32 for float32 and half
-    precision embeddings, float64 for float64). Memory: a few blocks of scores, whatever the
-    gallery's size.
+    precision embeddings, float64 for float64). On an accelerator, half-precision rows are
+    multiplied as stored on its tensor cores (float32 sums of their exact products, cosine's
+    norms applied per pair after each product), blocks are sized to its free memory, and the
+    lists are kept with no wait for the device per block. Memory: a few blocks of scores,
+    whatever the gallery's size.
 
     Args:
         query: ``(Q, D)`` embeddings (a tensor or a numpy array).
@@ -217,8 +227,22 @@ def top_k(
     # a gallery in its own order is read a block at a time where that needs no copy of it (a
     # corpus in batches or on disk, for cosine and dot): never joined, normalised or upcast
     batches = items if isinstance(items, RowBatches) else RowBatches([items])
-    g_blocks = gallery_in_blocks(batches, similarity, dtype) if in_order and not same else None
-    if g_blocks is not None:
+    counter = choose_counter(query.device)  # (how a block's entering items are found)
+    g_blocks = None
+    # half rows on an accelerator's tensor cores, as the ranking multiplies them (float32 sums
+    # of the exact products), each score a true cosine (rows_scaled: a run lists its scores);
+    # None where a norm is out of bounds, or elsewhere: the float32 matrices
+    half_prepared = prepare_half(
+        query, items if same else batches, similarity, None if in_order else columns,
+        rows_scaled=True,
+    ) if counter.multiplies_half(query.dtype, batches.stored_dtype) else None
+    half = None
+    if half_prepared is not None:
+        q_mat, g_mat, half = half_prepared
+        half = replace(half, fused=counter.fuses_pair_factors)
+    elif in_order and not same and (
+        g_blocks := gallery_in_blocks(batches, similarity, dtype)
+    ) is not None:
         q_mat, g_mat = prepare_query(query, similarity, dtype), g_blocks
     else:
         if columns is None:
@@ -237,18 +261,22 @@ def top_k(
         return TopK(empty_rows, empty_rows.to(score_dtype(query, items)))
     best_scores = torch.empty((num_q, width), dtype=dtype, device=device)
     best_cols = torch.empty((num_q, width), dtype=torch.int64, device=device)
-    counter = choose_counter(device)  # (how a block's entering items are found)
     block_q, block_g = _block_sizes(counter, num_q, num_g, q_mat.shape[1], width, dtype,
                                     memory_budget)
     # every product this many columns wide, the last block's (and a narrower block's) padded
-    width_g = product_columns(block_g, q_mat.shape[1], dtype, device)
-    buffer = torch.zeros(width_g, q_mat.shape[1], dtype=dtype, device=device)
+    # (a half product: as wide as the ranking's, the block itself)
+    width_g = block_g if half is not None else product_columns(
+        block_g, q_mat.shape[1], dtype, device
+    )
+    buffer = torch.zeros(width_g, q_mat.shape[1], dtype=g_mat.dtype, device=device)
     # a block's scores and masks, reused block after block
     # (the rows of the ranking's products: a query's scores alike whichever come with it)
-    least = least_product_rows(block_q, width_g, q_mat.shape[1], dtype, device)
+    least = least_product_rows(block_q, width_g, q_mat.shape[1], q_mat.dtype, device)
     s_flat = torch.empty(product_row_count(block_q, least) * width_g, dtype=dtype,
                          device=device)
     masks: list[Tensor] = []  # (RunningBest's, made where it lists)
+    # (cosine's factors per pair of a half product, written out block by block)
+    work = torch.empty_like(s_flat) if half is not None and half.needs_work else None
 
     def listed(q0: int, q1: int, best: RunningBest | UnwaitedBest | KeyedBest) -> None:
         """The lists of queries ``q0:q1``, every gallery block added to ``best``."""
@@ -259,8 +287,14 @@ def top_k(
             g1 = min(num_g, g0 + block_g)
             g_block = padded_block(g_mat, g0, g1, buffer)
             rows = q_block.shape[0]
-            product = torch.mm(q_block, g_block.T,
-                               out=s_flat[: rows * width_g].view(rows, width_g))[: q1 - q0]
+            out = s_flat[: rows * width_g].view(rows, width_g)
+            if half is None:
+                product = torch.mm(q_block, g_block.T, out=out)[: q1 - q0]
+            else:
+                product = block_product(
+                    q_block, g_block, out, half, half.rows(half.a_factor, slice(q0, q1), rows),
+                    half.rows(half.b_factor, slice(g0, g1), width_g), work,
+                )[: q1 - q0]
             s = product[:, : g1 - g0]
             if excluded is not None:
                 _mask(s, excluded, q0, q1, g0, g1)
@@ -283,7 +317,7 @@ def top_k(
                 if redo:
                     q1 = min(num_q, q0 + block_q)
                     listed(q0, q1, exact_lists(q1 - q0, width, dtype, device, counter))
-    if g_mat is g_blocks and not stands(g_blocks):
+    if g_blocks is not None and g_mat is g_blocks and not stands(g_blocks):
         # the norms computed as the rows were read ask for another path (a non-zero row too
         # short for its squares, whose unit row is rescaled on a copy; finite values whose
         # squares overflow, read as zeros so far): listed again, the norms known now
