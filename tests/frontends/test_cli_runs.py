@@ -334,3 +334,64 @@ def test_a_labelled_run_leaves_out_what_the_ranking_leaves_out(tmp_path, capsys,
     for i in range(10):
         want = readers_order([(str(g_ids[j]), float(s)) for s, j in brute[i]])
         assert by_query[str(q_ids[i])] == want, i
+
+
+@pytest.mark.parametrize("corpus_file", ["c.npz", "c.npy"])
+@pytest.mark.parametrize("depth", ["7", "50"])
+def test_device_ranks_there_with_the_cpus_values_and_run(judged, corpus_file, depth, capsys,
+                                                         monkeypatch):
+    """--device cuda (the emulated device): the metric and its ranking on the device, a .npy
+    corpus read from disk and sent there a block at a time; the values (the JSON) and the run
+    file are the CPU's, whether the evaluation's ranking listed it (depth 7) or the run was
+    listed again by top_k on the device (depth 50, past the lists a pass keeps on a device
+    where ties fall at a cut)."""
+    import retrieval_metrics as rm
+    from emulated_cuda import emulated_cuda
+
+    seen = []
+    set_gallery = rm.RetrievalMetrics.set_gallery
+
+    def recorded(self, *args, **kwargs):
+        seen.append(self.device.type)
+        return set_gallery(self, *args, **kwargs)
+
+    monkeypatch.setattr(rm.RetrievalMetrics, "set_gallery", recorded)
+    tmp = judged[0]
+    base = ["--query", str(tmp / "q.npz"), "--gallery", str(tmp / corpus_file), "--qrels",
+            str(tmp / "qrels.tsv"), "--metrics", "ndcg@5,mrr@10,recall@20",
+            "--run-depth", depth]
+    outputs = {}
+    for device in ("cpu", "cuda"):
+        args = [*base, "--json", str(tmp / f"{device}.json"),
+                "--write-run", str(tmp / f"{device}.txt")]
+        if device == "cuda":
+            with emulated_cuda():
+                status, _, err = evaluate(capsys, *args, "--device", "cuda")
+        else:
+            status, _, err = evaluate(capsys, *args)
+        assert status == 0, err
+        report = json.loads((tmp / f"{device}.json").read_text())["runs"][0]["metrics"]
+        outputs[device] = ({k: v["value"] for k, v in report.items()},
+                           (tmp / f"{device}.txt").read_text())
+    assert seen == ["cpu", "cuda"]
+    assert outputs["cuda"] == outputs["cpu"]
+
+
+def test_device_refusals(judged, capsys):
+    """--device is refused by name where it would act on nothing (a --run is ranked already)
+    and where torch has no such device here, before any file is read."""
+    import torch
+
+    tmp = judged[0]
+    (tmp / "given.txt").write_text("q1 Q0 d01 1 0.5 x\n")
+    status, _, err = evaluate(capsys, "--run", str(tmp / "given.txt"), "--qrels",
+                              str(tmp / "qrels.tsv"), "--device", "cpu")
+    assert status != 0 and "--device applies to embeddings" in err
+    base = ["--query", str(tmp / "q.npz"), "--gallery", str(tmp / "c.npz"), "--qrels",
+            str(tmp / "qrels.tsv"), "--metrics", "mrr"]
+    status, _, err = evaluate(capsys, *base, "--device", "gpu0")
+    assert status != 0 and "--device gpu0: " in err
+    if not torch.cuda.is_available():
+        status, _, err = evaluate(capsys, *base, "--device", "cuda")
+        assert status != 0 and "--device cuda: " in err
+    assert evaluate(capsys, *base, "--device", "cpu")[0] == 0

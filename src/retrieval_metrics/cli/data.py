@@ -254,13 +254,15 @@ def write_run_file(
             g_ids = g_ids[kept.numpy()]
         corpus: Any = (
             # read a block at a time, never whole; its scan for NaN made by the ranking's read
-            # (the file read once for the run, not once to check it and again to rank it)
+            # (the file read once for the run, not once to check it and again to rank it), and
+            # sent to the device of the queries (--device) as it is read
             RowBatches([MappedRows(items.embeddings)]).check_when_read("--gallery")
             if is_corpus_on_disk(items.embeddings) and _every_row(gallery_rows)
-            else torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows]))
+            else torch.from_numpy(np.ascontiguousarray(items.embeddings[gallery_rows])).to(
+                metric.device)
         )
         listed = top_k(
-            torch.from_numpy(np.ascontiguousarray(query.embeddings)),
+            torch.from_numpy(np.ascontiguousarray(query.embeddings)).to(metric.device),
             corpus,
             depth,
             similarity=metric.similarity,

@@ -107,6 +107,8 @@ APPLIES: dict[str, Applies] = {
     "run_depth": Applies("--write-run (the depth of the run it writes)", _EMBEDDINGS,
                          ("write_run", None)),
     "plot_k": Applies("--plot (the largest K it draws)", needs=("plot", None)),
+    "device": Applies("embeddings (where they are ranked): FILEs or --query/--gallery (a --run "
+                      "is ranked already)", _EMBEDDINGS),
 }
 
 
@@ -219,6 +221,13 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
         help="over queries (default macro); micro sums hits over relevant items for recall, "
         "precision and r_precision (the other measures stay per query); class: mean over "
         "labels. One name may fix its own: recall@10/micro",
+    )
+    parser.add_argument(
+        "--device",
+        metavar="DEVICE",
+        help="embeddings: rank them on this torch device, e.g. cuda or cuda:1 (default cpu); a "
+        ".npy corpus is read from disk a block at a time and sent there, half precision goes "
+        "to a GPU's tensor cores",
     )
     parser.add_argument("--percent", action="store_true", help="report fractions in percent")
     parser.add_argument(

@@ -201,14 +201,34 @@ def _metric_factory(
     if protocol not in (None, "none"):
         options["protocol"] = protocol
 
+    device = None if trec else checked_device(getattr(args, "device", None))
+
     def factory() -> Any:
         try:
-            return rm.RetrievalMetrics(names, **options)
+            metric = rm.RetrievalMetrics(names, **options)
         except (TypeError, ValueError) as err:
             raise CLIError(str(err)) from None
+        return metric if device is None else metric.to(device)
 
     factory()  # options are checked before any file is read
     return factory
+
+
+
+def checked_device(text: str | None) -> Any:
+    """``--device`` as a torch device (None where not given), refused by name where torch does
+    not know it or this machine has none: a tensor made there first, before any file is read."""
+    if text is None:
+        return None
+    import torch
+
+    try:
+        device = torch.device(text)
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError, ValueError, TypeError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CLIError(f"--device {text}: {reason}") from None
+    return device
 
 
 def _parse_keys(text: str | None) -> dict[str, str]:
