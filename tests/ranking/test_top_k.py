@@ -364,19 +364,28 @@ def test_top_k_lists_alike_with_the_compiled_entering_and_without(k, monkeypatch
     widths=st.lists(st.integers(1, 30), min_size=1, max_size=12),
     width=st.integers(1, 20),
     dtype=st.sampled_from([torch.float32, torch.float64]),
-    compiled=st.booleans(),
+    kind=st.sampled_from(["compiled", "compares", "unwaited", "keyed"]),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width, dtype,
-                                                            compiled, seed):
-    """running_best.RunningBest (top_k's lists, block after block) against a brute force: every
-    score of every block in one list per row, sorted by score with Python's stable sort (ties
-    in column order), cut to ``width``. Blocks of any width (more than ``width`` items entering
-    a row at once, a few at a time, none), scores from a few values (ties with the kept
-    lists' worst, -0.0 beside 0.0, -inf for excluded items), each block's product wider than
-    its items (the padding columns never listed); the compiled pass and torch's compares."""
+def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width, dtype, kind,
+                                                            seed):
+    """running_best's lists (top_k's, block after block) against a brute force: every score of
+    every block in one list per row, sorted by score with Python's stable sort (ties in column
+    order), cut to ``width``. Blocks of any width (more than ``width`` items entering a row at
+    once, a few at a time, none), scores from a few values (ties with the kept lists' worst,
+    -0.0 beside 0.0, -inf for excluded items), each block's product wider than its items (the
+    padding columns never listed). RunningBest with the compiled pass and with torch's
+    compares; an accelerator's: UnwaitedBest (each block's best by torch.topk, which breaks
+    ties at a cut as it likes) in every row it does not mark unsure, KeyedBest (float32 scores
+    keyed with their columns in one int64) in every row."""
+    if kind == "unwaited" or (kind == "keyed" and dtype == torch.float64):
+        _check_running_lists(rows, widths, width, dtype, seed, running_best.UnwaitedBest)
+        return
+    if kind == "keyed":
+        _check_running_lists(rows, widths, width, dtype, seed, running_best.KeyedBest)
+        return
     with pytest.MonkeyPatch.context() as patch:
-        if not compiled:
+        if kind == "compares":
             patch.setattr(kernels, "compiles_entering", lambda s: False)
         _check_running_lists(rows, widths, width, dtype, seed)
 
@@ -410,28 +419,6 @@ def _check_running_lists(rows, widths, width, dtype, seed, kind=None):
         finite = [c for v, c in expected if v != float("-inf")]
         assert cols[i, : len(finite)].tolist() == finite
     return unsure
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    rows=st.integers(1, 6),
-    widths=st.lists(st.integers(1, 30), min_size=1, max_size=12),
-    width=st.integers(1, 20),
-    dtype=st.sampled_from([torch.float32, torch.float64]),
-    keyed=st.booleans(),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_the_lists_kept_without_host_waits_keep_each_rows_best_in_tie_order(
-    rows, widths, width, dtype, keyed, seed
-):
-    """An accelerator's running lists against the same brute force: UnwaitedBest (each
-    block's best by torch.topk, merged) in every row it does not mark unsure, and KeyedBest
-    (float32 scores keyed with their columns in one int64) in every row. Scores from a few
-    values, so that ties at a block's cut, which topk breaks as it likes, are common."""
-    if keyed and dtype == torch.float32:
-        _check_running_lists(rows, widths, width, dtype, seed, running_best.KeyedBest)
-    else:
-        _check_running_lists(rows, widths, width, dtype, seed, running_best.UnwaitedBest)
 
 
 @settings(max_examples=100, deadline=None)
