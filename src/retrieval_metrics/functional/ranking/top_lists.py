@@ -336,7 +336,6 @@ def top_k(
     return TopK(indices.masked_fill(empty, -1), best_scores)
 
 
-
 def _block_sizes(
     counter: Counter, num_q: int, num_g: int, dim: int, width: int, dtype: torch.dtype,
     memory_budget: int | None,
