@@ -282,7 +282,8 @@ def test_a_runs_host_syncs_do_not_grow_with_queries_items_or_blocks(same_source,
     the same host syncs at every size, however many blocks the largest is listed in. Each
     block's lists are kept with no host read (running_best.UnwaitedBest), its -inf pairs (a
     query itself) written with no copy from the host, and the ties at the cuts that such data
-    is full of listed again with no host read either (KeyedBest). The lists are the CPU's."""
+    is full of listed again with no host read either (the tied columns taken smallest first).
+    The lists are the CPU's."""
     blocks = _listed_blocks(monkeypatch)
     syncs, listed = [], []
     for n in (256, 1024, 4096):

@@ -364,7 +364,7 @@ def test_top_k_lists_alike_with_the_compiled_entering_and_without(k, monkeypatch
     widths=st.lists(st.integers(1, 30), min_size=1, max_size=12),
     width=st.integers(1, 20),
     dtype=st.sampled_from([torch.float32, torch.float64]),
-    kind=st.sampled_from(["compiled", "compares", "unwaited", "keyed"]),
+    kind=st.sampled_from(["compiled", "compares", "unwaited", "exact"]),
     seed=st.integers(0, 2**31 - 1),
 )
 def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width, dtype, kind,
@@ -376,13 +376,14 @@ def test_the_running_lists_keep_each_rows_best_in_tie_order(rows, widths, width,
     -0.0 beside 0.0, -inf for excluded items), each block's product wider than its items (the
     padding columns never listed). RunningBest with the compiled pass and with torch's
     compares; an accelerator's: UnwaitedBest (each block's best by torch.topk, which breaks
-    ties at a cut as it likes) in every row it does not mark unsure, KeyedBest (float32 scores
-    keyed with their columns in one int64) in every row."""
-    if kind == "unwaited" or (kind == "keyed" and dtype == torch.float64):
-        _check_running_lists(rows, widths, width, dtype, seed, running_best.UnwaitedBest)
-        return
-    if kind == "keyed":
-        _check_running_lists(rows, widths, width, dtype, seed, running_best.KeyedBest)
+    ties at a cut as it likes) in every row it does not mark unsure, and with exact=True (the
+    columns tied at each block's cut taken smallest first) in every row, none marked."""
+    if kind in ("unwaited", "exact"):
+        def lists(*args):
+            return running_best.UnwaitedBest(*args, exact=kind == "exact")
+
+        unsure = _check_running_lists(rows, widths, width, dtype, seed, lists)
+        assert kind == "unwaited" or not any(unsure)
         return
     with pytest.MonkeyPatch.context() as patch:
         if kind == "compares":
@@ -460,8 +461,8 @@ def test_the_lists_kept_without_host_waits_are_sure_of_distinct_scores(rows, wid
 def test_top_k_without_host_waits_lists_as_a_brute_force(nq, ng, dim, k, seed, codes, budget,
                                                          ties):
     """top_k with an accelerator's lists (torch's whole-block counter, here on the CPU): each
-    query block listed by UnwaitedBest, the blocks holding a tie at a cut listed again by
-    KeyedBest; binary codes (ties everywhere) and real scores, the device's blocks or a budget
+    query block listed by UnwaitedBest, the blocks holding a tie at a cut listed again with
+    exact=True; binary codes (ties everywhere) and real scores, the device's blocks or a budget
     of a few blocks, ties by position and by id: the brute force's lists."""
     gen = torch.Generator().manual_seed(seed)
     if codes:

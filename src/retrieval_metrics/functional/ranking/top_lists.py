@@ -22,8 +22,8 @@ listed with it).
 On an accelerator (a counter with ``whole_blocks``) the blocks are the ranking's for the device's
 budget, half-precision rows go to its tensor cores as the ranking's do (``tensor_cores``), and
 the lists are kept with no host read per block (``running_best.UnwaitedBest``; the query blocks
-where a cut may fall in a tie listed again by ``KeyedBest``): a fixed handful of host syncs a
-call, whatever the number of blocks.
+where a cut may fall in a tie listed again, the tied columns taken smallest first): a fixed
+handful of host syncs a call, whatever the number of blocks.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from retrieval_metrics.functional.ranking.engine.product_shape import (
     product_columns,
 )
 from retrieval_metrics.functional.ranking.engine.running_best import (
-    KeyedBest,
     RunningBest,
     UnwaitedBest,
     exact_lists,
@@ -278,7 +277,7 @@ def top_k(
     # (cosine's factors per pair of a half product, written out block by block)
     work = torch.empty_like(s_flat) if half is not None and half.needs_work else None
 
-    def listed(q0: int, q1: int, best: RunningBest | UnwaitedBest | KeyedBest) -> None:
+    def listed(q0: int, q1: int, best: RunningBest | UnwaitedBest) -> None:
         """The lists of queries ``q0:q1``, every gallery block added to ``best``."""
         q_block = product_rows(q_mat[q0:q1], least)
         if isinstance(best, RunningBest) and not masks:

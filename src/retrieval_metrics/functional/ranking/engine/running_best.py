@@ -12,9 +12,9 @@ at every block, :class:`UnwaitedBest` keeps the same lists with no host read: ea
 ``K + 1`` best by ``torch.topk``, merged into the kept lists by the same stable sort. ``topk``
 orders tied scores as it likes, so a block whose K-th and (K+1)-th best scores tie is marked on
 the device (:attr:`UnwaitedBest.unsure`, read once when the lists are done) and its rows listed
-again (:func:`exact_lists`): float32 scores by :class:`KeyedBest`, which keys each item by its
-score and column in one int64 and waits for nothing either; float64 by :class:`RunningBest`. The
-lists are the same whichever keeps them (:func:`running_lists`).
+again (:func:`exact_lists`) by ``UnwaitedBest(exact=True)``, which takes the tied columns at each
+block's cut smallest first (:func:`_tie_ordered_best`, no host read either). The lists are the
+same whichever keeps them (:func:`running_lists`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.counters import Counter
 from retrieval_metrics.functional.ranking.engine.kernels import entering_compiled
 
-__all__ = ["KeyedBest", "RunningBest", "UnwaitedBest", "exact_lists", "running_lists"]
+__all__ = ["RunningBest", "UnwaitedBest", "exact_lists", "running_lists"]
 
 
 class RunningBest:
@@ -126,7 +126,6 @@ class RunningBest:
         self.fullest = width
 
 
-
 class UnwaitedBest:
     """:class:`RunningBest`'s lists on an accelerator, with no wait for the device: each block's
     ``width + 1`` best items (``torch.topk``), their first ``width`` in column order, merged into
@@ -137,14 +136,18 @@ class UnwaitedBest:
     ``width`` best, so the merge is exact wherever ``topk`` took those: wherever the block's
     ``width``-th best score is above its next one. Where they tie, ``topk`` may have taken a
     later column of the tie; the row is marked in :attr:`unsure` (a bool per row, on the device,
-    never read here), and the caller lists it again with :class:`RunningBest`. Ties at -inf
-    (the items no query lists) are never listed, and mark nothing."""
+    never read here), and the caller lists it again. Ties at -inf (the items no query lists)
+    are never listed, and mark nothing.
+
+    ``exact=True``: each block's best taken in the tie order (:func:`_tie_ordered_best`: a
+    second ``topk`` for the columns tied at the cut), about twice the work a block and never
+    unsure: the relisting of the rows the plain one marked."""
 
     def __init__(
         self, rows: int, width: int, dtype: torch.dtype, device: torch.device,
-        counter: Counter | None = None,
+        counter: Counter | None = None, exact: bool = False,
     ):
-        self.width = width
+        self.width, self.exact = width, exact
         self.scores = torch.empty((rows, 0), dtype=dtype, device=device)
         self.cols = torch.empty((rows, 0), dtype=torch.int64, device=device)
         #: rows whose lists may hold a later column of a tie than the tie order's (see above)
@@ -158,6 +161,8 @@ class UnwaitedBest:
         rows, n = s.shape
         if n <= self.width:
             scores, cols = s, torch.arange(n, device=s.device).expand(rows, n)
+        elif self.exact:
+            scores, cols = _tie_ordered_best(s, self.width)
         else:
             top = torch.topk(s, self.width + 1, dim=1)  # (best first)
             last, after = top.values[:, -2], top.values[:, -1]
@@ -173,69 +178,39 @@ class UnwaitedBest:
         return self.scores, self.cols
 
 
-
-class KeyedBest:
-    """Each row's ``width`` best items of float32 score blocks, exactly and with no wait for the
-    device: each item keyed by one int64 whose high half is its score's bits, ordered as the
-    scores (:func:`_keys`), and whose low half is the complement of its column, so that of equal
-    scores the smaller column has the larger key. The keys are distinct, and ``torch.topk`` of
-    them takes the tie order whatever order it breaks ties in: a block's ``width`` largest keys,
-    then the ``width`` largest of those and the kept ones. Slower than :class:`UnwaitedBest` (a
-    few passes over each block to key it, a top-k of 64-bit keys): the lists of the rows that
-    one could not be sure of."""
-
-    def __init__(
-        self, rows: int, width: int, dtype: torch.dtype, device: torch.device,
-        counter: Counter | None = None,
-    ):
-        if dtype != torch.float32:
-            raise ValueError(f"KeyedBest keys float32 scores, got {dtype}")
-        self.width = width
-        self.keys = torch.empty((rows, 0), dtype=torch.int64, device=device)
-
-    def add(
-        self, s: Tensor, g0: int, masks: Tensor | None = None, product: Tensor | None = None
-    ) -> None:
-        """The score block ``s`` (its first column the gallery's ``g0``)."""
-        keys = _keys(s, g0)
-        if keys.shape[1] > self.width:
-            keys = torch.topk(keys, self.width, dim=1, sorted=False).values
-        merged = torch.cat([self.keys, keys], 1)
-        if merged.shape[1] > self.width:
-            merged = torch.topk(merged, self.width, dim=1, sorted=False).values
-        self.keys = merged
-
-    def lists(self) -> tuple[Tensor, Tensor]:
-        """Each row's best ``(scores, columns)``, best first, ``(rows, width')``."""
-        keys = torch.sort(self.keys, dim=1, descending=True).values
-        high = (keys >> 32).to(torch.int32)
-        scores = (high ^ ((high >> 31) & 0x7FFFFFFF)).view(torch.float32)
-        return scores, _LOW - (keys & _LOW)
-
-
-#: the low half of a key: the complement of the item's column
-_LOW = 0xFFFFFFFF
-
-
-def _keys(s: Tensor, g0: int) -> Tensor:
-    """The int64 key of each score of the float32 block ``s`` (columns from ``g0``): the
-    score's bits with the sign's flipped into an order as the scores' (a negative score's other
-    bits inverted), over the complement of its column. -0.0 is keyed as 0.0, which it ties."""
-    bits = (s + 0.0).view(torch.int32)  # (-0.0 + 0.0 is 0.0)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    cols = torch.arange(g0, g0 + s.shape[1], dtype=torch.int64, device=s.device)
-    return (ordered.to(torch.int64) << 32) | (_LOW - cols)
-
-
 def exact_lists(
     rows: int, width: int, dtype: torch.dtype, device: torch.device, counter: Counter
-) -> RunningBest | KeyedBest:
+) -> RunningBest | UnwaitedBest:
     """Lists in the tie order in every row, for the rows :class:`UnwaitedBest` could not be
-    sure of: :class:`KeyedBest` for float32 scores where the ranking waits for nothing per block
-    (an accelerator), else :class:`RunningBest`."""
-    if counter.whole_blocks and dtype == torch.float32:
-        return KeyedBest(rows, width, dtype, device, counter)
+    sure of: ``UnwaitedBest(exact=True)`` where the ranking waits for nothing per block (an
+    accelerator), else :class:`RunningBest`."""
+    if counter.whole_blocks:
+        return UnwaitedBest(rows, width, dtype, device, counter, exact=True)
     return RunningBest(rows, width, dtype, device, counter)
+
+
+def _tie_ordered_best(s: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """The ``width`` best columns of each row of the score block ``s`` (``width`` below its
+    columns) by score, tied scores by the smaller column, in column order, and their scores;
+    no host read. ``topk`` gives the row's ``width``-th best score (the cut) and every item
+    above it (an item above the cut outside ``topk``'s places would put ``width`` items above
+    the cut); the places left go to the columns tied at the cut, smallest first: a second
+    ``topk``, of a key that is ``n - column`` where a score ties the cut and -1 elsewhere."""
+    n = s.shape[1]
+    top = torch.topk(s, width, dim=1)  # (best first: its last, the cut)
+    cut = top.values[:, -1:]
+    above = top.values > cut
+    places = width - above.sum(1, keepdim=True)  # (at least 1: the cut's own item)
+    key = torch.where(
+        s == cut, torch.arange(n, 0, -1, dtype=torch.int32, device=s.device), -1
+    )
+    tied = n - torch.topk(key, width, dim=1).values  # (the tied columns, smallest first)
+    taken = torch.arange(width, device=s.device) < places
+    # the columns kept, every other place given column n, which sorts after them: exactly
+    # width of them (those above, then as many tied as places are left)
+    cols = torch.cat([top.indices.masked_fill(~above, n), tied.masked_fill(~taken, n)], 1)
+    cols = torch.sort(cols, dim=1).values[:, :width]
+    return s.gather(1, cols), cols
 
 
 def running_lists(
