@@ -270,3 +270,59 @@ def test_the_run_leaves_out_what_the_ranking_leaves_out(case):
     assert excluded
     for i, qid in enumerate(q_ids):
         assert run[str(qid)] == [(str(g_ids[j]), s) for s, j in brute[i]], qid
+
+
+@pytest.mark.parametrize(
+    "kind", ["str list", "str array", "int tensor", "int array", "int list", "numpy ints",
+             "no ids"],
+)
+def test_a_runs_ids_are_made_text_in_a_few_steps_whatever_their_kind(kind, monkeypatch):
+    """run(k)'s ids as text, for ids given as a list or an array of str, a tensor, an array or a
+    list of ints, numpy integers in a list, or none (the positions): each the ``str`` of the id
+    as given (a number's Python value), and the run the brute force's. The codes of every
+    listed entry are looked up at once: two searches of the ids given (the queries', then every
+    listed item's), where each query's list took one of its own (51 for 50 queries)."""
+    q, g = _codes(50, 5, 30), _codes(400, 5, 31)
+    g_ids = [1000 + 3 * j for j in range(400)]
+    q_ids = [5 * i for i in range(50)]
+    given = {
+        "str list": ([f"q{i}" for i in q_ids], [f"d{j}" for j in g_ids]),
+        "str array": (np.array([f"q{i}" for i in q_ids]), np.array([f"d{j}" for j in g_ids])),
+        "int tensor": (torch.tensor(q_ids), torch.tensor(g_ids)),
+        "int array": (np.array(q_ids), np.array(g_ids)),
+        "int list": (q_ids, g_ids),
+        "numpy ints": ([np.int64(i) for i in q_ids], [np.int64(j) for j in g_ids]),
+        "no ids": (list(range(50)), list(range(400))),
+    }[kind]
+    # (ties by id, which a brute force orders as well whatever the ids' kind; none: by position)
+    metric = rm.RetrievalMetrics(["mrr"], similarity="dot",
+                                 ties="expected" if kind == "no ids" else "id")
+    if kind == "no ids":
+        metric.update(q, torch.zeros(50, dtype=torch.long), role="query")
+        metric.update(g, torch.ones(400, dtype=torch.long), role="gallery")
+    else:
+        metric.update(q, torch.zeros(50, dtype=torch.long), ids=given[0], role="query")
+        metric.update(g, torch.ones(400, dtype=torch.long), ids=given[1], role="gallery")
+    searches = []
+    original = np.searchsorted
+
+    def counted(*args, **kwargs):
+        searches.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(np, "searchsorted", counted)
+    both = None if kind in ("int tensor", "no ids") else [*given[0], *given[1]]
+    run = metric.run(7, ids=both)
+    assert len(searches) == 2
+    q_text = [str(i) for i in (range(50) if kind == "no ids" else
+                               [i.item() if hasattr(i, "item") else i for i in given[0]])]
+    g_text = [str(j) for j in (range(400) if kind == "no ids" else
+                               [j.item() if hasattr(j, "item") else j for j in given[1]])]
+    key = list(range(400)) if kind == "no ids" else order_ranks(
+        id_order_rows(given[1].tolist() if kind == "int tensor" else list(given[1]), "ids")
+    ).tolist()
+    brute = reference_top_k(q, g, 7, key)
+    assert sorted(run) == sorted(q_text)
+    for i, qid in enumerate(q_text):
+        assert run[qid] == [(g_text[j], s) for s, j in brute[i]], qid
+        assert all(type(doc) is str for doc, _ in run[qid])

@@ -532,3 +532,28 @@ def test_half_rows_on_a_device_are_multiplied_on_its_tensor_cores(dtype, similar
             assert torch.equal(found.indices.cpu(), expected.indices)
             assert torch.equal(found.scores.cpu(), expected.scores)
         assert calls[0] == 0
+
+
+def test_a_runs_lines_make_every_kind_of_id_text():
+    """TopK.lines names each listed item by the text of its id, made for every entry at once:
+    str ids in a list or an array, integers in a tensor, an array, a list, numpy integers and
+    0-d tensors in a list (their numbers, not "tensor(5)" as before), each query's pairs best
+    first with their scores."""
+    q, g = _codes(6, 4, 3), _codes(30, 4, 4)
+    found = top_k(q, g, 5, similarity="dot")
+    numbers = [7 * j + 1 for j in range(30)]
+    kinds = [
+        [f"d{n}" for n in numbers], np.array([f"d{n}" for n in numbers]), torch.tensor(numbers),
+        np.array(numbers), numbers, [np.int64(n) for n in numbers],
+        [torch.tensor(n) for n in numbers],
+    ]
+    queries = [f"q{i}" for i in range(6)]
+    for ids in kinds:
+        lines = dict(found.lines(queries, ids))
+        assert list(lines) == queries
+        for i, qid in enumerate(queries):
+            rows = [r for r in found.indices[i].tolist() if r >= 0]
+            names = [str(ids[r].item() if hasattr(ids[r], "item") else ids[r]) for r in rows]
+            assert lines[qid] == list(zip(names, found.scores[i, : len(rows)].tolist(),
+                                          strict=True))
+            assert all(type(name) is str for name, _ in lines[qid])

@@ -112,12 +112,16 @@ class TopK:
             )
         if len(queries) != len(set(queries)):
             raise ValueError("`query_ids` name a query twice: a run lists each query once")
+        # every listed entry made text at once, row after row, then each query's slice
         indices = self.indices.cpu()
-        listed = indices[indices >= 0]
-        text = dict(zip(listed.tolist(), _texts_at(gallery_ids, listed), strict=True))
-        for qid, rows, scores in zip(queries, indices.tolist(), self.scores.cpu().tolist(),
-                                     strict=True):
-            yield qid, [(text[r], s) for r, s in zip(rows, scores, strict=True) if r >= 0]
+        listed = (indices >= 0).numpy()
+        texts = id_texts(gallery_ids, indices.numpy()[listed])
+        scores = self.scores.cpu().numpy()[listed].tolist()
+        start = 0
+        for qid, count in zip(queries, listed.sum(1).tolist(), strict=True):
+            yield qid, list(zip(texts[start : start + count], scores[start : start + count],
+                                strict=True))
+            start += count
 
 
 def top_k(
@@ -428,10 +432,16 @@ def _texts(ids: Any) -> list[str]:
     return [str(v) for v in values]
 
 
-def _texts_at(ids: Any, rows: Tensor) -> list[str]:
-    """The text of ``ids[rows]`` (a sequence, an array or a tensor of ids)."""
+def id_texts(ids: Any, rows: np.ndarray) -> list[str]:
+    """The text of ``ids[row]`` for each of ``rows`` (int64): ``str`` of the id, a number of
+    numpy or torch by its Python value. An array or a tensor of integers or of str, and a
+    sequence of str, in a few vectorised steps (a run of a million entries: a conversion per
+    entry took seconds); any other ids one at a time."""
     if isinstance(ids, Tensor):
-        return [str(v) for v in ids.cpu().index_select(0, rows).tolist()]
-    if isinstance(ids, np.ndarray):
-        return [str(v) for v in ids[rows.numpy()].tolist()]
-    return [str(ids[r]) for r in rows.tolist()]
+        ids = ids.cpu().numpy()
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "iuU":
+        return ids[rows].astype(str).tolist()
+    picked = [ids[row] for row in rows.tolist()]
+    if all(type(value) is str for value in picked):
+        return picked
+    return [str(value.item() if hasattr(value, "item") else value) for value in picked]
