@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import retrieval_metrics as rm
 from retrieval_metrics import cli
@@ -543,3 +545,40 @@ def test_a_float16_pt_file_stays_float16(tmp_path):
     brain = load_items(tmp_path / "brain.pt")
     assert brain.embeddings.dtype == np.float32
     np.testing.assert_array_equal(brain.embeddings, emb.numpy())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    run=st.dictionaries(
+        st.text(alphabet=st.sampled_from(["a", "b", "z", "é", "日", "\U0001f600", "0", "9"]),
+                min_size=1, max_size=4),
+        st.sampled_from([0.1, 0.100000001, 0.5, -0.0, 0.0, 1e-30, 3.0, -2.5, 1e39]),
+        max_size=12,
+    )
+)
+def test_trec_eval_order_is_float32_scores_then_ids_in_descending_byte_order(run):
+    """trec_eval_order against its definition, the ids compared as their UTF-8 bytes (a longer
+    id before its prefix, "z" before "é" before "日"): scores as float32 (0.1 and 0.100000001
+    tie; 1e39 is float32's inf), ties by id in descending byte order. Ids of prefixes, of
+    several bytes a character and of four."""
+    from retrieval_metrics.formats import trec_eval_order
+
+    def descending_bytes(doc):
+        return [-b for b in doc.encode()] + [1]
+
+    with np.errstate(over="ignore"):
+        expected = sorted(run, key=lambda d: (-float(np.float32(run[d])), descending_bytes(d)))
+        assert trec_eval_order(run) == expected
+
+
+@pytest.mark.parametrize("space", [" ", "\t", "\u00a0", "\u2003", "\u3000", "\x1c", "\x85"])
+def test_a_trec_run_refuses_any_character_python_calls_space(space, tmp_path):
+    """A TREC run's ids are words: an id holding any character str.isspace() calls space (the
+    no-break and ideographic spaces, the file separators, NEL) is refused, by name, where the
+    same run is written to .jsonl as it is."""
+    from retrieval_metrics.formats import write_run
+
+    for run in ({"q1": [(f"d{space}1", 0.5)]}, {f"q{space}1": [("d1", 0.5)]}):
+        with pytest.raises(ValueError, match="a TREC run's ids are words without spaces"):
+            write_run(run, tmp_path / "run.txt")
+        write_run(run, tmp_path / "run.jsonl")

@@ -319,13 +319,11 @@ def trec_eval_order(scores: Mapping[str, float], *, as_float32: bool = True) -> 
         with np.errstate(over="ignore"):
             values = values.astype(np.float32)
     score = dict(zip(docs, values.tolist(), strict=True))
-    return sorted(docs, key=lambda doc: (-score[doc], _descending_bytes(doc)))
-
-
-def _descending_bytes(doc: str) -> tuple[int, ...]:
-    # descending byte order = ascending order of the negated bytes; the trailing 1 puts a longer
-    # id before its prefix, as a descending byte comparison does
-    return (*(-b for b in doc.encode()), 1)
+    # two stable sorts: by id in descending byte order (a longer id before its prefix, as a
+    # byte comparison puts it), then by score, best first, which keeps that order among ties
+    # (a tuple of negated bytes per id as one key took 3 of a 2,000,000-line run's 7 s)
+    by_id = sorted(docs, key=str.encode, reverse=True)
+    return sorted(by_id, key=score.__getitem__, reverse=True)
 
 
 def order_by_score(run: dict[str, dict[str, float]]) -> Lists:
