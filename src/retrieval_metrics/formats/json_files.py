@@ -44,7 +44,7 @@ def file_lines(path: Path) -> Iterator[tuple[int, str]]:
     keeps inside strings, so a valid line was refused and every later line number was off.
     (``\r\n`` and ``\r`` end lines too: ``file_text`` reads them as ``\n``.)"""
     for lineno, line in enumerate(file_text(path).split("\n"), 1):
-        if line.strip():
+        if line and not line.isspace():  # (str.strip's blanks, no stripped copy made)
             yield lineno, line
 
 
