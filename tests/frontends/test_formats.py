@@ -609,3 +609,24 @@ def test_a_trec_run_is_read_a_line_at_a_time(tmp_path):
     assert peak < 2.5 * kept, (peak, kept)
     assert run == {f"q{q}": {doc: 1000 - r + 0.5 for r, doc in enumerate(listed)}
                    for q, listed in docs.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**70), 2**70),
+        st.sampled_from([10**400, -(10**400), 2**63, -(2**63), -(2**63) - 1, True, False]),
+        st.text(max_size=2), st.none(),
+    ), max_size=6),
+    what=st.sampled_from(["run", "qrels"]),
+)
+def test_a_json_files_values_are_checked_a_query_at_a_time_as_one_at_a_time(values, what):
+    """The check of a JSON run's scores and a JSON qrels' grades takes a query's values in one
+    array where they are all floats or ints; it finds a problem exactly where the check of each
+    value alone finds one: NaN and infinities, ints beyond a double (10**400) or beyond 64 bits
+    (a grade of 2**63), bools, text and null."""
+    from retrieval_metrics.formats import json_files
+
+    docs = {f"d{i}": value for i, value in enumerate(values)}
+    one_at_a_time = any(json_files._value_problem(v, what) for v in docs.values())
+    assert json_files._any_value_problem(docs.values(), what) == one_at_a_time

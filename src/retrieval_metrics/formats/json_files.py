@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from retrieval_metrics.formats.errors import FormatError
 
 __all__ = ["Lists", "Qrels", "file_lines", "file_text", "read_jsonl", "read_nested_json"]
@@ -168,10 +170,25 @@ def _nested_problem(data: Any, what: str) -> str | None:
     for docs in data.values():
         if not isinstance(docs, dict):
             return "query"
-        for value in docs.values():
-            if _value_problem(value, what):
-                return "value"
+        if _any_value_problem(docs.values(), what):
+            return "value"
     return None
+
+
+def _any_value_problem(values: Any, what: str) -> bool:
+    """Whether any of a query's ``values`` has a :func:`_value_problem`: where they are all
+    floats or ints (no bool: its type is not int's), as a JSON file's scores and grades are, in
+    one array (a run of 2,000,000 scores: 1.1 s a value at a time); else a value at a time."""
+    kinds = set(map(type, values))
+    try:
+        if what == "run" and kinds <= {float, int}:
+            return not np.isfinite(np.fromiter(values, np.float64, len(values))).all()
+        if what != "run" and kinds <= {int}:
+            np.fromiter(values, np.int64, len(values))  # (a grade beyond 64 bits overflows)
+            return False
+    except OverflowError:
+        return True
+    return any(_value_problem(value, what) for value in values)
 
 
 def _locate_problem(
