@@ -266,7 +266,7 @@ def _listed_blocks(monkeypatch) -> list[int]:
 
 def _metric_with(n: int, same_source: bool, device: str) -> rm.RetrievalMetrics:
     emb, labels = _form_data(n)  # (small integers: dot products full of ties at every cut)
-    m = rm.RetrievalMetrics(["mrr"], similarity="dot", memory_budget=FORM_BUDGET // 16)
+    m = rm.RetrievalMetrics(["mrr"], similarity="dot", memory_budget=FORM_BUDGET // 4)
     m = m.to(device)
     if same_source:
         m.update(emb.to(device), labels.to(device))
@@ -308,7 +308,7 @@ def test_top_k_on_a_device_takes_the_devices_budget(monkeypatch):
     from retrieval_metrics.functional.ranking.top_lists import top_k
 
     gen = torch.Generator().manual_seed(0)
-    q, g = torch.randn(300, 8, generator=gen), torch.randn(40_000, 8, generator=gen)
+    q, g = torch.randn(300, 8, generator=gen), torch.randn(20_000, 8, generator=gen)
     blocks = _listed_blocks(monkeypatch)
     on_cpu = top_k(q, g, 20)
     cpu_blocks = blocks[0]
