@@ -22,7 +22,7 @@ from retrieval_metrics.functional.ranking.items import Items, keys_on_host
 from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.relevance import left_out_of_lists
 from retrieval_metrics.functional.ranking.tie_order import order_ranks
-from retrieval_metrics.functional.ranking.top_lists import id_texts, top_k
+from retrieval_metrics.functional.ranking.top_lists import id_texts, listed_pairs, top_k
 from retrieval_metrics.metrics import distributed as D
 
 if TYPE_CHECKING:
@@ -67,20 +67,13 @@ def run_of(
     q_text = text(q_codes.cpu().numpy(), "query")
     if len(q_text) != len(set(q_text)):
         raise ValueError(f"{context.owner}.run(): a query id is given twice")
-    # every listed entry at once, row after row (-inf: past the end of a query's list), then
-    # each query's slice: a run of a million entries made text in a few vectorised steps, not
-    # a search and a conversion per entry (2,000 queries x 1,000 took 3 s of Python)
+    # every listed entry at once (-inf: past the end of a query's list), then each query's
+    # slice: a run of a million entries made text in a few vectorised steps, not a search and a
+    # conversion per entry (2,000 queries x 1,000 took 3 s of Python)
     values = scores.cpu()
     listed = (~torch.isneginf(values)).numpy()
     g_text = text(codes.cpu().numpy()[listed], "gallery")
-    kept = values.numpy()[listed].tolist()
-    run = {}
-    start = 0
-    for qid, count in zip(q_text, listed.sum(1).tolist(), strict=True):
-        run[qid] = list(zip(g_text[start : start + count], kept[start : start + count],
-                            strict=True))
-        start += count
-    return run
+    return dict(zip(q_text, listed_pairs(g_text, values.numpy(), listed), strict=True))
 
 
 def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):

@@ -54,7 +54,6 @@ from retrieval_metrics.functional.ranking.engine.product_shape import (
 from retrieval_metrics.functional.ranking.engine.running_best import (
     RunningBest,
     UnwaitedBest,
-    exact_lists,
     running_lists,
 )
 from retrieval_metrics.functional.ranking.engine.similarity import (
@@ -112,16 +111,11 @@ class TopK:
             )
         if len(queries) != len(set(queries)):
             raise ValueError("`query_ids` name a query twice: a run lists each query once")
-        # every listed entry made text at once, row after row, then each query's slice
         indices = self.indices.cpu()
         listed = (indices >= 0).numpy()
         texts = id_texts(gallery_ids, indices.numpy()[listed])
-        scores = self.scores.cpu().numpy()[listed].tolist()
-        start = 0
-        for qid, count in zip(queries, listed.sum(1).tolist(), strict=True):
-            yield qid, list(zip(texts[start : start + count], scores[start : start + count],
-                                strict=True))
-            start += count
+        yield from zip(queries, listed_pairs(texts, self.scores.cpu().numpy(), listed),
+                       strict=True)
 
 
 def top_k(
@@ -277,15 +271,16 @@ def top_k(
     least = least_product_rows(block_q, width_g, q_mat.shape[1], q_mat.dtype, device)
     s_flat = torch.empty(product_row_count(block_q, least) * width_g, dtype=dtype,
                          device=device)
-    masks: list[Tensor] = []  # (RunningBest's, made where it lists)
+    # (RunningBest's; an accelerator's lists, UnwaitedBest, take none)
+    masks = None if counter.whole_blocks else torch.empty(
+        3 * block_q * block_g, dtype=torch.bool, device=device
+    )
     # (cosine's factors per pair of a half product, written out block by block)
     work = torch.empty_like(s_flat) if half is not None and half.needs_work else None
 
     def listed(q0: int, q1: int, best: RunningBest | UnwaitedBest) -> None:
         """The lists of queries ``q0:q1``, every gallery block added to ``best``."""
         q_block = product_rows(q_mat[q0:q1], least)
-        if isinstance(best, RunningBest) and not masks:
-            masks.append(torch.empty(3 * block_q * block_g, dtype=torch.bool, device=device))
         for g0 in range(0, num_g, block_g):
             g1 = min(num_g, g0 + block_g)
             g_block = padded_block(g_mat, g0, g1, buffer)
@@ -301,7 +296,7 @@ def top_k(
             s = product[:, : g1 - g0]
             if excluded is not None:
                 _mask(s, excluded, q0, q1, g0, g1)
-            best.add(s, g0, masks[0] if masks else None, product)
+            best.add(s, g0, masks, product)
         best_scores[q0:q1], best_cols[q0:q1] = best.lists()
 
     with full_fp32_products():
@@ -319,8 +314,8 @@ def top_k(
             for q0, redo in zip(range(0, num_q, block_q), again, strict=True):
                 if redo:
                     q1 = min(num_q, q0 + block_q)
-                    listed(q0, q1, exact_lists(q1 - q0, width, dtype, device, counter))
-    if g_blocks is not None and g_mat is g_blocks and not stands(g_blocks):
+                    listed(q0, q1, UnwaitedBest(q1 - q0, width, dtype, device, exact=True))
+    if g_mat is g_blocks and not stands(g_blocks):
         # the norms computed as the rows were read ask for another path (a non-zero row too
         # short for its squares, whose unit row is rescaled on a copy; finite values whose
         # squares overflow, read as zeros so far): listed again, the norms known now
@@ -430,6 +425,19 @@ def _mask(s: Tensor, excluded: tuple[Tensor, Tensor], q0: int, q1: int, g0: int,
 def _texts(ids: Any) -> list[str]:
     values = ids.tolist() if isinstance(ids, (Tensor, np.ndarray)) else list(ids)
     return [str(v) for v in values]
+
+
+def listed_pairs(
+    texts: list[str], scores: np.ndarray, listed: np.ndarray
+) -> Iterator[list[tuple[str, float]]]:
+    """Each row's ``(text, score)`` pairs in order: ``listed`` (rows x k, bool) marks the
+    entries a row lists, ``texts`` names them row after row (every listed entry made text at
+    once, not an entry at a time), ``scores`` is rows x k."""
+    kept = scores[listed].tolist()
+    start = 0
+    for count in listed.sum(1).tolist():
+        yield list(zip(texts[start : start + count], kept[start : start + count], strict=True))
+        start += count
 
 
 def id_texts(ids: Any, rows: np.ndarray) -> list[str]:

@@ -12,8 +12,8 @@ at every block, :class:`UnwaitedBest` keeps the same lists with no host read: ea
 ``K + 1`` best by ``torch.topk``, merged into the kept lists by the same stable sort. ``topk``
 orders tied scores as it likes, so a block whose K-th and (K+1)-th best scores tie is marked on
 the device (:attr:`UnwaitedBest.unsure`, read once when the lists are done) and its rows listed
-again (:func:`exact_lists`) by ``UnwaitedBest(exact=True)``, which takes the tied columns at each
-block's cut smallest first (:func:`_tie_ordered_best`, no host read either). The lists are the
+again by ``UnwaitedBest(exact=True)``, which takes the tied columns at each block's cut
+smallest first (:func:`_tie_ordered_best`, no host read either). The lists are the
 same whichever keeps them (:func:`running_lists`).
 """
 
@@ -26,7 +26,7 @@ from retrieval_metrics.functional.primitives import flat_nonzero
 from retrieval_metrics.functional.ranking.engine.counters import Counter
 from retrieval_metrics.functional.ranking.engine.kernels import entering_compiled
 
-__all__ = ["RunningBest", "UnwaitedBest", "exact_lists", "running_lists"]
+__all__ = ["RunningBest", "UnwaitedBest", "running_lists"]
 
 
 class RunningBest:
@@ -176,17 +176,6 @@ class UnwaitedBest:
         """Each row's best ``(scores, columns)``, best first, ``(rows, width')``; exact in the
         rows :attr:`unsure` leaves out."""
         return self.scores, self.cols
-
-
-def exact_lists(
-    rows: int, width: int, dtype: torch.dtype, device: torch.device, counter: Counter
-) -> RunningBest | UnwaitedBest:
-    """Lists in the tie order in every row, for the rows :class:`UnwaitedBest` could not be
-    sure of: ``UnwaitedBest(exact=True)`` where the ranking waits for nothing per block (an
-    accelerator), else :class:`RunningBest`."""
-    if counter.whole_blocks:
-        return UnwaitedBest(rows, width, dtype, device, counter, exact=True)
-    return RunningBest(rows, width, dtype, device, counter)
 
 
 def _tie_ordered_best(s: Tensor, width: int) -> tuple[Tensor, Tensor]:
