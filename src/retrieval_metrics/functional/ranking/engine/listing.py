@@ -71,11 +71,6 @@ class PassLists:
         if isinstance(best, UnwaitedBest):
             self.unsure.append(best.unsure.any())
 
-    def exact(self) -> bool:
-        """Whether every list is in the tie order (one read of the device where blocks were
-        listed without waits: an accelerator's)."""
-        return not self.unsure or not bool(torch.stack(self.unsure).any())
-
 
 class RunListing:
     """The lists of the rankings made inside :func:`listing`, in the order they were made."""
@@ -94,6 +89,12 @@ class RunListing:
         else:
             self._parts.append(lists)
 
+    def exact(self) -> bool:
+        """Whether every ranking's lists are in the tie order: one read of the device for all
+        of them, where blocks were listed without waits (an accelerator's)."""
+        unsure = [flag for part in self._parts for flag in part.unsure]
+        return not unsure or not bool(torch.stack(unsure).any())
+
     def found(self, num_queries: int) -> tuple[Tensor, Tensor] | None:
         """Every query's gallery rows (``(num_queries, k')``, best first, -1 past the items a
         query lists) and their scores (-inf there), the rankings' queries one after another;
@@ -105,7 +106,7 @@ class RunListing:
             return None
         if len({part.width for part in self._parts}) != 1:
             return None
-        if not all(part.exact() for part in self._parts):
+        if not self.exact():
             # (ties at a block's cut that topk may have broken otherwise than by column: the
             # caller lists with top_k, which lists such query blocks again)
             return None
