@@ -214,7 +214,6 @@ def _metric_factory(
     return factory
 
 
-
 def checked_device(text: str | None) -> Any:
     """``--device`` as a torch device (None where not given), refused by name where torch does
     not know it or this machine has none: a tensor made there first, before any file is read."""

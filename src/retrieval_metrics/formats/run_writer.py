@@ -117,13 +117,13 @@ def _id_text(value: Any, what: str) -> str:
     )
 
 
-def _check_tag(tag: str) -> None:
-    if not tag or any(c.isspace() for c in tag):
-        raise ValueError(f"`tag` must be one word (a TREC run's last field), got {tag!r}")
-
-
 #: a character ``str.isspace`` calls space (``re``'s ``\s`` on text is the same test)
 _SPACE = re.compile(r"\s")
+
+
+def _check_tag(tag: str) -> None:
+    if not tag or _SPACE.search(tag):
+        raise ValueError(f"`tag` must be one word (a TREC run's last field), got {tag!r}")
 
 
 def _trec_lines(qid: str, pairs: list[tuple[str, float]], tag: str) -> Iterable[str]:
