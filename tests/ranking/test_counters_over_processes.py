@@ -40,7 +40,10 @@ def _with_backend(backend: str, monkeypatch, run):
 def test_shared_symmetric_pass_with_a_whole_block_backend(backend, tmp_path, monkeypatch):
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()
-    parts = ["class", "full", "euclidean"]  # the ones compared (each exchange of the pass)
+    # the symmetric pass with its block pairs shared (through the class: the functional layer's
+    # "full" takes the same pass) and query blocks shared (euclidean): Triton's interpreter
+    # takes seconds a block
+    parts = ["class", "euclidean"]
     single = launch.run_workers(HERE / "shared_pass.py", parts, 1, tmp_path / "one")[0]
     runs = _with_backend(backend, monkeypatch, lambda: launch.run_workers(
         HERE / "shared_pass.py", parts, 2, tmp_path / "two"))
@@ -48,7 +51,6 @@ def test_shared_symmetric_pass_with_a_whole_block_backend(backend, tmp_path, mon
     for rank, got in enumerate(runs):
         assert got["class"]["values"] == single["class"]["values"], rank
         assert got["class"]["per_query"] == single["class"]["per_query"], rank
-        assert got["full"]["table"] == single["full"]["table"], rank
         assert got["euclidean"]["table"] == single["euclidean"]["table"], rank
 
 
