@@ -105,8 +105,9 @@ def run_workers(script: Path, args: list[str], world: int, tmp_path: Path) -> li
             if p.exitcode is None:
                 p.kill()
                 p.join()
-    for r, p in enumerate(procs):
-        assert p.exitcode == 0, f"rank {r} failed ({p.exitcode}):\n{_text(logs[r])}"
+    failed = [f"rank {r} failed ({p.exitcode}):\n{_text(logs[r])}"
+              for r, p in enumerate(procs) if p.exitcode != 0]
+    assert not failed, "\n".join(failed)
     return [json.loads(o.read_text()) for o in outs]
 
 
