@@ -13,7 +13,8 @@ entries in SCENARIOS come from device_matrix.py: ``matrix:SPLIT`` runs every dev
 of that split (``{case name: result}``), ``select`` runs SelectOnValidation's sample-id check;
 ``syncs:N`` counts one compute()'s host syncs with the gallery sharded (:func:`sharded_syncs`);
 ``nan`` has the last rank's update give a NaN (:func:`nan_on_one_rank`); ``qrels_on_disk``
-ranks qrels_worker.py's corpus given as a ``.npy`` file (:func:`qrels_on_disk`).
+ranks qrels_worker.py's corpus given as a ``.npy`` file (:func:`qrels_on_disk`);
+``qrels_run`` and ``qrels_run_sharded`` list its runs (:func:`qrels_run`).
 """
 
 from __future__ import annotations
@@ -142,9 +143,24 @@ def qrels_on_disk(rank: int, world: int, device: torch.device) -> dict:
     return {**result, "state_devices": sorted({t.device.type for t in states})}
 
 
+def qrels_run(rank: int, world: int, device: torch.device, sharded: bool) -> dict:
+    """qrels_worker.py's ``qrels_run`` (a tied corpus gathered, ties by id) or
+    ``qrels_run_sharded`` (each process its shard) with the metric on ``device``: each query's
+    top 12 as ``metric.run`` lists them, ids back as text."""
+    import qrels_worker
+
+    tied = not sharded
+    metric = qrels_worker.build(sharded=sharded, ties="id" if tied else "expected").to(device)
+    qrels_worker.feed(OnDevice(metric, device), rank, world, tied=tied)
+    _, _, q_ids, d_ids, _ = qrels_worker.data(tied=tied)
+    return {"run": metric.run(12, ids=q_ids + d_ids)}
+
+
 def run_scenario(scenario: str, rank: int, world: int, device: torch.device) -> dict:
     if scenario == "qrels_on_disk":
         return qrels_on_disk(rank, world, device)
+    if scenario in ("qrels_run", "qrels_run_sharded"):
+        return qrels_run(rank, world, device, sharded=scenario == "qrels_run_sharded")
     if scenario == "nan":
         return nan_on_one_rank(rank, world, device)
     if scenario.startswith("syncs:"):

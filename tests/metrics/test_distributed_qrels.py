@@ -160,6 +160,32 @@ def test_the_run_of_a_sharded_corpus_is_the_gathered_run(world, tmp_path_factory
 
 
 @pytest.mark.timeout(300)
+def test_the_runs_on_the_device_of_two_processes_are_the_one_cpu_process_runs(tmp_path):
+    """metric.run(12) with the metric on the emulated CUDA device (gloo reporting "nccl"), on 2
+    processes: the gathered tied corpus (ties by id, ties at every cut: the device's running
+    lists mark those rows and list them again) and a sharded corpus (each shard's best merged)
+    list what one CPU process fed everything lists."""
+    expected = {}
+    for scenario, tied in (("qrels_run", True), ("qrels_run_sharded", False)):
+        metric = qrels_worker.build(ties="id" if tied else "expected")
+        qrels_worker.feed(metric, 0, 1, tied=tied)
+        _, _, q_ids, d_ids, _ = qrels_worker.data(tied=tied)
+        expected[scenario] = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))
+    runs = launch.run_workers(
+        HERE / "device_worker.py", [",".join(expected), "emulated"], 2, tmp_path
+    )
+    for rank, by_scenario in enumerate(runs):
+        assert by_scenario["qrels_run"]["run"] == expected["qrels_run"], rank
+        got = by_scenario["qrels_run_sharded"]["run"]
+        assert list(got) == list(expected["qrels_run_sharded"]), rank
+        for qid, listed in expected["qrels_run_sharded"].items():
+            # the same documents in the same order; a shard's product rounds in its own order
+            assert [d for d, _ in got[qid]] == [d for d, _ in listed], (rank, qid)
+            assert [v for _, v in got[qid]] == pytest.approx(
+                [v for _, v in listed], abs=1e-12), (rank, qid)
+
+
+@pytest.mark.timeout(300)
 def test_a_corpus_on_disk_ranked_on_the_device_by_two_processes(tmp_path):
     """The corpus given as a ``.npy`` file to set_gallery on 2 processes whose metric lives on
     the emulated CUDA device (gloo reporting "nccl": a host tensor in a collective is refused):
