@@ -10,6 +10,7 @@ import functools
 import json
 import random
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -578,9 +579,12 @@ def test_a_trec_run_refuses_any_character_python_calls_space(space, tmp_path):
     same run is written to .jsonl as it is."""
     from retrieval_metrics.formats import write_run
 
-    for run in ({"q1": [(f"d{space}1", 0.5)]}, {f"q{space}1": [("d1", 0.5)]}):
-        with pytest.raises(ValueError, match="a TREC run's ids are words without spaces"):
+    for run, named in (({"q1": [(f"d{space}1", 0.5)]}, f"d{space}1"),
+                       ({"q1": [("d0", 0.9), (f"d{space}1", 0.5)]}, f"d{space}1"),
+                       ({f"q{space}1": [("d1", 0.5)]}, "d1")):
+        with pytest.raises(ValueError, match="a TREC run's ids are words without spaces") as err:
             write_run(run, tmp_path / "run.txt")
+        assert f"document {named!r}" in str(err.value)  # the id that is no word, by name
         write_run(run, tmp_path / "run.jsonl")
 
 
@@ -630,3 +634,68 @@ def test_a_json_files_values_are_checked_a_query_at_a_time_as_one_at_a_time(valu
     docs = {f"d{i}": value for i, value in enumerate(values)}
     one_at_a_time = any(json_files._value_problem(v, what) for v in docs.values())
     assert json_files._any_value_problem(docs.values(), what) == one_at_a_time
+
+
+_FAULTS = {
+    "id twice": lambda pairs, at: pairs.insert(at, pairs[0]),
+    "a rise": lambda pairs, at: pairs.insert(at, ("rises", float(pairs[0][1]) + 1.0)),
+    "nan": lambda pairs, at: pairs.insert(at, ("nan", float("nan"))),
+    "inf": lambda pairs, at: pairs.insert(at, ("inf", float("inf"))),
+    "a space": lambda pairs, at: pairs.insert(at, ("x y", float(pairs[at - 1][1]))),
+    "empty id": lambda pairs, at: pairs.insert(at, ("", float(pairs[at - 1][1]))),
+    "numpy id": lambda pairs, at: pairs.__setitem__(at - 1, (np.str_(pairs[at - 1][0]),
+                                                             pairs[at - 1][1])),
+    "int id": lambda pairs, at: pairs.__setitem__(at - 1, (7, pairs[at - 1][1])),
+    "float32 score": lambda pairs, at: pairs.__setitem__(
+        at - 1, (pairs[at - 1][0], np.float32(pairs[at - 1][1]))),
+    "bytes id": lambda pairs, at: pairs.__setitem__(at - 1, (b"d", pairs[at - 1][1])),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lists=st.lists(
+        st.tuples(
+            st.lists(
+                st.tuples(st.sampled_from(["d1", "d2", "d10", "a", "b", "é", "日", "zz"]),
+                          st.sampled_from([1.0, 0.5, 0.100000001, 0.1, 0.0, -0.0, -2.5,
+                                           1e39, 3e38])),
+                min_size=1, max_size=8, unique_by=lambda pair: pair[0],
+            ),
+            st.sampled_from([None, None, None, *_FAULTS]),
+            st.floats(0, 1),
+            st.booleans(),
+        ),
+        min_size=1, max_size=4,
+    ),
+    suffix=st.sampled_from([".txt", ".jsonl"]),
+)
+def test_the_writers_column_checks_write_what_the_checks_a_pair_at_a_time_write(
+    lists, suffix, tmp_path_factory
+):
+    """write_run checks a listing's (str, float) pairs, or a {str: float} dict, a column at a
+    time and keeps an order whose float32 scores fall strictly (run_writer._plain_pairs): the
+    bytes it writes, or the error it raises, are those of the checks a pair at a time and
+    trec_eval_order's sort. Lists (and their dicts) best first with ties (equal, and at float32: 0.1 and 0.100000001, 3e38 and 1e39 beyond
+    float32's range), some with a fault at any place: an id twice, a score that rises, NaN,
+    inf, an id that is no word, numpy and int ids, a float32 score, a bytes id."""
+    from retrieval_metrics.formats import run_writer, write_run
+
+    run = {}
+    for n, (pairs, fault, where, as_dict) in enumerate(lists):
+        pairs = sorted(pairs, key=lambda pair: -pair[1])
+        if fault is not None:
+            with np.errstate(over="ignore"):  # (1e39 as a float32 score: inf)
+                _FAULTS[fault](pairs, 1 + min(int(where * len(pairs)), len(pairs) - 1))
+        run[f"q{n}"] = dict(pairs) if as_dict else pairs
+    folder = tmp_path_factory.mktemp("w")
+
+    def written(name):
+        try:
+            return write_run(run, folder / f"{name}{suffix}").read_bytes()
+        except ValueError as err:
+            return f"ValueError: {err}"
+
+    columns = written("columns")
+    with mock.patch.object(run_writer, "_plain_pairs", lambda docs: None):
+        assert columns == written("pairs")
