@@ -676,9 +676,10 @@ def test_the_writers_column_checks_write_what_the_checks_a_pair_at_a_time_write(
     """write_run checks a listing's (str, float) pairs, or a {str: float} dict, a column at a
     time and keeps an order whose float32 scores fall strictly (run_writer._plain_pairs): the
     bytes it writes, or the error it raises, are those of the checks a pair at a time and
-    trec_eval_order's sort. Lists (and their dicts) best first with ties (equal, and at float32: 0.1 and 0.100000001, 3e38 and 1e39 beyond
-    float32's range), some with a fault at any place: an id twice, a score that rises, NaN,
-    inf, an id that is no word, numpy and int ids, a float32 score, a bytes id."""
+    trec_eval_order's sort. Lists (and their dicts) best first with ties (equal, and at
+    float32: 0.1 and 0.100000001, 3e38 and 1e39 beyond float32's range), some with a fault at
+    any place: an id twice, a score that rises, NaN, inf, an id that is no word, numpy and int
+    ids, a float32 score, a bytes id."""
     from retrieval_metrics.formats import run_writer, write_run
 
     run = {}
