@@ -72,6 +72,13 @@ def data(tied: bool = False):
     return queries, docs, q_ids, d_ids, qrels
 
 
+def every_query_judged() -> dict:
+    """data()'s qrels with a judgment for each query it leaves unjudged (a ranking of judged
+    queries only ranks them all: its lists are the run's)."""
+    _, _, q_ids, d_ids, qrels = data()
+    return {**qrels, **{q: {d_ids[7]: 1} for q in q_ids if q not in qrels}}
+
+
 def feed(metric, rank: int, world: int, fixed: bool = False, tied: bool = False,
          renamed=None) -> None:
     """This process's share: the corpus (unless ``fixed``) and the queries, in batches.
@@ -89,14 +96,14 @@ def feed(metric, rank: int, world: int, fixed: bool = False, tied: bool = False,
 
 
 def build(fixed: bool = False, qrels=None, sharded: bool = False, ties: str = "expected",
-          protocol: str | None = None):
+          protocol: str | None = None, run_depth: int | None = None):
     """The metric; ``ties="id"`` ranks the tied corpus of ``data(tied=True)``; with
     ``protocol``, the measures of CUT_NAMES under it."""
     _, docs, _, d_ids, default = data(tied=ties == "id")
     options = {"protocol": protocol} if protocol else {"ties": ties}
     metric = rm.RetrievalMetrics(
         CUT_NAMES if protocol else NAMES, qrels=default if qrels is None else qrels,
-        gallery_sharded=sharded, **options,
+        gallery_sharded=sharded, run_depth=run_depth, **options,
     )
     metric.set_dtype(torch.float64)
     if fixed:
@@ -171,6 +178,15 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric = build(ties="id")
         feed(metric, rank, world, tied=True)
         _, _, q_ids, d_ids, _ = data(tied=True)
+        return {"run": metric.run(12, ids=q_ids + d_ids)}
+    if scenario == "qrels_run_kept":
+        # run_depth: one process lists the run from compute()'s ranking; several rank again
+        metric = build(qrels=every_query_judged(), run_depth=12)
+        feed(metric, rank, world)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metric.compute()
+        _, _, q_ids, d_ids, _ = data()
         return {"run": metric.run(12, ids=q_ids + d_ids)}
     if scenario == "qrels_run_sharded":
         # each process holds a shard of the corpus (the sampler's padding on two of them): the

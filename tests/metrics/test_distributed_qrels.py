@@ -31,7 +31,7 @@ _RUNS: dict[int, list[dict]] = {}
 
 def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     if world not in _RUNS:
-        names = SCORED + MEET + ["qrels_run", "qrels_run_sharded"] + (
+        names = SCORED + MEET + ["qrels_run", "qrels_run_sharded", "qrels_run_kept"] + (
             REFUSED if world > 1 else []
         )
         tmp = tmp_path_factory.mktemp(f"qrels_world{world}")
@@ -136,6 +136,20 @@ def test_the_run_of_every_process_is_the_one_process_run(world, tmp_path_factory
     expected = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))  # tuples as lists
     assert len(expected) == qrels_worker.NUM_Q
     for rank, result in enumerate(results_of("qrels_run", world, tmp_path_factory)):
+        assert result["run"] == expected, f"rank {rank}/{world}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_run_after_compute_with_run_depth_is_the_one_process_run(world, tmp_path_factory):
+    """run_depth=12, compute() then run(12), every query judged: one process lists the lists
+    its ranking kept, several rank again (each process's ranking holds its share of the
+    queries); every process lists what one process fed everything lists without run_depth."""
+    metric = qrels_worker.build(qrels=qrels_worker.every_query_judged())
+    qrels_worker.feed(metric, 0, 1)
+    _, _, q_ids, d_ids, _ = qrels_worker.data()
+    expected = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))
+    for rank, result in enumerate(results_of("qrels_run_kept", world, tmp_path_factory)):
         assert result["run"] == expected, f"rank {rank}/{world}"
 
 

@@ -326,3 +326,184 @@ def test_a_runs_ids_are_made_text_in_a_few_steps_whatever_their_kind(kind, monke
     for i, qid in enumerate(q_text):
         assert run[qid] == [(g_text[j], s) for s, j in brute[i]], qid
         assert all(type(doc) is str for doc, _ in run[qid])
+
+
+# ------------------------------------------------------------------ run_depth: one pass
+
+
+def _two_sides(kind: str, similarity: str, run_depth: int | None, dtype=torch.float32):
+    """Binary codes (ties at every cut) as 24 queries and a gallery of 90 in updates, judged by
+    qrels or by labels; string ids."""
+    q, g = _codes(24, 6, 21).to(dtype), _codes(90, 6, 22).to(dtype)
+    q_ids, g_ids = [f"q{i}" for i in range(24)], [f"d{j}" for j in range(90)]
+    if kind == "qrels":
+        qrels = {qid: {g_ids[(5 * i) % 90]: 1, g_ids[(5 * i + 3) % 90]: 2}
+                 for i, qid in enumerate(q_ids)}
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10", "recall@5"], qrels=qrels,
+                                     similarity=similarity, run_depth=run_depth)
+        q_labels = g_labels = None
+    else:
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10", "recall@5"], similarity=similarity,
+                                     run_depth=run_depth)
+        q_labels, g_labels = torch.arange(24) % 5, torch.arange(90) % 5
+    for part in torch.arange(90).split(40):
+        metric.update(g[part], None if g_labels is None else g_labels[part],
+                      ids=[g_ids[j] for j in part], role="gallery")
+    metric.update(q, q_labels, ids=q_ids, role="query")
+    return metric, q, g, q_ids + g_ids
+
+
+# (kind, similarity): whether the ranking keeps the lists (a ranking that holds the gallery in
+# an order of its own, here euclidean with labels, keeps none: run() ranks again)
+ONE_PASS = {("qrels", "dot"): True, ("qrels", "cosine"): True, ("qrels", "euclidean"): True,
+            ("labels", "dot"): True, ("labels", "cosine"): True, ("labels", "euclidean"): False}
+
+
+@pytest.mark.parametrize(("kind", "similarity"), list(ONE_PASS))
+def test_run_depth_lists_the_run_from_the_ranking_compute_made(kind, similarity):
+    """With run_depth, run(k) after compute() lists what run(k) lists without it (the dot
+    product's also the brute force: ties at the cut by the gallery's order), for k below, at
+    and above the depth, and the values are the same; where the ranking kept the lists, the
+    products of compute() and run(k <= depth) are compute()'s alone (one pass over the
+    gallery), and run(k > depth) ranks again."""
+    from work_counts import counting_work
+
+    plain, q, g, ids = _two_sides(kind, similarity, None)
+    with counting_work() as alone:
+        expected_values = plain.compute()
+    kept, *_ = _two_sides(kind, similarity, 8)
+    with counting_work() as both:
+        values = kept.compute()
+        runs = {k: kept.run(k, ids=ids) for k in (3, 8)}
+    assert values.keys() == expected_values.keys()
+    for name, value in values.items():
+        assert torch.equal(value, expected_values[name]), name
+    for k, run in runs.items():
+        assert run == plain.run(k, ids=ids), k
+    assert (both.multiply_adds == alone.multiply_adds) is ONE_PASS[(kind, similarity)]
+    if similarity == "dot":
+        brute = reference_top_k(q, g, 8, list(range(90)))
+        for i in range(24):
+            assert runs[8][f"q{i}"] == [(f"d{j}", s) for s, j in brute[i]], i
+    with counting_work() as deeper:
+        assert kept.run(12, ids=ids) == plain.run(12, ids=ids)
+    assert deeper.multiply_adds > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_run_depth_lists_the_same_run_in_any_dtype(dtype):
+    plain, _, _, ids = _two_sides("qrels", "cosine", None, dtype)
+    kept, *_ = _two_sides("qrels", "cosine", 5, dtype)
+    kept.compute()
+    assert kept.run(5, ids=ids) == plain.run(5, ids=ids)
+
+
+def test_the_lists_kept_are_dropped_with_the_states_they_ranked():
+    """An update after compute() (or a reset and other data) makes the kept lists stale: run()
+    lists the states as they are, and compute()'s next ranking keeps new lists."""
+    from work_counts import counting_work
+
+    kept, _, g, ids = _two_sides("labels", "dot", 6)
+    plain, *_ = _two_sides("labels", "dot", None)
+    kept.compute()
+    extra = _codes(10, 6, 23)
+    for metric in (kept, plain):
+        metric.update(extra, torch.arange(10) % 5, ids=[f"x{j}" for j in range(10)],
+                      role="gallery")
+    ids = ids + [f"x{j}" for j in range(10)]
+    assert kept.run(6, ids=ids) == plain.run(6, ids=ids)
+    with counting_work() as both:
+        kept.compute()
+        run = kept.run(6, ids=ids)
+    assert run == plain.run(6, ids=ids)
+    with counting_work() as alone:
+        plain.compute()
+    assert both.multiply_adds == alone.multiply_adds
+    # a reset, then other data: ranked afresh (its lists kept by that ranking)
+    kept.reset()
+    fresh = rm.RetrievalMetrics(["mrr", "ndcg@10", "recall@5"], similarity="dot")
+    q = _codes(15, 6, 24)
+    for metric in (kept, fresh):
+        metric.update(g[:30], torch.arange(30) % 5, ids=[f"d{j}" for j in range(30)],
+                      role="gallery")
+        metric.update(q, torch.arange(15) % 5, ids=[f"q{i}" for i in range(15)], role="query")
+    kept.compute()
+    assert kept.run(4, ids=ids) == fresh.run(4, ids=ids)
+
+
+def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
+    """A set ranked against itself, set_gallery (its updates ranked as they come), ties by id
+    and a query the qrels do not judge (the ranking ranks the judged ones): the run is the one
+    made without run_depth, by a second ranking."""
+    from work_counts import counting_work
+
+    x, labels = _codes(40, 5, 31), torch.arange(40) % 6
+    q, g = _codes(12, 5, 32), _codes(50, 5, 33)
+    g_ids = [f"d{j}" for j in range(50)]
+    q_ids = [f"q{i}" for i in range(12)]
+    qrels = {qid: {g_ids[3 * i]: 1} for i, qid in enumerate(q_ids[:-1])}  # the last unjudged
+
+    def same_source(depth):
+        m = rm.RetrievalMetrics(["mrr"], similarity="dot", run_depth=depth)
+        m.update(x, labels, ids=list(range(40)))
+        return m, None
+
+    def fixed(depth):
+        m = rm.RetrievalMetrics(["mrr"], similarity="dot", qrels=qrels, run_depth=depth)
+        m.set_gallery(g, ids=g_ids)
+        m.update(q, ids=q_ids, role="query")
+        return m, q_ids + g_ids
+
+    def by_id(depth):
+        m = rm.RetrievalMetrics(["mrr"], similarity="dot", ties="id", run_depth=depth)
+        m.update(g, torch.arange(50) % 4, ids=g_ids, role="gallery")
+        m.update(q, torch.arange(12) % 4, ids=q_ids, role="query")
+        return m, q_ids + g_ids
+
+    def unjudged(depth):
+        m = rm.RetrievalMetrics(["mrr"], similarity="dot", qrels=qrels, run_depth=depth)
+        m.update(g, ids=g_ids, role="gallery")
+        m.update(q, ids=q_ids, role="query")
+        return m, q_ids + g_ids
+
+    for make in (same_source, fixed, by_id, unjudged):
+        (kept, ids), (plain, _) = make(6), make(None)
+        kept.compute()
+        with counting_work() as again:
+            run = kept.run(6, ids=ids)
+        assert run == plain.run(6, ids=ids), make.__name__
+        assert again.multiply_adds > 0, make.__name__
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5, "10"])
+def test_run_depth_must_be_a_positive_int(bad):
+    with pytest.raises(ValueError, match=r"`run_depth` must be a positive int or None, got"):
+        rm.RetrievalMetrics(["mrr"], run_depth=bad)
+
+
+@pytest.mark.parametrize("scores", ["distinct", "binary codes"])
+def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
+    """The device keeps its lists with no wait per block (``UnwaitedBest``): with distinct
+    scores they are the run, from compute()'s ranking alone; where a block's cut may fall in a
+    tie (binary codes), run() ranks again. The CPU's run either way."""
+    from work_counts import counting_work
+
+    gen = torch.Generator().manual_seed(41)
+    if scores == "distinct":
+        q, g = torch.randn(20, 8, generator=gen), torch.randn(70, 8, generator=gen)
+    else:
+        q, g = _codes(20, 6, 42), _codes(70, 6, 43)
+    q_ids, g_ids = [f"q{i}" for i in range(20)], [f"d{j}" for j in range(70)]
+    qrels = {qid: {g_ids[(3 * i) % 70]: 1} for i, qid in enumerate(q_ids)}
+    runs, work = [], []
+    for device, depth in (("cpu", None), ("cuda", 10)):
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
+                                     run_depth=depth).to(device)
+        metric.update(g.to(device), ids=g_ids, role="gallery")
+        metric.update(q.to(device), ids=q_ids, role="query")
+        metric.compute()
+        with counting_work() as listed:
+            runs.append(metric.run(10, ids=q_ids + g_ids))
+        work.append(listed.multiply_adds)
+    assert runs[0] == runs[1]
+    assert (work[1] == 0) is (scores == "distinct")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from retrieval_metrics.functional.measures.aggregation import (
     query_parts_in_chunks,
 )
 from retrieval_metrics.functional.primitives import to_device
+from retrieval_metrics.functional.ranking.engine.listing import listing
 from retrieval_metrics.functional.ranking.items import ITEM_FIELDS, Items
 from retrieval_metrics.functional.ranking.options import BlockedEngine
 from retrieval_metrics.functional.ranking.qrels import Judgments
@@ -73,6 +75,17 @@ class RetrievalMetric(RetrievalMetricBase):
             out, but integer ids that collide are refused (query ids 0..Q-1 and document ids
             0..N-1 from two counters would drop document i from query i's ranking): say True
             (a query is a corpus document) or False (the ids are two numberings).
+        run_depth: keep each query's ``run_depth`` best items as the ranking counts, so that
+            :meth:`run` (``k <= run_depth``) after ``compute()`` lists them without ranking
+            the states again: one pass over the corpus for the values and the run, as the
+            command line's ``--write-run --run-depth``. Kept by the ranking ``compute()`` makes
+            of queries and a gallery given in updates (with or without ``qrels``, every query
+            judged), on one process; elsewhere (a set ranked against itself, ``set_gallery``,
+            whose updates are ranked as they come, ``ties="id"``, several processes, half
+            precision on a device's tensor cores, a block whose cut falls in a tie on a device,
+            a ranking that takes the gallery in an order of its own, as euclidean with labels)
+            :meth:`run` ranks again: the same run either way. It costs the ranking the lists'
+            upkeep, and no query leaves the products early. None (default): none kept.
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
@@ -82,6 +95,7 @@ class RetrievalMetric(RetrievalMetricBase):
         gallery_sharded: bool = False,
         qrels: Any = None,
         ignore_identical_ids: bool | None = None,
+        run_depth: int | None = None,
         **kwargs: Any,
     ) -> None:
         if qrels is not None:
@@ -100,6 +114,11 @@ class RetrievalMetric(RetrievalMetricBase):
         if not isinstance(gallery_sharded, bool):
             raise ValueError(f"`gallery_sharded` must be a bool, got {gallery_sharded!r}")
         self.gallery_sharded = gallery_sharded
+        if run_depth is not None and (
+            not isinstance(run_depth, int) or isinstance(run_depth, bool) or run_depth < 1
+        ):
+            raise ValueError(f"`run_depth` must be a positive int or None, got {run_depth!r}")
+        self.run_depth = run_depth
         if gallery_sharded and not isinstance(self.engine, BlockedEngine):
             raise ValueError(
                 "gallery_sharded=True ranks with the blocked engine only (each shard's counts are "
@@ -296,6 +315,9 @@ class RetrievalMetric(RetrievalMetricBase):
         process calls it and gets the whole run; with ``gallery_sharded=True`` each lists the
         best of its shard and the lists are merged (tied scores at the cut by id code).
 
+        It ranks the states again (about one more product over the gallery), unless the metric
+        has ``run_depth >= k`` and ``compute()``'s ranking kept its lists (see ``run_depth``).
+
         >>> from retrieval_metrics import RetrievalMetrics
         >>> m = RetrievalMetrics(["mrr"], similarity="dot")
         >>> m.update(torch.tensor([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0]]), torch.tensor([0, 0, 1]),
@@ -308,8 +330,10 @@ class RetrievalMetric(RetrievalMetricBase):
             strings = self.store.has_string("ids", ("q", "g"))
             form = self._synced_form()
             context = self.context()
+            kept = self._ranking.run_lists  # (run_depth: the ranking's own lists, if it kept them)
             return run_of(
-                context, form, k, ids, string_ids=strings, several=context.processes.several
+                context, form, k, ids, string_ids=strings, several=context.processes.several,
+                kept=None if kept is None or k > kept[0] else kept[1:],
             )
 
         return self._on_synced_states(listed)
@@ -471,14 +495,26 @@ class RetrievalMetric(RetrievalMetricBase):
 
     def _rank_once(self) -> None:
         """Rank the synced states once: the whole table, or every process's per-query parts of
-        a ranking a chunk of queries at a time; the deduplicated sides are let go after."""
+        a ranking a chunk of queries at a time; the deduplicated sides are let go after. With
+        ``run_depth``, the run's lists kept as the ranking counts, where they can be."""
         with self.store.one_ranking(self._ranking):
-            self._synced_form()
-            chunks = self._tables_in_chunks()
-            if chunks is None:
-                self._tables = self._build_tables()
-                return
-            self._chunk_parts = self._parts_of(chunks)
+            form = self._synced_form()
+            keep = self.run_depth is not None and form is not None and (
+                form.kind in ("query_gallery", "qrels") and not self._processes().several
+            )
+            with listing(self.run_depth) if keep else nullcontext() as kept:
+                chunks = self._tables_in_chunks()
+                if chunks is None:
+                    self._tables = self._build_tables()
+                else:
+                    self._chunk_parts = self._parts_of(chunks)
+            queries = self._ranking.queries
+            if kept is not None and queries is not None and queries.items is not None:
+                # (None where a ranking kept none, or ranked other queries than the states'
+                # deduplicated ones: judged queries only; run() then ranks again)
+                found = kept.found(len(queries.items))
+                if found is not None:
+                    self._ranking.run_lists = (kept.k, *found)
 
     def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[QueryParts, RankTable]:
         """Every process's per-query parts and query fields of a ranking in chunks."""

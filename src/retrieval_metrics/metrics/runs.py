@@ -41,9 +41,13 @@ def run_of(
     *,
     string_ids: bool,
     several: bool,
+    kept: tuple[Tensor, Tensor] | None = None,
 ) -> dict[str, list[tuple[str, float]]]:
     """The run of ``metric.run(k, ids=ids)``, on its synced states (``context``) read by ``form``;
-    ``string_ids``: the states' ids were strings; ``several``: several processes hold them."""
+    ``string_ids``: the states' ids were strings; ``several``: several processes hold them;
+    ``kept``: the lists the metric's ranking kept of these states (``run_depth`` >= ``k``:
+    rows of the deduplicated gallery, -1 past a query's end, and scores), listed as they are
+    where they hold, rather than ranked again."""
     if form.kind not in RUN_FORMS:
         raise ValueError(
             f"{context.owner}.run() lists embeddings; its rankings came ranked already"
@@ -60,6 +64,8 @@ def run_of(
             shard, "`ids` of the gallery items", context.processes.group
         )
         codes, scores = _shard_best(context, queries, shard, k)
+    elif kept is not None and gallery is not None and not several and len(kept[0]) == len(queries):
+        codes, scores = _kept_best(gallery, kept, k)
     else:
         codes, scores = _best(context, queries, gallery, k)
     text = _id_text(string_ids, ids)
@@ -111,6 +117,16 @@ def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
     g_codes = g_codes.to(found.indices.device)
     codes = g_codes.index_select(0, found.indices.clamp_min(0).view(-1)).view(found.indices.shape)
     return codes, found.scores
+
+
+def _kept_best(gallery: Items, kept: tuple[Tensor, Tensor], k: int) -> tuple[Tensor, Tensor]:
+    """:func:`_best` from the lists the ranking kept as it counted (``engine.listing``: top_k's
+    lists of the same blocks, what the ranking leaves out masked there), the first ``k``."""
+    rows, scores = kept[0][:, :k], kept[1][:, :k]
+    g_codes = gallery.ids if gallery.ids is not None else torch.arange(len(gallery))
+    g_codes = g_codes.to(rows.device)
+    codes = g_codes.index_select(0, rows.clamp_min(0).reshape(-1)).view(rows.shape)
+    return codes, scores
 
 
 def _left_out(
