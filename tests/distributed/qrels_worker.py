@@ -188,6 +188,21 @@ def run(scenario: str, rank: int, world: int) -> dict:
             metric.compute()
         _, _, q_ids, d_ids, _ = data()
         return {"run": metric.run(12, ids=q_ids + d_ids)}
+    if scenario == "qrels_run_fixed_kept":
+        # run_depth with a corpus given once: each process's query updates keep their lists,
+        # gathered with the queries by the sync: run() lists them on every process, no product
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: work counts
+        from work_counts import counting_work
+
+        metric = build(fixed=True, qrels=every_query_judged(), run_depth=12)
+        feed(metric, rank, world, fixed=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            metric.compute()
+        _, _, q_ids, d_ids, _ = data()
+        with counting_work() as work:
+            run_ = metric.run(12, ids=q_ids + d_ids)
+        return {"run": run_, "run_multiply_adds": work.multiply_adds}
     if scenario == "qrels_run_sharded":
         # each process holds a shard of the corpus (the sampler's padding on two of them): the
         # best of each shard, merged

@@ -31,7 +31,8 @@ _RUNS: dict[int, list[dict]] = {}
 
 def results_of(scenario: str, world: int, tmp_path_factory) -> list[dict]:
     if world not in _RUNS:
-        names = SCORED + MEET + ["qrels_run", "qrels_run_sharded", "qrels_run_kept"] + (
+        names = SCORED + MEET + ["qrels_run", "qrels_run_sharded", "qrels_run_kept",
+                                 "qrels_run_fixed_kept"] + (
             REFUSED if world > 1 else []
         )
         tmp = tmp_path_factory.mktemp(f"qrels_world{world}")
@@ -151,6 +152,24 @@ def test_the_run_after_compute_with_run_depth_is_the_one_process_run(world, tmp_
     expected = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))
     for rank, result in enumerate(results_of("qrels_run_kept", world, tmp_path_factory)):
         assert result["run"] == expected, f"rank {rank}/{world}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_lists_a_fixed_gallerys_updates_kept_are_the_run_on_every_process(
+    world, tmp_path_factory
+):
+    """run_depth=12 with set_gallery on every process, the queries spread as DistributedSampler
+    spreads them (padding repeats a few): each process's updates keep their queries' lists,
+    the sync gathers them with the queries, and every process lists the one-process run
+    without a product."""
+    metric = qrels_worker.build(fixed=True, qrels=qrels_worker.every_query_judged())
+    qrels_worker.feed(metric, 0, 1, fixed=True)
+    _, _, q_ids, d_ids, _ = qrels_worker.data()
+    expected = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))
+    for rank, result in enumerate(results_of("qrels_run_fixed_kept", world, tmp_path_factory)):
+        assert result["run"] == expected, f"rank {rank}/{world}"
+        assert result["run_multiply_adds"] == 0, f"rank {rank}/{world}"
 
 
 @pytest.mark.timeout(300)

@@ -432,9 +432,10 @@ def test_the_lists_kept_are_dropped_with_the_states_they_ranked():
 
 
 def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
-    """A set ranked against itself, set_gallery (its updates ranked as they come), ties by id
-    and a query the qrels do not judge (the ranking ranks the judged ones): the run is the one
-    made without run_depth, by a second ranking."""
+    """A set ranked against itself, ties by id (with a gallery in updates and with
+    set_gallery), a query the qrels do not judge (compute()'s ranking ranks the judged ones)
+    and a gallery set again after the queries (the lists kept are rows of the one before): the
+    run is the one made without run_depth, by a second ranking."""
     from work_counts import counting_work
 
     x, labels = _codes(40, 5, 31), torch.arange(40) % 6
@@ -448,10 +449,18 @@ def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
         m.update(x, labels, ids=list(range(40)))
         return m, None
 
-    def fixed(depth):
+    def fixed_by_id(depth):
+        m = rm.RetrievalMetrics(["mrr"], similarity="dot", qrels=qrels, ties="id",
+                                run_depth=depth)
+        m.set_gallery(g, ids=g_ids)
+        m.update(q, ids=q_ids, role="query")
+        return m, q_ids + g_ids
+
+    def fixed_given_again(depth):
         m = rm.RetrievalMetrics(["mrr"], similarity="dot", qrels=qrels, run_depth=depth)
         m.set_gallery(g, ids=g_ids)
         m.update(q, ids=q_ids, role="query")
+        m.set_gallery(g.flip(0), ids=g_ids[::-1])  # (the lists kept were rows of the first)
         return m, q_ids + g_ids
 
     def by_id(depth):
@@ -466,7 +475,7 @@ def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
         m.update(q, ids=q_ids, role="query")
         return m, q_ids + g_ids
 
-    for make in (same_source, fixed, by_id, unjudged):
+    for make in (same_source, by_id, unjudged, fixed_by_id, fixed_given_again):
         (kept, ids), (plain, _) = make(6), make(None)
         kept.compute()
         with counting_work() as again:
@@ -481,6 +490,19 @@ def test_run_depth_must_be_a_positive_int(bad):
         rm.RetrievalMetrics(["mrr"], run_depth=bad)
 
 
+def _judged_case(scores: str, num_q: int, num_g: int, seed: int):
+    """Queries and a corpus of distinct scores (normal numbers) or of ties at every cut
+    (binary codes), string ids, one judged document a query."""
+    gen = torch.Generator().manual_seed(seed)
+    if scores == "distinct":
+        q, g = torch.randn(num_q, 8, generator=gen), torch.randn(num_g, 8, generator=gen)
+    else:
+        q, g = _codes(num_q, 6, seed + 1), _codes(num_g, 6, seed + 2)
+    q_ids, g_ids = [f"q{i}" for i in range(num_q)], [f"d{j}" for j in range(num_g)]
+    qrels = {qid: {g_ids[(3 * i) % num_g]: 1} for i, qid in enumerate(q_ids)}
+    return q, g, q_ids, g_ids, qrels
+
+
 @pytest.mark.parametrize("scores", ["distinct", "binary codes"])
 def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
     """The device keeps its lists with no wait per block (``UnwaitedBest``): with distinct
@@ -488,13 +510,7 @@ def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
     tie (binary codes), run() ranks again. The CPU's run either way."""
     from work_counts import counting_work
 
-    gen = torch.Generator().manual_seed(41)
-    if scores == "distinct":
-        q, g = torch.randn(20, 8, generator=gen), torch.randn(70, 8, generator=gen)
-    else:
-        q, g = _codes(20, 6, 42), _codes(70, 6, 43)
-    q_ids, g_ids = [f"q{i}" for i in range(20)], [f"d{j}" for j in range(70)]
-    qrels = {qid: {g_ids[(3 * i) % 70]: 1} for i, qid in enumerate(q_ids)}
+    q, g, q_ids, g_ids, qrels = _judged_case(scores, 20, 70, 41)
     runs, work = [], []
     for device, depth in (("cpu", None), ("cuda", 10)):
         metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
@@ -507,3 +523,86 @@ def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
         work.append(listed.multiply_adds)
     assert runs[0] == runs[1]
     assert (work[1] == 0) is (scores == "distinct")
+
+
+@pytest.mark.parametrize("corpus", ["tensor", "npy file"])
+@pytest.mark.parametrize("relevance", ["qrels", "labels"])
+def test_a_fixed_galleries_query_updates_keep_the_runs_lists(corpus, relevance, tmp_path):
+    """set_gallery ranks each query update as it comes: with run_depth, each keeps its
+    queries' lists, and run(k <= depth) lists them (queries deduplicated by id, in the order
+    of their id codes, not the updates'; a query given twice kept once) with no product beyond
+    the updates' and compute()'s; the run and the values are those made without run_depth,
+    and the dot product's the brute force (binary codes: ties at every cut)."""
+    from work_counts import counting_work
+
+    q, g = _codes(30, 6, 51), _codes(80, 6, 52)
+    g_ids = [f"d{j}" for j in range(80)]
+    order = [(7 * i) % 30 for i in range(30)]  # the queries given out of id order
+    q_ids = [f"q{i:02d}" for i in range(30)]
+    gallery: object = g
+    if corpus == "npy file":
+        np.save(tmp_path / "corpus.npy", g.numpy())
+        gallery = str(tmp_path / "corpus.npy")
+    options: dict = {"similarity": "dot"}
+    if relevance == "qrels":
+        options["qrels"] = {qid: {g_ids[(3 * i) % 80]: 1} for i, qid in enumerate(q_ids)}
+
+    def fed(depth):
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], run_depth=depth, **options)
+        metric.set_gallery(gallery, None if relevance == "qrels" else torch.arange(80) % 6,
+                           ids=g_ids)
+        with counting_work() as work:
+            for part in (order[:12], order[12:], order[3:5]):  # (two queries given twice)
+                metric.update(q[part], None if relevance == "qrels" else torch.tensor(part) % 6,
+                              ids=[q_ids[i] for i in part], role="query")
+            values = metric.compute()
+            run = metric.run(7, ids=q_ids + g_ids)
+        return values, run, work.multiply_adds
+
+    kept, plain = fed(7), fed(None)
+    assert kept[1] == plain[1]
+    for name, value in kept[0].items():
+        assert torch.equal(value, plain[0][name]), name
+    assert kept[2] < plain[2]
+    with counting_work() as updates_only:
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], **options)
+        metric.set_gallery(gallery, None if relevance == "qrels" else torch.arange(80) % 6,
+                           ids=g_ids)
+        for part in (order[:12], order[12:], order[3:5]):
+            metric.update(q[part], None if relevance == "qrels" else torch.tensor(part) % 6,
+                          ids=[q_ids[i] for i in part], role="query")
+        metric.compute()
+    assert kept[2] == updates_only.multiply_adds
+    brute = reference_top_k(q, g, 7, list(range(80)))
+    assert sorted(kept[1]) == q_ids  # (each query once)
+    for i, qid in enumerate(q_ids):
+        assert kept[1][qid] == [(g_ids[j], s) for s, j in brute[i]], qid
+
+
+@pytest.mark.parametrize("scores", ["distinct", "binary codes"])
+def test_a_fixed_gallery_on_the_emulated_device_keeps_its_lists_without_a_wait(
+    scores, fake_cuda
+):
+    """On the device each query update keeps its lists with no wait: its host syncs are those
+    of the update without run_depth. run() reads once whether every block's cut was sure: with
+    distinct scores it lists the lists kept (no product), where a cut may fall in a tie
+    (binary codes) it ranks again; the CPU's run either way."""
+    from work_counts import counting_work
+
+    q, g, q_ids, g_ids, qrels = _judged_case(scores, 24, 90, 61)
+    runs, syncs, products = [], [], []
+    for device, depth in (("cpu", None), ("cuda", None), ("cuda", 10)):
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
+                                     run_depth=depth).to(device)
+        metric.set_gallery(g.to(device), ids=g_ids)
+        with fake_cuda.counting() as log:
+            for part in torch.arange(24).split(10):
+                metric.update(q[part].to(device), ids=[q_ids[i] for i in part], role="query")
+        syncs.append(len(log))
+        metric.compute()
+        with counting_work() as listed:
+            runs.append(metric.run(10, ids=q_ids + g_ids))
+        products.append(listed.multiply_adds)
+    assert runs[0] == runs[1] == runs[2]
+    assert syncs[2] == syncs[1]
+    assert (products[2] == 0) is (scores == "distinct")

@@ -47,7 +47,7 @@ from retrieval_metrics.metrics.forms import (
 )
 from retrieval_metrics.metrics.inputs import read_ids
 from retrieval_metrics.metrics.ranking import Ranking
-from retrieval_metrics.metrics.runs import run_of
+from retrieval_metrics.metrics.runs import RUN_ROWS, RUN_SCORES, fixed_gallery_lists, run_of
 
 __all__ = ["RetrievalMetric"]
 
@@ -75,17 +75,19 @@ class RetrievalMetric(RetrievalMetricBase):
             out, but integer ids that collide are refused (query ids 0..Q-1 and document ids
             0..N-1 from two counters would drop document i from query i's ranking): say True
             (a query is a corpus document) or False (the ids are two numberings).
-        run_depth: keep each query's ``run_depth`` best items as the ranking counts, so that
-            :meth:`run` (``k <= run_depth``) after ``compute()`` lists them without ranking
-            the states again: one pass over the corpus for the values and the run, as the
-            command line's ``--write-run --run-depth``. Kept by the ranking ``compute()`` makes
-            of queries and a gallery given in updates (with or without ``qrels``, every query
-            judged), on one process; elsewhere (a set ranked against itself, ``set_gallery``,
-            whose updates are ranked as they come, ``ties="id"``, several processes, half
-            precision on a device's tensor cores, a block whose cut falls in a tie on a device,
-            a ranking that takes the gallery in an order of its own, as euclidean with labels)
-            :meth:`run` ranks again: the same run either way. It costs the ranking the lists'
-            upkeep, and no query leaves the products early. None (default): none kept.
+        run_depth: keep each query's ``run_depth`` best items as the ranking counts them, so
+            that :meth:`run` (``k <= run_depth``) lists them without ranking the states again:
+            one pass over the corpus for the values and the run, as the command line's
+            ``--write-run --run-depth``. Kept by the ranking ``compute()`` makes of queries and
+            a gallery given in updates (with or without ``qrels``, every query judged; on one
+            process), and by each query update against a gallery given with
+            :meth:`set_gallery` (on any number of processes: the lists are states, gathered
+            with the queries; 16 bytes a query and place). Elsewhere (a set ranked against
+            itself, ``ties="id"``, a gallery split over processes, half precision on a
+            device's tensor cores, a block whose cut may fall in a tie on a device, a ranking
+            that takes the gallery in an order of its own, as euclidean with labels)
+            :meth:`run` ranks again: the same run either way. The ranking pays the lists'
+            upkeep, and no query leaves its products early. None (default): none kept.
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
@@ -150,6 +152,10 @@ class RetrievalMetric(RetrievalMetricBase):
 
         self.store.add_side("q")
         self.store.add_side("g")
+        if run_depth is not None:
+            # the lists a fixed gallery's query updates keep (runs.keep_batch_lists)
+            self.store.add(RUN_ROWS)
+            self.store.add(RUN_SCORES)
         for part in TABLE_PARTS:
             self.store.add(f"t_{part.name}")
         self.store.add(f"t_{PRESENT}")
@@ -206,6 +212,10 @@ class RetrievalMetric(RetrievalMetricBase):
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
         self._gallery = FixedGallery.set(self.context(), embeddings, keys)
         self._gallery_print = 0  # (hashed when a query is ranked against it on many processes)
+        rows = self.store.read(RUN_ROWS) if self.run_depth is not None else None
+        if rows is not None:
+            # the lists kept so far are rows of the gallery before: none of them holds now
+            setattr(self, RUN_ROWS, [torch.full_like(rows, -2)])
         self._note_id_example("gallery", ids)
         self._forget_ranking()
 
@@ -316,7 +326,7 @@ class RetrievalMetric(RetrievalMetricBase):
         best of its shard and the lists are merged (tied scores at the cut by id code).
 
         It ranks the states again (about one more product over the gallery), unless the metric
-        has ``run_depth >= k`` and ``compute()``'s ranking kept its lists (see ``run_depth``).
+        has ``run_depth >= k`` and its rankings kept their lists (see ``run_depth``).
 
         >>> from retrieval_metrics import RetrievalMetrics
         >>> m = RetrievalMetrics(["mrr"], similarity="dot")
@@ -330,13 +340,24 @@ class RetrievalMetric(RetrievalMetricBase):
             strings = self.store.has_string("ids", ("q", "g"))
             form = self._synced_form()
             context = self.context()
-            kept = self._ranking.run_lists  # (run_depth: the ranking's own lists, if it kept them)
             return run_of(
                 context, form, k, ids, string_ids=strings, several=context.processes.several,
-                kept=None if kept is None or k > kept[0] else kept[1:],
+                kept=self._kept_lists(form, context, k),
             )
 
         return self._on_synced_states(listed)
+
+    def _kept_lists(
+        self, form: InputForm, context: FormContext, k: int
+    ) -> tuple[Tensor, Tensor] | None:
+        """The lists the rankings of these states kept for :meth:`run` (``run_depth >= k``):
+        compute()'s ranking's, or a fixed gallery's query updates'; None: none hold."""
+        if self.run_depth is None or k > self.run_depth:
+            return None
+        if form.kind == "fixed_gallery":
+            return fixed_gallery_lists(context)
+        kept = self._ranking.run_lists
+        return None if kept is None else kept[1:]
 
     def _note_id_example(self, side: str, ids: Any) -> None:
         if self.qrels is None or ids is None or len(ids) == 0:
@@ -472,6 +493,7 @@ class RetrievalMetric(RetrievalMetricBase):
             id_examples=self.id_examples,
             engine=self.engine,
             ranking=self._ranking,
+            run_depth=self.run_depth,
         )
 
     def _build_tables(self) -> dict[str, RankTable]:

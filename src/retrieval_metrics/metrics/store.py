@@ -249,20 +249,29 @@ class SideStore:
 
     def _deduplicate(self, side: str, what: str, batched: bool) -> Items | None:
         items = self.side(side, batched)
+        keep = self._kept_rows(side, items, what)
+        return items if keep is None else items.select(keep)
+
+    def deduped_rows(self, side: str, what: str) -> Tensor | None:
+        """The rows of a side as held (its batches one after another) that :meth:`deduped`
+        keeps, in its order; None: every row, as held."""
+        return self._kept_rows(side, self.side(side), what)
+
+    def _kept_rows(self, side: str, items: Items | None, what: str) -> Tensor | None:
         if items is None or len(items) == 0:
-            return items
+            return None
         if items.ids is None:
             self.warn_without_ids("`ids=`")
-            return items
+            return None
         keep = D.dedupe_by_id(
             items.ids, what, embeddings=items.emb, labels=items.labels, cameras=items.cameras,
             positions=items.positions,
         )
         if side == "g":
             if keep.numel() == len(items):
-                return items  # no id repeats: every item, in the order held (no sort of keep)
+                return None  # no id repeats: every item, in the order held (no sort of keep)
             keep = torch.sort(keep).values
-        return items.select(keep)
+        return keep
 
     def warn_without_ids(self, argument: str) -> None:
         """On several processes, warn once per metric that samples come without ids: the repeats

@@ -80,7 +80,8 @@ class FormContext:
     ``ranking`` what is made once from the synced states until they change (a
     :class:`~retrieval_metrics.metrics.ranking.Ranking`: the agreed form, the deduplicated
     sides, the relevant pairs counted before the ranking, the miss table). A form reports the
-    bytes it exchanged in ``bytes_exchanged``.
+    bytes it exchanged in ``bytes_exchanged``. ``run_depth``: the metric's (the lists its
+    rankings keep for ``run()``; None: none).
     """
 
     store: SideStore
@@ -95,6 +96,7 @@ class FormContext:
     engine: RankingEngine = BLOCKED_ENGINE
     ranking: Ranking[InputForm] = field(default_factory=Ranking)
     bytes_exchanged: int | None = None
+    run_depth: int | None = None
 
     @property
     def measures(self) -> M.MeasureOptions:

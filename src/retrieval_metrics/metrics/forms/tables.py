@@ -3,6 +3,7 @@ precomputed ranks, queries against a fixed gallery), only their per-query result
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +12,7 @@ import torch
 from retrieval_metrics.functional.measures.names import divides_by_retrieved, judged_queries_needed
 from retrieval_metrics.functional.primitives import fingerprint
 from retrieval_metrics.functional.ranking import rank_lists
+from retrieval_metrics.functional.ranking.engine.listing import listing
 from retrieval_metrics.functional.ranking.items import Items
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
@@ -40,6 +42,7 @@ from retrieval_metrics.metrics.inputs import (
     score_copy,
     table_from_ranks,
 )
+from retrieval_metrics.metrics.runs import keep_batch_lists
 
 __all__ = ["FixedGallery", "PrecomputedRanks", "RankedLists", "TableStates", "append_table"]
 
@@ -170,12 +173,18 @@ class FixedGallery(TableStates):
         context.store.note_key_kinds("q", batch.keys())
         if context.qrels is not None:
             check_identical_ids(context, items, gallery)
-        append_table(context, context.ranking_options().rank(items, gallery), items.ids)
-        # the queries, for run() (which ranks them against the gallery again, a block at a time)
+        # with run_depth, each query's best items kept as its ranking counts them, for run()
+        depth = context.run_depth
+        with listing(depth) if depth is not None else nullcontext() as listed:
+            table = context.ranking_options().rank(items, gallery)
+        append_table(context, table, items.ids)
+        # the queries, for run() (which ranks them against the gallery again, a block at a
+        # time, unless the lists kept here hold)
         context.store.append_items(
             "q", replace(items, emb=score_copy(emb), labels=None, cameras=None, positions=None),
             "role='query'",
         )
+        keep_batch_lists(context, listed, len(items), len(gallery))
 
     def sides(self, context: FormContext) -> tuple[Items, Items]:
         """The queries given (one per id) and the gallery of ``set_gallery``: what ``run()``

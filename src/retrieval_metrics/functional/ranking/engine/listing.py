@@ -33,6 +33,7 @@ from contextvars import ContextVar
 import torch
 from torch import Tensor
 
+from retrieval_metrics.functional.primitives import to_device
 from retrieval_metrics.functional.ranking.engine.counters import Counter
 from retrieval_metrics.functional.ranking.engine.running_best import (
     RunningBest,
@@ -65,7 +66,7 @@ class PassLists:
     def store(self, q_rows: Tensor, best: RunningBest | UnwaitedBest) -> None:
         """A query block's lists: ``q_rows`` its queries' places in the ranking's input."""
         scores, cols = best.lists()
-        at = q_rows.to(self._device)
+        at = to_device(q_rows, self._device)  # (sent without waiting for the device)
         self.scores.index_copy_(0, at, scores)
         self.cols.index_copy_(0, at, cols)
         if isinstance(best, UnwaitedBest):
@@ -100,20 +101,30 @@ class RunListing:
         query lists) and their scores (-inf there), the rankings' queries one after another;
         None where a ranking was not listed, or the rankings held other than ``num_queries``
         queries (the caller then lists them itself)."""
+        lists = self.unread(num_queries)
+        if lists is None or not self.exact():
+            # (ties at a block's cut that topk may have broken otherwise than by column: the
+            # caller lists with top_k, which lists such query blocks again)
+            return None
+        return lists
+
+    def unread(self, num_queries: int) -> tuple[Tensor, Tensor] | None:
+        """:meth:`found`'s lists without the read of the device that says whether they are in
+        the tie order: where they may not be, every row is -2 (for a caller that keeps them
+        and reads once, later, whether they hold)."""
         if not self.complete or not self._parts:
             return None
         if sum(part.cols.shape[0] for part in self._parts) != num_queries:
             return None
         if len({part.width for part in self._parts}) != 1:
             return None
-        if not self.exact():
-            # (ties at a block's cut that topk may have broken otherwise than by column: the
-            # caller lists with top_k, which lists such query blocks again)
-            return None
         cols = torch.cat([part.cols for part in self._parts])
         scores = torch.cat([part.scores for part in self._parts])
-        empty = torch.isneginf(scores)
-        return cols.masked_fill(empty, -1), scores
+        cols = cols.masked_fill(torch.isneginf(scores), -1)
+        unsure = [flag for part in self._parts for flag in part.unsure]
+        if unsure:
+            cols = cols.masked_fill(torch.stack(unsure).any(), -2)
+        return cols, scores
 
 
 #: the listing the rankings of this context keep their lists for (None: none)
