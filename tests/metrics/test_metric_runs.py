@@ -606,3 +606,29 @@ def test_a_fixed_gallery_on_the_emulated_device_keeps_its_lists_without_a_wait(
     assert runs[0] == runs[1] == runs[2]
     assert syncs[2] == syncs[1]
     assert (products[2] == 0) is (scores == "distinct")
+
+
+def test_run_depth_beyond_the_gallery_lists_every_item_from_the_lists_kept():
+    """A gallery of 5 and run_depth=10: each update's lists hold the 5 (a fixed gallery's
+    states are joined by rows, every update's as wide), run(8) lists them with no product, for
+    a gallery given once and one given in updates."""
+    from work_counts import counting_work
+
+    q, d = _codes(6, 4, 71), _codes(5, 4, 72)
+    q_ids, d_ids = [f"q{i}" for i in range(6)], [f"d{j}" for j in range(5)]
+    qrels = {qid: {d_ids[i % 5]: 1} for i, qid in enumerate(q_ids)}
+    brute = reference_top_k(q, d, 8, list(range(5)))
+    for fixed in (True, False):
+        metric = rm.RetrievalMetrics(["mrr"], qrels=qrels, similarity="dot", run_depth=10)
+        if fixed:
+            metric.set_gallery(d, ids=d_ids)
+        else:
+            metric.update(d, ids=d_ids, role="gallery")
+        for part in (slice(0, 3), slice(3, 6)):
+            metric.update(q[part], ids=q_ids[part], role="query")
+        metric.compute()
+        with counting_work() as work:
+            run = metric.run(8, ids=q_ids + d_ids)
+        assert work.multiply_adds == 0, fixed
+        for i, qid in enumerate(q_ids):
+            assert run[qid] == [(d_ids[j], s) for s, j in brute[i]], (fixed, qid)

@@ -134,8 +134,8 @@ def keep_batch_lists(context: FormContext, listed: RunListing | None, num_querie
     if listed is None:
         return
     found = listed.unread(num_queries)  # (no wait for the device per update)
-    if found is None:
-        width = min(listed.k, num_gallery)
+    width = min(listed.k, num_gallery)  # (every update's: the states are joined by rows)
+    if found is None or found[0].shape[1] != width:
         found = (torch.full((num_queries, width), -2, dtype=torch.int64),
                  torch.full((num_queries, width), float("-inf")))
     context.store.append(RUN_ROWS, found[0])
