@@ -505,24 +505,29 @@ def _judged_case(scores: str, num_q: int, num_g: int, seed: int):
 
 @pytest.mark.parametrize("scores", ["distinct", "binary codes"])
 def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
-    """The device keeps its lists with no wait per block (``UnwaitedBest``): with distinct
-    scores they are the run, from compute()'s ranking alone; where a block's cut may fall in a
-    tie (binary codes), run() ranks again. The CPU's run either way."""
+    """The device keeps its lists with no wait per block (``UnwaitedBest``), and compute()'s
+    host syncs are those without run_depth: with distinct scores the lists are the run, from
+    compute()'s ranking alone; where a block's cut may fall in a tie (binary codes), run()
+    ranks again. The CPU's run either way."""
     from work_counts import counting_work
 
     q, g, q_ids, g_ids, qrels = _judged_case(scores, 20, 70, 41)
-    runs, work = [], []
-    for device, depth in (("cpu", None), ("cuda", 10)):
+    runs, work, syncs = [], [], []
+    for device, depth in (("cpu", None), ("cuda", None), ("cuda", 10)):
         metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
                                      run_depth=depth).to(device)
         metric.update(g.to(device), ids=g_ids, role="gallery")
         metric.update(q.to(device), ids=q_ids, role="query")
-        metric.compute()
+        with fake_cuda.counting() as log:
+            metric.compute()
+        syncs.append(len(log))
         with counting_work() as listed:
             runs.append(metric.run(10, ids=q_ids + g_ids))
         work.append(listed.multiply_adds)
-    assert runs[0] == runs[1]
-    assert (work[1] == 0) is (scores == "distinct")
+    assert runs[0] == runs[1] == runs[2]
+    # (whether the lists hold is read by run(), not by compute(): no sync added there)
+    assert syncs[2] == syncs[1]
+    assert (work[2] == 0) is (scores == "distinct")
 
 
 @pytest.mark.parametrize("corpus", ["tensor", "npy file"])

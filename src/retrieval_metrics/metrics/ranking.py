@@ -46,9 +46,10 @@ class Ranking(Generic[F]):
             before the ranking (label relevance), for the chunking decision and the budget.
         miss_table: the table with every relevant item scored <= 0 a miss (the scores form under
             ``nonpositive="miss"``), made with the table on the synced states.
-        run_lists: each query's best items as the ranking kept them while it counted (the
-            metric's ``run_depth``): their depth, then gallery rows of the deduplicated gallery
-            (-1 past a query's end) and scores (-inf there), one row per deduplicated query.
+        run_lists: each query's ``run_depth`` best items as the ranking kept them while it
+            counted: gallery rows of the deduplicated gallery (-1 past a query's end; -2
+            throughout where a device's lists may break a tie otherwise than the tie order)
+            and scores (-inf there), one row per deduplicated query.
     """
 
     form: F | None = None
@@ -56,7 +57,7 @@ class Ranking(Generic[F]):
     gallery: Side | None = None
     label_pairs: Tensor | None = None
     miss_table: RankTable | None = None
-    run_lists: tuple[int, Tensor, Tensor] | None = None
+    run_lists: tuple[Tensor, Tensor] | None = None
 
     def empty(self) -> bool:
         """Whether nothing is derived yet (every field as a new ranking starts)."""

@@ -354,10 +354,15 @@ class RetrievalMetric(RetrievalMetricBase):
         compute()'s ranking's, or a fixed gallery's query updates'; None: none hold."""
         if self.run_depth is None or k > self.run_depth:
             return None
-        if form.kind == "fixed_gallery":
-            return fixed_gallery_lists(context)
-        kept = self._ranking.run_lists
-        return None if kept is None else kept[1:]
+        kept = (
+            fixed_gallery_lists(context) if form.kind == "fixed_gallery"
+            else self._ranking.run_lists
+        )
+        # (-2: lists a device kept with no wait, which may break a tie at a block's cut
+        # otherwise than the tie order; one read of the device, here, not one per ranking)
+        if kept is None or bool((kept[0] == -2).any()):
+            return None
+        return kept
 
     def _note_id_example(self, side: str, ids: Any) -> None:
         if self.qrels is None or ids is None or len(ids) == 0:
@@ -533,10 +538,9 @@ class RetrievalMetric(RetrievalMetricBase):
             queries = self._ranking.queries
             if kept is not None and queries is not None and queries.items is not None:
                 # (None where a ranking kept none, or ranked other queries than the states'
-                # deduplicated ones: judged queries only; run() then ranks again)
-                found = kept.found(len(queries.items))
-                if found is not None:
-                    self._ranking.run_lists = (kept.k, *found)
+                # deduplicated ones: judged queries only; run() then ranks again. Not read
+                # from the device here: run() reads whether they hold)
+                self._ranking.run_lists = kept.unread(len(queries.items))
 
     def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[QueryParts, RankTable]:
         """Every process's per-query parts and query fields of a ranking in chunks."""

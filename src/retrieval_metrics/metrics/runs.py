@@ -144,20 +144,19 @@ def keep_batch_lists(context: FormContext, listed: RunListing | None, num_querie
 
 def fixed_gallery_lists(context: FormContext) -> tuple[Tensor, Tensor] | None:
     """The lists a fixed gallery's query updates kept (:func:`keep_batch_lists`), one row per
-    deduplicated query in the order ``run()`` lists them; None where one of them kept none, or
-    the states hold other queries than the lists (a sync that joined other processes' states
-    keeps both in step; a load of other states may not)."""
+    deduplicated query in the order ``run()`` lists them (rows of -2 where an update kept none:
+    the caller reads them); None where the states hold other queries than the lists (a sync
+    that joined other processes' states keeps both in step; a load of other states may not)."""
     rows, scores = context.store.read(RUN_ROWS), context.store.read(RUN_SCORES)
     queries = context.store.side("q")
     if rows is None or scores is None or queries is None or rows.shape[0] != len(queries):
         return None
-    if bool((rows == -2).any()):  # (one read of the device)
-        return None
     keep = context.store.deduped_rows("q", "`ids` of the queries")
     if keep is None:
         return rows, scores
-    keep = keep.to(rows.device)
-    return rows.index_select(0, keep), scores.index_select(0, keep.to(scores.device))
+    # (float64 scores stay on the host beside a device without float64: to_device)
+    return (rows.index_select(0, keep.to(rows.device)),
+            scores.index_select(0, keep.to(scores.device)))
 
 
 def _kept_best(gallery: Items, kept: tuple[Tensor, Tensor], k: int) -> tuple[Tensor, Tensor]:

@@ -93,15 +93,15 @@ class RunListing:
     def exact(self) -> bool:
         """Whether every ranking's lists are in the tie order: one read of the device for all
         of them, where blocks were listed without waits (an accelerator's)."""
-        unsure = [flag for part in self._parts for flag in part.unsure]
-        return not unsure or not bool(torch.stack(unsure).any())
+        unsure = self._unsure()
+        return unsure is None or not bool(unsure)
 
     def found(self, num_queries: int) -> tuple[Tensor, Tensor] | None:
         """Every query's gallery rows (``(num_queries, k')``, best first, -1 past the items a
         query lists) and their scores (-inf there), the rankings' queries one after another;
         None where a ranking was not listed, or the rankings held other than ``num_queries``
         queries (the caller then lists them itself)."""
-        lists = self.unread(num_queries)
+        lists = self._joined(num_queries)
         if lists is None or not self.exact():
             # (ties at a block's cut that topk may have broken otherwise than by column: the
             # caller lists with top_k, which lists such query blocks again)
@@ -112,6 +112,15 @@ class RunListing:
         """:meth:`found`'s lists without the read of the device that says whether they are in
         the tie order: where they may not be, every row is -2 (for a caller that keeps them
         and reads once, later, whether they hold)."""
+        lists = self._joined(num_queries)
+        unsure = self._unsure()
+        if lists is None or unsure is None:
+            return lists
+        return lists[0].masked_fill(unsure, -2), lists[1]
+
+    def _joined(self, num_queries: int) -> tuple[Tensor, Tensor] | None:
+        """Every ranking's lists one after another (-1 past a query's end), or None (see
+        :meth:`found`)."""
         if not self.complete or not self._parts:
             return None
         if sum(part.cols.shape[0] for part in self._parts) != num_queries:
@@ -120,11 +129,13 @@ class RunListing:
             return None
         cols = torch.cat([part.cols for part in self._parts])
         scores = torch.cat([part.scores for part in self._parts])
-        cols = cols.masked_fill(torch.isneginf(scores), -1)
-        unsure = [flag for part in self._parts for flag in part.unsure]
-        if unsure:
-            cols = cols.masked_fill(torch.stack(unsure).any(), -2)
-        return cols, scores
+        return cols.masked_fill(torch.isneginf(scores), -1), scores
+
+    def _unsure(self) -> Tensor | None:
+        """Whether a ranking's lists may break a tie otherwise than the tie order, a bool on
+        the device; None where every block was listed waiting for its entries (the CPU's)."""
+        flags = [flag for part in self._parts for flag in part.unsure]
+        return torch.stack(flags).any() if flags else None
 
 
 #: the listing the rankings of this context keep their lists for (None: none)
