@@ -13,14 +13,16 @@ The runs, each in a fresh process (this script again, with the hidden ``--child`
   ids=ids_path)``, one ``update`` of the queries, ``compute()``;
 * ``api_run``: the same, then ``run(RUN_DEPTH, ids=...)`` (the corpus ranked again, a block at
   a time) written with ``formats.write_run``;
+* ``api_run_depth``: ``api_run`` with ``run_depth=RUN_DEPTH`` on the metric: the query update's
+  ranking keeps the run's lists, and ``run()`` lists them (one pass over the corpus);
 * ``cli``: ``retrieval-metrics evaluate --query q.npz --gallery corpus.npy --qrels qrels.tsv
   --protocol beir`` (``main()`` called in the child);
 * ``cli_write_run``: the same with ``--write-run run.txt --run-depth RUN_DEPTH``.
 
 Peak: the child's VmHWM (its own high-water mark: a fresh process image) minus its VmRSS once
 its imports are done, before the run. ``file`` is the corpus file's size; ``ratio`` is the peak
-over it. The runs of ``api_run`` and ``cli_write_run`` are compared, each query's lines (PASS:
-equal).
+over it. The runs of ``api_run``, ``api_run_depth`` and ``cli_write_run`` are compared, each
+query's lines (PASS: equal).
 
 Run (from the repository root, with the project's venv active):
 
@@ -46,7 +48,7 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results"
 NAMES = ["ndcg@10", "recall@100", "mrr@10", "map@100"]
 RUN_DEPTH = 100
-RUNS = ("api", "api_run", "cli", "cli_write_run")
+RUNS = ("api", "api_run", "api_run_depth", "cli", "cli_write_run")
 MIB = 2**20
 
 
@@ -105,11 +107,12 @@ def child(kind: str, folder: Path, out: Path) -> None:
         qrels = read_qrels(folder / "qrels.tsv")
         with np.load(folder / "q.npz") as z:
             q, q_ids = torch.from_numpy(z["embeddings"]), z["ids"].tolist()
-        metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir")
+        depth = RUN_DEPTH if kind == "api_run_depth" else None
+        metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir", run_depth=depth)
         metric.set_gallery(str(folder / "corpus.npy"), ids=str(folder / "corpus.ids.npy"))
         metric.update(q, ids=q_ids, role="query")
         values = {k: float(v) for k, v in metric.compute().items()}
-        if kind == "api_run":
+        if kind in ("api_run", "api_run_depth"):
             ids = q_ids + np.load(folder / "corpus.ids.npy").tolist()
             write_run(metric.run(RUN_DEPTH, ids=ids), out, tag="q")
     else:
@@ -168,7 +171,7 @@ def main() -> int:
         rows.append(f"{kind:<14} {result['peak'] / MIB:>9.0f} {result['ratio']:>6.2f} "
                     f"{result['seconds']:>8.1f}")
     same = None
-    runs = [args.dir / f"run.{k}.txt" for k in ("api_run", "cli_write_run")]
+    runs = [args.dir / f"run.{k}.txt" for k in ("api_run", "api_run_depth", "cli_write_run")]
     if all(p.exists() for p in runs):
         # (the metric lists its queries by id code, the command line in the file's order)
         same = len({tuple(sorted(p.read_text().splitlines(), key=lambda line: line.split()[0]))
@@ -182,7 +185,7 @@ def main() -> int:
     lines = [header, "peak: VmHWM - VmRSS after imports, in a fresh process; ratio: peak / file",
              "", f"{'run':<14} {'peak MiB':>9} {'ratio':>6} {'seconds':>8}", *rows]
     if same is not None:
-        lines.append(f"api_run == cli_write_run (each query's lines): "
+        lines.append(f"api_run == api_run_depth == cli_write_run (each query's lines): "
                      f"{'PASS' if same else 'FAIL'}")
     print("\n".join(lines))
     if not args.no_save:
