@@ -54,7 +54,9 @@
             at_most[j] = 0;                                                                        \
             below[j] = 0;                                                                          \
         }                                                                                          \
-        for (; j + GROUP <= f; j += GROUP) {                                                       \
+        /* the padding counted once, with the last relevant scores: its scores are all +inf */     \
+        const Py_ssize_t last = f < m ? f + 1 : f;                                                 \
+        for (; j + GROUP <= last; j += GROUP) {                                                    \
             const T r0 = r[j], r1 = r[j + 1], r2 = r[j + 2], r3 = r[j + 3];                        \
             int32_t le0 = 0, le1 = 0, le2 = 0, le3 = 0, lt0 = 0, lt1 = 0, lt2 = 0, lt3 = 0;        \
             for (Py_ssize_t k = 0; k < n; k++) {                                                   \
@@ -67,8 +69,18 @@
             at_most[j] = le0; at_most[j + 1] = le1; at_most[j + 2] = le2; at_most[j + 3] = le3;    \
             below[j] = lt0; below[j + 1] = lt1; below[j + 2] = lt2; below[j + 3] = lt3;            \
         }                                                                                          \
-        /* the rest one at a time, and the padding once: its scores are all +inf */                \
-        const Py_ssize_t last = f < m ? f + 1 : f;                                                 \
+        /* the rest two at a time (a pass over the row each, not one per relevant score) */        \
+        for (; j + 2 <= last; j += 2) {                                                            \
+            const T r0 = r[j], r1 = r[j + 1];                                                      \
+            int32_t le0 = 0, le1 = 0, lt0 = 0, lt1 = 0;                                            \
+            for (Py_ssize_t k = 0; k < n; k++) {                                                   \
+                const T x = v[k];                                                                  \
+                le0 += x <= r0; lt0 += x < r0;                                                     \
+                le1 += x <= r1; lt1 += x < r1;                                                     \
+            }                                                                                      \
+            at_most[j] = le0; at_most[j + 1] = le1;                                                \
+            below[j] = lt0; below[j + 1] = lt1;                                                    \
+        }                                                                                          \
         for (; j < last; j++) {                                                                    \
             const T t = r[j];                                                                      \
             int32_t le = 0, lt = 0;                                                                \
@@ -299,18 +311,9 @@ static inline int any_set(const void *mask) {
         }                                                                                          \
         return t;                                                                                  \
     }                                                                                              \
-    /* whether an item of a chunk is at or above its threshold (t: one for all, or each's): */     \
+    /* whether an item of a vector is at or above its threshold (t: one for all, or each's): */    \
     /* compares of whole vectors (GCC's vector types: AVX2 registers in the avx2 clone), */        \
     /* which the compiler does not make of a loop of scalar compares or'ed together */             \
-    static inline int NAME##_any(const T *v, T t) {                                                \
-        M acc = {0};                                                                               \
-        for (int u = 0; u < CHUNK; u += NAME##_LANES) {                                            \
-            V x;                                                                                   \
-            memcpy(&x, v + u, sizeof x);                                                           \
-            acc |= x >= t;                                                                         \
-        }                                                                                          \
-        return any_set(&acc);                                                                      \
-    }                                                                                              \
     static inline int NAME##_any_lanes(const T *v, T t) {                                          \
         V x;                                                                                       \
         memcpy(&x, v, sizeof x);                                                                   \
@@ -334,17 +337,31 @@ static inline int any_set(const void *mask) {
         }                                                                                          \
         return any_set(&acc);                                                                      \
     }                                                                                              \
-    /* the starts of the chunks of a row with an item at or above t, in `found`: how many */       \
+    /* the starts of the chunks of a row with an item at or above t, in `found`: how many; */      \
+    /* `passing`: how many items are at or above t (counted in the same compares, a lane's */      \
+    /* count a vector of counts: a true compare is -1 in each lane) */                             \
     VECTOR_CLONES                                                                                  \
-    static Py_ssize_t NAME##_chunks(const T *v, Py_ssize_t n, T t, int32_t *found) {               \
+    static Py_ssize_t NAME##_chunks(const T *v, Py_ssize_t n, T t, int32_t *found,                 \
+                                    Py_ssize_t *passing) {                                         \
         Py_ssize_t c = 0, k0 = 0;                                                                  \
-        for (; k0 + CHUNK <= n; k0 += CHUNK)                                                       \
-            if (NAME##_any(v + k0, t)) found[c++] = (int32_t)k0;                                   \
-        for (Py_ssize_t q = k0; q < n; q++)                                                        \
-            if (v[q] >= t) {                                                                       \
-                found[c++] = (int32_t)k0;                                                          \
-                break;                                                                             \
+        M total = {0};                                                                             \
+        for (; k0 + CHUNK <= n; k0 += CHUNK) {                                                     \
+            M acc = {0};                                                                           \
+            for (int u = 0; u < CHUNK; u += NAME##_LANES) {                                        \
+                V x;                                                                               \
+                memcpy(&x, v + k0 + u, sizeof x);                                                  \
+                acc -= x >= t;                                                                     \
             }                                                                                      \
+            if (any_set(&acc)) {                                                                   \
+                found[c++] = (int32_t)k0;                                                          \
+                total += acc;                                                                      \
+            }                                                                                      \
+        }                                                                                          \
+        Py_ssize_t tail = 0;                                                                       \
+        for (Py_ssize_t q = k0; q < n; q++) tail += v[q] >= t;                                     \
+        if (tail) found[c++] = (int32_t)k0;                                                        \
+        for (int l = 0; l < NAME##_LANES; l++) tail += total[l];                                   \
+        *passing = tail;                                                                           \
         return c;                                                                                  \
     }                                                                                              \
     /* One row: returns the row's threshold after it. `found`: room for a chunk start per */       \
@@ -359,13 +376,9 @@ static inline int any_set(const void *mask) {
         /* (a heap no longer fed, its least at the cap, raises nothing as items pass: the */       \
         /* threshold is raised from it once, here) */                                              \
         t = NAME##_raised(h, cap, t);                                                              \
-        const Py_ssize_t chunks = NAME##_chunks(v, n, t, found);                                   \
+        Py_ssize_t passing;                                                                        \
+        const Py_ssize_t chunks = NAME##_chunks(v, n, t, found, &passing);                         \
         if (chunks == 0) return t;                                                                 \
-        Py_ssize_t passing = 0;                                                                    \
-        for (Py_ssize_t c = 0; c < chunks; c++) {                                                  \
-            const Py_ssize_t k0 = found[c], stop = k0 + CHUNK <= n ? k0 + CHUNK : n;               \
-            for (Py_ssize_t q = k0; q < stop; q++) passing += v[q] >= t;                           \
-        }                                                                                          \
         const int whole = passing * SPARSE_COST > n * (1 + f / 4);                                 \
         if (whole) {                                                                               \
             COUNTS(v, n, r, 0, f, m, at_most, below);                                              \
