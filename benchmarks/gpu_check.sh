@@ -67,6 +67,14 @@ if device.startswith("cuda"):
     if not torch.cuda.is_available():
         sys.exit("torch sees no CUDA device")
     print(f"cuda {torch.version.cuda}, {torch.cuda.get_device_name(0)}")
+# the counting backend the rankings take here: on a GPU with Triton, the fused kernel once its
+# check on the device passed (engine/triton_check.py), else torch's kernels and the reason
+import warnings
+from retrieval_metrics.functional.ranking.engine.counters import choose_counter
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    chosen = choose_counter(device)
+print(f"counting backend on {device}: {chosen}", *(f"\n  {w.message}" for w in caught))
 PY
 
 if [[ "$SMALL" == 1 ]]; then

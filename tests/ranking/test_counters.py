@@ -545,3 +545,88 @@ def test_the_fused_kernel_counts_a_products_columns_where_they_lie(monkeypatch):
         seen[backend], besides[backend] = layouts, work.elements_written - work.elements_counting
     assert seen == {"torch": {True}, "triton": {True, False}}
     assert besides["triton"] < besides["torch"]
+
+
+# ------------------------------------------------------------------ Triton's check on a device
+
+
+@pytest.fixture
+def triton_on_the_emulated_device(monkeypatch):
+    """The emulated device taken for a CUDA device that Triton runs on (its check then runs
+    there, its kernels on the emulation's host memory: as on the CPU), the check's memory of
+    devices empty before and after."""
+    with emulated_cuda():
+        monkeypatch.setattr(counters, "_triton_runs_on", lambda device: True)
+        monkeypatch.delenv(counters.COUNTER_ENV, raising=False)
+        counters._triton_works_on.cache_clear()
+        try:
+            yield
+        finally:
+            counters._triton_works_on.cache_clear()
+
+
+def test_a_device_where_tritons_kernels_cannot_launch_counts_with_torchs(
+    triton_on_the_emulated_device, monkeypatch
+):
+    """A kernel that cannot be built at its first launch (no C compiler for Triton's launcher,
+    a GPU older than Triton supports) fails inside the check, not inside compute(): a warning
+    says why, and torch's kernels count, once asked per device; the values are the CPU's."""
+    tries = []
+
+    def cannot_build(*args, **kwargs):
+        tries.append(1)
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment "
+                           "variable.\n(more lines)")
+
+    monkeypatch.setattr(triton_count, "count_block_fused", cannot_build)
+    with pytest.warns(RuntimeWarning, match=r"cannot be used on cuda:0 \(RuntimeError: Failed to "
+                                            r"find C compiler\. Please specify via CC environment "
+                                            r"variable\.\); torch's kernels count there"):
+        chosen = counters.choose_counter("cuda")
+    assert type(chosen) is counters.TorchDeviceCounter
+    assert type(counters.choose_counter("cuda:0")) is counters.TorchDeviceCounter
+    assert len(tries) == 1
+    gen = torch.Generator().manual_seed(3)
+    emb, labels = torch.randn(300, 6, generator=gen), torch.arange(300) % 40
+    values = []
+    for device in ("cpu", "cuda"):
+        metric = rm.RetrievalMetrics(["map@r", "mrr", "hit_rate@5"]).to(device)
+        metric.update(emb.to(device), labels.to(device))
+        values.append({k: float(v) for k, v in metric.compute().items()})
+    assert values[0] == values[1]
+    assert len(tries) == 1
+
+
+def test_a_device_where_tritons_kernels_count_otherwise_counts_with_torchs(
+    triton_on_the_emulated_device, monkeypatch
+):
+    """A kernel that runs but gives other counts than torch's on the check's block (a compiler
+    or device this project never ran on) is not used: the warning names what differed."""
+    def one_off(s, rel_sorted, hist_lt, hist_le, *factors):
+        kernels.count_block_searched(s, rel_sorted, hist_lt, hist_le, 1 << 20)
+        hist_le[-1] += 1
+
+    def pairs_as_torch(s, a, b):  # (the emulated device's memory is no GPU's)
+        return s.mul_(a[:, None] * b[None, :])
+
+    from retrieval_metrics.functional.ranking.engine import triton_pairs
+
+    monkeypatch.setattr(triton_count, "count_block_fused", one_off)
+    monkeypatch.setattr(triton_pairs, "scale_by_pairs", pairs_as_torch)
+    with pytest.warns(RuntimeWarning, match=r"other numbers than torch's \(the '<=' counts\)"):
+        assert type(counters.choose_counter("cuda")) is counters.TorchDeviceCounter
+    # (the same kernels giving torch's counts pass: it is the difference that was caught)
+    counters._triton_works_on.cache_clear()
+    monkeypatch.setattr(triton_count, "count_block_fused",
+                        lambda s, rel, lt, le, *f: kernels.count_block_searched(s, rel, lt, le,
+                                                                                1 << 20))
+    assert type(counters.choose_counter("cuda")) is counters.TritonCounter
+
+
+@needs_triton
+def test_tritons_kernels_pass_their_check_where_they_run():
+    """The check's block through the real kernels (compiled on a GPU, interpreted on the CPU):
+    they give torch's numbers, so a device where they run counts with them."""
+    from retrieval_metrics.functional.ranking.engine import triton_check
+
+    assert triton_check.kernels_agree(torch.device(KERNEL_DEVICE)) is None

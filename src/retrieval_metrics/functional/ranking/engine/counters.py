@@ -13,6 +13,8 @@ it); they differ in what they skip and where they run:
   add a bounded number: ``tie_keys``.)
 * :class:`TritonCounter`: a CUDA device with Triton: the same counts in one fused kernel over the
   score block (``triton_count``), which reads each score once and writes nothing per item.
+  Chosen where Triton's kernels first pass a check on the device (``triton_check``: they
+  launch, and give torch's numbers); elsewhere torch's kernels count, with a warning.
 
 :func:`choose_counter` is the one place that looks at the device's type to decide how to count;
 the passes ask the chosen counter (``Pass.counter``) what to do.
@@ -20,8 +22,10 @@ the passes ask the chosen counter (``Pass.counter``) what to do.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import warnings
 from typing import ClassVar
 
 import torch
@@ -202,9 +206,29 @@ def _triton_runs_on(device: torch.device) -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+@functools.cache
+def _triton_works_on(device: torch.device) -> bool:
+    """Whether Triton's kernels launch on ``device`` and give torch's numbers there
+    (``triton_check``): once per device in a process. Where not, a warning says why, and
+    torch's kernels count there: the same values."""
+    from retrieval_metrics.functional.ranking.engine import triton_check
+
+    why = triton_check.kernels_agree(device)
+    if why is None:
+        return True
+    warnings.warn(
+        f"retrieval_metrics: Triton's counting kernels cannot be used on {device} ({why}); "
+        f"torch's kernels count there instead: the same values, a few more kernels a block. "
+        f'Set {COUNTER_ENV}="torch" to choose them without this check',
+        RuntimeWarning, stacklevel=2,
+    )
+    return False
+
+
 def choose_counter(device: torch.device | str | None) -> Counter:
     """The counting backend of a ranking on ``device``: the CPU's, Triton's fused kernel on a
-    CUDA device where Triton is installed, else torch's kernels.
+    CUDA device where Triton is installed and its kernels pass their check there (once per
+    device in a process: ``triton_check``), else torch's kernels.
 
     ``RETRIEVAL_METRICS_COUNTER`` (:data:`COUNTER_ENV`) = ``"torch"`` or ``"triton"`` picks one
     of the whole-block backends on any device, the CPU included (for comparing them, and for
@@ -224,6 +248,13 @@ def choose_counter(device: torch.device | str | None) -> Counter:
         return TritonCounter(device)
     if device.type == "cpu":
         return CpuCounter(device)
-    if _triton_runs_on(device):
+    if _triton_runs_on(device) and _triton_works_on(_indexed(device)):
         return TritonCounter(device)
     return TorchDeviceCounter(device)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """``device`` with its index (``cuda`` is the current one): one check per device."""
+    if device.index is not None or device.type != "cuda":
+        return device
+    return torch.device(device.type, torch.cuda.current_device())
