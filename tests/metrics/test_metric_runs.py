@@ -637,3 +637,88 @@ def test_run_depth_beyond_the_gallery_lists_every_item_from_the_lists_kept():
         assert work.multiply_adds == 0, fixed
         for i, qid in enumerate(q_ids):
             assert run[qid] == [(d_ids[j], s) for s, j in brute[i]], (fixed, qid)
+
+
+def _half_run(similarity: str, corpus: str, depth, folder=None):
+    """float16 queries and corpus of normal numbers, the metric on the emulated device
+    (products on its tensor cores), one or two judged documents a query, the corpus given in
+    updates, or with set_gallery (the queries in updates of 15) in the device's memory
+    ("set_gallery"), in the host's ("host") or as a .npy file in ``folder`` ("npy"):
+    compute()'s values, run(10), and the multiply-adds of each."""
+    from work_counts import counting_work
+
+    gen = torch.Generator().manual_seed(7)
+    nq, ng = 40, 3000
+    q = torch.randn(nq, 16, generator=gen).to(torch.float16)
+    g = torch.randn(ng, 16, generator=gen).to(torch.float16)
+    q_ids, g_ids = [f"q{i}" for i in range(nq)], [f"d{j}" for j in range(ng)]
+    qrels = {qid: {g_ids[(97 * i) % ng]: 1, g_ids[(31 * i + 3) % ng]: 2}
+             for i, qid in enumerate(q_ids)}
+    metric = rm.RetrievalMetrics(["mrr", "ndcg@10", "recall@5"], qrels=qrels,
+                                 similarity=similarity, run_depth=depth).to("cuda")
+    with counting_work() as ranked:
+        if corpus == "updates":
+            metric.update(g.to("cuda"), ids=g_ids, role="gallery")
+            metric.update(q.to("cuda"), ids=q_ids, role="query")
+        else:
+            given = {"set_gallery": lambda: g.to("cuda"), "host": lambda: g}.get(corpus)
+            if given is None:
+                np.save(folder / "corpus.npy", g.numpy())
+            metric.set_gallery(str(folder / "corpus.npy") if given is None else given(),
+                               ids=g_ids)
+            for part in torch.arange(nq).split(15):
+                metric.update(q[part].to("cuda"), ids=[q_ids[i] for i in part], role="query")
+        values = metric.compute()
+    with counting_work() as listed:
+        run = metric.run(10, ids=q_ids + g_ids)
+    return values, run, ranked.multiply_adds, listed.multiply_adds
+
+
+@pytest.mark.parametrize("corpus", ["updates", "set_gallery"])
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("folded", [False, True])
+def test_run_depth_keeps_the_lists_of_half_rows_on_the_tensor_cores(
+    corpus, similarity, folded, fake_cuda, monkeypatch
+):
+    """Half rows are multiplied on the device's tensor cores. Their one-sided pass counts
+    cosine's scores without each query's factor; the lists kept take the true cosines top_k
+    lists, from each block's product before its factors (where the counting folds the column
+    factor as it reads the block, as Triton's does, too: ``folded``): run(10) lists them with
+    no product, the run top_k makes without run_depth, and the values are the same, from as
+    many products."""
+    from retrieval_metrics.functional.ranking.engine import counters
+
+    if folded:
+        if similarity != "cosine":
+            pytest.skip("only cosine's factors are folded into the count")
+        monkeypatch.setattr(counters.TorchDeviceCounter, "folds_column_factor", True)
+    _half_run(similarity, corpus, None)  # (the device's abilities asked once, by products)
+    plain = _half_run(similarity, corpus, None)
+    kept = _half_run(similarity, corpus, 12)
+    assert kept[1] == plain[1]
+    for name, value in kept[0].items():
+        assert torch.equal(value, plain[0][name]), name
+    assert kept[3] == 0 < plain[3]
+    assert kept[2] == plain[2]
+
+
+@pytest.mark.parametrize("corpus", ["host", "npy"])
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "euclidean"])
+def test_a_half_corpus_off_the_device_lists_the_run_its_ranking_counted(
+    corpus, similarity, fake_cuda, tmp_path
+):
+    """The metric on the device, a float16 corpus held in the host's memory or on disk. The
+    host's corpus is ranked on the host (the queries go there), and run() lists it there too:
+    it listed on the device, with other scores than those counted (and under cosine failed,
+    mixing devices). A file is read onto the device, a block at a time, and multiplied on its
+    tensor cores; under cosine its norms are computed as the pass reads it, otherwise than
+    top_k computes them, so that pass keeps no lists and run() ranks again. The run is the
+    same with or without run_depth, and so are the values."""
+    _half_run(similarity, corpus, None, tmp_path)  # (the device's abilities asked once)
+    plain = _half_run(similarity, corpus, None, tmp_path)
+    kept = _half_run(similarity, corpus, 12, tmp_path)
+    assert kept[1] == plain[1]
+    for name, value in kept[0].items():
+        assert torch.equal(value, plain[0][name]), name
+    assert (kept[3] > 0) is (corpus == "npy" and similarity == "cosine")
+    assert len(kept[1]) == 40 and all(len(items) == 10 for items in kept[1].values())

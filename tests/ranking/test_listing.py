@@ -180,24 +180,26 @@ def test_rankings_whose_lists_are_not_top_ks_give_none():
     assert lists.found(20) is not None and lists.found(21) is None
 
 
-def test_on_the_emulated_device_float32_lists_are_kept_half_products_are_not(fake_cuda):
-    """On a device, float32 queries and corpus: the lists are top_k's there. Half precision is
-    multiplied on the tensor cores there (``tensor_cores``), whose scores are not top_k's
-    upcast rows': no lists."""
-    for dtype, kept in ((torch.float32, True), (torch.float16, False)):
+def test_on_the_emulated_device_the_lists_are_top_ks_in_float32_and_on_the_tensor_cores(
+    fake_cuda,
+):
+    """On a device, float32 queries and corpus, and float16 ones multiplied on the tensor cores
+    (``tensor_cores``: the pass counts cosines without each query's factor, and lists the true
+    cosines from each block's product before its factors): the lists are top_k's there, bit
+    for bit."""
+    for dtype in (torch.float32, torch.float16):
         q, g, q_ids, d_ids, qrels = _data(25, 300, 8, 6, False, dtype)
         metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir").to("cuda")
         metric.set_gallery(g.to("cuda"), ids=d_ids)
         with listing(15) as lists:
             metric.update(q.to("cuda"), ids=q_ids, role="query")
         found = lists.found(25)
-        assert (found is not None) == kept
-        if kept:
-            expected = top_k(q.to("cuda"), g.to("cuda"), 15, query_ids=q_ids,
-                             gallery_ids=d_ids, exclude_identical_ids=True)
-            assert found[0].device.type == "cuda"
-            assert torch.equal(found[0].cpu(), expected.indices.cpu())
-            assert torch.equal(found[1].cpu(), expected.scores.cpu())
+        assert found is not None, dtype
+        expected = top_k(q.to("cuda"), g.to("cuda"), 15, query_ids=q_ids,
+                         gallery_ids=d_ids, exclude_identical_ids=True)
+        assert found[0].device.type == "cuda"
+        assert torch.equal(found[0].cpu(), expected.indices.cpu()), dtype
+        assert torch.equal(found[1].cpu(), expected.scores.cpu()), dtype
 
 
 @pytest.mark.parametrize("k", [0, -1, 1.5, True])

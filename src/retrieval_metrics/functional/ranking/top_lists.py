@@ -146,7 +146,9 @@ def top_k(
         gallery: ``(N, D)`` embeddings in any form ``set_gallery`` takes: a tensor, a numpy
             array, or a corpus on disk (a ``.npy`` path, a glob or a list of them, memory-mapped
             arrays), read a block at a time and never whole; None ranks the queries against
-            each other, each query never listing itself.
+            each other, each query never listing itself. A corpus on disk is read onto the
+            queries' device; one held in another device's memory is listed there (as the
+            ranking ranks it), the lists returned on the queries' device.
         k: how many items a query lists.
         similarity: ``"cosine"``, ``"dot"`` or ``"euclidean"`` (listed by distance; the score
             is ``2 q.g - |g|^2 = |q|^2 - |q - g|^2``, the ranking's: subtracting ``|q|^2``
@@ -184,6 +186,17 @@ def top_k(
     if isinstance(items, RowBatches) and items.on_disk:
         # streamed to the queries' device (a GPU's) a chunk at a time, as the ranking streams it
         items = items.onto(query.device)
+    elif items.device != query.device:
+        # a gallery held in another device's memory (a corpus in the host's beside queries on a
+        # GPU): listed where it lies, as the ranking ranks it there (``options.rank``), so that
+        # a run lists the scores the ranking counted; the lists come back to the queries' device
+        listed = top_k(
+            query.to(items.device), items, k, similarity=similarity, ties=ties,
+            query_ids=query_ids, gallery_ids=gallery_ids,
+            exclude_identical_ids=exclude_identical_ids, tie_keys=tie_keys, excluded=excluded,
+            memory_budget=memory_budget,
+        )
+        return TopK(listed.indices.to(query.device), listed.scores.to(query.device))
     if items.shape[1] != query.shape[1]:
         raise ValueError(
             f"`gallery` must have {query.shape[1]} columns, the width of `query`, got "

@@ -9,12 +9,14 @@ then wrote the run with ``top_lists.top_k``: the corpus read and multiplied a se
 lists as well (:class:`PassLists`, with ``running_best``'s code, top_k's), where its lists are
 top_k's: the one-sided pass on one process (its blocks cover every query x every gallery
 item), the gallery in the order given (its columns are the items' places, the tie order of
-``ties="position"``), every item kept, no ids ordering ties, and products in the scoring dtype
-(not half rows on a device's tensor cores: the one-sided pass's cosine leaves each query's
-factor out of its scores, which a run lists as true cosines). On an accelerator the lists are
-kept with no host wait per block (``running_best.UnwaitedBest``); where a block's cut may fall
-in a tie, :meth:`RunListing.found` gives None (one read of the device). The
-pass then lets no query leave the products early (``QueryBlock.drop_finished``): a finished
+``ties="position"``), every item kept, no ids ordering ties. Half rows on a device's tensor
+cores too: the one-sided pass's cosine counts scores that lack each query's factor, and its
+lists take the true cosines top_k lists from each block's product before its factors
+(``tensor_cores.listing_half``; not where the gallery's norms are computed as the pass reads
+it, a half corpus held on the host, whose norms top_k computes otherwise). On an accelerator
+the lists are kept with no host wait per block (``running_best.UnwaitedBest``); where a
+block's cut may fall in a tie, :meth:`RunListing.found` gives None (one read of the device).
+The pass then lets no query leave the products early (``QueryBlock.drop_finished``): a finished
 query's table is the same, and its list needs every block. Any other ranking inside marks the
 listing incomplete, and :meth:`RunListing.found` gives None: the caller lists with top_k.
 

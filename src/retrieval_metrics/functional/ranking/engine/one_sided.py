@@ -63,6 +63,10 @@ def one_sided_pass(
         scores.shape[0], columns, dtype=dtype, device=device
     )
     cache_buffers: list[Tensor] = []  # score blocks kept between the passes, reused
+    # lists of half rows' cosines: true cosines, each block's written apart from the scores
+    # the pass counts, which lack each query's factor (HalfProducts.listed)
+    true_cosines = lists is not None and half is not None and half.lists_factor is not None
+    listed_buffer = torch.empty_like(scores) if true_cosines else None
     # (cosine's factor per pair of a half product, written out block by block)
     work = torch.empty_like(scores) if half is not None and half.needs_work else None
 
@@ -128,6 +132,9 @@ def one_sided_pass(
         # later ones.
         read_first = qb.relevant_blocks()
         cache_room = max(0, (p.budget // 2) // max(1, nb * block_g * elem) - 1)
+        if true_cosines:
+            # (a kept block keeps its true cosines beside it, the listed buffer aside)
+            cache_room = max(0, cache_room - 1) // 2
         if mode == "scores":
             cache_room = 0
         if len(read_first) > cache_room + 1:
@@ -150,12 +157,36 @@ def one_sided_pass(
         if seeding:
             extra = min(THETA_EVERY, cache_room) - len(read_first)
             read_first += [b for b in range(p.num_blocks_g) if b not in read_first][: max(0, extra)]
+        q_factor = None
+        if true_cosines:
+            assert half is not None and half.lists_factor is not None
+            q_factor = half.rows(half.lists_factor, q_rows, nb)
+
+        def kept_scores(
+            b: int, out: Tensor, listed_out: Tensor | None, q_factor: Tensor | None = q_factor
+        ) -> Tensor:
+            """Block ``b``'s scores as the pass counts them, into ``out``; listing true
+            cosines, those too, into ``listed_out`` (from the product before its factors)."""
+            if not true_cosines:
+                return block_scores(b, out)
+            assert half is not None and q_factor is not None and listed_out is not None
+            s = block_scores(b, out, factors_left=True)
+            columns_factor = gallery_factor(b)
+            assert columns_factor is not None
+            half.listed(s, q_factor, columns_factor, listed_out[: s.shape[0]])
+            return s.mul_(columns_factor)  # (the scores block_product gives the pass)
+
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
+        cache_listed: dict[int, Tensor] = {}  # (a kept block's true cosines, listing them)
         for b in read_first:
             if len(cache) < cache_room:
-                if len(cache) == len(cache_buffers):
+                at = len(cache) * (1 + true_cosines)
+                while len(cache_buffers) <= at + true_cosines:
                     cache_buffers.append(torch.empty_like(scores))
-                s = block_scores(b, cache_buffers[len(cache)])
+                listed_out = cache_buffers[at + 1] if true_cosines else None
+                s = kept_scores(b, cache_buffers[at], listed_out)
+                if listed_out is not None:
+                    cache_listed[b] = listed_out[:nb]
             else:
                 s = block_scores(b, scores)
             qb.read_relevant(s, b)
@@ -178,16 +209,30 @@ def one_sided_pass(
         for b in range(-1, p.num_blocks_g):
             if b >= 0:
                 factor = None
+                # (the block's items alone: the last block's padding columns never listed)
+                items = min(block_g, num_g - b * block_g)
+                listed = cache_listed.pop(b, None)
                 if b in cache:
                     s, seg_max = _still_ranked(cache.pop(b), qb.kept, device)
+                elif true_cosines and left and not qb.reads_segment_maxima(b):
+                    # (the product before its factors: the lists' true cosines from it, and
+                    # the count folds the column factor as it reads it)
+                    assert half is not None and q_factor is not None
+                    s, seg_max = block_scores(b, scores, factors_left=True), None
+                    factor = gallery_factor(b)
+                    assert factor is not None
+                    listed = half.listed(s, q_factor, factor, listed_buffer[:nb])
+                elif true_cosines:
+                    s, seg_max = kept_scores(b, scores, listed_buffer), None
+                    listed = listed_buffer[:nb]
                 elif left and not qb.reads_segment_maxima(b):
                     s, seg_max = block_scores(b, scores, factors_left=True), None
                     factor = gallery_factor(b)
                 else:
                     s, seg_max = block_scores(b, scores), None
                 if best is not None:
-                    # (the block's items alone: the last block's padding columns never listed)
-                    best.add(s[:, : min(block_g, num_g - b * block_g)], b * block_g, masks, s)
+                    shown = s if listed is None else listed
+                    best.add(shown[:, :items], b * block_g, masks, shown)
                 if seg_max is None and qb.reads_segment_maxima(b):
                     seg_max = segment_maxima(s)
                 qb.count(s, seg_max, b, seeded=b in seeded, column_factor=factor)

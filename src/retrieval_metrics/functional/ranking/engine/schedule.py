@@ -48,6 +48,7 @@ from retrieval_metrics.functional.ranking.engine.similarity import (
 from retrieval_metrics.functional.ranking.engine.tensor_cores import (
     HalfProducts,
     half_stands,
+    listing_half,
     prepare_half,
 )
 from retrieval_metrics.functional.ranking.engine.two_sided import two_sided_pass
@@ -225,12 +226,16 @@ def _ranked(
         # kept score blocks and the counting: a quarter of the pass's budget each
         p = side.at(layout.block_g, layout.budget // 2)
         lists = None
-        if listed is not None and exchange is None and half is None and rows is None and (
+        if listed is not None and exchange is None and rows is None and (
             side.tie_key is None and not inputs.symmetric and side.num_g
         ):
-            lists = PassLists(
-                query.shape[0], min(listed.k, side.num_g), dtype, p.device, side.counter
-            )
+            # (half rows: where the lists can take the scores top_k lists, true cosines)
+            for_lists = None if half is None else listing_half(half, q_mat, g_mat)
+            if half is None or for_lists is not None:
+                half = for_lists
+                lists = PassLists(
+                    query.shape[0], min(listed.k, side.num_g), dtype, p.device, side.counter
+                )
         one_sided_pass(p, q_mat, g_mat, layout.block_q, mode, exchange, half, lists)
         if isinstance(g_mat, RowBatches) and g_mat.reads_norms and not (
             stands(g_mat) if half is None else half_stands(g_mat, half.similarity)

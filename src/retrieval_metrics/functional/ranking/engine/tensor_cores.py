@@ -33,7 +33,7 @@ score block takes them after its product instead, in float32 (:class:`HalfProduc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -60,12 +60,16 @@ class HalfProducts:
     block along its rows only (cosine's ``a``). ``fused``: cosine's factor per pair is applied
     in one pass over a block (``triton_pairs``: the counting backend says,
     ``Counter.fuses_pair_factors``), the same numbers as torch's block of factors.
+    ``lists_factor``: where a pass that reads its blocks along their rows only (cosine's
+    ``a_factor`` None) keeps a run's lists (``engine.listing``), ``a``'s reciprocal norms, for
+    the true cosines a run lists (:meth:`listed`).
     """
 
     similarity: str
     a_factor: Tensor | None
     b_factor: Tensor | None
     fused: bool = False
+    lists_factor: Tensor | None = None
 
     @property
     def needs_work(self) -> bool:
@@ -133,6 +137,32 @@ class HalfProducts:
             assert b_factor is not None
             torch.add(b_factor.neg()[None, :], s, alpha=2, out=s)
         return s
+
+
+    def listed(self, raw: Tensor, a_factor: Tensor, b_factor: Tensor, out: Tensor) -> Tensor:
+        """The true cosines of a block's product ``raw`` (its factors left out:
+        ``product(..., factors_left=True)``) into ``out`` (``raw``'s shape), ``raw`` left as it
+        is: ``raw * (a_i * b_j)``, the two float32 products :meth:`product` rounds for a factor
+        per pair, so a run's lists hold the scores ``top_lists.top_k`` gives the same pairs."""
+        torch.mul(a_factor[:, None], b_factor[None, :], out=out)
+        return out.mul_(raw)
+
+
+def listing_half(
+    half: HalfProducts, query: Tensor, gallery: Tensor | RowBatches
+) -> HalfProducts | None:
+    """``half`` for a one-sided pass over the half matrices ``query`` and ``gallery`` that keeps
+    a run's lists as it counts (``engine.listing``), whose scores must be ``top_k``'s, or None
+    where they cannot be (the lists are then made by ``top_k``): dot and euclidean score a pair
+    as ``top_k`` does; cosine's pass leaves out each query's factor, which the lists take
+    (:attr:`HalfProducts.lists_factor`), the queries' reciprocal norms as :func:`half_products`
+    gives them to ``top_k``. Not where the gallery's norms are computed as the pass reads it
+    (``RowBatches.norms_as_read``): ``top_k`` computes them otherwise."""
+    if not half.columns_only:
+        return half
+    if isinstance(gallery, RowBatches) and gallery.reads_norms:
+        return None
+    return replace(half, lists_factor=reciprocal_norms(_norms(query)))
 
 
 def block_product(
