@@ -503,27 +503,45 @@ def _judged_case(scores: str, num_q: int, num_g: int, seed: int):
     return q, g, q_ids, g_ids, qrels
 
 
+def _on_the_emulated_device(fake_cuda, scores: str, fixed: bool, num_q: int, num_g: int,
+                            seed: int):
+    """The CPU's run, the device's and the device's with run_depth=10 (:func:`_judged_case`,
+    dot product), each with the host syncs of its ranking (compute()'s of queries and a gallery
+    in updates; the query updates' against a gallery given with set_gallery, ``fixed``) and the
+    multiply-adds of its run(10)."""
+    from work_counts import counting_work
+
+    q, g, q_ids, g_ids, qrels = _judged_case(scores, num_q, num_g, seed)
+    runs, syncs, products = [], [], []
+    for device, depth in (("cpu", None), ("cuda", None), ("cuda", 10)):
+        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
+                                     run_depth=depth).to(device)
+        if fixed:
+            metric.set_gallery(g.to(device), ids=g_ids)
+            with fake_cuda.counting() as log:
+                for part in torch.arange(num_q).split(10):
+                    metric.update(q[part].to(device), ids=[q_ids[i] for i in part],
+                                  role="query")
+            metric.compute()
+        else:
+            metric.update(g.to(device), ids=g_ids, role="gallery")
+            metric.update(q.to(device), ids=q_ids, role="query")
+            with fake_cuda.counting() as log:
+                metric.compute()
+        syncs.append(len(log))
+        with counting_work() as listed:
+            runs.append(metric.run(10, ids=q_ids + g_ids))
+        products.append(listed.multiply_adds)
+    return runs, syncs, products
+
+
 @pytest.mark.parametrize("scores", ["distinct", "binary codes"])
 def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
     """The device keeps its lists with no wait per block (``UnwaitedBest``), and compute()'s
     host syncs are those without run_depth: with distinct scores the lists are the run, from
     compute()'s ranking alone; where a block's cut may fall in a tie (binary codes), run()
     ranks again. The CPU's run either way."""
-    from work_counts import counting_work
-
-    q, g, q_ids, g_ids, qrels = _judged_case(scores, 20, 70, 41)
-    runs, work, syncs = [], [], []
-    for device, depth in (("cpu", None), ("cuda", None), ("cuda", 10)):
-        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
-                                     run_depth=depth).to(device)
-        metric.update(g.to(device), ids=g_ids, role="gallery")
-        metric.update(q.to(device), ids=q_ids, role="query")
-        with fake_cuda.counting() as log:
-            metric.compute()
-        syncs.append(len(log))
-        with counting_work() as listed:
-            runs.append(metric.run(10, ids=q_ids + g_ids))
-        work.append(listed.multiply_adds)
+    runs, syncs, work = _on_the_emulated_device(fake_cuda, scores, False, 20, 70, 41)
     assert runs[0] == runs[1] == runs[2]
     # (whether the lists hold is read by run(), not by compute(): no sync added there)
     assert syncs[2] == syncs[1]
@@ -592,22 +610,7 @@ def test_a_fixed_gallery_on_the_emulated_device_keeps_its_lists_without_a_wait(
     of the update without run_depth. run() reads once whether every block's cut was sure: with
     distinct scores it lists the lists kept (no product), where a cut may fall in a tie
     (binary codes) it ranks again; the CPU's run either way."""
-    from work_counts import counting_work
-
-    q, g, q_ids, g_ids, qrels = _judged_case(scores, 24, 90, 61)
-    runs, syncs, products = [], [], []
-    for device, depth in (("cpu", None), ("cuda", None), ("cuda", 10)):
-        metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], qrels=qrels, similarity="dot",
-                                     run_depth=depth).to(device)
-        metric.set_gallery(g.to(device), ids=g_ids)
-        with fake_cuda.counting() as log:
-            for part in torch.arange(24).split(10):
-                metric.update(q[part].to(device), ids=[q_ids[i] for i in part], role="query")
-        syncs.append(len(log))
-        metric.compute()
-        with counting_work() as listed:
-            runs.append(metric.run(10, ids=q_ids + g_ids))
-        products.append(listed.multiply_adds)
+    runs, syncs, products = _on_the_emulated_device(fake_cuda, scores, True, 24, 90, 61)
     assert runs[0] == runs[1] == runs[2]
     assert syncs[2] == syncs[1]
     assert (products[2] == 0) is (scores == "distinct")

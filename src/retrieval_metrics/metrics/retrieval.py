@@ -84,8 +84,8 @@ class RetrievalMetric(RetrievalMetricBase):
             :meth:`set_gallery` (on any number of processes: the lists are states, gathered
             with the queries; 16 bytes a query and place). Elsewhere (a set ranked against
             itself, ``ties="id"``, a gallery split over processes, a half-precision corpus
-            held on the host ranked by cosine on a device's tensor cores, a block whose cut may
-            fall in a tie on a device, a ranking that takes the gallery in an order of its
+            on disk ranked by cosine on a device's tensor cores, a block whose cut may fall in
+            a tie on a device, a ranking that takes the gallery in an order of its
             own, as euclidean with labels)
             :meth:`run` ranks again: the same run either way. The ranking pays the lists'
             upkeep, and no query leaves its products early. None (default): none kept.

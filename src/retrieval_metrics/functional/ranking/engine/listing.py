@@ -13,7 +13,7 @@ item), the gallery in the order given (its columns are the items' places, the ti
 cores too: the one-sided pass's cosine counts scores that lack each query's factor, and its
 lists take the true cosines top_k lists from each block's product before its factors
 (``tensor_cores.listing_half``; not where the gallery's norms are computed as the pass reads
-it, a half corpus held on the host, whose norms top_k computes otherwise). On an accelerator
+it, a half corpus on disk, whose norms top_k computes otherwise). On an accelerator
 the lists are kept with no host wait per block (``running_best.UnwaitedBest``); where a
 block's cut may fall in a tie, :meth:`RunListing.found` gives None (one read of the device).
 The pass then lets no query leave the products early (``QueryBlock.drop_finished``): a finished

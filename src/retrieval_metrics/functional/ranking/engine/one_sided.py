@@ -163,18 +163,23 @@ def one_sided_pass(
             q_factor = half.rows(half.lists_factor, q_rows, nb)
 
         def kept_scores(
-            b: int, out: Tensor, listed_out: Tensor | None, q_factor: Tensor | None = q_factor
-        ) -> Tensor:
-            """Block ``b``'s scores as the pass counts them, into ``out``; listing true
-            cosines, those too, into ``listed_out`` (from the product before its factors)."""
+            b: int, out: Tensor, listed_out: Tensor | None, folded: bool = False,
+            q_factor: Tensor | None = q_factor,
+        ) -> tuple[Tensor, Tensor | None]:
+            """Block ``b``'s scores as the pass counts them, into ``out``, and the column factor
+            the count still applies (``folded``: the counting backend folds it as it reads the
+            block); listing true cosines, those too, into ``listed_out``, from the product
+            before its factors."""
             if not true_cosines:
-                return block_scores(b, out)
+                return block_scores(b, out), None
             assert half is not None and q_factor is not None and listed_out is not None
             s = block_scores(b, out, factors_left=True)
             columns_factor = gallery_factor(b)
             assert columns_factor is not None
             half.listed(s, q_factor, columns_factor, listed_out[: s.shape[0]])
-            return s.mul_(columns_factor)  # (the scores block_product gives the pass)
+            if folded:
+                return s, columns_factor
+            return s.mul_(columns_factor), None  # (the scores block_product gives the pass)
 
         cache: dict[int, tuple[Tensor, Tensor | None]] = {}
         cache_listed: dict[int, Tensor] = {}  # (a kept block's true cosines, listing them)
@@ -184,7 +189,7 @@ def one_sided_pass(
                 while len(cache_buffers) <= at + true_cosines:
                     cache_buffers.append(torch.empty_like(scores))
                 listed_out = cache_buffers[at + 1] if true_cosines else None
-                s = kept_scores(b, cache_buffers[at], listed_out)
+                s, _ = kept_scores(b, cache_buffers[at], listed_out)
                 if listed_out is not None:
                     cache_listed[b] = listed_out[:nb]
             else:
@@ -214,16 +219,10 @@ def one_sided_pass(
                 listed = cache_listed.pop(b, None)
                 if b in cache:
                     s, seg_max = _still_ranked(cache.pop(b), qb.kept, device)
-                elif true_cosines and left and not qb.reads_segment_maxima(b):
-                    # (the product before its factors: the lists' true cosines from it, and
-                    # the count folds the column factor as it reads it)
-                    assert half is not None and q_factor is not None
-                    s, seg_max = block_scores(b, scores, factors_left=True), None
-                    factor = gallery_factor(b)
-                    assert factor is not None
-                    listed = half.listed(s, q_factor, factor, listed_buffer[:nb])
                 elif true_cosines:
-                    s, seg_max = kept_scores(b, scores, listed_buffer), None
+                    folded = left and not qb.reads_segment_maxima(b)
+                    (s, factor), seg_max = kept_scores(b, scores, listed_buffer, folded), None
+                    assert listed_buffer is not None
                     listed = listed_buffer[:nb]
                 elif left and not qb.reads_segment_maxima(b):
                     s, seg_max = block_scores(b, scores, factors_left=True), None

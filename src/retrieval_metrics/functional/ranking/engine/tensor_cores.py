@@ -138,7 +138,6 @@ class HalfProducts:
             torch.add(b_factor.neg()[None, :], s, alpha=2, out=s)
         return s
 
-
     def listed(self, raw: Tensor, a_factor: Tensor, b_factor: Tensor, out: Tensor) -> Tensor:
         """The true cosines of a block's product ``raw`` (its factors left out:
         ``product(..., factors_left=True)``) into ``out`` (``raw``'s shape), ``raw`` left as it
