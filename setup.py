@@ -13,7 +13,7 @@ from setuptools import Extension, setup
 OPTIMIZE = [] if sys.platform == "win32" else ["-O3"]
 # the measures' sums must round as torch's do, operation by operation: no fused multiply-adds
 UNFUSED = [] if sys.platform == "win32" else ["-ffp-contract=off"]
-# the rows of a pass shared out over torch's OpenMP threads (_count and _rows)
+# the rows of a pass shared out over torch's OpenMP threads (_count, _rows and _group)
 PARALLEL = "src/retrieval_metrics/functional/ranking/_parallel.h"
 
 setup(
@@ -31,6 +31,7 @@ setup(
         Extension(
             "retrieval_metrics.functional.ranking._group",
             ["src/retrieval_metrics/functional/ranking/_group.c"],
+            depends=[PARALLEL],
             optional=True,
         ),
         Extension(

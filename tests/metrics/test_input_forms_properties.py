@@ -231,15 +231,20 @@ def test_rank_scores_without_the_compiled_pass_matches_brute_force(problem):
     """The Python path (entries grouped by query, each query's row sorted and searched) where
     the compiled module is not built: the same table as the brute force, which the compiled
     pass (scores._counted_by_query) meets in the test above."""
+    assert_brute_force_table(_ranked_in_python(problem), *problem)
+
+
+def _ranked_in_python(problem):
+    """rank_scores of ``problem`` by the Python path, as where the compiled module is not
+    built."""
     from retrieval_metrics.functional.ranking import scores as S
 
     saved = S._group
     try:
         S._group = None
-        table = rank_scores(*problem)
+        return rank_scores(*problem)
     finally:
         S._group = saved
-    assert_brute_force_table(table, *problem)
 
 
 @settings(max_examples=60, deadline=None)
@@ -283,6 +288,52 @@ def test_the_compiled_count_refuses_an_index_outside_its_table():
             S._group.count_by_query(index[:2], 0, None, np.ones(2, np.float32),
                                     np.array(bad_ptr, dtype=np.int64), np.ones(1, np.float32),
                                     hist)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1 << 16, 3 << 16), st.integers(1, 2000), st.integers(0, 2**31 - 1),
+       st.sampled_from([np.float32, np.float64]))
+def test_shuffled_entries_count_alike_on_any_number_of_threads(n, q, seed, dtype):
+    """Many shuffled entries are cut into a part a thread (``threads=``), each counted into
+    histograms of its own, then added: the same histograms as one thread's pass, and the same
+    table as the Python path (grouped and sorted); scores full of ties, queries without
+    relevant entries, an index out of range refused in any part."""
+    from retrieval_metrics.functional.ranking import scores as S
+
+    if S._group is None:
+        pytest.skip("the compiled module is not built")
+    assert S._group.shares_rows()  # (torch's OpenMP pool found: the parts are shared out)
+    rng = np.random.default_rng(seed)
+    index = rng.integers(-5, q, n).astype(np.int64) * 3  # (sparse, negative query indexes)
+    scores = rng.integers(0, 40, n).astype(dtype)  # (ties everywhere)
+    relevant = np.flatnonzero(rng.random(n) < 0.05)
+    lo, code_of, per_index = S._code_table(index)
+    num_q = int((per_index > 0).sum())
+    rel_code = code_of[index[relevant] - lo]
+    order = S._by_query_then_score(rel_code, scores[relevant]) if dtype == np.float32 else (
+        np.lexsort((scores[relevant], rel_code)))
+    ptr = np.zeros(num_q + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rel_code, minlength=num_q), out=ptr[1:])
+    hists = []
+    for threads in (1, 2, 3):
+        hist = np.zeros(2 * (relevant.size + num_q), dtype=np.int64)
+        S._group.count_by_query(index, lo, code_of, scores, ptr, scores[relevant][order], hist,
+                                threads=threads)
+        hists.append(hist)
+        if threads > 1:
+            broken = index.copy()
+            broken[-1 - int(rng.integers(0, n // threads))] = index.max() + 1
+            with pytest.raises(ValueError, match="out of range"):
+                S._group.count_by_query(broken, lo, code_of, scores, ptr,
+                                        scores[relevant][order], hist.copy(), threads=threads)
+    np.testing.assert_array_equal(hists[1], hists[0])
+    np.testing.assert_array_equal(hists[2], hists[0])
+    target = np.zeros(n, dtype=np.int64)
+    target[relevant] = 1
+    problem = (torch.from_numpy(scores), torch.from_numpy(target), torch.from_numpy(index))
+    table, grouped = rank_scores(*problem), _ranked_in_python(problem)
+    for name in ("ptr", "above", "tied", "gallery_size", "num_relevant"):
+        assert torch.equal(getattr(table, name), getattr(grouped, name)), name
 
 
 @settings(max_examples=40, deadline=None)

@@ -1,6 +1,6 @@
 /* The rows of a block shared out over the threads of torch's OpenMP pool, for the compiled
  * passes whose rows are independent (each row's own counts, thresholds and heap, or its own
- * unit row).
+ * unit row; or a part of the scores form's entries, counted into histograms of its own).
  *
  * Why: on the CPU a block's product runs on all of torch's threads, and the passes after it
  * (the count, the unit rows) ran on one: on 2 cores, 0.7 s of the 0.9 s a dense qrels
@@ -92,7 +92,7 @@ static gomp_parallel_fn openmp_parallel(void) {
  * holds TAKE_VALUES values at least (threads taking a few short rows each wrote the same cache
  * lines, neighbouring rows' thresholds and histograms, take after take). */
 #define TAKE_VALUES (1 << 14)
-static Py_ssize_t rows_grain(Py_ssize_t least, Py_ssize_t row_length) {
+static inline Py_ssize_t rows_grain(Py_ssize_t least, Py_ssize_t row_length) {
     const Py_ssize_t by_values = TAKE_VALUES / (row_length > 0 ? row_length : 1);
     return by_values > least ? by_values : least;
 }
@@ -154,7 +154,7 @@ static PyObject *parallel_shares_rows(PyObject *self, PyObject *noargs) {
 
 /* the module `module` with TAKE_VALUES and `least` (the rows a thread takes at a time at
  * least) as attributes, what a test needs to give threads blocks they split; NULL on error */
-static PyObject *with_take_sizes(PyObject *module, long least) {
+static inline PyObject *with_take_sizes(PyObject *module, long least) {
     if (module != NULL && (PyModule_AddIntConstant(module, "TAKE_VALUES", TAKE_VALUES) < 0 ||
                            PyModule_AddIntConstant(module, "ROW_GRAIN", least) < 0)) {
         Py_DECREF(module);
