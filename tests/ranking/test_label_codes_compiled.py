@@ -154,3 +154,35 @@ def test_numpy_str_in_a_list_is_not_read_one_by_one(monkeypatch):
     read.clear()
     assert labels.key_kind(list(np.array(["12", "-3", "7"]))) == "int"
     assert read == ["-3"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), IDS), max_size=40),
+       st.booleans())
+def test_ints_and_object_arrays_are_coded_as_their_values(values, as_array):
+    """A list of Python ints (their own codes, taken at once), and pandas' column of str or
+    ints (an object array: read as the list of its objects): the codes of each value read one
+    by one (``canonical_id``; a text hashed as ``_str_codes`` hashes it)."""
+    expected = []
+    for v in values:
+        key = labels.canonical_id(v)
+        expected.append(key if isinstance(key, int) else int(labels._str_codes([key])[0]))
+    given_ = np.array(values, dtype=object) if as_array else values
+    assert labels.label_codes(given_, "ids").tolist() == expected
+    assert labels.key_kind(given_) == ("int" if all(isinstance(labels.canonical_id(v), int)
+                                                    for v in values) else "str")
+
+
+def test_ids_of_a_list_are_not_read_one_by_one_and_beyond_int64_are_refused(monkeypatch):
+    """200,000 Python ints, or a pandas column of str ids (an object array), were read one by
+    one in Python (0.2 s): now at once. An integer beyond int64 is refused by the argument's
+    name, with the value (torch's message named neither)."""
+    monkeypatch.setattr(labels, "_canonical_values", None)  # (the way of one by one)
+    assert labels.label_codes(list(range(200_000)), "ids")[-1].item() == 199_999
+    texts = np.array([f"doc{i}" for i in range(1000)], dtype=object)
+    assert torch.equal(labels.label_codes(texts, "ids"),
+                       labels.label_codes(texts.astype(str), "ids"))
+    monkeypatch.undo()
+    for wide, value in (([2**63, 1], 2**63), (["a", -(2**63) - 1], -(2**63) - 1)):
+        with pytest.raises(ValueError, match=rf"`ids` must hold integers within int64.*{value}"):
+            labels.label_codes(wide, "ids")

@@ -276,12 +276,12 @@ def _compiled_str_codes(values: list[Any]) -> Tensor | None:
     return _read_left(codes, left, values)
 
 
-def _exact_texts(values: list[Any]) -> list[str] | None:
+def _exact_texts(values: list[Any], kinds: set[type] | None = None) -> list[str] | None:
     """``values`` as exact str where every one is text: numpy's str (ids listed from a numpy
     array, ``list(array)``) made the str it is, for the compiled loops, which take exact str
     only (200,000 of them were read one by one in Python, 0.4 s, where their str take 3 ms).
-    None where some value is not text."""
-    kinds = set(map(type, values))
+    None where some value is not text. ``kinds``: the values' types, where known."""
+    kinds = set(map(type, values)) if kinds is None else kinds
     if not kinds or not kinds <= {str, np.str_}:
         return None
     return values if kinds == {str} else list(map(str, values))
@@ -362,6 +362,9 @@ def label_codes(labels: Any, name: str) -> Tensor:
     other floats are refused, since labels are compared exactly. The hash is the same in every
     process, so string labels survive a distributed gather.
     """
+    if isinstance(labels, np.ndarray) and labels.dtype == object and labels.ndim == 1:
+        # (pandas' column of str: the list of its objects, read as a list is)
+        labels = labels.tolist()
     tensor = _numeric_tensor(labels, name)
     if tensor is not None:
         if sum(size > 1 for size in tensor.shape) > 1:
@@ -394,7 +397,10 @@ def label_codes(labels: Any, name: str) -> Tensor:
         compiled = _compiled_str_codes(values)  # (a million corpus ids: 0.25 s -> 0.03 s)
         if compiled is not None:
             return compiled
-        texts = _exact_texts(values)
+        kinds = set(map(type, values))
+        if kinds == {int}:  # (Python ints are their own codes: 200,000 read one by one, 0.2 s)
+            return _int64_codes(values, name)
+        texts = _exact_texts(values, kinds)
         if texts is not None:
             compiled = _compiled_str_codes(texts)
             return compiled if compiled is not None else _str_codes(texts)
@@ -404,7 +410,22 @@ def label_codes(labels: Any, name: str) -> Tensor:
     codes: list[int | str] = list(canonical)
     for i, code in zip(texts, text_codes, strict=True):
         codes[i] = code
-    return torch.tensor(codes, dtype=torch.int64)
+    return _int64_codes(codes, name)
+
+
+def _int64_codes(codes: list[Any], name: str) -> Tensor:
+    """The int codes as an int64 tensor; an integer beyond int64 refused by name (torch's own
+    message named neither the argument nor the value)."""
+    try:
+        return torch.tensor(codes, dtype=torch.int64)
+    except (OverflowError, RuntimeError, ValueError):
+        wide = next((c for c in codes if isinstance(c, int) and not -(2**63) <= c < 2**63),
+                    None)
+        if wide is None:
+            raise
+        raise ValueError(
+            f"`{name}` must hold integers within int64 or strings, got {wide}"
+        ) from None
 
 
 def all_distinct(codes: Tensor | np.ndarray) -> bool:
@@ -452,6 +473,8 @@ def key_kind(labels: Any) -> str:
             if undecided is None:
                 return "str"
             values = [texts[i] for i in undecided]
+        elif set(map(type, values)) == {int}:  # (Python ints, not read one by one)
+            return "int"
     for v in map(scalar_value, values):
         if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):
             return "str"
