@@ -156,33 +156,55 @@ def test_numpy_str_in_a_list_is_not_read_one_by_one(monkeypatch):
     assert read == ["-3"]
 
 
+try:  # (pandas' columns where it is installed: statsmodels, a dev dependency, brings it)
+    import pandas
+except ImportError:  # pragma: no cover
+    pandas = None
+COLUMNS = [list, lambda v: np.array(v, dtype=object)] + (
+    [] if pandas is None else [lambda v: pandas.Series(v, dtype=object)]
+)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1), IDS), max_size=40),
-       st.booleans())
-def test_ints_and_object_arrays_are_coded_as_their_values(values, as_array):
-    """A list of Python ints (their own codes, taken at once), and pandas' column of str or
-    ints (an object array: read as the list of its objects): the codes of each value read one
-    by one (``canonical_id``; a text hashed as ``_str_codes`` hashes it)."""
+       st.sampled_from(COLUMNS))
+def test_ints_and_columns_of_objects_are_coded_as_their_values(values, container):
+    """A list of Python ints (their own codes, taken at once), pandas' column of str or ints
+    (a Series, listed by its own ``tolist``) and its ``to_numpy()`` (an object array: read as
+    the list of its objects): the codes of each value read one by one (``canonical_id``; a
+    text hashed as ``_str_codes`` hashes it)."""
     expected = []
     for v in values:
         key = labels.canonical_id(v)
         expected.append(key if isinstance(key, int) else int(labels._str_codes([key])[0]))
-    given_ = np.array(values, dtype=object) if as_array else values
+    given_ = container(values)
     assert labels.label_codes(given_, "ids").tolist() == expected
     assert labels.key_kind(given_) == ("int" if all(isinstance(labels.canonical_id(v), int)
                                                     for v in values) else "str")
 
 
 def test_ids_of_a_list_are_not_read_one_by_one_and_beyond_int64_are_refused(monkeypatch):
-    """200,000 Python ints, or a pandas column of str ids (an object array), were read one by
-    one in Python (0.2 s): now at once. An integer beyond int64 is refused by the argument's
-    name, with the value (torch's message named neither)."""
+    """200,000 Python ints, or a pandas column's str ids as an object array, were read one by
+    one in Python (0.2 s): now at once; a pandas Series or Index is listed by its own tolist,
+    not iterated. An integer beyond int64 is refused by the argument's name, with the value
+    (torch's message named neither)."""
+    for wide, value in (([2**63, 1], 2**63), (["a", -(2**63) - 1], -(2**63) - 1)):
+        with pytest.raises(ValueError, match=rf"`ids` must hold integers within int64.*{value}"):
+            labels.label_codes(wide, "ids")
     monkeypatch.setattr(labels, "_canonical_values", None)  # (the way of one by one)
     assert labels.label_codes(list(range(200_000)), "ids")[-1].item() == 199_999
     texts = np.array([f"doc{i}" for i in range(1000)], dtype=object)
     assert torch.equal(labels.label_codes(texts, "ids"),
                        labels.label_codes(texts.astype(str), "ids"))
-    monkeypatch.undo()
-    for wide, value in (([2**63, 1], 2**63), (["a", -(2**63) - 1], -(2**63) - 1)):
-        with pytest.raises(ValueError, match=rf"`ids` must hold integers within int64.*{value}"):
-            labels.label_codes(wide, "ids")
+    if pandas is None:  # pragma: no cover
+        pytest.skip("pandas is not installed")
+
+    def value_by_value(self):
+        raise AssertionError("a pandas column iterated value by value (0.44 s for 500,000)")
+
+    for kind in (pandas.Series, pandas.Index):  # (listed by their own tolist, 0.045 s)
+        monkeypatch.setattr(kind, "__iter__", value_by_value)
+    for column in (pandas.Series(texts.astype(str)), pandas.Index(texts)):
+        assert torch.equal(labels.label_codes(column, "ids"),
+                           labels.label_codes(texts.astype(str), "ids"))
+        assert labels.key_kind(column) == "str"

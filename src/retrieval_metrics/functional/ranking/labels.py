@@ -276,6 +276,20 @@ def _compiled_str_codes(values: list[Any]) -> Tensor | None:
     return _read_left(codes, left, values)
 
 
+def _listed(labels: Any) -> Any:
+    """``labels`` as a list where they are a column of Python objects: a 1-D numpy object
+    array (``Series.to_numpy()`` of str), or a collection with a ``tolist`` of its own that
+    is neither a tensor nor an array (pandas' Series and Index, whose iteration makes a call
+    per value: 500,000 ids 0.44 s, their list 0.045 s); anything else as it is."""
+    if isinstance(labels, np.ndarray):
+        return labels.tolist() if labels.dtype == object and labels.ndim == 1 else labels
+    if isinstance(labels, (list, tuple, str, bytes, Tensor)):
+        return labels
+    tolist = getattr(labels, "tolist", None)
+    listed = tolist() if callable(tolist) else labels
+    return listed if isinstance(listed, list) else labels
+
+
 def _exact_texts(values: list[Any], kinds: set[type] | None = None) -> list[str] | None:
     """``values`` as exact str where every one is text: numpy's str (ids listed from a numpy
     array, ``list(array)``) made the str it is, for the compiled loops, which take exact str
@@ -362,9 +376,7 @@ def label_codes(labels: Any, name: str) -> Tensor:
     other floats are refused, since labels are compared exactly. The hash is the same in every
     process, so string labels survive a distributed gather.
     """
-    if isinstance(labels, np.ndarray) and labels.dtype == object and labels.ndim == 1:
-        # (pandas' column of str: the list of its objects, read as a list is)
-        labels = labels.tolist()
+    labels = _listed(labels)
     tensor = _numeric_tensor(labels, name)
     if tensor is not None:
         if sum(size > 1 for size in tensor.shape) > 1:
@@ -451,6 +463,7 @@ def key_kind(labels: Any) -> str:
     """``"str"`` when some of ``labels`` is a string other than an integer's decimal text (it is
     compared by its hash), else ``"int"``: numbers, tensors and arrays of numbers, and decimal
     text. Labels of the two kinds never match each other."""
+    labels = _listed(labels)
     if _numeric_tensor(labels, "labels") is not None:
         return "int"
     if isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind == "U":
