@@ -293,11 +293,12 @@ def test_the_compiled_count_refuses_an_index_outside_its_table():
 @settings(max_examples=8, deadline=None)
 @given(st.integers(1 << 16, 3 << 16), st.integers(1, 2000), st.integers(0, 2**31 - 1),
        st.sampled_from([np.float32, np.float64]))
-def test_shuffled_entries_count_alike_on_any_number_of_threads(n, q, seed, dtype):
-    """Many shuffled entries are cut into a part a thread (``threads=``), each counted into
-    histograms of its own, then added: the same histograms as one thread's pass, and the same
-    table as the Python path (grouped and sorted); scores full of ties, queries without
-    relevant entries, an index out of range refused in any part."""
+def test_entries_count_alike_on_any_number_of_threads(n, q, seed, dtype):
+    """Many entries, shuffled or grouped by query, are cut into a part a thread
+    (``threads=``), each counted into histograms of its own, then added: the same histograms
+    as one thread's pass, and the same table as the Python path (grouped and sorted); scores
+    full of ties, queries without relevant entries, an index out of range refused in any
+    part."""
     from retrieval_metrics.functional.ranking import scores as S
 
     if S._group is None:
@@ -305,6 +306,7 @@ def test_shuffled_entries_count_alike_on_any_number_of_threads(n, q, seed, dtype
     assert S._group.shares_rows()  # (torch's OpenMP pool found: the parts are shared out)
     rng = np.random.default_rng(seed)
     index = rng.integers(-5, q, n).astype(np.int64) * 3  # (sparse, negative query indexes)
+    index[0] = index.min() - 3  # (a query of one entry, first once grouped)
     scores = rng.integers(0, 40, n).astype(dtype)  # (ties everywhere)
     relevant = np.flatnonzero(rng.random(n) < 0.05)
     lo, code_of, per_index = S._code_table(index)
@@ -328,12 +330,25 @@ def test_shuffled_entries_count_alike_on_any_number_of_threads(n, q, seed, dtype
                                         scores[relevant][order], hist.copy(), threads=threads)
     np.testing.assert_array_equal(hists[1], hists[0])
     np.testing.assert_array_equal(hists[2], hists[0])
+    # the same entries grouped by query (a dataloader of whole queries): no table of codes,
+    # each part's codes counted up from the changes of index before it
+    by_query = np.argsort(index, kind="stable")
+    in_order = []
+    for threads in (1, 2, 3):
+        hist = np.zeros(2 * (relevant.size + num_q), dtype=np.int64)
+        S._group.count_by_query(index[by_query], 0, None, scores[by_query], ptr,
+                                scores[relevant][order], hist, threads=threads)
+        in_order.append(hist)
+    np.testing.assert_array_equal(in_order[1], in_order[0])
+    np.testing.assert_array_equal(in_order[2], in_order[0])
     target = np.zeros(n, dtype=np.int64)
     target[relevant] = 1
-    problem = (torch.from_numpy(scores), torch.from_numpy(target), torch.from_numpy(index))
-    table, grouped = rank_scores(*problem), _ranked_in_python(problem)
-    for name in ("ptr", "above", "tied", "gallery_size", "num_relevant"):
-        assert torch.equal(getattr(table, name), getattr(grouped, name)), name
+    for entries in (np.arange(n), by_query):
+        problem = (torch.from_numpy(scores[entries]), torch.from_numpy(target[entries]),
+                   torch.from_numpy(index[entries]))
+        table, grouped = rank_scores(*problem), _ranked_in_python(problem)
+        for name in ("ptr", "above", "tied", "gallery_size", "num_relevant"):
+            assert torch.equal(getattr(table, name), getattr(grouped, name)), name
 
 
 @settings(max_examples=40, deadline=None)

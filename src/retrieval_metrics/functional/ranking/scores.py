@@ -361,8 +361,8 @@ def _counted_by_query(
     # query q's bins: ptr[q] + q, ..., ptr[q + 1] + q (one more than its relevant scores), each a
     # pair: the entries beating that many of them, and beating or tying that many
     hist = np.zeros((relevant.size + num_q, 2), dtype=np.int64)
-    # (shuffled entries on torch's threads, a part each: their reads wait on memory, a
-    # thread's on its own; 10M entries, 0.29 s on one thread)
+    # (the entries on torch's threads, a part each: 10M shuffled ones 0.29 -> 0.19 s, their
+    # reads waiting on memory, a thread's on its own; grouped ones 0.10 -> 0.06 s)
     _group.count_by_query(
         np.ascontiguousarray(index), lo, code_of, np.ascontiguousarray(scores), ptr,
         np.ascontiguousarray(rel_value[order]), hist.reshape(-1),
