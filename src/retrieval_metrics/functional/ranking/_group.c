@@ -167,23 +167,29 @@ typedef struct {
     const double *lowest;
     const Place *record;
     int64_t *hist, *more; /* part 0's histograms (the caller's), then the others' in turn */
-    int bad;              /* an index or a code out of range (set by any part) */
+    /* where the codes are not looked up: per part, the code of the entry before it (-1 for
+     * the first), from the changes of index in the parts before it */
+    int64_t *code_before;
+    int bad; /* an index or a code out of range (set by any part) */
 } CountJob;
 
+/* Part p's entries [*from, *to): n / parts each, the first n % parts one more. */
+static void part_range(const CountJob *job, Py_ssize_t p, Py_ssize_t *from, Py_ssize_t *to) {
+    const Py_ssize_t size = job->n / job->parts, extra = job->n % job->parts;
+    *from = size * p + (p < extra ? p : extra);
+    *to = *from + size + (p < extra ? 1 : 0);
+}
+
 /* Entries [from, to) added to `hist`; 1 where an index or a code is out of range. Where the
- * codes are not looked up, they count up as the index changes: the entry before `from` has the
- * code of the changes before it (counted here, a compare a entry). */
-static int count_entries(const CountJob *job, Py_ssize_t from, Py_ssize_t to, int64_t *hist) {
+ * codes are not looked up, they count up from `q` (the code of the entry before `from`, -1 at
+ * the first) as the index changes. */
+static int count_entries(const CountJob *job, Py_ssize_t from, Py_ssize_t to, int64_t q,
+                         int64_t *hist) {
     const int64_t *index = job->index;
     const double *lowest = job->lowest;
     const Place *record = job->record;
     const Py_ssize_t span = job->span;
     const int64_t lo = (int64_t)job->lo;
-    int64_t q = -1;
-    if (!job->lookup && from > 0) {
-        q = 0;
-        for (Py_ssize_t i = 1; i < from; i++) q += index[i] != index[i - 1];
-    }
     for (Py_ssize_t i = from; i < to; i++) {
         const double x = job->is_double ? ((const double *)job->scores)[i]
                                         : (double)((const float *)job->scores)[i];
@@ -224,12 +230,26 @@ static void count_parts(void *ctx, Py_ssize_t start, Py_ssize_t stop, void *scra
     (void)scratch;
     CountJob *job = (CountJob *)ctx;
     for (Py_ssize_t p = start; p < stop; p++) {
-        /* (n / parts entries a part, the first n % parts one more) */
-        const Py_ssize_t size = job->n / job->parts, extra = job->n % job->parts;
-        const Py_ssize_t from = size * p + (p < extra ? p : extra);
-        const Py_ssize_t to = from + size + (p < extra ? 1 : 0);
+        Py_ssize_t from, to;
+        part_range(job, p, &from, &to);
         int64_t *hist = p == 0 ? job->hist : job->more + (p - 1) * job->hist_len;
-        if (count_entries(job, from, to, hist)) SHARED_STORE(&job->bad, 1);
+        const int64_t q = job->code_before != NULL ? job->code_before[p] : -1;
+        if (count_entries(job, from, to, q, hist)) SHARED_STORE(&job->bad, 1);
+    }
+}
+
+/* rows_run's share where the codes count up: per part [start, stop), the changes of index
+ * inside it (into code_before, which the caller turns into each part's starting code) */
+static void count_changes(void *ctx, Py_ssize_t start, Py_ssize_t stop, void *scratch) {
+    (void)scratch;
+    CountJob *job = (CountJob *)ctx;
+    for (Py_ssize_t p = start; p < stop; p++) {
+        Py_ssize_t from, to;
+        part_range(job, p, &from, &to);
+        int64_t changes = 0;
+        for (Py_ssize_t i = from > 0 ? from : 1; i < to; i++)
+            changes += job->index[i] != job->index[i - 1];
+        job->code_before[p] = changes;
     }
 }
 
@@ -253,7 +273,7 @@ static PyObject *count_by_query(PyObject *self, PyObject *args, PyObject *kwargs
     PyObject *result = NULL;
     double *lowest = NULL;
     Place *record = NULL;
-    int64_t *more = NULL;
+    int64_t *more = NULL, *code_before = NULL;
     for (int k = 0; k < 7; k++) {
         if (objs[k] == NULL || objs[k] == Py_None) continue;
         int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (k == 6 ? PyBUF_WRITABLE : 0);
@@ -296,18 +316,21 @@ static PyObject *count_by_query(PyObject *self, PyObject *args, PyObject *kwargs
     }
     CountJob job = {views[0].buf, code_of, views[3].buf, views[5].buf, is_double, lookup,
                     lo, span, groups, n, 1, views[6].shape[0], lowest, record,
-                    (int64_t *)views[6].buf, NULL, 0};
+                    (int64_t *)views[6].buf, NULL, NULL, 0};
     /* The entries are cut into a part a thread, each counted into histograms of its own, then
      * added up: the same sums in any order. Shuffled entries' reads are random, and each
      * thread waits on its own (10M of them: 0.29 s on one thread of a 2-core VM, 0.19 s on
-     * two); grouped ones (0.10 s on one) start their codes from the changes before them. */
+     * two); grouped ones (0.10 s on one) start their codes from the changes of index in the
+     * parts before them, counted first, a part a thread (each entry compared once). */
     if (threads > 1 && n >= SHARED_ENTRIES && n >= ENTRIES_A_BIN * job.hist_len) {
         const int team = rows_threads(threads, 1, threads);
         if (team > 1) {
             more = (int64_t *)calloc((size_t)(team - 1) * (size_t)job.hist_len, sizeof(int64_t));
-            if (more != NULL) {
+            code_before = lookup ? NULL : (int64_t *)malloc((size_t)team * sizeof(int64_t));
+            if (more != NULL && (lookup || code_before != NULL)) {
                 job.parts = team;
                 job.more = more;
+                job.code_before = code_before;
             }
         }
     }
@@ -326,6 +349,15 @@ static PyObject *count_by_query(PyObject *self, PyObject *args, PyObject *kwargs
                                          : (double)((const float *)views[5].buf)[start];
     }
     char own = 0;
+    if (job.code_before != NULL) {
+        rows_run(count_changes, &job, job.parts, 1, (int)job.parts, 1, &own);
+        int64_t before = 0; /* (the changes in the parts so far) */
+        for (Py_ssize_t p = 0; p < job.parts; p++) {
+            const int64_t inside = job.code_before[p];
+            job.code_before[p] = p == 0 ? -1 : before; /* (entry 0 counts up to code 0) */
+            before += inside;
+        }
+    }
     rows_run(count_parts, &job, job.parts, 1, (int)job.parts, 1, &own);
     for (Py_ssize_t p = 1; p < job.parts && !job.bad; p++) {
         const int64_t *part = more + (p - 1) * job.hist_len;
@@ -338,6 +370,7 @@ static PyObject *count_by_query(PyObject *self, PyObject *args, PyObject *kwargs
     }
     result = Py_NewRef(Py_None);
 finally:
+    free(code_before);
     free(more);
     free(record);
     free(lowest);
