@@ -13,7 +13,7 @@ The runs, each in a fresh process (this script again, with the hidden ``--child`
   ids=ids_path)``, one ``update`` of the queries, ``compute()``;
 * ``api_run``: the same, then ``run(RUN_DEPTH, ids=...)`` (the corpus ranked again, a block at
   a time) written with ``formats.write_run``;
-* ``api_run_depth``: ``api_run`` with ``run_depth=RUN_DEPTH`` on the metric: the query update's
+* ``api_run_depth``: ``api_run`` with ``run_depth=RUN_DEPTH`` on the metric: compute()'s
   ranking keeps the run's lists, and ``run()`` lists them (one pass over the corpus);
 * ``cli``: ``retrieval-metrics evaluate --query q.npz --gallery corpus.npy --qrels qrels.tsv
   --protocol beir`` (``main()`` called in the child);

@@ -187,8 +187,8 @@ def run_classes(folder: Path, cold: bool = False) -> dict:
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir")
     metric.set_gallery(folder / "corpus.npy", ids=folder / "corpus.ids.npy")
     t1 = time.perf_counter()
-    # the queries in one update, as BEIR searches them (against a corpus given once, each
-    # update is ranked at once: one pass over the corpus per update)
+    # the queries in one update, as BEIR searches them (against a corpus given once, the
+    # updates are ranked together at compute(): one pass over the corpus whatever their size)
     with timed_products("cpu") as in_products:
         metric.update(queries, ids=q_ids, role="query")
         values = {k: float(v) for k, v in metric.compute().items()}

@@ -241,6 +241,15 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric.set_gallery(docs[t], t % 3, ids=t)
         metric.update(docs[:4], torch.arange(4) % 3, ids=torch.arange(100, 104), role="query")
         return refused(metric)
+    if scenario == "set_gallery_on_some_processes":
+        # the last process never fixed a gallery (nor received a query): it would be given a
+        # share of the queries to rank against none
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot")
+        if rank < world - 1:
+            metric.set_gallery(docs[:10], torch.arange(10) % 3, ids=torch.arange(10))
+            metric.update(docs[:4], torch.arange(4) % 3, ids=torch.arange(100, 104),
+                          role="query")
+        return refused(metric)
     if scenario == "different_options":
         metric = rm.RetrievalMetrics(
             ["mrr"], gallery_sharded=True, similarity="cosine" if rank == 0 else "dot"

@@ -422,13 +422,15 @@ def test_per_query_values():
 
 @pytest.mark.timeout(300)
 def test_two_gloo_processes_uneven_batches_equal_torchmetrics_single_process(tmp_path):
+    # (on the path while the workers start too: a spawned worker imports `launch` by name)
     sys.path.insert(0, str(HERE))
     try:
         import launch
         from compat_data import CASES, data
+
+        results = launch.run_workers(HERE / "compat_ddp.py", [], 2, tmp_path)
     finally:
         sys.path.remove(str(HERE))
-    results = launch.run_workers(HERE / "compat_ddp.py", [], 2, tmp_path)
     for key, (name, opts) in CASES.items():
         preds, target, indexes = data(ignored="ignore_index" in opts)
         peer = _class_value(TR, name, opts, [(preds, target, indexes)])

@@ -476,29 +476,35 @@ def _rows_read_through_the_mapping(monkeypatch) -> list[int]:
 def test_a_corpus_on_disk_is_read_once_by_its_first_ranking(
     tmp_path, monkeypatch, similarity, dtype, strong
 ):
-    """set_gallery reads none of the file; the first ranking reads each row once, for its
-    norms, the scan for NaN and the products together (2x before: a pass of the norms at
-    set_gallery, then the ranking's); a later ranking reads it once more. Whether the queries'
-    rows finish early (a middling model: the rest of the file read for the norms alone) or
-    are ranked to the end (a strong one). The values are those of the corpus in memory."""
+    """set_gallery and the query updates read none of the file; compute()'s ranking reads
+    each row once, for its norms, the scan for NaN and the products together (2x before: a
+    pass of the norms at set_gallery, then the ranking's; and once per query update before
+    the updates were ranked together), whatever the number of updates; a later ranking reads
+    it once more. Whether the queries' rows finish early (a middling model: the rest of the
+    file read for the norms alone) or are ranked to the end (a strong one). The values are
+    those of the corpus in memory."""
     corpus, queries, ids, qrels = _case(tmp_path, dtype)
     if strong:
         queries = corpus[[i + 300 for i in range(120)]] + 0.01
     read = _rows_read_through_the_mapping(monkeypatch)
-    # (the default budget: the queries of an update in one block, which reads the file once)
+    # (the default budget: every query in one block, which reads the file once)
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, similarity=similarity, protocol="beir")
     metric.set_gallery(str(tmp_path / "all.npy"), ids=ids)
     assert read[0] == 0
-    for part, reads in zip(np.array_split(np.arange(120), 2), (1, 2), strict=True):
+    for part in np.array_split(np.arange(120), 3):
         metric.update(torch.from_numpy(queries[part]), ids=[f"q{i}" for i in part],
                       role="query")
-        assert read[0] == reads * len(corpus)
+    assert read[0] == 0
+    computed = _values(metric)
+    assert read[0] == len(corpus)
+    metric.run(5, ids=[f"q{i}" for i in range(120)] + list(ids))
+    assert read[0] == 2 * len(corpus)
     in_memory = rm.RetrievalMetrics(NAMES, qrels=qrels, similarity=similarity,
                                     protocol="beir")
     in_memory.set_gallery(torch.from_numpy(corpus), ids=ids)
     in_memory.update(torch.from_numpy(queries), ids=[f"q{i}" for i in range(120)],
                      role="query")
-    assert _values(metric) == _values(in_memory)
+    assert computed == _values(in_memory)
 
 
 def test_a_corpus_on_disk_whose_squares_overflow_is_finite(tmp_path):

@@ -211,3 +211,31 @@ def test_a_copy_on_write_corpus_is_not_copied(tmp_path):
     metric.set_gallery(np.load(path, mmap_mode="c"), torch.arange(20) % 4)
     with pytest.raises(TypeError, match=r"copy-on-write.*mmap_mode='r'"):
         copy.deepcopy(metric)
+
+
+def test_fixed_gallery_members_of_a_compute_group_rank_by_their_own_measures():
+    """Metrics with a gallery given once each (``set_gallery``) keep only the queries as
+    states, so a MetricCollection puts hit_rate@1 and ndcg@10 in one compute group: each member
+    then ranks the first member's queries against its own gallery with its own measures, and
+    reports what it reports alone."""
+    rng = np.random.default_rng(3)
+    gallery = torch.from_numpy(rng.normal(size=(40, 6)))
+    g_labels = torch.from_numpy(rng.integers(0, 5, 40))
+    queries = torch.from_numpy(rng.normal(size=(24, 6)))
+    q_labels = torch.from_numpy(rng.integers(0, 5, 24))
+    members = {"hit": lambda: rm.HitRateAtK(k=1), "ndcg": lambda: rm.NDCGAtK(k=10)}
+    collection = MetricCollection({name: make() for name, make in members.items()})
+    alone = {name: make() for name, make in members.items()}
+    for metric in [*collection.values(copy_state=False), *alone.values()]:
+        metric.set_gallery(gallery, g_labels)
+    for start in range(0, 24, 8):
+        rows = slice(start, start + 8)
+        collection.update(queries[rows], q_labels[rows], role="query",
+                          ids=torch.arange(start, start + 8))
+        for metric in alone.values():
+            metric.update(queries[rows], q_labels[rows], role="query",
+                          ids=torch.arange(start, start + 8))
+    assert collection.compute_groups == {0: ["hit", "ndcg"]}  # (the case under test)
+    values = collection.compute()
+    assert float(values["hit"]) == float(alone["hit"].compute())
+    assert float(values["ndcg"]) == float(alone["ndcg"].compute())

@@ -13,6 +13,7 @@ import retrieval_metrics as rm
 from emulated_cuda import fake_cuda_fixture  # noqa: F401
 from reference import reference_top_k
 from retrieval_metrics.formats import read_trec_run, write_run
+from retrieval_metrics.functional import top_k
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows, order_ranks
 
 
@@ -400,7 +401,8 @@ def test_run_depth_lists_the_same_run_in_any_dtype(dtype):
 
 def test_the_lists_kept_are_dropped_with_the_states_they_ranked():
     """An update after compute() (or a reset and other data) makes the kept lists stale: run()
-    lists the states as they are, and compute()'s next ranking keeps new lists."""
+    lists the states as they are, by the next ranking, which keeps new lists for compute()
+    and the runs after (one ranking for them all)."""
     from work_counts import counting_work
 
     kept, _, g, ids = _two_sides("labels", "dot", 6)
@@ -411,10 +413,10 @@ def test_the_lists_kept_are_dropped_with_the_states_they_ranked():
         metric.update(extra, torch.arange(10) % 5, ids=[f"x{j}" for j in range(10)],
                       role="gallery")
     ids = ids + [f"x{j}" for j in range(10)]
-    assert kept.run(6, ids=ids) == plain.run(6, ids=ids)
     with counting_work() as both:
-        kept.compute()
         run = kept.run(6, ids=ids)
+        kept.compute()
+        assert kept.run(6, ids=ids) == run
     assert run == plain.run(6, ids=ids)
     with counting_work() as alone:
         plain.compute()
@@ -725,3 +727,45 @@ def test_a_half_corpus_off_the_device_lists_the_run_its_ranking_counted(
         assert torch.equal(value, plain[0][name]), name
     assert (kept[3] > 0) is (corpus == "npy" and similarity == "cosine")
     assert len(kept[1]) == 40 and all(len(items) == 10 for items in kept[1].values())
+
+
+def test_the_lists_kept_for_a_fixed_gallery_are_top_ks_in_the_order_given():
+    """run_depth with a gallery given once, the queries in three updates, one id given twice
+    (the same query again, as a sampler's padding repeats it): run() before compute() ranks
+    once, keeping the lists, and compute() ranks nothing more; kept_lists(k) gives each row
+    given its top_k, the repeat's rows its first copy's."""
+    from work_counts import counting_work
+
+    gen = torch.Generator().manual_seed(5)
+    gallery = torch.randn(300, 8, generator=gen)
+    g_labels = torch.arange(300) % 20
+    queries = torch.randn(30, 8, generator=gen)
+    q_labels = torch.arange(30) % 20
+    q_ids = torch.arange(100, 130)
+    def fed(**options):
+        metric = rm.RetrievalMetrics(["mrr", "recall@10"], **options)
+        metric.set_gallery(gallery, g_labels)
+        for rows in [slice(0, 7), slice(7, 19), slice(19, 30), slice(3, 4)]:  # (3: a repeat)
+            metric.update(queries[rows], q_labels[rows], role="query", ids=q_ids[rows])
+        return metric
+
+    metric = fed(run_depth=12)
+    with counting_work() as work:
+        run = metric.run(10)
+        values = metric.compute()
+    with counting_work() as alone:
+        fed().compute()
+    assert work.rankings == 1 and work.multiply_adds == alone.multiply_adds
+    given = torch.cat([queries, queries[3:4]])
+    expected = top_k(given, gallery, 10, similarity="cosine")
+    rows, scores = metric.kept_lists(10)
+    assert torch.equal(rows, expected.indices)
+    assert torch.equal(scores, expected.scores)
+    assert run["103"] == [(str(int(r)), float(s)) for r, s in zip(
+        expected.indices[3].tolist(), expected.scores[3].tolist(), strict=True)]
+    plain = rm.RetrievalMetrics(["mrr", "recall@10"])
+    plain.update(queries, q_labels, role="query", ids=q_ids)
+    plain.update(gallery, g_labels, role="gallery")
+    assert {k: float(v) for k, v in values.items()} == {
+        k: float(v) for k, v in plain.compute().items()}
+    assert metric.kept_lists(13) is None  # (deeper than run_depth)

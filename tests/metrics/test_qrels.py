@@ -165,11 +165,12 @@ def test_integer_ids_from_two_counters_are_refused_by_name():
     # from its ranking and finds its document 3 first
     assert float(same.compute()["mrr"]) == 0.5
     assert same.summary().as_dict()["mrr"]["skipped"] == 0
-    # the fixed gallery refuses alike
+    # the fixed gallery refuses alike, where its queries are ranked: at compute()
     fixed = _metric(["mrr"], qrels)
     fixed.set_gallery(docs, ids=torch.arange(4))
-    with pytest.raises(ValueError, match="ignore_identical_ids"):
-        fixed.update(queries, ids=torch.arange(2), role="query")
+    fixed.update(queries, ids=torch.arange(2), role="query")
+    with pytest.raises(ValueError, match="ignore_identical_ids=False"):
+        fixed.compute()
 
 
 def test_batches_in_any_order_repeats_and_the_fixed_gallery_agree():

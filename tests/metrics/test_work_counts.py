@@ -508,3 +508,48 @@ def test_device_work_besides_the_product_and_the_count(similarity, dtype):
     allowed = added_scores * score_passes + added_items * (item_passes * (dim + 1) + 40)
     assert besides[1] - besides[0] <= allowed
     assert large.elements_counting - small.elements_counting <= 16 * added_scores
+
+
+@pytest.mark.parametrize("qrels", [False, True], ids=["labels", "qrels"])
+def test_queries_in_small_updates_against_a_fixed_gallery_share_one_pass(qrels):
+    """Queries given 8 at a time against a gallery given once (``set_gallery``): the updates
+    rank nothing, and compute() ranks them all in one pass over the gallery, the work of one
+    update of every query (16 passes before: each update was ranked as it came, the gallery
+    read and divided by its norms once per 8 queries). The values are the same."""
+    num_q, num_g, dim = 128, 3000, 16
+    gen = torch.Generator().manual_seed(4)
+    docs = embedded(torch.arange(num_g) % 300, dim)
+    labels = torch.randint(0, 300, (num_q,), generator=gen)
+    queries = embedded(labels, dim) + 0.5 * torch.randn(num_q, dim, generator=gen)
+    q_ids = [f"q{q}" for q in range(num_q)]
+    judged = {f"q{q}": {f"d{int(labels[q]) + 300 * j}": 1 for j in range(3)} for q in range(num_q)}
+
+    def metric() -> rm.RetrievalMetrics:
+        names = ["ndcg@10", "recall@100", "mrr"]
+        if qrels:
+            m = rm.RetrievalMetrics(names, qrels=judged, protocol="beir")
+            m.set_gallery(docs, ids=[f"d{d}" for d in range(num_g)])
+        else:
+            m = rm.RetrievalMetrics(names)
+            m.set_gallery(docs, torch.arange(num_g) % 300)
+        return m
+
+    def given(m, rows) -> None:
+        m.update(queries[rows], None if qrels else labels[rows], role="query",
+                 ids=[q_ids[r] for r in rows])
+
+    whole, small = metric(), metric()
+    with counting_work() as updates:
+        for start in range(0, num_q, 8):
+            given(small, range(start, start + 8))
+    assert updates.rankings == 0 and updates.multiply_adds == 0
+    with counting_work() as work:
+        values = small.compute()
+    given(whole, range(num_q))
+    with counting_work() as one:
+        expected = whole.compute()
+    assert work.passes == {"one_sided": 1, "symmetric": 0, "two_way": 0}
+    assert work.rankings == 1
+    assert work.multiply_adds == one.multiply_adds
+    assert work.ratio(num_q, num_g, dim) <= 1.1
+    assert {k: float(v) for k, v in values.items()} == {k: float(v) for k, v in expected.items()}

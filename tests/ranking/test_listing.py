@@ -18,6 +18,7 @@ import retrieval_metrics as rm
 from emulated_cuda import fake_cuda_fixture  # noqa: F401
 from retrieval_metrics.functional.ranking.engine.counters import COUNTER_ENV
 from retrieval_metrics.functional.ranking.engine.listing import RunListing, listing
+from retrieval_metrics.functional.ranking.labels import label_codes
 from retrieval_metrics.functional.ranking.top_lists import top_k
 
 NAMES = ["ndcg@10", "recall@5", "mrr@10"]
@@ -56,12 +57,30 @@ def _ranked(q, g, q_ids, d_ids, qrels, k, similarity, parts, kept, **options):
         for lo, hi in itertools.pairwise(bounds):
             metric.update(q[lo:hi], ids=q_ids[lo:hi], role="query")
 
+    updates()
     if not kept:
-        updates()
         return metric.compute(), None
-    with listing(k) as lists:
-        updates()
-    return metric.compute(), lists
+    with listing(k) as lists:  # (the queries are ranked at compute(), all at once)
+        values = metric.compute()
+    return values, _InOrderGiven(lists, q_ids)
+
+
+class _InOrderGiven:
+    """A listing whose ``found`` puts the rows back in the order the queries were given: the
+    metric ranks its queries in ascending order of their ids' codes (per_query()'s order)."""
+
+    def __init__(self, lists: RunListing, q_ids: list[str]):
+        self.lists, self.complete = lists, lists.complete
+        self.back = torch.argsort(torch.argsort(label_codes(q_ids, "ids")))
+
+    def found(self, num_queries: int):
+        found = self.lists.found(num_queries)
+        if found is None:
+            return None
+        return found[0][self.back.to(found[0].device)], found[1][self.back.to(found[1].device)]
+
+    def exact(self) -> bool:
+        return self.lists.exact()
 
 
 def _same_values(a, b):
@@ -82,8 +101,8 @@ def _same_values(a, b):
 def test_the_lists_kept_as_the_ranking_counts_are_top_ks(nq, ng, dim, k, seed, codes,
                                                          similarity, dtype, parts, budget):
     """Against top_k of every query at once: ties in gallery order, a document of the query's
-    own id left out (BEIR's ``ignore_identical_ids``), the queries in one to three updates (a
-    ranking each), scratch budgets small enough for several query and gallery blocks (the
+    own id left out (BEIR's ``ignore_identical_ids``), the queries in one to three updates (ranked
+    together at compute()), scratch budgets small enough for several query and gallery blocks (the
     kept and the gathered relevant blocks too); and the values of a metric ranked without a
     listing, whose queries leave the products once their ranks are known."""
     q, g, q_ids, d_ids, qrels = _data(nq, ng, dim, seed, codes, dtype)
@@ -150,10 +169,11 @@ def test_a_corpus_on_disk_read_once_gives_top_ks_lists(tmp_path):
     np.save(tmp_path / "corpus.npy", g.numpy())
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir", memory_budget=1 << 20)
     metric.set_gallery(tmp_path / "corpus.npy", ids=d_ids)
+    metric.update(q[:400], ids=q_ids[:400], role="query")
+    metric.update(q[400:], ids=q_ids[400:], role="query")
     with listing(100) as lists:
-        metric.update(q[:400], ids=q_ids[:400], role="query")
-        metric.update(q[400:], ids=q_ids[400:], role="query")
-    found = lists.found(700)
+        metric.compute()
+    found = _InOrderGiven(lists, q_ids).found(700)
     assert found is not None
     expected = top_k(q, tmp_path / "corpus.npy", 100, query_ids=q_ids, gallery_ids=d_ids,
                      exclude_identical_ids=True)
@@ -168,8 +188,9 @@ def test_rankings_whose_lists_are_not_top_ks_give_none():
     q, g, q_ids, d_ids, qrels = _data(20, 200, 4, 5, True, torch.float32)
     metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="sentence_transformers")
     metric.set_gallery(g, ids=d_ids)
+    metric.update(q, ids=q_ids, role="query")
     with listing(10) as lists:
-        metric.update(q, ids=q_ids, role="query")
+        metric.compute()
     assert not lists.complete and lists.found(20) is None
     same = rm.RetrievalMetrics(["mrr"], similarity="dot")
     with listing(10) as lists:
@@ -191,9 +212,10 @@ def test_on_the_emulated_device_the_lists_are_top_ks_in_float32_and_on_the_tenso
         q, g, q_ids, d_ids, qrels = _data(25, 300, 8, 6, False, dtype)
         metric = rm.RetrievalMetrics(NAMES, qrels=qrels, protocol="beir").to("cuda")
         metric.set_gallery(g.to("cuda"), ids=d_ids)
+        metric.update(q.to("cuda"), ids=q_ids, role="query")
         with listing(15) as lists:
-            metric.update(q.to("cuda"), ids=q_ids, role="query")
-        found = lists.found(25)
+            metric.compute()
+        found = _InOrderGiven(lists, q_ids).found(25)
         assert found is not None, dtype
         expected = top_k(q.to("cuda"), g.to("cuda"), 15, query_ids=q_ids,
                          gallery_ids=d_ids, exclude_identical_ids=True)

@@ -18,7 +18,6 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from retrieval_metrics.cli.errors import CLIError
 from retrieval_metrics.cli.parser import RUN_DEPTH
 from retrieval_metrics.formats import EmbeddingFile, write_run_lines
 from retrieval_metrics.formats.embeddings import ARRAYS
-from retrieval_metrics.functional.ranking.engine.listing import RunListing, listing
 from retrieval_metrics.functional.ranking.items import Keys
 from retrieval_metrics.functional.ranking.labels import all_distinct, label_codes
 from retrieval_metrics.functional.ranking.relevance import (
@@ -147,19 +145,19 @@ def any_in(values: np.ndarray, wanted: np.ndarray) -> bool:
                for i in range(0, len(values), step))
 
 
-def listing_for_run(args: Any) -> AbstractContextManager[RunListing | None]:
-    """With ``--write-run``: a listing of the run's depth (``engine.listing``) that the
-    evaluation's rankings keep their lists for, where they can; else nothing."""
+def kept_lists(args: Any, metric: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """With ``--write-run``: the run's lists the evaluation's ranking kept (the metric's
+    ``run_depth``), one row per query row given; else, or where it kept none, None."""
     if args.write_run is None:
-        return nullcontext()
-    return listing(run_depth(args))
+        return None
+    return metric.kept_lists(run_depth(args))
 
 
 def write_run_of(args: Any, run: Any, query: EmbeddingFile, gallery: EmbeddingFile | None,
                  runs: int, found: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """With ``--write-run``: the run of the evaluated ``run`` (one of ``runs``), its gallery's
     rows as the evaluation kept them; its path noted in ``run.notes``. ``found``: the lists the
-    evaluation's ranking kept (:func:`listing_for_run`), else they are listed here."""
+    evaluation's ranking kept (:func:`kept_lists`), else they are listed here."""
     if args.write_run is None:
         return
     held = query if gallery is None else gallery

@@ -98,6 +98,8 @@ def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
         run.metric.per_query()  # the ranking, made (and kept) while the bar is up
         bar.advance()
         return run
+    bar.phase(f"{run.name}: ranking")
+    run.metric.per_query()  # the ranking of every query given, made (and kept)
     bar.phase(f"{run.name}: intervals and chance")
     run.summary = run.metric.summary(level=args.level, num_bootstrap=args.bootstrap, seed=args.seed)
     if run.kind == "trec":
@@ -118,7 +120,8 @@ def evaluate_embeddings(
     gallery: EmbeddingFile | None,
     progress: Progress | None = None,
 ) -> int:
-    """Fill ``metric`` from the arrays: the gallery fixed once, queries ranked in chunks.
+    """Fill ``metric`` from the arrays: the gallery fixed once, queries given in chunks (ranked
+    together by the metric's ranking, at its ``compute()``).
 
     Same values as ``update(embeddings, labels)`` (same source, ``gallery=None``) or
     ``update(..., role="query")`` / ``update(..., role="gallery")``: self-exclusion by sample id
@@ -200,6 +203,9 @@ def _metric_factory(
         protocol = "trec_eval"
     if protocol not in (None, "none"):
         options["protocol"] = protocol
+    if not trec and getattr(args, "write_run", None) is not None:
+        # the evaluation's ranking keeps the run's lists as it counts (data.kept_lists)
+        options["run_depth"] = data.run_depth(args)
 
     device = None if trec else checked_device(getattr(args, "device", None))
 
@@ -460,13 +466,12 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         )
         with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
             try:
-                # (with --write-run, the run's lists kept as the ranking counts: _judged_run)
-                with data.listing_for_run(args) as lists:
-                    evaluate_embeddings(metric, query, gallery, bar)
+                evaluate_embeddings(metric, query, gallery, bar)
                 if query.ids is not None:  # (same source: the row numbers, given as ids)
                     run_.query_ids = query.ids.tolist()
                 runs.append(_summarize(run_, args, bar))
-                found = None if lists is None else lists.found(len(query))
+                # (with --write-run, the run's lists its ranking kept: run_depth, _metric_factory)
+                found = data.kept_lists(args, metric)
                 data.write_run_of(args, run_, query, gallery, len(pairs), found)
             except ValueError as err:
                 where = str(qpath) if gpath is None else f"{qpath} / {gpath}"
@@ -548,15 +553,14 @@ def _judged_run(
     run_.queries_key = _digest(*(q.encode() for q in sorted(set(query_ids[keep].tolist()))))
     with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
         try:
-            # with --write-run, the run's lists kept as the ranking counts (one pass over the
+            evaluate_embeddings(metric, query, gallery, bar)
+            run_.query_ids = query.ids.tolist()
+            summarized = _summarize(run_, args, bar)
+            # with --write-run, the run's lists kept as the ranking counted (one pass over the
             # corpus for the table and the run, engine.listing: what the ranking leaves out,
             # the run leaves out)
-            with data.listing_for_run(args) as lists:
-                evaluate_embeddings(metric, query, gallery, bar)
-            run_.query_ids = query.ids.tolist()
-            found = None if lists is None else lists.found(len(query))
-            data.write_run_of(args, run_, query, gallery, count, found)
-            return _summarize(run_, args, bar)
+            data.write_run_of(args, run_, query, gallery, count, data.kept_lists(args, metric))
+            return summarized
         except ValueError as err:
             hint = ""
             if "ignore_identical_ids" in str(err):

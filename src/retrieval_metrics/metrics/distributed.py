@@ -48,6 +48,7 @@ __all__ = [
     "dedupe_across_shards",
     "dedupe_by_id",
     "distributed_ready",
+    "gather_lists",
     "gather_rows",
     "gather_table",
     "query_share",
@@ -420,6 +421,19 @@ def gather_table(table: RankTable, group: Any = None) -> RankTable:
     names = [p.name for p in TABLE_PARTS] + [PRESENT]
     gathered = gather_rows([parts[n] for n in names], group)
     return table_from_parts(dict(zip(names, gathered, strict=True)))
+
+
+def gather_lists(
+    lists: tuple[Tensor, Tensor] | None, group: Any = None
+) -> tuple[Tensor, Tensor] | None:
+    """Every process's run lists of its share of the queries (:func:`query_share`: contiguous,
+    in process order), as one process's would be; None where any process kept none."""
+    held = lists is not None
+    # (an empty tensor of any shape takes the others': a process that kept none joins)
+    rows, scores = lists if lists is not None else (torch.zeros(0), torch.zeros(0))
+    flag = torch.tensor([int(held)], device=rows.device)
+    rows, scores, flags = gather_rows([rows, scores, flag], group)
+    return (rows, scores) if bool(flags.all()) else None
 
 
 def gather_query_parts(

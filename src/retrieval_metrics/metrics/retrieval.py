@@ -47,7 +47,7 @@ from retrieval_metrics.metrics.forms import (
 )
 from retrieval_metrics.metrics.inputs import read_ids
 from retrieval_metrics.metrics.ranking import Ranking
-from retrieval_metrics.metrics.runs import RUN_ROWS, RUN_SCORES, fixed_gallery_lists, run_of
+from retrieval_metrics.metrics.runs import run_of
 
 __all__ = ["RetrievalMetric"]
 
@@ -79,11 +79,9 @@ class RetrievalMetric(RetrievalMetricBase):
             that :meth:`run` (``k <= run_depth``) lists them without ranking the states again:
             one pass over the corpus for the values and the run, as the command line's
             ``--write-run --run-depth``. Kept by the ranking ``compute()`` makes of queries and
-            a gallery given in updates (with or without ``qrels``, every query judged; on one
-            process), and by each query update against a gallery given with
-            :meth:`set_gallery` (on any number of processes: the lists are states, gathered
-            with the queries; 16 bytes a query and place). Elsewhere (a set ranked against
-            itself, ``ties="id"``, a gallery split over processes, a half-precision corpus
+            a gallery given in updates or with :meth:`set_gallery` (with or without ``qrels``,
+            every query judged; on one process). Elsewhere (several processes, a set ranked
+            against itself, ``ties="id"``, a gallery split over processes, a half-precision corpus
             on disk ranked by cosine on a device's tensor cores, a block whose cut may fall in
             a tie on a device, a ranking that takes the gallery in an order of its
             own, as euclidean with labels)
@@ -139,8 +137,8 @@ class RetrievalMetric(RetrievalMetricBase):
         self._form_known: tuple[Tensor, list[int]] | None = None
         # what every process must agree on, compared after the sync (three entries a process;
         # the kinds of the keys are the base's state): the judgments', the options' and the
-        # fixed gallery's fingerprints (0: none given; the gallery's is written by the updates
-        # ranked against it, so that a reset() leaves no stale one)
+        # fixed gallery's fingerprints (0: none given; the gallery's is written into the copy
+        # the sync gathers, _sync_dist: the gallery is no state, and outlives a reset())
         self.add_state(
             "agreement",
             torch.tensor(
@@ -153,10 +151,6 @@ class RetrievalMetric(RetrievalMetricBase):
 
         self.store.add_side("q")
         self.store.add_side("g")
-        if run_depth is not None:
-            # the lists a fixed gallery's query updates keep (runs.keep_batch_lists)
-            self.store.add(RUN_ROWS)
-            self.store.add(RUN_SCORES)
         for part in TABLE_PARTS:
             self.store.add(f"t_{part.name}")
         self.store.add(f"t_{PRESENT}")
@@ -198,25 +192,24 @@ class RetrievalMetric(RetrievalMetricBase):
         cameras: Any = None,
         positions: Any = None,
     ) -> None:
-        """Fix the gallery once: each later ``update(..., role="query")`` is ranked against it
-        at once and only per-query results are kept, with the queries' embeddings as given and
-        their ids, for :meth:`run` (which ranks them against the gallery again).
+        """Fix the gallery once: later ``update(..., role="query")`` calls add queries only,
+        kept as given (embeddings, labels, ids, ...), and ``compute()`` ranks them all at once
+        against this gallery, the one set last: queries given in small updates share its
+        passes over the gallery, as one update would. Only the queries are states (gathered
+        across processes); the gallery stays with the metric, on every process alike.
 
         ``embeddings`` may also be a corpus on disk, read a block at a time and never whole:
         the path of a ``.npy`` file, a glob or a list of them (their rows in that order), or
         memory-mapped arrays (``numpy.load(path, mmap_mode="r")``); ``ids`` then may be the
         path of a text file (one id a line) or of a ``.npy`` array. Its values are read (and
-        checked for NaN and infinities) by its first ranking, once: a NaN in the file is
-        refused by the first query update, not here."""
+        checked for NaN and infinities) by each ranking as it reads them: a NaN in the file is
+        refused by ``compute()`` (or :meth:`run`, or :func:`~retrieval_metrics.functional.top_k`),
+        not here."""
         if isinstance(ids, (str, Path)):
             ids = read_ids(ids)
         keys = {"labels": labels, "ids": ids, "cameras": cameras, "positions": positions}
         self._gallery = FixedGallery.set(self.context(), embeddings, keys)
         self._gallery_print = 0  # (hashed when a query is ranked against it on many processes)
-        rows = self.store.read(RUN_ROWS) if self.run_depth is not None else None
-        if rows is not None:
-            # the lists kept so far are rows of the gallery before: none of them holds now
-            setattr(self, RUN_ROWS, [torch.full_like(rows, -2)])
         self._note_id_example("gallery", ids)
         self._forget_ranking()
 
@@ -295,13 +288,6 @@ class RetrievalMetric(RetrievalMetricBase):
         except BaseException:
             self.form = before
             raise
-        if form.kind == "fixed_gallery" and context.processes.several:
-            # what the processes compare after the sync; one process has none to compare with
-            # (a corpus's keys are hashed once, not at every set_gallery)
-            if not self._gallery_print:
-                assert self._gallery is not None  # (the form is chosen for it)
-                self._gallery_print = FixedGallery.fingerprint(self._gallery)
-            self.agreement[2] = self._gallery_print
         self._note_id_example(role or "query", ids)
 
     def run(self, k: int = 100, *, ids: Any = None) -> dict[str, list[tuple[str, float]]]:
@@ -327,7 +313,8 @@ class RetrievalMetric(RetrievalMetricBase):
         best of its shard and the lists are merged (tied scores at the cut by id code).
 
         It ranks the states again (about one more product over the gallery), unless the metric
-        has ``run_depth >= k`` and its rankings kept their lists (see ``run_depth``).
+        has ``run_depth >= k`` and its ranking keeps their lists (see ``run_depth``): then
+        ``compute()`` and ``run()``, in either order, take one ranking.
 
         >>> from retrieval_metrics import RetrievalMetrics
         >>> m = RetrievalMetrics(["mrr"], similarity="dot")
@@ -340,25 +327,52 @@ class RetrievalMetric(RetrievalMetricBase):
         def listed() -> dict[str, list[tuple[str, float]]]:
             strings = self.store.has_string("ids", ("q", "g"))
             form = self._synced_form()
+            if self.run_depth is not None and k <= self.run_depth and self._keeps_lists(form):
+                # one pass for the values and the run, whichever of run() and compute() is
+                # called first: the ranking compute() reads is made here, with the lists
+                self._ranked()
             context = self.context()
             return run_of(
                 context, form, k, ids, string_ids=strings, several=context.processes.several,
-                kept=self._kept_lists(form, context, k),
+                kept=self._kept_lists(k),
             )
 
         return self._on_synced_states(listed)
 
-    def _kept_lists(
-        self, form: InputForm, context: FormContext, k: int
-    ) -> tuple[Tensor, Tensor] | None:
-        """The lists the rankings of these states kept for :meth:`run` (``run_depth >= k``):
-        compute()'s ranking's, or a fixed gallery's query updates'; None: none hold."""
+    def kept_lists(self, k: int) -> tuple[Tensor, Tensor] | None:
+        """What :meth:`run` lists without another product, as arrays: the ``k`` best items
+        (``k <= run_depth``) that ``compute()``'s ranking kept for each query row given to
+        ``update()`` (every update's rows in order, a repeated id's rows alike), as the rows of
+        the gallery it ranked (``set_gallery``'s, or the updates' one per id; -1 past a
+        query's end) and their scores. None where the ranking kept none (see ``run_depth``),
+        or none was made since the last update."""
+
+        def rows_given() -> tuple[Tensor, Tensor] | None:
+            kept = self._kept_lists(k)
+            if kept is None:
+                return None
+            rows, scores = kept[0][:, :k], kept[1][:, :k]
+            keep = self.store.deduped_rows("q", "`ids` of the queries")
+            if keep is None:  # every row ranked as given
+                return rows, scores
+            # each row given takes the lists of the row of its id that was ranked
+            given = self.store.read("q_ids")
+            assert given is not None  # (rows are dropped by id only)
+            ranked = given.index_select(0, keep.to(given.device))
+            order = torch.argsort(ranked)
+            at = order[torch.searchsorted(ranked[order], given)]
+            return rows.index_select(0, at.to(rows.device)), scores.index_select(
+                0, at.to(scores.device)
+            )
+
+        return self._on_synced_states(rows_given)
+
+    def _kept_lists(self, k: int) -> tuple[Tensor, Tensor] | None:
+        """The lists compute()'s ranking of these states kept for :meth:`run` (``run_depth >=
+        k``); None: none hold."""
         if self.run_depth is None or k > self.run_depth:
             return None
-        kept = (
-            fixed_gallery_lists(context) if form.kind == "fixed_gallery"
-            else self._ranking.run_lists
-        )
+        kept = self._ranking.run_lists
         # (-2: lists a device kept with no wait, which may break a tie at a block's cut
         # otherwise than the tie order; one read of the device, here, not one per ranking)
         if kept is None or bool((kept[0] == -2).any()):
@@ -444,15 +458,29 @@ class RetrievalMetric(RetrievalMetricBase):
             raise ValueError("no data: call `update` before `compute`")
         return form
 
+    def _sync_dist(self, dist_sync_fn: Any = None, process_group: Any = None) -> None:
+        if self._gallery is not None:
+            # the fixed gallery's fingerprint, in what the processes compare (written into the
+            # states the sync gathers; unsync restores the process's own; a corpus's keys
+            # hashed once, not at every set_gallery)
+            if not self._gallery_print:
+                self._gallery_print = FixedGallery.fingerprint(self._gallery)
+            at = to_device(torch.tensor([2]), self.agreement.device)
+            self.agreement = (
+                self.agreement.view(-1, 3).index_fill(1, at, self._gallery_print).view(-1)
+            )
+        super()._sync_dist(dist_sync_fn, process_group)
+
     def _check_agreement(self, prints: list[int]) -> None:
         """Refuse processes that were given different judgments, options or fixed galleries:
-        each ranks its own queries (or shard) before the merge, so their results would be
-        mixed into one value. ``prints``: three fingerprints a process (:attr:`agreement`)."""
+        each ranks a share of the queries against its own copy of the gallery (or its shard)
+        before the merge, so their results would be mixed into one value. ``prints``: three
+        fingerprints a process (:attr:`agreement`)."""
         rows = [prints[i : i + 3] for i in range(0, len(prints), 3)]
         owner = type(self).__name__
         for column, what in enumerate(("`qrels`", "options", "galleries with `set_gallery`")):
-            # a process that ranked nothing against a fixed gallery has none to disagree on
-            seen = {row[column] for row in rows if column != 2 or row[column] != 0}
+            # (a process without set_gallery has 0 there: refused beside one with a gallery)
+            seen = {row[column] for row in rows}
             if len(seen) <= 1:
                 continue
             advice = (
@@ -521,15 +549,23 @@ class RetrievalMetric(RetrievalMetricBase):
         input form decides: ``InputForm.tables_in_chunks``)."""
         return self._input_form().tables_in_chunks(self.context())
 
+    def _keeps_lists(self, form: InputForm) -> bool:
+        """Whether the ranking of states of ``form`` keeps the run's lists (``run_depth``): the
+        rankings that share the queries out (on several processes, each ranks a contiguous
+        share against the whole gallery, its lists gathered after)."""
+        return self.run_depth is not None and (
+            form.kind in ("query_gallery", "qrels", "fixed_gallery")
+            and not (self._processes().several and self.gallery_sharded)
+        )
+
     def _rank_once(self) -> None:
         """Rank the synced states once: the whole table, or every process's per-query parts of
         a ranking a chunk of queries at a time; the deduplicated sides are let go after. With
         ``run_depth``, the run's lists kept as the ranking counts, where they can be."""
         with self.store.one_ranking(self._ranking):
             form = self._synced_form()
-            keep = self.run_depth is not None and form is not None and (
-                form.kind in ("query_gallery", "qrels") and not self._processes().several
-            )
+            several = self._processes().several
+            keep = self._keeps_lists(form)
             with listing(self.run_depth) if keep else nullcontext() as kept:
                 chunks = self._tables_in_chunks()
                 if chunks is None:
@@ -541,7 +577,14 @@ class RetrievalMetric(RetrievalMetricBase):
                 # (None where a ranking kept none, or ranked other queries than the states'
                 # deduplicated ones: judged queries only; run() then ranks again. Not read
                 # from the device here: run() reads whether they hold)
-                self._ranking.run_lists = kept.unread(len(queries.items))
+                if not several:
+                    self._ranking.run_lists = kept.unread(len(queries.items))
+                else:
+                    share = D.query_share(len(queries.items), self.process_group)
+                    count = share.stop - share.start
+                    none = (torch.zeros(0, dtype=torch.int64), torch.zeros(0))
+                    mine = kept.unread(count) if count else none
+                    self._ranking.run_lists = D.gather_lists(mine, self.process_group)
 
     def _parts_of(self, chunks: Iterator[RankTable]) -> tuple[QueryParts, RankTable]:
         """Every process's per-query parts and query fields of a ranking in chunks."""

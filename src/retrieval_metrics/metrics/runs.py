@@ -26,14 +26,9 @@ from retrieval_metrics.functional.ranking.top_lists import id_texts, listed_pair
 from retrieval_metrics.metrics import distributed as D
 
 if TYPE_CHECKING:
-    from retrieval_metrics.functional.ranking.engine.listing import RunListing
     from retrieval_metrics.metrics.forms.base import FormContext, InputForm
 
-__all__ = ["RUN_ROWS", "RUN_SCORES", "fixed_gallery_lists", "keep_batch_lists", "run_of"]
-
-#: with ``run_depth``, the states of the lists a fixed gallery's query updates kept: each
-#: query's gallery rows (-1 past its end; -2 throughout where its ranking kept none) and scores
-RUN_ROWS, RUN_SCORES = "r_rows", "r_scores"
+__all__ = ["run_of"]
 
 RUN_FORMS = ("same_source", "query_gallery", "qrels", "fixed_gallery")
 
@@ -122,41 +117,6 @@ def _best(context: FormContext, queries: Items, gallery: Items | None, k: int):
     g_codes = g_codes.to(found.indices.device)
     codes = g_codes.index_select(0, found.indices.clamp_min(0).view(-1)).view(found.indices.shape)
     return codes, found.scores
-
-
-def keep_batch_lists(context: FormContext, listed: RunListing | None, num_queries: int,
-                     num_gallery: int) -> None:
-    """A fixed gallery's query update ranked inside ``listed`` (``run_depth``): its queries'
-    lists appended to the run's states, beside the query items the update appends; where the
-    ranking kept none, or a device's lists may break a tie at a block's cut otherwise than
-    the tie order, rows of -2 say so (found on the device: read once, by ``run()``). Nothing
-    without ``run_depth``."""
-    if listed is None:
-        return
-    found = listed.unread(num_queries)  # (no wait for the device per update)
-    width = min(listed.k, num_gallery)  # (every update's: the states are joined by rows)
-    if found is None or found[0].shape[1] != width:
-        found = (torch.full((num_queries, width), -2, dtype=torch.int64),
-                 torch.full((num_queries, width), float("-inf")))
-    context.store.append(RUN_ROWS, found[0])
-    context.store.append(RUN_SCORES, found[1])
-
-
-def fixed_gallery_lists(context: FormContext) -> tuple[Tensor, Tensor] | None:
-    """The lists a fixed gallery's query updates kept (:func:`keep_batch_lists`), one row per
-    deduplicated query in the order ``run()`` lists them (rows of -2 where an update kept none:
-    the caller reads them); None where the states hold other queries than the lists (a sync
-    that joined other processes' states keeps both in step; a load of other states may not)."""
-    rows, scores = context.store.read(RUN_ROWS), context.store.read(RUN_SCORES)
-    queries = context.store.side("q")
-    if rows is None or scores is None or queries is None or rows.shape[0] != len(queries):
-        return None
-    keep = context.store.deduped_rows("q", "`ids` of the queries")
-    if keep is None:
-        return rows, scores
-    # (float64 scores stay on the host beside a device without float64: to_device)
-    return (rows.index_select(0, keep.to(rows.device)),
-            scores.index_select(0, keep.to(scores.device)))
 
 
 def _kept_best(gallery: Items, kept: tuple[Tensor, Tensor], k: int) -> tuple[Tensor, Tensor]:

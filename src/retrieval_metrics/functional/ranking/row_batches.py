@@ -266,7 +266,7 @@ class RowBatches:
     def row_norms(self) -> Tensor:
         """Each row's Euclidean norm, ``(N, 1)``, batch by batch (a row's norm depends on that
         row alone, whichever batch or joined matrix holds it). Computed once: a fixed gallery is
-        ranked at every query update."""
+        ranked by every compute() after an update, and by run() and top_k."""
         norms = self._computed_norms()
         self._checked_by(norms)
         return norms

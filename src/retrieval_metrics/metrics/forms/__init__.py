@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from retrieval_metrics.metrics.forms.base import Batch, FormContext, InputForm
 from retrieval_metrics.metrics.forms.embeddings import QueryGallery, SameSource
+from retrieval_metrics.metrics.forms.fixed_gallery import FixedGallery
 from retrieval_metrics.metrics.forms.qrels import Qrels
 from retrieval_metrics.metrics.forms.scores import Scores
-from retrieval_metrics.metrics.forms.tables import FixedGallery, PrecomputedRanks, RankedLists
+from retrieval_metrics.metrics.forms.tables import PrecomputedRanks, RankedLists
 
 __all__ = [
     "FORMS",

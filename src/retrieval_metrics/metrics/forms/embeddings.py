@@ -53,7 +53,7 @@ class _EmbeddingStates(InputForm):
         scans = {"embeddings": finite}
         if items.positions is not None:
             scans["positions"] = context.store.verdict("positions", finite_flag(items.positions))
-        context.store.check_width("embeddings", emb)
+        self.check_width(context, emb)
         side = "g" if batch.role == "gallery" else "q"
         if context.options.ties == "id":
             items = replace(items, order=self.tie_order(batch, side))
@@ -62,6 +62,10 @@ class _EmbeddingStates(InputForm):
             side, replace(items, emb=score_copy(emb)), f"role={batch.role!r}"
         )
         context.store.note_scans(scans)
+
+    def check_width(self, context: FormContext, emb: Tensor) -> None:
+        """Refuse ``emb`` (an update's embeddings) of another width than the states'."""
+        context.store.check_width("embeddings", emb)
 
     def tie_order(self, batch: Batch, side: str) -> Tensor | None:
         """Under ties="id", a separate gallery's ids as given, in rows that sort as Python sorts

@@ -13,6 +13,7 @@ and the counts ``summary()`` reports.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
@@ -26,7 +27,7 @@ from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, FormContext
 from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
 
-__all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "qrels_notes"]
+__all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "judged_table", "qrels_notes"]
 
 
 def is_in(values: Tensor, universe: Tensor) -> Tensor:
@@ -132,6 +133,24 @@ def check_ids_meet(context: FormContext, given: Tensor, corpus: Tensor | None) -
     return judged
 
 
+def judged_table(
+    context: FormContext,
+    queries: Items,
+    corpus: Tensor | None,
+    rank: Callable[[Items], RankTable],
+) -> RankTable:
+    """The rank table of the judged ``queries`` (``rank`` ranks them against the corpus, whose
+    id codes are ``corpus``; None for a sharded corpus): only the judged queries are ranked, as
+    BEIR, MTEB and sentence-transformers leave a query the qrels do not name out of every mean
+    (summary() counts it), whatever ``empty_queries`` says of judged queries with nothing
+    relevant. The queries' ids stay in the table: two retrievers' tables pair their queries
+    by them."""
+    judged = check_ids_meet(context, queries.ids, corpus)
+    if not bool(judged.all()):
+        queries = queries.select(flat_nonzero(judged))
+    return replace(rank(queries), query_id=queries.ids.cpu())
+
+
 def qrels_notes(context: FormContext, table: RankTable, given: Tensor) -> dict[str, int]:
     """What ``summary()`` counts about judgments beside its rows: relevant judgments whose
     document the corpus lacks (relevant, never retrieved), queries given without any judgment
@@ -171,26 +190,21 @@ class Qrels(QueryGallery):
         super().append(context, batch)
 
     def table(self, context: FormContext) -> RankTable:
-        # Only the judged queries are ranked: a query the qrels do not name is in no mean (BEIR,
-        # MTEB and sentence-transformers leave it out too; summary() counts it), whatever
-        # empty_queries says of judged queries with nothing relevant. The queries' ids stay in
-        # the table: two retrievers' tables pair their queries by them.
         queries, gallery = self.sides(context)
-        judged = check_ids_meet(
-            context, queries.ids,
-            None if gallery is None or context.gallery_sharded else gallery.ids,
-        )
-        if not bool(judged.all()):
-            queries = queries.select(flat_nonzero(judged))
-        if context.gallery_sharded:
-            table = self.sharded_table(context, queries, gallery)
-        else:
+        sharded = context.gallery_sharded
+
+        def rank(judged: Items) -> RankTable:
+            if sharded:
+                return self.sharded_table(context, judged, gallery)
             assert gallery is not None
-            table = D.rank_queries(
-                queries, gallery, context.ranking_options(), context.processes.group,
+            return D.rank_queries(
+                judged, gallery, context.ranking_options(), context.processes.group,
                 context.processes.distributed,
             )
-        return replace(table, query_id=queries.ids.cpu())
+
+        return judged_table(
+            context, queries, None if gallery is None or sharded else gallery.ids, rank
+        )
 
     def sides(self, context: FormContext) -> tuple[Items, Items | None]:
         queries, gallery = super().sides(context)
@@ -203,5 +217,6 @@ class Qrels(QueryGallery):
     def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
         # (the deduplicated queries as the table's ranking read them; their ids were checked
         # there, with the collective a sharded corpus needs: not again)
-        queries, _ = super().sides(context)
+        queries = context.store.deduped("q", "`ids` of the queries")
+        assert queries is not None and queries.ids is not None  # (ranked: see table)
         return qrels_notes(context, table, queries.ids.cpu())
