@@ -75,7 +75,9 @@ class FixedGallery(QueryGallery):
 
     def table(self, context: FormContext) -> RankTable:
         if context.qrels is None:
-            return super().table(context)
+            # the whole gallery on every process, as set (never a shard of the
+            # query/gallery form's gallery_sharded=True): the embedding forms' ranking
+            return super(QueryGallery, self).table(context)
         queries, gallery = self.sides(context)
         assert gallery is not None
         return judged_table(context, queries, gallery.ids, lambda judged: D.rank_queries(
