@@ -179,23 +179,15 @@ def run(scenario: str, rank: int, world: int) -> dict:
         feed(metric, rank, world, tied=True)
         _, _, q_ids, d_ids, _ = data(tied=True)
         return {"run": metric.run(12, ids=q_ids + d_ids)}
-    if scenario == "qrels_run_kept":
-        # run_depth: one process lists the run from compute()'s ranking; several rank again
-        metric = build(qrels=every_query_judged(), run_depth=12)
-        feed(metric, rank, world)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            metric.compute()
-        _, _, q_ids, d_ids, _ = data()
-        return {"run": metric.run(12, ids=q_ids + d_ids)}
-    if scenario == "qrels_run_fixed_kept":
-        # run_depth with a corpus given once: each process's query updates keep their lists,
-        # gathered with the queries by the sync: run() lists them on every process, no product
+    if scenario in ("qrels_run_kept", "qrels_run_fixed_kept"):
+        # run_depth, the corpus in updates or given once: compute()'s ranking keeps each
+        # process's share of the lists, gathered: run() lists them on every process, no product
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: work counts
         from work_counts import counting_work
 
-        metric = build(fixed=True, qrels=every_query_judged(), run_depth=12)
-        feed(metric, rank, world, fixed=True)
+        fixed = scenario == "qrels_run_fixed_kept"
+        metric = build(fixed=fixed, qrels=every_query_judged(), run_depth=12)
+        feed(metric, rank, world, fixed=fixed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             metric.compute()

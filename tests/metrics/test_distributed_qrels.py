@@ -145,26 +145,28 @@ def test_the_run_of_every_process_is_the_one_process_run(world, tmp_path_factory
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_the_run_after_compute_with_run_depth_is_the_one_process_run(world, tmp_path_factory):
-    """run_depth=12, compute() then run(12), every query judged: one process lists the lists
-    its ranking kept, several rank again (each process's ranking holds its share of the
-    queries); every process lists what one process fed everything lists without run_depth."""
+    """run_depth=12, compute() then run(12), every query judged, the corpus in updates: each
+    process's ranking keeps the lists of its share of the queries, gathered after (before,
+    several processes ranked again); every process lists, with no product, what one process
+    fed everything lists without run_depth."""
     metric = qrels_worker.build(qrels=qrels_worker.every_query_judged())
     qrels_worker.feed(metric, 0, 1)
     _, _, q_ids, d_ids, _ = qrels_worker.data()
     expected = json.loads(json.dumps(metric.run(12, ids=q_ids + d_ids)))
     for rank, result in enumerate(results_of("qrels_run_kept", world, tmp_path_factory)):
         assert result["run"] == expected, f"rank {rank}/{world}"
+        assert result["run_multiply_adds"] == 0, f"rank {rank}/{world}"
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world", [1, 2, 3])
-def test_the_lists_a_fixed_gallerys_updates_kept_are_the_run_on_every_process(
+def test_the_lists_kept_against_a_fixed_gallery_are_the_run_on_every_process(
     world, tmp_path_factory
 ):
     """run_depth=12 with set_gallery on every process, the queries spread as DistributedSampler
-    spreads them (padding repeats a few): each process's updates keep their queries' lists,
-    the sync gathers them with the queries, and every process lists the one-process run
-    without a product."""
+    spreads them (padding repeats a few): compute()'s ranking keeps each process's share of
+    the lists, gathered after, and every process lists the one-process run without a
+    product."""
     metric = qrels_worker.build(fixed=True, qrels=qrels_worker.every_query_judged())
     qrels_worker.feed(metric, 0, 1, fixed=True)
     _, _, q_ids, d_ids, _ = qrels_worker.data()

@@ -80,13 +80,14 @@ class RetrievalMetric(RetrievalMetricBase):
             one pass over the corpus for the values and the run, as the command line's
             ``--write-run --run-depth``. Kept by the ranking ``compute()`` makes of queries and
             a gallery given in updates or with :meth:`set_gallery` (with or without ``qrels``,
-            every query judged; on one process). Elsewhere (several processes, a set ranked
-            against itself, ``ties="id"``, a gallery split over processes, a half-precision corpus
-            on disk ranked by cosine on a device's tensor cores, a block whose cut may fall in
-            a tie on a device, a ranking that takes the gallery in an order of its
-            own, as euclidean with labels)
-            :meth:`run` ranks again: the same run either way. The ranking pays the lists'
-            upkeep, and no query leaves its products early. None (default): none kept.
+            every query judged; on several processes each ranks its share of the queries, and
+            the lists are gathered), whichever of ``run()`` and ``compute()`` comes first.
+            Elsewhere (a set ranked against itself, ``ties="id"``, a gallery split over
+            processes, a half-precision corpus on disk ranked by cosine on a device's tensor
+            cores, a block whose cut may fall in a tie on a device, a ranking that takes the
+            gallery in an order of its own, as euclidean with labels) :meth:`run` ranks again:
+            the same run either way. The ranking pays the lists' upkeep, and no query leaves
+            its products early. None (default): none kept.
         kwargs: the options of :class:`RetrievalMetricBase` and of ``torchmetrics.Metric``.
     """
 
