@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -147,12 +149,54 @@ def test_query_gallery_roles_and_fixed_gallery_agree():
     fixed.set_gallery(g, gl)
     fixed.update(q[:4], ql[:4], role="query")
     fixed.update(q[4:], ql[4:], role="query")
-    # the fixed-gallery form keeps per-query results and, for run(), the queries as given;
-    # never the gallery
+    # the fixed-gallery form keeps the queries as given; never the gallery
     assert fixed.g_emb == [] and torch.equal(torch.cat(fixed.q_emb), q)
     a, b = roles.compute(), fixed.compute()
     for name in a:
         torch.testing.assert_close(a[name], b[name], equal_nan=True)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 10_000), n_q=st.integers(1, 30), n_g=st.integers(1, 50),
+    cuts=st.lists(st.integers(0, 30), max_size=4), repeats=st.integers(0, 5),
+    cameras=st.booleans(), ignore=st.booleans(), codes=st.booleans(),
+)
+def test_a_fixed_gallery_ranks_the_queries_of_any_updates_as_a_gallery_in_updates(
+    seed, n_q, n_g, cuts, repeats, cameras, ignore, codes
+):
+    """Queries against a gallery given once, in updates cut anywhere, a few of them given
+    again (the same id and embedding: a sampler's padding), re-identification's cameras or
+    an ignored label, binary codes full of ties: every per-query value and the mean are those
+    of the same gallery given in updates."""
+    gen = torch.Generator().manual_seed(seed)
+    make = (lambda n: torch.randint(0, 2, (n, 6), generator=gen).double()) if codes else (
+        lambda n: torch.randn(n, 6, generator=gen, dtype=torch.float64))
+    q, g = make(n_q), make(n_g)
+    ql, gl = torch.randint(0, 4, (n_q,), generator=gen), torch.randint(0, 4, (n_g,), generator=gen)
+    qc, gc = torch.randint(0, 2, (n_q,), generator=gen), torch.randint(0, 2, (n_g,), generator=gen)
+    options = {"ignore_label": 3} if ignore else {}
+    keys = (lambda c: {"cameras": c}) if cameras else (lambda c: {})
+    names = ["recall@1", "map", "ndcg@5", "mean_rank", "mrr"]
+    in_updates = rm.RetrievalMetrics(names, **options)
+    in_updates.update(g, gl, role="gallery", ids=1000 + torch.arange(n_g), **keys(gc))
+    in_updates.update(q, ql, role="query", ids=torch.arange(n_q), **keys(qc))
+    fixed = rm.RetrievalMetrics(names, **options)
+    fixed.set_gallery(g, gl, ids=1000 + torch.arange(n_g), **keys(gc))
+    bounds = sorted({0, n_q, *(min(c, n_q) for c in cuts)})
+    for lo, hi in itertools.pairwise(bounds):
+        fixed.update(q[lo:hi], ql[lo:hi], role="query", ids=torch.arange(lo, hi),
+                     **keys(qc[lo:hi]))
+    again = torch.arange(min(repeats, n_q))
+    fixed.update(q[again], ql[again], role="query", ids=again, **keys(qc[again]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (all skipped, a cut-off past the gallery)
+        expected, values = in_updates.compute(), fixed.compute()
+        for name in names:
+            torch.testing.assert_close(values[name], expected[name], equal_nan=True)
+        want, got = in_updates.per_query(), fixed.per_query()
+    for name in names:
+        torch.testing.assert_close(got[name], want[name], equal_nan=True)
 
 
 def test_duplicate_ids_are_dropped():
