@@ -465,7 +465,8 @@ def test_updates_on_a_device_do_not_wait_for_it():
     """An update on a device waits for nothing there (the model's forward pass queued before
     it runs on): the form's bits are kept on the host and the scan for NaN and infinities is
     left on the device, read by compute() with the state bits. Later updates of each form make
-    no host sync (one or two each before)."""
+    no host sync (one or two each before; queries against a gallery given once, ranked at
+    each update before, made a ranking's syncs each)."""
     emb, labels = _form_data(64)
     qrels = {f"q{i}": {f"d{j}": 1 for j in range(i % 5, 32, 7)} for i in range(32)}
     q_ids = [f"q{i}" for i in range(32)]
@@ -480,6 +481,14 @@ def test_updates_on_a_device_do_not_wait_for_it():
             "image-text": (rm.CrossModalRetrieval(k=(1, 5)).to("cuda"),
                            lambda m, r: m.update(emb[r], emb[r].flip(0), own[r])),
         }
+        for name, metric in (("fixed gallery", rm.RetrievalMetrics(["ndcg@10"], qrels=qrels)),
+                             ("fixed gallery, labels", rm.RetrievalMetrics(["map@r"]))):
+            metric = metric.to("cuda")
+            labelled = name.endswith("labels")
+            metric.set_gallery(emb[32:], labels[32:] if labelled else None,
+                               ids=[f"d{j}" for j in range(32)])
+            cases[name] = (metric, (lambda m, r: m.update(emb[r], labels[r], role="query"))
+                           if labelled else cases["qrels"][1])
         for name, (metric, feed) in cases.items():
             feed(metric, slice(0, 8))
             with emu.counting() as log:
