@@ -173,7 +173,10 @@ def _fixed_gallery_form(n, emu, dtype):
     m.set_gallery(emb[q:].cuda(), labels[q:].cuda())
     queries, query_labels = emb[:q].cuda(), labels[:q].cuda()
     with emu.counting() as log:
-        m.update(queries, query_labels, role="query")
+        # (updates of 64 queries, as a dataloader gives them: 1, 4 and 16 of them here)
+        for start in range(0, q, 64):
+            m.update(queries[start : start + 64], query_labels[start : start + 64],
+                     role="query")
         m.compute()
     return log
 
