@@ -611,3 +611,33 @@ def test_corpus_membership_does_not_sort_a_corpus_numbered_in_order(monkeypatch)
     got = Q.is_in(judged, corpus)
     assert got.tolist() == [False, True, True, False, True, False, False]
     assert all(size < 1000 for size in sizes), sizes
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["corpus in updates", "set_gallery"])
+def test_compute_checks_integer_ids_against_the_corpus_once(fixed, monkeypatch):
+    """Integer query ids beside a corpus's (ignore_identical_ids left at None) are checked
+    against every corpus id once a compute(), a search of the corpus's ids (the query chunks'
+    decision, which label relevance alone takes, searched them a second time)."""
+    from retrieval_metrics.metrics.forms import fixed_gallery
+    from retrieval_metrics.metrics.forms import qrels as qrels_form
+
+    calls = []
+    original = qrels_form.check_identical_ids
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(qrels_form, "check_identical_ids", counted)
+    monkeypatch.setattr(fixed_gallery, "check_identical_ids", counted)
+    docs, _ = _corpus()
+    queries = torch.tensor([_unit(ANGLES["d0"]), _unit(ANGLES["d3"])], dtype=torch.float64)
+    m = _metric(["mrr"], {10: [0], 11: [3]})
+    if fixed:
+        m.set_gallery(docs, ids=torch.arange(4))
+    else:
+        m.update(docs, ids=torch.arange(4), role="gallery")
+    m.update(queries, ids=torch.tensor([10, 11]), role="query")
+    calls.clear()
+    assert float(m.compute()["mrr"]) == 1.0
+    assert len(calls) == 1

@@ -99,8 +99,12 @@ class _EmbeddingStates(InputForm):
         pairs can be counted before ranking (label relevance), not for a sharded gallery; on several
         processes, this process's share of the queries (their parts are gathered after)."""
         budget = context.memory_budget()
-        if context.gallery_sharded or context.options.nonpositive != "hit":
-            return None
+        if (
+            context.gallery_sharded
+            or context.options.nonpositive != "hit"
+            or context.options.relevance != "label"
+        ):
+            return None  # (before the sides: with qrels, they check the ids against the corpus)
         queries, gallery = self.sides(context)
         pairs = _label_pairs(context, queries, gallery)
         if pairs is None:
