@@ -96,6 +96,21 @@ static int kind_of_one(int kind, const void *data, Py_ssize_t len) {
     return number_like(kind, data, len) ? 1 : 2;
 }
 
+/* `obj` as `codes`, the writable C-contiguous int64 buffer of `n` entries that str_codes and
+ * ucs4_codes write (0); else released, a ValueError naming what an entry is (`entry`), -1. */
+static int codes_buffer(PyObject *obj, Py_ssize_t n, const char *entry, Py_buffer *codes) {
+    if (PyObject_GetBuffer(obj, codes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0)
+        return -1;
+    if (codes->ndim != 1 || codes->itemsize != 8 || codes->shape[0] != n ||
+        (strcmp(codes->format, "l") != 0 && strcmp(codes->format, "q") != 0)) {
+        PyBuffer_Release(codes);
+        PyErr_Format(PyExc_ValueError,
+                     "`codes` must be a C-contiguous int64 array of one entry a %s", entry);
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(str_codes_doc,
              "str_codes(values, codes) -> list\n\n"
              "Write label_codes of the list ``values`` (exact str only, else TypeError) into the "
@@ -107,18 +122,9 @@ static PyObject *str_codes(PyObject *self, PyObject *args) {
     PyObject *values, *codes_obj;
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &values, &codes_obj)) return NULL;
     Py_buffer codes;
-    if (PyObject_GetBuffer(codes_obj, &codes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) <
-        0)
-        return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(values);
-    PyObject *left = NULL;
-    if (codes.ndim != 1 || codes.itemsize != 8 || codes.shape[0] != n ||
-        (strcmp(codes.format, "l") != 0 && strcmp(codes.format, "q") != 0)) {
-        PyErr_SetString(PyExc_ValueError, "`codes` must be a C-contiguous int64 array of one "
-                                          "entry a string");
-        goto done;
-    }
-    left = PyList_New(0);
+    const Py_ssize_t n = PyList_GET_SIZE(values);
+    if (codes_buffer(codes_obj, n, "string", &codes) < 0) return NULL;
+    PyObject *left = PyList_New(0);
     if (left == NULL) goto done;
     int64_t *out = (int64_t *)codes.buf;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -207,20 +213,12 @@ static PyObject *ucs4_codes(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO", &rows_obj, &codes_obj)) return NULL;
     Py_buffer rows, codes;
     if (ucs4_rows(rows_obj, &rows) < 0) return NULL;
-    if (PyObject_GetBuffer(codes_obj, &codes, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) <
-        0) {
+    const Py_ssize_t n = rows.shape[0], width = rows.shape[1];
+    if (codes_buffer(codes_obj, n, "row", &codes) < 0) {
         PyBuffer_Release(&rows);
         return NULL;
     }
-    PyObject *left = NULL;
-    Py_ssize_t n = rows.shape[0], width = rows.shape[1];
-    if (codes.ndim != 1 || codes.itemsize != 8 || codes.shape[0] != n ||
-        (strcmp(codes.format, "l") != 0 && strcmp(codes.format, "q") != 0)) {
-        PyErr_SetString(PyExc_ValueError, "`codes` must be a C-contiguous int64 array of one "
-                                          "entry a row");
-        goto done;
-    }
-    left = PyList_New(0);
+    PyObject *left = PyList_New(0);
     if (left == NULL) goto done;
     const uint32_t *at = (const uint32_t *)rows.buf;
     int64_t *out = (int64_t *)codes.buf;
