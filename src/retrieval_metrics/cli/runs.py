@@ -93,13 +93,11 @@ class Run:
 def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
     """Intervals and chance levels (the bootstrap can take a while: the bar stays up); for
     ``compare``, which summarizes the systems together, the ranking alone."""
+    bar.phase(f"{run.name}: ranking")
+    run.metric.per_query()  # the ranking of every query given, made (and kept) while the bar is up
     if not getattr(args, "summarize", True):
-        bar.phase(f"{run.name}: ranking")
-        run.metric.per_query()  # the ranking, made (and kept) while the bar is up
         bar.advance()
         return run
-    bar.phase(f"{run.name}: ranking")
-    run.metric.per_query()  # the ranking of every query given, made (and kept)
     bar.phase(f"{run.name}: intervals and chance")
     run.summary = run.metric.summary(level=args.level, num_bootstrap=args.bootstrap, seed=args.seed)
     if run.kind == "trec":

@@ -466,28 +466,29 @@ def key_kind(labels: Any) -> str:
     labels = _listed(labels)
     if _numeric_tensor(labels, "labels") is not None:
         return "int"
-    if isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind == "U":
-        rows = _code_point_rows(labels)
-        if rows is not None:  # (read where numpy holds them, as label_codes reads them)
-            undecided = _labels.ucs4_undecided(rows)
-            if undecided is None:
-                return "str"
-            numbers = (canonical_id(str(labels[i])) for i in undecided)
-            return "int" if all(isinstance(n, int) for n in numbers) else "str"
-    if isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.size > TEXT_CHUNK:
+    text_array = isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.dtype.kind == "U"
+    rows = _code_point_rows(labels) if text_array else None
+    if rows is not None:
+        # read where numpy holds them, as label_codes reads them; the undecided ones below
+        undecided = _labels.ucs4_undecided(rows)
+        if undecided is None:
+            return "str"
+        values = [str(labels[i]) for i in undecided]
+    elif isinstance(labels, np.ndarray) and labels.ndim == 1 and labels.size > TEXT_CHUNK:
         # a chunk at a time (a million ids as python str would take 80 MB at once)
         kinds = (key_kind(labels[i : i + TEXT_CHUNK]) for i in range(0, labels.size, TEXT_CHUNK))
         return "str" if "str" in kinds else "int"
-    values = labels.tolist() if isinstance(labels, np.ndarray) else labels
-    if _labels is not None and isinstance(values, list):
-        read = _undecided_ids(values)
-        if read is not None:
-            texts, undecided = read
-            if undecided is None:
-                return "str"
-            values = [texts[i] for i in undecided]
-        elif set(map(type, values)) == {int}:  # (Python ints, not read one by one)
-            return "int"
+    else:
+        values = labels.tolist() if isinstance(labels, np.ndarray) else labels
+        if _labels is not None and isinstance(values, list):
+            read = _undecided_ids(values)
+            if read is not None:
+                texts, undecided = read
+                if undecided is None:
+                    return "str"
+                values = [texts[i] for i in undecided]
+            elif set(map(type, values)) == {int}:  # (Python ints, not read one by one)
+                return "int"
     for v in map(scalar_value, values):
         if isinstance(v, (str, bytes)) and not isinstance(canonical_id(v), int):
             return "str"

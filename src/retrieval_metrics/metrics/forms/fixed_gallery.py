@@ -86,11 +86,7 @@ class FixedGallery(QueryGallery):
         ))
 
     def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
-        if context.qrels is None:
-            return {}
-        queries = context.store.deduped("q", "`ids` of the queries")
-        assert queries is not None and queries.ids is not None  # (ranked: see table)
-        return qrels_notes(context, table, queries.ids.cpu())
+        return {} if context.qrels is None else qrels_notes(context, table)
 
     @staticmethod
     def set(context: FormContext, embeddings: Any, keys: dict[str, Any]) -> Items:

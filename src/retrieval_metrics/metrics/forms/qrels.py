@@ -151,13 +151,18 @@ def judged_table(
     return replace(rank(queries), query_id=queries.ids.cpu())
 
 
-def qrels_notes(context: FormContext, table: RankTable, given: Tensor) -> dict[str, int]:
+def qrels_notes(context: FormContext, table: RankTable) -> dict[str, int]:
     """What ``summary()`` counts about judgments beside its rows: relevant judgments whose
     document the corpus lacks (relevant, never retrieved), queries given without any judgment
     (left out of every mean, as BEIR, MTEB and sentence-transformers leave them out) and judged
-    queries never given. ``given``: the ids of every query given."""
+    queries never given, of the states' queries (one per id) that ``table`` was ranked from."""
     judgments = context.qrels
     assert judgments is not None
+    # (the deduplicated queries as the table's ranking read them; their ids were checked
+    # there, with the collective a sharded corpus needs: not again)
+    queries = context.store.deduped("q", "`ids` of the queries")
+    assert queries is not None and queries.ids is not None  # (ranked: see the table)
+    given = queries.ids.cpu()
     absent = table.num_absent
     judged = torch.isin(given, judgments.judged)
     return {
@@ -215,8 +220,4 @@ class Qrels(QueryGallery):
         return QRELS_SKIP
 
     def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
-        # (the deduplicated queries as the table's ranking read them; their ids were checked
-        # there, with the collective a sharded corpus needs: not again)
-        queries = context.store.deduped("q", "`ids` of the queries")
-        assert queries is not None and queries.ids is not None  # (ranked: see table)
-        return qrels_notes(context, table, queries.ids.cpu())
+        return qrels_notes(context, table)
