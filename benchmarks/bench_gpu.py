@@ -25,6 +25,10 @@ check the script; Triton is left out on the CPU).
     python benchmarks/bench_gpu.py --device cuda           # benchmarks/gpu_check.sh runs this
     python benchmarks/bench_gpu.py --device cpu --small    # smoke run
 
+The report ends with the targets (:data:`TARGETS`): each workload's ratio to what the user
+runs instead, and the host syncs where bounded, PASS or FAIL (at the full sizes; ``--small``
+prints them too, to check the script, saying they do not apply).
+
 Writes ``benchmarks/results/gpu_<device>.json`` and ``.txt`` (``--out`` to change the stem);
 with ``--profile``, one ``compute()`` a workload is also profiled: the share of it the device
 was busy and the kernels launched in the report, the operators taking most device and host time
@@ -382,6 +386,42 @@ def qrels_case(args, device) -> dict:
 
 WORKLOADS = {"sop": sop, "msmarco": msmarco, "image_text": image_text, "qrels": qrels_case}
 
+#: The targets on a GPU (at the workloads' full sizes), against what a user runs instead in the
+#: same process: (workload, dtype, the baseline's key in its row and its name, the bound on
+#: ours / baseline, the bound on host syncs of one compute() or None). The default backend's
+#: figures (what users get) are checked.
+TARGETS = (
+    ("sop", "float32", "product_topk", "the float32 product + topk", 1.0, None),
+    ("sop", "bfloat16", "product_topk", "the bfloat16 product + topk", 1.0, None),
+    ("msmarco", "bfloat16", "product_topk", "the bfloat16 product + running top-1000", 1.0,
+     None),
+    ("image_text", "float32", "one_product", "one product", 3.0, 20),
+    ("qrels", "float32", "one_product", "one product", 1.5, 20),
+)
+
+
+def verdicts(results: dict) -> list[str]:
+    """Each target of :data:`TARGETS` whose workload ran: the ratio, its bound and PASS or
+    FAIL; the host syncs likewise where bounded (not counted off CUDA); and whether the
+    counting backends gave the same values."""
+    lines = []
+    for name, dtype, key, baseline, bound, syncs_bound in TARGETS:
+        row = results["workloads"].get(name, {}).get(dtype)
+        if not isinstance(row, dict) or key not in row or "default" not in row:
+            continue
+        ours_s, alt = row["default"]["seconds"], row[key]
+        ratio = ours_s / alt
+        line = (f"{name} {dtype}: ours {ours_s:.3f} s = {ratio:.2f}x {baseline} (target <= "
+                f"{bound:g}x): {'PASS' if ratio <= bound else 'FAIL'}")
+        if syncs_bound is not None:
+            syncs = row["default"]["host_syncs"]
+            line += (f"; host syncs {syncs} (target <= {syncs_bound}): "
+                     + ("not counted here" if syncs is None
+                        else "PASS" if syncs <= syncs_bound else "FAIL"))
+        line += f"; backends equal: {'PASS' if row['backends_equal'] else 'FAIL'}"
+        lines.append(line)
+    return lines
+
 
 def report(results: dict) -> str:
     lines = []
@@ -428,6 +468,12 @@ def report(results: dict) -> str:
             extra = f"product+topk {alt:.3f} s, " if alt else ""
             lines.append(f"{'':10s} {dtype:8s} {extra}one product {row['one_product']:.3f} s,"
                          f" backends equal: {row['backends_equal']}")
+    checked = verdicts(results)
+    if checked:
+        sizes = ("" if results.get("full_size", True)
+                 else " (smoke sizes: the targets hold at the full sizes only)")
+        lines += ["", f"targets, against the user's alternative in this process{sizes}:",
+                  *(f"  {line}" for line in checked)]
     return "\n".join(lines)
 
 
@@ -447,7 +493,8 @@ def main() -> None:
     BUDGET[0] = args.budget
     PROFILE[0] = args.profile
     device = torch.device(args.device)
-    results: dict = {"device": str(device), "torch": torch.__version__, "workloads": {}}
+    results: dict = {"device": str(device), "torch": torch.__version__, "workloads": {},
+                     "full_size": not args.small}
     if device.type == "cuda":
         results["gpu"] = torch.cuda.get_device_name(device)
     stem = args.out or str(RESULTS / f"gpu_{device.type}{'_smoke' if args.small else ''}")
