@@ -202,7 +202,7 @@ def ours(make: Callable[[], rm.RetrievalMetrics], feed, device, repeats,
 
         seconds, values = timed(run, device, repeats)
         metric = make()
-        with products_taken() as taken:  # (a fixed gallery is ranked as the queries come)
+        with products_taken() as taken:  # (the updates too: their work, were there any)
             feed(metric)
             syncs, peak = syncs_and_peak(metric.compute, device)
         out[backend] = {"seconds": seconds, "host_syncs": syncs, "peak_gib": peak,

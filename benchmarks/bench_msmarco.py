@@ -9,7 +9,9 @@ judged passage; MS MARCO judges about one passage per query) and their qrels, in
 
 * ``classes``: ``RetrievalMetrics(BEIR's measures + mrr@10, qrels=..., protocol="beir")``,
   ``set_gallery("corpus.npy", ids="corpus.ids.npy")`` (the corpus stays on disk), the queries in
-  one ``update`` (each update against a corpus given once is one pass over it), ``compute()``.
+  one ``update`` (as BEIR searches them; updates against a corpus given once are kept and
+  ranked together at ``compute()``, one pass over the corpus whatever their size),
+  ``compute()``.
   Time, and peak resident memory above the process's before
   ``set_gallery`` (VmHWM, reset just before).
 * ``cli``: ``retrieval-metrics evaluate --query q.npz --gallery corpus.npy --qrels qrels.tsv
