@@ -448,7 +448,7 @@ def test_a_corpus_on_disk_with_a_nan_or_an_infinity_is_refused(tmp_path, bad, si
     metric = rm.RetrievalMetrics(["mrr"], qrels={"q": ["d0"], "r": ["d1"]},
                                  similarity=similarity)
     metric.set_gallery(str(tmp_path / "c.npy"), ids=[f"d{i}" for i in range(50)])
-    for query in ("q", "r"):  # (each query update against a corpus given once is ranked)
+    for query in ("q", "r"):  # (every ranking of the file refuses it, the first and later)
         with pytest.raises(ValueError, match="`embeddings` contains NaN or infinite values"):
             metric.update(torch.ones(1, 4), ids=[query], role="query")
             metric.compute()

@@ -508,9 +508,9 @@ def _judged_case(scores: str, num_q: int, num_g: int, seed: int):
 def _on_the_emulated_device(fake_cuda, scores: str, fixed: bool, num_q: int, num_g: int,
                             seed: int):
     """The CPU's run, the device's and the device's with run_depth=10 (:func:`_judged_case`,
-    dot product), each with the host syncs of its ranking (compute()'s of queries and a gallery
-    in updates; the query updates' against a gallery given with set_gallery, ``fixed``) and the
-    multiply-adds of its run(10)."""
+    dot product), each with the host syncs of its updates and compute() (queries and a gallery
+    in updates; or, ``fixed``, query updates in batches of 10 against a gallery given with
+    set_gallery) and the multiply-adds of its run(10)."""
     from work_counts import counting_work
 
     q, g, q_ids, g_ids, qrels = _judged_case(scores, num_q, num_g, seed)
@@ -524,7 +524,7 @@ def _on_the_emulated_device(fake_cuda, scores: str, fixed: bool, num_q: int, num
                 for part in torch.arange(num_q).split(10):
                     metric.update(q[part].to(device), ids=[q_ids[i] for i in part],
                                   role="query")
-            metric.compute()
+                metric.compute()
         else:
             metric.update(g.to(device), ids=g_ids, role="gallery")
             metric.update(q.to(device), ids=q_ids, role="query")
@@ -553,11 +553,12 @@ def test_run_depth_on_the_emulated_device_lists_the_cpus_run(scores, fake_cuda):
 @pytest.mark.parametrize("corpus", ["tensor", "npy file"])
 @pytest.mark.parametrize("relevance", ["qrels", "labels"])
 def test_a_fixed_galleries_query_updates_keep_the_runs_lists(corpus, relevance, tmp_path):
-    """set_gallery ranks each query update as it comes: with run_depth, each keeps its
-    queries' lists, and run(k <= depth) lists them (queries deduplicated by id, in the order
-    of their id codes, not the updates'; a query given twice kept once) with no product beyond
-    the updates' and compute()'s; the run and the values are those made without run_depth,
-    and the dot product's the brute force (binary codes: ties at every cut)."""
+    """Query updates against a gallery given once are ranked together at compute(): with
+    run_depth, that ranking keeps their lists, and run(k <= depth) lists them (queries
+    deduplicated by id, in the order of their id codes, not the updates'; a query given twice
+    kept once) with no product beyond compute()'s; the run and the values are those made
+    without run_depth, and the dot product's the brute force (binary codes: ties at every
+    cut)."""
     from work_counts import counting_work
 
     q, g = _codes(30, 6, 51), _codes(80, 6, 52)
@@ -608,10 +609,11 @@ def test_a_fixed_galleries_query_updates_keep_the_runs_lists(corpus, relevance, 
 def test_a_fixed_gallery_on_the_emulated_device_keeps_its_lists_without_a_wait(
     scores, fake_cuda
 ):
-    """On the device each query update keeps its lists with no wait: its host syncs are those
-    of the update without run_depth. run() reads once whether every block's cut was sure: with
-    distinct scores it lists the lists kept (no product), where a cut may fall in a tie
-    (binary codes) it ranks again; the CPU's run either way."""
+    """Query updates against a gallery given once, ranked together at compute(): on the
+    device the lists are kept with no wait, the updates' and compute()'s host syncs those
+    without run_depth. run() reads once whether every block's cut was sure: with distinct
+    scores it lists the lists kept (no product), where a cut may fall in a tie (binary codes)
+    it ranks again; the CPU's run either way."""
     runs, syncs, products = _on_the_emulated_device(fake_cuda, scores, True, 24, 90, 61)
     assert runs[0] == runs[1] == runs[2]
     assert syncs[2] == syncs[1]
@@ -619,9 +621,8 @@ def test_a_fixed_gallery_on_the_emulated_device_keeps_its_lists_without_a_wait(
 
 
 def test_run_depth_beyond_the_gallery_lists_every_item_from_the_lists_kept():
-    """A gallery of 5 and run_depth=10: each update's lists hold the 5 (a fixed gallery's
-    states are joined by rows, every update's as wide), run(8) lists them with no product, for
-    a gallery given once and one given in updates."""
+    """A gallery of 5 and run_depth=10: compute()'s ranking keeps lists of the 5, and run(8)
+    lists them with no product, for a gallery given once and one given in updates."""
     from work_counts import counting_work
 
     q, d = _codes(6, 4, 71), _codes(5, 4, 72)

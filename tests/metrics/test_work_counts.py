@@ -479,7 +479,7 @@ def _device_beir_work(num_g: int, similarity: str, dtype: torch.dtype) -> Work:
         # product), before the first ranking: asked here, so that the count is the ranking's
         choose_counter("cuda").multiplies_half(dtype, dtype)
         with counting_work() as work:
-            # (against a gallery given once, each query update is ranked as it comes)
+            # (against a gallery given once, the query updates are ranked at compute())
             metric.update(queries.to(dtype).cuda(), ids=[f"q{i}" for i in range(num_q)],
                           role="query")
             metric.compute()
