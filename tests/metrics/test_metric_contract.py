@@ -173,6 +173,44 @@ def test_forward_of_queries_against_a_fixed_gallery_scores_them_against_it():
     assert float(metric.compute()) == float(whole.compute())
 
 
+@pytest.mark.parametrize("relevance", ["labels", "qrels"])
+@pytest.mark.parametrize("run_depth", [None, 5])
+def test_a_gallery_set_again_after_compute_is_the_one_the_next_compute_ranks(
+    relevance, run_depth
+):
+    """compute(), then set_gallery with another gallery, then compute() and run() again: the
+    values and the run are the second gallery's, as a metric given only that one makes them,
+    never the value compute() kept from the first (torchmetrics keeps it until the states
+    change, and a gallery given once is not a state)."""
+    rng = np.random.default_rng(5)
+    q = torch.from_numpy(rng.normal(size=(12, 4)))
+    first, second = (torch.from_numpy(rng.normal(size=(n, 4))) for n in (30, 25))
+    q_ids = [f"q{i}" for i in range(12)]
+    first_ids, second_ids = [f"d{j}" for j in range(30)], [f"d{j}" for j in range(25)]
+    options: dict = {"run_depth": run_depth}
+    if relevance == "qrels":
+        options["qrels"] = {qid: {f"d{(5 * i) % 25}": 1} for i, qid in enumerate(q_ids)}
+    q_labels = None if relevance == "qrels" else torch.arange(12) % 4
+
+    def labels(n):
+        return None if relevance == "qrels" else torch.arange(n) % 4
+
+    metric = rm.RetrievalMetrics(["mrr", "ndcg@10"], **options)
+    metric.set_gallery(first, labels(30), ids=first_ids)
+    metric.update(q, q_labels, ids=q_ids, role="query")
+    before = {k: float(v) for k, v in metric.compute().items()}
+    first_run = metric.run(5, ids=q_ids + first_ids)
+    metric.set_gallery(second, labels(25), ids=second_ids)
+    alone = rm.RetrievalMetrics(["mrr", "ndcg@10"], **options)
+    alone.set_gallery(second, labels(25), ids=second_ids)
+    alone.update(q, q_labels, ids=q_ids, role="query")
+    expected = {k: float(v) for k, v in alone.compute().items()}
+    assert expected != before  # (the two galleries score the queries apart)
+    assert {k: float(v) for k, v in metric.compute().items()} == expected
+    run = metric.run(5, ids=q_ids + second_ids)
+    assert run == alone.run(5, ids=q_ids + second_ids) != first_run
+
+
 def _copies():
     return {
         "clone": lambda m: m.clone(),

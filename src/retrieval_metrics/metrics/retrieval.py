@@ -212,7 +212,9 @@ class RetrievalMetric(RetrievalMetricBase):
         self._gallery = FixedGallery.set(self.context(), embeddings, keys)
         self._gallery_print = 0  # (hashed when a query is ranked against it on many processes)
         self._note_id_example("gallery", ids)
-        self._forget_ranking()
+        # the value compute() kept, and its ranking, were the gallery's before (torchmetrics
+        # marks the value stale only when a state changes: a gallery given once is none)
+        self._computed = None
 
     @torch.jit.unused
     def forward(self, *args: Any, **kwargs: Any) -> Any:
