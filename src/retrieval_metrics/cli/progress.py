@@ -55,13 +55,18 @@ class Progress:
             self.done = min(self.total, self.done + n)
 
     def phase(self, label: str, total: int = 1) -> None:
-        """Go on with the next step of the same work under a new label (a bar already shown
-        gets its final state and its own line)."""
+        """Go on with the next step of the same work under a new label: a bar already shown
+        gets its final state and its own line, and the new step is shown at once (a log
+        file's bar is redrawn only every few seconds: a step shorter than that would not be
+        seen, nor would which step a long one is until then)."""
         with self._lock:
-            if self.drawn:
+            shown = self.drawn
+            if shown:
                 self._write(final=True)
                 self.drawn = False
             self.label, self.total, self.done = label, max(1, int(total)), 0
+            if shown:
+                self._write(final=False)
 
     def _run(self) -> None:
         if self._stop.wait(self.delay):

@@ -95,8 +95,8 @@ def _summarize(run: Run, args: argparse.Namespace, bar: Progress) -> Run:
     ``compare``, which summarizes the systems together, the ranking alone."""
     bar.phase(f"{run.name}: ranking")
     run.metric.per_query()  # the ranking of every query given, made (and kept) while the bar is up
+    bar.advance()
     if not getattr(args, "summarize", True):
-        bar.advance()
         return run
     bar.phase(f"{run.name}: intervals and chance")
     run.summary = run.metric.summary(level=args.level, num_bootstrap=args.bootstrap, seed=args.seed)
@@ -462,7 +462,8 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         run_.queries_key = _digest(
             *(a.tobytes() for a in (query.labels, query.ids, query.positions) if a is not None)
         )
-        with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
+        # (the queries read and given, then the ranking of them all: _summarize)
+        with Progress(len(query), f"{label}: queries", delay=args.progress_delay) as bar:
             try:
                 evaluate_embeddings(metric, query, gallery, bar)
                 if query.ids is not None:  # (same source: the row numbers, given as ids)
@@ -549,7 +550,8 @@ def _judged_run(
     run_.notes = {"query_file_queries_without_qrels": ignored}
     # the table orders the queries by id: two runs pair when they score the same set
     run_.queries_key = _digest(*(q.encode() for q in sorted(set(query_ids[keep].tolist()))))
-    with Progress(len(query), f"{label}: ranking", delay=args.progress_delay) as bar:
+    # (the queries read and given, then the ranking of them all: _summarize)
+    with Progress(len(query), f"{label}: queries", delay=args.progress_delay) as bar:
         try:
             evaluate_embeddings(metric, query, gallery, bar)
             run_.query_ids = query.ids.tolist()
