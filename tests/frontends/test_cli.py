@@ -526,7 +526,8 @@ def test_same_source_ids_dedupe_like_the_api(tmp_path):
 
 
 def test_chunked_ranking_equals_one_update(tmp_path, monkeypatch):
-    """Queries are ranked in chunks against a fixed gallery: the values do not move."""
+    """Queries given to the metric in chunks of 37 (kept, then ranked together against the
+    fixed gallery): the values of one update."""
     emb, labels = class_data(5, n_classes=100)
     np.savez(tmp_path / "e.npz", embeddings=emb, labels=labels)
     monkeypatch.setattr(cli_runs, "_chunks", lambda n, parts=20, minimum=0: [

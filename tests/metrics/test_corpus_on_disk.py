@@ -449,8 +449,8 @@ def test_a_corpus_on_disk_with_a_nan_or_an_infinity_is_refused(tmp_path, bad, si
                                  similarity=similarity)
     metric.set_gallery(str(tmp_path / "c.npy"), ids=[f"d{i}" for i in range(50)])
     for query in ("q", "r"):  # (every ranking of the file refuses it, the first and later)
+        metric.update(torch.ones(1, 4), ids=[query], role="query")  # (kept: no ranking)
         with pytest.raises(ValueError, match="`embeddings` contains NaN or infinite values"):
-            metric.update(torch.ones(1, 4), ids=[query], role="query")
             metric.compute()
     with pytest.raises(ValueError, match="`gallery` contains NaN or infinite values"):
         top_k(torch.ones(1, 4), str(tmp_path / "c.npy"), 3, similarity=similarity)

@@ -435,9 +435,10 @@ def test_the_lists_kept_are_dropped_with_the_states_they_ranked():
 
 def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
     """A set ranked against itself, ties by id (with a gallery in updates and with
-    set_gallery), a query the qrels do not judge (compute()'s ranking ranks the judged ones)
-    and a gallery set again after the queries (the lists kept are rows of the one before): the
-    run is the one made without run_depth, by a second ranking."""
+    set_gallery) and a query the qrels do not judge (compute()'s ranking ranks the judged
+    ones): the run is the one made without run_depth, by a second ranking. (A gallery set
+    again after compute(), whose lists are rows of the one before, in test_metric_contract.py:
+    test_a_gallery_set_again_after_compute_is_the_one_the_next_compute_ranks.)"""
     from work_counts import counting_work
 
     x, labels = _codes(40, 5, 31), torch.arange(40) % 6
@@ -458,13 +459,6 @@ def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
         m.update(q, ids=q_ids, role="query")
         return m, q_ids + g_ids
 
-    def fixed_given_again(depth):
-        m = rm.RetrievalMetrics(["mrr"], similarity="dot", qrels=qrels, run_depth=depth)
-        m.set_gallery(g, ids=g_ids)
-        m.update(q, ids=q_ids, role="query")
-        m.set_gallery(g.flip(0), ids=g_ids[::-1])  # (the lists kept were rows of the first)
-        return m, q_ids + g_ids
-
     def by_id(depth):
         m = rm.RetrievalMetrics(["mrr"], similarity="dot", ties="id", run_depth=depth)
         m.update(g, torch.arange(50) % 4, ids=g_ids, role="gallery")
@@ -477,7 +471,7 @@ def test_where_the_ranking_keeps_no_lists_run_ranks_again_with_the_same_run():
         m.update(q, ids=q_ids, role="query")
         return m, q_ids + g_ids
 
-    for make in (same_source, by_id, unjudged, fixed_by_id, fixed_given_again):
+    for make in (same_source, by_id, unjudged, fixed_by_id):
         (kept, ids), (plain, _) = make(6), make(None)
         kept.compute()
         with counting_work() as again:

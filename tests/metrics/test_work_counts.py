@@ -327,8 +327,8 @@ def test_locating_the_judged_documents_computes_one_product():
 
 def test_a_half_precision_corpus_does_the_float32_work(tmp_path):
     """float16 corpora read a block at a time (in batches, or from a .npy on disk through
-    set_gallery, ranked at the query update): the multiply-adds of the same corpus in float32,
-    one queries x corpus product."""
+    set_gallery, its query updates ranked at compute()): the multiply-adds of the same corpus
+    in float32, one queries x corpus product."""
     num_q, num_g, dim = 400, 5000, 16
     gen = torch.Generator().manual_seed(2)
     docs = embedded(torch.arange(num_g) % 1000, dim).half()

@@ -204,8 +204,8 @@ def _gallery_batches_form(n, emu, dtype):
 def _corpus_on_disk_form(n, emu, dtype):
     """A corpus in a .npy file given to set_gallery, streamed to the device a chunk at a time
     (float16 on disk for the half-precision case, and float16 queries: numpy has no bfloat16,
-    and the tensor cores' path takes one dtype): the queries' update (ranked against the fixed
-    corpus) and compute() counted together."""
+    and the tensor cores' path takes one dtype): the queries' update (kept, not ranked) and
+    compute() (which ranks them against the fixed corpus) counted together."""
     emb, _ = _form_data(n, dtype)
     q = n // 4
     step = max(1, (n - q) // 5)

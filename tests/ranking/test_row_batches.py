@@ -349,8 +349,9 @@ def test_the_metric_never_normalises_a_copy_of_its_corpus(batches):
     assert got == {k: float(v) for k, v in expected.compute().items()}
 
 
-def test_a_fixed_gallery_is_not_normalised_again_at_each_query_update():
-    """set_gallery's corpus: every query update ranks against it from its one batch, with the
+def test_a_fixed_gallery_is_never_normalised_whole():
+    """set_gallery's corpus: compute() ranks the query updates against it from its one batch,
+    read a block at a time (never gathered and normalised whole, ``prepare``'s path), with the
     values of the query/gallery form."""
     from retrieval_metrics.functional.ranking.engine import similarity
 
@@ -368,7 +369,7 @@ def test_a_fixed_gallery_is_not_normalised_again_at_each_query_update():
         for q0 in range(0, len(queries), 7):
             q1 = min(q0 + 7, len(queries))
             fixed.update(queries[q0:q1], ids=[f"q{i}" for i in range(q0, q1)], role="query")
-    got = {k: float(v) for k, v in fixed.compute().items()}
+        got = {k: float(v) for k, v in fixed.compute().items()}  # (the ranking: here)
     batched = rm.RetrievalMetrics(["ndcg@10", "recall@100"], qrels=qrels)
     batched.update(docs, ids=doc_ids, role="gallery")
     batched.update(queries, ids=[f"q{i}" for i in range(len(queries))], role="query")
