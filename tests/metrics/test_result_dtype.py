@@ -172,3 +172,35 @@ def test_a_module_converted_to_half_precision_keeps_float32_results(dtype, resul
     assert float(value) == pytest.approx(float(plain.compute()), rel=1e-6)
     assert float(value) != pytest.approx(float(torch.tensor(float(value)).to(torch.bfloat16)),
                                          rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [(torch.float32, torch.bfloat16), (torch.float32, torch.float16),
+     (torch.float64, torch.float32)],
+)
+def test_a_conversion_after_compute_ranks_the_converted_states(before, after):
+    """A module converted after a compute() (``.to(dtype)``, as Trainer(precision="bf16-true")
+    converts a LightningModule: its embeddings converted too) gives what the converted states
+    give, not the value and ranking kept from before. The relevant item scores 2**-12 above
+    the other (2**-40 in float64): first apart (MRR 1.0), tied with it once rounded to 8 or 11
+    bits (or float32's 24), MRR 0.75 (a tie's expectation)."""
+    gap = 2.0**-12 if after != torch.float32 else 2.0**-40
+
+    def fed(dtype):
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot")
+        metric.update(torch.tensor([[1.0, 0.0]], dtype=dtype), torch.tensor([1]),
+                      role="query")
+        metric.update(torch.tensor([[1.0, 0.0], [1.0 + gap, 0.0]], dtype=dtype),
+                      torch.tensor([0, 1]), role="gallery")
+        return metric
+
+    metric = fed(before)
+    assert float(metric.compute()["mrr"]) == 1.0  # (apart: the relevant item first)
+    metric = metric.to(after)
+    fresh = fed(before).to(after)
+    expected = fresh.compute()
+    assert float(expected["mrr"]) == 0.75  # (tied once converted)
+    got = metric.compute()
+    assert float(got["mrr"]) == 0.75 and got["mrr"].dtype == expected["mrr"].dtype
+    assert torch.equal(metric.per_query()["mrr"], fresh.per_query()["mrr"])

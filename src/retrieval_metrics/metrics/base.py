@@ -268,7 +268,14 @@ class RetrievalMetricBase(Metric):
         keeps them float32: a value rounded to 8 bits would tie or swap epochs that
         ``ModelCheckpoint`` compares."""
         dtype = self._dtype
-        destination = fn(torch.empty(0)).device  # (empty: no copy to wait for)
+        probe = fn(torch.empty(0))  # (empty: no copy to wait for)
+        destination = probe.device
+        # a conversion of the floating states (not a move): what they rank changes with them
+        # (float64 probed only where the destination holds it: Apple's MPS refuses the move)
+        converts = probe.dtype != torch.float32 or (
+            holds_float64(destination)
+            and fn(torch.empty(0, dtype=torch.float64)).dtype != torch.float64
+        )
         if not holds_float64(destination):
             # float64 states and kept results stay on the host, as to_device keeps them
             move = fn
@@ -282,9 +289,10 @@ class RetrievalMetricBase(Metric):
         # keeps it, and still follows a dtype conversion
         converted = fn(torch.zeros(1, dtype=dtype)).dtype
         self._dtype = converted if converted in (torch.float32, torch.float64) else dtype
-        if self._dtype != dtype:
-            # a value compute() kept is recomputed in the new dtype (a float32 value cast to
-            # float64 would carry float32's digits only)
+        if converts or self._dtype != dtype:
+            # a value compute() kept, and its ranking, are those of the states before: the
+            # converted embeddings may rank otherwise (rounded to half precision, two items
+            # may tie), and a float32 value cast to float64 would carry float32's digits only
             self._computed = None
         return out
 
