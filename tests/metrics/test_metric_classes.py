@@ -160,15 +160,17 @@ def test_query_gallery_roles_and_fixed_gallery_agree():
 @given(
     seed=st.integers(0, 10_000), n_q=st.integers(1, 30), n_g=st.integers(1, 50),
     cuts=st.lists(st.integers(0, 30), max_size=4), repeats=st.integers(0, 5),
-    cameras=st.booleans(), ignore=st.booleans(), codes=st.booleans(),
+    g_repeats=st.integers(0, 5), cameras=st.booleans(), ignore=st.booleans(),
+    codes=st.booleans(),
 )
 def test_a_fixed_gallery_ranks_the_queries_of_any_updates_as_a_gallery_in_updates(
-    seed, n_q, n_g, cuts, repeats, cameras, ignore, codes
+    seed, n_q, n_g, cuts, repeats, g_repeats, cameras, ignore, codes
 ):
     """Queries against a gallery given once, in updates cut anywhere, a few of them given
-    again (the same id and embedding: a sampler's padding), re-identification's cameras or
-    an ignored label, binary codes full of ties: every per-query value and the mean are those
-    of the same gallery given in updates."""
+    again (the same id and embedding: a sampler's padding), a few gallery items given twice
+    too, re-identification's cameras or an ignored label, binary codes full of ties: every
+    per-query value and the mean are those of the same gallery given in updates (where a
+    repeated item is kept once)."""
     gen = torch.Generator().manual_seed(seed)
     make = (lambda n: torch.randint(0, 2, (n, 6), generator=gen).double()) if codes else (
         lambda n: torch.randn(n, 6, generator=gen, dtype=torch.float64))
@@ -178,11 +180,12 @@ def test_a_fixed_gallery_ranks_the_queries_of_any_updates_as_a_gallery_in_update
     options = {"ignore_label": 3} if ignore else {}
     keys = (lambda c: {"cameras": c}) if cameras else (lambda c: {})
     names = ["recall@1", "map", "ndcg@5", "mean_rank", "mrr"]
+    given = torch.cat([torch.arange(n_g), torch.arange(min(g_repeats, n_g))])
     in_updates = rm.RetrievalMetrics(names, **options)
-    in_updates.update(g, gl, role="gallery", ids=1000 + torch.arange(n_g), **keys(gc))
+    in_updates.update(g[given], gl[given], role="gallery", ids=1000 + given, **keys(gc[given]))
     in_updates.update(q, ql, role="query", ids=torch.arange(n_q), **keys(qc))
     fixed = rm.RetrievalMetrics(names, **options)
-    fixed.set_gallery(g, gl, ids=1000 + torch.arange(n_g), **keys(gc))
+    fixed.set_gallery(g[given], gl[given], ids=1000 + given, **keys(gc[given]))
     bounds = sorted({0, n_q, *(min(c, n_q) for c in cuts)})
     for lo, hi in itertools.pairwise(bounds):
         fixed.update(q[lo:hi], ql[lo:hi], role="query", ids=torch.arange(lo, hi),
@@ -213,6 +216,29 @@ def test_duplicate_ids_are_dropped():
     plain.update(EMB, LABELS)
     plain.update(EMB[:7], LABELS[:7])
     assert not torch.equal(plain.compute()["map"], a["map"])
+
+
+@pytest.mark.parametrize("differs", ["label", "embedding"])
+def test_a_gallery_given_once_refuses_an_id_for_two_samples_as_updates_do(differs):
+    """An id given to set_gallery for two different samples (another label, or an embedding
+    apart) is refused with the message a gallery in updates gets, not ranked as two items."""
+    g, gl = EMB[:12].clone(), LABELS[:12].clone()
+    ids = torch.arange(12)
+    ids[11] = 3  # (the 12th item named as the 4th)
+    if differs == "label":
+        gl[11] = gl[3] + 1
+    messages = []
+    for fixed in (True, False):
+        metric = rm.HitRateAtK(k=1)
+        with pytest.raises(ValueError, match="id must name one sample") as refused:
+            if fixed:
+                metric.set_gallery(g, gl, ids=ids)
+            metric.update(EMB[20:25], LABELS[20:25], ids=100 + torch.arange(5), role="query")
+            if not fixed:
+                metric.update(g, gl, ids=ids, role="gallery")
+            metric.compute()
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1]
 
 
 def test_ranked_lists_preds_and_precomputed_ranks_agree():

@@ -102,9 +102,10 @@ class FixedGallery(QueryGallery):
         context.store.note_key_kinds(
             "g", Batch(**{k: v for k, v in keys.items() if k != "positions"}).keys()
         )
-        if context.qrels is not None and items.ids is not None and not all_distinct(items.ids):
-            # a corpus given once: each document once (repeats that agree dropped), in the order
-            # given, so that a corpus of distinct ids is kept as it is, never copied
+        if items.ids is not None and not all_distinct(items.ids):
+            # each item once (repeats that agree dropped, as a gallery in updates drops them;
+            # an id for two samples refused alike), in the order given, so that a gallery of
+            # distinct ids is kept as it is, never copied
             items = items.select(torch.sort(D.dedupe_by_id(
                 items.ids, "`ids` of the gallery items", embeddings=items.emb,
                 labels=items.labels, cameras=items.cameras, positions=items.positions,
