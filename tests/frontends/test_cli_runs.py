@@ -36,12 +36,14 @@ def _codes(n: int, dim: int, seed: int) -> np.ndarray:
 
 @pytest.fixture
 def judged(tmp_path):
-    """Binary codes (scores full of ties); a corpus that repeats one id (the first kept) and
-    holds a document whose id is a query's (left out of its list, as BEIR leaves it)."""
+    """Binary codes (scores full of ties); a corpus that repeats one document (its id and
+    embedding: kept once) and holds a document whose id is a query's (left out of its list,
+    as BEIR leaves it)."""
     queries, corpus = _codes(12, 6, 0), _codes(40, 6, 1)
+    corpus[39] = corpus[5]
     q_ids = np.array([f"q{i}" for i in range(12)])
     d_ids = np.array([f"d{j:02d}" for j in range(40)])
-    d_ids[39] = "d05"  # a repeat: the first d05 is kept
+    d_ids[39] = "d05"  # a repeat of d05: the first kept
     d_ids[20] = "q3"  # the query's own id
     qrels = {f"q{i}": {f"d{(i * 7 + j) % 39:02d}": 1 + j % 2 for j in range(3)}
              for i in range(12)}
@@ -269,6 +271,38 @@ def test_messages_name_the_users_ids(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"retrieval-metrics: warning: {run}: 1 ")
     assert "first: query 'q2', id 'a'" in lines[0]
+
+
+def test_an_id_for_two_samples_is_refused_by_the_files_ids(tmp_path, capsys):
+    """A corpus file naming two different passages 'a' (and two 'b') was ranked with the first
+    of each, the others dropped in silence; it is refused as a gallery in updates is, naming
+    the file's ids. A file ranked against itself with two such ids named them by their 64-bit
+    codes (one was mapped back, not several). Repeats of the same passage still count once."""
+    rng = np.random.default_rng(1)
+    corpus = rng.normal(size=(5, 3))
+    ids = np.array(["a", "b", "a", "c", "b"])
+    np.savez(tmp_path / "c.npz", embeddings=corpus, ids=ids)
+    np.savez(tmp_path / "q.npz", embeddings=rng.normal(size=(2, 3)), ids=np.array(["q1", "q2"]))
+    (tmp_path / "qrels.txt").write_text("q1 0 a 1\nq2 0 b 1\n")
+    judged = ("--query", str(tmp_path / "q.npz"), "--qrels", str(tmp_path / "qrels.txt"),
+              "--metrics", "mrr")
+    status, _, err = evaluate(capsys, *judged, "--gallery", str(tmp_path / "c.npz"))
+    assert status == 2 and "`ids` of the gallery items: 2 id(s)" in err
+    assert "(e.g. 'b', 'a')" in err or "(e.g. 'a', 'b')" in err
+    np.savez(tmp_path / "s.npz", embeddings=corpus, labels=np.array([0, 1, 0, 1, 1]), ids=ids)
+    status, _, err = evaluate(capsys, str(tmp_path / "s.npz"), "--metrics", "mrr")
+    assert status == 2 and "`ids` of the queries: 2 id(s)" in err
+    assert "(e.g. 'b', 'a')" in err or "(e.g. 'a', 'b')" in err
+    # the same passages given twice (a corpus written with a sampler's padding): kept once
+    np.savez(tmp_path / "twice.npz", embeddings=corpus[[0, 1, 3, 0, 1]],
+             ids=np.array(["a", "b", "c", "a", "b"]))
+    np.savez(tmp_path / "once.npz", embeddings=corpus[[0, 1, 3]], ids=np.array(["a", "b", "c"]))
+    outs = []
+    for name in ("twice", "once"):
+        status, out, _ = evaluate(capsys, *judged, "--gallery", str(tmp_path / f"{name}.npz"))
+        assert status == 0
+        outs.append(out.replace(f"{name}.npz", "corpus"))
+    assert outs[0] == outs[1]
 
 
 def test_the_heap_is_given_back_only_where_the_c_library_has_a_way(monkeypatch):

@@ -241,6 +241,24 @@ def test_a_gallery_given_once_refuses_an_id_for_two_samples_as_updates_do(differ
     assert messages[0] == messages[1]
 
 
+def test_a_refused_text_id_is_named_as_given_or_said_to_be_a_code():
+    """Text ids are held as 64-bit codes: set_gallery, which still has the ids given, names
+    the refused ones as given; a refusal at compute(), whose states hold the codes only, says
+    that the numbers it shows are the codes of text ids (they named nothing before)."""
+    g, gl = EMB[:12], LABELS[:12].clone()
+    ids = [f"doc-{i}" for i in range(12)]
+    ids[11] = "doc-3"
+    gl[11] = gl[3] + 1
+    fixed = rm.HitRateAtK(k=1)
+    with pytest.raises(ValueError, match=r"different labels \(e\.g\. 'doc-3'\)"):
+        fixed.set_gallery(g, gl, ids=ids)
+    in_updates = rm.HitRateAtK(k=1)
+    in_updates.update(g, gl, ids=ids, role="gallery")
+    in_updates.update(EMB[20:25], LABELS[20:25], ids=[f"q{i}" for i in range(5)], role="query")
+    with pytest.raises(ValueError, match=r"\(e\.g\. -?\d+: the 64-bit codes that text ids are"):
+        in_updates.compute()
+
+
 def test_ranked_lists_preds_and_precomputed_ranks_agree():
     lists = [
         ["d3", "d7", "d1", "d9", "d2"],

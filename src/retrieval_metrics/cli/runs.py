@@ -123,16 +123,20 @@ def evaluate_embeddings(
 
     Same values as ``update(embeddings, labels)`` (same source, ``gallery=None``) or
     ``update(..., role="query")`` / ``update(..., role="gallery")``: self-exclusion by sample id
-    (by position when the file has no ids), duplicate ids kept once.
+    (by position when the file has no ids), an id repeated for the same sample kept once, one
+    given to two different samples refused: a gallery's by ``set_gallery`` (which keeps the
+    first occurrences, the rows ``data.first_occurrences`` gives the written run), a file
+    ranked against itself by the queries' check (which names the file's ids, not a gallery).
     """
     same_source = gallery is None
+    keep: np.ndarray | slice = slice(None)
     if same_source:
         if query.ids is None:
             query.ids = np.arange(len(query), dtype=np.int64)
         gallery = query
-    keep = data.first_occurrences(gallery.ids) if gallery.ids is not None else slice(None)
-    if isinstance(keep, np.ndarray) and keep.size == len(gallery):
-        keep = slice(None)  # each id once: every row, in order
+        keep = data.first_occurrences(gallery.ids)
+        if isinstance(keep, np.ndarray) and keep.size == len(gallery):
+            keep = slice(None)  # each id once: every row, in order
     g = data.select_rows(gallery, keep)
     metric.set_gallery(
         g["embeddings"], g["labels"], ids=g["ids"], cameras=g["cameras"], positions=g["positions"]
@@ -490,23 +494,34 @@ def _show_warnings(caught: list[warnings.WarningMessage], path: str) -> None:
         print(f"retrieval-metrics: warning: {path}: {w.message}", file=sys.stderr)
 
 
+#: the ids a metric's message names: ``(e.g. 7818327418847251472, ...)``, text ids by the 64-bit
+#: codes it keeps them as (then said after a colon)
+_NAMED_IDS = re.compile(r"\(e\.g\. (-?\d+(?:, -?\d+)*)(: the 64-bit codes [^)]*)?\)")
+
+
 def _user_ids(message: str, *ids: np.ndarray | None) -> str:
-    """``message`` with the 64-bit code that the metric names a text id by (``e.g.
-    7818327418847251472``: it keeps text ids as codes) replaced by the id of the file, where one
-    of ``ids`` holds it."""
-    found = re.search(r"\(e\.g\. (-?\d+)\)", message)
+    """``message`` with the 64-bit codes that the metric names text ids by (``e.g.
+    7818327418847251472, ...``: it keeps text ids as codes) replaced by the ids of the file,
+    where one of ``ids`` holds each."""
+    found = _NAMED_IDS.search(message)
     if found is None:
         return message
     from retrieval_metrics.functional.ranking.labels import label_codes
 
-    code = int(found.group(1))
-    for arr in ids:
-        if arr is None or arr.dtype.kind != "U" or arr.ndim != 1:
-            continue  # (integer ids are their own codes: the message shows them already)
-        hits = np.flatnonzero(label_codes(arr, "ids").numpy() == code)
-        if hits.size:
-            return message.replace(found.group(0), f"(e.g. {str(arr[hits[0]])!r})", 1)
-    return message
+    codes = [int(code) for code in found.group(1).split(", ")]
+    tables = [
+        (arr, label_codes(arr, "ids").numpy()) for arr in ids
+        # (integer ids are their own codes: the message shows them already)
+        if arr is not None and arr.dtype.kind == "U" and arr.ndim == 1
+    ]
+    named = []
+    for code in codes:
+        hits = [(arr, np.flatnonzero(table == code)) for arr, table in tables]
+        given = [str(arr[at[0]]) for arr, at in hits if at.size]
+        if not given:
+            return message  # (a code of no file's id: the message stays as the metric says)
+        named.append(repr(given[0]))
+    return message.replace(found.group(0), f"(e.g. {', '.join(named)})", 1)
 
 
 def _judged_run(

@@ -297,7 +297,8 @@ def _rows_differ(emb: Tensor, rows: Tensor, firsts: Tensor) -> Tensor:
 
 
 def dedupe_by_id(
-    ids: Tensor, what: str, *, embeddings: Tensor | None = None, **keys: Tensor | None
+    ids: Tensor, what: str, *, embeddings: Tensor | None = None,
+    named: Callable[[Tensor], str] | None = None, **keys: Tensor | None
 ) -> Tensor:
     """Indices of one item per id (ascending id order), after checking that repeats agree.
 
@@ -305,7 +306,9 @@ def dedupe_by_id(
     on ``embeddings`` to :data:`EMBEDDING_REPEAT_TOLERANCE` of the row's largest coordinate, are
     the samples DistributedSampler pads with, and are dropped. An id repeated with different
     values names two different samples (e.g. ids that restart at 0 in every batch), which would
-    silently lose data: it raises, naming a few of the ids and what differs.
+    silently lose data: it raises, naming a few of the ids and what differs (``named``: how a
+    few of ``ids``' values are shown, where they are codes of the ids given; by default as the
+    integers they are).
     """
     ids = ids.cpu()
     if ids.numel() < 2 or bool((ids[1:] > ids[:-1]).all()):
@@ -334,7 +337,7 @@ def dedupe_by_id(
                 differ = differ.reshape(differ.shape[0], -1).any(1)
         if bool(differ.any()):
             bad = torch.unique(sorted_ids[repeat][differ])
-            shown = ", ".join(str(int(i)) for i in bad[:5])
+            shown = ", ".join(str(int(i)) for i in bad[:5]) if named is None else named(bad[:5])
             how = (
                 f"embeddings that differ by more than {EMBEDDING_REPEAT_TOLERANCE:g} of their "
                 "largest coordinate"

@@ -265,13 +265,21 @@ class SideStore:
             return None
         keep = D.dedupe_by_id(
             items.ids, what, embeddings=items.emb, labels=items.labels, cameras=items.cameras,
-            positions=items.positions,
+            positions=items.positions, named=lambda bad: self._ids_shown(side, bad),
         )
         if side == "g":
             if keep.numel() == len(items):
                 return None  # no id repeats: every item, in the order held (no sort of keep)
             keep = torch.sort(keep).values
         return keep
+
+    def _ids_shown(self, side: str, codes: Tensor) -> str:
+        """A few ids of ``side`` as a message shows them: the integers they are; text ids are
+        held as their 64-bit codes (the text is not kept), which the message then says."""
+        shown = ", ".join(str(int(code)) for code in codes)
+        if side in self.sides and self.has_string("ids", [side]):
+            return f"{shown}: the 64-bit codes that text ids are held as"
+        return shown
 
     def warn_without_ids(self, argument: str) -> None:
         """On several processes, warn once per metric that samples come without ids: the repeats

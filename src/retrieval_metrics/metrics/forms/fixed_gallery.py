@@ -12,6 +12,7 @@ from the states.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,7 @@ from torch import Tensor
 
 from retrieval_metrics.functional.primitives import fingerprint
 from retrieval_metrics.functional.ranking.items import Items
-from retrieval_metrics.functional.ranking.labels import all_distinct
+from retrieval_metrics.functional.ranking.labels import all_distinct, key_kind
 from retrieval_metrics.functional.ranking.row_batches import RowBatches
 from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import RankTable
@@ -109,6 +110,7 @@ class FixedGallery(QueryGallery):
             items = items.select(torch.sort(D.dedupe_by_id(
                 items.ids, "`ids` of the gallery items", embeddings=items.emb,
                 labels=items.labels, cameras=items.cameras, positions=items.positions,
+                named=_as_given(items.ids, keys["ids"]),
             )).values)
         # held as one batch: the ranking reads it a block at a time (for cosine, divided by the
         # norms as read), never a normalised copy of the corpus
@@ -126,3 +128,17 @@ class FixedGallery(QueryGallery):
             key = getattr(gallery, name)
             parts += [f"{name}:-"] if key is None else [f"{name}:", key]
         return fingerprint(parts)
+
+
+def _as_given(codes: Tensor, given: Any) -> Callable[[Tensor], str] | None:
+    """How a message names a few of ``codes`` (the ids' codes, in the order given): as the
+    text ids given for them (a text id is held as its 64-bit code, which names nothing to the
+    user); None for integer ids, which are their own codes."""
+    if key_kind(given) != "str":
+        return None
+
+    def named(bad: Tensor) -> str:
+        first = [int(torch.nonzero(codes == code)[0, 0]) for code in bad.tolist()]
+        return ", ".join(repr(str(given[i])) for i in first)
+
+    return named
