@@ -51,6 +51,7 @@ __all__ = [
     "gather_lists",
     "gather_rows",
     "gather_table",
+    "ids_as_integers",
     "query_share",
     "rank_and_world",
     "rank_gallery_sharded",
@@ -296,6 +297,11 @@ def _rows_differ(emb: Tensor, rows: Tensor, firsts: Tensor) -> Tensor:
     return differ.cpu()  # (one read of the device, after every part)
 
 
+def ids_as_integers(ids: Tensor) -> str:
+    """A few ids as a message names them: the integers they are held as."""
+    return ", ".join(str(int(i)) for i in ids)
+
+
 def dedupe_by_id(
     ids: Tensor, what: str, *, embeddings: Tensor | None = None,
     named: Callable[[Tensor], str] | None = None, **keys: Tensor | None
@@ -337,7 +343,7 @@ def dedupe_by_id(
                 differ = differ.reshape(differ.shape[0], -1).any(1)
         if bool(differ.any()):
             bad = torch.unique(sorted_ids[repeat][differ])
-            shown = ", ".join(str(int(i)) for i in bad[:5]) if named is None else named(bad[:5])
+            shown = (ids_as_integers if named is None else named)(bad[:5])
             how = (
                 f"embeddings that differ by more than {EMBEDDING_REPEAT_TOLERANCE:g} of their "
                 "largest coordinate"

@@ -276,7 +276,7 @@ class SideStore:
     def _ids_shown(self, side: str, codes: Tensor) -> str:
         """A few ids of ``side`` as a message shows them: the integers they are; text ids are
         held as their 64-bit codes (the text is not kept), which the message then says."""
-        shown = ", ".join(str(int(code)) for code in codes)
+        shown = D.ids_as_integers(codes)
         if side in self.sides and self.has_string("ids", [side]):
             return f"{shown}: the 64-bit codes that text ids are held as"
         return shown

@@ -30,7 +30,7 @@ from retrieval_metrics.metrics.forms.base import Batch, FormContext
 from retrieval_metrics.metrics.forms.embeddings import QueryGallery
 from retrieval_metrics.metrics.forms.qrels import (
     check_identical_ids,
-    judged_table,
+    judged_against,
     qrels_notes,
 )
 from retrieval_metrics.metrics.inputs import as_corpus, check_device_holds, item_tensors, score_copy
@@ -81,10 +81,7 @@ class FixedGallery(QueryGallery):
             return super(QueryGallery, self).table(context)
         queries, gallery = self.sides(context)
         assert gallery is not None
-        return judged_table(context, queries, gallery.ids, lambda judged: D.rank_queries(
-            judged, gallery, context.ranking_options(), context.processes.group,
-            context.processes.distributed,
-        ))
+        return judged_against(context, queries, gallery)
 
     def notes(self, context: FormContext, table: RankTable) -> dict[str, int]:
         return {} if context.qrels is None else qrels_notes(context, table)
@@ -130,14 +127,14 @@ class FixedGallery(QueryGallery):
         return fingerprint(parts)
 
 
-def _as_given(codes: Tensor, given: Any) -> Callable[[Tensor], str] | None:
+def _as_given(codes: Tensor, given: Any) -> Callable[[Tensor], str]:
     """How a message names a few of ``codes`` (the ids' codes, in the order given): as the
     text ids given for them (a text id is held as its 64-bit code, which names nothing to the
-    user); None for integer ids, which are their own codes."""
-    if key_kind(given) != "str":
-        return None
+    user); integer ids are their own codes. Their kind is read only for a message."""
 
     def named(bad: Tensor) -> str:
+        if key_kind(given) != "str":
+            return D.ids_as_integers(bad)
         first = [int(torch.nonzero(codes == code)[0, 0]) for code in bad.tolist()]
         return ", ".join(repr(str(given[i])) for i in first)
 

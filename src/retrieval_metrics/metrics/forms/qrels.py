@@ -27,7 +27,10 @@ from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, FormContext
 from retrieval_metrics.metrics.forms.embeddings import QRELS_SKIP, QueryGallery
 
-__all__ = ["Qrels", "check_identical_ids", "check_ids_meet", "judged_table", "qrels_notes"]
+__all__ = [
+    "Qrels", "check_identical_ids", "check_ids_meet", "judged_against", "judged_table",
+    "qrels_notes",
+]
 
 
 def is_in(values: Tensor, universe: Tensor) -> Tensor:
@@ -151,6 +154,15 @@ def judged_table(
     return replace(rank(queries), query_id=queries.ids.cpu())
 
 
+def judged_against(context: FormContext, queries: Items, gallery: Items) -> RankTable:
+    """:func:`judged_table` of ``queries`` against the whole ``gallery``, which every process
+    holds (each ranks a share of the judged queries)."""
+    return judged_table(context, queries, gallery.ids, lambda judged: D.rank_queries(
+        judged, gallery, context.ranking_options(), context.processes.group,
+        context.processes.distributed,
+    ))
+
+
 def qrels_notes(context: FormContext, table: RankTable) -> dict[str, int]:
     """What ``summary()`` counts about judgments beside its rows: relevant judgments whose
     document the corpus lacks (relevant, never retrieved), queries given without any judgment
@@ -196,19 +208,11 @@ class Qrels(QueryGallery):
 
     def table(self, context: FormContext) -> RankTable:
         queries, gallery = self.sides(context)
-        sharded = context.gallery_sharded
-
-        def rank(judged: Items) -> RankTable:
-            if sharded:
-                return self.sharded_table(context, judged, gallery)
+        if not context.gallery_sharded:
             assert gallery is not None
-            return D.rank_queries(
-                judged, gallery, context.ranking_options(), context.processes.group,
-                context.processes.distributed,
-            )
-
+            return judged_against(context, queries, gallery)
         return judged_table(
-            context, queries, None if gallery is None or sharded else gallery.ids, rank
+            context, queries, None, lambda judged: self.sharded_table(context, judged, gallery)
         )
 
     def sides(self, context: FormContext) -> tuple[Items, Items | None]:
