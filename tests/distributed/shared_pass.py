@@ -135,7 +135,8 @@ def main() -> None:
             mine = torch.arange(len(queries))[rank::world]
             metric.update(queries[mine], q_labels[mine], ids=mine, role="query")
             shard = torch.arange(len(gallery)).chunk(world)[rank]
-            metric.update(gallery[shard], g_labels[shard], ids=shard, role="gallery")
+            # (ids apart from the queries': a gallery id that is a query's is that query)
+            metric.update(gallery[shard], g_labels[shard], ids=shard + len(queries), role="gallery")
             with counting_work() as work:
                 values = metric.compute()
             result[name] = {

@@ -348,7 +348,8 @@ def test_a_labelled_run_leaves_out_what_the_ranking_leaves_out(tmp_path, capsys,
     q_labels, g_labels = np.arange(10) % 4, np.arange(45) % 5
     q_cams, g_cams = np.arange(10) % 2, np.arange(45) % 3
     q_ids, g_ids = np.arange(100, 110), np.arange(200, 245)
-    g_ids[[4, 9, 30]] = [100, 103, 107]  # queries' own ids among the gallery's
+    g_ids[[4, 9, 30]] = [100, 103, 107]  # queries' own ids among the gallery's: the same
+    g_labels[[4, 9, 30]], g_cams[[4, 9, 30]] = q_labels[[0, 3, 7]], q_cams[[0, 3, 7]]  # samples
     np.savez(tmp_path / "q.npz", embeddings=q, labels=q_labels, cameras=q_cams, ids=q_ids)
     np.savez(tmp_path / "g.npz", embeddings=g, labels=g_labels, cameras=g_cams, ids=g_ids)
     flags = [] if ignore is None else ["--ignore-label", str(ignore)]

@@ -231,12 +231,14 @@ def test_the_run_leaves_out_what_the_ranking_leaves_out(case):
     q_labels, g_labels = torch.arange(8) % 4, torch.arange(36) % 5
     q_ids, g_ids = list(range(100, 108)), list(range(200, 236))
     for i in range(0, 8, 2):
-        g_ids[3 * i + 1] = q_ids[i]  # a query's own id among the gallery's
+        g_ids[3 * i + 1] = q_ids[i]  # a query's own id among the gallery's: the same sample,
+        g_labels[3 * i + 1] = q_labels[i]  # with its label (and camera, below)
     options, keys, excluded = {}, {}, set()
     if case == "own_id":
         excluded = {(i, j) for i in range(8) for j in range(36) if g_ids[j] == q_ids[i]}
     if case == "cameras":
         q_cams, g_cams = torch.arange(8) % 2, torch.arange(36) % 3
+        g_cams[[3 * i + 1 for i in range(0, 8, 2)]] = q_cams[0:8:2]
         keys = {"q": {"cameras": q_cams}, "g": {"cameras": g_cams}}
         excluded = {(i, j) for i in range(8) for j in range(36)
                     if g_ids[j] == q_ids[i] or (g_labels[j] == q_labels[i]

@@ -265,7 +265,7 @@ class SideStore:
             return None
         keep = D.dedupe_by_id(
             items.ids, what, embeddings=items.emb, labels=items.labels, cameras=items.cameras,
-            positions=items.positions, named=lambda bad: self._ids_shown(side, bad),
+            positions=items.positions, named=lambda bad: self.ids_shown(side, bad),
         )
         if side == "g":
             if keep.numel() == len(items):
@@ -273,7 +273,7 @@ class SideStore:
             keep = torch.sort(keep).values
         return keep
 
-    def _ids_shown(self, side: str, codes: Tensor) -> str:
+    def ids_shown(self, side: str, codes: Tensor) -> str:
         """A few ids of ``side`` as a message shows them: the integers they are; text ids are
         held as their 64-bit codes (the text is not kept), which the message then says."""
         shown = D.ids_as_integers(codes)

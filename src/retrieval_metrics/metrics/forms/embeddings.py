@@ -150,6 +150,66 @@ def with_query_ids(context: FormContext, queries: Items, table: RankTable) -> Ra
     return replace(table, query_id=queries.ids.to(table.num_relevant.device))
 
 
+#: the keys a sample keeps whatever role it is given in: one id, one of each
+SAMPLE_KEYS = ("labels", "cameras", "positions")
+
+
+def check_ids_across_sides(
+    context: FormContext, queries: Items, gallery: Items | None, sharded: bool = False
+) -> None:
+    """Refuse a query id that is also the id of a gallery item with another label, camera or
+    position (label and radius relevance; judgments have their own rule, ``check_identical_ids``).
+
+    A gallery item whose id is a query's is that query itself (a gallery that holds the
+    queries), and leaves its ranking; but queries and gallery numbered from 0 each (two
+    counters, as a re-id dataset's query and gallery files are) name different samples by one
+    id, and gallery item i would silently leave query i's ranking. The same sample has the same
+    label wherever it is given, so ids that disagree are two samples. The embeddings are not
+    compared: a query encoder and a gallery encoder may embed one sample apart. ``sharded``:
+    ``gallery`` is this process's shard (or None); every process refuses alike."""
+    if context.qrels is not None or queries.ids is None:
+        return
+    keys = [
+        name for name in SAMPLE_KEYS
+        if getattr(queries, name) is not None and gallery is not None
+        and getattr(gallery, name) is not None
+    ]
+    bad, differing = torch.zeros(0, dtype=torch.int64), []
+    if gallery is not None and gallery.ids is not None and keys and len(gallery) and len(queries):
+        # on the host: a few numbers an item beside the embeddings, read once (positions are
+        # float64, which some devices do not hold)
+        q_ids, g_ids = queries.ids.cpu(), gallery.ids.cpu()
+        order = torch.argsort(q_ids)  # (ascending already when deduplicated: a cheap sort)
+        at = torch.searchsorted(q_ids[order], g_ids).clamp_max(q_ids.numel() - 1)
+        q_rows = order[at]
+        shared = q_ids[q_rows] == g_ids
+        unlike = torch.zeros_like(shared)
+        for name in keys:
+            differ = getattr(queries, name).cpu()[q_rows] != getattr(gallery, name).cpu()
+            differ = shared & differ.reshape(differ.shape[0], -1).any(1)
+            if bool(differ.any()):
+                differing.append(name)
+                unlike |= differ
+        bad = q_ids[q_rows][unlike]
+    count = bad.numel()
+    if sharded and context.processes.several:
+        count = int(D.gather_rows([torch.tensor([count])], context.processes.group)[0].sum())
+    if count == 0:
+        return
+    shown = (
+        context.store.ids_shown("q", torch.unique(bad)[:5]) if bad.numel() else "on another process"
+    )
+    what = " and ".join(name.rstrip("s") for name in differing) or "label"  # (another process's)
+    raise ValueError(
+        f"{context.owner}: {count} query id(s) are also ids of gallery items with another "
+        f"{what} (e.g. {shown}). A gallery item whose id is a query's is that query itself, "
+        "and leaves its ranking; ids numbered from 0 in the queries and again in the gallery "
+        "(two counters) name two samples by one id, and would silently drop gallery item i "
+        "from query i's ranking. Give ids unique across both sets (e.g. offset the gallery's "
+        "by the number of queries), or no ids"
+    )
+
+
 def _label_pairs(context: FormContext, queries: Items, gallery: Items | None) -> Tensor | None:
     """Per query, its relevant pairs before exclusions, where they can be counted before the
     ranking (label relevance, labels on both sides); None elsewhere. Counted once per ranking:
@@ -220,6 +280,7 @@ class QueryGallery(_EmbeddingStates):
                 "the gallery is empty: every update with role='gallery' had 0 rows, so no "
                 "query has anything to retrieve"
             )
+        check_ids_across_sides(context, queries, gallery)
         return queries, gallery
 
     def table(self, context: FormContext) -> RankTable:
@@ -242,6 +303,7 @@ class QueryGallery(_EmbeddingStates):
             shard, sent = D.dedupe_across_shards(
                 shard, "`ids` of the gallery items", context.processes.group
             )
+        check_ids_across_sides(context, queries, shard, sharded=True)
         options = context.ranking_options()
         if not several and shard is not None and len(shard):
             # one process: its shard is the whole gallery, ranked in one pass (the sharded

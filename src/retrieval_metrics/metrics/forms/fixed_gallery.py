@@ -27,7 +27,7 @@ from retrieval_metrics.functional.ranking.tie_order import id_order_rows
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics import distributed as D
 from retrieval_metrics.metrics.forms.base import Batch, FormContext
-from retrieval_metrics.metrics.forms.embeddings import QueryGallery
+from retrieval_metrics.metrics.forms.embeddings import QueryGallery, check_ids_across_sides
 from retrieval_metrics.metrics.forms.qrels import (
     check_identical_ids,
     judged_against,
@@ -72,6 +72,7 @@ class FixedGallery(QueryGallery):
                 "set_gallery"
             )
         check_identical_ids(context, queries, gallery)
+        check_ids_across_sides(context, queries, gallery)
         return queries, gallery
 
     def table(self, context: FormContext) -> RankTable:
