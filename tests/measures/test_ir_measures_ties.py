@@ -215,3 +215,29 @@ def test_a_quoted_value_is_the_measure_ir_measures_writes():
     assert quoted.name == written
     assert (quoted.base, quoted.k, quoted.options) == (plain.base, plain.k, plain.options)
     assert provider_of(written).name == provider_of("nDCG(dcg=exp-log2)@5").name == "gdeval"
+
+
+def test_integer_ids_tie_in_the_order_of_their_text():
+    """A run of integer ids (what a faiss search returns; MS MARCO's passage ids): the integer 7
+    is the id "7", and trec_eval orders tied documents by the ids' text, descending ("9", "2",
+    "10"), where the integers' own order put 10 first (RR 1.0 instead of 1/3). The run with str
+    ids is pytrec_eval's input; both forms give its numbers."""
+    from retrieval_metrics.formats.converters import trec_run_to_lists
+
+    qrels_text = {"7": {"10": 1, "9": 0}}
+    run_text = {"7": {"10": 1.0, "9": 1.0, "2": 1.0}}
+    qrels_int = {7: {10: 1, 9: 0}}
+    run_int = {7: {10: 1.0, 9: 1.0, 2: 1.0}}
+    ranked, relevant, qids = trec_run_to_lists(run_int, qrels_int)
+    assert (ranked, relevant, qids) == ([["9", "2", "10"]], [{"10": 1, "9": 0}], ["7"])
+    names = ["RR", "P@1", "Judged@1"]
+    as_int = ir_measures_per_query(run_int, qrels_text, names)[1]
+    as_text = ir_measures_per_query(run_text, qrels_text, names)[1]
+    assert {n: v.tolist() for n, v in as_int.items()} == {n: v.tolist() for n, v in as_text.items()}
+    rr, p1, judged1 = (ir_measures_per_query(run_int, qrels_int, names)[1][n].item() for n in names)
+    assert (rr, p1, judged1) == (pytest.approx(1 / 3), 0.0, 1.0)  # by hand: 9, 2, 10
+    expected = ir_measures.calc_aggregate(
+        [ir_measures.RR, ir_measures.P @ 1], qrels_text, run_text)
+    assert rr == pytest.approx(expected[ir_measures.RR])
+    with pytest.raises(ValueError, match=r"`run`, query '7': the ids 10 and '10' are one id"):
+        trec_run_to_lists({7: {10: 1.0, "10": 0.5}}, qrels_text)

@@ -11,7 +11,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from retrieval_metrics.formats.runs import checked_grade, checked_score, trec_eval_order
+from retrieval_metrics.formats.runs import (
+    checked_grade,
+    checked_score,
+    text_keyed,
+    trec_eval_order,
+)
 
 __all__ = ["ann_benchmarks_ranks", "trec_run_to_lists"]
 
@@ -22,14 +27,17 @@ def trec_run_to_lists(
     """A TREC run (qid -> docid -> score) and qrels (qid -> docid -> grade) as ranked lists.
 
     Documents are ordered by decreasing score (compared as float32, as trec_eval holds scores),
-    ties by document id in descending byte order (trec_eval's rule). Queries are those of the
-    qrels, sorted; a query missing from the run gets an empty list (it scores 0, as ``trec_eval
-    -c``). Returns (ranked ids, relevance dicts, qids).
+    ties by document id in descending byte order (trec_eval's rule). Ids may be str or int, and
+    are returned as text: the integer 7 and ``"7"`` are one id, and ties are ordered by the
+    text (``"9"`` before ``"10"``), as trec_eval orders the ids of a run file. Queries are those
+    of the qrels, sorted; a query missing from the run gets an empty list (it scores 0, as
+    ``trec_eval -c``). Returns (ranked ids, relevance dicts, qids).
 
     A score must be a finite number and a grade a whole number, as the file readers require:
     anything else is a ``ValueError`` naming ``run`` or ``qrels``, the query and the document
     (a NaN has no place in a ranking; a grade 0.5 would be truncated to 0).
     """
+    run, qrels = text_keyed(run, "`run`"), text_keyed(qrels, "`qrels`")
     qids = sorted(qrels)
     ranked, relevant = [], []
     for qid in qids:
@@ -41,14 +49,16 @@ def trec_run_to_lists(
 def checked_run_query(run: Mapping[str, Mapping[Any, Any]], qid: str) -> dict[str, float]:
     """``run[qid]`` (empty where the run lacks the query) with each score checked and made a
     float, whatever number type the run holds (int, numpy, 0-d tensor)."""
+    scores = text_keyed(run.get(qid, {}), f"`run`, query {qid!r}")
     return {doc: checked_score(score, f"`run`, query {qid!r}, document {doc!r}")
-            for doc, score in run.get(qid, {}).items()}
+            for doc, score in scores.items()}
 
 
 def checked_qrels_query(qrels: Mapping[str, Mapping[Any, Any]], qid: str) -> dict[str, int]:
     """``qrels[qid]`` with each grade checked and made an int."""
+    grades = text_keyed(qrels[qid], f"`qrels`, query {qid!r}")
     return {doc: checked_grade(g, f"`qrels`, query {qid!r}, document {doc!r}")
-            for doc, g in qrels[qid].items()}
+            for doc, g in grades.items()}
 
 
 def _distances(name: str, value: Any) -> Tensor:

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.formats.converters import checked_qrels_query, checked_run_query
-from retrieval_metrics.formats.runs import checked_score, trec_eval_order
+from retrieval_metrics.formats.runs import checked_score, text_keyed, trec_eval_order
 from retrieval_metrics.functional.measures import MeasureOptions, parse_metric, per_query_values
 from retrieval_metrics.functional.measures.aggregation import counted_values
 from retrieval_metrics.functional.measures.providers import Provider, provider_of
@@ -102,6 +102,8 @@ def ir_measures_per_query(
     grade a whole number: anything else is a ``ValueError`` naming ``run`` or ``qrels``, the
     query and the document.
     """
+    # ids as text: the integer 7 is the string "7", and the tie rules order the text
+    run, qrels = text_keyed(run, "`run`"), text_keyed(qrels, "`qrels`")
     qids = sorted(qrels)
     # checked first (a NaN score ranked wherever the input put it, a grade 0.5 truncated to 0),
     # each problem named by its argument, query and document

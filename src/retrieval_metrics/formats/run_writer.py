@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import numbers
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -22,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from retrieval_metrics.formats.runs import checked_score, trec_eval_order
+from retrieval_metrics.formats.runs import checked_score, id_text, trec_eval_order
 
 __all__ = ["write_run", "write_run_lines"]
 
@@ -61,7 +60,7 @@ def write_run(
     _check_tag(tag)
     by_text: dict[str, tuple[Any, Any]] = {}
     for qid, docs in run.items():
-        text = _id_text(qid, "`run`'s query id")
+        text = id_text(qid, "`run`'s query id")
         if text in by_text:
             # (7 and "7" are one query: two lists for it, which is right is unknown)
             raise ValueError(
@@ -86,7 +85,7 @@ def write_run_lines(
             if suffix == ".json":
                 out.write("{")
             for n, (given, docs) in enumerate(queries):
-                qid = _id_text(given, "`run`'s query id")
+                qid = id_text(given, "`run`'s query id")
                 pairs = _run_pairs(docs, given)
                 if suffix == ".json":
                     # (json.dumps of the whole dict: ", " between entries, ": " after a key)
@@ -103,20 +102,6 @@ def write_run_lines(
     finally:
         part.unlink(missing_ok=True)
     return path
-
-
-def _id_text(value: Any, what: str) -> str:
-    """An id as the file writes it: a str as it is, an integer (numpy's too) in decimal. Other
-    ids are refused: ``str()`` wrote bytes as ``b'd1'`` and a float as ``1.0``, ids that no
-    reader reads back as the ones meant."""
-    if isinstance(value, str):
-        return str(value)  # (np.str_ too, as plain text)
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return str(int(value))
-    hint = " (decode bytes first, e.g. ids.astype(str))" if isinstance(value, bytes) else ""
-    raise ValueError(
-        f"{what} must be a str or an int, got {value!r} ({type(value).__name__}){hint}"
-    )
 
 
 #: a character ``str.isspace`` calls space (``re``'s ``\s`` on text is the same test)
@@ -159,7 +144,7 @@ def _run_pairs(docs: Any, qid: Any) -> list[tuple[str, float]]:
     for doc, score in items:
         # (a str and a finite float, as a listing gives them, taken as they are: two calls a
         # pair took a third of a 2,000,000-line run's writing)
-        text = doc if type(doc) is str else _id_text(doc, f"`run[{qid!r}]`'s document id")
+        text = doc if type(doc) is str else id_text(doc, f"`run[{qid!r}]`'s document id")
         if type(score) is not float or not math.isfinite(score):
             score = checked_score(score, f"`run[{qid!r}]`, document {text!r}")
         pairs.append((text, score))

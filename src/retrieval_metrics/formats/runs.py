@@ -77,6 +77,7 @@ __all__ = [
     "RankedLists",
     "checked_grade",
     "checked_score",
+    "id_text",
     "order_by_score",
     "ranked_lists",
     "read_qrels",
@@ -84,6 +85,7 @@ __all__ = [
     "read_run",
     "read_trec_qrels",
     "read_trec_run",
+    "text_keyed",
     "trec_eval_order",
 ]
 
@@ -302,6 +304,40 @@ def checked_grade(value: Any, where: str) -> int:
 def _brief(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:36]}..."
+
+
+def id_text(value: Any, what: str) -> str:
+    """An id as the file writes it: a str as it is, an integer (numpy's too) in decimal. Other
+    ids are refused: ``str()`` wrote bytes as ``b'd1'`` and a float as ``1.0``, ids that no
+    reader reads back as the ones meant."""
+    if isinstance(value, str):
+        return str(value)  # (np.str_ too, as plain text)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return str(int(value))
+    hint = " (decode bytes first, e.g. ids.astype(str))" if isinstance(value, bytes) else ""
+    raise ValueError(
+        f"{what} must be a str or an int, got {value!r} ({type(value).__name__}){hint}"
+    )
+
+
+def text_keyed(mapping: Mapping[Any, Any], what: str) -> Mapping[str, Any]:
+    """``mapping`` keyed by the text of its ids (:func:`id_text`): the integer 7 and the string
+    ``"7"`` are one id, as everywhere in the library, and trec_eval orders tied documents by that
+    text (``"9"`` before ``"10"``), not by the integers' values. Two keys of one text are
+    refused. A mapping keyed by str already is returned as it is."""
+    if all(type(key) is str for key in mapping):
+        return mapping
+    out: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for key, value in mapping.items():
+        text = id_text(key, f"{what}: an id")
+        if text in out:
+            raise ValueError(
+                f"{what}: the ids {given[text]!r} and {key!r} are one id (ids compare as "
+                "text); give each id once"
+            )
+        out[text], given[text] = value, key
+    return out
 
 
 def trec_eval_order(scores: Mapping[str, float], *, as_float32: bool = True) -> list[str]:
