@@ -115,15 +115,16 @@ class BiEncoder(L.LightningModule):
         # (a mistake in them shows before training); the value waits for a whole validation.
         if not self.trainer.sanity_checking:
             # compute() syncs every process's queries and corpus; sync_dist=True only tells
-            # Lightning the values are the same on every process
-            self.log_dict(self.val_metrics.compute(), sync_dist=True)
+            # Lightning the values are the same on every process, and their maximum keeps them
+            # exact (a mean may change a last bit)
+            self.log_dict(self.val_metrics.compute(), sync_dist=True, reduce_fx="max")
         self.val_metrics.reset()
 
     def test_step(self, batch, batch_idx, dataloader_idx=0):
         self._encode(self.test_metrics, batch, dataloader_idx)
 
     def on_test_epoch_end(self):
-        self.log_dict(self.test_metrics.compute(), sync_dist=True)
+        self.log_dict(self.test_metrics.compute(), sync_dist=True, reduce_fx="max")
         self.test_metrics.reset()
 
     def configure_optimizers(self):

@@ -73,8 +73,9 @@ class EmbeddingModule(L.LightningModule):
         self.log("val/map_at_r", self.map_at_r)
 
     def on_validation_epoch_end(self):
-        # the values are already synced; sync_dist=True only tells Lightning so (no warning)
-        self.log_dict(self.val_metrics.compute(), sync_dist=True)
+        # the values are already synced; sync_dist=True only tells Lightning so (no warning),
+        # and their maximum keeps them exact (a mean may change a last bit)
+        self.log_dict(self.val_metrics.compute(), sync_dist=True, reduce_fx="max")
         self.val_metrics.reset()
 
     def configure_optimizers(self):

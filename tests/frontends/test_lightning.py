@@ -132,5 +132,5 @@ def test_log_dict_of_a_metric_object_says_how_to_log_it(tmp_path):
             self.log_dict(self.metrics)
 
     with pytest.raises(TypeError, match=r"RetrievalMetrics is a metric, not a dict.*"
-                       r"self.log_dict\(metric.compute\(\), sync_dist=True\)"):
+                       r"self.log_dict\(metric.compute\(\), sync_dist=True, reduce_fx=.max.\)"):
         _validate(pl, Module(), tmp_path)

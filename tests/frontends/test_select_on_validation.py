@@ -420,6 +420,220 @@ def test_warns_when_no_validation_metric_was_logged(tmp_path):
     assert not any(key.startswith("selection/") for key in result)
 
 
+# ---------------------------------------------------------------------- resume, new processes
+
+
+class ScriptedWithTest(ScriptedScores):
+    """``ScriptedScores`` with a test loop (a cross-entropy, no library metric)."""
+
+    def test_step(self, batch, batch_idx):
+        self.log("test/loss", nn.functional.cross_entropy(self.lin(batch[0]), batch[1]))
+
+
+class PathHyperparameter(ScriptedWithTest):
+    """Saves a ``pathlib.Path`` hyperparameter, which torch's weights-only unpickler refuses."""
+
+    def __init__(self, scores: dict[int, float], data_dir: Path = Path("/data/coco")) -> None:
+        super().__init__(scores)
+        self.save_hyperparameters()
+
+
+class EpochsTrained(Callback):
+    def __init__(self) -> None:
+        self.epochs: list[int] = []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.epochs.append(trainer.current_epoch)
+
+
+def _scripted_loaders():
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 8), torch.arange(32) % 4
+    train = DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)  # 2 steps an epoch
+    val = DataLoader(torch.utils.data.TensorDataset(x.clone(), y.clone()), batch_size=16)
+    test_x, test_y = torch.randn(32, 8), torch.arange(32) % 4
+    test = DataLoader(torch.utils.data.TensorDataset(test_x, test_y), batch_size=16)
+    return train, val, test
+
+
+def _select(dirpath, **options) -> SelectOnValidation:
+    return SelectOnValidation(monitor=MONITOR, mode="max", dirpath=dirpath, **options)
+
+
+def _fit_scripted(root, select, model, epochs, **fit_kwargs):
+    train, val, _ = _scripted_loaders()
+    trainer = make_trainer(root, [select], max_epochs=epochs, num_sanity_val_steps=0)
+    trainer.fit(model, train, val, **fit_kwargs)
+    return trainer
+
+
+def _selection_keys(result: dict) -> list[str]:
+    return [key for key in result if key.startswith("selection/")]
+
+
+@pytest.mark.parametrize("filesystem", ["local", "memory"])
+@pytest.mark.parametrize(("later", "selected"), [({2: 0.6, 3: 0.4}, 0), ({2: 0.6, 3: 0.95}, 3)])
+def test_a_resume_into_another_dirpath_keeps_the_selection_competing(
+    tmp_path, filesystem, later, selected
+):
+    """Lightning's default logger writes each run to a new lightning_logs/version_N/checkpoints;
+    ModelCheckpoint restores best_model_path alone then, so the first validation after the
+    resume (epoch 2, 0.6) replaced the selection (epoch 0, 0.9) and was tested as it (found by
+    an audit). The kept best competes with its score; a better later epoch still replaces it,
+    and the earlier run's file is never removed (Lightning removes a replaced file of a remote
+    filesystem, here fsspec's memory://, wherever it is)."""
+    import fsspec
+
+    scores = {0: 0.9, 1: 0.5, **later}
+    base = str(tmp_path) if filesystem == "local" else f"memory://{tmp_path.name}"
+    first = _select(f"{base}/run1", save_last=True)
+    _fit_scripted(tmp_path, first, ScriptedWithTest(scores), epochs=2)
+    kept = first.best_model_path
+    assert first.selection["epoch"] == 0
+
+    second = _select(f"{base}/run2", save_last=True)
+    model = ScriptedWithTest(scores)
+    fs = fsspec.core.url_to_fs(base)[0]
+    try:
+        with pytest.warns(UserWarning, match="dirpath has changed"):
+            trainer = _fit_scripted(
+                tmp_path, second, model, epochs=4, ckpt_path=first.last_model_path
+            )
+        assert second.selection["epoch"] == selected
+        assert second.selection["score"] == pytest.approx(scores[selected])
+        assert fs.exists(kept)  # the earlier run's best is where it was
+        candidates = [
+            name for name in (p.rsplit("/", 1)[-1] for p in fs.ls(f"{base}/run2", detail=False))
+            if name != "last.ckpt"
+        ]
+        if selected == 0:
+            assert second.best_model_path == kept
+            assert candidates == []  # epochs 2 and 3 were worse: not kept
+        else:
+            assert candidates == [second.best_model_path.rsplit("/", 1)[-1]]
+            assert list(second.best_k_models) == [second.best_model_path]
+        _, _, test = _scripted_loaders()
+        result = trainer.test(model, test, verbose=False)[0]
+        assert result["selection/epoch"] == selected
+        assert result[f"selection/{MONITOR}"] == pytest.approx(scores[selected])
+    finally:
+        if filesystem == "memory":
+            fs.rm(f"/{tmp_path.name}", recursive=True)
+
+
+@pytest.mark.parametrize(
+    ("save_top_k", "tested_epoch", "recorded", "labelled"),
+    [
+        (-1, 0, True, False),  # the best when written, not the final choice (epoch 1)
+        (-1, 1, True, False),  # the final choice, which the file alone cannot tell
+        (1, 1, True, True),  # the one file kept is the choice
+        (1, 1, False, False),  # written before save_top_k was recorded in the state
+    ],
+)
+def test_a_new_process_labels_a_tested_file_the_selection_only_where_it_can_tell(
+    tmp_path, save_top_k, tested_epoch, recorded, labelled
+):
+    """A new Trainer tested a kept file that was the best when written but not the final choice
+    (save_top_k=-1) as the selection, with selection/... keys and no warning: the callback
+    state it restores comes from that file (found by an audit)."""
+    scores = {0: 0.7, 1: 0.9, 2: 0.5}
+    select = _select(tmp_path / "ckpt", save_top_k=save_top_k)
+    _fit_scripted(tmp_path, select, ScriptedWithTest(scores), epochs=3)
+    assert select.selection["epoch"] == 1
+    path = str(tmp_path / "ckpt" / f"epoch={tested_epoch}-step={2 * tested_epoch + 2}.ckpt")
+    if not recorded:
+        checkpoint = load_file(path)
+        for key, state in checkpoint["callbacks"].items():
+            if key.startswith("SelectOnValidation"):
+                state.pop("save_top_k", None)
+        torch.save(checkpoint, path)
+
+    _, _, test = _scripted_loaders()
+    fresh = _select(tmp_path / "ckpt", save_top_k=save_top_k)
+    trainer = make_trainer(tmp_path, [fresh])
+    model = ScriptedWithTest(scores)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = trainer.test(model, test, ckpt_path=path, verbose=False)[0]
+    said = [str(w.message) for w in caught if "SelectOnValidation" in str(w.message)]
+    if labelled:
+        assert said == []
+        assert result["selection/epoch"] == tested_epoch
+        assert fresh.test_selection["epoch"] == tested_epoch
+        return
+    kept = "earlier version" if not recorded else f"save_top_k={save_top_k}"
+    assert any(
+        "this process did not run fit" in m and "cannot tell whether a later epoch" in m
+        and kept in m for m in said
+    ), said
+    assert _selection_keys(result) == [] and fresh.test_selection is None
+    # nor does a test without ckpt_path in this process load and label that file
+    with pytest.warns(UserWarning, match="this process did not run fit"):
+        again = trainer.test(model, test, verbose=False)[0]
+    assert _selection_keys(again) == []
+
+
+def test_a_test_without_ckpt_path_loads_the_file_it_wrote_whole(tmp_path):
+    """A checkpoint with a pathlib.Path hyperparameter: trainer.test(model, ...) raised torch's
+    UnpicklingError, also with weights_only=False (not passed on by Lightning)."""
+    scores = {0: 0.9, 1: 0.5}
+    select = _select(tmp_path / "ckpt")
+    model = PathHyperparameter(scores)
+    trainer = _fit_scripted(tmp_path, select, model, epochs=2)
+    _, _, test = _scripted_loaders()
+    for kwargs in ({}, {"weights_only": False}):
+        result = trainer.test(model, test, verbose=False, **kwargs)[0]
+        assert result["selection/epoch"] == 0
+
+
+def test_a_selection_of_a_resumed_state_that_needs_weights_only_false_says_so(tmp_path):
+    scores = {0: 0.9, 1: 0.5, 2: 0.4}
+    first = _select(tmp_path / "ckpt", save_last=True)
+    _fit_scripted(tmp_path, first, PathHyperparameter(scores), epochs=2)
+    second = _select(tmp_path / "ckpt", save_last=True)
+    model = PathHyperparameter(scores)
+    trainer = _fit_scripted(
+        tmp_path, second, model, epochs=3, ckpt_path="last", weights_only=False
+    )
+    assert second.best_model_path == first.best_model_path  # written by the first run
+    _, _, test = _scripted_loaders()
+    import pickle
+
+    with pytest.raises(
+        pickle.UnpicklingError,
+        match=r"SelectOnValidation: the selected checkpoint .*epoch=0-step=2\.ckpt.*"
+        r'ckpt_path="best", weights_only=False',
+    ):
+        trainer.test(model, test, verbose=False)
+    # the remedy it names
+    result = trainer.test(model, test, ckpt_path="best", weights_only=False, verbose=False)[0]
+    assert result["selection/epoch"] == 0
+
+
+@pytest.mark.parametrize("save_on_train_epoch_end", [None, True])
+def test_last_ckpt_is_written_at_every_validation_with_every_n_epochs(
+    tmp_path, save_on_train_epoch_end
+):
+    """every_n_epochs=2: last.ckpt was written only at the epochs it names (epoch 1), so after
+    three epochs a resume from "last" trained epoch 2 again (found by an audit)."""
+    scores = {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4}
+    options = {"save_last": True, "every_n_epochs": 2,
+               "save_on_train_epoch_end": save_on_train_epoch_end}
+    select = _select(tmp_path / "ckpt", **options)
+    _fit_scripted(tmp_path, select, ScriptedWithTest(scores), epochs=3)
+    last = load_file(select.last_model_path)
+    assert (last["epoch"], last["global_step"]) == (2, 6)
+    assert select.selection["epoch"] == 1  # top-k still only on the epochs every_n_epochs names
+
+    resumed = _select(tmp_path / "ckpt", **options)
+    trained = EpochsTrained()
+    train, val, _ = _scripted_loaders()
+    trainer = make_trainer(tmp_path, [trained, resumed], max_epochs=4, num_sanity_val_steps=0)
+    trainer.fit(ScriptedWithTest(scores), train, val, ckpt_path="last")
+    assert trained.epochs == [3]
+    assert resumed.selection["epoch"] == 3
+
+
 # ---------------------------------------------------------------------- DDP
 
 

@@ -14,7 +14,8 @@
   metrics received).
 
 It works under DDP (rank 0 writes, every rank loads the same file) and across a resume from a
-checkpoint (the selection record is part of the callback's state).
+checkpoint (the selection record is part of the callback's state), also one into another
+``dirpath`` (Lightning's default logger writes each run to a new ``version_N``).
 
 This module holds the callback and its hooks; its concerns apart are mixins of it:
 ``guards.py`` (the test-set refusals), ``ids.py`` (the sample ids collected and gathered),
@@ -24,6 +25,8 @@ and ``checks.py`` (the checks apart from Lightning).
 
 from __future__ import annotations
 
+import inspect
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +68,20 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
       metrics carry no ``selection/...`` keys. ``ckpt_path="last"`` with no last checkpoint
       (``save_last`` unset) tests the module's current weights, as Lightning says, with the same
       warning.
+    * A selected file written in this process is loaded whole (``weights_only=False``, as its
+      own output). Lightning does not pass on a ``weights_only`` given to ``trainer.test``, so
+      one named by a resumed state is loaded with torch's default, and a file that needs
+      ``weights_only=False`` (e.g. a ``pathlib.Path`` hyperparameter) raises an error that says
+      to test it with ``ckpt_path="best", weights_only=False``.
+
+    In a process that did not run ``fit`` (a new Trainer), the callback knows only what the
+    tested file recorded: the best checkpoint *when it was written*. That is the final choice
+    only where one checkpoint is kept, so ``trainer.test(ckpt_path=<the kept file>)`` there is
+    labelled the selection only with ``save_top_k=1``; with another ``save_top_k`` (or a file
+    written by a version that did not record it) the test runs as asked with a warning and no
+    ``selection/...`` keys, and so does a later ``trainer.test(model, ...)`` without
+    ``ckpt_path`` in that process (on the module's current weights). Test in the process that
+    ran ``fit`` to have the selection labelled.
 
     Refused, with an error that says what to do instead:
 
@@ -94,9 +111,17 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
     only where a validation ran at that step. ``every_n_train_steps`` and
     ``train_time_interval`` are therefore refused; validate more often with
     ``Trainer(val_check_interval=...)`` instead. With ``save_last=True``,
-    ``last.ckpt`` is written at every validation (Lightning 2.6 writes it only when a top-k
-    checkpoint is written at the same step, which makes it a copy of the best one and a resume
-    from ``ckpt_path="last"`` silently repeat epochs).
+    ``last.ckpt`` is written at every validation, also on the epochs that ``every_n_epochs``
+    leaves out (Lightning 2.6 writes it only when a top-k checkpoint is written at the same step,
+    which makes it a copy of the best one and a resume from ``ckpt_path="last"`` silently repeat
+    epochs).
+
+    A resume keeps the selection and its score: later epochs must beat it. Where the resumed run
+    writes to another ``dirpath`` (Lightning restores only ``best_model_path`` then), the
+    earlier run's best file stays in its directory as the selection until a better epoch
+    replaces it, and it is never removed from there (Lightning removes a replaced file on a
+    remote filesystem wherever it is). Only that one file of the earlier run competes (with
+    ``save_top_k`` > 1 the others are not restored).
 
     Use one ``SelectOnValidation`` per Trainer, and put it first if there are other
     ``ModelCheckpoint`` callbacks: ``ckpt_path="best"`` resolves through the first one. On
@@ -204,6 +229,11 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
         self._metrics: list[RetrievalMetricBase] = []
         # the trainer call that asked for ckpt_path="last" (see _find_last_checkpoints)
         self._last_asked_by: TrainerFn | None = None
+        # checkpoints.py: the files written in this process, the kept best of an earlier run in
+        # another dirpath, and the state restored from a file that trainer.test/validate loaded
+        self._written: set[str] = set()
+        self._kept_elsewhere: set[str] = set()
+        self._tested_file_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -263,6 +293,8 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fitting = True
         self._val_datasets = []
+        # what fit selects from here on is this process's own choice
+        self._tested_file_state = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._fitting = False
@@ -369,6 +401,9 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
                 "selected weights"
             )
             return
+        if self._choice_unknown():
+            self._warn_choice_unknown(ckpt_path)
+            return
         if ckpt_path is None:
             if not best:
                 rank_zero_warn(
@@ -379,7 +414,7 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
                     "trainer.fit(...) with validation data first, or pass ckpt_path= explicitly"
                 )
                 return
-            checkpoint = trainer.strategy.load_checkpoint(best)
+            checkpoint = self._load_selected(trainer, best)
             pl_module.on_load_checkpoint(checkpoint)
             trainer.strategy.load_model_state_dict(
                 checkpoint, strict=getattr(pl_module, "strict_loading", True)
@@ -405,6 +440,62 @@ class SelectOnValidation(TestSetGuards, SampleIds, SelectionRecords):
             f"selected on validation ({best or 'none selected'}); its test metrics carry no "
             "selection/... keys. Call trainer.test(model, ...) without ckpt_path, or with "
             'ckpt_path="best", to test the selected weights'
+        )
+
+    def _load_selected(self, trainer: pl.Trainer, path: str) -> dict[str, Any]:
+        """Load the selected checkpoint for a ``trainer.test`` without ``ckpt_path`` (Lightning
+        does not pass on the ``weights_only`` given to ``trainer.test``). A file this callback
+        wrote in this process is its own output and is loaded whole (``weights_only=False``:
+        e.g. hyperparameters that torch's weights-only unpickler refuses); any other (the
+        selection of a resumed run) with Lightning's and torch's default."""
+        load = trainer.strategy.load_checkpoint
+        if path in self._written and "weights_only" in inspect.signature(load).parameters:
+            return load(path, weights_only=False)
+        try:
+            return load(path)
+        except pickle.UnpicklingError as error:
+            # (torch's message says what it refused on its "WeightsUnpickler error" line)
+            refused = [line.strip() for line in str(error).splitlines() if "Unpickler" in line]
+            raise pickle.UnpicklingError(
+                f"SelectOnValidation: the selected checkpoint {path} (named by a callback "
+                "state restored from a checkpoint, e.g. of a resumed run, not written in this "
+                "process) could not be loaded with torch's weights-only unpickler, and a "
+                "trainer.test without ckpt_path cannot see a weights_only passed to it. If you "
+                "trust the file, test it with "
+                'trainer.test(model, ..., ckpt_path="best", weights_only=False)'
+                + (f". {refused[0]}" if refused else "")
+            ) from error
+
+    def _choice_unknown(self) -> bool:
+        """Whether the selection this callback holds came from the file that a trainer.test or
+        trainer.validate loaded (this process did not run fit) and that file cannot tell
+        whether it is the final choice: it records the best checkpoint when it was written,
+        which is the final one only where a single checkpoint is kept (``save_top_k=1``)."""
+        state = self._tested_file_state
+        return state is not None and state.get("save_top_k") != 1
+
+    def _warn_choice_unknown(self, ckpt_path: Any) -> None:
+        assert self._tested_file_state is not None
+        top_k = self._tested_file_state.get("save_top_k")
+        kept = (
+            "it was written by an earlier version of SelectOnValidation, which did not record "
+            "save_top_k"
+            if top_k is None
+            else f"save_top_k={top_k} keeps more than the selected file"
+        )
+        what = (
+            f"testing {ckpt_path!s} as asked"
+            if ckpt_path is not None
+            else "trainer.test() runs on the module's current weights"
+        )
+        rank_zero_warn(
+            f"SelectOnValidation: {what}, but this process did not run fit: the callback knows "
+            "only what the tested checkpoint recorded, the best checkpoint when it was written, "
+            f"and cannot tell whether a later epoch was selected ({kept}). Its test metrics "
+            "carry no selection/... keys. Test in the process that ran fit "
+            '(trainer.test(model, ...) without ckpt_path, or ckpt_path="best"), or pass the '
+            "final best_model_path of that process as ckpt_path there (with save_top_k=1 the one "
+            "file kept is the choice, and a new process can say so)"
         )
 
     def on_test_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -2,7 +2,13 @@
 checkpoint (its internals ``_save_topk_checkpoint``, ``_update_best_and_save``,
 ``_save_checkpoint`` overridden: only weights just validated are candidates), written into
 each checkpoint kept (``checkpoint["selection"]``), and part of the callback's state across a
-resume. A mixin of the callback, ahead of ``ModelCheckpoint`` in its bases."""
+resume (also into another ``dirpath``, where ``ModelCheckpoint`` restores ``best_model_path``
+alone: its score is restored from the record so that later epochs compete with it). The state
+also says where it came from: from ``fit`` (or a resume) in this process, or from the file a
+``trainer.test``/``validate`` call loaded (``_tested_file_state``), which knows only the best
+checkpoint when it was written. ``last.ckpt`` is written at every validation, also on the epochs
+that ``every_n_epochs`` leaves out. A mixin of the callback, ahead of ``ModelCheckpoint`` in its
+bases."""
 
 from __future__ import annotations
 
@@ -34,6 +40,13 @@ class SelectionRecords(ModelCheckpoint):
     _warned_nan: bool
     _stage: str | None
     _loaded: dict[str, Any]
+    # the paths this callback wrote in this process (loaded by on_test_start as its own output)
+    _written: set[str]
+    # the kept best restored from a state whose dirpath was another (never removed from there)
+    _kept_elsewhere: set[str]
+    # {"save_top_k": ...} of the callback state restored from the file that trainer.test or
+    # trainer.validate loaded (None where the state is fit's, or a resume's, in this process)
+    _tested_file_state: dict[str, Any] | None
 
     # the guards' refusal of the candidates: TestSetGuards._check_choice, ahead in the MRO
     _check_choice: Callable[[pl.Trainer, Mapping[str, Any]], None]
@@ -60,6 +73,9 @@ class SelectionRecords(ModelCheckpoint):
         state["selections"] = {path: dict(record) for path, record in self._records.items()}
         state["validation_keys"] = sorted(self._val_keys)
         state["validation_ids"] = self._val_ids.clone()
+        # a process that did not run fit reads this to tell whether the best checkpoint when
+        # the file was written is the final choice (only where one checkpoint is kept)
+        state["save_top_k"] = self.save_top_k
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -70,13 +86,73 @@ class SelectionRecords(ModelCheckpoint):
         dirpath_before = self.dirpath
         super().load_state_dict(state_dict)
         records = state_dict.get("selections", {})
-        if dirpath_before != state_dict.get("dirpath", dirpath_before):
+        moved = dirpath_before != state_dict.get("dirpath", dirpath_before)
+        if moved:
             records = {p: r for p, r in records.items() if p == self.best_model_path}
         self._records = {p: dict(r) for p, r in records.items()}
+        self._kept_elsewhere = set()
+        if moved:
+            self._compete_with_the_kept_best()
         self._val_keys = set(state_dict.get("validation_keys", ()))
         ids = state_dict.get("validation_ids")
         if isinstance(ids, Tensor):
             self._val_ids = ids.to("cpu", torch.int64)
+        self._tested_file_state = (
+            None
+            if self._stage in (None, "fit")
+            else {"save_top_k": state_dict.get("save_top_k")}
+        )
+
+    def _compete_with_the_kept_best(self) -> None:
+        """After a resume into another ``dirpath`` (e.g. the default logger's next
+        ``version_N/checkpoints``) ``ModelCheckpoint`` restores ``best_model_path`` alone, so the
+        first validation after the resume would replace it whatever its value: restore its
+        score from the selection record, as ``ModelCheckpoint`` ranks it, so that later epochs
+        compete with it. The file stays where it is: it is never removed from the other
+        directory (see :meth:`_should_remove_checkpoint`)."""
+        record = self._records.get(self.best_model_path)
+        if not self.best_model_path or record is None or record.get("monitor") != self.monitor:
+            return
+        value = float(record["score"])
+        if value != value:  # (ModelCheckpoint ranks a NaN as the worst value)
+            value = float("inf" if self.mode == "min" else "-inf")
+        # (float64 holds a float32 or float64 score exactly)
+        score = torch.tensor(value, dtype=torch.float64)
+        self.best_model_score = score
+        self.best_k_models = {self.best_model_path: score}
+        if self.save_top_k == 1:  # k entries: the kth best is the one (as ModelCheckpoint sets it)
+            self.kth_best_model_path, self.kth_value = self.best_model_path, score
+        self._kept_elsewhere = {self.best_model_path}
+
+    def _should_remove_checkpoint(self, trainer: pl.Trainer, previous: str, current: str) -> bool:
+        # Lightning removes a local file only under the current dirpath, but any file on a remote
+        # filesystem: the kept best of an earlier run, in its own directory, is never removed
+        if previous in self._kept_elsewhere:
+            return False
+        return super()._should_remove_checkpoint(trainer, previous, current)
+
+    # last.ckpt at every validation, also on the epochs that `every_n_epochs` leaves out
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self._keeps_last() and self._should_save_on_train_epoch_end(trainer):
+            self._save_last_where_nothing_was_saved(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self._keeps_last() and not self._should_save_on_train_epoch_end(trainer):
+            self._save_last_where_nothing_was_saved(trainer)
+
+    def _keeps_last(self) -> bool:
+        # (only then is there anything to write: the trainer is not read otherwise)
+        return self.save_last is True and self._every_n_epochs >= 1
+
+    def _save_last_where_nothing_was_saved(self, trainer: pl.Trainer) -> None:
+        # ModelCheckpoint calls _save_topk_checkpoint (which makes last.ckpt be written, below)
+        # only on the epochs that every_n_epochs names; on the others nothing was saved at this
+        # step, and a resume from last.ckpt would repeat the epochs since the last one named
+        if not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     # ModelCheckpoint internals: guard the choice and remember what was chosen
 
@@ -140,6 +216,7 @@ class SelectionRecords(ModelCheckpoint):
             super()._save_checkpoint(trainer, filepath)
         finally:
             self._saving = None
+        self._written.add(filepath)
 
     def _record_for(
         self, path: str, checkpoint: Mapping[str, Any] | None = None

@@ -61,7 +61,9 @@ OPTION_NAMES = tuple(f.name for f in fields(MetricOptions))
 #: ``self.log(name, metric)`` and ``self.log_dict(metric)``)
 _LOG_SEVERAL = (
     "call metric.update(...) in the step and, at the epoch's end (on_validation_epoch_end), "
-    "self.log_dict(metric.compute(), sync_dist=True) then metric.reset()"
+    "self.log_dict(metric.compute(), sync_dist=True, reduce_fx=\"max\") then metric.reset() "
+    "(the values are the same on every process: their maximum is exact, their mean may change "
+    "a last bit)"
 )
 
 
