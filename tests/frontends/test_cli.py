@@ -20,6 +20,7 @@ import torch
 import retrieval_metrics as rm
 from retrieval_metrics import cli
 from retrieval_metrics.cli import runs as cli_runs
+from retrieval_metrics.cli import summary as cli_summary
 
 ENV = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -641,3 +642,73 @@ def test_importing_the_commands_module_by_its_path_leaves_main_the_function():
 
     importlib.import_module("retrieval_metrics.cli.commands")
     assert callable(cli.main) and cli.main.__module__ == "retrieval_metrics.cli.commands"
+
+
+# ------------------------------------------------------------------------- an audit's findings
+
+
+def test_a_curve_is_printed_up_to_its_own_k(tmp_path, capsys):
+    """cmc@3 printed @1 and @2 only, cmc@15 stopped at @10; the interval line read "97%" for
+    --level 0.975."""
+    emb, labels = class_data(3, n_classes=8)
+    np.savez(tmp_path / "a.npz", embeddings=emb, labels=labels)
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(tmp_path / "a.npz"), "--metrics", "cmc@3,cmc@15",
+                     "--level", "0.975", "--bootstrap", "100"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    shown = re.compile(r"cmc@\d+:|97\.5% interval:|chance:")
+    heads = [line.split()[0] for line in lines if shown.match(line)]
+    assert heads == ["cmc@3:", "97.5%", "chance:", "cmc@15:", "97.5%", "chance:"]
+    for name, ks in (("cmc@3", [1, 2, 3]), ("cmc@15", [1, 2, 5, 10, 15])):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"{name}:"))
+        for line in lines[at:at + 3]:
+            assert [int(k) for k in re.findall(r"@(\d+) ", line)] == ks, line
+    assert cli_summary.curve_points(1) == [1] and cli_summary.curve_points(20) == [1, 2, 5, 10, 20]
+
+
+def _trec_pair(tmp_path, queries: int = 1):
+    """Two runs of ``queries`` judged queries, each with its relevant document at rank 1 in
+    run a and at rank 2 in run b."""
+    a = "".join(f"q{q} Q0 d1 1 3 a\nq{q} Q0 d2 2 2 a\nq{q} Q0 d3 3 1 a\n" for q in range(queries))
+    b = "".join(f"q{q} Q0 d2 1 3 b\nq{q} Q0 d1 2 2 b\nq{q} Q0 d3 3 1 b\n" for q in range(queries))
+    (tmp_path / "a.txt").write_text(a)
+    (tmp_path / "b.txt").write_text(b)
+    (tmp_path / "qrels.txt").write_text("".join(f"q{q} 0 d1 1\n" for q in range(queries)))
+    return ["--run", str(tmp_path / "a.txt"), "--run", str(tmp_path / "b.txt"), "--qrels",
+            str(tmp_path / "qrels.txt")]  # fmt: skip
+
+
+def test_two_runs_compare_the_values_they_print(tmp_path, capsys):
+    """The paired comparison of two runs printed mean ranks under median_rank, claimed
+    p < 0.001 from one query, and changed its test with --percent."""
+    capsys.readouterr()
+    assert cli.main(["evaluate", *_trec_pair(tmp_path), "--metrics", "mrr"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "   mrr: 1.0000 vs 0.5000, difference +0.5000 [+0.5000, +0.5000], p = n/a (untested, "
+        "1 query)"
+    )
+    assert cli.main(["evaluate", *_trec_pair(tmp_path, 3), "--metrics", "mrr", "--json",
+                     str(tmp_path / "e.json")]) == 0  # fmt: skip
+    row = json.loads((tmp_path / "e.json").read_text())["comparison"]["mrr"]
+    assert row["test"] == "paired randomization" and row["p_value"] == 0.25  # 2 of 2^3
+    # median and mean ranks: each run's printed values, and the difference of those
+    emb, labels = class_data(5, n_classes=12)
+    np.savez(tmp_path / "m1.npz", embeddings=emb, labels=labels)
+    np.savez(tmp_path / "m2.npz", embeddings=emb + 1.5 * np.random.default_rng(1).normal(
+        size=emb.shape).astype(np.float32), labels=labels)  # fmt: skip
+    files = [str(tmp_path / "m1.npz"), str(tmp_path / "m2.npz")]
+    capsys.readouterr()
+    assert cli.main(["evaluate", *files, "--metrics", "median_rank,mean_rank", "--percent",
+                     "--json", str(tmp_path / "m.json")]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    runs = json.loads((tmp_path / "m.json").read_text())["runs"]
+    for name in ("median_rank", "mean_rank"):
+        first, second = (run["metrics"][name]["value"] for run in runs)
+        assert f"   {name}: {first:.4f} vs {second:.4f}, difference {first - second:+.4f}" in out
+    # a hit rate in percent: the exact McNemar test, as in fractions
+    tests = []
+    for unit in ([], ["--percent"]):
+        capsys.readouterr()
+        assert cli.main(["evaluate", *files, "--metrics", "hit_rate@1", *unit]) == 0
+        tests.append(capsys.readouterr().out.splitlines()[-1].split(", p = ")[1])
+    assert tests[0] == tests[1] and tests[0].endswith("(exact McNemar, 60 queries)")

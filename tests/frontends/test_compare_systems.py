@@ -382,6 +382,7 @@ def test_command_line_end_to_end(tmp_path):
     metrics = []
     for emb in embeddings:
         metric = rm.RetrievalMetrics(names)
+        metric.set_dtype(torch.float64)  # (the command line's values: every digit, as evaluate's)
         metric.update(torch.from_numpy(emb), torch.from_numpy(labels))
         metrics.append(metric)
     expected = rm.compare_systems(
@@ -430,7 +431,10 @@ def test_command_line_runs_with_the_randomization_test(tmp_path, capsys):
     for name in ("bm25", "dense", "hybrid"):
         lists = read_ranked_lists(tmp_path / f"{name}.txt", tmp_path / "qrels.txt")
         metrics[name] = rm.RetrievalMetrics(["map", "ndcg@10"], protocol="trec_eval")
-        metrics[name].update(ranked_ids=lists.ranked_ids, relevant_ids=lists.relevant_ids)
+        metrics[name].set_dtype(torch.float64)  # (the command line's values: every digit)
+        # (the qids as ids, as the command line gives them: the same sums in the same order)
+        metrics[name].update(ranked_ids=lists.ranked_ids, relevant_ids=lists.relevant_ids,
+                             ids=lists.qids)
     for measure in ("map", "ndcg@10"):
         for name in ("dense", "hybrid"):
             row = report["measures"][measure]["systems"][name]
@@ -553,3 +557,115 @@ def test_a_family_without_p_values_says_so():
                                 one(["d3", "d1", "d2"]))
     assert result.comparisons == 0
     assert "no comparison has a p-value to correct" in result.description()
+
+
+# ---------------------------------------------------------------------------- an audit's findings
+
+
+def test_a_p_value_equal_to_alpha_is_not_significant():
+    """p = 2 x 25 / 1000 = 0.05 exactly (999 sign flips) was marked significant at level 0.95:
+    1 - 0.95 is 0.050000000000000044 in floats."""
+    ranks_a = [3, 1, 2, 2, 4, 1, 2, 5, 1, 5, 2, 2, 2, 1]
+    ranks_b = [3, 3, 1, 3, 5, 4, 2, 2, 2, 5, 5, 5, 3, 2]
+
+    def system(ranks):
+        metric = rm.RetrievalMetrics(["mrr"])
+        metric.update(ranked_ids=[[f"d{j}" for j in range(6)] for _ in ranks],
+                      relevant_ids=[{f"d{r - 1}"} for r in ranks],
+                      ids=[f"q{i}" for i in range(len(ranks))])  # fmt: skip
+        return metric
+
+    result = rm.compare_systems(
+        system(ranks_b), system(ranks_a), names=["B", "A"], test="randomization",
+        correction="none", num_resamples=999,
+    )  # fmt: skip
+    row = result["mrr", "A"]
+    assert row["p_value"] == 0.05 and row["significant"] is False
+    assert result.alpha == 0.05 and result.as_dict()["alpha"] == 0.05
+    assert "*" not in str(result).splitlines()[3]
+
+
+def test_one_comparison_is_named_in_the_singular():
+    a, b = three_systems(["map@r"])[:2]
+    assert "over the 1 comparison (1 system x 1 measure)" in rm.compare_systems(a, b).description()
+
+
+def test_a_micro_average_interval_is_that_of_its_ratio():
+    """Each system's interval is of its value: a micro average's sum of hits over the sum of
+    relevant items, resampled as one (its rank table whole, or a ranking in chunks)."""
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.cat([torch.arange(60) % 20, torch.full((60,), 20)])  # one class of 60
+    for budget in (None, 2**16):
+        metrics = []
+        for noise in (1.0, 0.6):
+            metric = rm.RetrievalMetrics(["recall@5/micro"], memory_budget=budget)
+            metric.update(torch.eye(21)[labels] + noise * torch.randn(120, 21, generator=gen),
+                          labels)  # fmt: skip
+            metrics.append(metric)
+        result = rm.compare_systems(*metrics, names=["a", "b"])
+        if budget is not None:
+            assert metrics[0]._tables is None and metrics[0]._chunk_parts is not None
+        relevant = torch.tensor([2.0] * 60 + [59.0] * 60).numpy()  # items of the class but one
+        draws = np.random.default_rng(0).integers(0, 120, (10_000, 120))
+        for metric, system in zip(metrics, ["a", "b"], strict=True):
+            row = result["recall@5/micro", system]
+            hits = (metric.per_query()["recall@5/micro"].numpy() * relevant).round(9)
+            assert row["value"] == pytest.approx(hits.sum() / relevant.sum(), rel=1e-6)
+            boot = hits[draws].sum(1) / relevant[draws].sum(1)
+            expected = np.quantile(boot, [0.025, 0.975])
+            lo, hi = row["interval"]
+            assert lo <= row["value"] <= hi
+            assert (lo, hi) == pytest.approx(tuple(expected), abs=0.004), (budget, system)
+
+
+def _npz_pair(tmp_path, *, ids: bool):
+    rng = np.random.default_rng(5)
+    labels = np.arange(60) % 12
+    item_ids = np.arange(60) * 7 + 3
+    centres = rng.normal(size=(12, 8))
+    second = centres[labels] + 1.3 * rng.normal(size=(60, 8))
+    order = rng.permutation(60)
+    extra = {"ids": item_ids} if ids else {}
+    np.savez(tmp_path / "m1.npz", embeddings=centres[labels] + rng.normal(size=(60, 8)),
+             labels=labels, **extra)  # fmt: skip
+    np.savez(tmp_path / "m2.npz", embeddings=second[order], labels=labels[order],
+             **({"ids": item_ids[order]} if ids else {}))  # fmt: skip
+    np.savez(tmp_path / "m2_sorted.npz", embeddings=second, labels=labels, **extra)
+
+
+def test_files_of_the_same_items_in_another_row_order_pair_by_id(tmp_path, capsys):
+    """Two files with the same ids and labels, rows in another order, were refused as "m2
+    scores other queries than m1", where the metrics pair them by id."""
+    _npz_pair(tmp_path, ids=True)
+    files = [str(tmp_path / f"{name}.npz") for name in ("m1", "m2", "m2_sorted")]
+    capsys.readouterr()
+    assert cli.main(["compare", *files, "--metrics", "map@r,mrr", "--json",
+                     str(tmp_path / "c.json")]) == 0  # fmt: skip
+    report = json.loads((tmp_path / "c.json").read_text())["comparison"]["measures"]
+    for name in ("map@r", "mrr"):
+        shuffled, ordered = (report[name]["systems"][s] for s in ("m2", "m2_sorted"))
+        assert shuffled == ordered
+    assert cli.main(["evaluate", files[0], files[1], "--metrics", "map@r"]) == 0
+    assert "== m1 vs m2, paired on the same queries" in capsys.readouterr().out
+    # without ids the rows are the queries' only names: another order is other queries
+    _npz_pair(tmp_path, ids=False)
+    err = error_of(["compare", *files[:2], "--metrics", "map@r"], capsys)
+    assert "m2 scores other queries than m1" in err
+
+
+def test_compare_json_values_have_every_digit_as_evaluate_s(tmp_path, capsys):
+    """`compare --json` wrote compute()'s float32 value (0.14583332836627960), `evaluate
+    --json` the float64 one (0.14583333333333334)."""
+    _npz_pair(tmp_path, ids=True)
+    files = [str(tmp_path / f"{name}.npz") for name in ("m1", "m2")]
+    names = "map@r,mrr,recall@3/micro"
+    assert cli.main(["compare", *files, "--metrics", names, "--json",
+                     str(tmp_path / "c.json")]) == 0  # fmt: skip
+    assert cli.main(["evaluate", *files, "--metrics", names, "--json",
+                     str(tmp_path / "e.json")]) == 0  # fmt: skip
+    compared = json.loads((tmp_path / "c.json").read_text())["comparison"]["measures"]
+    evaluated = json.loads((tmp_path / "e.json").read_text())["runs"]
+    for run in evaluated:
+        for name in names.split(","):
+            value = compared[name]["systems"][run["name"]]["value"]
+            assert value == run["metrics"][name]["value"], (run["name"], name)

@@ -175,6 +175,8 @@ def evaluate_trec(
 def _metric_factory(
     args: argparse.Namespace, names: list[str], trec: bool, qrels: dict[str, Any] | None = None
 ) -> Callable[[], Any]:
+    import torch
+
     import retrieval_metrics as rm
     from retrieval_metrics.functional import measures as M
     from retrieval_metrics.protocols import library_names
@@ -216,6 +218,9 @@ def _metric_factory(
             metric = rm.RetrievalMetrics(names, **options)
         except (TypeError, ValueError) as err:
             raise CLIError(str(err)) from None
+        # compute() in float64, the measures' own precision: `compare --json` writes its values
+        # with every digit, as `evaluate --json` writes the summary's (float32 by default)
+        metric.set_dtype(torch.float64)
         return metric if device is None else metric.to(device)
 
     factory()  # options are checked before any file is read
@@ -413,7 +418,9 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             label = name_of(i, Path(path).stem)
             files_used = [str(path)] + ([] if args.qrels is None else [str(args.qrels)])
             run_ = Run(label, "trec", files_used, metric, len(lists), notes)
-            run_.queries_key = _digest(*(q.encode() for q in lists.qids))
+            # the metric pairs the queries by id (its table orders them so): the set of qids
+            # decides, not the order the run lists them in
+            run_.queries_key = _digest(*(q.encode() for q in sorted(lists.qids)))
             run_.query_ids = list(lists.qids)
             # every judgment (grade 0 too) where a measure reads which documents were judged,
             # or an ir_measures string scores the queries judged grade 0 only
@@ -463,9 +470,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
         kind = "same_source" if gallery is None else "query_gallery"
         files_used = [str(qpath)] + ([] if gpath is None else [str(gpath)])
         run_ = Run(label, kind, files_used, metric, len(query))
-        run_.queries_key = _digest(
-            *(a.tobytes() for a in (query.labels, query.ids, query.positions) if a is not None)
-        )
+        run_.queries_key = _queries_key(query)
         # (the queries read and given, then the ranking of them all: _summarize)
         with Progress(len(query), f"{label}: queries", delay=args.progress_delay) as bar:
             try:
@@ -481,6 +486,20 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
                 message = _user_ids(str(err), query.ids, None if gallery is None else gallery.ids)
                 raise CLIError(f"{where}: {message}") from None
     return runs, trec
+
+
+def _queries_key(query: EmbeddingFile) -> str:
+    """What two runs of embedding files must share to be paired query by query: each query's
+    label (and position), in the order the metric pairs them. Given ids, the metric orders its
+    queries by id, and pairs them so: the rows sorted by id (then label) first, so that two
+    files holding the same items in another row order pair (they were refused as scoring
+    "other queries"); without ids the queries pair by row, in file order."""
+    arrays = [a for a in (query.labels, query.ids, query.positions) if a is not None]
+    if query.ids is not None:
+        keys = [query.ids] if query.labels is None else [query.labels, query.ids]
+        order = np.lexsort([np.asarray(k).reshape(len(query), -1)[:, 0] for k in keys])
+        arrays = [np.ascontiguousarray(np.asarray(a)[order]) for a in arrays]
+    return _digest(*(a.tobytes() for a in arrays))
 
 
 def _show_warnings(caught: list[warnings.WarningMessage], path: str) -> None:

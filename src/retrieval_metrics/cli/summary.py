@@ -10,6 +10,7 @@ from typing import Any, TextIO
 import torch
 
 __all__ = [
+    "curve_points",
     "default_protocol_note",
     "gallery_value",
     "number",
@@ -97,7 +98,7 @@ def write_per_query(path: Path, values: dict[str, dict[str, dict[str, Any]]]) ->
 def print_summary(summary: Any, out: TextIO) -> None:
     """The summary table; a CMC curve (a vector) goes below it, at a few K, not in a cell; the
     summary's notes (counts about the judgments) last."""
-    from retrieval_metrics.functional.measures.stats import Summary
+    from retrieval_metrics.functional.measures.stats import Summary, level_text
 
     curves = [r for r in summary.rows if isinstance(r["value"], torch.Tensor) and r["value"].dim()]
     table = Summary(rows=[r for r in summary.rows if r not in curves], level=summary.level)
@@ -105,9 +106,8 @@ def print_summary(summary: Any, out: TextIO) -> None:
         print(table, file=out)
     for row in curves:
         values, chance = row["value"], row["chance"]
-        (lo, hi), ks = row["interval"], [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
-                                          if k <= values.numel()]
-        level = f"{int(summary.level * 100)}% interval"
+        (lo, hi), ks = row["interval"], curve_points(values.numel())
+        level = f"{level_text(summary.level)} interval"
         width = max(len(row["name"]), len(level))
         cells = "  ".join(f"@{k} {float(values[k - 1]):.4f}" for k in ks)
         print(f"{row['name'] + ':':<{width + 1}}  {cells}", file=out)
@@ -118,6 +118,14 @@ def print_summary(summary: Any, out: TextIO) -> None:
             print(f"{'chance:':<{width + 1}}  {cells}", file=out)
     for what, count in summary.notes.items():  # e.g. judged documents not in the corpus
         print(f"{what}: {count}", file=out)
+
+
+def curve_points(width: int) -> list[int]:
+    """The K at which a curve of ``width`` points (CMC @1..@K) is printed: 1, 2, 5, 10, 20,
+    ... below K, and K itself, the cut-off its name gives (``cmc@3``: 1, 2, 3; ``cmc@15``: 1,
+    2, 5, 10, 15)."""
+    shown = [k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000) if k < width]
+    return [*shown, width] if width > 0 else []
 
 
 def default_protocol_note(metric: Any) -> str | None:

@@ -3,10 +3,24 @@ paired test of the two metric objects' per-query values."""
 
 from __future__ import annotations
 
+import math
+
+import torch
+from torch import Tensor
+
 from retrieval_metrics.comparison.agreement import same_options, same_queries
 from retrieval_metrics.functional import measures as M
-from retrieval_metrics.functional.measures.aggregation import counted_values
-from retrieval_metrics.functional.measures.stats import Comparison, paired_comparison
+from retrieval_metrics.functional.measures.aggregation import (
+    counted_values,
+    micro_parts,
+    unit_scale,
+)
+from retrieval_metrics.functional.measures.stats import (
+    Comparison,
+    paired_comparison,
+    value_statistic,
+)
+from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 
 __all__ = ["compare"]
@@ -21,18 +35,38 @@ def compare(
 ) -> dict[str, Comparison]:
     """Paired comparison, metric by metric, of two metric objects scored on the same queries.
 
-    Hit rates use the exact McNemar test; every other metric a seeded paired bootstrap of the
-    per-query difference. Each result has the difference (first - second), its interval at
-    ``level`` and a p-value. Give both metrics ``ids=`` (or the same update order) so that query i
-    is the same query in both. Image-text metrics are compared per direction ("i2t/hit_rate@1",
-    ...); rsum, a sum over both directions, has no per-query value and is not compared.
+    Each result has the two values, their difference (first - second), its interval at
+    ``level`` and a p-value. The values are the measures' own, ``compute()``'s (on the queries
+    both metrics count, which are the same queries wherever both count every query): the median
+    rank's median, a micro average's sum of numerators over the sum of denominators, a class
+    average's mean of class means, the mean otherwise. The difference, its interval and the
+    test are of that same statistic: a seeded paired bootstrap resamples the queries, each
+    with both systems' parts, and recomputes it on each side
+    (:func:`~retrieval_metrics.functional.measures.stats.paired_comparison`).
+
+    The p-value: the exact McNemar test where every per-query value is 0 or 1 (hit rates),
+    judged on the values as fractions, so a metric in percent gets the same test; otherwise
+    the paired bootstrap, whose p-value does not depend on the order of the queries. When no
+    bootstrap resample is as extreme as the observed difference, the p-value is 0 and prints
+    as ``p < 1/num_bootstrap`` (``p < 0.0001`` for 10,000 resamples). Where every resample gives
+    the same difference (the same difference on every query), the bootstrap has nothing to
+    test against and the p-value is the paired randomization (sign-flip) test's, as
+    :func:`compare_systems` with ``test="randomization"`` computes it for a mean. With fewer
+    than 2 queries nothing is tested: p is NaN (``test`` ``"none"``, printed ``p = n/a``).
+
+    Give both metrics ``ids=`` (or the same update order) so that query i is the same query in
+    both. Image-text metrics are compared per direction ("i2t/hit_rate@1", ...); rsum, a sum
+    over both directions, has no per-query value and is not compared.
 
     A CMC curve is compared by its mean over its cut-offs, not by its last point: for
     ``cmc@20``, each query's mean of hit rate @1, @2, ..., @20 (the area under its curve divided
     by 20). The result stays under the key ``"cmc@20"``; its ``name``, which the printout starts
     with, reads ``"cmc@20 (mean over K = 1..20)"``. Compare ``hit_rate@20`` for the value at
-    K = 20. When no bootstrap resample is as extreme as the observed difference, the p-value is 0
-    and prints as ``p < 1/num_bootstrap`` (``p < 0.0001`` for 10,000 resamples).
+    K = 20.
+
+    :func:`compare_systems` differs in one respect: its tests (the t-test, the sign-flip test)
+    are tests of a mean, so its difference and p-value are those of the per-query values'
+    mean, also for the median rank and micro or class averages.
 
     Example:
         >>> import torch, retrieval_metrics as rm
@@ -57,16 +91,19 @@ def compare(
     same_options((first, second), labels)
     tables_a, tables_b = first.rank_tables(), second.rank_tables()
     same_queries([tables_a, tables_b], labels)
+    # (the same options in both: same_options)
+    options = first.measure_options
     out = {}
     for key in tables_a:
         table_a, table_b = tables_a[key], tables_b[key]
         for name in names_a:
             spec = M.parse_metric(name)
-            values = []
             label = f"{key}{spec.name}"
-            for metric, table in ((first, table_a), (second, table_b)):
-                # the queries compute() and per_query() count (aggregation's one rule)
-                options = metric.measure_options
+            statistic = value_statistic(spec, options)
+            values = []
+            for table in (table_a, table_b):
+                # the queries compute() and per_query() count (aggregation's one rule), as
+                # fractions: the test is chosen on them, whatever unit the value is shown in
                 v = counted_values(M.per_query_values(table, spec, options=options), table, spec,
                                    options)
                 if v.dim() > 1:
@@ -74,8 +111,36 @@ def compare(
                     # it), and say so, since "cmc@20: 0.61 vs 0.55" reads like a hit rate @20
                     label = f"{key}{spec.name} (mean over K = 1..{v.shape[1]})"
                     v = v.mean(1)
-                values.append(metric.in_units(v, spec))
+                values.append(v)
+            denominators, classes = None, None
+            if statistic == "micro":
+                # each query's numerator (NaN where the value leaves the query out) and
+                # denominator: the micro average is their sums' ratio, not a mean of values
+                parts = [micro_parts(t, spec, options) for t in (table_a, table_b)]
+                values = [torch.where(v.isnan(), math.nan, num)
+                          for v, (num, _) in zip(values, parts, strict=True)]  # fmt: skip
+                denominators = (parts[0][1], parts[1][1])
+            elif statistic == "class":
+                classes = _shared_classes(table_a, table_b, label)
             out[f"{key}{spec.name}"] = paired_comparison(
-                label, values[0], values[1], level, num_bootstrap, seed
+                label, values[0], values[1], level, num_bootstrap, seed, statistic,
+                denominators=denominators, classes=classes, scale=unit_scale(spec, options),
             )
     return out
+
+
+def _shared_classes(first: RankTable, second: RankTable, label: str) -> Tensor:
+    """The queries' classes, the same in both tables, for a class average (each class's mean,
+    then their mean): refused where they differ, since the classes of one system would then
+    average the other's values."""
+    classes = first.query_class
+    if classes is None or second.query_class is None:
+        raise ValueError(f'{label}: average="class" needs the queries\' labels in both metrics')
+    if classes.shape != second.query_class.shape or not bool(
+        (classes.cpu() == second.query_class.cpu()).all()
+    ):
+        raise ValueError(
+            f'{label}: the two metrics give the same queries other labels, and average="class" '
+            "averages over the classes of the queries: update both with the same labels"
+        )
+    return classes

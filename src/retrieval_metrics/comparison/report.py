@@ -10,6 +10,7 @@ from typing import Any
 from retrieval_metrics.comparison.text import (
     CORRECTION_TEXT,
     TEST_TEXT,
+    alpha_of,
     latex,
     markdown_cell,
     number,
@@ -68,8 +69,9 @@ class SystemComparison:
 
     @property
     def alpha(self) -> float:
-        """The level a corrected p-value is called significant below: 1 - ``level``."""
-        return 1.0 - self.level
+        """The level a corrected p-value is called significant below: 1 - ``level``, as the
+        decimal numbers read (0.05 for 0.95, not 1 - 0.95 = 0.050000000000000044)."""
+        return alpha_of(self.level)
 
     def description(self) -> str:
         """One sentence: the test, the baseline, the correction and its family."""
@@ -88,7 +90,8 @@ class SystemComparison:
         elif self.family == "all":
             fix = (
                 f"p-values corrected by {CORRECTION_TEXT[self.correction]} over the "
-                f"{self.comparisons} comparisons ({others} "
+                f"{self.comparisons} "
+                f"{'comparison' if self.comparisons == 1 else 'comparisons'} ({others} "
                 f"{'system' if others == 1 else 'systems'} x {measures} "
                 f"{'measure' if measures == 1 else 'measures'})"
             )

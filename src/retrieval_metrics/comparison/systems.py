@@ -15,9 +15,10 @@ from torch import Tensor
 
 from retrieval_metrics.comparison.agreement import same_options, same_queries
 from retrieval_metrics.comparison.report import SystemComparison
-from retrieval_metrics.comparison.text import baseline_index, system_names
+from retrieval_metrics.comparison.text import alpha_of, baseline_index, system_names
 from retrieval_metrics.functional import measures as M
 from retrieval_metrics.functional.measures import significance as S
+from retrieval_metrics.functional.measures.aggregation import micro_parts, unit_scale
 from retrieval_metrics.functional.measures.stats import bootstrap_interval, value_statistic
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 
@@ -47,14 +48,17 @@ def compare_systems(
     same query in all). For each measure and system the result has:
 
     * ``value``: the metric's own value, as ``compute()`` returns it;
-    * ``interval``: a seeded percentile bootstrap interval at ``level`` of the mean over
-      queries (the median for ``median_rank``), :func:`~retrieval_metrics.functional.measures.
-      stats.bootstrap_interval` with ``num_resamples`` resamples;
+    * ``interval``: a seeded percentile bootstrap interval at ``level`` of the value: of the
+      statistic it is of the per-query values (the mean; the median for ``median_rank``; the
+      sum of numerators over the sum of denominators for ``average="micro"``, the mean of
+      class means for ``"class"``), :func:`~retrieval_metrics.functional.measures.stats.
+      bootstrap_interval` with ``num_resamples`` resamples;
     * and against the baseline: ``difference``, the mean over the queries both count of
       (system - baseline); ``p_value``, two-sided, of the paired ``test`` on those queries
       (``"t-test"``: the paired t-test, ``scipy.stats.ttest_rel``; ``"randomization"``:
       Fisher's sign-flip test with ``num_resamples`` seeded resamples, exact for 2^n <=
-      ``num_resamples``); ``p_corrected``; ``significant`` (corrected p < 1 - ``level``);
+      ``num_resamples``); ``p_corrected``; ``significant`` (corrected p < 1 - ``level``, as
+      decimals read it: 0.05 for 0.95, a p-value of exactly 0.05 not below it);
       ``wins``, ``ties``, ``losses``: queries where the system is better, equal within 1e-12,
       worse (for ranks, lower is better); ``queries``, the n of the test.
 
@@ -72,9 +76,12 @@ def compare_systems(
     every system, a tie, and stays in. Values in percent (``percent=True``) are compared in
     percent. As in :func:`compare`, a CMC curve is compared by each query's mean over its
     cut-offs (labelled ``"cmc@20 (mean over K = 1..20)"``, the value the curve's mean), an
-    image-text metric per direction (``"i2t/hit_rate@1"``), and rsum is not compared. For a
-    measure averaged otherwise than over queries (``average="micro"`` or ``"class"``), the value
-    is the metric's and the test and difference are on the per-query values.
+    image-text metric per direction (``"i2t/hit_rate@1"``), and rsum is not compared. Both
+    tests are tests of a mean: for a value that is another statistic of the per-query values
+    (the median rank, ``average="micro"`` or ``"class"``), the value and its interval are the
+    metric's, and the difference and the test are the per-query values' mean (the footnote
+    says so). :func:`compare`, whose paired bootstrap can resample any statistic, compares the
+    statistic itself.
 
     Args:
         *metrics: two or more metric objects, one per system, after ``update()``.
@@ -217,6 +224,8 @@ def _rows(
     keys = [key for key, _ in entries]
     per_query = [metric.per_query() for metric in metrics]
     computed = [_computed(metric, keys) for metric in metrics]
+    options = metrics[0].measure_options  # (the same in every metric: same_options)
+    resampling = (level, num_resamples, seed)
     rows: list[dict[str, Any]] = []
     for key, spec in entries:
         values, label = [], key
@@ -226,7 +235,7 @@ def _rows(
                 label = f"{key} (mean over K = 1..{v.shape[1]})"
                 v = v.mean(1)
             values.append(v)  # (per_query() is in the metric's unit: percent if it reports so)
-        statistic = value_statistic(spec, metrics[0].measure_options)
+        statistic = value_statistic(spec, options)
         reference = values[base]
         for i, (name, v) in enumerate(zip(labels, values, strict=True)):
             value = computed[i][key].detach().to("cpu", torch.float64)
@@ -237,7 +246,7 @@ def _rows(
                 "is_baseline": i == base,
                 "higher_is_better": bool(spec.higher_is_better),
                 "value": float(value.mean()),  # a CMC curve: its mean over K
-                "interval": bootstrap_interval(v, level, num_resamples, seed, statistic),
+                "interval": _interval(metrics[i], key, spec, v, statistic, resampling),
                 "difference": None, "p_value": None, "p_corrected": None,
                 "significant": None, "wins": None, "ties": None, "losses": None,
                 "queries": int((~torch.isnan(v)).sum()),
@@ -255,6 +264,47 @@ def _rows(
     return rows
 
 
+def _interval(
+    metric: RetrievalMetricBase,
+    key: str,
+    spec: M.MetricSpec,
+    values: Tensor,
+    statistic: str,
+    resampling: tuple[float, int, int],
+) -> tuple[float, float]:
+    """The bootstrap interval of a system's value, of the statistic it is (a median rank's
+    median, a micro average's ratio of sums, a class average's mean of class means; the mean
+    otherwise), from its per-query ``values`` (in the metric's unit, NaN: left out).
+    ``resampling``: ``level``, ``num_resamples``, ``seed``."""
+    level, num_resamples, seed = resampling
+    direction = key[: len(key) - len(spec.name)]  # ("i2t/" of "i2t/recall@5/micro"; "" alone)
+    denominator = classes = None
+    if statistic == "micro":
+        numerator, denominator = _micro_parts(metric, direction, spec)
+        # each counted query's numerator, in the unit of the values (percent: times 100)
+        scale = unit_scale(spec, metric.measure_options)
+        values = torch.where(values.isnan(), math.nan, numerator.cpu().to(torch.float64) * scale)
+    elif statistic == "class":
+        classes = metric.ranking_fields()[direction].query_class
+    return bootstrap_interval(values, level, num_resamples, seed, statistic,
+                              denominator=denominator, classes=classes)  # fmt: skip
+
+
+def _micro_parts(
+    metric: RetrievalMetricBase, direction: str, spec: M.MetricSpec
+) -> tuple[Tensor, Tensor]:
+    """Each query's numerator and denominator of a micro average, unit-free, in the order of
+    ``per_query()``'s values: those the ranking in chunks kept (a metric with many relevant
+    items per query, whose whole rank table is never made; ``per_query()`` made them), else
+    read off the rank table of the ``direction`` (its prefix, "" for one)."""
+    chunked = getattr(metric, "_chunk_parts", None)
+    if chunked is not None:
+        _, numerator, denominator = chunked[0][spec.name]
+        if numerator is not None and denominator is not None:
+            return numerator, denominator
+    return micro_parts(metric.rank_tables()[direction], spec, metric.measure_options)
+
+
 def _correct(
     tested: list[dict[str, Any]], keys: list[str], correction: str, family: str, level: float
 ) -> None:
@@ -263,8 +313,9 @@ def _correct(
     groups = [tested] if family == "all" else [
         [row for row in tested if row["measure"] == key] for key in keys
     ]  # fmt: skip
+    alpha = alpha_of(level)  # (1 - 0.95 in floats is 0.050000000000000044: not "below 0.05")
     for group in groups:
         adjusted = S.correct_p_values([row["p_value"] for row in group], correction).tolist()
         for row, q in zip(group, adjusted, strict=True):
             row["p_corrected"] = q
-            row["significant"] = bool(q < 1.0 - level)  # NaN: False
+            row["significant"] = bool(q < alpha)  # NaN: False

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from decimal import Decimal
 
 __all__ = [
     "CORRECTION_TEXT",
     "LATEX_SPECIAL",
     "TEST_TEXT",
+    "alpha_of",
     "baseline_index",
     "latex",
     "markdown_cell",
@@ -43,6 +45,13 @@ def p_text(p: float | None) -> str:
 
 def percent_text(level: float) -> str:
     return f"{level * 100:.6g}%"
+
+
+def alpha_of(level: float) -> float:
+    """1 - ``level``, the level a p-value is called significant below, as the decimal numbers
+    read: 0.05 for 0.95. In floats 1 - 0.95 is 0.050000000000000044, and a p-value of exactly
+    0.05 (2 x 25 / 1000 from 999 sign flips) came out "below" it."""
+    return float(Decimal(1) - Decimal(repr(float(level))))
 
 
 def markdown_cell(text: str) -> str:

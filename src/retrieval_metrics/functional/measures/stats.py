@@ -10,11 +10,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.measures import aggregation as A
 from retrieval_metrics.functional.measures import names as N
+from retrieval_metrics.functional.measures import significance as S
 from retrieval_metrics.functional.measures.options import MeasureOptions
 from retrieval_metrics.functional.table import UNBOUNDED, RankTable
 
@@ -22,6 +24,7 @@ __all__ = [
     "Comparison",
     "Summary",
     "bootstrap_interval",
+    "level_text",
     "mcnemar_exact",
     "paired_comparison",
     "summarize",
@@ -84,16 +87,198 @@ def _canonical(values: Tensor) -> Tensor:
     return values
 
 
-#: what :func:`bootstrap_interval` resamples: the statistic a reported value is
-BOOTSTRAP_STATISTICS = ("mean", "median", "median_vsepp")
+#: what :func:`bootstrap_interval` resamples: the statistic a reported value is of its
+#: per-query parts (:func:`value_statistic`)
+BOOTSTRAP_STATISTICS = ("mean", "median", "median_vsepp", "micro", "class")
+
+#: Two resampled statistics within this share of the statistics' size are equal: what tells
+#: a resample as extreme as the observed difference (rounding apart, the same sums in another
+#: order differ in their last bits) and a bootstrap with no spread.
+_SAME = 1e-12
 
 
 def value_statistic(spec: N.MetricSpec, options: MeasureOptions) -> str:
-    """The statistic of per-query values a measure's value is (:data:`BOOTSTRAP_STATISTICS`):
-    the median rank's by its convention (``median``), every other measure's the mean."""
-    if spec.base != "median_rank":
+    """The statistic of per-query parts a measure's value is (:data:`BOOTSTRAP_STATISTICS`):
+    the median rank's by its convention (``median``), a micro average's the sum of the
+    per-query numerators over the sum of the denominators (``micro``), a class average's the
+    mean over classes of each class's mean (``class``), every other measure's the mean. As
+    the aggregation reads ``average``: a rank's value is its mean (or median) whatever it says,
+    a measure without a micro form stays a mean."""
+    if spec.base == "median_rank":
+        return "median_vsepp" if options.median == "vsepp" else "median"
+    if spec.base in N.RANK_METRICS:
         return "mean"
-    return "median_vsepp" if options.median == "vsepp" else "median"
+    average = N.average_for(spec, options.average)
+    return average if average in ("micro", "class") else "mean"
+
+
+def level_text(level: float) -> str:
+    """A level as the header of its intervals shows it: ``"95%"``, ``"97.5%"``, ``"57%"`` (not
+    ``int(100 * level)``, which read 0.975 as 97% and 0.57 as 56%)."""
+    return f"{level * 100:.6g}%"
+
+
+def _check_statistic(
+    statistic: str, values: Tensor, denominator: Tensor | None, classes: Tensor | None
+) -> None:
+    """Refuse a statistic that is not one of :data:`BOOTSTRAP_STATISTICS`, or whose per-query
+    parts are missing or not one per query."""
+    if statistic not in BOOTSTRAP_STATISTICS:
+        raise ValueError(f"`statistic` must be one of {BOOTSTRAP_STATISTICS}, got {statistic!r}")
+    needed = {"micro": ("denominator", denominator), "class": ("classes", classes)}
+    if statistic in needed:
+        what, given = needed[statistic]
+        if given is None or given.shape[:1] != values.shape[:1]:
+            raise ValueError(
+                f'statistic="{statistic}" needs `{what}`, one per query ({values.shape[0]}), '
+                f"got {None if given is None else tuple(given.shape)}"
+            )
+
+
+def _class_index(classes: Tensor) -> tuple[Tensor, int]:
+    """Each query's class as 0, 1, ... (float64, exact: fewer than 2^53 classes), and how many:
+    the classes' own codes (64-bit label codes) would round in float64."""
+    unique, index = torch.unique(classes.cpu(), return_inverse=True)
+    return index.to(torch.float64), int(unique.numel())
+
+
+def _parts(
+    values: Tensor, statistic: str, denominator: Tensor | None, classes: Tensor | None
+) -> tuple[Tensor, int]:
+    """The per-query parts a statistic reads, one row per counted query (``values`` not NaN):
+    ``[numerator, denominator]`` (micro), ``[value..., class]`` (class; several values for a
+    curve), else the values; and the number of classes (0 but for ``class``)."""
+    v = values.detach().cpu().to(torch.float64)
+    v = v if v.dim() > 1 else v[:, None]
+    keep = ~torch.isnan(v).any(1)
+    columns, num_classes = [v], 0
+    if statistic == "micro":
+        assert denominator is not None
+        columns.append(denominator.detach().cpu().to(torch.float64)[:, None])
+    elif statistic == "class":
+        assert classes is not None
+        index, num_classes = _class_index(classes[keep.to(classes.device)])
+        return torch.cat([v[keep], index[:, None]], 1), num_classes
+    return torch.cat(columns, 1)[keep], num_classes
+
+
+def _statistic_rows(sample: Tensor, statistic: str, num_classes: int = 0) -> Tensor:
+    """The statistic of each row of resampled queries, ``sample`` a ``(b, n, c)`` draw of
+    :func:`_parts`' rows: ``(b, w)``, w the values per query (1; K for a curve). A micro
+    average of queries with no denominator is NaN, as the value is."""
+    if statistic == "mean":
+        return sample.mean(1)
+    if statistic in ("median", "median_vsepp"):
+        return _medians(sample[..., 0], statistic == "median_vsepp")[:, None]
+    if statistic == "micro":
+        return (sample[..., 0].sum(1) / sample[..., 1].sum(1))[:, None]
+    # class: each row's classes summed apart (row r's class c at r * C + c), the mean over the
+    # classes the row drew of their means; rows in groups of at most 2^22 sums
+    values, index = sample[..., :-1], sample[..., -1].to(torch.int64)
+    b, n, w = values.shape
+    out = []
+    step = max(1, 2**22 // max(1, num_classes * w))
+    for start in range(0, b, step):
+        rows = min(step, b - start)
+        key = (torch.arange(rows)[:, None] * num_classes + index[start:start + rows]).flatten()
+        sums = torch.zeros(rows * num_classes, w, dtype=torch.float64).index_add_(
+            0, key, values[start:start + rows].reshape(-1, w)
+        )
+        counts = torch.zeros(rows * num_classes, dtype=torch.float64).index_add_(
+            0, key, torch.ones(rows * n, dtype=torch.float64)
+        )
+        out.append(_mean_of_drawn(sums.view(rows, num_classes, w),
+                                  counts.view(rows, num_classes, 1)))  # fmt: skip
+    return torch.cat(out)
+
+
+def _mean_of_drawn(sums: Tensor, counts: Tensor) -> Tensor:
+    """The mean over classes (dimension 1) of each class's mean ``sums / counts``, over the
+    classes drawn (``counts`` > 0; every resample draws at least one)."""
+    drawn = counts > 0
+    means = torch.where(drawn, sums / counts.clamp_min(1), 0.0)
+    return means.sum(1) / drawn.sum(1)
+
+
+def _medians(values: Tensor, vsepp: bool) -> Tensor:
+    """The median of each row of ``(b, n)`` values: the mean of the two middle values
+    (torch's median is the lower one; the reported median is not), floored for VSE++'s
+    convention (floor(median(r - 1)) + 1 = floor(median(r))). The two middle values selected,
+    not the rows sorted (as ``aggregation.median_rank`` does: several times faster)."""
+    n = values.shape[1]
+    middle = [(n - 1) // 2, n // 2]
+    pair = torch.from_numpy(np.partition(values.cpu().numpy(), middle, axis=1)[:, middle])
+    mid = (pair[:, 0] + pair[:, 1]) / 2
+    return torch.floor(mid) if vsepp else mid
+
+
+def _draw_counts(idx: Tensor, n: int) -> Tensor:
+    """How often each resample (a row of ``idx``) drew each of the ``n`` queries."""
+    b = idx.shape[0]
+    ones = torch.ones(b, n, dtype=torch.float64)
+    return torch.zeros(b, n, dtype=torch.float64).scatter_add_(1, idx, ones)
+
+
+def _weighted(
+    counts: Tensor,
+    rows: Tensor,
+    statistic: str,
+    num_classes: int = 0,
+    drawn: Tensor | None = None,
+) -> Tensor:
+    """A micro or class average of each resample, from how often it drew each query
+    (``counts``, ``(b, n)``) and the queries' parts (``rows``, :func:`_parts`' layout):
+    ``(b, w)``. Sums weighted by the counts, not the drawn rows gathered: one pass over the
+    counts instead of a copy of every drawn part. ``drawn``: how many queries of each class
+    each resample drew, where known (the classes of both sides of a paired comparison)."""
+    if statistic == "micro":
+        sums = counts @ rows[:, :2]
+        return (sums[:, 0] / sums[:, 1])[:, None]
+    index = rows[:, -1].to(torch.int64)
+    b = counts.shape[0]
+    if drawn is None:
+        drawn = torch.zeros(b, num_classes, dtype=torch.float64).index_add_(1, index, counts)
+    out = []
+    for column in range(rows.shape[1] - 1):
+        sums = torch.zeros(b, num_classes, dtype=torch.float64).index_add_(
+            1, index, counts * rows[:, column]
+        )
+        out.append(_mean_of_drawn(sums[..., None], drawn[..., None])[:, 0])
+    return torch.stack(out, 1)
+
+
+def _resampled(
+    rows: Tensor, statistic: str, num_classes: int, num_bootstrap: int, seed: int
+) -> Tensor:
+    """The micro or class average of each of the seeded resamples of ``rows`` (:func:`_parts`'
+    rows, in their canonical order), ``(num_bootstrap, w)``."""
+    n = rows.shape[0]
+    return torch.cat([
+        _weighted(_draw_counts(idx, n), rows, statistic, num_classes)
+        for idx in _resamples(n, num_bootstrap, seed)
+    ])  # fmt: skip
+
+
+def _point_value(
+    values: Tensor, statistic: str, denominator: Tensor | None, classes: Tensor | None
+) -> float:
+    """The statistic of per-query parts (one value per query), as the aggregation computes a
+    measure's value of them: in their order, ``compute()``'s number where they are the
+    queries it counts."""
+    if values.numel() == 0:
+        return math.nan
+    if statistic == "mean":
+        return float(values.mean())
+    if statistic in ("median", "median_vsepp"):
+        return float(_medians(values[None], statistic == "median_vsepp")[0])
+    if statistic == "micro":
+        assert denominator is not None
+        den = denominator.sum()
+        return float(values.sum() / den) if den > 0 else math.nan
+    assert classes is not None
+    _, index = torch.unique(classes, return_inverse=True)
+    sums = torch.zeros(int(index.max()) + 1, dtype=torch.float64).index_add_(0, index, values)
+    return float((sums / torch.bincount(index).to(torch.float64)).mean())
 
 
 def bootstrap_interval(
@@ -102,14 +287,31 @@ def bootstrap_interval(
     num_bootstrap: int = 1000,
     seed: int = 0,
     statistic: str = "mean",
+    *,
+    denominator: Tensor | None = None,
+    classes: Tensor | None = None,
 ) -> tuple[float, float]:
-    """Seeded percentile bootstrap over queries of a statistic of ``values``: ``"mean"``,
-    ``"median"`` (the ordinary median: the mean of the two middle values for an even count) or
-    ``"median_vsepp"`` (VSE++'s floor(median(r - 1)) + 1, which is floor(median(r))), each the
-    statistic the reported value is; the same for the same values in any order."""
-    if statistic not in BOOTSTRAP_STATISTICS:
-        raise ValueError(f"`statistic` must be one of {BOOTSTRAP_STATISTICS}, got {statistic!r}")
+    """Seeded percentile bootstrap over queries of the statistic a reported value is of its
+    per-query ``values`` (NaN: a query not counted, left out): ``"mean"``; ``"median"`` (the
+    ordinary median: the mean of the two middle values for an even count); ``"median_vsepp"``
+    (VSE++'s floor(median(r - 1)) + 1, which is floor(median(r))); ``"micro"``, the sum of
+    ``values`` (each query's numerator) over the sum of ``denominator`` (a micro average:
+    recall's hits over relevant items); ``"class"``, the mean over the classes (``classes``:
+    each query's) of each class's mean, over the classes a resample draws. Each resample draws
+    queries, all of a query's parts together, and recomputes the statistic, so the interval is
+    that of the value reported. The same for the same values in any order."""
+    _check_statistic(statistic, values, denominator, classes)
     alpha = _tail(level)  # (checked before the resampling)
+    if statistic in ("micro", "class"):
+        rows, num_classes = _parts(values, statistic, denominator, classes)
+        rows = _canonical(rows)
+        if rows.shape[0] == 0:
+            return (math.nan, math.nan)
+        dist = _resampled(rows, statistic, num_classes, num_bootstrap, seed)[:, 0]
+        # (a micro resample of queries that have no denominator is NaN, as the value would be)
+        lo = torch.nanquantile(dist, alpha).item()
+        hi = torch.nanquantile(dist, 1 - alpha).item()
+        return (lo, hi)
     v = _canonical(values[~torch.isnan(values)].to(torch.float64))
     n = v.numel()
     if n == 0:
@@ -120,10 +322,7 @@ def bootstrap_interval(
         if statistic == "mean":
             stats.append(sample.mean(1))
             continue
-        # (torch's median is the lower middle value; the reported median is not)
-        ordered = sample.sort(1).values
-        middle = (ordered[:, (n - 1) // 2] + ordered[:, n // 2]) / 2
-        stats.append(torch.floor(middle) if statistic == "median_vsepp" else middle)
+        stats.append(_medians(sample, statistic == "median_vsepp"))
     dist = torch.cat(stats)
     lo = torch.quantile(dist, alpha).item()
     hi = torch.quantile(dist, 1 - alpha).item()
@@ -131,13 +330,27 @@ def bootstrap_interval(
 
 
 def _bootstrap_curve(
-    values: Tensor, level: float, num_bootstrap: int, seed: int
+    values: Tensor,
+    level: float,
+    num_bootstrap: int,
+    seed: int,
+    classes: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Pointwise percentile bootstrap of the mean of each column of ``(Q, K)`` per-query values
-    (a CMC curve), rows with NaN left out; every column uses the same resampled queries."""
+    (a CMC curve), rows with NaN left out; every column uses the same resampled queries. With
+    ``classes`` (``average="class"``), of each column's mean over classes of the class means."""
     alpha = _tail(level)  # (checked before the resampling)
+    width = values.shape[1]
+    if classes is not None:
+        rows, num_classes = _parts(values, "class", None, classes)
+        rows = _canonical(rows)
+        if rows.shape[0] == 0:
+            nan = torch.full((width,), math.nan, dtype=torch.float64)
+            return (nan, nan.clone())
+        dist = _resampled(rows, "class", num_classes, num_bootstrap, seed)
+        return (torch.quantile(dist, alpha, dim=0), torch.quantile(dist, 1 - alpha, dim=0))
     v = _canonical(values[~torch.isnan(values).any(1)].to(torch.float64))
-    n, width = v.shape
+    n = v.shape[0]
     if n == 0:
         nan = torch.full((width,), math.nan, dtype=torch.float64)
         return (nan, nan.clone())
@@ -184,7 +397,7 @@ class Summary:
         head = [
             "metric",
             "value",
-            f"{int(self.level * 100)}% interval",
+            f"{level_text(self.level)} interval",
             "chance",
             "queries",
             "skipped",
@@ -271,10 +484,13 @@ def summarize(
     The measure options are those of
     :func:`~retrieval_metrics.functional.measures.retrieval_measures`, one by one
     (``keywords``) or as ``options``. Intervals: Wilson's for hit rates without ties to average
-    (every per-query value 0 or 1), otherwise a seeded percentile bootstrap over queries. A CMC
-    curve gets a pointwise interval at each K (two vectors), by the same rule at each K. The
-    chance level is each measure under a uniformly random ranking of the same gallery (``None``
-    for ranked lists, whose gallery is unknown).
+    (every per-query value 0 or 1, averaged over queries), otherwise a seeded percentile
+    bootstrap over queries of the statistic the value is (:func:`value_statistic`: a micro
+    average's ratio of sums and a class average's mean of class means recomputed on each
+    resample, not the mean of the per-query values). A CMC curve gets a pointwise interval at
+    each K (two vectors), by the same rule at each K. The chance level is each measure under a
+    uniformly random ranking of the same gallery (``None`` for ranked lists, whose gallery is
+    unknown).
     """
     options = MeasureOptions.of(options, **keywords)
     # the whole table, not only its query fields: graded chance levels read its ideal grades
@@ -318,21 +534,21 @@ def summarize_query_parts(
     those the parts were made with."""
     options = MeasureOptions.of(options, **keywords)
     values = A.aggregate_query_parts(queries, parts, options=options)
-    per_query = {name: value for name, (value, _, _) in parts.items()}
-    return _summary(queries, names, values, per_query, level, num_bootstrap, seed, options)
+    return _summary(queries, names, values, parts, level, num_bootstrap, seed, options)
 
 
 def _summary(
     table: RankTable,
     names: Sequence[str],
     values: dict[str, Tensor],
-    per_query_of: dict[str, Tensor],
+    parts: A.QueryParts,
     level: float,
     num_bootstrap: int,
     seed: int,
     options: MeasureOptions,
 ) -> Summary:
-    """The rows of a summary; ``table`` is read for its per-query fields only."""
+    """The rows of a summary; ``table`` is read for its per-query fields only, ``parts`` are
+    each measure's per-query values (and a micro average's numerators and denominators)."""
     # Ranked lists (depth unbounded) come from an unknown collection, and a judged document the
     # corpus lacks is not in it: no chance level.
     has_gallery = table.num_queries > 0 and not bool(table.beyond_gallery.any())
@@ -344,7 +560,7 @@ def _summary(
     summary = Summary(level=level)
     for name in names:
         spec = N.parse_metric(name)
-        per_query = per_query_of[spec.name]
+        per_query, numerator, denominator = parts[spec.name]
         # the interval and the count on exactly the queries the value averages: under "zero"
         # the unanswerable ones too, at 0 (or the worst rank), curves (CMC) included
         # (A.counted_values, the one rule per_query() follows too)
@@ -355,21 +571,34 @@ def _summary(
             per_query = A.counted_values(per_query, table, spec, options)
         counted = int((~torch.isnan(per_query if per_query.dim() == 1 else per_query[:, 0])).sum())
         scale = A.unit_scale(spec, options)
+        # the interval of the value reported: of its own statistic (a micro or class average
+        # resampled as one, not as the mean of the per-query values)
+        stat = value_statistic(spec, options)
+        binary = bool(((per_query == 0) | (per_query == 1) | per_query.isnan()).all())
         if per_query.dim() > 1:
             # a curve (CMC): a pointwise interval at each K, two vectors
-            if bool(((per_query == 0) | (per_query == 1) | per_query.isnan()).all()):
+            if stat == "class":
+                lo_k, hi_k = _bootstrap_curve(
+                    per_query, level, num_bootstrap, seed, classes=table.query_class
+                )
+            elif binary:
                 lo_k, hi_k = _wilson_curve(per_query, level)
             else:
                 lo_k, hi_k = _bootstrap_curve(per_query, level, num_bootstrap, seed)
             interval = (lo_k * scale, hi_k * scale)
-        elif spec.base == "hit_rate" and bool(
-            ((per_query == 0) | (per_query == 1) | per_query.isnan()).all()
-        ):
+        elif spec.base == "hit_rate" and stat == "mean" and binary:
+            # (Wilson's is of a share of queries: a class average is none)
             lo, hi = wilson_interval(float(per_query.nansum()), counted, level)
             interval = (lo * scale, hi * scale)
         else:
-            stat = value_statistic(spec, options)
-            lo, hi = bootstrap_interval(per_query, level, num_bootstrap, seed, stat)
+            if stat == "micro":
+                # each counted query's numerator (NaN: a query the value leaves out)
+                assert numerator is not None
+                per_query = torch.where(per_query.isnan(), math.nan, numerator)
+            lo, hi = bootstrap_interval(
+                per_query, level, num_bootstrap, seed, stat,
+                denominator=denominator, classes=table.query_class,
+            )
             interval = (lo * scale, hi * scale)
         summary.rows.append(
             {
@@ -391,23 +620,98 @@ def _summary(
 
 
 def mcnemar_exact(first: Tensor, second: Tensor) -> float:
-    """Two-sided exact McNemar p-value for paired 0/1 outcomes (discordant pairs ~ Bin(n, 1/2))."""
+    """Two-sided exact McNemar p-value for paired 0/1 outcomes: of the n discordant pairs, k
+    the rarer way, min(1, 2 P(X <= k)) for X ~ Bin(n, 1/2) (``scipy.stats.binomtest(k, n)
+    .pvalue``). Computed in floating point in at most O(n) steps, to about 1e-13 relative: the
+    largest term by Loader's saddle-point formula, the smaller ones below it by the ratio of
+    consecutive binomial coefficients (a sum of big-integer coefficients took seconds at
+    10,000 discordant pairs and grew as n^2.7)."""
     a = first.to(torch.bool)
     b = second.to(torch.bool)
     only_first = int((a & ~b).sum())
     only_second = int((~a & b).sum())
     n = only_first + only_second
-    if n == 0:
-        return 1.0
     k = min(only_first, only_second)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    if 2 * k + 1 >= n:
+        # k = (n - 1) / 2 or n / 2 (n = 0 too): P(X <= k) >= 1/2, p = 1 exactly
+        return 1.0
+    return min(1.0, 2.0 * _binomial_half_cdf(k, n))
+
+
+_LN_2PI = math.log(2 * math.pi)
+
+
+def _stirling_error(n: int) -> float:
+    """log(n!) - log(sqrt(2 pi n) (n / e)^n), for n >= 1: its series (Loader, "Fast and
+    accurate computation of binomial probabilities", 2000) where it converges to double
+    precision, math.lgamma below (the cancellation there costs about 1e-14, absolute)."""
+    if n <= 15:
+        return math.lgamma(n + 1.0) - (n + 0.5) * math.log(n) + n - 0.5 * _LN_2PI
+    s0, s1, s2, s3, s4 = 1 / 12, 1 / 360, 1 / 1260, 1 / 1680, 1 / 1188
+    nn = float(n) * n
+    if n > 500:
+        return (s0 - s1 / nn) / n
+    if n > 80:
+        return (s0 - (s1 - s2 / nn) / nn) / n
+    if n > 35:
+        return (s0 - (s1 - (s2 - s3 / nn) / nn) / nn) / n
+    return (s0 - (s1 - (s2 - (s3 - s4 / nn) / nn) / nn) / nn) / n
+
+
+def _deviance(x: float, mean: float) -> float:
+    """x log(x / mean) + mean - x (Loader's bd0), by its series where x is near ``mean``: there
+    the direct formula loses its digits to cancellation."""
+    if abs(x - mean) < 0.1 * (x + mean):
+        v = (x - mean) / (x + mean)
+        total = (x - mean) * v
+        term = 2 * x * v
+        j = 1
+        while True:
+            term *= v * v
+            bigger = total + term / (2 * j + 1)
+            if bigger == total:
+                return total
+            total = bigger
+            j += 1
+    return x * math.log(x / mean) + mean - x
+
+
+def _binomial_half_pmf(k: int, n: int) -> float:
+    """C(n, k) / 2^n, to a few ulps (Loader's saddle-point form: no factorial is formed)."""
+    if k in (0, n):
+        return math.ldexp(1.0, -n)  # (0 below 2^-1074, as any double would be)
+    half = n / 2
+    log_core = (
+        _stirling_error(n) - _stirling_error(k) - _stirling_error(n - k)
+        - _deviance(k, half) - _deviance(n - k, half)
+    )
+    log_factor = _LN_2PI + math.log(k) + math.log1p(-k / n)
+    return math.exp(log_core - 0.5 * log_factor)
+
+
+def _binomial_half_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Bin(n, 1/2) and k < n / 2: the terms from the k-th down, each the one
+    above times i / (n - i + 1) (< 1: they only shrink), until they no longer change the sum
+    (at most k steps; about sqrt(n) where k is near n / 2)."""
+    term = _binomial_half_pmf(k, n)
+    total = term
+    for i in range(k, 0, -1):
+        term *= i / (n - i + 1)
+        total += term
+        if term <= total * 1e-20:
+            break
+    return total
 
 
 @dataclass
 class Comparison:
     """Paired comparison of one metric between two models on the same queries.
 
+    ``first`` and ``second`` are the two values (the measure's own statistic: a mean, the
+    median rank, a micro or class average) on the queries both count, ``difference`` is
+    ``first - second``, ``interval`` its paired bootstrap interval. ``test`` is
+    ``"exact McNemar"``, ``"paired bootstrap"``, ``"paired randomization"`` (the bootstrap
+    had no spread) or ``"none"`` (fewer than 2 queries: ``p_value`` NaN).
     ``num_bootstrap`` is the number of resamples the interval (and a bootstrap p-value) came
     from; ``None`` when unknown.
     """
@@ -423,17 +727,22 @@ class Comparison:
     num_bootstrap: int | None = None
 
     def p_text(self, digits: int = 4) -> str:
-        """The p-value as printed: ``"p = 0.0312"``, or ``"p < 0.0001"`` for a bootstrap p-value
-        of 0 from 10,000 resamples (none was as extreme, so all it shows is p < 1/resamples)."""
+        """The p-value as printed: ``"p = 0.0312"``, ``"p < 0.0001"`` for a bootstrap p-value
+        of 0 from 10,000 resamples (none was as extreme, so all it shows is p < 1/resamples),
+        or ``"p = n/a"`` where nothing was tested."""
+        if math.isnan(self.p_value):
+            return "p = n/a"
         if self.test == "paired bootstrap" and self.p_value == 0 and self.num_bootstrap:
             return f"p < {_upper_bound(1, self.num_bootstrap)}"
         return f"p = {self.p_value:.{digits}g}"
 
     def __str__(self) -> str:
         lo, hi = self.interval
+        test = "untested" if self.test == "none" else self.test
+        queries = f"{self.queries} {'query' if self.queries == 1 else 'queries'}"
         return (f"{self.name}: {self.first:.4f} vs {self.second:.4f}, difference "
                 f"{self.difference:+.4f} [{lo:+.4f}, {hi:+.4f}], {self.p_text()} "
-                f"({self.test}, {self.queries} queries)")
+                f"({test}, {queries})")
 
 
 def _upper_bound(numerator: int, denominator: int) -> str:
@@ -451,16 +760,49 @@ def paired_comparison(
     level: float = 0.95,
     num_bootstrap: int = 10_000,
     seed: int = 0,
+    statistic: str = "mean",
+    *,
+    denominators: tuple[Tensor, Tensor] | None = None,
+    classes: Tensor | None = None,
+    scale: float = 1.0,
 ) -> Comparison:
-    """Difference of means (first - second) over queries counted by both, with a seeded paired
-    bootstrap interval; p-value from the exact McNemar test for 0/1 values (hit rates), else from
-    the paired bootstrap: the share of resampled mean differences, re-centred on 0, that lie at
-    least as far from 0 as the observed difference."""
+    """Paired comparison of two systems' values on the queries both count (neither NaN).
+
+    ``statistic`` is what each value is of its per-query parts (:func:`value_statistic`):
+    ``"mean"`` of ``first`` and ``second``; ``"median"`` / ``"median_vsepp"`` of them (ranks);
+    ``"micro"``, ``first`` and ``second`` each query's numerator and ``denominators`` the two
+    systems' denominators; ``"class"``, the mean over ``classes`` (each query's, the same in
+    both) of the class means. The result holds the two values (``compute()``'s, where both
+    systems count the same queries), their difference first - second, its seeded paired
+    bootstrap interval (queries resampled, both systems' parts together, the statistic
+    recomputed on each side) and a two-sided p-value:
+
+    * the exact McNemar test where the statistic is the mean and every value is 0 or 1 (hit
+      rates): pass unit-free values (fractions, not percent), and ``scale`` (100 for percent)
+      to report in the metric's unit, so that the test does not depend on the unit;
+    * otherwise the paired bootstrap: the share of resampled differences, re-centred on the
+      observed one, at least as far from 0 as it is (within 1e-12 of the statistics' size:
+      the same differences summed in another order tie). The resamples are drawn from the
+      queries sorted first, so the same pairs in any order give the same p-value;
+    * where every resampled difference is the same (one value of the difference on every
+      query, say), the bootstrap shows no variability to test against, and a p-value of 0
+      would claim what it cannot: the paired randomization test of the same statistic is
+      used, each query's two values swapped at random (the sign-flip test for a mean), exact
+      for 2^n <= ``num_bootstrap``, otherwise ``num_bootstrap`` seeded draws
+      (:func:`~retrieval_metrics.functional.measures.significance.paired_randomization_test`'s
+      conventions);
+    * with fewer than 2 queries nothing is tested: p is NaN and ``test`` ``"none"``.
+    """
     if first.shape != second.shape:
         raise ValueError(
             f"the two metrics were computed on different queries ({first.shape[0]} and "
             f"{second.shape[0]}); compare models on the same queries"
         )
+    _check_statistic(statistic, first, None if denominators is None else denominators[0],
+                     classes)  # fmt: skip
+    if statistic == "micro":
+        assert denominators is not None
+        _check_statistic(statistic, second, denominators[1], classes)
     alpha = _tail(level)  # (checked before the resampling)
     both = ~(torch.isnan(first) | torch.isnan(second))
     a, b = first[both].to(torch.float64), second[both].to(torch.float64)
@@ -468,17 +810,123 @@ def paired_comparison(
     if n == 0:
         nan = math.nan
         return Comparison(name, nan, nan, nan, (nan, nan), nan, "none", 0)
-    diff = a - b
-    # the differences in an order of their own: the same interval for the queries in any order
-    ordered = _canonical(diff)
-    dist = torch.cat([ordered[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
-    interval = (torch.quantile(dist, alpha).item(), torch.quantile(dist, 1 - alpha).item())
-    binary = bool((((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all())
-    if binary:
-        p_value, test = mcnemar_exact(a > 0.5, b > 0.5), "exact McNemar"
+    # each side's parts on the queries both count: [a, b] (mean, median), [a, da, b, db]
+    # (micro) or [a, b, class] (class); the statistic of columns `sides[0]` against `sides[1]`
+    columns = [a, b]
+    sides: tuple[list[int], list[int]] = ([0], [1])
+    den_a = den_b = cls = None
+    num_classes = 0
+    if statistic == "micro":
+        assert denominators is not None
+        den_a, den_b = (d[both].to(torch.float64) for d in denominators)
+        columns, sides = [a, den_a, b, den_b], ([0, 1], [2, 3])
+    elif statistic == "class":
+        assert classes is not None
+        cls = classes[both.to(classes.device)].cpu()
+        index, num_classes = _class_index(cls)
+        columns, sides = [a, b, index], ([0, 2], [1, 2])
+    # the values as compute() forms them, on the queries in their order
+    value_a = _point_value(a, statistic, den_a, cls) * scale
+    value_b = _point_value(b, statistic, den_b, cls) * scale
+    if n < 2:
+        # one query: every resample is that query, and no test has a variance to go by
+        return Comparison(name, value_a, value_b, value_a - value_b, (value_a - value_b,) * 2,
+                          math.nan, "none", n, num_bootstrap)  # fmt: skip
+    # the queries in an order of their own: the same interval and p-value in any order
+    if statistic == "mean":
+        ordered = _canonical(a - b)
+        dist = torch.cat([ordered[idx].mean(1) for idx in _resamples(n, num_bootstrap, seed)])
+        observed = float(ordered.mean())
+        size = float(torch.maximum(a.abs().max(), b.abs().max()))
     else:
-        centred = dist - diff.mean()
-        p_value = float((centred.abs() >= abs(float(diff.mean()))).to(torch.float64).mean())
+        rows = _canonical(torch.stack(columns, 1))
+        side_columns = [rows[:, side[0]].contiguous() for side in sides]
+        parts = []
+        for idx in _resamples(n, num_bootstrap, seed):
+            if statistic in ("micro", "class"):
+                counts = _draw_counts(idx, n)
+                drawn = None
+                if statistic == "class":  # (the same classes on both sides: counted once)
+                    drawn = torch.zeros(counts.shape[0], num_classes, dtype=torch.float64)
+                    drawn.index_add_(1, rows[:, -1].to(torch.int64), counts)
+                parts.append(torch.cat([
+                    _weighted(counts, rows[:, side], statistic, num_classes, drawn)
+                    for side in sides
+                ], 1))  # fmt: skip
+                continue
+            # (a median: each side's column drawn alone, the two middle values selected)
+            parts.append(torch.stack([_medians(column[idx], statistic == "median_vsepp")
+                                      for column in side_columns], 1))  # fmt: skip
+        both_sides = torch.cat(parts)
+        dist = both_sides[:, 0] - both_sides[:, 1]
+        whole = [_statistic_rows(rows[None][..., side], statistic, num_classes)
+                 for side in sides]  # fmt: skip
+        observed = float(whole[0][0, 0] - whole[1][0, 0])
+        size = float(torch.nan_to_num(both_sides.abs(), nan=0.0).max())
+    interval = (torch.nanquantile(dist, alpha).item() * scale,
+                torch.nanquantile(dist, 1 - alpha).item() * scale)  # fmt: skip
+    if statistic == "mean" and bool(
+        (((a == 0) | (a == 1)) & ((b == 0) | (b == 1))).all()
+    ):
+        p_value = mcnemar_exact(a > 0.5, b > 0.5)
+        return Comparison(name, value_a, value_b, value_a - value_b, interval, p_value,
+                          "exact McNemar", n, num_bootstrap)  # fmt: skip
+    same = _SAME * size
+    spread = torch.nan_to_num(dist, nan=observed)
+    if float(spread.max() - spread.min()) <= same:
+        p_value = _swap_test(torch.stack(columns, 1), sides, statistic, num_classes,
+                             num_bootstrap, seed, same)  # fmt: skip
+        test = "paired randomization"
+    else:
+        centred = (dist - observed).abs()
+        # (NaN: a micro resample with no denominator on a side, which says nothing)
+        kept = ~torch.isnan(centred)
+        p_value = float((centred[kept] >= abs(observed) - same).to(torch.float64).mean())
         test = "paired bootstrap"
-    return Comparison(name, float(a.mean()), float(b.mean()), float(diff.mean()), interval,
-                      p_value, test, n, num_bootstrap)
+    return Comparison(name, value_a, value_b, value_a - value_b, interval, p_value, test, n,
+                      num_bootstrap)
+
+
+def _swap_test(
+    rows: Tensor,
+    sides: tuple[list[int], list[int]],
+    statistic: str,
+    num_classes: int,
+    num_resamples: int,
+    seed: int,
+    same: float,
+) -> float:
+    """Two-sided p-value of the paired randomization test of the difference of ``statistic``
+    between the columns ``sides[0]`` and ``sides[1]`` of ``rows`` (one row per query): if the
+    two systems were interchangeable, each query's two sides would be as likely swapped as not.
+    For the mean this is the sign-flip test of
+    :func:`~retrieval_metrics.functional.measures.significance.paired_randomization_test`, with
+    its sign vectors and conventions (exact for 2^n <= ``num_resamples``; otherwise
+    (b + 1) / (m + 1) of m seeded draws; twice the smaller one-sided p-value, at most 1), and
+    null statistics within ``same`` of the observed one counted as equal to it."""
+    rows = _canonical(rows)
+    if statistic == "mean":
+        return S.paired_randomization_test(rows[:, sides[0][0]], rows[:, sides[1][0]],
+                                           num_resamples, seed)  # fmt: skip
+    n = rows.shape[0]
+    first, second = rows[:, sides[0]], rows[:, sides[1]]
+    observed = _statistic_rows(first[None], statistic, num_classes) - _statistic_rows(
+        second[None], statistic, num_classes
+    )
+    observed_value = float(observed[0, 0])
+    exact = n < 63 and 2**n <= num_resamples
+    less = greater = 0
+    # (significance's own sign vectors: the draws its sign-flip test makes, seed for seed)
+    for signs in S._sign_vectors(n, exact, num_resamples, seed):
+        swap = (signs < 0)[..., None]  # (r, n, 1): the queries whose two sides trade places
+        one = torch.where(swap, second[None], first[None])
+        other = torch.where(swap, first[None], second[None])
+        null = (_statistic_rows(one, statistic, num_classes)
+                - _statistic_rows(other, statistic, num_classes))[:, 0]  # fmt: skip
+        less += int((null <= observed_value + same).sum())
+        greater += int((null >= observed_value - same).sum())
+    if exact:
+        p = 2 * min(less, greater) / 2**n
+    else:
+        p = 2 * (min(less, greater) + 1) / (num_resamples + 1)
+    return min(1.0, p)
