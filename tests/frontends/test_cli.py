@@ -420,8 +420,8 @@ SCORED = "the input given is a TREC or .json --run"
 def test_an_option_that_does_not_act_on_the_input_is_refused_by_name(each_form, capsys, form,
                                                                      option, flag, why):
     """One rule (cli.parser.APPLIES) for every option that acts on some inputs only: given
-    elsewhere it is refused on one line that names it and what it applies to, exit 2, as
-    --ignore-identical-ids with --run already was, rather than accepted and ignored."""
+    elsewhere it is refused on one line that names it and what it applies to, exit 2, rather
+    than accepted and ignored."""
     err = error_of(["evaluate", *each_form[form], *option, "--metrics", "mrr"], capsys)
     assert f"error: {flag} applies to " in err and why in err, err
     if flag not in ("--run-depth", "--plot-k"):  # (evaluate's alone)

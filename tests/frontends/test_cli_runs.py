@@ -430,3 +430,41 @@ def test_device_refusals(judged, capsys):
         status, _, err = evaluate(capsys, *base, "--device", "cuda")
         assert status != 0 and "--device cuda: " in err
     assert evaluate(capsys, *base, "--device", "cpu")[0] == 0
+
+
+@pytest.mark.parametrize("flag", [None, "true", "false"])
+def test_a_run_that_retrieves_the_query_itself_scores_as_beir_does(tmp_path, capsys, flag):
+    """A BM25 run over a corpus that holds the queries (ArguAna, Quora) retrieves each query
+    first: BEIR's evaluate (ignore_identical_ids=True, its default) pops it from the run before
+    scoring, which --protocol beir now does too (and --ignore-identical-ids true on any
+    protocol); false scores the run as written, as trec_eval does. Before, the self-hit counted
+    as a miss at rank 1 and the flag was refused for runs (NDCG@10 0.622 where BEIR gives 0.807)."""
+    import copy
+    import logging
+
+    evaluation = pytest.importorskip("beir.retrieval.evaluation")
+    run = {"q1": {"q1": 0.9, "d1": 0.8, "d2": 0.7}, "q2": {"d3": 0.9, "q2": 0.8}}
+    qrels = {"q1": {"d1": 1}, "q2": {"d3": 1, "d4": 1}}
+    lines = [f"{q} Q0 {d} {r} {s} bm25" for q, docs in run.items()
+             for r, (d, s) in enumerate(docs.items(), 1)]
+    (tmp_path / "run.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "qrels.txt").write_text(
+        "".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    flags = [] if flag is None else ["--ignore-identical-ids", flag]
+    status, _, err = evaluate(capsys, "--run", str(tmp_path / "run.txt"), "--qrels",
+                              str(tmp_path / "qrels.txt"), "--protocol", "beir", "--metrics",
+                              "NDCG@10,P@1,MAP@10", "--json", str(tmp_path / "o.json"), *flags)
+    assert status == 0, err
+    got = {k: v["value"] for k, v in
+           json.loads((tmp_path / "o.json").read_text())["runs"][0]["metrics"].items()}
+    logging.disable(logging.CRITICAL)
+    try:
+        ndcg, map_, _, precision = evaluation.EvaluateRetrieval.evaluate(
+            qrels, copy.deepcopy(run), [1, 10], ignore_identical_ids=flag != "false")
+    finally:
+        logging.disable(logging.NOTSET)
+    assert got == pytest.approx(
+        {"ndcg@10": ndcg["NDCG@10"], "precision@1": precision["P@1"], "map@10": map_["MAP@10"]},
+        abs=1e-5)
+    if flag != "false":  # by hand: d1 first for q1, d3 first for q2 (of 2 relevant)
+        assert got["precision@1"] == 1.0 and got["map@10"] == pytest.approx(0.75)

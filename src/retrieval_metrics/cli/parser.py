@@ -94,8 +94,9 @@ APPLIES: dict[str, Applies] = {
                       ("relevance", "radius")),
     "ignore_label": Applies("embeddings related by their labels: FILEs, or --query/--gallery "
                             "without --qrels", _LABELLED),
-    "ignore_identical_ids": Applies("embeddings judged by qrels: --query, --gallery and --qrels",
-                                    frozenset({"judged"})),
+    "ignore_identical_ids": Applies("embeddings judged by qrels (--query, --gallery and "
+                                    "--qrels), and --run files",
+                                    frozenset({"judged", "scored_run", "jsonl_run"})),
     "complete": Applies("--run files judged by --qrels (it scores the judged queries a run "
                         "lacks as empty lists; embeddings have no ranking for a query the "
                         "query file lacks)", frozenset({"scored_run", "jsonl_run"})),
@@ -203,7 +204,9 @@ def add_inputs(parser: argparse.ArgumentParser) -> None:
         choices=("true", "false"),
         help="embeddings with --qrels: leave the document whose id is the query's out of its "
         "ranking (true: the queries are corpus documents, as BEIR) or rank every document "
-        "(false: two numberings); by default left out, and integer ids that collide refused",
+        "(false: two numberings); by default left out, and integer ids that collide refused. "
+        "A --run: drop it from the run before scoring (true; --protocol beir's default, as "
+        "BEIR's evaluate does) or score the run as written (false; the default otherwise)",
     )
     parser.add_argument(
         "--ignore-label", dest="ignore_label", type=int, help="e.g. -1 (Market-1501)"

@@ -172,6 +172,18 @@ def evaluate_trec(
     return len(qids)
 
 
+def drop_identical_ids(args: argparse.Namespace) -> bool:
+    """Whether a run's document whose id is the query's leaves the run before it is scored:
+    ``--ignore-identical-ids true``, or the default of the evaluator ``--protocol`` names
+    (BEIR's ``evaluate`` pops it from the results, so ``--protocol beir`` does; its judgment
+    stays, relevant and never retrieved). trec_eval scores a run as it is."""
+    from retrieval_metrics.metrics.protocols import PROTOCOL_DEFAULTS
+
+    if args.ignore_identical_ids is not None:
+        return bool(args.ignore_identical_ids == "true")
+    return bool(PROTOCOL_DEFAULTS.get(args.protocol or "", {}).get("ignore_identical_ids", False))
+
+
 def _metric_factory(
     args: argparse.Namespace, names: list[str], trec: bool, qrels: dict[str, Any] | None = None
 ) -> Callable[[], Any]:
@@ -198,7 +210,7 @@ def _metric_factory(
     # (each option given acts on this input: check_options refused the others)
     if args.duplicates is not None:
         options["duplicates"] = args.duplicates
-    if args.ignore_identical_ids is not None:
+    if args.ignore_identical_ids is not None and not trec:  # (a run's: drop_identical_ids)
         options["ignore_identical_ids"] = args.ignore_identical_ids == "true"
     if qrels is not None:
         options["qrels"] = qrels
@@ -412,6 +424,12 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             )
             notes: dict[str, Any] = dict(lists.notes)
             notes["complete"] = bool(args.complete)
+            ranked_ids = lists.ranked_ids
+            if drop_identical_ids(args):
+                ranked_ids = [[d for d in docs if d != qid]
+                              for qid, docs in zip(lists.qids, ranked_ids, strict=True)]
+                notes["documents of the query's id left out"] = sum(
+                    len(a) - len(b) for a, b in zip(lists.ranked_ids, ranked_ids, strict=True))
             if not lists.qids:
                 raise CLIError(f"{path}: no query of the run has judgments in {args.qrels}")
             metric = factory()
@@ -431,7 +449,7 @@ def runs_from_args(args: argparse.Namespace) -> tuple[list[Run], bool]:
             with Progress(len(lists), f"{label}: scoring", delay=args.progress_delay) as bar, \
                     warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                evaluate_trec(metric, lists.qids, lists.ranked_ids, relevant, bar)
+                evaluate_trec(metric, lists.qids, ranked_ids, relevant, bar)
                 runs.append(_summarize(run_, args, bar))
             _show_warnings(caught, path)
         return runs, trec
