@@ -398,6 +398,10 @@ def test_refused_by_name():
             Ours(q, c, rel, **kwargs)
     with pytest.raises(ValueError, match="no query of `queries` has relevant documents"):
         Ours(q, c, {"q0": set()})
+    # a str for one document: its characters were read as ids ('d', '1'), scoring 0 silently
+    with pytest.raises(ValueError, match=r"`relevant_docs\['q0'\]` must be a collection of "
+                       r"document ids, got the str 'd1': write \{'d1'\}"):
+        Ours(q, c, {"q0": "d1"})
     with pytest.raises(ValueError, match="`corpus` is empty"):
         Ours(q, {}, rel)
     with pytest.raises(ValueError, match="`queries` must be a dict"):

@@ -141,6 +141,13 @@ class InformationRetrievalEvaluator:
 
         self.queries_ids = []
         for qid in queries:
+            if isinstance(relevant_docs.get(qid), (str, bytes)):
+                # (its characters would be read as the ids: 'd1' as 'd' and '1', scoring 0)
+                raise ValueError(
+                    f"`relevant_docs[{qid!r}]` must be a collection of document ids, got the "
+                    f"{type(relevant_docs[qid]).__name__} {relevant_docs[qid]!r}: write "
+                    f"{{{relevant_docs[qid]!r}}} for one document"
+                )
             if qid in relevant_docs and len(relevant_docs[qid]) > 0:
                 self.queries_ids.append(qid)
         if not self.queries_ids:
