@@ -152,3 +152,16 @@ def test_gather_rows_gives_every_rank_every_share_in_rank_order(world, tmp_path_
             assert g["dtype"] == str(want.dtype), context
             assert g["shape"] == list(want.shape), context
             assert g["values"] == want.double().tolist(), context
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_sharded_gallery_id_of_another_sample_is_refused_on_every_process(world, tmp_path):
+    """Only the last process's shard holds a query's id under another label: every process
+    refuses it at compute() (one all-reduce of the counts), none waits in a collective."""
+    results = launch.run_workers(HERE / "id_collision_worker.py", [], world, tmp_path)
+    assert all(r["refused"] is not None for r in results), results
+    assert all("1 query id(s) are also ids of gallery items with another" in r["refused"]
+               for r in results)
+    assert "another label (e.g. 5)" in results[-1]["refused"]
+    assert "on another process" in results[0]["refused"]

@@ -174,34 +174,42 @@ def check_ids_across_sides(
         if getattr(queries, name) is not None and gallery is not None
         and getattr(gallery, name) is not None
     ]
-    bad, differing = torch.zeros(0, dtype=torch.int64), []
+    by_key = None  # (per key, per gallery item: differs from the query of its id)
+    count = torch.zeros((), dtype=torch.int64, device=queries.ids.device)
     if gallery is not None and gallery.ids is not None and keys and len(gallery) and len(queries):
-        # on the host: a few numbers an item beside the embeddings, read once (positions are
-        # float64, which some devices do not hold)
-        q_ids, g_ids = queries.ids.cpu(), gallery.ids.cpu()
+        device = gallery.ids.device
+        q_ids = queries.ids.to(device)
         order = torch.argsort(q_ids)  # (ascending already when deduplicated: a cheap sort)
-        at = torch.searchsorted(q_ids[order], g_ids).clamp_max(q_ids.numel() - 1)
+        at = torch.searchsorted(q_ids[order], gallery.ids).clamp_max(q_ids.numel() - 1)
         q_rows = order[at]
-        shared = q_ids[q_rows] == g_ids
-        unlike = torch.zeros_like(shared)
+        shared = q_ids[q_rows] == gallery.ids
+        per_key = []
         for name in keys:
-            differ = getattr(queries, name).cpu()[q_rows] != getattr(gallery, name).cpu()
-            differ = shared & differ.reshape(differ.shape[0], -1).any(1)
-            if bool(differ.any()):
-                differing.append(name)
-                unlike |= differ
-        bad = q_ids[q_rows][unlike]
-    count = bad.numel()
+            theirs = getattr(gallery, name)
+            # (compared where the gallery's key is: positions are float64, which some devices
+            # do not hold, and stay on the host there)
+            rows, here = q_rows.to(theirs.device), shared.to(theirs.device)
+            differ = getattr(queries, name).to(theirs.device)[rows] != theirs
+            per_key.append((here & differ.reshape(differ.shape[0], -1).any(1)).to(device))
+        by_key = torch.stack(per_key)
+        count = by_key.any(0).sum()
     if sharded and context.processes.several:
-        count = int(D.gather_rows([torch.tensor([count])], context.processes.group)[0].sum())
-    if count == 0:
+        # (every process refuses alike: one all-reduce, read with the count)
+        count = D.DistributedExchange(context.processes.group).sum(count.reshape(1))[0]
+    total = int(count)  # the one read of the device where nothing differs
+    if total == 0:
         return
+    differing: list[str] = []
+    bad = torch.zeros(0, dtype=torch.int64)
+    if by_key is not None:
+        differing = [name for name, d in zip(keys, by_key.any(1).tolist(), strict=True) if d]
+        bad = q_ids[q_rows][by_key.any(0)].cpu()
     shown = (
         context.store.ids_shown("q", torch.unique(bad)[:5]) if bad.numel() else "on another process"
     )
     what = " and ".join(name.rstrip("s") for name in differing) or "label"  # (another process's)
     raise ValueError(
-        f"{context.owner}: {count} query id(s) are also ids of gallery items with another "
+        f"{context.owner}: {total} query id(s) are also ids of gallery items with another "
         f"{what} (e.g. {shown}). A gallery item whose id is a query's is that query itself, "
         "and leaves its ranking; ids numbered from 0 in the queries and again in the gallery "
         "(two counters) name two samples by one id, and would silently drop gallery item i "
