@@ -16,7 +16,7 @@ import torch
 import retrieval_metrics as rm
 from retrieval_metrics import cli
 from retrieval_metrics.cli import demo
-from retrieval_metrics.functional.measures.stats import Comparison
+from retrieval_metrics.functional.measures.paired import Comparison
 from retrieval_metrics.plot import Curve, plot_curves
 
 

@@ -13,12 +13,8 @@ import torch
 from scipy.stats import binomtest
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional.measures.stats import (
-    bootstrap_interval,
-    mcnemar_exact,
-    paired_comparison,
-    wilson_interval,
-)
+from retrieval_metrics.functional.measures.paired import mcnemar_exact, paired_comparison
+from retrieval_metrics.functional.measures.stats import bootstrap_interval, wilson_interval
 
 
 def test_wilson_interval_hand_worked():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import retrieval_metrics as rm
-from retrieval_metrics.functional.measures import stats
+from retrieval_metrics.functional.measures import paired, stats
 
 # ------------------------------------------------------------- intervals hold their values
 
@@ -78,8 +78,8 @@ def test_intervals_do_not_depend_on_the_order_of_the_queries():
     assert torch.equal(lo, lo_p) and torch.equal(hi, hi_p)
     first, second = torch.rand(80, generator=gen), torch.rand(80, generator=gen)
     perm = torch.randperm(80, generator=gen)
-    a = stats.paired_comparison("x", first, second)
-    b = stats.paired_comparison("x", first[perm], second[perm])
+    a = paired.paired_comparison("x", first, second)
+    b = paired.paired_comparison("x", first[perm], second[perm])
     assert a.interval == b.interval and a.p_value == b.p_value
 
 

@@ -173,10 +173,8 @@ def evaluate_trec(
 
 
 def drop_identical_ids(args: argparse.Namespace) -> bool:
-    """Whether a run's document whose id is the query's leaves the run before it is scored:
-    ``--ignore-identical-ids true``, or the default of the evaluator ``--protocol`` names
-    (BEIR's ``evaluate`` pops it from the results, so ``--protocol beir`` does; its judgment
-    stays, relevant and never retrieved). trec_eval scores a run as it is."""
+    """Whether a run's document of the query's id leaves the run before it is scored: with
+    ``--ignore-identical-ids true``, or by the ``--protocol``'s default (BEIR pops it)."""
     from retrieval_metrics.metrics.protocols import PROTOCOL_DEFAULTS
 
     if args.ignore_identical_ids is not None:

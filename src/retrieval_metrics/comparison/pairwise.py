@@ -15,11 +15,8 @@ from retrieval_metrics.functional.measures.aggregation import (
     micro_parts,
     unit_scale,
 )
-from retrieval_metrics.functional.measures.stats import (
-    Comparison,
-    paired_comparison,
-    value_statistic,
-)
+from retrieval_metrics.functional.measures.paired import Comparison, paired_comparison
+from retrieval_metrics.functional.measures.stats import value_statistic
 from retrieval_metrics.functional.table import RankTable
 from retrieval_metrics.metrics.base import RetrievalMetricBase
 
@@ -42,7 +39,7 @@ def compare(
     average's mean of class means, the mean otherwise. The difference, its interval and the
     test are of that same statistic: a seeded paired bootstrap resamples the queries, each
     with both systems' parts, and recomputes it on each side
-    (:func:`~retrieval_metrics.functional.measures.stats.paired_comparison`).
+    (:func:`~retrieval_metrics.functional.measures.paired.paired_comparison`).
 
     The p-value: the exact McNemar test where every per-query value is 0 or 1 (hit rates),
     judged on the values as fractions, so a metric in percent gets the same test; otherwise

@@ -57,13 +57,11 @@ __all__ = ["RetrievalMetricBase"]
 OPTION_NAMES = tuple(f.name for f in fields(MetricOptions))
 
 
-#: how a metric of several values is logged in Lightning (the advice of the refusals of
-#: ``self.log(name, metric)`` and ``self.log_dict(metric)``)
+#: how a metric of several values is logged in Lightning (refusals of self.log and log_dict)
 _LOG_SEVERAL = (
     "call metric.update(...) in the step and, at the epoch's end (on_validation_epoch_end), "
-    "self.log_dict(metric.compute(), sync_dist=True, reduce_fx=\"max\") then metric.reset() "
-    "(the values are the same on every process: their maximum is exact, their mean may change "
-    "a last bit)"
+    "self.log_dict(metric.compute(), sync_dist=True, reduce_fx=\"max\") (exact: the values "
+    "are the same on every process) then metric.reset()"
 )
 
 
