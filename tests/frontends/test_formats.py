@@ -266,6 +266,10 @@ def test_bad_lines_name_the_file_and_line(tmp_path):
         # (found by an audit) Python reads "1_0" as 10, trec_eval's atof and atoi as 1
         ("r.txt", "q1 Q0 d1 1 1_0 t\n", read_run, ["r.txt, line 1", "'1_0' is not a number"]),
         ("q.txt", "q1 0 d1 1_0\n", read_qrels, ["q.txt, line 1", "'1_0' is not an integer"]),
+        # (a second audit) and "٣" (Arabic-Indic) or "３" (fullwidth) as 3, trec_eval as 0
+        ("r.txt", "q1 Q0 d1 1 \u0663 t\n", read_run,
+         ["r.txt, line 1", "'\u0663' is not a number"]),
+        ("q.txt", "q1 0 d1 \uff13\n", read_qrels, ["q.txt, line 1", "'\uff13' is not an integer"]),
         # an integer beyond a double's range: one line naming the file, not an OverflowError
         ("r.json", '{"q1": {"d1": 1' + "0" * 400 + "}}", read_run,
          ["r.json, line 1", "'d1'", "is not finite"]),

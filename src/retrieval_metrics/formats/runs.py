@@ -125,8 +125,9 @@ class RankedLists:
 
 def _grade(text: str, where: str) -> int:
     try:
-        # (Python reads "1_0" as 10; trec_eval's atoi reads 1: neither is a grade)
-        if "_" in text:
+        # (Python reads "1_0" as 10, and "٣" or "３" as 3; trec_eval's atoi reads 1, and 0:
+        # neither is a grade)
+        if "_" in text or not text.strip().isascii():  # (blanks around it: int() strips them)
             raise ValueError(text)
         return int(text)
     except ValueError:
@@ -177,8 +178,9 @@ def read_trec_run(path: str | Path) -> dict[str, dict[str, float]]:
             )
         qid, _, doc, _, score, _ = fields
         try:
-            # (Python reads "1_0" as 10; trec_eval's atof reads 1: refused as no number)
-            if "_" in score:
+            # (Python reads "1_0" as 10, and "٣" as 3; trec_eval's atof reads 1, and 0: refused
+            # as no number)
+            if "_" in score or not score.strip().isascii():
                 raise ValueError(score)
             value = float(score)
         except ValueError:
