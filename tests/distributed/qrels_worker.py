@@ -233,6 +233,16 @@ def run(scenario: str, rank: int, world: int) -> dict:
         metric.set_gallery(docs[t], t % 3, ids=t)
         metric.update(docs[:4], torch.arange(4) % 3, ids=torch.arange(100, 104), role="query")
         return refused(metric)
+    if scenario == "set_gallery_reordered":
+        # every process fixes the same gallery, the last in another row order: refused, and
+        # the message says the order counts (it named only "different galleries")
+        metric = rm.RetrievalMetrics(["mrr"], similarity="dot")
+        t = torch.arange(20)
+        if rank == world - 1:
+            t = t.flip(0)
+        metric.set_gallery(docs[t], t % 3, ids=t)
+        metric.update(docs[:4], torch.arange(4) % 3, ids=torch.arange(100, 104), role="query")
+        return refused(metric)
     if scenario == "set_gallery_on_some_processes":
         # the last process never fixed a gallery (nor received a query): it would be given a
         # share of the queries to rank against none

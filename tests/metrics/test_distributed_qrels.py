@@ -26,7 +26,7 @@ MEET = list(qrels_worker.IDS_DO_NOT_MEET)
 REFUSED = ["different_qrels", "sharded_integer_ids_collide", "ids_on_some_processes",
            "ids_on_some_processes_lists", "int_and_string_labels", "int_and_string_image_ids",
            "set_gallery_shards", "set_gallery_shards_sharded", "set_gallery_on_some_processes",
-           "different_options"]
+           "set_gallery_reordered", "different_options"]
 _RUNS: dict[int, list[dict]] = {}
 
 
@@ -79,6 +79,7 @@ def test_every_process_gives_the_one_process_values(scenario, world, tmp_path_fa
         ("set_gallery_shards", "different galleries with `set_gallery`"),
         ("set_gallery_shards_sharded", "different galleries with `set_gallery`"),
         ("set_gallery_on_some_processes", "different galleries with `set_gallery`"),
+        ("set_gallery_reordered", "the same rows in the same order"),
         ("different_options", "different options"),
         ("sharded_integer_ids_collide", "query ids are also document ids"),
         ("ids_on_some_processes", "`ids` were given on some processes"),

@@ -490,9 +490,10 @@ class RetrievalMetric(RetrievalMetricBase):
                 "every process must score against the same judgments",
                 "every process must make the metric with the same options (memory_budget "
                 "aside)",
-                "set_gallery fixes the whole gallery on every process; for a gallery split "
-                "over the processes, update(d, ids=..., role='gallery') each process's part "
-                "with gallery_sharded=True",
+                "set_gallery fixes the whole gallery on every process: the same rows in the "
+                "same order (the fingerprint reads the ids and keys in order); for a gallery "
+                "split over the processes, update(d, ids=..., role='gallery') each process's "
+                "part with gallery_sharded=True",
             )[column]
             raise ValueError(
                 f"{owner}: the processes were given different {what} ({len(seen)} different "
