@@ -50,6 +50,15 @@ def test_beir_tsv_qrels(tmp_path):
     # without the header every line is a judgment
     path = write(tmp_path / "plain.tsv", "q1\td1\t1\n")
     assert read_qrels(path) == {"q1": {"d1": 1}}
+    # a header that names the columns otherwise (BEIR's loader skips any first line): it was
+    # refused as "relevance 'score' is not an integer" (found by an audit)
+    for header in ("query_id\tcorpus_id\tscore", "qid\tdocid\trel"):
+        path = write(tmp_path / "named.tsv", f"{header}\nq1\tdoc 1\t1\nq2\td3\t2\n")
+        assert read_qrels(path) == {"q1": {"doc 1": 1}, "q2": {"d3": 2}}
+    # and a score that is no integer on a later line is still refused by name
+    path = write(tmp_path / "bad.tsv", "query_id\tcorpus_id\tscore\nq1\td1\tx\n")
+    with pytest.raises(FormatError, match=r"bad.tsv, line 2: relevance 'x' is not an integer"):
+        read_qrels(path)
 
 
 def test_jsonl_questions_with_their_relevant_ids(tmp_path):

@@ -134,6 +134,14 @@ def _grade(text: str, where: str) -> int:
         raise FormatError(f"{where}: relevance {text!r} is not an integer") from None
 
 
+def _is_grade(text: str) -> bool:
+    try:
+        _grade(text, "")
+    except FormatError:
+        return False
+    return True
+
+
 _ASCII_BLANKS = re.compile(r"[ \t\n\v\f\r]+")
 
 
@@ -232,7 +240,10 @@ def read_trec_qrels(path: str | Path) -> Qrels:
 
 
 def _read_beir_qrels(path: Path) -> Qrels:
-    """BEIR qrels: a ``query-id corpus-id score`` header, then tab-separated judgments."""
+    """BEIR qrels: a ``query-id corpus-id score`` header, then tab-separated judgments. A first
+    line of 3 fields whose score is no integer is a header too, however it names the columns
+    (``query_id corpus_id score``, ``qid docid rel``): BEIR's loader skips the first line
+    whatever it holds, and such a line cannot be a judgment. A first line that is one is read."""
     qrels: Qrels = {}
     first = True
     for lineno, line in file_lines(path):
@@ -240,7 +251,8 @@ def _read_beir_qrels(path: Path) -> Qrels:
         where = f"{path}, line {lineno}"
         if first:
             first = False
-            if tuple(f.strip().lower() for f in fields) == BEIR_HEADER:
+            named = tuple(f.strip().lower() for f in fields)
+            if named == BEIR_HEADER or (len(named) == 3 and not _is_grade(named[2])):
                 continue
         if len(fields) != 3:
             # (MS MARCO's qrels.dev.tsv is TREC qrels, 'qid 0 docid rel', in a .tsv)
