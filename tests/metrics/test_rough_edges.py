@@ -204,6 +204,12 @@ def test_cli_applies_the_same_float_rule(tmp_path, capsys):
         ("p@10", "did you mean precision@10"),
         ("recall_100", "did you mean recall@100"),
         ("ndcg_cut_10", "did you mean ndcg@10"),
+        # pytrec_eval's spellings of its measure sets (no suggestion before; an audit)
+        ("ndcg_cut.10", "did you mean ndcg@10"),
+        ("P.10", "did you mean precision@10"),
+        ("recall.100", "did you mean recall@100"),
+        ("map_cut.100", "did you mean map@100"),
+        ("success.1", "did you mean hit_rate@1"),
         ("recip_rank", "did you mean mrr"),
         ("rprec", "did you mean r_precision"),
         ("medr", "did you mean median_rank"),

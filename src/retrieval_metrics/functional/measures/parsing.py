@@ -109,12 +109,14 @@ _ALIASES: tuple[tuple[str, str], ...] = (
     (r"r@(?P<k>\d+)", "did you mean hit_rate@{k} (\"R@K\" of image-text, metric-learning and "
      "re-id papers: a relevant item in the top K) or recall@{k} (the IR measure: the share of "
      "relevant items in the top K)?"),
-    (r"(rank|top|acc|accuracy|hits?|hr|hitrate|success)[-_@ ]?(?P<k>\d+)",
+    # (trec_eval writes "P_10" and "ndcg_cut_10"; pytrec_eval's measure sets "P.10" and
+    # "ndcg_cut.10")
+    (r"(rank|top|acc|accuracy|hits?|hr|hitrate|success)[-_.@ ]?(?P<k>\d+)",
      "did you mean hit_rate@{k}?"),
-    (r"(p|prec|precision)(@|_|_at_)(?P<k>\d+)", "did you mean precision@{k}?"),
-    (r"(recall|r)(_|_at_)(?P<k>\d+)", "did you mean recall@{k}?"),
-    (r"ndcg_cut_(?P<k>\d+)", "did you mean ndcg@{k}?"),
-    (r"map_cut_(?P<k>\d+)", "did you mean map@{k}?"),
+    (r"(p|prec|precision)(@|_|\.|_at_)(?P<k>\d+)", "did you mean precision@{k}?"),
+    (r"(recall|r)(_|\.|_at_)(?P<k>\d+)", "did you mean recall@{k}?"),
+    (r"ndcg_cut[_.](?P<k>\d+)", "did you mean ndcg@{k}?"),
+    (r"map_cut[_.](?P<k>\d+)", "did you mean map@{k}?"),
     (r"(recip_rank|mean_reciprocal_rank)", "did you mean mrr?"),
     (r"(rprec|r-?prec|r-precision|rprecision)", "did you mean r_precision?"),
     (r"(map@r|mapr|map_at_r|map-r)", "did you mean map@r?"),
