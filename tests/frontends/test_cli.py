@@ -712,3 +712,12 @@ def test_two_runs_compare_the_values_they_print(tmp_path, capsys):
         assert cli.main(["evaluate", *files, "--metrics", "hit_rate@1", *unit]) == 0
         tests.append(capsys.readouterr().out.splitlines()[-1].split(", p = ")[1])
     assert tests[0] == tests[1] and tests[0].endswith("(exact McNemar, 60 queries)")
+
+
+def test_the_refusal_of_r_at_k_names_the_command_line_s_flags(each_form, capsys):
+    """R@K under --protocol none is refused as ambiguous (the papers' hit rate, or recall); the
+    refusal named the Python API's qrels= to a user who had given --qrels (an audit)."""
+    err = error_of(["evaluate", *each_form["scored_run"], "--protocol", "none", "--metrics",
+                    "R@10"], capsys)
+    assert "did you mean hit_rate@10" in err and "qrels=" not in err
+    assert "under an IR --protocol (trec_eval, a --run's default" in err

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from retrieval_metrics.cli import data
-from retrieval_metrics.cli.errors import CLIError
+from retrieval_metrics.cli.errors import CLIError, in_flags
 from retrieval_metrics.cli.parser import (
     APPLIES,
     EMBEDDING_METRICS,
@@ -227,7 +227,7 @@ def _metric_factory(
         try:
             metric = rm.RetrievalMetrics(names, **options)
         except (TypeError, ValueError) as err:
-            raise CLIError(str(err)) from None
+            raise CLIError(in_flags(str(err))) from None
         # compute() in float64, the measures' own precision: `compare --json` writes its values
         # with every digit, as `evaluate --json` writes the summary's (float32 by default)
         metric.set_dtype(torch.float64)
