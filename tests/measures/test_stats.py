@@ -325,6 +325,24 @@ def test_compare_claims_no_p_value_from_one_query_or_one_difference():
     assert result.p_value == min(1.0, 2 * one_sided / 16)
 
 
+def test_few_queries_are_tested_by_every_swap_not_by_the_bootstrap():
+    """Two or three queries whose differences vary a little: the bootstrap's few distinct
+    resamples gave p < 0.0001 (a review found it), where no paired test of n queries goes below
+    2 / 2^n. Their 2^n swaps are enumerated: by hand, differences 0.1 and 0.7 (mean 0.4) swap
+    to means 0.4, -0.3, 0.3 and -0.4, so 2 of 4 are as far from 0: p = 0.5."""
+    two = paired_comparison("mrr", torch.tensor([0.9, 0.8]), torch.tensor([0.8, 0.1]))
+    assert two.test == "paired randomization" and two.p_value == 0.5
+    nearly = paired_comparison("mrr", torch.tensor([0.9, 0.900000001]), torch.tensor([0.6, 0.6]))
+    assert nearly.p_value == 0.5
+    three = paired_comparison("mrr", torch.tensor([0.7, 0.6, 0.7]), torch.tensor([0.5, 0.45, 0.5]))
+    assert three.p_value == 0.25  # the smallest p of 3 queries: 2 of the 8 swaps
+    # many queries: the bootstrap, as before
+    gen = torch.Generator().manual_seed(1)
+    a, b = torch.rand(40, generator=gen, dtype=torch.float64), torch.rand(40, generator=gen,
+                                                                           dtype=torch.float64)
+    assert paired_comparison("mrr", a, b).test == "paired bootstrap"
+
+
 def test_a_bootstrap_p_value_does_not_depend_on_the_order_of_the_queries():
     # reciprocal ranks, many resampled mean differences equal to the observed one: in the
     # given order they were counted as "as extreme" or not by the rounding of the sum

@@ -123,8 +123,9 @@ class Comparison:
     ``first`` and ``second`` are the two values (the measure's own statistic: a mean, the
     median rank, a micro or class average) on the queries both count, ``difference`` is
     ``first - second``, ``interval`` its paired bootstrap interval. ``test`` is
-    ``"exact McNemar"``, ``"paired bootstrap"``, ``"paired randomization"`` (the bootstrap
-    had no spread) or ``"none"`` (fewer than 2 queries: ``p_value`` NaN).
+    ``"exact McNemar"``, ``"paired bootstrap"``, ``"paired randomization"`` (every swap of
+    few queries, 2^n <= the resamples, or the bootstrap had no spread) or ``"none"`` (fewer
+    than 2 queries: ``p_value`` NaN).
     ``num_bootstrap`` is the number of resamples the interval (and a bootstrap p-value) came
     from; ``None`` when unknown.
     """
@@ -286,7 +287,10 @@ def paired_comparison(
                           "exact McNemar", n, num_bootstrap)  # fmt: skip
     same = _SAME * size
     spread = torch.nan_to_num(dist, nan=observed)
-    if float(spread.max() - spread.min()) <= same:
+    # (a bootstrap of few queries has few distinct resamples: 2 queries gave p < 0.0001 where
+    # no paired test of them can go below 0.5; their 2^n swaps are then enumerated instead)
+    few = n < 63 and 2**n <= num_bootstrap
+    if few or float(spread.max() - spread.min()) <= same:
         p_value = _swap_test(torch.stack(columns, 1), sides, statistic, num_classes,
                              num_bootstrap, seed, same)  # fmt: skip
         test = "paired randomization"
