@@ -241,3 +241,9 @@ def test_integer_ids_tie_in_the_order_of_their_text():
     assert rr == pytest.approx(expected[ir_measures.RR])
     with pytest.raises(ValueError, match=r"`run`, query '7': the ids 10 and '10' are one id"):
         trec_run_to_lists({7: {10: 1.0, "10": 0.5}}, qrels_text)
+    # whole floats (a pandas column of ids) are their integers, as labels and ids are read
+    # everywhere (a review found them refused here); another float is refused by name
+    run_float = {7.0: {10.0: 1.0, np.float64(9): 1.0, 2: 1.0}}
+    assert trec_run_to_lists(run_float, qrels_int)[0] == [["9", "2", "10"]]
+    with pytest.raises(ValueError, match=r"the id 1\.5 is a float that holds no whole number"):
+        trec_run_to_lists({7: {1.5: 1.0}}, qrels_text)

@@ -344,7 +344,20 @@ def text_keyed(mapping: Mapping[Any, Any], what: str) -> Mapping[str, Any]:
     out: dict[str, Any] = {}
     given: dict[str, Any] = {}
     for key, value in mapping.items():
-        text = id_text(key, f"{what}: an id")
+        if isinstance(key, (float, np.floating)):
+            # a whole float (a pandas column of ids) is its integer, as labels and ids are
+            # read everywhere; another float names no id (whole_float_value refuses it)
+            from retrieval_metrics.functional.ranking.labels import whole_float_value
+
+            try:
+                text = str(whole_float_value(key, "ids"))
+            except ValueError:
+                raise ValueError(
+                    f"{what}: the id {key!r} is a float that holds no whole number below 2**53; "
+                    "an id must be a str or an int"
+                ) from None
+        else:
+            text = id_text(key, f"{what}: an id")
         if text in out:
             raise ValueError(
                 f"{what}: the ids {given[text]!r} and {key!r} are one id (ids compare as "
