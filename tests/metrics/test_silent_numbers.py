@@ -168,6 +168,21 @@ def test_a_gallery_that_holds_the_queries_still_leaves_each_one_out():
     assert float(metric.compute()) == pytest.approx(expected, abs=1e-6)
 
 
+def test_an_item_of_the_ignore_label_may_carry_a_query_s_id():
+    """Junk items (ignore_label, never ranked) whose ids are queries' change no ranking, and are
+    not refused (a review found them refused as another label)."""
+    q, q_labels, g, g_labels = _two_sets()
+    junk = g_labels.clone()
+    junk[:5] = -1
+    metric = rm.MRR(ignore_label=-1)
+    ids = torch.arange(90) + 30
+    ids[:5] = torch.arange(5)  # the first five queries' ids, on junk items
+    metric.update(g, junk, ids=ids, role="gallery")
+    metric.update(q, q_labels, ids=torch.arange(30), role="query")
+    expected = _mrr_by_brute_force(q, q_labels, g[5:], g_labels[5:])
+    assert float(metric.compute()) == pytest.approx(expected, abs=1e-6)
+
+
 def test_one_id_for_two_cameras_is_refused():
     """Re-id: a query and a gallery image with one id and label but two cameras are two images."""
     q, _, g, g_labels = _two_sets()

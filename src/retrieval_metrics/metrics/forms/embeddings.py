@@ -183,6 +183,9 @@ def check_ids_across_sides(
         at = torch.searchsorted(q_ids[order], gallery.ids).clamp_max(q_ids.numel() - 1)
         q_rows = order[at]
         shared = q_ids[q_rows] == gallery.ids
+        if context.options.ignore_label is not None and gallery.labels is not None:
+            # (an item of the ignore label is in no ranking: whose id it carries changes nothing)
+            shared &= gallery.labels.to(device) != context.options.ignore_label
         per_key = []
         for name in keys:
             theirs = getattr(gallery, name)
