@@ -44,6 +44,9 @@ class Ranking(Generic[F]):
             ranking runs (None outside one, and before the side is read).
         label_pairs: per query, its relevant pairs before exclusions where they are counted
             before the ranking (label relevance), for the chunking decision and the budget.
+        ids_checked: True once the query ids shared with gallery items were found to name
+            the same samples (``forms.embeddings.check_ids_across_sides``), whichever of the
+            chunking decision and the ranking read the sides first.
         miss_table: the table with every relevant item scored <= 0 a miss (the scores form under
             ``nonpositive="miss"``), made with the table on the synced states.
         run_lists: each query's ``run_depth`` best items as the ranking kept them while it
@@ -56,6 +59,7 @@ class Ranking(Generic[F]):
     queries: Side | None = None
     gallery: Side | None = None
     label_pairs: Tensor | None = None
+    ids_checked: bool | None = None
     miss_table: RankTable | None = None
     run_lists: tuple[Tensor, Tensor] | None = None
 

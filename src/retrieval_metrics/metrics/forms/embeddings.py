@@ -166,8 +166,9 @@ def check_ids_across_sides(
     id, and gallery item i would silently leave query i's ranking. The same sample has the same
     label wherever it is given, so ids that disagree are two samples. The embeddings are not
     compared: a query encoder and a gallery encoder may embed one sample apart. ``sharded``:
-    ``gallery`` is this process's shard (or None); every process refuses alike."""
-    if context.qrels is not None or queries.ids is None:
+    ``gallery`` is this process's shard (or None); every process refuses alike. Once per
+    ranking: the chunking decision and the ranking both read the sides."""
+    if context.qrels is not None or queries.ids is None or context.ranking.ids_checked:
         return
     keys = [
         name for name in SAMPLE_KEYS
@@ -201,6 +202,7 @@ def check_ids_across_sides(
         count = D.DistributedExchange(context.processes.group).sum(count.reshape(1))[0]
     total = int(count)  # the one read of the device where nothing differs
     if total == 0:
+        context.ranking.ids_checked = True
         return
     differing: list[str] = []
     bad = torch.zeros(0, dtype=torch.int64)
