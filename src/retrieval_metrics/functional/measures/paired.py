@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from retrieval_metrics.functional.measures import significance as S
-from retrieval_metrics.functional.measures.significance import _sign_vectors
+from retrieval_metrics.functional.measures.significance import _enumerates, _sign_flip_p_value
 from retrieval_metrics.functional.measures.stats import (
     _SAME,
     _canonical,
@@ -289,7 +289,7 @@ def paired_comparison(
     spread = torch.nan_to_num(dist, nan=observed)
     # (a bootstrap of few queries has few distinct resamples: 2 queries gave p < 0.0001 where
     # no paired test of them can go below 0.5; their 2^n swaps are then enumerated instead)
-    few = n < 63 and 2**n <= num_bootstrap
+    few = _enumerates(n, num_bootstrap)
     if few or float(spread.max() - spread.min()) <= same:
         p_value = _swap_test(torch.stack(columns, 1), sides, statistic, num_classes,
                              num_bootstrap, seed, same)  # fmt: skip
@@ -330,20 +330,13 @@ def _swap_test(
     observed = _statistic_rows(first[None], statistic, num_classes) - _statistic_rows(
         second[None], statistic, num_classes
     )
-    observed_value = float(observed[0, 0])
-    exact = n < 63 and 2**n <= num_resamples
-    less = greater = 0
-    # (significance's own sign vectors: the draws its sign-flip test makes, seed for seed)
-    for signs in _sign_vectors(n, exact, num_resamples, seed):
+
+    def null_of(signs: Tensor) -> Tensor:
         swap = (signs < 0)[..., None]  # (r, n, 1): the queries whose two sides trade places
         one = torch.where(swap, second[None], first[None])
         other = torch.where(swap, first[None], second[None])
-        null = (_statistic_rows(one, statistic, num_classes)
+        return (_statistic_rows(one, statistic, num_classes)
                 - _statistic_rows(other, statistic, num_classes))[:, 0]  # fmt: skip
-        less += int((null <= observed_value + same).sum())
-        greater += int((null >= observed_value - same).sum())
-    if exact:
-        p = 2 * min(less, greater) / 2**n
-    else:
-        p = 2 * (min(less, greater) + 1) / (num_resamples + 1)
-    return min(1.0, p)
+
+    # (significance's own sign-flip counting: the draws its sign-flip test makes, seed for seed)
+    return _sign_flip_p_value(n, null_of, float(observed[0, 0]), same, num_resamples, seed)

@@ -21,7 +21,7 @@ here, as ``nan_policy="omit"`` leaves them out in scipy.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -305,6 +305,39 @@ def _sign_vectors(n: int, exact: bool, count: int, seed: int) -> Iterator[Tensor
         yield 2.0 * torch.randint(0, 2, (size, n), generator=gen).to(torch.float64) - 1.0
 
 
+def _enumerates(n: int, num_resamples: int) -> bool:
+    """Whether a sign-flip test of ``n`` pairs takes every one of the 2^n sign vectors (they fit
+    in ``num_resamples``) rather than ``num_resamples`` drawn ones."""
+    return n < 63 and 2**n <= num_resamples
+
+
+def _sign_flip_p_value(
+    n: int,
+    null_of: Callable[[Tensor], Tensor],
+    observed: float,
+    tolerance: float,
+    num_resamples: int,
+    seed: int,
+) -> float:
+    """Two-sided p-value of a sign-flip test of ``n`` pairs: ``null_of(signs)`` is the statistic
+    under each row of a chunk ``(r, n)`` of +1/-1 sign vectors (-1: the pair's two sides
+    swapped), and a null statistic within ``tolerance`` of ``observed`` counts as equal to it.
+    Twice the smaller one-sided p-value, at most 1: exact over all 2^n vectors
+    (:func:`_enumerates`), else (b + 1) / (m + 1) of ``num_resamples`` vectors drawn with
+    ``seed``."""
+    exact = _enumerates(n, num_resamples)
+    less = greater = 0
+    for signs in _sign_vectors(n, exact, num_resamples, seed):
+        null = null_of(signs)
+        less += int((null <= observed + tolerance).sum())
+        greater += int((null >= observed - tolerance).sum())
+    if exact:
+        p = 2 * min(less, greater) / 2**n
+    else:
+        p = 2 * (min(less, greater) + 1) / (num_resamples + 1)
+    return min(1.0, p)
+
+
 def paired_randomization_test(
     a: Any, b: Any, num_resamples: int = 10_000, seed: int = 0
 ) -> float:
@@ -351,19 +384,10 @@ def paired_randomization_test(
     if n == 0:
         return math.nan
     d = torch.sort(a - b).values
-    exact = n < 63 and 2**n <= num_resamples
     observed = float(torch.ones(1, n, dtype=torch.float64) @ d / n)
     gamma = 100 * _EPS * abs(observed)
-    less = greater = 0
-    for signs in _sign_vectors(n, exact, num_resamples, seed):
-        null = signs @ d / n
-        less += int((null <= observed + gamma).sum())
-        greater += int((null >= observed - gamma).sum())
-    if exact:
-        p = 2 * min(less, greater) / 2**n
-    else:
-        p = 2 * (min(less, greater) + 1) / (num_resamples + 1)
-    return min(1.0, p)
+    return _sign_flip_p_value(n, lambda signs: signs @ d / n, observed, gamma, num_resamples,
+                              seed)  # fmt: skip
 
 
 def paired_test(
