@@ -46,8 +46,9 @@ def compare(
     the paired bootstrap, whose p-value does not depend on the order of the queries. When no
     bootstrap resample is as extreme as the observed difference, the p-value is 0 and prints
     as ``p < 1/num_bootstrap`` (``p < 0.0001`` for 10,000 resamples). Where every resample gives
-    the same difference (the same difference on every query), the bootstrap has nothing to
-    test against and the p-value is the paired randomization (sign-flip) test's, as
+    the same difference (the same difference on every query), or the queries are so few that
+    their 2^n swaps fit in the resamples (13 or fewer at 10,000), the bootstrap has nothing to
+    test against and the p-value is the exact paired randomization (sign-flip) test's, as
     :func:`compare_systems` with ``test="randomization"`` computes it for a mean. With fewer
     than 2 queries nothing is tested: p is NaN (``test`` ``"none"``, printed ``p = n/a``).
 

@@ -199,10 +199,12 @@ def paired_comparison(
       the same differences summed in another order tie). The resamples are drawn from the
       queries sorted first, so the same pairs in any order give the same p-value;
     * where every resampled difference is the same (one value of the difference on every
-      query, say), the bootstrap shows no variability to test against, and a p-value of 0
-      would claim what it cannot: the paired randomization test of the same statistic is
-      used, each query's two values swapped at random (the sign-flip test for a mean), exact
-      for 2^n <= ``num_bootstrap``, otherwise ``num_bootstrap`` seeded draws
+      query, say), or the queries are so few that their 2^n swaps fit in ``num_bootstrap``
+      (a bootstrap of 2 queries has 3 distinct resamples), the bootstrap shows too little
+      variability to test against, and a p-value near 0 would claim what it cannot: the
+      paired randomization test of the same statistic is used, each query's two values
+      swapped (the sign-flip test for a mean), exact for 2^n <= ``num_bootstrap``, otherwise
+      ``num_bootstrap`` seeded draws
       (:func:`~retrieval_metrics.functional.measures.significance.paired_randomization_test`'s
       conventions);
     * with fewer than 2 queries nothing is tested: p is NaN and ``test`` ``"none"``.
